@@ -1,0 +1,147 @@
+// Package config is the one place that reads sandboxd's flags and
+// environment. Every other package receives the values it needs as plain
+// fields; nothing else calls os.Getenv.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Daemon is the whole configuration of one sandboxd process.
+type Daemon struct {
+	// Listen is the address of the HTTP listener (API, facades, ingress).
+	// It must be a loopback address unless AllowPublic is set.
+	Listen string
+	// DataDir holds the database, keys, agent sockets and the admin token.
+	DataDir string
+	// AgentBinary is the toolboxd binary bind-mounted into every sandbox.
+	AgentBinary string
+	// NodeID names this daemon in container labels and, later, the cluster.
+	NodeID string
+	// Domain is the suffix of preview URLs: <port>-<sandbox-id>.<Domain>.
+	Domain string
+	// DefaultImage is used when a create request names no image.
+	DefaultImage string
+	// HostPortLo and HostPortHi bound the pool of host ports that TCP
+	// exposures take (inclusive).
+	HostPortLo, HostPortHi int
+	// MilliCPU and MemoryMB are the host budget that admission reserves
+	// sandboxes against.
+	MilliCPU, MemoryMB int64
+	// E2BBodyDedupe turns on deduplication of identical E2B create bodies.
+	E2BBodyDedupe bool
+	// ReconcileEvery is the period of the background reconciler.
+	ReconcileEvery time.Duration
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+}
+
+// Parse reads the daemon's configuration from args (without the program
+// name) and the environment lookup function env (os.LookupEnv in main).
+// Flags win over environment variables, which win over defaults.
+func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
+	d := defaults(env)
+	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
+	fs.StringVar(&d.Listen, "listen", d.Listen, "HTTP listen address (env SANDBOXD_LISTEN)")
+	fs.StringVar(&d.DataDir, "data-dir", d.DataDir, "data directory (env SANDBOXD_DATA_DIR)")
+	fs.StringVar(&d.AgentBinary, "agent-binary", d.AgentBinary, "toolboxd binary mounted into sandboxes (default: beside sandboxd)")
+	fs.StringVar(&d.NodeID, "node-id", d.NodeID, "node id used in container labels (env SANDBOXD_NODE_ID)")
+	fs.StringVar(&d.Domain, "domain", d.Domain, "preview URL domain (env SANDBOXD_DOMAIN)")
+	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
+	portRange := fmt.Sprintf("%d-%d", d.HostPortLo, d.HostPortHi)
+	fs.StringVar(&portRange, "host-ports", portRange, "host port pool for TCP exposure, lo-hi (env SANDBOXD_HOST_PORTS)")
+	fs.Int64Var(&d.MilliCPU, "cpu-budget", d.MilliCPU, "CPU budget in millicores for all sandboxes")
+	fs.Int64Var(&d.MemoryMB, "memory-budget", d.MemoryMB, "memory budget in MB for all sandboxes")
+	fs.BoolVar(&d.E2BBodyDedupe, "e2b-body-dedupe", d.E2BBodyDedupe, "deduplicate identical E2B create bodies (env SANDBOXD_E2B_BODY_DEDUPE)")
+	fs.DurationVar(&d.ReconcileEvery, "reconcile-every", d.ReconcileEvery, "period of the reconciler")
+	fs.StringVar(&d.LogLevel, "log-level", d.LogLevel, "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return Daemon{}, err
+	}
+	lo, hi, err := parseRange(portRange)
+	if err != nil {
+		return Daemon{}, fmt.Errorf("--host-ports: %w", err)
+	}
+	d.HostPortLo, d.HostPortHi = lo, hi
+	return d, d.validate()
+}
+
+func defaults(env func(string) (string, bool)) Daemon {
+	get := func(key, def string) string {
+		if v, ok := env(key); ok && v != "" {
+			return v
+		}
+		return def
+	}
+	hostname, _ := os.Hostname()
+	d := Daemon{
+		Listen:         get("SANDBOXD_LISTEN", "127.0.0.1:7070"),
+		DataDir:        get("SANDBOXD_DATA_DIR", ".sandboxd"),
+		AgentBinary:    get("SANDBOXD_AGENT_BINARY", ""),
+		NodeID:         get("SANDBOXD_NODE_ID", hostname),
+		Domain:         get("SANDBOXD_DOMAIN", "localhost"),
+		DefaultImage:   get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
+		HostPortLo:     40000,
+		HostPortHi:     40999,
+		MilliCPU:       int64(runtime.NumCPU()) * 1000 * 4, // CPU is shared, so overcommit 4x
+		MemoryMB:       16 * 1024,
+		E2BBodyDedupe:  get("SANDBOXD_E2B_BODY_DEDUPE", "true") != "false",
+		ReconcileEvery: 30 * time.Second,
+		LogLevel:       get("SANDBOXD_LOG_LEVEL", "info"),
+	}
+	if lo, hi, err := parseRange(get("SANDBOXD_HOST_PORTS", "")); err == nil {
+		d.HostPortLo, d.HostPortHi = lo, hi
+	}
+	if d.AgentBinary == "" {
+		if exe, err := os.Executable(); err == nil {
+			d.AgentBinary = filepath.Join(filepath.Dir(exe), "toolboxd")
+		}
+	}
+	return d
+}
+
+func (d Daemon) validate() error {
+	host, _, err := net.SplitHostPort(d.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", d.Listen, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("--listen %q: only loopback addresses are allowed in local mode", d.Listen)
+	}
+	if d.DataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	if d.NodeID == "" {
+		return errors.New("--node-id is required")
+	}
+	if d.MilliCPU <= 0 || d.MemoryMB <= 0 {
+		return errors.New("--cpu-budget and --memory-budget must be positive")
+	}
+	return nil
+}
+
+func parseRange(s string) (lo, hi int, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("range %q: want lo-hi", s)
+	}
+	if lo, err = strconv.Atoi(a); err != nil {
+		return 0, 0, fmt.Errorf("range %q: %w", s, err)
+	}
+	if hi, err = strconv.Atoi(b); err != nil {
+		return 0, 0, fmt.Errorf("range %q: %w", s, err)
+	}
+	if lo < 1024 || hi > 65535 || lo > hi {
+		return 0, 0, fmt.Errorf("range %q: want 1024 <= lo <= hi <= 65535", s)
+	}
+	return lo, hi, nil
+}

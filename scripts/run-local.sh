@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Starts (or stops, with --stop) the local daemon that `make run` leaves running.
+#   run-local.sh DATA_DIR LISTEN
+#   run-local.sh --stop DATA_DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+stop() {
+  local pidfile="$1/sandboxd.pid"
+  [ -f "$pidfile" ] || return 0
+  local pid; pid=$(cat "$pidfile")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid"
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -f "$pidfile"
+}
+
+if [ "${1:-}" = "--stop" ]; then stop "$2"; echo "sandboxd stopped"; exit 0; fi
+
+data_dir=$1 listen=$2
+mkdir -p "$data_dir"
+stop "$data_dir"
+nohup bin/sandboxd --data-dir "$data_dir" --listen "$listen" >>"$data_dir/sandboxd.log" 2>&1 &
+echo $! >"$data_dir/sandboxd.pid"
+
+for _ in $(seq 100); do
+  if curl -fsS "http://$listen/healthz" >/dev/null 2>&1; then
+    cat <<MSG
+sandboxd is running on http://$listen (pid $(cat "$data_dir/sandboxd.pid"), log: $data_dir/sandboxd.log)
+
+Try next:
+  bin/sbx create --image sandboxd/base:bookworm --name hello
+  bin/sbx exec hello -- uname -a
+  bin/sbx shell hello
+
+Stop it with: make stop
+MSG
+    exit 0
+  fi
+  kill -0 "$(cat "$data_dir/sandboxd.pid")" 2>/dev/null || break
+  sleep 0.1
+done
+echo "sandboxd did not become healthy; last log lines:" >&2
+tail -20 "$data_dir/sandboxd.log" >&2
+exit 1
