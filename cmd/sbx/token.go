@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
+)
+
+func (c *cli) tokenCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "token (create|ls|rm) …",
+		Aliases: []string{"tokens"},
+		Short:   "Manage API tokens (admin)",
+		Args:    args(0, 0, "a subcommand: create, ls or rm"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
+	}
+	var req sandboxd.CreateTokenRequest
+	create := &cobra.Command{
+		Use:   "create --name NAME [--role admin|user] [--owner OWNER]",
+		Short: "Create an API token and print its secret (shown only once)",
+		Args:  args(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if req.Name == "" {
+				return usagef(cmd, "--name is required")
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			t, err := cl.CreateToken(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(t)
+			}
+			fmt.Fprintln(c.stdout, t.Secret)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&req.Name, "name", "", "what the token is for")
+	create.Flags().StringVar((*string)(&req.Role), "role", string(sandboxd.RoleUser), "admin or user")
+	create.Flags().StringVar(&req.Owner, "owner", "", "tenant whose sandboxes a user token manages")
+	cmd.AddCommand(
+		create,
+		&cobra.Command{
+			Use:     "ls",
+			Aliases: []string{"list"},
+			Short:   "List API tokens",
+			Args:    args(0, 0, "no arguments"),
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				cl, err := c.client()
+				if err != nil {
+					return err
+				}
+				tokens, err := cl.ListTokens(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if c.jsonOut {
+					return c.printJSON(map[string]any{"items": nonNil(tokens)})
+				}
+				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tNAME\tROLE\tOWNER\tCREATED")
+				for _, t := range tokens {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Role, orDash(t.Owner), t.CreatedAt.Local().Format(time.DateTime))
+				}
+				return tw.Flush()
+			},
+		},
+		&cobra.Command{
+			Use:     "rm <id>",
+			Aliases: []string{"revoke"},
+			Short:   "Revoke an API token",
+			Args:    args(1, 1, "one token id"),
+			RunE: func(cmd *cobra.Command, a []string) error {
+				cl, err := c.client()
+				if err != nil {
+					return err
+				}
+				if err := cl.RevokeToken(cmd.Context(), a[0]); err != nil {
+					return err
+				}
+				if c.jsonOut {
+					return c.printJSON(map[string]any{"revoked": a[0]})
+				}
+				return nil
+			},
+		},
+	)
+	return cmd
+}

@@ -1,0 +1,316 @@
+package sandboxd
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// State is the lifecycle state of a sandbox.
+type State string
+
+// The states of a sandbox.
+const (
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StateStopping State = "stopping"
+	StateStopped  State = "stopped"
+	StateError    State = "error"
+)
+
+// Sandbox is the API's sandbox object.
+type Sandbox struct {
+	ID       string            `json:"id"`
+	Name     string            `json:"name,omitempty"`
+	Image    string            `json:"image"`
+	State    State             `json:"state"`
+	CPU      float64           `json:"cpu"`
+	MemoryMB int               `json:"memory_mb"`
+	Tags     map[string]string `json:"tags,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Network  bool              `json:"network"`
+	// CreatedAt is when the sandbox was created (UTC).
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when the daemon destroys the sandbox; zero when it has
+	// no timeout.
+	ExpiresAt    time.Time `json:"expires_at,omitzero"`
+	SSHPublicKey string    `json:"ssh_public_key,omitempty"`
+	// SSHPrivateKey is set only on the result of CreateSandbox: the daemon
+	// never returns it again.
+	SSHPrivateKey string `json:"ssh_private_key,omitempty"`
+	// ErrorReason explains StateError.
+	ErrorReason string `json:"error_reason,omitempty"`
+}
+
+// Mount binds a named volume (a directory the daemon keeps) into a sandbox.
+type Mount struct {
+	Volume   string `json:"volume"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// CreateRequest describes a sandbox to create. Zero fields take the
+// daemon's defaults.
+type CreateRequest struct {
+	Image    string  `json:"image,omitempty"`
+	Name     string  `json:"name,omitempty"`
+	CPU      float64 `json:"cpu,omitempty"`
+	MemoryMB int     `json:"memory_mb,omitempty"`
+	// Env is visible to every process in the sandbox and is returned by
+	// the API; SecretEnv is too, but is stored sealed and never returned.
+	Env       map[string]string `json:"env,omitempty"`
+	SecretEnv map[string]string `json:"secret_env,omitempty"`
+	Tags      map[string]string `json:"tags,omitempty"`
+	// Timeout is the sandbox's lifetime, counted from creation, rounded up
+	// to whole seconds; zero means no timeout (or the daemon's default).
+	Timeout time.Duration `json:"-"`
+	// Network gives the sandbox outbound network access.
+	Network bool    `json:"network,omitempty"`
+	Mounts  []Mount `json:"mounts,omitempty"`
+	Runtime string  `json:"runtime,omitempty"`
+
+	// IdempotencyKey is sent as the Idempotency-Key header. Empty means a
+	// fresh random key per CreateSandbox call (NewIdempotencyKey). Set it
+	// to make a create safe to repeat across calls or processes: the
+	// daemon answers a repeat with the first call's sandbox.
+	IdempotencyKey string `json:"-"`
+}
+
+// createBody is the wire form of CreateRequest.
+type createBody struct {
+	CreateRequest
+	TimeoutS int64 `json:"timeout_s,omitempty"`
+}
+
+// seconds rounds d up to whole seconds; the API counts in seconds and a
+// positive duration must not become "no timeout".
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// CreateSandbox creates a sandbox and returns it, with SSHPrivateKey set.
+//
+// The request carries an Idempotency-Key (req.IdempotencyKey or a fresh
+// random one) and is retried on transient failures (transport errors, 429
+// after its Retry-After, 500, 502, 503, 504) with the same key and the
+// same body, so a retry returns the sandbox the first attempt created
+// instead of creating a second one. A name already in use fails with
+// ErrNameConflict; a key reused with a different body with
+// ErrIdempotencyKeyReused.
+func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	key := req.IdempotencyKey
+	if key == "" {
+		key = NewIdempotencyKey()
+	}
+	r := &request{
+		method: http.MethodPost,
+		segs:   []string{"v1", "sandboxes"},
+		header: http.Header{"Idempotency-Key": {key}},
+		retry:  retrySafe,
+	}
+	var sb Sandbox
+	if err := c.do(ctx, r, createBody{req, seconds(req.Timeout)}, &sb); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	return &sb, nil
+}
+
+// GetSandbox returns the sandbox with the given id or name. It fails with
+// ErrNotFound when there is none (or it belongs to another owner).
+func (c *Client) GetSandbox(ctx context.Context, idOrName string) (*Sandbox, error) {
+	var sb Sandbox
+	r := &request{method: http.MethodGet, segs: []string{"v1", "sandboxes", idOrName}, retry: retrySafe}
+	if err := c.do(ctx, r, nil, &sb); err != nil {
+		return nil, fmt.Errorf("get sandbox %q: %w", idOrName, err)
+	}
+	return &sb, nil
+}
+
+// ListOptions filters and pages ListSandboxes. Zero fields do not filter.
+type ListOptions struct {
+	Name string
+	// Tags selects sandboxes carrying every one of these tags.
+	Tags  map[string]string
+	State State
+	// Limit is the page size, 1 to 1000; 0 means the daemon's default (100).
+	Limit int
+	// PageToken continues from a previous page's NextPageToken.
+	PageToken string
+}
+
+func (o ListOptions) query() url.Values {
+	q := url.Values{}
+	if o.Name != "" {
+		q.Set("name", o.Name)
+	}
+	for k, v := range o.Tags {
+		q.Set("tag."+k, v)
+	}
+	if o.State != "" {
+		q.Set("state", string(o.State))
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.PageToken != "" {
+		q.Set("page_token", o.PageToken)
+	}
+	return q
+}
+
+// SandboxPage is one page of ListSandboxes.
+type SandboxPage struct {
+	Items []Sandbox `json:"items"`
+	// NextPageToken fetches the next page; empty on the last one.
+	NextPageToken string `json:"next_page_token,omitempty"`
+}
+
+// ListSandboxes returns one page of the caller's sandboxes. See
+// AllSandboxes to walk every page.
+func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (*SandboxPage, error) {
+	var page SandboxPage
+	r := &request{method: http.MethodGet, segs: []string{"v1", "sandboxes"}, query: opts.query(), retry: retrySafe}
+	if err := c.do(ctx, r, nil, &page); err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	return &page, nil
+}
+
+// AllSandboxes yields every sandbox matching opts, fetching pages as the
+// loop needs them (opts.Limit sets the page size; opts.PageToken is where
+// to start). A failed page is yielded as (nil, err) and ends the sequence.
+//
+//	for sb, err := range c.AllSandboxes(ctx, sandboxd.ListOptions{}) {
+//		if err != nil { return err }
+//		fmt.Println(sb.ID)
+//	}
+//
+// Sandboxes created or destroyed during the walk may or may not appear.
+func (c *Client) AllSandboxes(ctx context.Context, opts ListOptions) iter.Seq2[*Sandbox, error] {
+	return func(yield func(*Sandbox, error) bool) {
+		for {
+			page, err := c.ListSandboxes(ctx, opts)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for i := range page.Items {
+				if !yield(&page.Items[i], nil) {
+					return
+				}
+			}
+			if page.NextPageToken == "" || page.NextPageToken == opts.PageToken {
+				return
+			}
+			opts.PageToken = page.NextPageToken
+		}
+	}
+}
+
+// DestroySandbox destroys a sandbox, given its id or name.
+//
+// It fails with ErrNotFound when the sandbox does not exist. It retries
+// transient failures, and a retry that finds the sandbox gone after an
+// earlier attempt that may have reached the daemon (the connection broke,
+// or the daemon answered 5xx) counts as success: that attempt destroyed
+// it. The window this leaves is a sandbox destroyed by someone else
+// between our attempts, which is also reported as success; the outcome
+// (the sandbox is gone) is the same.
+//
+// Because a name can be taken again as soon as its sandbox is gone, a
+// name is first resolved to an id (one extra round trip) and the id is
+// destroyed, so that a retry can never destroy a newer sandbox that took
+// the name in the meantime.
+func (c *Client) DestroySandbox(ctx context.Context, idOrName string) error {
+	id := idOrName
+	if !IsSandboxID(id) {
+		sb, err := c.GetSandbox(ctx, idOrName)
+		if err != nil {
+			return fmt.Errorf("destroy sandbox: %w", err)
+		}
+		id = sb.ID
+	}
+	r := &request{method: http.MethodDelete, segs: []string{"v1", "sandboxes", id}, retry: retryDelete}
+	if err := c.do(ctx, r, nil, nil); err != nil {
+		return fmt.Errorf("destroy sandbox %q: %w", idOrName, err)
+	}
+	return nil
+}
+
+// StartSandbox starts a stopped sandbox and returns it. It is retried on
+// transient failures: start names a target state, so repeating it after
+// an attempt that succeeded asks for what already holds.
+func (c *Client) StartSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	return c.lifecycle(ctx, id, "start")
+}
+
+// StopSandbox stops a running sandbox and returns it; StartSandbox starts
+// it again. It is retried on transient failures, like StartSandbox.
+func (c *Client) StopSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	return c.lifecycle(ctx, id, "stop")
+}
+
+func (c *Client) lifecycle(ctx context.Context, id, verb string) (*Sandbox, error) {
+	var sb Sandbox
+	r := &request{method: http.MethodPost, segs: []string{"v1", "sandboxes", id, verb}, retry: retrySafe}
+	if err := c.do(ctx, r, nil, &sb); err != nil {
+		return nil, fmt.Errorf("%s sandbox %q: %w", verb, id, err)
+	}
+	return &sb, nil
+}
+
+// UpdateRequest changes a sandbox. Nil fields are left as they are.
+type UpdateRequest struct {
+	// Timeout sets the sandbox's remaining lifetime, counted from the
+	// daemon's receipt of the request; a pointer to 0 removes the timeout.
+	Timeout *time.Duration
+	// Tags, when non-nil, replaces the sandbox's tags; an empty non-nil
+	// map removes them all.
+	Tags map[string]string
+}
+
+type updateBody struct {
+	TimeoutS *int64            `json:"timeout_s,omitempty"`
+	Tags     map[string]string `json:"tags,omitzero"`
+}
+
+// UpdateSandbox applies req and returns the updated sandbox. It is
+// retried on transient failures: applying the same update twice has the
+// effect of applying it once (a timeout then counts from the later
+// attempt).
+func (c *Client) UpdateSandbox(ctx context.Context, id string, req UpdateRequest) (*Sandbox, error) {
+	var body updateBody
+	if req.Timeout != nil {
+		s := seconds(*req.Timeout)
+		body.TimeoutS = &s
+	}
+	body.Tags = req.Tags
+	var sb Sandbox
+	r := &request{method: http.MethodPatch, segs: []string{"v1", "sandboxes", id}, retry: retrySafe}
+	if err := c.do(ctx, r, body, &sb); err != nil {
+		return nil, fmt.Errorf("update sandbox %q: %w", id, err)
+	}
+	return &sb, nil
+}
+
+// IsSandboxID reports whether s has the form of a sandbox id: "sb-" and 16
+// lowercase hex digits. Anything else given where the API takes an id or
+// a name is a name.
+func IsSandboxID(s string) bool {
+	if len(s) != 19 || s[:3] != "sb-" {
+		return false
+	}
+	for i := 3; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
