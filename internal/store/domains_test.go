@@ -1,0 +1,95 @@
+package store_test
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/store/storetest"
+)
+
+func TestCustomDomains(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	a, b := sandboxID(1), sandboxID(2)
+	createSandbox(t, s, a, "")
+	createSandbox(t, s, b, "")
+
+	if created, err := s.AddCustomDomain(ctx, "App.Example.com", a, 8080); err != nil || !created {
+		t.Fatalf("add = %v, %v; want created", created, err)
+	}
+	if created, err := s.AddCustomDomain(ctx, "App.Example.com", a, 8080); err != nil || created {
+		t.Fatalf("identical add = %v, %v; want a no-op", created, err)
+	}
+	for name, tc := range map[string]struct {
+		host string
+		sb   string
+		port int
+	}{
+		"other port":                  {"App.Example.com", a, 9090},
+		"other sandbox":               {"App.Example.com", b, 8080},
+		"other sandbox, another case": {"app.example.COM", b, 8080},
+	} {
+		if _, err := s.AddCustomDomain(ctx, tc.host, tc.sb, tc.port); !errors.Is(err, store.ErrHostnameConflict) {
+			t.Errorf("%s: %v, want ErrHostnameConflict", name, err)
+		}
+	}
+	if _, err := s.AddCustomDomain(ctx, "x.example.com", "sb-missing", 80); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing sandbox: %v, want ErrNotFound", err)
+	}
+
+	want := store.CustomDomain{Hostname: "App.Example.com", SandboxID: a, Port: 8080, CreatedAt: storetest.Epoch}
+	got, err := s.GetCustomDomain(ctx, "app.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GetCustomDomain (-want +got):\n%s", diff)
+	}
+	list, err := s.ListCustomDomains(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]store.CustomDomain{want}, list); diff != "" {
+		t.Errorf("ListCustomDomains (-want +got):\n%s", diff)
+	}
+
+	if removed, err := s.RemoveCustomDomain(ctx, b, "app.example.com"); err != nil || removed {
+		t.Errorf("remove by another sandbox = %v, %v; want nothing removed", removed, err)
+	}
+	for i, want := range []bool{true, false} {
+		if removed, err := s.RemoveCustomDomain(ctx, a, "app.example.com"); err != nil || removed != want {
+			t.Errorf("remove #%d = %v, %v; want %v", i+1, removed, err, want)
+		}
+	}
+	if _, err := s.GetCustomDomain(ctx, "app.example.com"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetCustomDomain after remove = %v, want ErrNotFound", err)
+	}
+}
+
+func TestCustomDomains_RaceOneHostname(t *testing.T) {
+	s, _ := newStore(t)
+	for i := range races {
+		createSandbox(t, s, sandboxID(i), "")
+	}
+	var created, conflicts atomic.Int32
+	race(races, func(i int) {
+		switch ok, err := s.AddCustomDomain(t.Context(), "race.example.com", sandboxID(i), 80); {
+		case err == nil && ok:
+			created.Add(1)
+		case errors.Is(err, store.ErrHostnameConflict):
+			conflicts.Add(1)
+		default:
+			t.Errorf("caller %d: %v, %v", i, ok, err)
+		}
+	})
+	if created.Load() != 1 || conflicts.Load() != races-1 {
+		t.Errorf("created %d, conflicts %d; want 1 and %d", created.Load(), conflicts.Load(), races-1)
+	}
+	if all, _ := s.ListAllCustomDomains(t.Context()); len(all) != 1 {
+		t.Errorf("rows: %d, want 1", len(all))
+	}
+}

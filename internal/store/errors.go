@@ -1,0 +1,112 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Sentinel errors. Callers test for them with errors.Is; the API edges map them to wire codes.
+var (
+	// ErrNotFound: the row does not exist (or, for tokens, is revoked).
+	ErrNotFound = errors.New("store: not found")
+	// ErrIDConflict: a row with this id already exists (for API tokens: one that differs
+	// from the token being created, or the secret hash is another token's).
+	ErrIDConflict = errors.New("store: id already exists")
+	// ErrNameConflict: another sandbox already has this non-empty name.
+	ErrNameConflict = errors.New("store: sandbox name already in use")
+	// ErrHostnameConflict: the hostname is bound to another sandbox or another port.
+	ErrHostnameConflict = errors.New("store: hostname already bound")
+	// ErrPortProtocolConflict: the sandbox port is already exposed with another protocol.
+	ErrPortProtocolConflict = errors.New("store: port already exposed with another protocol")
+	// ErrPoolExhausted: every slot of an allocation pool is taken. The concrete error is a
+	// *PoolExhaustedError.
+	ErrPoolExhausted = errors.New("store: pool exhausted")
+	// ErrStateConflict: a compare-and-set state change found another state. The concrete
+	// error is a *StateConflictError.
+	ErrStateConflict = errors.New("store: sandbox state conflict")
+	// ErrIdempotencyKeyReused: the idempotency key is live for a request with another hash.
+	ErrIdempotencyKeyReused = errors.New("store: idempotency key reused with a different request")
+	// ErrClaimLost: the idempotency claim is no longer held by the caller (its lock expired
+	// and another caller reclaimed it, or it was deleted).
+	ErrClaimLost = errors.New("store: idempotency claim lost")
+	// ErrHostPortUnavailable is returned by a ReserveHostPort bind callback to say "this
+	// host port cannot be used (for example EADDRINUSE): release it and walk on".
+	ErrHostPortUnavailable = errors.New("store: host port unavailable")
+	// ErrSchemaTooNew: the database was written by a newer binary. The concrete error is a
+	// *SchemaVersionError.
+	ErrSchemaTooNew = errors.New("store: database schema is newer than this binary")
+	// ErrInvalidArgument: the input is malformed; nothing was changed.
+	ErrInvalidArgument = errors.New("store: invalid argument")
+)
+
+// PoolExhaustedError reports that every candidate in [Lo, Hi] of Pool is taken.
+type PoolExhaustedError struct {
+	Pool   string // "host-port" or "tap-slot"
+	Lo, Hi int
+}
+
+func (e *PoolExhaustedError) Error() string {
+	return fmt.Sprintf("store: %s pool exhausted: every slot in [%d, %d] is taken", e.Pool, e.Lo, e.Hi)
+}
+
+// Is makes errors.Is(err, ErrPoolExhausted) hold.
+func (e *PoolExhaustedError) Is(target error) bool { return target == ErrPoolExhausted }
+
+// StateConflictError reports a failed compare-and-set on a sandbox's state.
+type StateConflictError struct {
+	ID      string
+	Current SandboxState   // the state the sandbox is in
+	Want    []SandboxState // the states the caller required
+}
+
+func (e *StateConflictError) Error() string {
+	return fmt.Sprintf("store: sandbox %s is %s, want one of %v", e.ID, e.Current, e.Want)
+}
+
+// Is makes errors.Is(err, ErrStateConflict) hold.
+func (e *StateConflictError) Is(target error) bool { return target == ErrStateConflict }
+
+// SchemaVersionError reports a database whose schema version is newer than this binary's.
+type SchemaVersionError struct {
+	Found     int // PRAGMA user_version of the file
+	Supported int // newest version this binary knows
+}
+
+func (e *SchemaVersionError) Error() string {
+	return fmt.Sprintf("store: database schema version %d is newer than supported version %d; upgrade sandboxd",
+		e.Found, e.Supported)
+}
+
+// Is makes errors.Is(err, ErrSchemaTooNew) hold.
+func (e *SchemaVersionError) Is(target error) bool { return target == ErrSchemaTooNew }
+
+// invalidf returns an ErrInvalidArgument with a message.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}
+
+// sqliteCode returns the extended SQLite result code carried by err, or 0.
+func sqliteCode(err error) int {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code()
+	}
+	return 0
+}
+
+// isUniqueViolation reports whether err is a UNIQUE constraint violation (a unique index,
+// partial or not; not the primary key).
+func isUniqueViolation(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_UNIQUE }
+
+// isPrimaryKeyViolation reports whether err is a PRIMARY KEY constraint violation.
+func isPrimaryKeyViolation(err error) bool {
+	return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+}
+
+// isForeignKeyViolation reports whether err is a FOREIGN KEY constraint violation.
+func isForeignKeyViolation(err error) bool {
+	return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}

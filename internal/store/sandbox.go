@@ -1,0 +1,423 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// SandboxState is the lifecycle state of a sandbox.
+type SandboxState string
+
+// The sandbox states; the schema's CHECK constraint admits exactly these.
+const (
+	StateCreating SandboxState = "creating"
+	StateRunning  SandboxState = "running"
+	StateStopping SandboxState = "stopping"
+	StateStopped  SandboxState = "stopped"
+	StateError    SandboxState = "error"
+)
+
+// liveStates hold capacity on the node (they count toward admission).
+var liveStates = []SandboxState{StateCreating, StateRunning, StateStopping}
+
+// Valid reports whether s is one of the defined states.
+func (s SandboxState) Valid() bool {
+	switch s {
+	case StateCreating, StateRunning, StateStopping, StateStopped, StateError:
+		return true
+	}
+	return false
+}
+
+// Sandbox is one sandbox row.
+type Sandbox struct {
+	ID               string
+	Name             string // "" for unnamed; non-empty names are unique
+	Owner            string // tenant
+	Image            string
+	State            SandboxState
+	CPUMillis        int64 // millicores
+	MemoryMB         int64
+	Tags             map[string]string
+	Env              map[string]string // non-secret environment only
+	SealedSecrets    []byte            // AEAD-sealed by the secrets package
+	Spec             json.RawMessage   // normalized create request; "{}" when empty
+	AgentTokenSealed []byte
+	SSHPublicKey     string
+	NodeID           string
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+	ExpiresAt        time.Time // zero: never expires
+	ErrorReason      string
+}
+
+// sandboxColumns is the column list every sandbox query selects, in scanSandbox order.
+const sandboxColumns = `id, name, owner, image, state, cpu_millis, memory_mb, tags, env,
+	sealed_secrets, spec, agent_token_sealed, ssh_public_key, node_id,
+	created_at, updated_at, expires_at, error_reason`
+
+func scanSandbox(r rowScanner) (Sandbox, error) {
+	var (
+		sb                   Sandbox
+		tags, env, spec      string
+		createdMs, updatedMs int64
+		expiresMs            sql.NullInt64
+	)
+	err := r.Scan(&sb.ID, &sb.Name, &sb.Owner, &sb.Image, &sb.State, &sb.CPUMillis, &sb.MemoryMB,
+		&tags, &env, &sb.SealedSecrets, &spec, &sb.AgentTokenSealed, &sb.SSHPublicKey, &sb.NodeID,
+		&createdMs, &updatedMs, &expiresMs, &sb.ErrorReason)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if err := json.Unmarshal([]byte(tags), &sb.Tags); err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox %s: decode tags: %w", sb.ID, err)
+	}
+	if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox %s: decode env: %w", sb.ID, err)
+	}
+	sb.Spec = json.RawMessage(spec)
+	sb.CreatedAt = time.UnixMilli(createdMs).UTC()
+	sb.UpdatedAt = time.UnixMilli(updatedMs).UTC()
+	sb.ExpiresAt = fromMillis(expiresMs)
+	return sb, nil
+}
+
+// encodeMap encodes a string map as a JSON object; nil encodes as {}.
+func encodeMap(m map[string]string) (string, error) {
+	if m == nil {
+		return "{}", nil
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
+}
+
+// CreateSandbox inserts sb. CreatedAt defaults to the store clock; UpdatedAt is set to
+// CreatedAt; both are written back to sb, truncated to the millisecond the store keeps.
+//
+// Errors: ErrNameConflict if another sandbox has sb.Name (empty names never conflict),
+// ErrIDConflict if sb.ID exists, ErrInvalidArgument for an empty id or unknown state.
+// Nothing is written on error. Concurrent creates with one name: exactly one succeeds.
+// A retry after success returns ErrIDConflict; the caller then reads the row by id.
+func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
+	if sb.ID == "" {
+		return invalidf("create sandbox: empty id")
+	}
+	if !sb.State.Valid() {
+		return invalidf("create sandbox %s: state %q", sb.ID, sb.State)
+	}
+	tags, err := encodeMap(sb.Tags)
+	if err != nil {
+		return invalidf("create sandbox %s: tags: %v", sb.ID, err)
+	}
+	env, err := encodeMap(sb.Env)
+	if err != nil {
+		return invalidf("create sandbox %s: env: %v", sb.ID, err)
+	}
+	spec := string(sb.Spec)
+	if spec == "" {
+		spec = "{}"
+	}
+	created := sb.CreatedAt
+	if created.IsZero() {
+		created = s.now()
+	}
+	createdMs := millis(created)
+
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.Name, sb.Owner, sb.Image, sb.State, sb.CPUMillis, sb.MemoryMB, tags, env,
+			sb.SealedSecrets, spec, sb.AgentTokenSealed, sb.SSHPublicKey, sb.NodeID,
+			createdMs, createdMs, nullMillis(sb.ExpiresAt), sb.ErrorReason)
+		return err
+	})
+	switch {
+	case isPrimaryKeyViolation(err):
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, ErrIDConflict)
+	case isUniqueViolation(err): // the only unique index on sandboxes is the name
+		return fmt.Errorf("create sandbox %s: name %q: %w", sb.ID, sb.Name, ErrNameConflict)
+	case err != nil:
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
+	sb.CreatedAt = time.UnixMilli(createdMs).UTC()
+	sb.UpdatedAt = sb.CreatedAt
+	sb.Spec = json.RawMessage(spec)
+	return nil
+}
+
+// GetSandbox returns the sandbox with id, or ErrNotFound.
+func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
+	sb, err := scanSandbox(s.reader.QueryRowContext(ctx,
+		`SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, notFound(err))
+	}
+	return sb, nil
+}
+
+// GetSandboxByName returns the sandbox named name, or ErrNotFound (always for "").
+func (s *Store) GetSandboxByName(ctx context.Context, name string) (Sandbox, error) {
+	if name == "" {
+		return Sandbox{}, fmt.Errorf("get sandbox by empty name: %w", ErrNotFound)
+	}
+	sb, err := scanSandbox(s.reader.QueryRowContext(ctx,
+		`SELECT `+sandboxColumns+` FROM sandboxes WHERE name = ?`, name))
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", name, notFound(err))
+	}
+	return sb, nil
+}
+
+// notFound maps sql.ErrNoRows to ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// Listing limits.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// ListFilter selects sandboxes. Zero fields do not filter.
+type ListFilter struct {
+	Owner     string
+	Name      string
+	Tags      map[string]string // every pair must match (AND)
+	States    []SandboxState    // any of (OR)
+	Limit     int               // <= 0: DefaultListLimit; capped at MaxListLimit
+	PageToken string            // from a previous call's nextPageToken
+}
+
+// ListSandboxes returns one page of sandboxes matching f, ordered by (CreatedAt, ID), and
+// the token for the next page ("" on the last page). Paging is keyset-based, so rows
+// created or deleted between pages neither shift nor repeat the rows already returned.
+// A malformed PageToken is ErrInvalidArgument.
+func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, string, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	limit = min(limit, MaxListLimit)
+
+	var (
+		where []string
+		args  []any
+	)
+	if f.Owner != "" {
+		where, args = append(where, "owner = ?"), append(args, f.Owner)
+	}
+	if f.Name != "" {
+		where, args = append(where, "name = ?"), append(args, f.Name)
+	}
+	for _, k := range sortedKeys(f.Tags) {
+		where = append(where,
+			"EXISTS (SELECT 1 FROM json_each(sandboxes.tags) WHERE key = ? AND value = ?)")
+		args = append(args, k, f.Tags[k])
+	}
+	if len(f.States) > 0 {
+		where = append(where, "state IN ("+placeholders(len(f.States))+")")
+		for _, st := range f.States {
+			args = append(args, st)
+		}
+	}
+	if f.PageToken != "" {
+		created, id, err := decodePageToken(f.PageToken)
+		if err != nil {
+			return nil, "", err
+		}
+		where, args = append(where, "(created_at, id) > (?, ?)"), append(args, created, id)
+	}
+	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at, id LIMIT ?"
+	args = append(args, limit+1) // one extra row tells us whether there is a next page
+
+	items, err := queryAll(ctx, s.reader, scanSandbox, q, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("list sandboxes: %w", err)
+	}
+	if len(items) <= limit {
+		return items, "", nil
+	}
+	items = items[:limit]
+	last := items[len(items)-1]
+	return items, encodePageToken(millis(last.CreatedAt), last.ID), nil
+}
+
+func encodePageToken(createdMs int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(createdMs, 10) + "." + id))
+}
+
+func decodePageToken(tok string) (int64, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return 0, "", invalidf("page token: %v", err)
+	}
+	ms, id, ok := strings.Cut(string(b), ".")
+	created, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || id == "" {
+		return 0, "", invalidf("page token: malformed")
+	}
+	return created, id, nil
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// UpdateSandboxState sets the state of sandbox id to `to` and its error reason to reason
+// ("" clears it), as a compare-and-set: when from is non-empty the current state must be
+// one of from, otherwise nothing changes and the error is a *StateConflictError
+// (errors.Is ErrStateConflict) carrying the current state. Among concurrent callers with
+// the same from, exactly one succeeds. A retried transition therefore reports a conflict
+// whose Current equals to; callers that want retry-safety treat that as success.
+// Returns the updated row, or ErrNotFound.
+func (s *Store) UpdateSandboxState(ctx context.Context, id string, from []SandboxState, to SandboxState, reason string) (Sandbox, error) {
+	if !to.Valid() {
+		return Sandbox{}, invalidf("update sandbox %s: state %q", id, to)
+	}
+	var sb Sandbox
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var cur SandboxState
+		if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, id).Scan(&cur); err != nil {
+			return notFound(err)
+		}
+		if len(from) > 0 && !slices.Contains(from, cur) {
+			return &StateConflictError{ID: id, Current: cur, Want: slices.Clone(from)}
+		}
+		var err error
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
+			SET state = ?, error_reason = ?, updated_at = ? WHERE id = ?
+			RETURNING `+sandboxColumns, to, reason, s.nowMillis(), id))
+		return err
+	})
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("update sandbox %s state to %s: %w", id, to, err)
+	}
+	return sb, nil
+}
+
+// SandboxUpdate lists the mutable fields UpdateSandbox may change; nil fields are kept.
+type SandboxUpdate struct {
+	ExpiresAt *time.Time         // a pointer to the zero Time clears the expiry
+	Tags      *map[string]string // replaces all tags
+}
+
+// UpdateSandbox applies u to sandbox id and returns the updated row, or ErrNotFound.
+// It is idempotent: applying the same update twice leaves the same row (bar UpdatedAt).
+func (s *Store) UpdateSandbox(ctx context.Context, id string, u SandboxUpdate) (Sandbox, error) {
+	sets := []string{"updated_at = ?"}
+	args := []any{s.nowMillis()}
+	if u.ExpiresAt != nil {
+		sets, args = append(sets, "expires_at = ?"), append(args, nullMillis(*u.ExpiresAt))
+	}
+	if u.Tags != nil {
+		tags, err := encodeMap(*u.Tags)
+		if err != nil {
+			return Sandbox{}, invalidf("update sandbox %s: tags: %v", id, err)
+		}
+		sets, args = append(sets, "tags = ?"), append(args, tags)
+	}
+	args = append(args, id)
+	var sb Sandbox
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes SET `+strings.Join(sets, ", ")+
+			` WHERE id = ? RETURNING `+sandboxColumns, args...))
+		return notFound(err)
+	})
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("update sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// DeleteSandbox deletes sandbox id together with its exposed ports, custom domains and
+// mounts (foreign-key cascade) and frees its TAP slot, in one transaction. It returns
+// ErrNotFound if the row does not exist, so a retry after success reports ErrNotFound.
+func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return ErrNotFound
+		}
+		return releaseTapSlot(ctx, tx, id)
+	})
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// ListExpired returns the sandboxes whose ExpiresAt is set and not after now, soonest first.
+func (s *Store) ListExpired(ctx context.Context, now time.Time) ([]Sandbox, error) {
+	items, err := queryAll(ctx, s.reader, scanSandbox, `SELECT `+sandboxColumns+` FROM sandboxes
+		WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at, id`, millis(now))
+	if err != nil {
+		return nil, fmt.Errorf("list expired sandboxes: %w", err)
+	}
+	return items, nil
+}
+
+// ListStuckCreating returns the sandboxes still in StateCreating that were created before
+// createdBefore, oldest first: the reconciler's candidates after a crash mid-create.
+func (s *Store) ListStuckCreating(ctx context.Context, createdBefore time.Time) ([]Sandbox, error) {
+	items, err := queryAll(ctx, s.reader, scanSandbox, `SELECT `+sandboxColumns+` FROM sandboxes
+		WHERE state = ? AND created_at < ? ORDER BY created_at, id`, StateCreating, millis(createdBefore))
+	if err != nil {
+		return nil, fmt.Errorf("list stuck sandboxes: %w", err)
+	}
+	return items, nil
+}
+
+// Usage is the capacity held by live sandboxes.
+type Usage struct {
+	Sandboxes int
+	CPUMillis int64
+	MemoryMB  int64
+}
+
+// LiveUsage sums CPU and memory over sandboxes that hold capacity (creating, running,
+// stopping), for admission. It reads a committed snapshot.
+func (s *Store) LiveUsage(ctx context.Context) (Usage, error) {
+	args := make([]any, len(liveStates))
+	for i, st := range liveStates {
+		args[i] = st
+	}
+	var u Usage
+	err := s.reader.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(cpu_millis), 0),
+		coalesce(sum(memory_mb), 0) FROM sandboxes WHERE state IN (`+placeholders(len(args))+`)`,
+		args...).Scan(&u.Sandboxes, &u.CPUMillis, &u.MemoryMB)
+	if err != nil {
+		return Usage{}, fmt.Errorf("sum live usage: %w", err)
+	}
+	return u, nil
+}

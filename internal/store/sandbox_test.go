@@ -1,0 +1,357 @@
+package store_test
+
+import (
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/store/storetest"
+)
+
+func TestCreateSandbox_RoundTrip(t *testing.T) {
+	s, _ := newStore(t)
+	want := store.Sandbox{
+		ID:               sandboxID(1),
+		Name:             "web",
+		Owner:            "alice",
+		Image:            "debian:12",
+		State:            store.StateCreating,
+		CPUMillis:        1500,
+		MemoryMB:         512,
+		Tags:             map[string]string{"team": "a", "env": "dev"},
+		Env:              map[string]string{"LANG": "C"},
+		SealedSecrets:    []byte{1, 2, 3},
+		Spec:             json.RawMessage(`{"image":"debian:12"}`),
+		AgentTokenSealed: []byte{4, 5},
+		SSHPublicKey:     "ssh-ed25519 AAAA",
+		NodeID:           "node-1",
+		ExpiresAt:        storetest.Epoch.Add(time.Hour),
+	}
+	sb := want
+	if err := s.CreateSandbox(t.Context(), &sb); err != nil {
+		t.Fatalf("CreateSandbox: %v", err)
+	}
+	want.CreatedAt, want.UpdatedAt = storetest.Epoch, storetest.Epoch
+	if diff := cmp.Diff(want, sb); diff != "" {
+		t.Errorf("CreateSandbox wrote back (-want +got):\n%s", diff)
+	}
+	for name, get := range map[string]func() (store.Sandbox, error){
+		"GetSandbox":       func() (store.Sandbox, error) { return s.GetSandbox(t.Context(), want.ID) },
+		"GetSandboxByName": func() (store.Sandbox, error) { return s.GetSandboxByName(t.Context(), "web") },
+	} {
+		got, err := get()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+	}
+}
+
+func TestCreateSandbox_EmptyNamesNeverConflict(t *testing.T) {
+	s, _ := newStore(t)
+	for i := range 3 {
+		createSandbox(t, s, sandboxID(i), "")
+	}
+	if _, err := s.GetSandboxByName(t.Context(), ""); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetSandboxByName(\"\") = %v, want ErrNotFound", err)
+	}
+}
+
+func TestCreateSandbox_DuplicateID(t *testing.T) {
+	s, _ := newStore(t)
+	createSandbox(t, s, sandboxID(1), "a")
+	sb := store.Sandbox{ID: sandboxID(1), Name: "b", Image: "debian", State: store.StateRunning}
+	if err := s.CreateSandbox(t.Context(), &sb); !errors.Is(err, store.ErrIDConflict) {
+		t.Fatalf("CreateSandbox(duplicate id) = %v, want ErrIDConflict", err)
+	}
+}
+
+func TestCreateSandbox_InvalidState(t *testing.T) {
+	s, _ := newStore(t)
+	sb := store.Sandbox{ID: sandboxID(1), Image: "debian", State: "paused"}
+	if err := s.CreateSandbox(t.Context(), &sb); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Fatalf("CreateSandbox(state paused) = %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestCreateSandbox_RaceOneName(t *testing.T) {
+	s, _ := newStore(t)
+	var created, conflicts atomic.Int32
+	race(races, func(i int) {
+		sb := store.Sandbox{ID: sandboxID(i), Name: "same", Image: "debian", State: store.StateCreating}
+		switch err := s.CreateSandbox(t.Context(), &sb); {
+		case err == nil:
+			created.Add(1)
+		case errors.Is(err, store.ErrNameConflict):
+			conflicts.Add(1)
+		default:
+			t.Errorf("CreateSandbox(%d): %v", i, err)
+		}
+	})
+	if created.Load() != 1 || conflicts.Load() != races-1 {
+		t.Errorf("created %d, conflicts %d; want 1 and %d", created.Load(), conflicts.Load(), races-1)
+	}
+	items, _, err := s.ListSandboxes(t.Context(), store.ListFilter{Name: "same"})
+	if err != nil || len(items) != 1 {
+		t.Errorf("rows named same: %d, %v; want 1", len(items), err)
+	}
+}
+
+func TestListSandboxes_Filters(t *testing.T) {
+	s, clock := newStore(t)
+	add := func(id, owner string, state store.SandboxState, tags map[string]string) {
+		t.Helper()
+		sb := store.Sandbox{ID: id, Owner: owner, Image: "debian", State: state, Tags: tags}
+		if err := s.CreateSandbox(t.Context(), &sb); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Millisecond)
+	}
+	add("sb-a", "alice", store.StateRunning, map[string]string{"team": "x", "env": "dev"})
+	add("sb-b", "alice", store.StateStopped, map[string]string{"team": "x", "env": "prod"})
+	add("sb-c", "bob", store.StateRunning, map[string]string{"team": "x", "env": "dev"})
+	add("sb-d", "alice", store.StateRunning, nil)
+
+	tests := []struct {
+		name string
+		f    store.ListFilter
+		want []string
+	}{
+		{"all", store.ListFilter{}, []string{"sb-a", "sb-b", "sb-c", "sb-d"}},
+		{"owner", store.ListFilter{Owner: "alice"}, []string{"sb-a", "sb-b", "sb-d"}},
+		{"one tag", store.ListFilter{Tags: map[string]string{"team": "x"}}, []string{"sb-a", "sb-b", "sb-c"}},
+		{"tags AND", store.ListFilter{Tags: map[string]string{"team": "x", "env": "dev"}}, []string{"sb-a", "sb-c"}},
+		{"tags AND owner", store.ListFilter{Owner: "alice", Tags: map[string]string{"env": "dev"}}, []string{"sb-a"}},
+		{"tag no match", store.ListFilter{Tags: map[string]string{"team": "y"}}, nil},
+		{"states", store.ListFilter{States: []store.SandboxState{store.StateStopped, store.StateError}}, []string{"sb-b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			items, next, err := s.ListSandboxes(t.Context(), tt.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if next != "" {
+				t.Errorf("next page token = %q, want none", next)
+			}
+			if diff := cmp.Diff(tt.want, ids(items)); diff != "" {
+				t.Errorf("ids (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func ids(items []store.Sandbox) []string {
+	var out []string
+	for _, sb := range items {
+		out = append(out, sb.ID)
+	}
+	return out
+}
+
+func TestListSandboxes_KeysetPaging(t *testing.T) {
+	s, clock := newStore(t)
+	var want []string
+	for i := range 25 {
+		// Three rows share each timestamp, so paging must break ties by id.
+		if i%3 == 0 {
+			clock.Advance(time.Millisecond)
+		}
+		createSandbox(t, s, sandboxID(i), "")
+		want = append(want, sandboxID(i))
+	}
+	var got []string
+	token := ""
+	for page := 0; ; page++ {
+		items, next, err := s.ListSandboxes(t.Context(), store.ListFilter{Limit: 4, PageToken: token})
+		if err != nil {
+			t.Fatalf("page %d: %v", page, err)
+		}
+		got = append(got, ids(items)...)
+		if page == 0 {
+			// Rows inserted before the cursor and deleted behind it neither repeat nor shift.
+			if err := s.DeleteSandbox(t.Context(), sandboxID(0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("paged ids (-want +got):\n%s", diff)
+	}
+}
+
+func TestListSandboxes_BadPageToken(t *testing.T) {
+	s, _ := newStore(t)
+	for _, tok := range []string{"%%%", "bm9kb3Q", "eC55"} { // not base64; "nodot"; "x.y"
+		if _, _, err := s.ListSandboxes(t.Context(), store.ListFilter{PageToken: tok}); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("ListSandboxes(page token %q) = %v, want ErrInvalidArgument", tok, err)
+		}
+	}
+}
+
+func TestUpdateSandboxState_CompareAndSet(t *testing.T) {
+	s, clock := newStore(t)
+	sb := store.Sandbox{ID: sandboxID(1), Image: "debian", State: store.StateCreating}
+	if err := s.CreateSandbox(t.Context(), &sb); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	got, err := s.UpdateSandboxState(t.Context(), sb.ID, []store.SandboxState{store.StateCreating}, store.StateRunning, "")
+	if err != nil {
+		t.Fatalf("creating → running: %v", err)
+	}
+	if got.State != store.StateRunning || !got.UpdatedAt.Equal(storetest.Epoch.Add(time.Second)) {
+		t.Errorf("after update: state %s, updated %v", got.State, got.UpdatedAt)
+	}
+
+	// A retry of the same transition is a conflict whose Current says it already happened.
+	_, err = s.UpdateSandboxState(t.Context(), sb.ID, []store.SandboxState{store.StateCreating}, store.StateRunning, "")
+	var sce *store.StateConflictError
+	if !errors.Is(err, store.ErrStateConflict) || !errors.As(err, &sce) || sce.Current != store.StateRunning {
+		t.Fatalf("retry = %v, want StateConflictError{Current: running}", err)
+	}
+
+	got, err = s.UpdateSandboxState(t.Context(), sb.ID, nil, store.StateError, "oom")
+	if err != nil || got.State != store.StateError || got.ErrorReason != "oom" {
+		t.Fatalf("unconditional → error = %+v, %v", got, err)
+	}
+	if _, err := s.UpdateSandboxState(t.Context(), "sb-missing", nil, store.StateError, ""); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing sandbox: %v, want ErrNotFound", err)
+	}
+}
+
+func TestUpdateSandboxState_RaceOneWinner(t *testing.T) {
+	s, _ := newStore(t)
+	createSandbox(t, s, sandboxID(1), "")
+	var won, lost atomic.Int32
+	race(races, func(int) {
+		_, err := s.UpdateSandboxState(t.Context(), sandboxID(1), []store.SandboxState{store.StateRunning}, store.StateStopping, "")
+		switch {
+		case err == nil:
+			won.Add(1)
+		case errors.Is(err, store.ErrStateConflict):
+			lost.Add(1)
+		default:
+			t.Error(err)
+		}
+	})
+	if won.Load() != 1 || lost.Load() != races-1 {
+		t.Errorf("won %d, lost %d; want 1 and %d", won.Load(), lost.Load(), races-1)
+	}
+}
+
+func TestUpdateSandbox_ExpiryAndTags(t *testing.T) {
+	s, _ := newStore(t)
+	createSandbox(t, s, sandboxID(1), "")
+	exp := storetest.Epoch.Add(time.Minute)
+	tags := map[string]string{"k": "v"}
+	got, err := s.UpdateSandbox(t.Context(), sandboxID(1), store.SandboxUpdate{ExpiresAt: &exp, Tags: &tags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.ExpiresAt.Equal(exp) || !cmp.Equal(got.Tags, tags) {
+		t.Errorf("after update: expires %v, tags %v", got.ExpiresAt, got.Tags)
+	}
+	never := time.Time{}
+	got, err = s.UpdateSandbox(t.Context(), sandboxID(1), store.SandboxUpdate{ExpiresAt: &never})
+	if err != nil || !got.ExpiresAt.IsZero() || !cmp.Equal(got.Tags, tags) {
+		t.Errorf("clear expiry: %+v, %v", got, err)
+	}
+	if _, err := s.UpdateSandbox(t.Context(), "sb-missing", store.SandboxUpdate{}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing sandbox: %v, want ErrNotFound", err)
+	}
+}
+
+func TestDeleteSandbox_CascadesAndFreesSlot(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	id := sandboxID(1)
+	createSandbox(t, s, id, "x")
+	if err := s.SeedTapSlots(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AllocateTapSlot(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ReserveHostPort(ctx, store.PortRequest{SandboxID: id, Port: 22, Protocol: store.ProtocolTCP},
+		store.PortRange{Lo: 30000, Hi: 30009}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddCustomDomain(ctx, "x.example.com", id, 80); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSandboxMounts(ctx, id, [][]byte{{1}}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := s.DeleteSandbox(ctx, id); err != nil {
+		t.Fatalf("DeleteSandbox: %v", err)
+	}
+	if err := s.DeleteSandbox(ctx, id); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("second DeleteSandbox = %v, want ErrNotFound", err)
+	}
+	ports, _ := s.ListAllExposedPorts(ctx)
+	domains, _ := s.ListAllCustomDomains(ctx)
+	mounts, _ := s.ListSandboxMounts(ctx, id)
+	slots, _ := s.ListTapSlots(ctx)
+	if len(ports)+len(domains)+len(mounts)+len(slots) != 0 {
+		t.Errorf("left behind: ports %v, domains %v, mounts %v, slots %v", ports, domains, mounts, slots)
+	}
+	// The name is free again.
+	createSandbox(t, s, sandboxID(2), "x")
+}
+
+func TestReaperQueries(t *testing.T) {
+	s, clock := newStore(t)
+	ctx := t.Context()
+	mk := func(id string, state store.SandboxState, expires time.Duration, cpu, mem int64) {
+		t.Helper()
+		sb := store.Sandbox{ID: id, Image: "debian", State: state, CPUMillis: cpu, MemoryMB: mem}
+		if expires != 0 {
+			sb.ExpiresAt = storetest.Epoch.Add(expires)
+		}
+		if err := s.CreateSandbox(ctx, &sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("sb-old-creating", store.StateCreating, 0, 1000, 256)
+	clock.Advance(time.Minute)
+	mk("sb-new-creating", store.StateCreating, 0, 500, 128)
+	mk("sb-expired", store.StateRunning, 30*time.Second, 2000, 1024)
+	mk("sb-later", store.StateStopping, time.Hour, 250, 64)
+	mk("sb-stopped", store.StateStopped, 0, 4000, 4096)
+
+	expired, err := s.ListExpired(ctx, clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"sb-expired"}, ids(expired)); diff != "" {
+		t.Errorf("ListExpired (-want +got):\n%s", diff)
+	}
+	stuck, err := s.ListStuckCreating(ctx, clock.Now().Add(-30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"sb-old-creating"}, ids(stuck)); diff != "" {
+		t.Errorf("ListStuckCreating (-want +got):\n%s", diff)
+	}
+	u, err := s.LiveUsage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.Usage{Sandboxes: 4, CPUMillis: 3750, MemoryMB: 1472}
+	if diff := cmp.Diff(want, u); diff != "" {
+		t.Errorf("LiveUsage (-want +got):\n%s", diff)
+	}
+}
