@@ -1,0 +1,134 @@
+// Command agentbench measures an exec round trip through the agent beside
+// the same round trip through `docker exec`, in one sandbox, in one run:
+//
+//	go run ./bench/agentbench [-n 200] [-docker-n 30] [-image sandboxd/base:bookworm]
+//
+// It builds toolboxd, creates one container from the image with the Docker
+// runtime, runs `true` N times through agent.Client.Exec (after a warm-up)
+// and M times with `docker exec <container> true`, prints p50/p95 of each,
+// and destroys the container. Absolute numbers are noisy on shared
+// machines; the ratio is the figure.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/runtime/docker"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+)
+
+func main() {
+	n := flag.Int("n", 200, "agent exec samples")
+	dn := flag.Int("docker-n", 30, "docker exec samples")
+	image := flag.String("image", "sandboxd/base:bookworm", "sandbox image")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *image, *n, *dn); err != nil {
+		fmt.Fprintln(os.Stderr, "agentbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, image string, n, dn int) error {
+	dir, err := os.MkdirTemp("", "agb")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin, err := runtimetest.BuildAgent(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("build agent: %w", err)
+	}
+	rt, err := docker.New(docker.Options{NodeID: "agentbench", SocketRoot: filepath.Join(dir, "s")})
+	if err != nil {
+		return fmt.Errorf("docker.New: %w", err)
+	}
+	defer rt.Close()
+	id := runtimetest.NewSandboxID()
+	token := "bench-" + id
+	if _, err := rt.Create(ctx, runtime.Spec{SandboxID: id, Image: image, AgentBinary: bin, AgentToken: token}); err != nil {
+		return fmt.Errorf("create sandbox: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = rt.Destroy(dctx, id)
+	}()
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return rt.DialAgent(ctx, id) }, token)
+	defer c.Close()
+
+	agentExec := func() error {
+		res, err := c.Exec(ctx, agent.ExecRequest{Cmd: []string{"true"}})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit code %d", res.ExitCode)
+		}
+		return err
+	}
+	dockerExec := func() error { return exec.CommandContext(ctx, "docker", "exec", id, "true").Run() }
+
+	for range 10 { // warm-up: connections, page cache
+		if err := agentExec(); err != nil {
+			return fmt.Errorf("agent exec: %w", err)
+		}
+	}
+	a, err := sample(n, agentExec)
+	if err != nil {
+		return fmt.Errorf("agent exec: %w", err)
+	}
+	if err := dockerExec(); err != nil {
+		return fmt.Errorf("docker exec: %w", err)
+	}
+	d, err := sample(dn, dockerExec)
+	if err != nil {
+		return fmt.Errorf("docker exec: %w", err)
+	}
+	// Context for absolute figures on a loaded machine: a bare fork+exec of
+	// `true` on the host, no container, no RPC.
+	h, err := sample(n, func() error { return exec.CommandContext(ctx, "true").Run() })
+	if err != nil {
+		return fmt.Errorf("host exec: %w", err)
+	}
+	fmt.Printf("image %s, container %s\n", image, id)
+	fmt.Printf("%-24s %5s %10s %10s\n", "exec `true` round trip", "n", "p50", "p95")
+	fmt.Printf("%-24s %5d %10s %10s\n", "agent (unix socket)", n, pct(a, 50), pct(a, 95))
+	fmt.Printf("%-24s %5d %10s %10s\n", "docker exec", dn, pct(d, 50), pct(d, 95))
+	fmt.Printf("%-24s %5d %10s %10s\n", "host fork+exec (no RPC)", n, pct(h, 50), pct(h, 95))
+	fmt.Printf("p50 speed-up: %.1fx\n", float64(pct(d, 50))/float64(pct(a, 50)))
+	return nil
+}
+
+func sample(n int, f func() error) ([]time.Duration, error) {
+	if n <= 0 {
+		return nil, errors.New("need at least one sample")
+	}
+	ds := make([]time.Duration, 0, n)
+	for range n {
+		begin := time.Now()
+		if err := f(); err != nil {
+			return nil, err
+		}
+		ds = append(ds, time.Since(begin))
+	}
+	slices.Sort(ds)
+	return ds, nil
+}
+
+// pct is the p-th percentile (nearest rank) of sorted ds.
+func pct(ds []time.Duration, p int) time.Duration {
+	i := (len(ds)*p + 99) / 100
+	return ds[max(i-1, 0)].Round(10 * time.Microsecond)
+}

@@ -1,0 +1,73 @@
+// Command toolboxd is the sandbox agent: PID 1 of every sandbox. It serves
+// the agent API (package agent) on a unix socket, reaps orphaned
+// processes, and on SIGTERM stops every process in the sandbox and exits 0.
+//
+// Configuration:
+//
+//	--listen PATH            socket path (env SANDBOXD_AGENT_SOCKET,
+//	                         default /run/sandboxd/agent.sock)
+//	SANDBOXD_AGENT_TOKEN     the agent token; required; removed from the
+//	                         environment at once (see takeToken) so no
+//	                         child, nor /proc/1/environ, ever shows it
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Environment variables toolboxd reads (only here).
+const (
+	envToken  = "SANDBOXD_AGENT_TOKEN"
+	envSocket = "SANDBOXD_AGENT_SOCKET"
+)
+
+const defaultSocket = "/run/sandboxd/agent.sock"
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// Take the token before anything else can read or inherit it.
+	token, err := takeToken()
+	if err != nil {
+		log.Warn("agent token", "err", err)
+	}
+	cfg, err := parseConfig(os.Args[1:], token)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "toolboxd:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("toolboxd exiting", "err", err)
+		os.Exit(1)
+	}
+}
+
+// config is everything toolboxd is told.
+type config struct {
+	socket string
+	token  string
+}
+
+func parseConfig(args []string, token string) (config, error) {
+	fs := flag.NewFlagSet("toolboxd", flag.ContinueOnError)
+	socket := os.Getenv(envSocket)
+	if socket == "" {
+		socket = defaultSocket
+	}
+	fs.StringVar(&socket, "listen", socket, "unix socket to serve on")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if token == "" {
+		return config{}, errors.New(envToken + " is not set: refusing to serve without a token")
+	}
+	return config{socket: socket, token: token}, nil
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/agent/account"
+	"github.com/sandboxd/sandboxd/internal/agent/filesystem"
+	"github.com/sandboxd/sandboxd/internal/agent/process"
+	"github.com/sandboxd/sandboxd/internal/agent/process/reaper"
+)
+
+// stopGrace is how long processes get between SIGTERM and SIGKILL when the
+// agent stops. Docker's default stop timeout is 10 s; stay well inside it.
+const stopGrace = 5 * time.Second
+
+// run serves until ctx ends, then stops every process and returns nil.
+func run(ctx context.Context, cfg config, log *slog.Logger) error {
+	pid1 := os.Getpid() == 1
+	var waiter interface {
+		Start(func() (int, error)) (<-chan reaper.Exit, error)
+	} = reaper.Own{}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if pid1 {
+		r := reaper.New(log)
+		waiter = r
+		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel() // after the processes are gone: runs before wg.Wait
+		wg.Go(func() { _ = r.Run(rctx) })
+	}
+
+	users := account.NewDirectory(account.DefaultPasswd)
+	// The sandbox's environment is the agent's own (the daemon sets it on the
+	// container), less the agent's control variables: every process gets it,
+	// under what the request sets.
+	procs := process.New(process.Options{Users: users, Waiter: waiter, Env: sandboxEnv(os.Environ()), Log: log})
+	fsys := filesystem.New(filesystem.Options{Users: users, Log: log})
+	defer fsys.Close()
+
+	ln, err := listen(cfg.socket)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler: agent.NewHandler(agent.Config{
+			Token: cfg.token, Process: procs, Filesystem: fsys, Users: users, Log: log,
+		}),
+		// Streams live as long as processes do: no read or write timeout.
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Protocols:         new(http.Protocols),
+	}
+	srv.Protocols.SetHTTP1(true)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("toolboxd serving", "socket", cfg.socket, "pid1", pid1)
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	}
+
+	// Stop: processes first (their streams then end with their end
+	// events), then everything else in the sandbox, then the server.
+	sctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+	defer cancel()
+	if err := procs.Shutdown(sctx); err != nil {
+		log.Warn("stopping processes", "err", err)
+	}
+	if pid1 {
+		killAll(sctx)
+	}
+	hctx, hcancel := context.WithTimeout(context.Background(), time.Second)
+	defer hcancel()
+	if err := srv.Shutdown(hctx); err != nil {
+		srv.Close()
+	}
+	_ = os.Remove(cfg.socket)
+	log.Info("toolboxd stopped")
+	return nil
+}
+
+// listen opens the unix socket, replacing a stale one from an earlier run
+// of the sandbox. The socket is 0600: only root (the daemon, through the
+// bind mount) may connect.
+func listen(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("listen: remove stale socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return ln, nil
+}
+
+// killAll stops every other process in the sandbox (orphans and daemons
+// the tracked processes left behind): SIGTERM to all (kill(-1) never
+// signals PID 1 itself), then SIGKILL to what is left when ctx ends. The
+// reaper collects them.
+func killAll(ctx context.Context) {
+	_ = unix.Kill(-1, unix.SIGTERM)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if unix.Kill(-1, 0) != nil { // ESRCH: nobody left
+			return
+		}
+		select {
+		case <-ctx.Done():
+			_ = unix.Kill(-1, unix.SIGKILL)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sandboxEnv is the environment every process in the sandbox starts with:
+// the container's variables except the agent's own (SANDBOXD_*) and those
+// the agent sets per user (HOME, USER, LOGNAME) or itself (PATH).
+func sandboxEnv(environ []string) map[string]string {
+	env := map[string]string{}
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.HasPrefix(k, "SANDBOXD_") {
+			continue
+		}
+		switch k {
+		case "HOME", "USER", "LOGNAME", "PATH", "HOSTNAME":
+			continue
+		}
+		env[k] = v
+	}
+	return env
+}

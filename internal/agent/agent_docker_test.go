@@ -1,0 +1,246 @@
+package agent_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/runtime/docker"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+)
+
+// baseImage is the sandbox image the container tests run in.
+const baseImage = "sandboxd/base:bookworm"
+
+// dockerEnv is one Docker runtime and agent binary shared by the container
+// tests of this package; each test creates what it needs through it.
+type dockerEnv struct {
+	rt    *docker.Runtime
+	agent string // host path of the static toolboxd
+	dir   string // scratch: the agent build and the socket root
+	err   error  // setup failure, reported by every test
+	skip  string // reason to skip, when docker is unreachable outside CI
+}
+
+var (
+	dockerOnce   sync.Once
+	dockerShared dockerEnv
+	sharedOnce   sync.Once
+	sharedBox    *sandbox
+	sharedErr    error
+)
+
+// dockerSetup returns the shared runtime, skipping the test when Docker is
+// unreachable and CI is unset (in CI an unreachable Docker fails).
+func dockerSetup(t *testing.T) *dockerEnv {
+	t.Helper()
+	dockerOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cli, err := client.New(client.FromEnv)
+		if err == nil {
+			_, err = cli.Ping(ctx, client.PingOptions{})
+			cli.Close()
+		}
+		if err != nil {
+			if os.Getenv("CI") == "" {
+				dockerShared.skip = "docker unreachable (" + err.Error() + ") and CI unset"
+				return
+			}
+			dockerShared.err = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "agd")
+		if err != nil {
+			dockerShared.err = err
+			return
+		}
+		dockerShared.dir = dir
+		dockerShared.agent, dockerShared.err = runtimetest.BuildAgent(ctx, dir)
+		if dockerShared.err != nil {
+			return
+		}
+		dockerShared.rt, dockerShared.err = docker.New(docker.Options{
+			NodeID: "agent-test", SocketRoot: filepath.Join(dir, "s"),
+		})
+	})
+	if dockerShared.skip != "" {
+		t.Skip(dockerShared.skip)
+	}
+	if dockerShared.err != nil {
+		t.Fatalf("docker setup: %v", dockerShared.err)
+	}
+	return &dockerShared
+}
+
+// sandbox is one container running our agent.
+type sandbox struct {
+	id     string
+	token  string
+	client *agent.Client
+}
+
+// newSandbox creates a container from the base image with toolboxd as PID 1.
+// The caller destroys it.
+func (d *dockerEnv) newSandbox(ctx context.Context) (*sandbox, error) {
+	id := runtimetest.NewSandboxID()
+	token := "tok-" + id
+	if _, err := d.rt.Create(ctx, runtime.Spec{
+		SandboxID: id, Image: baseImage, AgentBinary: d.agent, AgentToken: token,
+	}); err != nil {
+		return nil, err
+	}
+	dial := func(ctx context.Context) (net.Conn, error) { return d.rt.DialAgent(ctx, id) }
+	return &sandbox{id: id, token: token, client: agent.NewClient(dial, token)}, nil
+}
+
+func (d *dockerEnv) destroy(s *sandbox) {
+	s.client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = d.rt.Destroy(ctx, s.id)
+}
+
+// sharedSandbox is one container for every test that can share it; TestMain
+// destroys it.
+func sharedSandbox(t *testing.T) *sandbox {
+	t.Helper()
+	d := dockerSetup(t)
+	sharedOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		sharedBox, sharedErr = d.newSandbox(ctx)
+	})
+	if sharedErr != nil {
+		t.Fatalf("create shared sandbox: %v", sharedErr)
+	}
+	return sharedBox
+}
+
+func TestDocker_Commands(t *testing.T) {
+	s := sharedSandbox(t)
+	commandSuite(t, s.client, "/tmp/agent-test")
+}
+
+func TestDocker_AgentEnvironmentHasNoToken(t *testing.T) {
+	t.Parallel()
+	s := sharedSandbox(t)
+	res, err := s.client.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", "env; echo; tr '\\0' '\\n' < /proc/1/environ"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(res.Stdout), s.token) || strings.Contains(string(res.Stdout), "SANDBOXD_AGENT_TOKEN=") {
+		t.Errorf("the token is visible inside the sandbox:\n%s", res.Stdout)
+	}
+}
+
+func TestDocker_RefusesRequestsWithoutToken(t *testing.T) {
+	t.Parallel()
+	d := dockerSetup(t)
+	s := sharedSandbox(t)
+	for _, token := range []string{"", "wrong"} {
+		c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return d.rt.DialAgent(ctx, s.id) }, token)
+		_, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"true"}})
+		c.Close()
+		if err == nil || !strings.Contains(err.Error(), "unauthenticated") {
+			t.Errorf("token %q: err %v, want unauthenticated", token, err)
+		}
+	}
+	if err := s.client.Health(t.Context()); err != nil {
+		t.Errorf("Health: %v", err)
+	}
+}
+
+func TestDocker_OrphansAreReaped(t *testing.T) {
+	t.Parallel()
+	s := sharedSandbox(t)
+	// A double fork: the subshell starts sleep and exits at once, so sleep
+	// is re-parented to PID 1 and, when it exits, must be reaped by it.
+	res, err := s.client.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", "for i in 1 2 3 4 5; do (sleep 0.2 &); done; echo forked"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("double fork: %v %+v", err, res)
+	}
+	var zombies string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		res, err := s.client.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"ps", "-eo", "pid,ppid,stat,comm"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		zombies = ""
+		sleeping := false
+		for _, line := range strings.Split(string(res.Stdout), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) == 4 && strings.HasPrefix(f[2], "Z") {
+				zombies += line + "\n"
+			}
+			if len(f) == 4 && f[3] == "sleep" {
+				sleeping = true
+			}
+		}
+		if zombies == "" && !sleeping {
+			return
+		}
+	}
+	t.Errorf("zombies left in the sandbox:\n%s", zombies)
+}
+
+func TestDocker_SIGTERMStopsAgentCleanly(t *testing.T) {
+	t.Parallel()
+	d := dockerSetup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	s, err := d.newSandbox(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.destroy(s)
+	// Something to stop: a tracked process and an orphan ignoring nothing.
+	p, err := s.client.StartProcess(ctx, agent.StartRequest{Cmd: []string{"sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := s.client.Exec(ctx, agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", "(sleep 1000 &)"}}); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	if err := d.rt.Stop(ctx, s.id); err != nil { // SIGTERM to PID 1, SIGKILL after the grace
+		t.Fatal(err)
+	}
+	took := time.Since(begin)
+	st, err := d.rt.Inspect(ctx, s.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != runtime.StateExited || st.ExitCode != 0 {
+		t.Errorf("after SIGTERM: state %s, exit code %d; want exited, 0", st.State, st.ExitCode)
+	}
+	if took > 8*time.Second {
+		t.Errorf("stop took %s: the agent did not exit on SIGTERM", took)
+	}
+	if ps, err := p.Wait(); err == nil && ps.Status != "signal: terminated" {
+		t.Errorf("tracked process ended %+v, want terminated", ps)
+	}
+}
+
+// TestMain destroys the shared sandbox and the agent build once every
+// test, parallel ones included, has finished.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedBox != nil {
+		dockerShared.destroy(sharedBox)
+	}
+	if dockerShared.dir != "" {
+		os.RemoveAll(dockerShared.dir)
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,279 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/agent/process"
+	fsrpc "github.com/sandboxd/sandboxd/internal/gen/envd/filesystem"
+	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
+)
+
+const testToken = "test-token-0123456789"
+
+// localAgent serves NewHandler on a unix socket in a fresh directory and
+// returns the socket path; everything is torn down at the end of the test.
+func localAgent(t *testing.T) string { return localAgentB(t) }
+
+func localAgentB(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "agent") // short: socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	procs := process.New(process.Options{OutputGrace: 200 * time.Millisecond})
+	sock := filepath.Join(dir, "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(agent.NewHandler(agent.Config{Token: testToken, Process: procs}))
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = procs.Shutdown(ctx)
+		srv.Close()
+	})
+	return sock
+}
+
+func localClient(t *testing.T) (*agent.Client, string) {
+	t.Helper()
+	sock := localAgent(t)
+	c := agent.NewClient(agent.UnixDialer(sock), testToken)
+	t.Cleanup(c.Close)
+	return c, sock
+}
+
+func TestHandler_HealthNeedsNoToken(t *testing.T) {
+	sock := localAgent(t)
+	resp := rawRequest(t, sock, http.MethodGet, "/health", "")
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("GET /health = %d, want 204", resp.StatusCode)
+	}
+}
+
+func TestHandler_RefusesRequestsWithoutToken(t *testing.T) {
+	sock := localAgent(t)
+	for _, tc := range []struct{ method, path, token string }{
+		{http.MethodPost, "/process.Process/List", ""},
+		{http.MethodPost, "/process.Process/List", "wrong"},
+		{http.MethodPost, "/process.Process/List", testToken + "x"},
+		{http.MethodGet, "/files?path=/etc/hostname", ""},
+		{http.MethodPost, "/files?path=/tmp/x", ""},
+		{http.MethodPost, "/filesystem.Filesystem/Stat", ""},
+		{http.MethodGet, "/nonexistent", ""},
+	} {
+		resp := rawRequest(t, sock, tc.method, tc.path, tc.token)
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), `"code":"unauthenticated"`) {
+			t.Errorf("%s %s token %q: %d %s, want 401 unauthenticated", tc.method, tc.path, tc.token, resp.StatusCode, body)
+		}
+	}
+	// The Connect client sees the code.
+	c := agent.NewClient(agent.UnixDialer(sock), "wrong")
+	defer c.Close()
+	_, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"true"}})
+	if got := connect.CodeOf(err); got != connect.CodeUnauthenticated {
+		t.Errorf("Exec with a wrong token: code %v (%v), want unauthenticated", got, err)
+	}
+}
+
+func rawRequest(t *testing.T, sock, method, path, token string) *http.Response {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(t.Context(), method, "http://agent"+path, strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set(agent.HeaderToken, token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// commandSuite is the behaviour of Client command helpers, run against an
+// in-process agent here and against a real container in the docker tests.
+// scratch is a directory the agent may write to.
+func commandSuite(t *testing.T, c *agent.Client, scratch string) {
+	t.Run("Exec_StdoutStderrExitCode", func(t *testing.T) {
+		t.Parallel()
+		res, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo out; echo err >&2; exit 7"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.ExitCode != 7 || !res.Exited || res.Truncated {
+			t.Errorf("got %+v", res)
+		}
+	})
+	t.Run("Exec_EnvCwdStdin", func(t *testing.T) {
+		t.Parallel()
+		res, err := c.Exec(t.Context(), agent.ExecRequest{
+			Cmd: []string{"/bin/sh", "-c", `echo "$GREETING"; pwd; cat`},
+			Env: map[string]string{"GREETING": "hi there"}, Cwd: "/tmp", Stdin: []byte("from stdin"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(res.Stdout), "hi there\n/tmp\nfrom stdin"; got != want || res.ExitCode != 0 {
+			t.Errorf("stdout %q exit %d, want %q, 0", got, res.ExitCode, want)
+		}
+	})
+	t.Run("Exec_Truncated", func(t *testing.T) {
+		t.Parallel()
+		res, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"head", "-c", "100000", "/dev/zero"}, MaxOutput: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Stdout) != 1000 || !res.Truncated || res.ExitCode != 0 {
+			t.Errorf("%d bytes, truncated %v, exit %d; want 1000, true, 0", len(res.Stdout), res.Truncated, res.ExitCode)
+		}
+	})
+	t.Run("Exec_Timeout", func(t *testing.T) {
+		t.Parallel()
+		_, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond})
+		if got := connect.CodeOf(err); got != connect.CodeDeadlineExceeded {
+			t.Errorf("code %v (%v), want deadline_exceeded", got, err)
+		}
+	})
+	t.Run("Exec_UnknownCommand", func(t *testing.T) {
+		t.Parallel()
+		_, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"no-such-command-xyz"}})
+		if got := connect.CodeOf(err); got != connect.CodeInvalidArgument {
+			t.Errorf("code %v (%v), want invalid_argument", got, err)
+		}
+	})
+	t.Run("StartProcess_SignalsAndReattach", func(t *testing.T) {
+		t.Parallel()
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+			tag := "sleeper-" + sig.String()
+			p, err := c.StartProcess(t.Context(), agent.StartRequest{Cmd: []string{"sleep", "60"}, Tag: tag, Lifetime: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Close() // detach; the process keeps running
+			q, err := c.ConnectProcess(t.Context(), agent.Attach{Tag: tag})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if q.PID() != p.PID() {
+				t.Fatalf("reattached to pid %d, want %d", q.PID(), p.PID())
+			}
+			if err := q.Signal(t.Context(), sig); err != nil {
+				t.Fatal(err)
+			}
+			st, err := q.Wait()
+			q.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Exited || st.Code != -1 || !strings.HasPrefix(st.Status, "signal: ") {
+				t.Errorf("%v: exit %+v", sig, st)
+			}
+		}
+	})
+	t.Run("StartProcess_PTY", func(t *testing.T) {
+		t.Parallel()
+		p, err := c.StartProcess(t.Context(), agent.StartRequest{
+			Cmd: []string{"/bin/sh", "-c", "read x; stty size"}, PTY: &agent.Size{Cols: 80, Rows: 24},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		if err := p.Resize(t.Context(), agent.Size{Cols: 132, Rows: 43}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SendInput(t.Context(), []byte("\n")); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		for {
+			o, err := p.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Stream != agent.PTY {
+				t.Errorf("output on stream %v, want PTY", o.Stream)
+			}
+			out.Write(o.Data)
+		}
+		if !strings.Contains(out.String(), "43 132") {
+			t.Errorf("pty output %q, want the resized size 43 132", out.String())
+		}
+	})
+	t.Run("UploadDownload", func(t *testing.T) {
+		t.Parallel()
+		data := bytes.Repeat([]byte("sandboxd\n"), 300000) // 2.7 MB
+		path := scratch + "/sub/file.txt"
+		if err := c.Upload(t.Context(), path, bytes.NewReader(data), ""); err != nil {
+			t.Fatal(err)
+		}
+		rc, err := c.Download(t.Context(), path, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("downloaded %d bytes (%v), want the %d uploaded", len(got), err, len(data))
+		}
+		_, err = c.Download(t.Context(), scratch+"/missing", "")
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("missing file: %v, want fs.ErrNotExist", err)
+		}
+	})
+	t.Run("FilesystemStat", func(t *testing.T) {
+		t.Parallel()
+		req := connect.NewRequest(&fsrpc.StatRequest{Path: "/"})
+		resp, err := c.Filesystem().Stat(t.Context(), req)
+		if err != nil {
+			t.Fatalf("Stat: %v", err)
+		}
+		if resp.Msg.GetEntry().GetType() != fsrpc.FileType_FILE_TYPE_DIRECTORY {
+			t.Errorf("Stat / = %v, want a directory", resp.Msg.GetEntry())
+		}
+	})
+	t.Run("ListRaw", func(t *testing.T) {
+		t.Parallel()
+		if _, err := c.Process().List(t.Context(), connect.NewRequest(&rpc.ListRequest{})); err != nil {
+			t.Errorf("List: %v", err)
+		}
+	})
+}
+
+func TestClient_Local(t *testing.T) {
+	c, _ := localClient(t)
+	commandSuite(t, c, t.TempDir())
+}

@@ -1,0 +1,125 @@
+package agent
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/internal/gen/envd/filesystem/filesystemconnect"
+	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
+)
+
+// baseURL is the URL every client request uses; the host is never resolved,
+// the dial function decides where the connection goes.
+const baseURL = "http://agent"
+
+// DialFunc opens a connection to one agent, for example
+// runtime.Runtime.DialAgent bound to a sandbox id.
+type DialFunc func(ctx context.Context) (net.Conn, error)
+
+// UnixDialer dials the agent socket at path.
+func UnixDialer(path string) DialFunc {
+	var d net.Dialer
+	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", path) }
+}
+
+// Client talks to one agent over connections from a DialFunc, with the
+// agent token on every request. It is safe for concurrent use and keeps
+// idle connections for reuse; Close drops them.
+type Client struct {
+	hc   *http.Client
+	proc processconnect.ProcessClient
+	fs   filesystemconnect.FilesystemClient
+}
+
+// NewClient returns a client of the agent reached through dial and
+// authenticated with token.
+func NewClient(dial DialFunc, token string) *Client {
+	tr := &http.Transport{
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		MaxIdleConnsPerHost: 32,
+		DisableCompression:  true,
+	}
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetHTTP1(true) // the agent speaks HTTP/1.1 only
+	hc := &http.Client{Transport: &tokenTransport{token: token, base: tr}}
+	return &Client{
+		hc:   hc,
+		proc: processconnect.NewProcessClient(hc, baseURL),
+		fs:   filesystemconnect.NewFilesystemClient(hc, baseURL),
+	}
+}
+
+// Close closes idle connections. Streams in flight are not affected.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// Process is the generated process.Process client, token included. Set
+// the user with [SetUser] on each request's header.
+func (c *Client) Process() processconnect.ProcessClient { return c.proc }
+
+// Filesystem is the generated filesystem.Filesystem client, token
+// included. Set the user with [SetUser] on each request's header.
+func (c *Client) Filesystem() filesystemconnect.FilesystemClient { return c.fs }
+
+// SetUser makes a request act as user (envd's Basic scheme with an empty
+// password). An empty user leaves h alone: the agent's default, root.
+func SetUser(h http.Header, user string) {
+	if user != "" {
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	}
+}
+
+// Health returns nil when the agent answers GET /health with 204.
+func (c *Client) Health(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("agent health: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return httpError(resp)
+	}
+	return nil
+}
+
+// tokenTransport adds the agent token to every request.
+type tokenTransport struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (t *tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(HeaderToken, t.token)
+	return t.base.RoundTrip(r)
+}
+
+// HTTPError is a non-success answer of the agent's plain-HTTP endpoints.
+// errors.Is(err, fs.ErrNotExist) holds for a 404.
+type HTTPError struct {
+	StatusCode int
+	Message    string
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("agent: HTTP %d: %s", e.StatusCode, e.Message)
+}
+
+// Is reports a 404 as fs.ErrNotExist.
+func (e *HTTPError) Is(target error) bool {
+	return e.StatusCode == http.StatusNotFound && target == fs.ErrNotExist
+}
+
+func httpError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	return &HTTPError{StatusCode: resp.StatusCode, Message: strings.TrimSpace(string(b))}
+}

@@ -1,0 +1,57 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+)
+
+// Upload writes the content of r to path inside the sandbox, as user (root
+// when empty), through POST /files with a raw octet-stream body: nothing is
+// buffered, whatever the size. Missing parent directories are created.
+func (c *Client) Upload(ctx context.Context, path string, r io.Reader, user string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, filesURL(path, user), r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("agent: upload %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("agent: upload %s: %w", path, httpError(resp))
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return nil
+}
+
+// Download streams the file at path inside the sandbox, read as user (root
+// when empty). The caller closes the reader. A missing file is an error for
+// which errors.Is(err, fs.ErrNotExist) holds.
+func (c *Client) Download(ctx context.Context, path, user string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, filesURL(path, user), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("agent: download %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, fmt.Errorf("agent: download %s: %w", path, httpError(resp))
+	}
+	return resp.Body, nil
+}
+
+func filesURL(path, user string) string {
+	q := url.Values{"path": {path}}
+	if user != "" {
+		q.Set("username", user)
+	}
+	return baseURL + "/files?" + q.Encode()
+}
