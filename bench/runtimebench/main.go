@@ -1,0 +1,248 @@
+// Command runtimebench measures the Docker runtime's boot path beside a
+// baseline taken in the same run, with the same image:
+//
+//	create → agent ready   runtime.Create (create + start + first GET /health answered)
+//	docker run --rm true   the docker CLI creating, starting, waiting for and removing a container
+//
+// Samples of the two are interleaved so that drift on a noisy machine hits
+// both alike. Usage (from the repository root; scripts/bench.sh runs it):
+//
+//	go run ./bench/runtimebench [-n 20] [-image sandboxd/busybox:latest] [-agent bin/toolboxd] [-only name,...]
+//
+// More pairs (agent exec against docker exec, …) are added to the pairs
+// table in main; each needs a name, the measured operation and its baseline.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/runtime/docker"
+)
+
+type config struct {
+	n      int
+	image  string
+	agent  string
+	only   string
+	warmup int
+}
+
+func main() {
+	var cfg config
+	flag.IntVar(&cfg.n, "n", 20, "samples per measurement")
+	flag.IntVar(&cfg.warmup, "warmup", 1, "unrecorded samples per measurement before the first")
+	flag.StringVar(&cfg.image, "image", "sandboxd/busybox:latest", "local image for both the runtime and the baseline")
+	flag.StringVar(&cfg.agent, "agent", "", "agent binary (default: bin/toolboxd if present, else built from ./cmd/toolboxd)")
+	flag.StringVar(&cfg.only, "only", "", "comma-separated measurement names to run (default: all)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "runtimebench:", err)
+		os.Exit(1)
+	}
+}
+
+// pair is one measurement and the baseline it is printed beside. Each
+// function performs one sample and returns its duration; cleanup it needs
+// is done inside, untimed.
+type pair struct {
+	name     string
+	subject  measurement
+	baseline measurement
+}
+
+type measurement struct {
+	label  string
+	sample func(ctx context.Context) (time.Duration, error)
+}
+
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	if cfg.n < 1 {
+		return errors.New("-n must be at least 1")
+	}
+	tmp, err := os.MkdirTemp("", "sbbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	agent, err := agentBinary(ctx, cfg.agent, tmp)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return fmt.Errorf("docker client: %w", err)
+	}
+	defer cli.Close()
+	ver, err := cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		return fmt.Errorf("docker engine: %w (run scripts/setup-docker.sh)", err)
+	}
+	if _, err := cli.ImageInspect(ctx, cfg.image); err != nil {
+		return fmt.Errorf("image %s: %w (run scripts/build-images.sh)", cfg.image, err)
+	}
+	rt, err := docker.New(docker.Options{
+		Client:     cli,
+		NodeID:     "runtimebench",
+		SocketRoot: filepath.Join(tmp, "s"),
+		Logger:     slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+
+	pairs := []pair{
+		{
+			name: "boot",
+			subject: measurement{"create → agent ready (runtime.Create)", func(ctx context.Context) (time.Duration, error) {
+				return createReady(ctx, rt, cfg.image, agent)
+			}},
+			baseline: measurement{"docker run --rm " + cfg.image + " true", func(ctx context.Context) (time.Duration, error) {
+				return dockerRun(ctx, cfg.image)
+			}},
+		},
+		// Seam: the agent engineer adds {name: "exec", agent exec round trip,
+		// docker exec of the same command} here.
+	}
+	if cfg.only != "" {
+		want := strings.Split(cfg.only, ",")
+		pairs = slices.DeleteFunc(pairs, func(p pair) bool { return !slices.Contains(want, p.name) })
+		if len(pairs) == 0 {
+			return fmt.Errorf("-only %q matches no measurement", cfg.only)
+		}
+	}
+
+	fmt.Fprintf(out, "engine %s (API %s), image %s, %d samples each after %d warm-up, interleaved\n\n",
+		ver.Version, ver.APIVersion, cfg.image, cfg.n, cfg.warmup)
+	type row struct {
+		label string
+		d     []time.Duration
+	}
+	var rows []row
+	for _, p := range pairs {
+		subj, base, err := samplePair(ctx, p, cfg.n, cfg.warmup)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+		rows = append(rows, row{p.subject.label, subj}, row{"  baseline: " + p.baseline.label, base})
+	}
+	w := len("measurement") // fmt pads by runes, so widths count runes
+	for _, r := range rows {
+		w = max(w, utf8.RuneCountInString(r.label))
+	}
+	fmt.Fprintf(out, "%-*s %4s %9s %9s %9s %9s\n", w, "measurement", "n", "p50", "p95", "min", "max")
+	for _, r := range rows {
+		fmt.Fprintf(out, "%-*s %4d %9s %9s %9s %9s\n", w, r.label, len(r.d),
+			ms(quantile(r.d, 0.50)), ms(quantile(r.d, 0.95)), ms(r.d[0]), ms(r.d[len(r.d)-1]))
+	}
+	return nil
+}
+
+// samplePair interleaves subject and baseline samples; results are sorted.
+func samplePair(ctx context.Context, p pair, n, warmup int) (subj, base []time.Duration, err error) {
+	for i := range warmup + n {
+		for _, m := range []struct {
+			meas measurement
+			dst  *[]time.Duration
+		}{{p.subject, &subj}, {p.baseline, &base}} {
+			d, err := m.meas.sample(ctx)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", m.meas.label, err)
+			}
+			if i >= warmup {
+				*m.dst = append(*m.dst, d)
+			}
+		}
+	}
+	slices.Sort(subj)
+	slices.Sort(base)
+	return subj, base, nil
+}
+
+func createReady(ctx context.Context, rt *docker.Runtime, image, agent string) (time.Duration, error) {
+	id := newID()
+	start := time.Now()
+	_, err := rt.Create(ctx, runtime.Spec{
+		SandboxID: id, Image: image, AgentBinary: agent, AgentToken: "bench-" + id,
+		CPU: 1, MemoryMB: 256, PidsLimit: 256,
+	})
+	d := time.Since(start)
+	// Untimed; with a fresh context so an interrupt still cleans up.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if derr := rt.Destroy(dctx, id); derr != nil && err == nil {
+		err = derr
+	}
+	return d, err
+}
+
+func dockerRun(ctx context.Context, image string) (time.Duration, error) {
+	start := time.Now()
+	b, err := exec.CommandContext(ctx, "docker", "run", "--rm", "--network", "none", image, "true").CombinedOutput()
+	d := time.Since(start)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s", err, b)
+	}
+	return d, nil
+}
+
+// agentBinary returns flagPath, else bin/toolboxd, else a fresh static build.
+func agentBinary(ctx context.Context, flagPath, tmp string) (string, error) {
+	for _, p := range []string{flagPath, "bin/toolboxd"} {
+		if p == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			if _, err := os.Stat(abs); err == nil {
+				return abs, nil
+			} else if p == flagPath {
+				return "", err
+			}
+		}
+	}
+	out := filepath.Join(tmp, "toolboxd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/toolboxd")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/toolboxd: %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+// newID returns a sandbox id in the API's format ("sb-" + 16 hex digits).
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
+}
+
+// quantile is the nearest-rank quantile of sorted samples.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }

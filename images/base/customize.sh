@@ -1,0 +1,34 @@
+#!/bin/sh
+# customize.sh runs inside the debootstrapped rootfs (chroot, as root) when
+# scripts/build-images.sh builds sandboxd/base. It must be idempotent only in
+# the sense that it always starts from a fresh copy of the cached rootfs.
+set -eu
+
+# The unprivileged account processes run as by default (uid/gid 1000).
+if ! id -u user >/dev/null 2>&1; then
+	groupadd --gid 1000 user
+	useradd --uid 1000 --gid 1000 --create-home --home-dir /home/user --shell /bin/bash user
+fi
+
+# Future apt installs inside a sandbox skip docs too.
+cat >/etc/dpkg/dpkg.cfg.d/01-sandboxd-nodoc <<'CFG'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+CFG
+
+# Size: drop what the docs policy above would have excluded, keep licenses.
+find /usr/share/doc -mindepth 1 -not -name copyright -not -type d -delete 2>/dev/null || true
+find /usr/share/doc -mindepth 1 -type d -empty -delete 2>/dev/null || true
+rm -rf /usr/share/man/* /usr/share/info/* /usr/share/groff/* /usr/share/lintian/*
+find /usr/share/locale -mindepth 1 -maxdepth 1 -not -name locale.alias -exec rm -rf {} + 2>/dev/null || true
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/debconf/*-old /var/lib/dpkg/*-old /var/log/* /tmp/* /var/tmp/*
+find / -xdev -name __pycache__ -type d -prune -exec rm -rf {} + 2>/dev/null || true
+
+# Docker provides these per container.
+rm -f /etc/hostname /etc/resolv.conf
+: >/etc/machine-id

@@ -1,0 +1,60 @@
+// Package runtime defines what sandboxd needs from the thing that runs
+// sandboxes, independently of how it runs them: containers through the Docker
+// Engine today (package runtime/docker), a direct OCI runtime or microVMs later.
+//
+// # Identity
+//
+// Every operation is keyed by the sandbox id, never by an engine-specific id:
+// the id is the container (or VM) name, so a daemon that lost its database can
+// still find, inspect and destroy its sandboxes. A sandbox id must be a DNS
+// label (see [ValidSandboxID]); the API hands out "sb-" + 16 lowercase hex.
+//
+// # The container contract (runtime/docker)
+//
+// Create turns a [Spec] into one running container and returns only once the
+// agent inside answers:
+//
+//   - name and hostname = sandbox id;
+//   - labels sandboxd.managed=1, sandboxd.node=<node id>, sandboxd.sandbox=<sandbox id>
+//     (see [LabelManaged], [LabelNode], [LabelSandbox]) plus the caller's labels,
+//     so the reconciler, and anyone auditing a host, can find every container
+//     sandboxd owns and which node owns it; and sandboxd.attempt=<random>,
+//     naming the Create call that made it, so that a Create whose engine
+//     answer was lost removes its own container and never another's;
+//   - limits: CPU (NanoCPUs), memory (no extra swap) and pids, as the Spec says;
+//   - never privileged, no added capabilities, the engine's default seccomp
+//     profile, no init process injected by the engine (the agent is PID 1 and
+//     reaps zombies itself), no restart policy (the daemon decides);
+//   - network mode "none" unless [Spec.Network] is set: sandboxes have no
+//     route anywhere, not even to each other's agents or to the daemon;
+//   - the agent binary (a static executable on the host) bind-mounted
+//     read-only at [AgentPath] and used as the entrypoint, with no arguments;
+//   - a per-sandbox host directory <socket root>/<sandbox id>, created 0700
+//     by Create and removed by Destroy, bind-mounted at [AgentSocketDir]; the
+//     agent listens on the unix socket [AgentSocketPath] inside it, which is
+//     how the daemon reaches it (no TCP port, no network needed);
+//   - the agent token in the environment as [EnvAgentToken]; the agent unsets
+//     it once read, so processes it starts never see it.
+//
+// # The agent contract
+//
+// The agent serves GET /health on its socket without authentication and
+// answers 204 No Content once it is ready; everything else requires the
+// header X-Access-Token: <agent token>. [Runtime.WaitAgentReady] polls that
+// endpoint; Create and Start return only after it answered.
+//
+// # Failure behaviour
+//
+// Create never leaks: when any step after the container was created fails
+// (start, agent readiness, a cancelled context), it removes the container and
+// the socket directory, with a fresh context, before returning the error.
+// Destroy is idempotent. Errors are classified by sentinels ([ErrNotFound],
+// [ErrImageNotFound], [ErrAlreadyExists], [ErrInvalidSpec], [ErrAgentNotReady]),
+// matched with errors.Is; [AgentNotReadyError] carries the details.
+//
+// # Testing
+//
+// Package runtime/runtimetest holds the conformance suite every
+// implementation passes against the real engine, and runtimetest.Faulty, a
+// wrapper that fails chosen methods on demand for failure-path tests.
+package runtime

@@ -1,0 +1,494 @@
+// Package docker implements runtime.Runtime on the Docker Engine API
+// (github.com/moby/moby/client). The container contract it keeps is described
+// in package runtime's documentation.
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/runtime"
+)
+
+// Defaults for Options fields left zero.
+const (
+	// DefaultStopTimeout is the agent's grace period between SIGTERM and
+	// SIGKILL on Stop: the agent gives its processes 5 s to exit, then
+	// shuts its server down; Docker's own default leaves it that room.
+	DefaultStopTimeout = 10 * time.Second
+	// DefaultAgentReadyTimeout bounds WaitAgentReady. A healthy agent
+	// answers within tens of milliseconds of the container starting; a slow
+	// engine on a loaded host may need seconds.
+	DefaultAgentReadyTimeout = 20 * time.Second
+	// DefaultNetwork is the network a sandbox with Spec.Network joins.
+	DefaultNetwork = "bridge"
+
+	// cleanupTimeout bounds undo and diagnostics work done on a fresh
+	// context after the caller's context may have ended.
+	cleanupTimeout = 30 * time.Second
+	// maxUnixSocketPath is sun_path's size on Linux, terminator included.
+	maxUnixSocketPath = 108
+)
+
+// Options configure a Runtime.
+type Options struct {
+	// Client talks to the engine. When nil, New creates one from the
+	// environment (DOCKER_HOST etc.) and Close closes it.
+	Client *client.Client
+	// NodeID is written to every container's sandboxd.node label; ListOurs
+	// returns only this node's sandboxes. Required.
+	NodeID string
+	// SocketRoot is the host directory holding one agent socket directory
+	// per sandbox (<SocketRoot>/<sandbox id>). Required, absolute; created
+	// 0700 if missing.
+	SocketRoot string
+	// Network is the engine network for sandboxes with Spec.Network
+	// (default DefaultNetwork).
+	Network string
+	// StopTimeout is Stop's grace period (default DefaultStopTimeout).
+	StopTimeout time.Duration
+	// AgentReadyTimeout bounds each WaitAgentReady, including the one in
+	// Create and Start (default DefaultAgentReadyTimeout). The caller's
+	// context may end it sooner.
+	AgentReadyTimeout time.Duration
+	// Logger receives debug and warning records (default: discard).
+	Logger *slog.Logger
+}
+
+// Runtime is the Docker implementation of runtime.Runtime.
+type Runtime struct {
+	cli        *client.Client
+	ownsClient bool
+	opts       Options
+	log        *slog.Logger
+
+	mu       sync.Mutex
+	cpuPrevs map[string]cpuSample // last Stats sample per sandbox id
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New returns a Runtime. It does not contact the engine; the first call does.
+func New(opts Options) (*Runtime, error) {
+	if opts.NodeID == "" {
+		return nil, errors.New("docker runtime: NodeID is required")
+	}
+	if !filepath.IsAbs(opts.SocketRoot) {
+		return nil, fmt.Errorf("docker runtime: SocketRoot %q must be an absolute path", opts.SocketRoot)
+	}
+	opts.SocketRoot = filepath.Clean(opts.SocketRoot)
+	// <root>/<id>/agent.sock must fit in a unix socket address for the
+	// API's ids at least; Create checks each id (see socketPathFits).
+	if n := socketPathLen(opts.SocketRoot, len(apiSandboxIDExample)); n >= maxUnixSocketPath {
+		return nil, fmt.Errorf("docker runtime: SocketRoot %q too long for unix socket paths (%d bytes, max %d)", opts.SocketRoot, n, maxUnixSocketPath-1)
+	}
+	if err := os.MkdirAll(opts.SocketRoot, 0o700); err != nil {
+		return nil, fmt.Errorf("docker runtime: create socket root: %w", err)
+	}
+	if opts.Network == "" {
+		opts.Network = DefaultNetwork
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = DefaultStopTimeout
+	}
+	if opts.AgentReadyTimeout <= 0 {
+		opts.AgentReadyTimeout = DefaultAgentReadyTimeout
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Runtime{cli: opts.Client, opts: opts, log: log, cpuPrevs: make(map[string]cpuSample)}
+	if r.cli == nil {
+		cli, err := client.New(client.FromEnv)
+		if err != nil {
+			return nil, fmt.Errorf("docker runtime: client: %w", err)
+		}
+		r.cli, r.ownsClient = cli, true
+	}
+	return r, nil
+}
+
+// Close releases the engine client if New created it. Sandboxes keep running.
+func (r *Runtime) Close() error {
+	if r.ownsClient {
+		return r.cli.Close()
+	}
+	return nil
+}
+
+// SocketDir is the host directory bind-mounted at runtime.AgentSocketDir in
+// the sandbox. The caller must pass a valid sandbox id.
+func (r *Runtime) SocketDir(sandboxID string) string {
+	return filepath.Join(r.opts.SocketRoot, sandboxID)
+}
+
+// AgentSocketPath is the host path of the sandbox agent's unix socket, for
+// callers that build their own transport (DialAgent is the simple way).
+func (r *Runtime) AgentSocketPath(sandboxID string) string {
+	return filepath.Join(r.SocketDir(sandboxID), runtime.AgentSocketName)
+}
+
+// apiSandboxIDExample has the length of the ids the API hands out.
+const apiSandboxIDExample = "sb-0123456789abcdef"
+
+func socketPathLen(root string, idLen int) int {
+	return len(root) + 1 + idLen + 1 + len(runtime.AgentSocketName)
+}
+
+func checkID(id string) error {
+	if !runtime.ValidSandboxID(id) {
+		return fmt.Errorf("%w: sandbox id %q is not a DNS label", runtime.ErrInvalidSpec, id)
+	}
+	return nil
+}
+
+// Create implements runtime.Runtime. Its steps, each undone on a later
+// failure: the socket directory (only when this call made it), the container
+// (create), start, agent readiness.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
+	id := spec.SandboxID
+	if err := spec.Validate(); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	if n := socketPathLen(r.opts.SocketRoot, len(id)); n >= maxUnixSocketPath {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: agent socket path too long (%d bytes, max %d)", id, runtime.ErrInvalidSpec, n, maxUnixSocketPath-1)
+	}
+	if fi, err := os.Stat(spec.AgentBinary); err != nil || !fi.Mode().IsRegular() {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: agent binary %s is not a regular file", id, runtime.ErrInvalidSpec, spec.AgentBinary)
+	}
+
+	// The socket directory. A directory left by a crash (no container) is
+	// reused; one that belongs to a live sandbox with the same id is left
+	// alone because container creation below fails with a conflict.
+	sockDir := r.SocketDir(id)
+	madeDir := false
+	switch err := os.Mkdir(sockDir, 0o700); {
+	case err == nil:
+		madeDir = true
+	case errors.Is(err, os.ErrExist):
+	default:
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: socket dir: %w", id, err)
+	}
+	var containerID string
+	defer func() {
+		if err == nil {
+			return
+		}
+		// Undo with a fresh context: the caller's may be what failed.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if containerID != "" {
+			if rmErr := r.remove(ctx, containerID); rmErr != nil {
+				r.log.Warn("create: undo: remove container", "sandbox", id, "container", containerID, "err", rmErr)
+				err = errors.Join(err, fmt.Errorf("undo: remove container %s: %w", containerID, rmErr))
+				return // keep the socket dir while its container may still exist
+			}
+		}
+		if madeDir || containerID != "" {
+			if rmErr := os.RemoveAll(sockDir); rmErr != nil {
+				err = errors.Join(err, fmt.Errorf("undo: remove socket dir: %w", rmErr))
+			}
+		}
+	}()
+
+	attempt := newAttemptID()
+	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name:       id,
+		Config:     r.containerConfig(spec, attempt),
+		HostConfig: r.hostConfig(spec, sockDir),
+	})
+	if err != nil {
+		err = r.classifyCreateErr(ctx, spec.Image, err)
+		if errors.Is(err, runtime.ErrAlreadyExists) {
+			// Even if this call made the directory, a concurrent Create of
+			// the same id won the name and now uses it.
+			madeDir = false
+		} else {
+			// The engine may have created the container even though we never
+			// saw its answer (a cancelled context, a dropped connection): if
+			// a container by this name carries this call's attempt label, it
+			// is ours to undo.
+			containerID = r.findAttempt(ctx, id, attempt)
+		}
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	containerID = created.ID
+	// The socket dir may predate this call (crash leftovers): a stale socket
+	// file would only delay readiness, drop it.
+	if err := os.Remove(filepath.Join(sockDir, runtime.AgentSocketName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: remove stale socket: %w", id, err)
+	}
+
+	if _, err := r.cli.ContainerStart(ctx, containerID, client.ContainerStartOptions{}); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: start: %w", id, err)
+	}
+	if err := r.waitAgentReady(ctx, id); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	return runtime.Instance{SandboxID: id, ContainerID: containerID, State: runtime.StateRunning}, nil
+}
+
+// labelAttempt marks the Create call that made a container, so that an
+// interrupted Create removes exactly its own container and never another
+// call's container with the same name.
+const labelAttempt = runtime.LabelPrefix + "attempt"
+
+func newAttemptID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand contract)
+	return hex.EncodeToString(b[:])
+}
+
+// findAttempt returns the id of the container named name if this Create
+// attempt made it, or "". Best effort, with a fresh context.
+func (r *Runtime) findAttempt(ctx context.Context, name, attempt string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	res, err := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	if err != nil || res.Container.Config == nil || res.Container.Config.Labels[labelAttempt] != attempt {
+		return ""
+	}
+	return res.Container.ID
+}
+
+func (r *Runtime) containerConfig(spec runtime.Spec, attempt string) *container.Config {
+	env := make([]string, 0, len(spec.Env)+1)
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		env = append(env, k+"="+spec.Env[k])
+	}
+	env = append(env, runtime.EnvAgentToken+"="+spec.AgentToken)
+
+	labels := make(map[string]string, len(spec.Labels)+3)
+	maps.Copy(labels, spec.Labels)
+	labels[runtime.LabelManaged] = "1"
+	labels[runtime.LabelNode] = r.opts.NodeID
+	labels[runtime.LabelSandbox] = spec.SandboxID
+	labels[labelAttempt] = attempt
+
+	return &container.Config{
+		Image:    spec.Image,
+		Hostname: spec.SandboxID,
+		Env:      env,
+		Labels:   labels,
+		// With an explicit entrypoint and no Cmd the engine ignores the
+		// image's CMD: the agent runs without arguments. WorkingDir and User
+		// stay the image's (the agent runs as the image's user, root for ours).
+		Entrypoint: []string{runtime.AgentPath},
+	}
+}
+
+func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostConfig {
+	networkMode := container.NetworkMode("none")
+	if spec.Network {
+		networkMode = container.NetworkMode(r.opts.Network)
+	}
+	var pids *int64
+	if spec.PidsLimit > 0 {
+		pids = &spec.PidsLimit
+	}
+	memory := spec.MemoryMB << 20
+	noInit := false
+	mounts := []mount.Mount{
+		{Type: mount.TypeBind, Source: spec.AgentBinary, Target: runtime.AgentPath, ReadOnly: true},
+		{Type: mount.TypeBind, Source: sockDir, Target: runtime.AgentSocketDir},
+	}
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.HostPath, Target: m.Path, ReadOnly: m.ReadOnly})
+	}
+	return &container.HostConfig{
+		NetworkMode: networkMode,
+		Privileged:  false,
+		Init:        &noInit, // the agent is PID 1 and reaps zombies
+		// SecurityOpt stays empty: the engine's default seccomp (and
+		// AppArmor, where present) profile applies.
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		// The agent's own output only; bounded so a chatty agent cannot fill the disk.
+		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "2"}},
+		Mounts:    mounts,
+		Resources: container.Resources{
+			NanoCPUs:   int64(math.Round(spec.CPU * 1e9)),
+			Memory:     memory,
+			MemorySwap: memory, // memory+swap = memory: no swap beyond the limit
+			PidsLimit:  pids,
+		},
+	}
+}
+
+// classifyCreateErr maps a ContainerCreate error onto the runtime sentinels.
+// The engine answers 404 for a missing image but also for a missing network,
+// so a not-found is attributed to the image only after checking it.
+func (r *Runtime) classifyCreateErr(ctx context.Context, image string, err error) error {
+	switch {
+	case cerrdefs.IsConflict(err):
+		return fmt.Errorf("%w: %w", runtime.ErrAlreadyExists, err)
+	case cerrdefs.IsNotFound(err):
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if _, ierr := r.cli.ImageInspect(ctx, image); cerrdefs.IsNotFound(ierr) {
+			return fmt.Errorf("%w: %s (build it with scripts/build-images.sh; images are never pulled)", runtime.ErrImageNotFound, image)
+		}
+	case cerrdefs.IsInvalidArgument(err):
+		return fmt.Errorf("%w: %w", runtime.ErrInvalidSpec, err)
+	}
+	return err
+}
+
+// remove force-removes a container; already gone is success.
+func (r *Runtime) remove(ctx context.Context, containerID string) error {
+	for {
+		_, err := r.cli.ContainerRemove(ctx, containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		switch {
+		case err == nil, cerrdefs.IsNotFound(err):
+			return nil
+		case cerrdefs.IsConflict(err):
+			// "removal already in progress" (a concurrent Destroy): wait
+			// for the other remover rather than report a failure.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w (while waiting for a concurrent removal)", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		default:
+			return err
+		}
+	}
+}
+
+// Start implements runtime.Runtime.
+func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
+	if err := checkID(sandboxID); err != nil {
+		return err
+	}
+	if _, err := r.cli.ContainerStart(ctx, sandboxID, client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("start sandbox %s: %w", sandboxID, notFound(err))
+	}
+	if err := r.waitAgentReady(ctx, sandboxID); err != nil {
+		return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
+	}
+	return nil
+}
+
+// Stop implements runtime.Runtime.
+func (r *Runtime) Stop(ctx context.Context, sandboxID string) error {
+	if err := checkID(sandboxID); err != nil {
+		return err
+	}
+	timeout := int(math.Ceil(r.opts.StopTimeout.Seconds()))
+	if _, err := r.cli.ContainerStop(ctx, sandboxID, client.ContainerStopOptions{Timeout: &timeout}); err != nil {
+		return fmt.Errorf("stop sandbox %s: %w", sandboxID, notFound(err))
+	}
+	return nil
+}
+
+// Destroy implements runtime.Runtime.
+func (r *Runtime) Destroy(ctx context.Context, sandboxID string) error {
+	if err := checkID(sandboxID); err != nil {
+		return err
+	}
+	if err := r.remove(ctx, sandboxID); err != nil {
+		return fmt.Errorf("destroy sandbox %s: %w", sandboxID, err)
+	}
+	r.mu.Lock()
+	delete(r.cpuPrevs, sandboxID)
+	r.mu.Unlock()
+	if err := os.RemoveAll(r.SocketDir(sandboxID)); err != nil {
+		return fmt.Errorf("destroy sandbox %s: remove socket dir: %w", sandboxID, err)
+	}
+	return nil
+}
+
+// Inspect implements runtime.Runtime.
+func (r *Runtime) Inspect(ctx context.Context, sandboxID string) (runtime.Status, error) {
+	if err := checkID(sandboxID); err != nil {
+		return runtime.Status{}, err
+	}
+	res, err := r.cli.ContainerInspect(ctx, sandboxID, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return runtime.Status{State: runtime.StateMissing}, nil
+	}
+	if err != nil {
+		return runtime.Status{}, fmt.Errorf("inspect sandbox %s: %w", sandboxID, err)
+	}
+	s := res.Container.State
+	if s == nil {
+		return runtime.Status{}, fmt.Errorf("inspect sandbox %s: engine returned no state", sandboxID)
+	}
+	return runtime.Status{
+		State:      mapState(s.Status),
+		ExitCode:   s.ExitCode,
+		OOMKilled:  s.OOMKilled,
+		StartedAt:  parseEngineTime(s.StartedAt),
+		FinishedAt: parseEngineTime(s.FinishedAt),
+		Detail:     string(s.Status),
+	}, nil
+}
+
+// ListOurs implements runtime.Runtime.
+func (r *Runtime) ListOurs(ctx context.Context) ([]runtime.Instance, error) {
+	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
+		All: true,
+		Filters: make(client.Filters).Add("label",
+			runtime.LabelManaged+"=1",
+			runtime.LabelNode+"="+r.opts.NodeID),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	out := make([]runtime.Instance, 0, len(res.Items))
+	for _, c := range res.Items {
+		out = append(out, runtime.Instance{
+			SandboxID:   c.Labels[runtime.LabelSandbox],
+			ContainerID: c.ID,
+			State:       mapState(c.State),
+		})
+	}
+	slices.SortFunc(out, func(a, b runtime.Instance) int { return strings.Compare(a.SandboxID, b.SandboxID) })
+	return out, nil
+}
+
+// notFound turns the engine's not-found into runtime.ErrNotFound.
+func notFound(err error) error {
+	if cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("%w: %w", runtime.ErrNotFound, err)
+	}
+	return err
+}
+
+func mapState(s container.ContainerState) runtime.State {
+	switch s {
+	case container.StateCreated:
+		return runtime.StateCreated
+	case container.StateRunning, container.StatePaused, container.StateRestarting:
+		return runtime.StateRunning
+	default: // exited, dead, removing
+		return runtime.StateExited
+	}
+}
+
+// parseEngineTime parses the engine's RFC 3339 times; the engine's "never"
+// (0001-01-01T00:00:00Z) and anything unparsable become the zero time.
+func parseEngineTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.Year() <= 1 {
+		return time.Time{}
+	}
+	return t
+}

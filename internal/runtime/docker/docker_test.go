@@ -1,0 +1,266 @@
+package docker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"go.uber.org/goleak"
+
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/runtime/docker"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+)
+
+// testImage is the small image the suite runs (scripts/build-images.sh).
+const testImage = "sandboxd/busybox:latest"
+
+// env is set up once by TestMain; setupErr says why it could not be.
+var (
+	env struct {
+		cli        *client.Client
+		agent      string // agent binary
+		socketRoot string
+	}
+	setupErr error
+)
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		dir, err := os.MkdirTemp("", "sbrt-") // short: unix socket paths are at most 107 bytes
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		setupErr = setup(dir)
+		code := m.Run()
+		if env.cli != nil {
+			env.cli.Close()
+		}
+		// Every runtime, readiness probe and log reader must have let go
+		// of its goroutines once the engine client is closed.
+		if code == 0 {
+			if err := goleak.Find(); err != nil {
+				fmt.Fprintln(os.Stderr, "goleak:", err)
+				return 1
+			}
+		}
+		return code
+	}()
+	os.Exit(code)
+}
+
+// setup connects to the engine, checks the test image and builds the agent.
+func setup(dir string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return fmt.Errorf("docker client: %w", err)
+	}
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		cli.Close()
+		return fmt.Errorf("%w: %w", errNoEngine, err)
+	}
+	env.cli = cli
+	if _, err := cli.ImageInspect(ctx, testImage); err != nil {
+		return fmt.Errorf("image %s: %w (run scripts/build-images.sh)", testImage, err)
+	}
+	if env.agent, err = runtimetest.BuildAgent(ctx, dir); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	env.socketRoot = filepath.Join(dir, "s")
+	return nil
+}
+
+var errNoEngine = errors.New("docker engine not reachable")
+
+// requireEnv skips (locally) or fails (CI) when the engine is unreachable,
+// and fails on any other setup problem.
+func requireEnv(t *testing.T) {
+	t.Helper()
+	switch {
+	case setupErr == nil:
+	case errors.Is(setupErr, errNoEngine) && os.Getenv("CI") == "":
+		t.Skipf("skipping: %v (run scripts/setup-docker.sh; in CI, with CI set, this fails instead)", setupErr)
+	default:
+		t.Fatalf("test setup: %v", setupErr)
+	}
+}
+
+func newRuntime(t *testing.T, o runtimetest.Options, mod ...func(*docker.Options)) *docker.Runtime {
+	t.Helper()
+	opts := docker.Options{Client: env.cli, NodeID: o.NodeID, SocketRoot: env.socketRoot, AgentReadyTimeout: o.AgentReadyTimeout}
+	for _, f := range mod {
+		f(&opts)
+	}
+	rt, err := docker.New(opts)
+	if err != nil {
+		t.Fatalf("docker.New: %v", err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt
+}
+
+func TestConformance(t *testing.T) {
+	requireEnv(t)
+	var anyRT *docker.Runtime // for SocketDir, which only depends on the root
+	anyRT = newRuntime(t, runtimetest.Options{NodeID: "conformance"})
+	runtimetest.Run(t, runtimetest.Config{
+		New:         func(t *testing.T, o runtimetest.Options) runtime.Runtime { return newRuntime(t, o) },
+		Image:       testImage,
+		AgentBinary: env.agent,
+		Facts:       facts,
+		SocketDir:   anyRT.SocketDir,
+		Foreign:     foreign,
+	})
+}
+
+// facts reports the container as the engine sees it.
+func facts(t *testing.T, sandboxID string) runtimetest.Facts {
+	t.Helper()
+	res, err := env.cli.ContainerInspect(t.Context(), sandboxID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatalf("inspect %s: %v", sandboxID, err)
+	}
+	c, hc := res.Container, res.Container.HostConfig
+	f := runtimetest.Facts{
+		Hostname:        c.Config.Hostname,
+		Labels:          c.Config.Labels,
+		NanoCPUs:        hc.NanoCPUs,
+		MemoryBytes:     hc.Memory,
+		MemorySwapBytes: hc.MemorySwap,
+		Privileged:      hc.Privileged,
+		CapAdd:          hc.CapAdd,
+		SecurityOpt:     hc.SecurityOpt,
+		NetworkMode:     string(hc.NetworkMode),
+		Init:            hc.Init != nil && *hc.Init,
+		Entrypoint:      c.Config.Entrypoint,
+		Cmd:             c.Config.Cmd,
+		Env:             c.Config.Env,
+	}
+	if hc.PidsLimit != nil {
+		f.PidsLimit = *hc.PidsLimit
+	}
+	for _, m := range c.Mounts {
+		f.Mounts = append(f.Mounts, runtimetest.Mount{Source: m.Source, Target: m.Destination, ReadOnly: !m.RW})
+	}
+	return f
+}
+
+// foreign starts an unlabelled container beside ours.
+func foreign(t *testing.T) string {
+	t.Helper()
+	name := "foreign-" + runtimetest.NewSandboxID()
+	_, err := env.cli.ContainerCreate(t.Context(), client.ContainerCreateOptions{
+		Name:       name,
+		Config:     &container.Config{Image: testImage, Cmd: []string{"sleep", "600"}},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	})
+	if err != nil {
+		t.Fatalf("create foreign container: %v", err)
+	}
+	t.Cleanup(func() {
+		_, err := env.cli.ContainerRemove(context.Background(), name, client.ContainerRemoveOptions{Force: true})
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			t.Errorf("remove foreign container: %v", err)
+		}
+	})
+	return name
+}
+
+// TestCreate_NetworkEnabled: Spec.Network puts the sandbox on the configured
+// network instead of none.
+func TestCreate_NetworkEnabled(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	id := runtimetest.NewSandboxID()
+	t.Cleanup(func() { _ = rt.Destroy(context.Background(), id) })
+	if _, err := rt.Create(t.Context(), runtime.Spec{
+		SandboxID: id, Image: testImage, AgentBinary: env.agent, AgentToken: "t", Network: true,
+	}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if got := facts(t, id).NetworkMode; got != docker.DefaultNetwork {
+		t.Errorf("network mode = %q, want %q", got, docker.DefaultNetwork)
+	}
+}
+
+func TestNew_Options(t *testing.T) {
+	for name, opts := range map[string]docker.Options{
+		"NoNode":           {SocketRoot: "/tmp/x"},
+		"RelativeRoot":     {NodeID: "n", SocketRoot: "sockets"},
+		"RootTooLongForUN": {NodeID: "n", SocketRoot: "/" + strings.Repeat("a", 100)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := docker.New(opts); err == nil {
+				t.Errorf("New(%+v) = nil error, want one", opts)
+			}
+		})
+	}
+}
+
+// lossyTransport performs container creations on the engine but loses the
+// answer, as a dropped connection or a timeout at the wrong moment would.
+type lossyTransport struct{ base http.RoundTripper }
+
+var errAnswerLost = errors.New("connection reset (injected after the engine answered)")
+
+func (l lossyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.base.RoundTrip(req)
+	if err == nil && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/containers/create") {
+		resp.Body.Close()
+		return nil, errAnswerLost
+	}
+	return resp, err
+}
+
+// TestCreate_AnswerLost: the engine created the container but Create never
+// saw the answer; Create must still remove it (and only it).
+func TestCreate_AnswerLost(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	host := os.Getenv("DOCKER_HOST")
+	if host == "" {
+		host = client.DefaultDockerHost
+	}
+	sock, ok := strings.CutPrefix(host, "unix://")
+	if !ok {
+		t.Skipf("DOCKER_HOST %s is not a unix socket", host)
+	}
+	base := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}
+	lossy, err := client.New(client.FromEnv, client.WithHTTPClient(&http.Client{Transport: lossyTransport{base}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lossy.Close(); base.CloseIdleConnections() })
+
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}, func(o *docker.Options) { o.Client = lossy })
+	id := runtimetest.NewSandboxID()
+	t.Cleanup(func() { _ = rt.Destroy(context.Background(), id) })
+	_, err = rt.Create(t.Context(), runtime.Spec{SandboxID: id, Image: testImage, AgentBinary: env.agent, AgentToken: "t"})
+	if !errors.Is(err, errAnswerLost) {
+		t.Fatalf("Create = %v, want the injected error", err)
+	}
+	if _, err := env.cli.ContainerInspect(t.Context(), id, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Errorf("container %s after a Create whose answer was lost: inspect err = %v, want not found", id, err)
+	}
+	if _, err := os.Stat(rt.SocketDir(id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket dir left behind (stat: %v)", err)
+	}
+}

@@ -1,0 +1,312 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Runtime runs sandboxes. Implementations are safe for concurrent use; calls
+// for different sandboxes never wait on each other inside the implementation.
+type Runtime interface {
+	// Create creates and starts the sandbox described by spec and returns
+	// once its agent answers (see WaitAgentReady).
+	//
+	// On any failure Create leaves nothing behind that it created: no
+	// container, no socket directory. An id that is already taken fails with
+	// ErrAlreadyExists and leaves the existing sandbox untouched. A missing
+	// image fails with ErrImageNotFound (images are never pulled), an invalid
+	// spec with ErrInvalidSpec, an agent that does not come up with
+	// ErrAgentNotReady.
+	Create(ctx context.Context, spec Spec) (Instance, error)
+
+	// Start starts a stopped sandbox and returns once its agent answers.
+	// Starting a running sandbox is a no-op (apart from the readiness check).
+	// A missing sandbox is ErrNotFound. Start never destroys anything: when
+	// the agent does not come up the sandbox is left as it is.
+	Start(ctx context.Context, sandboxID string) error
+
+	// Stop stops a sandbox, keeping it (and its filesystem) for a later
+	// Start. The agent gets a grace period to exit before it is killed.
+	// Stopping a stopped sandbox is a no-op; a missing one is ErrNotFound.
+	Stop(ctx context.Context, sandboxID string) error
+
+	// Destroy removes the sandbox, running or not, and its socket directory.
+	// It is idempotent: a sandbox that is already gone is not an error.
+	Destroy(ctx context.Context, sandboxID string) error
+
+	// Inspect reports the sandbox's state. A sandbox that does not exist is
+	// not an error: its Status has State StateMissing.
+	Inspect(ctx context.Context, sandboxID string) (Status, error)
+
+	// ListOurs lists every sandbox this node's runtime manages (by label),
+	// whatever its state, and nothing else: not other nodes' sandboxes
+	// sharing the engine, not foreign containers. The reconciler compares it
+	// with the database.
+	ListOurs(ctx context.Context) ([]Instance, error)
+
+	// DialAgent connects to the sandbox agent's socket. The caller owns the
+	// connection. A sandbox without a socket directory is ErrNotFound.
+	DialAgent(ctx context.Context, sandboxID string) (net.Conn, error)
+
+	// WaitAgentReady polls the agent's GET /health (expecting 204) with a
+	// short backoff until it answers, the sandbox stops running, ctx ends or
+	// the runtime's readiness deadline passes; the last three return an
+	// *AgentNotReadyError (errors.Is ErrAgentNotReady) with the last probe
+	// error, the sandbox's state and the tail of its output.
+	WaitAgentReady(ctx context.Context, sandboxID string) error
+
+	// Stats samples the sandbox's resource usage once (no streaming).
+	// A missing sandbox is ErrNotFound.
+	Stats(ctx context.Context, sandboxID string) (Stats, error)
+}
+
+// Sentinel errors; implementations wrap them with context, callers match them
+// with errors.Is.
+var (
+	// ErrNotFound: the sandbox has no container (or never had one).
+	ErrNotFound = errors.New("sandbox not found in runtime")
+	// ErrImageNotFound: the image is not present locally. Runtimes never
+	// pull: images are built on the host (scripts/build-images.sh).
+	ErrImageNotFound = errors.New("image not found locally")
+	// ErrAlreadyExists: a sandbox with this id already exists.
+	ErrAlreadyExists = errors.New("sandbox already exists in runtime")
+	// ErrInvalidSpec: the Spec is not acceptable (see Spec.Validate).
+	ErrInvalidSpec = errors.New("invalid sandbox spec")
+	// ErrAgentNotReady: the agent did not answer its health check in time,
+	// or the sandbox stopped before it did. See AgentNotReadyError.
+	ErrAgentNotReady = errors.New("sandbox agent not ready")
+)
+
+// AgentNotReadyError is returned (wrapped) when a sandbox's agent does not
+// become ready. Its message leaves the sandbox id to the wrapping context. errors.Is(err, ErrAgentNotReady) holds, and so does
+// errors.Is(err, target) for the last probe error (for example
+// context.DeadlineExceeded when the caller's context ended).
+type AgentNotReadyError struct {
+	SandboxID string
+	Waited    time.Duration
+	// Status is the sandbox's state when waiting stopped (it may have exited).
+	Status Status
+	// LogsTail is the end of the sandbox's combined stdout and stderr (the
+	// agent's own output), bounded in size; empty when unavailable.
+	LogsTail string
+	// Err is the last probe error.
+	Err error
+}
+
+func (e *AgentNotReadyError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "agent not ready after %s", e.Waited.Round(time.Millisecond))
+	if e.Status.State != "" {
+		fmt.Fprintf(&b, " (container %s", e.Status.State)
+		if e.Status.State == StateExited {
+			fmt.Fprintf(&b, ", exit code %d", e.Status.ExitCode)
+		}
+		b.WriteString(")")
+	}
+	if e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	if e.LogsTail != "" {
+		fmt.Fprintf(&b, "; output tail: %q", e.LogsTail)
+	}
+	return b.String()
+}
+
+// Unwrap exposes both ErrAgentNotReady and the last probe error to errors.Is.
+func (e *AgentNotReadyError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrAgentNotReady}
+	}
+	return []error{ErrAgentNotReady, e.Err}
+}
+
+// Paths and names inside every sandbox; see the package documentation.
+const (
+	// AgentPath is where the agent binary is mounted (read-only) and what
+	// the sandbox runs as PID 1.
+	AgentPath = "/opt/sandboxd/toolboxd"
+	// AgentSocketDir is where the per-sandbox host socket directory is mounted.
+	AgentSocketDir = "/run/sandboxd"
+	// AgentSocketName is the agent socket's file name in that directory.
+	AgentSocketName = "agent.sock"
+	// AgentSocketPath is the agent's socket inside the sandbox.
+	AgentSocketPath = AgentSocketDir + "/" + AgentSocketName
+	// EnvAgentToken carries the agent token to the agent, which unsets it.
+	EnvAgentToken = "SANDBOXD_AGENT_TOKEN"
+	// EnvAgentSocket overrides the agent's socket path (tests only; the
+	// runtime never sets it).
+	EnvAgentSocket = "SANDBOXD_AGENT_SOCKET"
+	// HeaderAccessToken is the agent's authentication header.
+	HeaderAccessToken = "X-Access-Token"
+	// HealthPath answers 204 without authentication once the agent is ready.
+	HealthPath = "/health"
+)
+
+// Labels every sandbox carries; the reconciler finds orphans with them.
+const (
+	LabelManaged = "sandboxd.managed" // always "1"
+	LabelNode    = "sandboxd.node"    // the owning node's id
+	LabelSandbox = "sandboxd.sandbox" // the sandbox id
+	// LabelPrefix is reserved: callers' labels may not use it.
+	LabelPrefix = "sandboxd."
+)
+
+// Spec describes a sandbox to create.
+type Spec struct {
+	// SandboxID names the sandbox (and its container); see ValidSandboxID.
+	SandboxID string
+	// Image is a local image reference, e.g. "sandboxd/base:bookworm".
+	Image string
+	// CPU is the CPU limit in cores (1.5 = one and a half); 0 means no limit.
+	CPU float64
+	// MemoryMB is the memory limit in MiB, swap included; 0 means no limit.
+	MemoryMB int64
+	// PidsLimit bounds the number of processes; 0 means no limit.
+	PidsLimit int64
+	// Env is added to the sandbox's environment (the agent's, which its
+	// processes inherit). Keys must be valid and must not be EnvAgentToken.
+	Env map[string]string
+	// Labels are added to the container's labels; keys may not start with
+	// LabelPrefix.
+	Labels map[string]string
+	// Network gives the sandbox a network; without it the sandbox has none.
+	Network bool
+	// Mounts are host directories bind-mounted into the sandbox.
+	Mounts []Mount
+	// AgentBinary is the host path of the static agent executable.
+	AgentBinary string
+	// AgentToken is the secret the agent requires on every request but
+	// /health. It is passed in the environment and never logged.
+	AgentToken string
+}
+
+// Mount binds a host directory into a sandbox.
+type Mount struct {
+	// HostPath is an absolute directory on the host.
+	HostPath string
+	// Path is the absolute mount point inside the sandbox; it may not be
+	// the agent's own paths.
+	Path     string
+	ReadOnly bool
+}
+
+// sandboxIDPattern: a DNS label, so it is valid as a container name, a host
+// name and a path element.
+var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ValidSandboxID reports whether id can name a sandbox: a DNS label
+// (lowercase letters, digits and inner hyphens, at most 63 characters).
+func ValidSandboxID(id string) bool { return sandboxIDPattern.MatchString(id) }
+
+// envKeyPattern is what a POSIX shell accepts as a variable name.
+var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Validate checks the spec without touching the host; errors wrap
+// ErrInvalidSpec. It does not check that the image or the agent binary exist.
+func (s Spec) Validate() error {
+	var errs []error
+	if !ValidSandboxID(s.SandboxID) {
+		errs = append(errs, fmt.Errorf("sandbox id %q is not a DNS label", s.SandboxID))
+	}
+	if s.Image == "" {
+		errs = append(errs, errors.New("image is empty"))
+	}
+	if s.CPU < 0 || s.MemoryMB < 0 || s.PidsLimit < 0 {
+		errs = append(errs, fmt.Errorf("negative limit (cpu %v, memory %d MiB, pids %d)", s.CPU, s.MemoryMB, s.PidsLimit))
+	}
+	if s.AgentBinary == "" || !path.IsAbs(s.AgentBinary) {
+		errs = append(errs, fmt.Errorf("agent binary %q is not an absolute path", s.AgentBinary))
+	}
+	if s.AgentToken == "" {
+		errs = append(errs, errors.New("agent token is empty"))
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		switch {
+		case !envKeyPattern.MatchString(k):
+			errs = append(errs, fmt.Errorf("env key %q is not a valid name", k))
+		case k == EnvAgentToken:
+			errs = append(errs, fmt.Errorf("env key %s is reserved", k))
+		}
+	}
+	for _, m := range s.Mounts {
+		switch {
+		case !path.IsAbs(m.HostPath) || !path.IsAbs(m.Path):
+			errs = append(errs, fmt.Errorf("mount %q -> %q: paths must be absolute", m.HostPath, m.Path))
+		case m.Path == "/" || m.Path == AgentPath || m.Path == AgentSocketDir || strings.HasPrefix(m.Path, AgentSocketDir+"/"):
+			errs = append(errs, fmt.Errorf("mount point %q is reserved", m.Path))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		if k == "" || strings.HasPrefix(k, LabelPrefix) {
+			errs = append(errs, fmt.Errorf("label %q is reserved or empty", k))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidSpec, errors.Join(errs...))
+	}
+	return nil
+}
+
+// State is a sandbox's coarse lifecycle state, the same for every runtime.
+type State string
+
+const (
+	// StateCreated: created but never started.
+	StateCreated State = "created"
+	// StateRunning: running (the engine's paused and restarting count too).
+	StateRunning State = "running"
+	// StateExited: stopped, exited or dead; Status.ExitCode is meaningful.
+	StateExited State = "exited"
+	// StateMissing: no such sandbox.
+	StateMissing State = "missing"
+)
+
+// Status is what Inspect reports.
+type Status struct {
+	State State
+	// ExitCode of the last run; meaningful in StateExited.
+	ExitCode int
+	// OOMKilled reports that the last run was killed for exceeding its memory.
+	OOMKilled bool
+	// StartedAt and FinishedAt are zero when the sandbox never started or
+	// never finished.
+	StartedAt, FinishedAt time.Time
+	// Detail is the engine's own state word (e.g. "paused"), for logs.
+	Detail string
+}
+
+// Instance identifies a sandbox in its runtime.
+type Instance struct {
+	SandboxID string
+	// ContainerID is the engine's id for it (a container id for Docker).
+	ContainerID string
+	State       State
+}
+
+// Stats is one sample of a sandbox's resource usage.
+type Stats struct {
+	// At is when the engine took the sample.
+	At time.Time
+	// CPUPercent is the CPU used since the previous Stats call for this
+	// sandbox on the same Runtime, in percent of one core (200 = two cores
+	// busy). It is 0 on the first call; CPUTime is the cumulative figure.
+	CPUPercent float64
+	// CPUTime is the CPU time the sandbox consumed since it started.
+	CPUTime time.Duration
+	// MemoryUsed is the memory in use in bytes, page cache that the kernel
+	// can reclaim excluded (what `docker stats` shows).
+	MemoryUsed uint64
+	// MemoryLimit is the memory limit in bytes (the host's memory when the
+	// sandbox has no limit).
+	MemoryLimit uint64
+	// Pids is the number of processes and threads.
+	Pids uint64
+}

@@ -1,0 +1,260 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// CreateSandbox creates a sandbox with a new id and returns once its agent
+// answers. On any failure every step that succeeded is undone (see the
+// package documentation); the caller may retry freely, and with an
+// idempotency key (see Idempotent) a retry never makes a second sandbox.
+func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (*Created, error) {
+	return s.create(ctx, req, "")
+}
+
+// CreateSandboxWithID creates a sandbox under a chosen id (an id derived
+// from an idempotency fingerprint, or the id a failed-over sandbox had).
+// When this node already has a sandbox with that id it returns it with
+// Replayed set and does nothing else, so the call is safe to repeat.
+func (s *Service) CreateSandboxWithID(ctx context.Context, id string, req CreateRequest) (*Created, error) {
+	if !runtime.ValidSandboxID(id) {
+		return nil, invalid("id", "%q is not a valid sandbox id", id)
+	}
+	if row, err := s.Store.GetSandbox(ctx, id); err == nil {
+		return &Created{Sandbox: fromRow(row), Replayed: true}, nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	c, err := s.create(ctx, req, id)
+	if errors.Is(err, store.ErrIDConflict) {
+		// A concurrent call with the same id won the insert: theirs is the
+		// sandbox, ours rolled back.
+		row, gerr := s.Store.GetSandbox(ctx, id)
+		if gerr != nil {
+			return nil, s.mapStoreErr(gerr, id)
+		}
+		return &Created{Sandbox: fromRow(row), Replayed: true}, nil
+	}
+	return c, err
+}
+
+// create is the one worker behind every create entry point: the chain of
+// steps in the package documentation, each undone on a later failure.
+func (s *Service) create(ctx context.Context, req CreateRequest, idOverride string) (_ *Created, err error) {
+	t := &stepTimer{}
+	defer func() { s.Metrics.observeCreate(t.timings, err) }()
+
+	// 1. topology gate and role check.
+	if s.Gate != nil {
+		if err := t.run("gate", func() error { return s.Gate(ctx) }); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+	// 2. normalize and validate; nothing has happened yet.
+	var spec runtime.Spec
+	if err := t.run("validate", func() (err error) {
+		req, err = s.normalize(req)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+
+	// 5 (early: secrets are bound to the id). Choose the id.
+	id := idOverride
+	if id == "" {
+		id = newSandboxID()
+	}
+
+	// 3. seal secret env; 4. agent token and SSH key pair.
+	var (
+		sealedEnv, sealedToken []byte
+		keys                   sshKeyPair
+		token                  = newAgentToken()
+	)
+	if err := t.run("seal", func() (err error) {
+		if len(req.SecretEnv) > 0 {
+			plain, _ := json.Marshal(req.SecretEnv)
+			if sealedEnv, err = s.Keyring.Seal(plain, secretEnvAD(id)); err != nil {
+				return fmt.Errorf("seal secret env: %w", err)
+			}
+		}
+		if sealedToken, err = s.Keyring.Seal([]byte(token), agentTokenAD(id)); err != nil {
+			return fmt.Errorf("seal agent token: %w", err)
+		}
+		keys, err = newSSHKeyPair(id)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+
+	var undo undoStack
+	defer func() {
+		if err != nil {
+			if uerr := undo.run(s.Logger, id); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("rollback: %w", uerr))
+			}
+		}
+	}()
+
+	// 6. the row, in state creating: claims the id and the name.
+	now := s.Clock()
+	row := store.Sandbox{
+		ID:               id,
+		Name:             req.Name,
+		Owner:            req.Owner,
+		Image:            req.Image,
+		State:            store.StateCreating,
+		CPUMillis:        req.MilliCPU,
+		MemoryMB:         req.MemoryMB,
+		Tags:             req.Tags,
+		Env:              req.Env,
+		SealedSecrets:    sealedEnv,
+		AgentTokenSealed: sealedToken,
+		SSHPublicKey:     keys.Public,
+		NodeID:           s.cfg.NodeID,
+		CreatedAt:        now,
+		Spec: marshalSpec(sandboxSpec{
+			Network:       req.Network,
+			Mounts:        req.Mounts,
+			Annotations:   req.Annotations,
+			Runtime:       req.Runtime,
+			SecretEnvKeys: slices.Sorted(maps.Keys(req.SecretEnv)),
+		}),
+	}
+	if req.Timeout > 0 {
+		row.ExpiresAt = now.Add(req.Timeout)
+	}
+	if err := t.run("store", func() error { return s.Store.CreateSandbox(ctx, &row) }); err != nil {
+		if errors.Is(err, store.ErrIDConflict) {
+			return nil, err // CreateSandboxWithID resolves this race
+		}
+		return nil, s.mapStoreErr(err, req.Name)
+	}
+	undo.push("delete row", func(ctx context.Context) error {
+		s.forgetClient(id)
+		if err := s.Store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		return nil
+	})
+
+	// 7. admission.
+	if err := t.run("admission", func() error {
+		return s.Admission.Reserve(id, admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB})
+	}); err != nil {
+		var ex *admission.ExhaustedError
+		if errors.As(err, &ex) {
+			return nil, &RetryAfterError{Err: fmt.Errorf("%w: %w", ErrCapacityExhausted, err), After: ex.RetryAfter}
+		}
+		return nil, err
+	}
+	undo.push("release admission", func(context.Context) error { s.Admission.Release(id); return nil })
+
+	// 8. mounts.
+	var binds []runtime.Mount
+	if len(req.Mounts) > 0 {
+		if err := t.run("mounts", func() (err error) {
+			binds, err = s.Volumes.Prepare(ctx, id, req.Mounts)
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("prepare mounts: %w", err)
+		}
+		undo.push("release mounts", func(ctx context.Context) error { return s.Volumes.Release(ctx, id) })
+	}
+
+	// 9. runtime create + start, agent ready.
+	env := maps.Clone(req.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, req.SecretEnv)
+	spec = runtime.Spec{
+		SandboxID:   id,
+		Image:       req.Image,
+		CPU:         float64(req.MilliCPU) / 1000,
+		MemoryMB:    req.MemoryMB,
+		PidsLimit:   defaultPidsLimit,
+		Env:         env,
+		Network:     req.Network,
+		Mounts:      binds,
+		AgentBinary: s.cfg.AgentBinary,
+		AgentToken:  token,
+	}
+	if err := t.run("runtime", func() error {
+		_, err := s.Runtime.Create(ctx, spec)
+		return err
+	}); err != nil {
+		// The runtime cleans up after its own failures, but an answer lost
+		// after the engine acted (a timeout, a broken connection) can still
+		// leave a container: destroy by id, which is idempotent. This runs
+		// on the failure path only.
+		dctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+		if derr := s.Runtime.Destroy(dctx, id); derr != nil {
+			s.Logger.Warn("create: destroy after failed runtime create", "sandbox", id, "err", derr)
+		}
+		cancel()
+		if errors.Is(err, runtime.ErrImageNotFound) {
+			return nil, invalid("image", "image %q is not present on this host", req.Image)
+		}
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	undo.push("destroy container", func(ctx context.Context) error { return s.Runtime.Destroy(ctx, id) })
+
+	// 10. route.
+	if err := t.run("route", func() error { return s.Router.Install(ctx, id) }); err != nil {
+		return nil, fmt.Errorf("install route: %w", err)
+	}
+	undo.push("remove route", func(ctx context.Context) error { return s.Router.Remove(ctx, id) })
+
+	// 11. mounts' sealed specs, then the row goes running.
+	if len(req.Mounts) > 0 {
+		if err := t.run("store mounts", func() error { return s.putMounts(ctx, id, req.Mounts) }); err != nil {
+			return nil, fmt.Errorf("store mounts: %w", err)
+		}
+	}
+	if err := t.run("commit", func() error {
+		var err error
+		row, err = s.Store.UpdateSandboxState(ctx, id, []store.SandboxState{store.StateCreating}, store.StateRunning, "")
+		return err
+	}); err != nil {
+		return nil, s.mapStoreErr(err, id)
+	}
+	s.cacheClient(id, token)
+
+	return &Created{Sandbox: fromRow(row), SSHPrivateKey: keys.Private, Timings: t.timings}, nil
+}
+
+func (s *Service) putMounts(ctx context.Context, id string, mounts []Mount) error {
+	sealed := make([][]byte, len(mounts))
+	for i, m := range mounts {
+		plain, _ := json.Marshal(m)
+		blob, err := s.Keyring.Seal(plain, mountAD(id, i))
+		if err != nil {
+			return err
+		}
+		sealed[i] = blob
+	}
+	return s.Store.PutSandboxMounts(ctx, id, sealed)
+}
+
+// stepTimer times create steps in order.
+type stepTimer struct {
+	timings []StepTiming
+}
+
+func (t *stepTimer) run(step string, fn func() error) error {
+	start := time.Now() // wall time even under an injected clock: this is latency
+	err := fn()
+	t.timings = append(t.timings, StepTiming{Step: step, Duration: time.Since(start)})
+	return err
+}

@@ -1,0 +1,344 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+func request() service.CreateRequest {
+	return service.CreateRequest{
+		Owner:     "alice",
+		Image:     busybox,
+		Env:       map[string]string{"GREETING": "hi"},
+		SecretEnv: map[string]string{"API_KEY": "s3cret"},
+		Mounts:    []service.Mount{{Volume: "cache", Path: "/mnt/cache"}},
+	}
+}
+
+// TestCreate_FailureAtEveryStepLeavesNothing injects a failure at each step
+// of the create chain and checks that every earlier step was undone.
+func TestCreate_FailureAtEveryStepLeavesNothing(t *testing.T) {
+	t.Parallel()
+	steps := []struct {
+		name   string
+		inject func(h *harness)
+	}{
+		{"store", func(h *harness) { h.store.inject("CreateSandbox") }},
+		{"admission", func(h *harness) { h.admFail.failReserve = true }},
+		{"mounts", func(h *harness) { h.vols.failPrepare = true }},
+		{"runtime", func(h *harness) { h.rt.Inject(runtimetest.Create, runtimetest.Fault{Err: errInjected}) }},
+		// The engine created the container but the answer was lost.
+		{"runtime answer lost", func(h *harness) {
+			h.rt.Inject(runtimetest.Create, runtimetest.Fault{Err: errInjected, After: true})
+		}},
+		{"route", func(h *harness) { h.routes.failInstall = true }},
+		{"store mounts", func(h *harness) { h.store.inject("PutSandboxMounts") }},
+		{"commit", func(h *harness) { h.store.inject("UpdateSandboxState") }},
+	}
+	for _, step := range steps {
+		t.Run(step.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, harnessOptions{})
+			step.inject(h)
+			_, err := h.svc.CreateSandbox(t.Context(), request())
+			if err == nil {
+				t.Fatal("create succeeded despite the injected fault")
+			}
+			if !errors.Is(err, errInjected) {
+				t.Fatalf("got %v, want the injected fault", err)
+			}
+			h.assertNothingLeft(t)
+		})
+	}
+}
+
+func TestCreate_ThenDestroyTwice(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	c, err := h.svc.CreateSandbox(ctx, request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State != store.StateRunning || c.SSHPrivateKey == "" || c.SSHPublicKey == "" {
+		t.Fatalf("created sandbox: state %s, keys present %v/%v", c.State, c.SSHPrivateKey != "", c.SSHPublicKey != "")
+	}
+	var steps []string
+	for _, s := range c.Timings {
+		steps = append(steps, s.Step)
+	}
+	if len(steps) < 8 {
+		t.Errorf("timings cover %v; want every step", steps)
+	}
+	// Secret env reaches the process, but not the API view.
+	res, err := h.svc.Exec(ctx, admin, c.ID, service.ExecRequest{Command: "echo $GREETING $API_KEY"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.Stdout); got != "hi s3cret\n" {
+		t.Errorf("env in sandbox: got %q", got)
+	}
+	got, err := h.svc.Get(ctx, admin, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, leaked := got.Env["API_KEY"]; leaked {
+		t.Error("secret env is visible in the sandbox view")
+	}
+	// Another owner cannot see it.
+	if _, err := h.svc.Get(ctx, service.Caller{Owner: "mallory"}, c.ID); !errors.Is(err, service.ErrNotFound) {
+		t.Errorf("another owner's Get: got %v, want ErrNotFound", err)
+	}
+	if err := h.svc.Destroy(ctx, admin, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.Destroy(ctx, admin, c.ID); !errors.Is(err, service.ErrNotFound) {
+		t.Fatalf("second destroy: got %v, want ErrNotFound", err)
+	}
+	h.assertNothingLeft(t)
+}
+
+func TestCreate_BadInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	bad := map[string]service.CreateRequest{
+		"name not a DNS label": {Name: "Not_A_Label"},
+		"negative cpu":         {MilliCPU: -1},
+		"huge cpu":             {MilliCPU: 1_000_000},
+		"huge memory":          {MemoryMB: 1 << 30},
+		"env key":              {Env: map[string]string{"1BAD": "x"}},
+		"env NUL":              {Env: map[string]string{"OK": "a\x00b"}},
+		"mount path":           {Mounts: []service.Mount{{Volume: "v", Path: "relative"}}},
+		"runtime":              {Runtime: "firecracker"},
+		"image missing here":   {Image: "sandboxd/does-not-exist:1"},
+	}
+	for name, req := range bad {
+		_, err := h.svc.CreateSandbox(t.Context(), req)
+		if !errors.Is(err, service.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestCreate_ConcurrentSameNameOneWinner races creates for one name: the
+// partial unique index admits one, the rest are ErrNameConflict and leave
+// nothing behind.
+func TestCreate_ConcurrentSameNameOneWinner(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	const n = 16
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		winners   []string
+		conflicts int
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Name: "only-one", Image: busybox})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				winners = append(winners, c.ID)
+			case errors.Is(err, service.ErrNameConflict):
+				conflicts++
+			default:
+				t.Errorf("unexpected error: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(winners) != 1 || conflicts != n-1 {
+		t.Fatalf("winners %v, conflicts %d; want 1 and %d", winners, conflicts, n-1)
+	}
+	ins, _ := h.rt.ListOurs(t.Context())
+	if len(ins) != 1 {
+		t.Errorf("containers: %d, want 1", len(ins))
+	}
+}
+
+// TestIdempotent_ConcurrentDuplicatesOneSandbox: N callers with one key get
+// one sandbox; after the replay window a new call makes a new one.
+func TestIdempotent_ConcurrentDuplicatesOneSandbox(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	once := service.Once{Scope: "test.create", Fingerprint: "fp-1", PendingTTL: 2 * time.Minute, ReplayWindow: 10 * time.Second}
+	create := func() (string, bool, error) {
+		return h.svc.Idempotent(t.Context(), once, func(ctx context.Context) (string, error) {
+			c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox})
+			if err != nil {
+				return "", err
+			}
+			return c.ID, nil
+		})
+	}
+	const n = 16
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, _, err := create()
+			if err != nil {
+				t.Error(err)
+			}
+			ids[i] = id
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids[1:] {
+		if id != ids[0] {
+			t.Fatalf("ids differ: %v", ids)
+		}
+	}
+	if id, replayed, err := create(); err != nil || id != ids[0] || !replayed {
+		t.Fatalf("inside the window: id %s replayed %v err %v; want %s, true", id, replayed, err, ids[0])
+	}
+	h.clock.Advance(11 * time.Second)
+	if id, replayed, err := create(); err != nil || id == ids[0] || replayed {
+		t.Fatalf("after the window: id %s replayed %v err %v; want a new sandbox", id, replayed, err)
+	}
+	ins, _ := h.rt.ListOurs(t.Context())
+	if len(ins) != 2 {
+		t.Errorf("containers: %d, want 2", len(ins))
+	}
+}
+
+// TestIdempotent_FailedWorkLeavesNoClaim: a create that fails deletes its
+// claim, so the retry runs the work again and succeeds.
+func TestIdempotent_FailedWorkLeavesNoClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	h.rt.Inject(runtimetest.Create, runtimetest.Fault{Err: errInjected, Times: 1})
+	once := service.Once{Scope: "test.create", Fingerprint: "fp-retry", PendingTTL: time.Minute, ReplayWindow: 10 * time.Second}
+	work := func(ctx context.Context) (string, error) {
+		c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox})
+		if err != nil {
+			return "", err
+		}
+		return c.ID, nil
+	}
+	if _, _, err := h.svc.Idempotent(t.Context(), once, work); !errors.Is(err, errInjected) {
+		t.Fatalf("first attempt: got %v, want the injected fault", err)
+	}
+	id, replayed, err := h.svc.Idempotent(t.Context(), once, work)
+	if err != nil || replayed || id == "" {
+		t.Fatalf("retry: id %q replayed %v err %v", id, replayed, err)
+	}
+}
+
+// TestAdmission_BudgetRefusesThenFrees: past the budget, create is
+// ErrCapacityExhausted with a retry hint and leaves nothing; a destroy
+// frees room.
+func TestAdmission_BudgetRefusesThenFrees(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{budget: admission.Budget{MilliCPU: 1000, MemoryMB: 1024}})
+	ctx := t.Context()
+	first, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox, MilliCPU: 1000, MemoryMB: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox, MilliCPU: 500, MemoryMB: 128})
+	var ra *service.RetryAfterError
+	if !errors.Is(err, service.ErrCapacityExhausted) || !errors.As(err, &ra) || ra.After <= 0 {
+		t.Fatalf("over budget: got %v, want ErrCapacityExhausted with RetryAfter", err)
+	}
+	if err := h.svc.Destroy(ctx, admin, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox, MilliCPU: 500, MemoryMB: 128}); err != nil {
+		t.Fatalf("after destroy: %v", err)
+	}
+}
+
+// TestReap_DestroysExpired drives expiry with the injected clock.
+func TestReap_DestroysExpired(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := h.svc.Reap(ctx); err != nil || n != 0 {
+		t.Fatalf("before expiry: reaped %d, err %v", n, err)
+	}
+	// Extending the timeout is an update.
+	if _, err := h.svc.UpdateSandbox(ctx, admin, c.ID, service.Update{SetTimeout: true, Timeout: 5 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(2 * time.Minute)
+	if n, err := h.svc.Reap(ctx); err != nil || n != 0 {
+		t.Fatalf("after extension: reaped %d, err %v", n, err)
+	}
+	h.clock.Advance(4 * time.Minute)
+	if n, err := h.svc.Reap(ctx); err != nil || n != 1 {
+		t.Fatalf("after expiry: reaped %d, err %v", n, err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestReconcile_RepairsHost: an orphan container is destroyed, a stuck
+// creating row is rolled back, a running row whose container vanished goes
+// to error, and admission equals the live rows.
+func TestReconcile_RepairsHost(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+
+	// A container with our labels and no row (a create killed before its row).
+	orphan := "sb-00000000000000aa"
+	if _, err := h.rt.Create(ctx, runtime.Spec{SandboxID: orphan, Image: busybox, AgentBinary: agentBinary, AgentToken: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	// A running sandbox whose container disappears behind our back.
+	lost, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Destroy(ctx, lost.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A healthy sandbox that must survive.
+	healthy, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox, MilliCPU: 500, MemoryMB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A create that died after its row (state creating).
+	stuck := &store.Sandbox{ID: "sb-00000000000000bb", Image: busybox, State: store.StateCreating, CPUMillis: 1000, MemoryMB: 512, CreatedAt: h.clock.Now()}
+	if err := h.store.Store.CreateSandbox(ctx, stuck); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := h.svc.Reconcile(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	ins, _ := h.rt.ListOurs(ctx)
+	if len(ins) != 1 || ins[0].SandboxID != healthy.ID {
+		t.Errorf("containers after reconcile: %v, want only %s", ins, healthy.ID)
+	}
+	if _, err := h.store.GetSandbox(ctx, stuck.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("stuck creating row: got %v, want it rolled back", err)
+	}
+	got, err := h.store.GetSandbox(ctx, lost.ID)
+	if err != nil || got.State != store.StateError {
+		t.Errorf("lost sandbox: state %v err %v, want error", got.State, err)
+	}
+	if used, _ := h.adm.Usage(); used != (admission.Request{MilliCPU: 500, MemoryMB: 256}) {
+		t.Errorf("admission after reconcile: %v, want only the healthy sandbox", used)
+	}
+}

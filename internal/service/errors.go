@@ -1,0 +1,55 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors of the domain. The API edges map each to their own wire
+// shape (native JSON codes, E2B and Daytona bodies) in one function apiece.
+var (
+	// ErrInvalidArgument marks a request that can never succeed as sent.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotFound is a sandbox (or port, domain, file) that does not exist,
+	// or that the caller may not see.
+	ErrNotFound = errors.New("not found")
+	// ErrNameConflict is a create whose name another sandbox holds.
+	ErrNameConflict = errors.New("name conflict")
+	// ErrConflict is a request that contradicts the current state.
+	ErrConflict = errors.New("conflict")
+	// ErrCapacityExhausted is a create past the host's budget; retry later.
+	ErrCapacityExhausted = errors.New("capacity exhausted")
+	// ErrIdempotencyKeyReused is an Idempotency-Key sent again with another body.
+	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
+	// ErrUnavailable is a dependency that is down or a node that may not
+	// serve the call; retry later or elsewhere.
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// FieldError is a validation failure of one request field. It unwraps to
+// ErrInvalidArgument.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrInvalidArgument) true.
+func (e *FieldError) Unwrap() error { return ErrInvalidArgument }
+
+func invalid(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// RetryAfterError carries how long a caller should wait before retrying.
+type RetryAfterError struct {
+	Err   error
+	After time.Duration
+}
+
+func (e *RetryAfterError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying sentinel.
+func (e *RetryAfterError) Unwrap() error { return e.Err }

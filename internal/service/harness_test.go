@@ -1,0 +1,313 @@
+package service_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/runtime/docker"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/secrets"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/volume"
+)
+
+// Images built by scripts/build-images.sh (make setup).
+const (
+	busybox = "sandboxd/busybox:latest"
+	base    = "sandboxd/base:bookworm"
+)
+
+var agentBinary string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		if os.Getenv("CI") != "" {
+			fmt.Fprintln(os.Stderr, "docker is not reachable, and CI is set: run make setup")
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "SKIP: docker is not reachable (run make setup); service tests need a real engine")
+		return 0
+	}
+	dir, err := os.MkdirTemp("", "service-test-agent")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	agentBinary = filepath.Join(dir, "toolboxd")
+	build := exec.Command("go", "build", "-o", agentBinary, "../../cmd/toolboxd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build toolboxd: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// clock is a settable test clock shared by the service and the store.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// harness is a real service — SQLite, Docker, keyring, admission, routes,
+// volumes — with a fault-injecting wrapper around every dependency.
+type harness struct {
+	svc     *service.Service
+	store   *faultyStore
+	rt      *runtimetest.Faulty
+	routes  *faultyRouter
+	adm     *admission.Controller
+	admFail *faultyAdmission
+	vols    *faultyVolumes
+	clock   *clock
+	nodeID  string
+}
+
+type harnessOptions struct {
+	budget admission.Budget
+}
+
+func newHarness(t *testing.T, opts harnessOptions) *harness {
+	t.Helper()
+	ctx := t.Context()
+	var b [6]byte
+	rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	nodeID := "svctest-" + suffix
+	clk := &clock{now: time.Now()}
+
+	dir := t.TempDir()
+	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite"), store.Options{Clock: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	kr, err := secrets.OpenKeyring(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Socket paths must fit in 108 bytes: keep the root short.
+	sockRoot := filepath.Join(os.TempDir(), "sbt-"+suffix)
+	t.Cleanup(func() { os.RemoveAll(sockRoot) })
+	drt, err := docker.New(docker.Options{NodeID: nodeID, SocketRoot: sockRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Whatever a test leaves, remove it (and fail if a test expected
+		// nothing to be left: those tests check ListOurs themselves).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ins, _ := drt.ListOurs(ctx)
+		for _, in := range ins {
+			drt.Destroy(ctx, in.SandboxID)
+		}
+		drt.Close()
+	})
+	vols, err := volume.New(filepath.Join(dir, "volumes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.budget == (admission.Budget{}) {
+		opts.budget = admission.Budget{MilliCPU: 64_000, MemoryMB: 64 * 1024}
+	}
+	h := &harness{
+		store:  &faultyStore{Store: st},
+		rt:     runtimetest.NewFaulty(drt),
+		routes: &faultyRouter{Table: ingress.NewTable()},
+		adm:    admission.New(opts.budget),
+		vols:   &faultyVolumes{Dir: vols},
+		clock:  clk,
+		nodeID: nodeID,
+	}
+	h.admFail = &faultyAdmission{Controller: h.adm}
+	h.svc, err = service.New(service.Config{
+		NodeID:        nodeID,
+		DefaultImage:  busybox,
+		AgentBinary:   agentBinary,
+		StuckCreating: time.Minute,
+	}, service.Deps{
+		Store:     h.store,
+		Runtime:   h.rt,
+		Router:    h.routes,
+		Admission: h.admFail,
+		Volumes:   h.vols,
+		Keyring:   kr,
+		Clock:     clk.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+var admin = service.Caller{Owner: "admin", Admin: true}
+
+// assertNothingLeft checks that no trace of any sandbox remains: no
+// container of this node, no row, no route, no reserved capacity, no mount.
+func (h *harness) assertNothingLeft(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	ins, err := h.rt.ListOurs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ins) != 0 {
+		t.Errorf("containers left: %v", ins)
+	}
+	rows, _, err := h.store.ListSandboxes(ctx, store.ListFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 0 {
+		t.Errorf("rows left: %d (first: %s in %s)", len(rows), rows[0].ID, rows[0].State)
+	}
+	if n := h.routes.Len(); n != 0 {
+		t.Errorf("routes left: %d", n)
+	}
+	if used, _ := h.adm.Usage(); used != (admission.Request{}) {
+		t.Errorf("capacity left reserved: %v", used)
+	}
+	if n := h.vols.prepared(); n != 0 {
+		t.Errorf("mounts left prepared: %d", n)
+	}
+}
+
+var errInjected = errors.New("injected fault")
+
+// faultyStore fails chosen store methods.
+type faultyStore struct {
+	*store.Store
+	mu   sync.Mutex
+	fail map[string]bool
+}
+
+func (f *faultyStore) inject(method string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail == nil {
+		f.fail = map[string]bool{}
+	}
+	f.fail[method] = true
+}
+
+func (f *faultyStore) failing(method string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fail[method]
+}
+
+func (f *faultyStore) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	if f.failing("CreateSandbox") {
+		return errInjected
+	}
+	return f.Store.CreateSandbox(ctx, sb)
+}
+
+func (f *faultyStore) PutSandboxMounts(ctx context.Context, id string, sealed [][]byte) error {
+	if f.failing("PutSandboxMounts") {
+		return errInjected
+	}
+	return f.Store.PutSandboxMounts(ctx, id, sealed)
+}
+
+func (f *faultyStore) UpdateSandboxState(ctx context.Context, id string, from []store.SandboxState, to store.SandboxState, reason string) (store.Sandbox, error) {
+	if f.failing("UpdateSandboxState") {
+		return store.Sandbox{}, errInjected
+	}
+	return f.Store.UpdateSandboxState(ctx, id, from, to, reason)
+}
+
+// faultyRouter fails Install on demand.
+type faultyRouter struct {
+	*ingress.Table
+	failInstall bool
+}
+
+func (f *faultyRouter) Install(ctx context.Context, id string) error {
+	if f.failInstall {
+		return errInjected
+	}
+	return f.Table.Install(ctx, id)
+}
+
+// faultyAdmission fails Reserve on demand.
+type faultyAdmission struct {
+	*admission.Controller
+	failReserve bool
+}
+
+func (f *faultyAdmission) Reserve(id string, req admission.Request) error {
+	if f.failReserve {
+		return errInjected
+	}
+	return f.Controller.Reserve(id, req)
+}
+
+// faultyVolumes counts sandboxes with prepared mounts and fails Prepare on
+// demand.
+type faultyVolumes struct {
+	*volume.Dir
+	mu          sync.Mutex
+	live        map[string]bool
+	failPrepare bool
+}
+
+func (f *faultyVolumes) Prepare(ctx context.Context, id string, mounts []service.Mount) ([]runtime.Mount, error) {
+	if f.failPrepare {
+		return nil, errInjected
+	}
+	binds, err := f.Dir.Prepare(ctx, id, mounts)
+	if err == nil {
+		f.mu.Lock()
+		if f.live == nil {
+			f.live = map[string]bool{}
+		}
+		f.live[id] = true
+		f.mu.Unlock()
+	}
+	return binds, err
+}
+
+func (f *faultyVolumes) Release(ctx context.Context, id string) error {
+	f.mu.Lock()
+	delete(f.live, id)
+	f.mu.Unlock()
+	return f.Dir.Release(ctx, id)
+}
+
+func (f *faultyVolumes) prepared() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.live)
+}

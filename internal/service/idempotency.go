@@ -1,0 +1,95 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// Once describes one idempotent operation: the work that runs at most once
+// per (Scope, Fingerprint) while a claim holds.
+type Once struct {
+	Scope       string
+	Fingerprint string
+	// RequestHash identifies the request body; a claim with the same
+	// fingerprint and another hash is ErrIdempotencyKeyReused. Empty skips
+	// the check (the E2B body fingerprint is itself the body).
+	RequestHash string
+	// PendingTTL bounds how long a claim stays locked while its work runs;
+	// a claim whose holder died is retaken after it.
+	PendingTTL time.Duration
+	// ReplayWindow is how long a completed claim keeps answering with its
+	// result.
+	ReplayWindow time.Duration
+}
+
+// pollInterval is how often a duplicate waits for the first call's work.
+const pollInterval = 25 * time.Millisecond
+
+// Idempotent runs work at most once for o's key while a claim holds: the
+// first caller runs it; a concurrent duplicate waits for it and gets the
+// same target id; a duplicate inside the replay window gets the same target
+// id at once (replayed = true). When work fails the claim is deleted, so a
+// retry starts fresh. The claim is fenced by a token: a caller whose lock
+// expired cannot complete or delete a newer caller's claim.
+func (s *Service) Idempotent(ctx context.Context, o Once, work func(ctx context.Context) (targetID string, err error)) (targetID string, replayed bool, err error) {
+	req := store.ClaimRequest{Scope: o.Scope, Fingerprint: o.Fingerprint, RequestHash: o.RequestHash, PendingTTL: o.PendingTTL}
+	for {
+		c, err := s.Store.Claim(ctx, req)
+		if err != nil {
+			return "", false, s.mapStoreErr(err, "")
+		}
+		switch c.Outcome {
+		case store.ClaimAcquired:
+			id, werr := work(ctx)
+			if werr != nil {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+				derr := s.Store.DeleteClaim(dctx, c)
+				cancel()
+				if derr != nil && !errors.Is(derr, store.ErrClaimLost) {
+					return "", false, errors.Join(werr, fmt.Errorf("delete idempotency claim: %w", derr))
+				}
+				return "", false, werr
+			}
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			defer cancel()
+			if err := s.Store.Complete(cctx, c, id, o.ReplayWindow); err != nil && !errors.Is(err, store.ErrClaimLost) {
+				return "", false, fmt.Errorf("complete idempotency claim: %w", err)
+			}
+			return id, false, nil
+		case store.ClaimReady:
+			return c.TargetID, true, nil
+		case store.ClaimPending:
+			// Wait for the holder: poll with cheap reads, and claim again
+			// once its work is ready or its lock has expired.
+			if err := s.awaitClaim(ctx, req); err != nil {
+				return "", false, err
+			}
+		default:
+			return "", false, fmt.Errorf("idempotency claim: unknown outcome %v", c.Outcome)
+		}
+	}
+}
+
+// awaitClaim polls a pending claim until it is no longer pending.
+func (s *Service) awaitClaim(ctx context.Context, req store.ClaimRequest) error {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		c, err := s.Store.PeekClaim(ctx, req)
+		if err != nil {
+			return s.mapStoreErr(err, "")
+		}
+		if c.Outcome != store.ClaimPending {
+			return nil
+		}
+	}
+}

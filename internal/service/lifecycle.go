@@ -1,0 +1,213 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// Caller is who is asking: a user sees only the sandboxes it owns (others
+// are ErrNotFound, never ErrPermission: existence is not leaked); an admin
+// sees all.
+type Caller struct {
+	Owner string
+	Admin bool
+}
+
+func (c Caller) canSee(owner string) bool { return c.Admin || c.Owner == owner }
+
+// Get returns a sandbox by id or by name.
+func (s *Service) Get(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	return fromRow(row), nil
+}
+
+func (s *Service) lookup(ctx context.Context, c Caller, idOrName string) (store.Sandbox, error) {
+	if idOrName == "" || strings.ContainsRune(idOrName, 0) {
+		return store.Sandbox{}, fmt.Errorf("sandbox %q: %w", idOrName, ErrNotFound)
+	}
+	var (
+		row store.Sandbox
+		err error
+	)
+	if strings.HasPrefix(idOrName, "sb-") {
+		row, err = s.Store.GetSandbox(ctx, idOrName)
+	} else {
+		row, err = s.Store.GetSandboxByName(ctx, idOrName)
+	}
+	if err != nil {
+		return store.Sandbox{}, s.mapStoreErr(err, idOrName)
+	}
+	if !c.canSee(row.Owner) {
+		return store.Sandbox{}, fmt.Errorf("sandbox %q: %w", idOrName, ErrNotFound)
+	}
+	return row, nil
+}
+
+// ListFilter selects sandboxes for List.
+type ListFilter struct {
+	Name      string
+	Tags      map[string]string
+	States    []State
+	Limit     int
+	PageToken string
+}
+
+// List returns one page of the caller's sandboxes, oldest first, and the
+// token of the next page ("" on the last).
+func (s *Service) List(ctx context.Context, c Caller, f ListFilter) ([]Sandbox, string, error) {
+	sf := store.ListFilter{Name: f.Name, Tags: f.Tags, States: f.States, Limit: f.Limit, PageToken: f.PageToken}
+	if !c.Admin {
+		sf.Owner = c.Owner
+	}
+	rows, next, err := s.Store.ListSandboxes(ctx, sf)
+	if err != nil {
+		return nil, "", s.mapStoreErr(err, "")
+	}
+	out := make([]Sandbox, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(r)
+	}
+	return out, next, nil
+}
+
+// Destroy removes a sandbox: its route, container, mounts, row (and with it
+// its ports and domains) and its admission reservation. It is safe to
+// repeat and to race: a sandbox that is already gone is ErrNotFound, and
+// every step tolerates a concurrent Destroy having done it first.
+func (s *Service) Destroy(ctx context.Context, c Caller, idOrName string) error {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return err
+	}
+	return s.destroy(ctx, row.ID)
+}
+
+// destroy tears a sandbox down in the reverse order of create. The row goes
+// last, so a destroy interrupted by a crash is finished by the reconciler
+// (or by the caller's retry) instead of leaving a container without a row.
+func (s *Service) destroy(ctx context.Context, id string) error {
+	if err := s.Router.Remove(ctx, id); err != nil {
+		return fmt.Errorf("remove route of %s: %w", id, err)
+	}
+	if err := s.Runtime.Destroy(ctx, id); err != nil {
+		return fmt.Errorf("destroy container of %s: %w", id, err)
+	}
+	if err := s.Volumes.Release(ctx, id); err != nil {
+		return fmt.Errorf("release mounts of %s: %w", id, err)
+	}
+	s.forgetClient(id)
+	if err := s.Store.DeleteSandbox(ctx, id); err != nil {
+		return s.mapStoreErr(err, id)
+	}
+	s.Admission.Release(id)
+	return nil
+}
+
+// Stop stops a running sandbox, keeping its filesystem. Stopping a stopped
+// sandbox returns it unchanged. Its capacity is released until Start.
+func (s *Service) Stop(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	switch row.State {
+	case store.StateStopped:
+		return fromRow(row), nil
+	case store.StateCreating:
+		return Sandbox{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
+	}
+	if err := s.Runtime.Stop(ctx, row.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return Sandbox{}, fmt.Errorf("stop %s: %w", row.ID, err)
+	}
+	updated, err := s.Store.UpdateSandboxState(ctx, row.ID, nil, store.StateStopped, "")
+	if err != nil {
+		return Sandbox{}, s.mapStoreErr(err, row.ID)
+	}
+	s.Admission.Release(row.ID)
+	return fromRow(updated), nil
+}
+
+// Start starts a stopped sandbox (or one in error whose container still
+// exists) and returns once its agent answers. Starting a running sandbox
+// returns it unchanged. Past the capacity budget it is ErrCapacityExhausted
+// and the sandbox stays stopped.
+func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	switch row.State {
+	case store.StateRunning:
+		return fromRow(row), nil
+	case store.StateCreating:
+		return Sandbox{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
+	}
+	if err := s.Admission.Reserve(row.ID, admission.Request{MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB}); err != nil {
+		var ex *admission.ExhaustedError
+		if errors.As(err, &ex) {
+			return Sandbox{}, &RetryAfterError{Err: fmt.Errorf("%w: %w", ErrCapacityExhausted, err), After: ex.RetryAfter}
+		}
+		return Sandbox{}, err
+	}
+	if err := s.Runtime.Start(ctx, row.ID); err != nil {
+		s.Admission.Release(row.ID)
+		if errors.Is(err, runtime.ErrNotFound) {
+			return Sandbox{}, fmt.Errorf("sandbox %s has no container left (state %s): %w", row.ID, row.State, ErrConflict)
+		}
+		return Sandbox{}, fmt.Errorf("start %s: %w", row.ID, err)
+	}
+	updated, err := s.Store.UpdateSandboxState(ctx, row.ID, nil, store.StateRunning, "")
+	if err != nil {
+		return Sandbox{}, s.mapStoreErr(err, row.ID)
+	}
+	return fromRow(updated), nil
+}
+
+// Update changes a sandbox's timeout and tags. A timeout counts from now;
+// zero (with SetTimeout) clears it. Repeating an update is harmless.
+type Update struct {
+	SetTimeout bool
+	Timeout    time.Duration
+	Tags       map[string]string // nil: unchanged
+}
+
+// UpdateSandbox applies u and returns the sandbox.
+func (s *Service) UpdateSandbox(ctx context.Context, c Caller, idOrName string, u Update) (Sandbox, error) {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	var su store.SandboxUpdate
+	if u.SetTimeout {
+		if u.Timeout < 0 || u.Timeout > maxTimeout {
+			return Sandbox{}, invalid("timeout_s", "must be between 0 and %d seconds", int(maxTimeout.Seconds()))
+		}
+		exp := time.Time{}
+		if u.Timeout > 0 {
+			exp = s.Clock().Add(u.Timeout)
+		}
+		su.ExpiresAt = &exp
+	}
+	if u.Tags != nil {
+		probe := CreateRequest{Tags: u.Tags, MilliCPU: defaultMilliCPU, MemoryMB: defaultMemoryMB, Image: "x"}
+		if _, err := s.normalize(probe); err != nil {
+			return Sandbox{}, err
+		}
+		su.Tags = &u.Tags
+	}
+	updated, err := s.Store.UpdateSandbox(ctx, row.ID, su)
+	if err != nil {
+		return Sandbox{}, s.mapStoreErr(err, row.ID)
+	}
+	return fromRow(updated), nil
+}

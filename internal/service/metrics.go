@@ -1,0 +1,58 @@
+package service
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the service's Prometheus instruments, registered on an
+// injected registry (never the global one).
+type Metrics struct {
+	createStep  *prometheus.HistogramVec
+	createTotal *prometheus.CounterVec
+	reconciled  *prometheus.CounterVec
+}
+
+// NewMetrics creates the instruments and registers them on reg; a nil reg
+// keeps them unregistered (tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		createStep: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "sandboxd",
+			Name:      "create_step_seconds",
+			Help:      "Latency of each step of the sandbox create chain.",
+			Buckets:   []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"step"}),
+		createTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sandboxd",
+			Name:      "creates_total",
+			Help:      "Sandbox creates by outcome.",
+		}, []string{"outcome"}),
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sandboxd",
+			Name:      "reconcile_actions_total",
+			Help:      "Repairs made by the reconciler and the reaper, by kind.",
+		}, []string{"action"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.createStep, m.createTotal, m.reconciled)
+	}
+	return m
+}
+
+func (m *Metrics) observeCreate(timings []StepTiming, err error) {
+	var total float64
+	for _, t := range timings {
+		m.createStep.WithLabelValues(t.Step).Observe(t.Duration.Seconds())
+		total += t.Duration.Seconds()
+	}
+	if len(timings) > 0 {
+		m.createStep.WithLabelValues("total").Observe(total)
+	}
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.createTotal.WithLabelValues(outcome).Inc()
+}
+
+func (m *Metrics) reconcileAction(action string) { m.reconciled.WithLabelValues(action).Inc() }

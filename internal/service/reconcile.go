@@ -1,0 +1,184 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// Reconcile makes the host agree with the database. It runs at start
+// (before the API serves, with startup set: every creating row is then
+// from a dead process) and periodically:
+//
+//   - a container marked ours with no row is destroyed;
+//   - a row stuck in creating (any, at startup; older than StuckCreating
+//     otherwise) is rolled back: container, route, mounts and row;
+//   - a running row whose container vanished or exited goes to error;
+//   - routes are installed for every live row;
+//   - admission is recomputed from the live rows.
+//
+// It keeps going past individual failures and returns them joined.
+func (s *Service) Reconcile(ctx context.Context, startup bool) error {
+	var errs []error
+	// Containers first, rows second: a create inserts its row before its
+	// container, so every container in this snapshot whose create is still
+	// running already has a row in the next one and is not taken for an
+	// orphan.
+	instances, err := s.Runtime.ListOurs(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: list containers: %w", err)
+	}
+	rows, err := s.allRows(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: list rows: %w", err)
+	}
+	byID := make(map[string]store.Sandbox, len(rows))
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
+	containers := make(map[string]runtime.Instance, len(instances))
+	for _, in := range instances {
+		containers[in.SandboxID] = in
+	}
+
+	// Containers without a row: a create that died before its row, or a
+	// destroy that died after deleting it (destroy deletes the row last, so
+	// this is the crash-before-insert case).
+	for id := range containers {
+		if _, ok := byID[id]; ok {
+			continue
+		}
+		if err := s.Runtime.Destroy(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("destroy orphan container %s: %w", id, err))
+			continue
+		}
+		_ = s.Volumes.Release(ctx, id)
+		s.Logger.Info("reconcile: destroyed orphan container", "sandbox", id)
+		s.Metrics.reconcileAction("orphan_container")
+	}
+
+	stuckBefore := s.Clock().Add(-s.cfg.StuckCreating)
+	live := map[string]admission.Request{}
+	for _, r := range rows {
+		switch {
+		case r.State == store.StateCreating && (startup || r.CreatedAt.Before(stuckBefore)):
+			if err := s.rollbackRow(ctx, r.ID); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			s.Logger.Info("reconcile: rolled back interrupted create", "sandbox", r.ID)
+			s.Metrics.reconcileAction("stuck_creating")
+			continue
+		case r.State == store.StateRunning:
+			in, ok := containers[r.ID]
+			if !ok || in.State != runtime.StateRunning {
+				// The snapshot may predate a create or start that finished
+				// since; ask again about this one sandbox before judging.
+				st, err := s.Runtime.Inspect(ctx, r.ID)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("inspect %s: %w", r.ID, err))
+					continue
+				}
+				if st.State == runtime.StateRunning {
+					break
+				}
+				reason := "container vanished"
+				if st.State != runtime.StateMissing {
+					reason = "container is " + string(st.State)
+				}
+				if _, err := s.Store.UpdateSandboxState(ctx, r.ID, []store.SandboxState{store.StateRunning}, store.StateError, reason); err != nil && !errors.Is(err, store.ErrStateConflict) {
+					errs = append(errs, fmt.Errorf("mark %s error: %w", r.ID, err))
+				}
+				s.Logger.Warn("reconcile: sandbox lost its container", "sandbox", r.ID, "reason", reason)
+				s.Metrics.reconcileAction("lost_container")
+				continue
+			}
+		}
+		if r.State == store.StateRunning || r.State == store.StateCreating {
+			live[r.ID] = admission.Request{MilliCPU: r.CPUMillis, MemoryMB: r.MemoryMB}
+		}
+		if r.State != store.StateCreating {
+			if err := s.Router.Install(ctx, r.ID); err != nil {
+				errs = append(errs, fmt.Errorf("install route of %s: %w", r.ID, err))
+			}
+		}
+	}
+	s.Admission.Reset(live)
+	return errors.Join(errs...)
+}
+
+// rollbackRow undoes a create that never finished: everything but the row
+// first, then the row, so an interrupted rollback is retried next pass.
+func (s *Service) rollbackRow(ctx context.Context, id string) error {
+	if err := s.destroy(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("roll back interrupted create %s: %w", id, err)
+	}
+	return nil
+}
+
+func (s *Service) allRows(ctx context.Context) ([]store.Sandbox, error) {
+	var all []store.Sandbox
+	token := ""
+	for {
+		rows, next, err := s.Store.ListSandboxes(ctx, store.ListFilter{Limit: 1000, PageToken: token})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, rows...)
+		if next == "" {
+			return all, nil
+		}
+		token = next
+	}
+}
+
+// Reap destroys every sandbox whose expiry has passed. It returns the
+// number destroyed; a sandbox destroyed concurrently is not an error.
+func (s *Service) Reap(ctx context.Context) (int, error) {
+	rows, err := s.Store.ListExpired(ctx, s.Clock())
+	if err != nil {
+		return 0, fmt.Errorf("reap: %w", err)
+	}
+	var (
+		n    int
+		errs []error
+	)
+	for _, r := range rows {
+		if err := s.destroy(ctx, r.ID); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+		s.Logger.Info("reaper: destroyed expired sandbox", "sandbox", r.ID)
+		s.Metrics.reconcileAction("expired")
+	}
+	return n, errors.Join(errs...)
+}
+
+// RunBackground runs the reaper (every reapEvery) and the reconciler
+// (every reconcileEvery) until ctx ends. Errors are logged, never fatal.
+func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery time.Duration) {
+	reap := time.NewTicker(reapEvery)
+	defer reap.Stop()
+	rec := time.NewTicker(reconcileEvery)
+	defer rec.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reap.C:
+			if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil {
+				s.Logger.Error("reaper", "err", err)
+			}
+		case <-rec.C:
+			if err := s.Reconcile(ctx, false); err != nil && ctx.Err() == nil {
+				s.Logger.Error("reconciler", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package service
+
+import (
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Limits a single sandbox may ask for. They bound what one request can do to
+// the host; the admission budget bounds what all of them do together.
+const (
+	minMilliCPU     = 100
+	maxMilliCPU     = 16_000
+	minMemoryMB     = 64
+	maxMemoryMB     = 64 * 1024
+	maxTimeout      = 7 * 24 * time.Hour
+	maxTags         = 64
+	maxEnv          = 256
+	maxMounts       = 8
+	maxValueLen     = 4096
+	maxImageLen     = 255
+	defaultMilliCPU = 1000
+	defaultMemoryMB = 512
+	// defaultPidsLimit keeps a fork bomb inside one sandbox.
+	defaultPidsLimit = 1024
+)
+
+// CreateRequest is a request for a new sandbox, already decoded by an edge.
+type CreateRequest struct {
+	// Owner is the tenant the sandbox belongs to (the caller's principal).
+	Owner string
+	// Image is a locally present image reference; empty means the default.
+	Image string
+	// Name is optional; when set it is a DNS label unique on the host.
+	Name     string
+	MilliCPU int64
+	MemoryMB int64
+	// Env is visible to every process in the sandbox and in API answers.
+	Env map[string]string
+	// SecretEnv is visible to processes but sealed at rest and never
+	// returned by the API.
+	SecretEnv map[string]string
+	Tags      map[string]string
+	// Timeout, when positive, sets the sandbox's expiry; the reaper destroys
+	// it then.
+	Timeout time.Duration
+	// Network gives the sandbox outbound network; without it, it has none.
+	Network bool
+	Mounts  []Mount
+	// Runtime names the runtime; only "docker" (the default) exists today.
+	Runtime string
+	// Annotations are opaque facade data kept with the sandbox (the E2B
+	// template, Daytona's fields); never interpreted by the service.
+	Annotations map[string]string
+}
+
+// Mount binds a named volume (a directory the daemon keeps) into the
+// sandbox at Path.
+type Mount struct {
+	Volume   string `json:"volume"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+var (
+	dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	envKey   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	tagKey   = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,62})$`)
+)
+
+// normalize fills defaults and validates every field, returning the
+// request the create chain runs on. It has no side effects: a request it
+// rejects changes nothing.
+func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
+	if req.Image == "" {
+		req.Image = s.cfg.DefaultImage
+	}
+	if len(req.Image) > maxImageLen || strings.ContainsAny(req.Image, " \t\r\n\x00") {
+		return req, invalid("image", "must be an image reference without spaces, at most %d bytes", maxImageLen)
+	}
+	if req.Name != "" && !dnsLabel.MatchString(req.Name) {
+		return req, invalid("name", "%q is not a DNS label (lowercase letters, digits and '-', at most 63)", req.Name)
+	}
+	if strings.HasPrefix(req.Name, "sb-") {
+		return req, invalid("name", "names starting with \"sb-\" are reserved for sandbox ids")
+	}
+	if req.MilliCPU == 0 {
+		req.MilliCPU = defaultMilliCPU
+	}
+	if req.MilliCPU < minMilliCPU || req.MilliCPU > maxMilliCPU {
+		return req, invalid("cpu", "must be between %.1f and %d cores", float64(minMilliCPU)/1000, maxMilliCPU/1000)
+	}
+	if req.MemoryMB == 0 {
+		req.MemoryMB = defaultMemoryMB
+	}
+	if req.MemoryMB < minMemoryMB || req.MemoryMB > maxMemoryMB {
+		return req, invalid("memory_mb", "must be between %d and %d", minMemoryMB, maxMemoryMB)
+	}
+	if req.Timeout < 0 || req.Timeout > maxTimeout {
+		return req, invalid("timeout_s", "must be between 0 and %d seconds", int(maxTimeout.Seconds()))
+	}
+	if err := validateEnv("env", req.Env); err != nil {
+		return req, err
+	}
+	if err := validateEnv("secret_env", req.SecretEnv); err != nil {
+		return req, err
+	}
+	for k := range req.SecretEnv {
+		if _, dup := req.Env[k]; dup {
+			return req, invalid("secret_env", "%q is also in env", k)
+		}
+	}
+	if len(req.Tags) > maxTags {
+		return req, invalid("tags", "at most %d tags", maxTags)
+	}
+	for k, v := range req.Tags {
+		if !tagKey.MatchString(k) {
+			return req, invalid("tags", "key %q must be 1-63 letters, digits, '.', '_', '/' or '-'", k)
+		}
+		if len(v) > maxValueLen || strings.ContainsRune(v, 0) {
+			return req, invalid("tags", "value of %q is too long or contains NUL", k)
+		}
+	}
+	if req.Runtime == "" {
+		req.Runtime = "docker"
+	}
+	if req.Runtime != "docker" {
+		return req, invalid("runtime", "unknown runtime %q (available: docker)", req.Runtime)
+	}
+	if len(req.Mounts) > maxMounts {
+		return req, invalid("mounts", "at most %d mounts", maxMounts)
+	}
+	seen := map[string]bool{}
+	for i, m := range req.Mounts {
+		if !dnsLabel.MatchString(m.Volume) {
+			return req, invalid("mounts", "mount %d: volume %q is not a DNS label", i, m.Volume)
+		}
+		if !path.IsAbs(m.Path) || path.Clean(m.Path) != m.Path || m.Path == "/" || strings.ContainsRune(m.Path, 0) {
+			return req, invalid("mounts", "mount %d: path %q must be a clean absolute path other than /", i, m.Path)
+		}
+		if seen[m.Path] {
+			return req, invalid("mounts", "mount %d: path %q is mounted twice", i, m.Path)
+		}
+		seen[m.Path] = true
+	}
+	return req, nil
+}
+
+func validateEnv(field string, env map[string]string) error {
+	if len(env) > maxEnv {
+		return invalid(field, "at most %d variables", maxEnv)
+	}
+	for k, v := range env {
+		if !envKey.MatchString(k) {
+			return invalid(field, "%q is not a valid variable name", k)
+		}
+		if strings.HasPrefix(k, "SANDBOXD_") {
+			return invalid(field, "%q: the SANDBOXD_ prefix is reserved", k)
+		}
+		if len(v) > maxValueLen || strings.ContainsRune(v, 0) {
+			return invalid(field, "value of %q is too long or contains NUL", k)
+		}
+	}
+	return nil
+}
+
+// envList renders env maps as KEY=VALUE in a stable order.
+func envList(maps ...map[string]string) []string {
+	var out []string
+	for _, m := range maps {
+		for k, v := range m {
+			out = append(out, k+"="+v)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

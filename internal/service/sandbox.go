@@ -1,0 +1,94 @@
+package service
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// State is a sandbox's lifecycle state as the API shows it.
+type State = store.SandboxState
+
+// Sandbox is the service's view of one sandbox. It never carries secrets:
+// no agent token, no secret env, no private key.
+type Sandbox struct {
+	ID           string
+	Name         string
+	Owner        string
+	Image        string
+	State        State
+	MilliCPU     int64
+	MemoryMB     int64
+	Tags         map[string]string
+	Env          map[string]string
+	Network      bool
+	Mounts       []Mount
+	Annotations  map[string]string
+	CreatedAt    time.Time
+	ExpiresAt    time.Time // zero: no timeout
+	SSHPublicKey string
+	ErrorReason  string
+}
+
+// Created is the outcome of a create call.
+type Created struct {
+	Sandbox
+	// SSHPrivateKey is shown once, in the create response; it is not stored.
+	// Empty when the create was replayed (an idempotent retry).
+	SSHPrivateKey string
+	// Timings has one entry per create step, in order (Server-Timing).
+	Timings []StepTiming
+	// Replayed is true when an idempotent retry returned an earlier result.
+	Replayed bool
+}
+
+// StepTiming is how long one create step took.
+type StepTiming struct {
+	Step     string
+	Duration time.Duration
+}
+
+// sandboxSpec is the JSON kept in the sandboxes.spec column: what the
+// service needs to start the sandbox again and to describe it, minus the
+// columns of its own and minus secrets.
+type sandboxSpec struct {
+	Network     bool              `json:"network,omitempty"`
+	Mounts      []Mount           `json:"mounts,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Runtime     string            `json:"runtime,omitempty"`
+	// SecretEnvKeys lists the names (not values) of sealed env vars.
+	SecretEnvKeys []string `json:"secret_env_keys,omitempty"`
+}
+
+func fromRow(row store.Sandbox) Sandbox {
+	var spec sandboxSpec
+	_ = json.Unmarshal(row.Spec, &spec) // written by us; a bad row shows as empty spec
+	return Sandbox{
+		ID:           row.ID,
+		Name:         row.Name,
+		Owner:        row.Owner,
+		Image:        row.Image,
+		State:        row.State,
+		MilliCPU:     row.CPUMillis,
+		MemoryMB:     row.MemoryMB,
+		Tags:         row.Tags,
+		Env:          row.Env,
+		Network:      spec.Network,
+		Mounts:       spec.Mounts,
+		Annotations:  spec.Annotations,
+		CreatedAt:    row.CreatedAt,
+		ExpiresAt:    row.ExpiresAt,
+		SSHPublicKey: row.SSHPublicKey,
+		ErrorReason:  row.ErrorReason,
+	}
+}
+
+func marshalSpec(spec sandboxSpec) json.RawMessage {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		panic(fmt.Sprintf("marshal sandbox spec: %v", err)) // maps of strings always marshal
+	}
+	return b
+}

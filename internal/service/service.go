@@ -1,0 +1,192 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/secrets"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// Store is what the service needs of the database; *store.Store is the
+// implementation and tests wrap it to inject faults.
+type Store interface {
+	CreateSandbox(ctx context.Context, sb *store.Sandbox) error
+	GetSandbox(ctx context.Context, id string) (store.Sandbox, error)
+	GetSandboxByName(ctx context.Context, name string) (store.Sandbox, error)
+	ListSandboxes(ctx context.Context, f store.ListFilter) ([]store.Sandbox, string, error)
+	UpdateSandboxState(ctx context.Context, id string, from []store.SandboxState, to store.SandboxState, reason string) (store.Sandbox, error)
+	UpdateSandbox(ctx context.Context, id string, u store.SandboxUpdate) (store.Sandbox, error)
+	DeleteSandbox(ctx context.Context, id string) error
+	ListExpired(ctx context.Context, now time.Time) ([]store.Sandbox, error)
+	ListStuckCreating(ctx context.Context, olderThan time.Time) ([]store.Sandbox, error)
+	PutSandboxMounts(ctx context.Context, sandboxID string, sealed [][]byte) error
+
+	Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error)
+	PeekClaim(ctx context.Context, req store.ClaimRequest) (store.Claim, error)
+	Complete(ctx context.Context, c store.Claim, targetID string, replayWindow time.Duration) error
+	DeleteClaim(ctx context.Context, c store.Claim) error
+}
+
+// Runtime is what the service needs of the sandbox runtime.
+type Runtime interface {
+	Create(ctx context.Context, spec runtime.Spec) (runtime.Instance, error)
+	Start(ctx context.Context, sandboxID string) error
+	Stop(ctx context.Context, sandboxID string) error
+	Destroy(ctx context.Context, sandboxID string) error
+	Inspect(ctx context.Context, sandboxID string) (runtime.Status, error)
+	ListOurs(ctx context.Context) ([]runtime.Instance, error)
+	DialAgent(ctx context.Context, sandboxID string) (net.Conn, error)
+	Stats(ctx context.Context, sandboxID string) (runtime.Stats, error)
+}
+
+// Router is the ingress's route table: a sandbox is routable between
+// Install and Remove. Both are map updates and idempotent.
+type Router interface {
+	Install(ctx context.Context, sandboxID string) error
+	Remove(ctx context.Context, sandboxID string) error
+}
+
+// Admission reserves host capacity per sandbox.
+type Admission interface {
+	Reserve(id string, req admission.Request) error
+	Release(id string)
+	Reset(live map[string]admission.Request)
+}
+
+// Volumes prepares the host side of a sandbox's mounts.
+type Volumes interface {
+	// Prepare makes sure every volume exists and returns the host paths to
+	// bind, in the order of mounts.
+	Prepare(ctx context.Context, sandboxID string, mounts []Mount) ([]runtime.Mount, error)
+	// Release undoes Prepare for this sandbox (volumes themselves persist).
+	Release(ctx context.Context, sandboxID string) error
+}
+
+// Config holds the service's settings.
+type Config struct {
+	NodeID       string
+	DefaultImage string
+	AgentBinary  string
+	// StuckCreating is how long a row may stay in state creating before the
+	// reconciler rolls it back.
+	StuckCreating time.Duration
+}
+
+// Deps are the service's collaborators. Everything with a side effect is
+// injected, so tests can wrap any of them to inject faults.
+type Deps struct {
+	Store     Store
+	Runtime   Runtime
+	Router    Router
+	Admission Admission
+	Volumes   Volumes
+	Keyring   *secrets.Keyring
+	Logger    *slog.Logger
+	Clock     func() time.Time
+	Metrics   *Metrics
+	// Gate, when set, is asked before every local create (cluster topology
+	// and role check); an error refuses the create with no side effects.
+	Gate func(ctx context.Context) error
+}
+
+// Service is sandboxd's domain layer. It is safe for concurrent use.
+type Service struct {
+	cfg Config
+	Deps
+
+	// clients caches one agent client per sandbox id: each keeps its idle
+	// connections to the agent socket, so an exec after the first costs no
+	// dial and no AEAD open of the token.
+	clients sync.Map // string → *agent.Client
+}
+
+// New returns a Service. It does no I/O; call Reconcile before serving.
+func New(cfg Config, deps Deps) (*Service, error) {
+	switch {
+	case deps.Store == nil, deps.Runtime == nil, deps.Router == nil, deps.Admission == nil,
+		deps.Volumes == nil, deps.Keyring == nil:
+		return nil, errors.New("service.New: Store, Runtime, Router, Admission, Volumes and Keyring are required")
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.Clock == nil {
+		deps.Clock = time.Now
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = NewMetrics(nil)
+	}
+	if cfg.StuckCreating == 0 {
+		cfg.StuckCreating = 10 * time.Minute
+	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = "sandboxd/base:bookworm"
+	}
+	return &Service{cfg: cfg, Deps: deps}, nil
+}
+
+// Agent returns the client of a sandbox's agent. The sandbox must exist;
+// its container may be stopped (calls then fail with the dial error).
+func (s *Service) Agent(ctx context.Context, sandboxID string) (*agent.Client, error) {
+	if c, ok := s.clients.Load(sandboxID); ok {
+		return c.(*agent.Client), nil
+	}
+	row, err := s.Store.GetSandbox(ctx, sandboxID)
+	if err != nil {
+		return nil, s.mapStoreErr(err, sandboxID)
+	}
+	token, err := s.Keyring.Open(row.AgentTokenSealed, agentTokenAD(sandboxID))
+	if err != nil {
+		return nil, fmt.Errorf("open agent token of %s: %w", sandboxID, err)
+	}
+	return s.cacheClient(sandboxID, string(token)), nil
+}
+
+func (s *Service) cacheClient(sandboxID, token string) *agent.Client {
+	dial := func(ctx context.Context) (net.Conn, error) { return s.Runtime.DialAgent(ctx, sandboxID) }
+	fresh := agent.NewClient(dial, token)
+	c, loaded := s.clients.LoadOrStore(sandboxID, fresh)
+	if loaded {
+		fresh.Close() // another caller cached one first; theirs is as good
+	}
+	return c.(*agent.Client)
+}
+
+// forgetClient drops a sandbox's cached agent client and its connections.
+func (s *Service) forgetClient(sandboxID string) {
+	if c, ok := s.clients.LoadAndDelete(sandboxID); ok {
+		c.(*agent.Client).Close()
+	}
+}
+
+func agentTokenAD(id string) []byte  { return secrets.AssociatedData("sandbox", id, "agent-token") }
+func secretEnvAD(id string) []byte   { return secrets.AssociatedData("sandbox", id, "secret-env") }
+func mountAD(id string, i int) []byte { return secrets.AssociatedData("sandbox", id, "mount", fmt.Sprint(i)) }
+
+// mapStoreErr turns store sentinels into the service's.
+func (s *Service) mapStoreErr(err error, what string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("sandbox %q: %w", what, ErrNotFound)
+	case errors.Is(err, store.ErrNameConflict):
+		return fmt.Errorf("a sandbox named %q already exists: %w", what, ErrNameConflict)
+	case errors.Is(err, store.ErrStateConflict):
+		return fmt.Errorf("sandbox %q: %w: %w", what, ErrConflict, err)
+	case errors.Is(err, store.ErrIdempotencyKeyReused):
+		return ErrIdempotencyKeyReused
+	case errors.Is(err, store.ErrInvalidArgument):
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return err
+}

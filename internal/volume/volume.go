@@ -1,0 +1,50 @@
+// Package volume keeps named volumes: directories under the daemon's data
+// directory that sandboxes bind-mount and that outlive any one sandbox.
+package volume
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/service"
+)
+
+var namePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// Dir keeps volumes under one root directory.
+type Dir struct {
+	root string
+}
+
+// New returns a Dir rooted at root (created 0700 when missing).
+func New(root string) (*Dir, error) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("volume root: %w", err)
+	}
+	return &Dir{root: root}, nil
+}
+
+// Prepare creates every named volume that does not exist yet and returns
+// the binds for the runtime, in the order of mounts. It is idempotent.
+func (d *Dir) Prepare(_ context.Context, _ string, mounts []service.Mount) ([]runtime.Mount, error) {
+	binds := make([]runtime.Mount, 0, len(mounts))
+	for _, m := range mounts {
+		if !namePattern.MatchString(m.Volume) {
+			return nil, fmt.Errorf("volume %q: not a DNS label", m.Volume)
+		}
+		host := filepath.Join(d.root, m.Volume)
+		if err := os.MkdirAll(host, 0o755); err != nil {
+			return nil, fmt.Errorf("volume %q: %w", m.Volume, err)
+		}
+		binds = append(binds, runtime.Mount{HostPath: host, Path: m.Path, ReadOnly: m.ReadOnly})
+	}
+	return binds, nil
+}
+
+// Release is a no-op: volumes persist beyond their sandboxes, and the
+// bind mounts go away with the container.
+func (d *Dir) Release(context.Context, string) error { return nil }

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# setup-docker.sh — make sure a Docker engine answers on this machine.
+#
+# Idempotent and fast when everything is there (one `docker info`). On a fresh
+# Debian machine (as root, no systemd needed) it:
+#   1. installs Debian's docker.io when dockerd is missing (apt-get update only
+#      when the package is not known to apt yet);
+#   2. starts dockerd in the background when it is not running (systemctl when
+#      systemd is PID 1, otherwise nohup), logging to $SANDBOXD_DOCKERD_LOG;
+#      if dockerd dies at start (typically: iptables unusable in a nested
+#      sandbox) it retries once without networking setup, which is fine for us
+#      because sandboxes run with NetworkMode none unless asked;
+#   3. waits until `docker info` answers (bounded by $SANDBOXD_DOCKER_WAIT
+#      seconds, default 60) and fails loudly with the log tail otherwise.
+#
+# Environment:
+#   SANDBOXD_DOCKERD_LOG   dockerd log file (default /var/log/sandboxd-dockerd.log)
+#   SANDBOXD_DOCKER_WAIT   seconds to wait for the engine (default 60)
+set -euo pipefail
+
+log() { printf 'setup-docker: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+DOCKERD_LOG=${SANDBOXD_DOCKERD_LOG:-/var/log/sandboxd-dockerd.log}
+WAIT_S=${SANDBOXD_DOCKER_WAIT:-60}
+start_ts=$(date +%s%N)
+elapsed_ms() { echo $(( ($(date +%s%N) - start_ts) / 1000000 )); }
+
+# Debian's docker.io puts its client in /usr/bin; a newer client may already be
+# in /usr/local/bin. Either talks to the engine (API version negotiation).
+export PATH="$PATH:/usr/sbin:/usr/bin:/sbin"
+
+engine_up() { command -v docker >/dev/null 2>&1 && docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; }
+
+if engine_up; then
+	log "engine already answering, $(elapsed_ms) ms"
+	exit 0
+fi
+
+[[ $(id -u) -eq 0 ]] || die "docker engine not reachable and not root: cannot install or start it"
+
+# apt_install PKG...: install with a bounded wait on the dpkg lock (another apt
+# may be running), refreshing the package lists only when apt does not know a
+# package yet (fresh machine) or the first attempt fails (stale lists).
+apt_install() {
+	local apt=(apt-get -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends)
+	export DEBIAN_FRONTEND=noninteractive
+	local need_update=0 p
+	for p in "$@"; do
+		apt-cache show "$p" >/dev/null 2>&1 || need_update=1
+	done
+	if [[ $need_update -eq 1 ]]; then
+		log "apt-get update"
+		"${apt[@]}" update >&2
+	fi
+	if ! "${apt[@]}" install "$@" >&2; then
+		log "install failed; refreshing package lists and retrying"
+		"${apt[@]}" update >&2
+		"${apt[@]}" install "$@" >&2
+	fi
+}
+
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
+	log "installing docker.io from Debian"
+	apt_install docker.io
+	command -v dockerd >/dev/null 2>&1 || die "docker.io installed but dockerd not found"
+fi
+
+wait_engine() { # wait_engine SECONDS [PID]: 0 when up, 1 on timeout or when PID died
+	local deadline=$(( $(date +%s) + $1 )) pid=${2:-}
+	while (( $(date +%s) < deadline )); do
+		engine_up && return 0
+		if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then
+			return 1
+		fi
+		sleep 0.25
+	done
+	return 1
+}
+
+# start_dockerd [FLAGS...]: start dockerd detached; prints its pid.
+start_dockerd() {
+	mkdir -p "$(dirname "$DOCKERD_LOG")"
+	printf '\n=== %s: dockerd %s\n' "$(date -Is)" "$*" >>"$DOCKERD_LOG"
+	nohup setsid dockerd "$@" >>"$DOCKERD_LOG" 2>&1 </dev/null &
+	echo $!
+}
+
+if pgrep -x dockerd >/dev/null 2>&1; then
+	log "dockerd is running but not answering yet; waiting up to ${WAIT_S}s"
+	wait_engine "$WAIT_S" || die "dockerd running but 'docker info' does not answer; see $DOCKERD_LOG"
+elif [[ -d /run/systemd/system ]]; then
+	log "starting docker via systemd"
+	systemctl start docker
+	wait_engine "$WAIT_S" || { journalctl -u docker --no-pager -n 30 >&2 || true; die "docker did not come up under systemd"; }
+else
+	log "starting dockerd (log: $DOCKERD_LOG)"
+	pid=$(start_dockerd)
+	if ! wait_engine "$WAIT_S" "$pid"; then
+		if kill -0 "$pid" 2>/dev/null; then
+			tail -n 30 "$DOCKERD_LOG" >&2
+			die "dockerd (pid $pid) did not answer within ${WAIT_S}s; see $DOCKERD_LOG"
+		fi
+		# Died at start. In nested sandboxes this is almost always iptables or
+		# the default bridge; we only need NetworkMode none, so drop both.
+		log "dockerd exited at start; retrying without iptables and the default bridge"
+		tail -n 10 "$DOCKERD_LOG" >&2
+		rm -f /var/run/docker.pid
+		pid=$(start_dockerd --iptables=false --ip-masq=false --bridge=none)
+		if ! wait_engine "$WAIT_S" "$pid"; then
+			tail -n 30 "$DOCKERD_LOG" >&2
+			die "dockerd did not come up; see $DOCKERD_LOG"
+		fi
+	fi
+fi
+
+log "engine up: $(docker info --format 'server {{.ServerVersion}}, storage {{.Driver}}, cgroup v{{.CgroupVersion}}' 2>/dev/null), $(elapsed_ms) ms"
