@@ -1,7 +1,61 @@
-// Package ingress is sandboxd's in-process router: the table of routable
-// sandboxes behind preview URLs (<port>-<sandbox-id>.<domain>), and later
-// the TCP and TLS listeners of exposed ports.
+// Package ingress is sandboxd's in-process router: it carries traffic from
+// outside to ports inside sandboxes, by preview host and custom domain
+// over HTTP, by host port over TCP, and by SNI over TLS.
 //
-// Route changes are map updates under a mutex: installing a route costs
-// the same with one sandbox or ten thousand, and nothing is reloaded.
+// # Routes
+//
+// The route table (Table) holds which sandboxes are installed, which of
+// their ports are exposed (number, protocol http|tcp|tls, public flag),
+// and which custom hostnames point at which sandbox port. Every change is
+// a map update under one lock: installing a route costs the same with one
+// sandbox or ten thousand, and nothing is reloaded. Every change is
+// idempotent, and removals never undo another sandbox's routes. The store
+// is the source of truth; the service replays it into the router at
+// start (Install, then ExposePort, ListenTCP and BindDomain).
+//
+// # The path to a port
+//
+// Traffic never takes a network path to a sandbox: the injected Dialer
+// (the service's, over the agent tunnel) opens a raw TCP stream to
+// 127.0.0.1:<port> inside the sandbox. Router tracks every such
+// connection by sandbox and port, so UnexposePort and Remove cut live
+// traffic too (pooled idle HTTP connections and WebSockets included), and
+// a dial that races them is closed rather than leaked.
+//
+// # HTTP
+//
+// Wrap puts the router in front of the daemon's API mux on the same
+// listener. A request whose Host (any listener port stripped) is
+// "<port>-<sandbox-id>.<domain>" or a bound custom domain goes to the
+// sandbox port through an httputil.ReverseProxy whose transport dials
+// with the Dialer; its idle pool is per (sandbox, port). Bodies stream
+// (FlushInterval -1) and Upgrade requests become spliced connections.
+// Unknown or unexposed targets are 404, private ports without
+// authorization 401, both with the API's JSON error shape. The caller's
+// credentials never reach the sandbox.
+//
+// # L4: TCP and TLS
+//
+// ListenTCP binds a host port chosen by the service's allocator and
+// splices every connection to the sandbox port, half-close aware. A host
+// port that another process holds fails with ErrHostPortInUse (which is
+// also syscall.EADDRINUSE) so the allocator can release the candidate and
+// walk on. One SNI listener (Options.TLSAddr) serves every port exposed
+// as tls: it reads the ClientHello without answering it, routes its
+// server name like a preview host, and replays the bytes it read to the
+// sandbox port; TLS ends inside the sandbox.
+//
+// The L4 machinery starts lazily, on the first TCP or TLS exposure, with
+// the latch of DESIGN.md section 4: an atomic fast path, a mutex slow
+// path with a double check, latched only on success. A failed start fails
+// that call (ErrL4Unavailable) and the next call tries again; the daemon
+// never fails for it and no request pays for it after the first success.
+//
+// # Certificates
+//
+// HTTPS for preview hosts terminates in the daemon, on a listener the
+// daemon owns, with the same Wrap handler: NewACME (certmagic, on-demand
+// issuance gated by Router.Routable) in production, NewLocalCA (a CA made
+// in memory) in local mode and tests. Neither is needed for the SNI
+// listener, which never terminates TLS.
 package ingress

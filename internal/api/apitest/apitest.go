@@ -1,0 +1,234 @@
+// Package apitest runs the native API over the real stack for tests: a
+// SQLite store in a temporary directory, the Docker runtime, a real keyring,
+// the real agent binary, the service and the v1 handler on a loopback
+// httptest server. Nothing is faked.
+//
+// An Env is expensive (a build of the agent, a store, an engine
+// connection) and is meant to be shared by a test package: build it in
+// TestMain with New and Close it there, and have each test make its own
+// sandboxes (or share read-only ones). Env.Close destroys every sandbox the
+// Env's service created.
+package apitest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandboxd/sandboxd/internal/admission"
+	v1 "github.com/sandboxd/sandboxd/internal/api/v1"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/runtime/docker"
+	"github.com/sandboxd/sandboxd/internal/secrets"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/volume"
+)
+
+// Images built by scripts/build-images.sh.
+const (
+	BaseImage    = "sandboxd/base:bookworm" // the daemon's default image
+	BusyboxImage = "sandboxd/busybox:latest"
+)
+
+// Options configure New.
+type Options struct {
+	// AgentBinary is the static toolboxd to run in sandboxes (see
+	// runtimetest.BuildAgent). Required.
+	AgentBinary string
+	// Logger receives the daemon's logs (default: discard).
+	Logger *slog.Logger
+}
+
+// Env is a running API over the real stack.
+type Env struct {
+	// URL is the API's base URL (http://127.0.0.1:port).
+	URL string
+	// AdminToken is an admin token's plaintext.
+	AdminToken string
+	Service    *service.Service
+	Store      *store.Store
+	Registry   *prometheus.Registry
+
+	dir     string
+	nodeID  string
+	server  *httptest.Server
+	runtime *docker.Runtime
+}
+
+// New builds the stack and starts serving. The caller must Close it.
+func New(ctx context.Context, opts Options) (_ *Env, err error) {
+	if opts.AgentBinary == "" {
+		return nil, errors.New("apitest: AgentBinary is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	// A short directory: agent socket paths must fit in 108 bytes.
+	dir, err := os.MkdirTemp("", "apitest")
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{dir: dir, nodeID: "apitest-" + filepath.Base(dir), Registry: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+
+	if e.Store, err = store.Open(ctx, filepath.Join(dir, "sandboxd.db"), store.Options{}); err != nil {
+		return nil, fmt.Errorf("store.Open: %w", err)
+	}
+	keyring, err := secrets.OpenKeyring(dir)
+	if err != nil {
+		return nil, fmt.Errorf("secrets.OpenKeyring: %w", err)
+	}
+	if e.runtime, err = docker.New(docker.Options{NodeID: e.nodeID, SocketRoot: filepath.Join(dir, "s"), Logger: opts.Logger}); err != nil {
+		return nil, fmt.Errorf("docker.New: %w", err)
+	}
+	vols, err := volume.New(filepath.Join(dir, "volumes"))
+	if err != nil {
+		return nil, fmt.Errorf("volume.New: %w", err)
+	}
+	e.Service, err = service.New(service.Config{NodeID: e.nodeID, DefaultImage: BaseImage, AgentBinary: opts.AgentBinary}, service.Deps{
+		Store:     e.Store,
+		Runtime:   e.runtime,
+		Router:    ingress.NewTable(),
+		Admission: admission.New(admission.Budget{MilliCPU: 1 << 30, MemoryMB: 1 << 30}),
+		Volumes:   vols,
+		Keyring:   keyring,
+		Logger:    opts.Logger,
+		Metrics:   service.NewMetrics(e.Registry),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("service.New: %w", err)
+	}
+	h, err := v1.New(v1.Options{
+		Service:  e.Service,
+		Auth:     auth.NewAuthenticator(TokenLookup{e.Store}),
+		Tokens:   e.Store,
+		Logger:   opts.Logger,
+		Registry: e.Registry,
+		Version:  "apitest",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("v1.New: %w", err)
+	}
+	if e.AdminToken, err = e.IssueToken(ctx, auth.RoleAdmin, ""); err != nil {
+		return nil, err
+	}
+	e.server = httptest.NewServer(h)
+	e.URL = e.server.URL
+	return e, nil
+}
+
+// IssueToken stores a new token and returns its plaintext.
+func (e *Env) IssueToken(ctx context.Context, role auth.Role, owner string) (string, error) {
+	plaintext, tok, hash := auth.Generate(role, owner)
+	rec := store.APIToken{ID: tok.ID, Name: "apitest", Role: store.Role(role), Owner: owner}
+	if err := e.Store.CreateAPIToken(ctx, &rec, hash); err != nil {
+		return "", fmt.Errorf("create token: %w", err)
+	}
+	return plaintext, nil
+}
+
+// Close stops serving, destroys every sandbox the Env created (containers
+// included) and removes its directory. It keeps the first error.
+func (e *Env) Close() error {
+	if e.server != nil {
+		e.server.Close()
+	}
+	var errs []error
+	if e.Service != nil {
+		errs = append(errs, e.destroyAll())
+	}
+	if e.runtime != nil {
+		errs = append(errs, e.runtime.Close())
+	}
+	if e.Store != nil {
+		errs = append(errs, e.Store.Close())
+	}
+	errs = append(errs, os.RemoveAll(e.dir))
+	return errors.Join(errs...)
+}
+
+func (e *Env) destroyAll() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := service.Caller{Admin: true}
+	var errs []error
+	for {
+		sbs, _, err := e.Service.List(ctx, admin, service.ListFilter{Limit: store.MaxListLimit})
+		if err != nil || len(sbs) == 0 {
+			return errors.Join(append(errs, err)...)
+		}
+		for _, sb := range sbs {
+			if err := e.Service.Destroy(ctx, admin, sb.ID); err != nil && !errors.Is(err, service.ErrNotFound) {
+				return errors.Join(append(errs, fmt.Errorf("destroy %s: %w", sb.ID, err))...)
+			}
+		}
+	}
+}
+
+// Do sends a request to the API with token as the bearer credential ("" for
+// none) and returns the response; the caller closes its body.
+func (e *Env) Do(ctx context.Context, token, method, path string, body string, header ...string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, e.URL+path, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	return http.DefaultClient.Do(req)
+}
+
+// DockerReachable reports whether the Docker engine answers, with the
+// error when it does not.
+func DockerReachable(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "apitest-probe")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	rt, err := docker.New(docker.Options{NodeID: "apitest-probe", SocketRoot: dir})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = rt.ListOurs(ctx)
+	return err
+}
+
+// TokenLookup adapts the store to auth.TokenLookup. The store finds the
+// active token by hash; an unknown or revoked token is auth.ErrTokenNotFound.
+type TokenLookup struct{ Store *store.Store }
+
+var _ auth.TokenLookup = TokenLookup{}
+
+// LookupAPITokenByHash implements auth.TokenLookup.
+func (l TokenLookup) LookupAPITokenByHash(ctx context.Context, hash [32]byte) (auth.StoredToken, error) {
+	t, err := l.Store.LookupAPITokenByHash(ctx, hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return auth.StoredToken{}, fmt.Errorf("%w: %w", auth.ErrTokenNotFound, err)
+	}
+	if err != nil {
+		return auth.StoredToken{}, err
+	}
+	return auth.StoredToken{ID: t.ID, Role: string(t.Role), Owner: t.Owner, SecretSHA256: hash, Revoked: !t.RevokedAt.IsZero()}, nil
+}

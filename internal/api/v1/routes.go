@@ -1,0 +1,61 @@
+package v1
+
+import "net/http"
+
+// access is who may call a route.
+type access int
+
+const (
+	public    access = iota // no token
+	user                    // any valid token; sandboxes are scoped to its owner
+	adminOnly               // an admin token; a user token gets permission_denied
+)
+
+// bodyKind says how a route's request body is bounded.
+type bodyKind int
+
+const (
+	jsonBody bodyKind = iota // capped at Options.MaxBodyBytes (413 beyond)
+	rawBody                  // streamed, uncapped (file upload)
+)
+
+// route is one row of the route table.
+type route struct {
+	method string
+	// path is a net/http.ServeMux pattern; its {wildcards} are also the
+	// OpenAPI path template, so spec and server share one spelling.
+	path   string
+	access access
+	body   bodyKind
+	handle func(s *server, w http.ResponseWriter, r *http.Request) error
+}
+
+// routes is the route table: the one list that registers the handlers and
+// that the OpenAPI test compares spec/openapi.yaml with. Ports and domains
+// come later (issue 5).
+func routes() []route {
+	return []route{
+		{http.MethodGet, "/healthz", public, jsonBody, (*server).healthz},
+		{http.MethodGet, "/metrics", public, jsonBody, (*server).serveMetrics},
+
+		{http.MethodPost, "/v1/sandboxes", user, jsonBody, (*server).createSandbox},
+		{http.MethodGet, "/v1/sandboxes", user, jsonBody, (*server).listSandboxes},
+		{http.MethodGet, "/v1/sandboxes/{id}", user, jsonBody, (*server).getSandbox},
+		{http.MethodPatch, "/v1/sandboxes/{id}", user, jsonBody, (*server).updateSandbox},
+		{http.MethodDelete, "/v1/sandboxes/{id}", user, jsonBody, (*server).destroySandbox},
+		{http.MethodPost, "/v1/sandboxes/{id}/start", user, jsonBody, (*server).startSandbox},
+		{http.MethodPost, "/v1/sandboxes/{id}/stop", user, jsonBody, (*server).stopSandbox},
+
+		{http.MethodPost, "/v1/sandboxes/{id}/exec", user, jsonBody, (*server).exec},
+		{http.MethodGet, "/v1/sandboxes/{id}/exec/stream", user, jsonBody, (*server).execStream},
+
+		{http.MethodPut, "/v1/sandboxes/{id}/files", user, rawBody, (*server).uploadFile},
+		{http.MethodGet, "/v1/sandboxes/{id}/files", user, jsonBody, (*server).downloadFile},
+		{http.MethodDelete, "/v1/sandboxes/{id}/files", user, jsonBody, (*server).removeFile},
+		{http.MethodGet, "/v1/sandboxes/{id}/files/list", user, jsonBody, (*server).listFiles},
+
+		{http.MethodPost, "/v1/tokens", adminOnly, jsonBody, (*server).createToken},
+		{http.MethodGet, "/v1/tokens", adminOnly, jsonBody, (*server).listTokens},
+		{http.MethodDelete, "/v1/tokens/{id}", adminOnly, jsonBody, (*server).revokeToken},
+	}
+}

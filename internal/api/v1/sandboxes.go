@@ -1,0 +1,241 @@
+package v1
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// Idempotency of POST /v1/sandboxes (DESIGN.md, sections 3 and 6).
+const (
+	createScope = "v1.create"
+	// createPendingTTL bounds how long a duplicate waits for the first
+	// call: longer than any create takes, short enough that a claim whose
+	// daemon died frees itself.
+	createPendingTTL = 2 * time.Minute
+	// createReplayWindow is how long a retry with the same key still gets
+	// the first call's sandbox.
+	createReplayWindow = 24 * time.Hour
+)
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.version})
+	return nil
+}
+
+// createSandbox creates a sandbox: 201 with the sandbox (its private key
+// included) and a Server-Timing header with one entry per create step.
+//
+// With an Idempotency-Key the create runs at most once per (owner, key):
+// concurrent duplicates wait for the first and every retry within the
+// replay window gets the same sandbox, also with 201, without the private
+// key (it is never stored) and with "Idempotent-Replayed: true". The same
+// key with another body is idempotency_key_reused.
+func (s *server) createSandbox(w http.ResponseWriter, r *http.Request) error {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
+	var body createRequest
+	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
+	c := caller(r)
+	req := body.toService(c.Owner)
+	if key == "" {
+		created, err := s.svc.CreateSandbox(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		writeCreated(w, created)
+		return nil
+	}
+
+	var created *service.Created // set only when this call did the work
+	once := service.Once{
+		Scope:        createScope,
+		Fingerprint:  hashHex(c.Owner + "\x00" + key),
+		RequestHash:  requestHash(body),
+		PendingTTL:   createPendingTTL,
+		ReplayWindow: createReplayWindow,
+	}
+	id, _, err := s.svc.Idempotent(r.Context(), once, func(ctx context.Context) (string, error) {
+		var err error
+		created, err = s.svc.CreateSandbox(ctx, req)
+		if err != nil {
+			return "", err
+		}
+		return created.ID, nil
+	})
+	if err != nil {
+		return err
+	}
+	if created == nil {
+		sb, err := s.svc.Get(r.Context(), c, id)
+		if err != nil {
+			return err
+		}
+		created = &service.Created{Sandbox: sb, Replayed: true}
+	}
+	writeCreated(w, created)
+	return nil
+}
+
+func writeCreated(w http.ResponseWriter, c *service.Created) {
+	if len(c.Timings) > 0 {
+		w.Header().Set("Server-Timing", serverTiming(c.Timings))
+	}
+	if c.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	out := toSandboxJSON(c.Sandbox)
+	out.SSHPrivateKey = c.SSHPrivateKey
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// requestHash is the SHA-256 of the canonical encoding of a decoded create
+// request: field order, whitespace and map order in the client's body do
+// not change it.
+func requestHash(body createRequest) string {
+	b, err := json.Marshal(body)
+	if err != nil {
+		panic(fmt.Sprintf("marshal create request: %v", err)) // strings, numbers and maps always marshal
+	}
+	return hashHex(string(b))
+}
+
+func hashHex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// serverTiming renders step timings as a Server-Timing header value
+// (RFC: W3C Server Timing): "validate;dur=0.1, store;dur=0.4". Step names
+// become tokens: anything but letters, digits, '-' and '_' turns into '_'.
+func serverTiming(ts []service.StepTiming) string {
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		ms := strconv.FormatFloat(float64(t.Duration.Microseconds())/1000, 'f', -1, 64)
+		parts[i] = timingToken(t.Step) + ";dur=" + ms
+	}
+	return strings.Join(parts, ", ")
+}
+
+func timingToken(name string) string {
+	if name == "" {
+		return "step"
+	}
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '_'
+	}, name)
+}
+
+// listSandboxes answers one page of the caller's sandboxes. Filters:
+// name, tag.<key>=<value> (all must match), state, limit (1-1000, default
+// 100) and page_token.
+func (s *server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
+	q, err := query(r, listParam)
+	if err != nil {
+		return err
+	}
+	limit, err := intParam(q, "limit", 1, store.MaxListLimit, store.DefaultListLimit)
+	if err != nil {
+		return err
+	}
+	f := service.ListFilter{Name: q.Get("name"), Limit: limit, PageToken: q.Get("page_token")}
+	if st := q.Get("state"); st != "" {
+		if !store.SandboxState(st).Valid() {
+			return fieldError("state", "%q is not one of creating, running, stopping, stopped, error", st)
+		}
+		f.States = []service.State{service.State(st)}
+	}
+	for k, v := range q {
+		if tag, ok := strings.CutPrefix(k, "tag."); ok {
+			if f.Tags == nil {
+				f.Tags = map[string]string{}
+			}
+			f.Tags[tag] = v[0]
+		}
+	}
+	sbs, next, err := s.svc.List(r.Context(), caller(r), f)
+	if err != nil {
+		return err
+	}
+	out := listJSON[sandboxJSON]{Items: make([]sandboxJSON, len(sbs)), NextPageToken: next}
+	for i, sb := range sbs {
+		out.Items[i] = toSandboxJSON(sb)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// listParam accepts the query parameters of GET /v1/sandboxes.
+func listParam(k string) bool {
+	if tag, ok := strings.CutPrefix(k, "tag."); ok {
+		return tag != ""
+	}
+	return slices.Contains([]string{"name", "state", "limit", "page_token"}, k)
+}
+
+func (s *server) getSandbox(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.svc.Get(r.Context(), caller(r), r.PathValue("id"))
+	return writeSandbox(w, sb, err)
+}
+
+// updateSandbox sets the timeout (counted from now; 0 clears it) and/or
+// replaces the tags. Fields that are absent stay as they are.
+func (s *server) updateSandbox(w http.ResponseWriter, r *http.Request) error {
+	var body updateRequest
+	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
+	var u service.Update
+	if body.TimeoutS != nil {
+		u.SetTimeout, u.Timeout = true, seconds(*body.TimeoutS)
+	}
+	u.Tags = body.Tags
+	sb, err := s.svc.UpdateSandbox(r.Context(), caller(r), r.PathValue("id"), u)
+	return writeSandbox(w, sb, err)
+}
+
+// destroySandbox answers 204, or not_found when the sandbox never existed
+// or is already gone (so a retried DELETE learns that its first try won).
+func (s *server) destroySandbox(w http.ResponseWriter, r *http.Request) error {
+	if err := s.svc.Destroy(r.Context(), caller(r), r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *server) startSandbox(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.svc.Start(r.Context(), caller(r), r.PathValue("id"))
+	return writeSandbox(w, sb, err)
+}
+
+func (s *server) stopSandbox(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.svc.Stop(r.Context(), caller(r), r.PathValue("id"))
+	return writeSandbox(w, sb, err)
+}
+
+func writeSandbox(w http.ResponseWriter, sb service.Sandbox, err error) error {
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toSandboxJSON(sb))
+	return nil
+}

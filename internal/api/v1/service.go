@@ -1,0 +1,46 @@
+package v1
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/service"
+)
+
+// Service is everything the API asks of the domain layer; *service.Service
+// implements it. Handlers call nothing else, so this interface is the whole
+// dependency surface of the edge (and the seam for fault injection).
+type Service interface {
+	CreateSandbox(ctx context.Context, req service.CreateRequest) (*service.Created, error)
+	Idempotent(ctx context.Context, o service.Once, work func(ctx context.Context) (string, error)) (targetID string, replayed bool, err error)
+	Get(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	List(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
+	Destroy(ctx context.Context, c service.Caller, idOrName string) error
+	Start(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	Stop(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
+
+	Exec(ctx context.Context, c service.Caller, idOrName string, req service.ExecRequest) (*service.ExecResult, error)
+	StartProcess(ctx context.Context, c service.Caller, idOrName string, req service.ProcessRequest) (*agent.Process, error)
+
+	Upload(ctx context.Context, c service.Caller, idOrName, path, user string, r io.Reader) error
+	Download(ctx context.Context, c service.Caller, idOrName, path, user string) (rc io.ReadCloser, size int64, err error)
+	ListFiles(ctx context.Context, c service.Caller, idOrName, path, user string) ([]service.FileEntry, error)
+	RemoveFile(ctx context.Context, c service.Caller, idOrName, path, user string) error
+}
+
+var _ Service = (*service.Service)(nil)
+
+// execTimedOut reports whether err from Service.Exec means the command's
+// own timeout killed it. The service passes the agent's error through: a
+// connect deadline_exceeded from the wire, or the local context's. This is
+// the one place the edge knows about the agent's transport; it goes away
+// once the service maps the timeout to a sentinel of its own (or returns
+// the partial result with a flag).
+func execTimedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded
+}

@@ -1,0 +1,197 @@
+package v1
+
+import (
+	"math"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/service"
+)
+
+// The JSON shapes of docs/api-v1.md. Requests decode strictly (unknown
+// fields are errors); absent optional values are omitted from answers.
+
+// sandboxJSON is the sandbox object.
+type sandboxJSON struct {
+	ID            string            `json:"id"`
+	Name          string            `json:"name,omitempty"`
+	Image         string            `json:"image"`
+	State         string            `json:"state"`
+	CPU           float64           `json:"cpu"`
+	MemoryMB      int64             `json:"memory_mb"`
+	Tags          map[string]string `json:"tags"`
+	Env           map[string]string `json:"env,omitempty"`
+	Network       bool              `json:"network"`
+	Mounts        []mountJSON       `json:"mounts,omitempty"`
+	CreatedAt     time.Time         `json:"created_at"`
+	ExpiresAt     *time.Time        `json:"expires_at,omitempty"`
+	SSHPublicKey  string            `json:"ssh_public_key"`
+	SSHPrivateKey string            `json:"ssh_private_key,omitempty"`
+	ErrorReason   string            `json:"error_reason,omitempty"`
+}
+
+type mountJSON struct {
+	Volume   string `json:"volume"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+func toSandboxJSON(sb service.Sandbox) sandboxJSON {
+	out := sandboxJSON{
+		ID:           sb.ID,
+		Name:         sb.Name,
+		Image:        sb.Image,
+		State:        string(sb.State),
+		CPU:          float64(sb.MilliCPU) / 1000,
+		MemoryMB:     sb.MemoryMB,
+		Tags:         sb.Tags,
+		Env:          sb.Env,
+		Network:      sb.Network,
+		CreatedAt:    sb.CreatedAt.UTC(),
+		SSHPublicKey: sb.SSHPublicKey,
+		ErrorReason:  sb.ErrorReason,
+	}
+	if out.Tags == nil {
+		out.Tags = map[string]string{}
+	}
+	for _, m := range sb.Mounts {
+		out.Mounts = append(out.Mounts, mountJSON(m))
+	}
+	if !sb.ExpiresAt.IsZero() {
+		t := sb.ExpiresAt.UTC()
+		out.ExpiresAt = &t
+	}
+	return out
+}
+
+// createRequest is the body of POST /v1/sandboxes. Its JSON encoding, with
+// sorted map keys and no whitespace, is also the canonical form hashed for
+// Idempotency-Key reuse detection, so every field is omitempty: an absent
+// field and its zero value hash alike.
+type createRequest struct {
+	Image     string            `json:"image,omitempty"`
+	Name      string            `json:"name,omitempty"`
+	CPU       float64           `json:"cpu,omitempty"`
+	MemoryMB  int64             `json:"memory_mb,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	SecretEnv map[string]string `json:"secret_env,omitempty"`
+	Tags      map[string]string `json:"tags,omitempty"`
+	TimeoutS  int64             `json:"timeout_s,omitempty"`
+	Network   bool              `json:"network,omitempty"`
+	Mounts    []mountJSON       `json:"mounts,omitempty"`
+	Runtime   string            `json:"runtime,omitempty"`
+}
+
+func (c createRequest) toService(owner string) service.CreateRequest {
+	req := service.CreateRequest{
+		Owner:     owner,
+		Image:     c.Image,
+		Name:      c.Name,
+		MilliCPU:  milliCPU(c.CPU),
+		MemoryMB:  c.MemoryMB,
+		Env:       c.Env,
+		SecretEnv: c.SecretEnv,
+		Tags:      c.Tags,
+		Timeout:   seconds(c.TimeoutS),
+		Network:   c.Network,
+		Runtime:   c.Runtime,
+	}
+	for _, m := range c.Mounts {
+		req.Mounts = append(req.Mounts, service.Mount(m))
+	}
+	return req
+}
+
+// milliCPU converts cores to millicores for the service, which validates
+// the range. The conversion keeps what validation needs to see: a negative
+// stays negative, a positive that rounds to zero stays positive (zero
+// would mean "default"), and a huge value saturates instead of wrapping.
+func milliCPU(cores float64) int64 {
+	m := math.Round(cores * 1000)
+	switch {
+	case cores == 0:
+		return 0
+	case m >= math.MaxInt64:
+		return math.MaxInt64
+	case m <= math.MinInt64:
+		return math.MinInt64
+	case cores > 0 && m < 1:
+		return 1
+	case cores < 0 && m > -1:
+		return -1
+	}
+	return int64(m)
+}
+
+// seconds converts a wire timeout to a Duration, saturating instead of
+// overflowing (the service rejects out-of-range values).
+func seconds(s int64) time.Duration {
+	const limit = math.MaxInt64 / int64(time.Second)
+	switch {
+	case s > limit:
+		return math.MaxInt64
+	case s < -limit:
+		return math.MinInt64
+	}
+	return time.Duration(s) * time.Second
+}
+
+// updateRequest is the body of PATCH /v1/sandboxes/{id}.
+type updateRequest struct {
+	TimeoutS *int64            `json:"timeout_s"`
+	Tags     map[string]string `json:"tags"`
+}
+
+// listJSON is a page of a list route.
+type listJSON[T any] struct {
+	Items         []T    `json:"items"`
+	NextPageToken string `json:"next_page_token,omitempty"`
+}
+
+// execRequest is the body of POST /v1/sandboxes/{id}/exec.
+type execRequest struct {
+	Cmd      []string          `json:"cmd"`
+	Command  string            `json:"command"`
+	Env      map[string]string `json:"env"`
+	Cwd      string            `json:"cwd"`
+	User     string            `json:"user"`
+	Stdin    *string           `json:"stdin"`
+	TimeoutS int64             `json:"timeout_s"`
+}
+
+type execResult struct {
+	ExitCode   int    `json:"exit_code"`
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	DurationMS int64  `json:"duration_ms"`
+	Truncated  bool   `json:"truncated"`
+	// TimedOut is set when timeout_s killed the command (an addition to
+	// the doc's shape; clients that do not know it see exit code 124).
+	TimedOut bool `json:"timed_out,omitempty"`
+}
+
+// fileEntryJSON is one entry of GET …/files/list.
+type fileEntryJSON struct {
+	Name       string    `json:"name"`
+	Path       string    `json:"path"`
+	Type       string    `json:"type"`
+	Size       int64     `json:"size"`
+	Mode       uint32    `json:"mode"`
+	ModifiedAt time.Time `json:"modified_at"`
+}
+
+// tokenRequest is the body of POST /v1/tokens.
+type tokenRequest struct {
+	Name  string `json:"name"`
+	Role  string `json:"role"`
+	Owner string `json:"owner"`
+}
+
+// tokenJSON describes a token; Token (the secret) only in the create answer.
+type tokenJSON struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Role      string    `json:"role"`
+	Owner     string    `json:"owner"`
+	CreatedAt time.Time `json:"created_at"`
+	Token     string    `json:"token,omitempty"`
+}

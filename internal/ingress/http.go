@@ -1,0 +1,152 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Proxy tuning. Idle connections are pooled per (sandbox, port): the
+// transport keys its pool by the synthetic upstream host "<id>:<port>".
+const (
+	maxIdlePerPort  = 32
+	idleConnTimeout = 90 * time.Second
+)
+
+// Wrap returns a handler that serves requests addressed to a preview
+// host ("<port>-<sandbox-id>.<domain>", any listener port in the Host
+// header) or to a bound custom domain, and passes every other request to
+// next. The daemon mounts it in front of its API mux:
+//
+//	srv := &http.Server{Handler: router.Wrap(apiMux)}
+//
+// A preview host whose sandbox or port is unknown, not exposed, or not
+// exposed as http answers 404; a private port answers 401 unless
+// Options.Authorize says yes. Otherwise the request is proxied to the
+// sandbox port, streaming both ways (WebSocket upgrades included), with
+// X-Forwarded-For/-Host/-Proto set and the caller's credentials
+// (Authorization, X-Sandboxd-Token, the credential cookie) removed.
+func (r *Router) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.serve(w, req, next)
+	})
+}
+
+// ServeHTTP serves ingress hosts like Wrap and answers 404 to any other
+// host.
+func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.serve(w, req, nil)
+}
+
+type targetKey struct{}
+
+func (r *Router) serve(w http.ResponseWriter, req *http.Request, next http.Handler) {
+	t, v := r.resolve(req.Host, HTTP)
+	switch {
+	case v == notOurs && next != nil:
+		next.ServeHTTP(w, req)
+		return
+	case v != found:
+		writeError(w, http.StatusNotFound, "not_found", "no exposed http port behind this host", false)
+		return
+	case !t.Port.Public && (r.authorize == nil || !r.authorize(req)):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxd"`)
+		writeError(w, http.StatusUnauthorized, "unauthenticated", "this port is private: send an API token", false)
+		return
+	}
+	r.proxy.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), targetKey{}, t)))
+}
+
+func (r *Router) newProxy() (*http.Transport, *httputil.ReverseProxy) {
+	tr := &http.Transport{
+		Proxy: nil, // never an environment proxy: the dialer is the path
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			id, portStr, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			port, _ := strconv.Atoi(portStr)
+			return r.dial(ctx, id, port)
+		},
+		MaxIdleConnsPerHost:   maxIdlePerPort,
+		IdleConnTimeout:       idleConnTimeout,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // pass bodies through as the sandbox sent them
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite:       r.rewrite,
+		Transport:     tr,
+		FlushInterval: -1, // flush every write: streams, SSE, long polls
+		ErrorHandler:  r.proxyError,
+		ErrorLog:      slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
+	}
+	return tr, rp
+}
+
+// rewrite points the outgoing request at the upstream key of its target
+// and keeps the caller's Host, so the sandbox's server sees the URL the
+// user typed.
+func (r *Router) rewrite(pr *httputil.ProxyRequest) {
+	t := pr.In.Context().Value(targetKey{}).(Target)
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = net.JoinHostPort(t.SandboxID, strconv.Itoa(t.Port.Number))
+	pr.Out.Host = pr.In.Host
+	pr.SetXForwarded()
+	pr.Out.Header.Del("Authorization")
+	pr.Out.Header.Del("X-Sandboxd-Token")
+	if r.cookie != "" {
+		stripCookie(pr.Out.Header, r.cookie)
+	}
+}
+
+// stripCookie removes every cookie called name from the Cookie headers.
+func stripCookie(h http.Header, name string) {
+	var kept []string
+	for _, line := range h.Values("Cookie") {
+		for part := range strings.SplitSeq(line, ";") {
+			part = strings.TrimSpace(part)
+			if k, _, _ := strings.Cut(part, "="); part != "" && k != name {
+				kept = append(kept, part)
+			}
+		}
+	}
+	h.Del("Cookie")
+	if len(kept) > 0 {
+		h.Set("Cookie", strings.Join(kept, "; "))
+	}
+}
+
+func (r *Router) proxyError(w http.ResponseWriter, req *http.Request, err error) {
+	if req.Context().Err() != nil {
+		return // the caller went away; nobody reads an answer
+	}
+	t, _ := req.Context().Value(targetKey{}).(Target)
+	r.log.Warn("ingress: proxy", "sandbox", t.SandboxID, "port", t.Port.Number, "err", err)
+	if errors.Is(err, ErrNotExposed) {
+		writeError(w, http.StatusNotFound, "not_found", "no exposed http port behind this host", false)
+		return
+	}
+	writeError(w, http.StatusBadGateway, "unavailable", "the sandbox port did not answer", true)
+}
+
+// writeError answers with the API's error shape (DESIGN.md section 6).
+func writeError(w http.ResponseWriter, status int, code, msg string, retryable bool) {
+	type body struct {
+		Code      string `json:"code"`
+		Message   string `json:"message"`
+		Retryable bool   `json:"retryable"`
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Error body `json:"error"`
+	}{body{code, msg, retryable}})
+}

@@ -1,0 +1,276 @@
+package ingress_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandboxd/sandboxd/internal/ingress"
+)
+
+// seen is what the upstream reports about the request it got.
+type seen struct {
+	Host, Path, Authorization, Token, Cookie string
+	XFF, XFHost, XFProto                     string
+}
+
+func headerEcho(w http.ResponseWriter, r *http.Request) {
+	json.NewEncoder(w).Encode(seen{
+		Host: r.Host, Path: r.URL.RequestURI(),
+		Authorization: r.Header.Get("Authorization"), Token: r.Header.Get("X-Sandboxd-Token"),
+		Cookie: r.Header.Get("Cookie"),
+		XFF:    r.Header.Get("X-Forwarded-For"), XFHost: r.Header.Get("X-Forwarded-Host"),
+		XFProto: r.Header.Get("X-Forwarded-Proto"),
+	})
+}
+
+func TestHTTP_PreviewHostReachesPublicPort(t *testing.T) {
+	e := newEnv(t)
+	port := httpUpstream(t, http.HandlerFunc(headerEcho))
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+
+	url := e.url(sbA, port, "/a/b?c=d")
+	code, body := e.get(t, url, http.Header{"X-Forwarded-For": {"6.6.6.6"}})
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var got seen
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	host := e.r.PreviewHost(sbA, port) + ":" + portOf(e.addr)
+	want := seen{Host: host, Path: "/a/b?c=d", XFF: "127.0.0.1", XFHost: host, XFProto: "http"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("upstream saw (-want +got):\n%s", diff)
+	}
+}
+
+func TestHTTP_OtherHostsReachTheAPI(t *testing.T) {
+	e := newEnv(t)
+	for _, url := range []string{"http://" + e.addr + "/", "http://localhost:1/", "http://app.example.com/"} {
+		if code, body := e.get(t, url, nil); code != http.StatusOK || body != "api" {
+			t.Errorf("%s: got %d %q, want the API", url, code, body)
+		}
+	}
+}
+
+func TestHTTP_UnknownOrUnexposedIs404(t *testing.T) {
+	e := newEnv(t)
+	port := httpUpstream(t, http.HandlerFunc(headerEcho))
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+	e.expose(t, sbB, ingress.Port{Number: port, Protocol: ingress.TCP, Public: true})
+
+	for name, url := range map[string]string{
+		"unknown sandbox":  e.url("sb-00000000000000aa", port, "/"),
+		"unexposed port":   e.url(sbA, port+1, "/"),
+		"port exposed tcp": e.url(sbB, port, "/"),
+	} {
+		code, body := e.get(t, url, nil)
+		if code != http.StatusNotFound {
+			t.Errorf("%s: status %d, want 404", name, code)
+		}
+		wantErrorBody(t, body, "not_found")
+	}
+}
+
+func TestHTTP_PrivatePortNeedsAuthorization(t *testing.T) {
+	e := newEnv(t)
+	port := httpUpstream(t, http.HandlerFunc(headerEcho))
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP})
+	url := e.url(sbA, port, "/")
+
+	code, body := e.get(t, url, http.Header{"Authorization": {"Bearer wrong"}})
+	if code != http.StatusUnauthorized {
+		t.Fatalf("without authorization: status %d, want 401", code)
+	}
+	wantErrorBody(t, body, "unauthenticated")
+
+	code, body = e.get(t, url, http.Header{
+		"Authorization":    {goodToken},
+		"X-Sandboxd-Token": {"secret"},
+		"Cookie":           {"theme=dark; sandboxd_token=secret; lang=en"},
+	})
+	if code != http.StatusOK {
+		t.Fatalf("with authorization: status %d: %s", code, body)
+	}
+	var got seen
+	json.Unmarshal([]byte(body), &got)
+	if got.Authorization != "" || got.Token != "" || got.Cookie != "theme=dark; lang=en" {
+		t.Fatalf("credentials reached the sandbox: %+v", got)
+	}
+}
+
+func TestHTTP_PythonHTTPServer(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	dir := t.TempDir()
+	want := "hello from python\n"
+	if err := os.WriteFile(filepath.Join(dir, "hello.txt"), []byte(want), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	cmd := exec.Command(py, "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1", "--directory", dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitListening(t, port)
+
+	e := newEnv(t)
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+	code, body := e.get(t, e.url(sbA, port, "/hello.txt"), nil)
+	if code != http.StatusOK || body != want {
+		t.Fatalf("got %d %q, want 200 %q", code, body, want)
+	}
+}
+
+func waitListening(t *testing.T, port int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("port %d never listened: %v", port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestHTTP_WebSocketEcho(t *testing.T) {
+	e := newEnv(t)
+	port := httpUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		for {
+			typ, msg, err := c.Read(r.Context())
+			if err != nil {
+				return
+			}
+			if err := c.Write(r.Context(), typ, msg); err != nil {
+				return
+			}
+		}
+	}))
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+e.url(sbA, port, "/ws")[len("http"):], &websocket.DialOptions{HTTPClient: e.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	for i := range 3 {
+		want := "message " + strconv.Itoa(i)
+		if err := c.Write(ctx, websocket.MessageText, []byte(want)); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Fatalf("echo %q, want %q", got, want)
+		}
+	}
+
+	// Unexposing the port cuts the live WebSocket.
+	if err := e.r.UnexposePort(ctx, sbA, port); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Read(ctx); err == nil {
+		t.Fatal("WebSocket survived UnexposePort")
+	}
+}
+
+func TestHTTP_Streams50MBIntact(t *testing.T) {
+	const size = 50 << 20
+	e := newEnv(t)
+	wantSum := sha256.New()
+	io.Copy(wantSum, io.LimitReader(rand.NewChaCha8([32]byte{7}), size))
+	port := httpUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.Copy(w, io.LimitReader(rand.NewChaCha8([32]byte{7}), size)) // chunked, streamed
+	}))
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+
+	resp, err := e.client.Get(e.url(sbA, port, "/big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	gotSum := sha256.New()
+	n, err := io.Copy(gotSum, resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != size || string(gotSum.Sum(nil)) != string(wantSum.Sum(nil)) {
+		t.Fatalf("got %d bytes, sha256 %x; want %d bytes, sha256 %x", n, gotSum.Sum(nil), size, wantSum.Sum(nil))
+	}
+}
+
+func TestHTTP_CustomDomain(t *testing.T) {
+	e := newEnv(t)
+	port := httpUpstream(t, http.HandlerFunc(headerEcho))
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+	e.expose(t, sbB, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+	ctx := t.Context()
+	const host = "app.example.com"
+
+	if err := e.r.BindDomain(ctx, "App.Example.COM.", sbA, port); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.r.BindDomain(ctx, host, sbA, port); err != nil {
+		t.Fatalf("same binding again: %v", err)
+	}
+	if err := e.r.BindDomain(ctx, host, sbB, port); !errors.Is(err, ingress.ErrHostnameConflict) {
+		t.Fatalf("other sandbox: got %v, want ErrHostnameConflict", err)
+	}
+	if err := e.r.BindDomain(ctx, e.r.PreviewHost(sbB, port), sbB, port); !errors.Is(err, ingress.ErrInvalidRoute) {
+		t.Fatalf("preview host as custom domain: got %v, want ErrInvalidRoute", err)
+	}
+	code, body := e.get(t, "http://"+host+"/x", nil)
+	if code != http.StatusOK || !json.Valid([]byte(body)) {
+		t.Fatalf("custom domain: %d %q", code, body)
+	}
+
+	// Another sandbox cannot unbind it; its owner can.
+	e.r.UnbindDomain(ctx, sbB, host)
+	if code, _ := e.get(t, "http://"+host+"/x", nil); code != http.StatusOK {
+		t.Fatalf("after a foreign unbind: status %d, want 200", code)
+	}
+	e.r.UnbindDomain(ctx, sbA, host)
+	if code, body := e.get(t, "http://"+host+"/x", nil); body != "api" {
+		t.Fatalf("after unbind: %d %q, want the API", code, body)
+	}
+	if err := e.r.BindDomain(ctx, host, sbB, port); err != nil {
+		t.Fatalf("bind after release: %v", err)
+	}
+}
+
+func portOf(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
