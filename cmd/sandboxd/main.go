@@ -17,11 +17,12 @@ import (
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/daemon"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "token" {
-		os.Exit(tokenCommand(os.Args[2:], os.Stdout, os.Stderr))
+		os.Exit(daemon.TokenCommand(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	cfg, err := config.Parse(os.Args[1:], os.LookupEnv)
 	if err != nil {

@@ -32,9 +32,10 @@ func UnixDialer(path string) DialFunc {
 // agent token on every request. It is safe for concurrent use and keeps
 // idle connections for reuse; Close drops them.
 type Client struct {
-	hc   *http.Client
-	proc processconnect.ProcessClient
-	fs   filesystemconnect.FilesystemClient
+	token string
+	hc    *http.Client
+	proc  processconnect.ProcessClient
+	fs    filesystemconnect.FilesystemClient
 }
 
 // NewClient returns a client of the agent reached through dial and
@@ -49,11 +50,16 @@ func NewClient(dial DialFunc, token string) *Client {
 	tr.Protocols.SetHTTP1(true) // the agent speaks HTTP/1.1 only
 	hc := &http.Client{Transport: &tokenTransport{token: token, base: tr}}
 	return &Client{
-		hc:   hc,
-		proc: processconnect.NewProcessClient(hc, baseURL),
-		fs:   filesystemconnect.NewFilesystemClient(hc, baseURL),
+		token: token,
+		hc:    hc,
+		proc:  processconnect.NewProcessClient(hc, baseURL),
+		fs:    filesystemconnect.NewFilesystemClient(hc, baseURL),
 	}
 }
+
+// Token is the agent token, for a caller that speaks to the agent over a
+// connection of its own (the port tunnel).
+func (c *Client) Token() string { return c.token }
 
 // Close closes idle connections. Streams in flight are not affected.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
@@ -90,6 +96,15 @@ func (c *Client) Health(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Transport is the client's round tripper: it reaches this agent whatever
+// the request's host, and adds the agent token. A facade that forwards
+// envd requests unchanged proxies through it (any X-Access-Token the caller
+// sent is replaced).
+func (c *Client) Transport() http.RoundTripper { return c.hc.Transport }
+
+// BaseURL is the URL prefix requests through Transport use.
+const BaseURL = baseURL
 
 // tokenTransport adds the agent token to every request.
 type tokenTransport struct {

@@ -29,6 +29,9 @@ type Daemon struct {
 	NodeID string
 	// Domain is the suffix of preview URLs: <port>-<sandbox-id>.<Domain>.
 	Domain string
+	// TLSListen is the address of the SNI passthrough listener for TLS
+	// port exposures; it is bound on the first TCP or TLS exposure.
+	TLSListen string
 	// DefaultImage is used when a create request names no image.
 	DefaultImage string
 	// HostPortLo and HostPortHi bound the pool of host ports that TCP
@@ -56,6 +59,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.AgentBinary, "agent-binary", d.AgentBinary, "toolboxd binary mounted into sandboxes (default: beside sandboxd)")
 	fs.StringVar(&d.NodeID, "node-id", d.NodeID, "node id used in container labels (env SANDBOXD_NODE_ID)")
 	fs.StringVar(&d.Domain, "domain", d.Domain, "preview URL domain (env SANDBOXD_DOMAIN)")
+	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
 	portRange := fmt.Sprintf("%d-%d", d.HostPortLo, d.HostPortHi)
 	fs.StringVar(&portRange, "host-ports", portRange, "host port pool for TCP exposure, lo-hi (env SANDBOXD_HOST_PORTS)")
@@ -89,6 +93,7 @@ func defaults(env func(string) (string, bool)) Daemon {
 		AgentBinary:    get("SANDBOXD_AGENT_BINARY", ""),
 		NodeID:         get("SANDBOXD_NODE_ID", hostname),
 		Domain:         get("SANDBOXD_DOMAIN", "localhost"),
+		TLSListen:      get("SANDBOXD_TLS_LISTEN", "127.0.0.1:7443"),
 		DefaultImage:   get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
 		HostPortLo:     40000,
 		HostPortHi:     40999,

@@ -191,6 +191,9 @@ func (r *Router) UnexposePort(_ context.Context, sandboxID string, port int) err
 	return nil
 }
 
+// Installed is the number of installed (routable) sandboxes.
+func (r *Router) Installed() int { return r.table.Len() }
+
 // Ports lists a sandbox's exposed ports in no particular order.
 func (r *Router) Ports(sandboxID string) []Port { return r.table.Ports(sandboxID) }
 

@@ -16,6 +16,8 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrNameConflict is a create whose name another sandbox holds.
 	ErrNameConflict = errors.New("name conflict")
+	// ErrHostnameConflict is a custom hostname another sandbox holds.
+	ErrHostnameConflict = errors.New("hostname conflict")
 	// ErrConflict is a request that contradicts the current state.
 	ErrConflict = errors.New("conflict")
 	// ErrCapacityExhausted is a create past the host's budget; retry later.

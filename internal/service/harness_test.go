@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -141,10 +142,16 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	if opts.budget == (admission.Budget{}) {
 		opts.budget = admission.Budget{MilliCPU: 64_000, MemoryMB: 64 * 1024}
 	}
+	dialer := &lateDialer{}
+	router, err := ingress.New(ingress.Options{Domain: "localhost", Dialer: dialer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { router.Close() })
 	h := &harness{
 		store:  &faultyStore{Store: st},
 		rt:     runtimetest.NewFaulty(drt),
-		routes: &faultyRouter{Table: ingress.NewTable()},
+		routes: &faultyRouter{Router: router},
 		adm:    admission.New(opts.budget),
 		vols:   &faultyVolumes{Dir: vols},
 		clock:  clk,
@@ -168,6 +175,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dialer.svc = h.svc
 	return h
 }
 
@@ -192,7 +200,7 @@ func (h *harness) assertNothingLeft(t *testing.T) {
 	if len(rows) != 0 {
 		t.Errorf("rows left: %d (first: %s in %s)", len(rows), rows[0].ID, rows[0].State)
 	}
-	if n := h.routes.Len(); n != 0 {
+	if n := h.routes.Installed(); n != 0 {
 		t.Errorf("routes left: %d", n)
 	}
 	if used, _ := h.adm.Usage(); used != (admission.Request{}) {
@@ -250,15 +258,22 @@ func (f *faultyStore) UpdateSandboxState(ctx context.Context, id string, from []
 
 // faultyRouter fails Install on demand.
 type faultyRouter struct {
-	*ingress.Table
+	*ingress.Router
 	failInstall bool
+}
+
+// lateDialer lets the ingress dial through a service built after it.
+type lateDialer struct{ svc *service.Service }
+
+func (d *lateDialer) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	return d.svc.DialPort(ctx, id, port)
 }
 
 func (f *faultyRouter) Install(ctx context.Context, id string) error {
 	if f.failInstall {
 		return errInjected
 	}
-	return f.Table.Install(ctx, id)
+	return f.Router.Install(ctx, id)
 }
 
 // faultyAdmission fails Reserve on demand.

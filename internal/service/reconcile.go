@@ -109,6 +109,15 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		}
 	}
 	s.Admission.Reset(live)
+	routable := map[string]bool{}
+	for _, r := range rows {
+		if r.State != store.StateCreating {
+			routable[r.ID] = true
+		}
+	}
+	if err := s.restoreRoutes(ctx, routable); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -30,6 +31,17 @@ type Store interface {
 	ListStuckCreating(ctx context.Context, olderThan time.Time) ([]store.Sandbox, error)
 	PutSandboxMounts(ctx context.Context, sandboxID string, sealed [][]byte) error
 
+	TryReserveHostPort(ctx context.Context, req store.PortRequest, candidate int) (store.ReserveOutcome, store.ExposedPort, error)
+	ReserveHostPort(ctx context.Context, req store.PortRequest, pool store.PortRange, bind func(hostPort int) error) (store.ExposedPort, bool, error)
+	ReleaseReservation(ctx context.Context, ep store.ExposedPort) (bool, error)
+	DeleteExposedPort(ctx context.Context, sandboxID string, port int) (bool, error)
+	ListExposedPorts(ctx context.Context, sandboxID string) ([]store.ExposedPort, error)
+	ListAllExposedPorts(ctx context.Context) ([]store.ExposedPort, error)
+	AddCustomDomain(ctx context.Context, hostname, sandboxID string, port int) (bool, error)
+	RemoveCustomDomain(ctx context.Context, sandboxID, hostname string) (bool, error)
+	ListCustomDomains(ctx context.Context, sandboxID string) ([]store.CustomDomain, error)
+	ListAllCustomDomains(ctx context.Context) ([]store.CustomDomain, error)
+
 	Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error)
 	PeekClaim(ctx context.Context, req store.ClaimRequest) (store.Claim, error)
 	Complete(ctx context.Context, c store.Claim, targetID string, replayWindow time.Duration) error
@@ -48,11 +60,18 @@ type Runtime interface {
 	Stats(ctx context.Context, sandboxID string) (runtime.Stats, error)
 }
 
-// Router is the ingress's route table: a sandbox is routable between
-// Install and Remove. Both are map updates and idempotent.
+// Router is the ingress: a sandbox is routable between Install and Remove
+// (Remove also drops its ports, domains and host-port listeners). Every
+// method is idempotent; route changes are map updates.
 type Router interface {
 	Install(ctx context.Context, sandboxID string) error
 	Remove(ctx context.Context, sandboxID string) error
+	ExposePort(ctx context.Context, sandboxID string, p ingress.Port) error
+	UnexposePort(ctx context.Context, sandboxID string, port int) error
+	ListenTCP(ctx context.Context, hostPort int, sandboxID string, port int) error
+	CloseTCP(hostPort int) error
+	BindDomain(ctx context.Context, hostname, sandboxID string, port int) error
+	UnbindDomain(ctx context.Context, sandboxID, hostname string) error
 }
 
 // Admission reserves host capacity per sandbox.
@@ -76,6 +95,16 @@ type Config struct {
 	NodeID       string
 	DefaultImage string
 	AgentBinary  string
+	// HostPortLo and HostPortHi bound the pool TCP exposures take host
+	// ports from (inclusive).
+	HostPortLo, HostPortHi int
+	// PublicURL turns a preview host into the URL users open, e.g.
+	// "http://<host>:7070" (scheme and listener port of the daemon).
+	PublicURL func(host string) string
+	// TLSPort is the SNI listener's port, for tls:// URLs (0: unknown).
+	TLSPort int
+	// Domain is the preview domain: <port>-<sandbox-id>.<Domain>.
+	Domain string
 	// StuckCreating is how long a row may stay in state creating before the
 	// reconciler rolls it back.
 	StuckCreating time.Duration
@@ -168,9 +197,11 @@ func (s *Service) forgetClient(sandboxID string) {
 	}
 }
 
-func agentTokenAD(id string) []byte  { return secrets.AssociatedData("sandbox", id, "agent-token") }
-func secretEnvAD(id string) []byte   { return secrets.AssociatedData("sandbox", id, "secret-env") }
-func mountAD(id string, i int) []byte { return secrets.AssociatedData("sandbox", id, "mount", fmt.Sprint(i)) }
+func agentTokenAD(id string) []byte { return secrets.AssociatedData("sandbox", id, "agent-token") }
+func secretEnvAD(id string) []byte  { return secrets.AssociatedData("sandbox", id, "secret-env") }
+func mountAD(id string, i int) []byte {
+	return secrets.AssociatedData("sandbox", id, "mount", fmt.Sprint(i))
+}
 
 // mapStoreErr turns store sentinels into the service's.
 func (s *Service) mapStoreErr(err error, what string) error {

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,15 +25,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sandboxd/sandboxd/internal/admission"
-	v1 "github.com/sandboxd/sandboxd/internal/api/v1"
 	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
-	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
-	"github.com/sandboxd/sandboxd/internal/volume"
 )
 
 // Images built by scripts/build-images.sh.
@@ -60,13 +58,14 @@ type Env struct {
 	Store      *store.Store
 	Registry   *prometheus.Registry
 
-	dir     string
-	nodeID  string
-	server  *httptest.Server
-	runtime *docker.Runtime
+	dir    string
+	nodeID string
+	server *httptest.Server
+	daemon *daemon.Daemon
 }
 
-// New builds the stack and starts serving. The caller must Close it.
+// New builds the stack — the same assembly as the sandboxd binary
+// (internal/daemon) — and starts serving. The caller must Close it.
 func New(ctx context.Context, opts Options) (_ *Env, err error) {
 	if opts.AgentBinary == "" {
 		return nil, errors.New("apitest: AgentBinary is required")
@@ -79,55 +78,39 @@ func New(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{dir: dir, nodeID: "apitest-" + filepath.Base(dir), Registry: prometheus.NewRegistry()}
+	e := &Env{dir: dir, nodeID: "apitest-" + filepath.Base(dir)}
 	defer func() {
 		if err != nil {
 			e.Close()
 		}
 	}()
-
-	if e.Store, err = store.Open(ctx, filepath.Join(dir, "sandboxd.db"), store.Options{}); err != nil {
-		return nil, fmt.Errorf("store.Open: %w", err)
-	}
-	keyring, err := secrets.OpenKeyring(dir)
+	cfg, err := config.Parse([]string{
+		"--data-dir", dir,
+		"--listen", "127.0.0.1:0",
+		"--node-id", e.nodeID,
+		"--agent-binary", opts.AgentBinary,
+		"--default-image", BaseImage,
+		"--tls-listen", "127.0.0.1:0",
+		"--cpu-budget", "1000000", "--memory-budget", "1000000",
+	}, func(string) (string, bool) { return "", false })
 	if err != nil {
-		return nil, fmt.Errorf("secrets.OpenKeyring: %w", err)
+		return nil, err
 	}
-	if e.runtime, err = docker.New(docker.Options{NodeID: e.nodeID, SocketRoot: filepath.Join(dir, "s"), Logger: opts.Logger}); err != nil {
-		return nil, fmt.Errorf("docker.New: %w", err)
-	}
-	vols, err := volume.New(filepath.Join(dir, "volumes"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("volume.New: %w", err)
+		return nil, err
 	}
-	e.Service, err = service.New(service.Config{NodeID: e.nodeID, DefaultImage: BaseImage, AgentBinary: opts.AgentBinary}, service.Deps{
-		Store:     e.Store,
-		Runtime:   e.runtime,
-		Router:    ingress.NewTable(),
-		Admission: admission.New(admission.Budget{MilliCPU: 1 << 30, MemoryMB: 1 << 30}),
-		Volumes:   vols,
-		Keyring:   keyring,
-		Logger:    opts.Logger,
-		Metrics:   service.NewMetrics(e.Registry),
-	})
+	e.daemon, err = daemon.New(ctx, cfg, ln, opts.Logger, daemon.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("service.New: %w", err)
+		ln.Close()
+		return nil, err
 	}
-	h, err := v1.New(v1.Options{
-		Service:  e.Service,
-		Auth:     auth.NewAuthenticator(TokenLookup{e.Store}),
-		Tokens:   e.Store,
-		Logger:   opts.Logger,
-		Registry: e.Registry,
-		Version:  "apitest",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("v1.New: %w", err)
-	}
+	e.Service, e.Store, e.Registry = e.daemon.Service, e.daemon.Store, e.daemon.Registry
 	if e.AdminToken, err = e.IssueToken(ctx, auth.RoleAdmin, ""); err != nil {
 		return nil, err
 	}
-	e.server = httptest.NewServer(h)
+	e.server = &httptest.Server{Listener: ln, Config: &http.Server{Handler: e.daemon.Handler}}
+	e.server.Start()
 	e.URL = e.server.URL
 	return e, nil
 }
@@ -152,11 +135,8 @@ func (e *Env) Close() error {
 	if e.Service != nil {
 		errs = append(errs, e.destroyAll())
 	}
-	if e.runtime != nil {
-		errs = append(errs, e.runtime.Close())
-	}
-	if e.Store != nil {
-		errs = append(errs, e.Store.Close())
+	if e.daemon != nil {
+		errs = append(errs, e.daemon.Close())
 	}
 	errs = append(errs, os.RemoveAll(e.dir))
 	return errors.Join(errs...)
@@ -213,22 +193,4 @@ func DockerReachable(ctx context.Context) error {
 	defer cancel()
 	_, err = rt.ListOurs(ctx)
 	return err
-}
-
-// TokenLookup adapts the store to auth.TokenLookup. The store finds the
-// active token by hash; an unknown or revoked token is auth.ErrTokenNotFound.
-type TokenLookup struct{ Store *store.Store }
-
-var _ auth.TokenLookup = TokenLookup{}
-
-// LookupAPITokenByHash implements auth.TokenLookup.
-func (l TokenLookup) LookupAPITokenByHash(ctx context.Context, hash [32]byte) (auth.StoredToken, error) {
-	t, err := l.Store.LookupAPITokenByHash(ctx, hash)
-	if errors.Is(err, store.ErrNotFound) {
-		return auth.StoredToken{}, fmt.Errorf("%w: %w", auth.ErrTokenNotFound, err)
-	}
-	if err != nil {
-		return auth.StoredToken{}, err
-	}
-	return auth.StoredToken{ID: t.ID, Role: string(t.Role), Owner: t.Owner, SecretSHA256: hash, Revoked: !t.RevokedAt.IsZero()}, nil
 }

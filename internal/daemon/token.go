@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -72,10 +72,10 @@ func ensureAdminToken(ctx context.Context, st *store.Store, dataDir string) (str
 	return path, os.Rename(tmp, path)
 }
 
-// tokenCommand runs `sandboxd token create|list|revoke` against the data
+// TokenCommand runs `sandboxd token create|list|revoke` against the data
 // directory's database (the daemon may be running: SQLite serializes the
 // writers of both processes).
-func tokenCommand(args []string, stdout, stderr io.Writer) int {
+func TokenCommand(args []string, stdout, stderr io.Writer) int {
 	usage := func() int {
 		fmt.Fprintln(stderr, "usage: sandboxd token create --name N [--role admin|user] [--owner O] | list | revoke ID  [--data-dir DIR]")
 		return 2

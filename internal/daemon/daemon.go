@@ -1,0 +1,273 @@
+// Package daemon assembles sandboxd from its parts — store, keyring,
+// runtime, ingress, admission, service and the HTTP edges — in one place,
+// so the binary and every end-to-end test harness run the same stack.
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sandboxd/sandboxd/internal/admission"
+	v1 "github.com/sandboxd/sandboxd/internal/api/v1"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/runtime/docker"
+	"github.com/sandboxd/sandboxd/internal/secrets"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/version"
+	"github.com/sandboxd/sandboxd/internal/volume"
+)
+
+// reapEvery is how often expired sandboxes are looked for: the granularity
+// of timeouts.
+const reapEvery = time.Second
+
+// Options adjust a daemon for tests; the zero value is production.
+type Options struct {
+	// Clock replaces time.Now in the service and the store.
+	Clock func() time.Time
+	// WrapRuntime wraps the Docker runtime (fault injection).
+	WrapRuntime func(runtime.Runtime) runtime.Runtime
+	// Registry receives the metrics; default a fresh registry.
+	Registry *prometheus.Registry
+}
+
+// Daemon is one assembled sandboxd. Build it with New, run it with Serve,
+// release it with Close.
+type Daemon struct {
+	Config   config.Daemon
+	Store    *store.Store
+	Service  *service.Service
+	Router   *ingress.Router
+	Auth     *auth.Authenticator
+	Registry *prometheus.Registry
+	// AdminTokenFile holds the local admin token (0600).
+	AdminTokenFile string
+	// Handler serves everything: preview hosts and custom domains through
+	// the ingress, the rest through the API edges.
+	Handler http.Handler
+
+	logger  *slog.Logger
+	ln      net.Listener
+	closers []func() error
+}
+
+// New builds every part in order on the listener ln (whose address names
+// the preview URLs), reconciles what a previous process left, and makes
+// sure the admin token exists. On error everything built so far is closed.
+func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.Logger, opts Options) (_ *Daemon, err error) {
+	d := &Daemon{Config: cfg, logger: logger, ln: ln}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	agentBinary, err := filepath.Abs(cfg.AgentBinary)
+	if err != nil {
+		return nil, fmt.Errorf("agent binary: %w", err)
+	}
+	if _, err := os.Stat(agentBinary); err != nil {
+		return nil, fmt.Errorf("agent binary (build it with `make build` or pass --agent-binary): %w", err)
+	}
+
+	if d.Store, err = store.Open(ctx, filepath.Join(dataDir, "sandboxd.db"), store.Options{Clock: opts.Clock}); err != nil {
+		return nil, fmt.Errorf("store.Open: %w", err)
+	}
+	d.closers = append(d.closers, d.Store.Close)
+	keyring, err := secrets.OpenKeyring(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("secrets.OpenKeyring: %w", err)
+	}
+	drt, err := docker.New(docker.Options{NodeID: cfg.NodeID, SocketRoot: socketRoot(dataDir), Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("docker.New: %w", err)
+	}
+	d.closers = append(d.closers, drt.Close)
+	var rt runtime.Runtime = drt
+	if opts.WrapRuntime != nil {
+		rt = opts.WrapRuntime(rt)
+	}
+	volumes, err := volume.New(filepath.Join(dataDir, "volumes"))
+	if err != nil {
+		return nil, fmt.Errorf("volume.New: %w", err)
+	}
+
+	d.Registry = opts.Registry
+	if d.Registry == nil {
+		d.Registry = prometheus.NewRegistry()
+		d.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	d.Auth = auth.NewAuthenticator(tokenLookup{d.Store})
+
+	// The ingress dials sandbox ports through the service, which routes
+	// through the ingress: the dialer is bound once both exist.
+	dialer := &serviceDialer{}
+	d.Router, err = ingress.New(ingress.Options{
+		Domain:           cfg.Domain,
+		Dialer:           dialer,
+		Authorize:        authorizePreview(d.Auth),
+		CredentialCookie: previewCookie,
+		TLSAddr:          cfg.TLSListen,
+		Logger:           logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ingress.New: %w", err)
+	}
+	d.closers = append(d.closers, d.Router.Close)
+
+	_, listenPort, _ := net.SplitHostPort(ln.Addr().String())
+	_, tlsPort, _ := net.SplitHostPort(cfg.TLSListen)
+	tlsPortN, _ := strconv.Atoi(tlsPort)
+	d.Service, err = service.New(service.Config{
+		NodeID:       cfg.NodeID,
+		DefaultImage: cfg.DefaultImage,
+		AgentBinary:  agentBinary,
+		Domain:       cfg.Domain,
+		HostPortLo:   cfg.HostPortLo,
+		HostPortHi:   cfg.HostPortHi,
+		TLSPort:      tlsPortN,
+		PublicURL:    func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
+	}, service.Deps{
+		Store:     d.Store,
+		Runtime:   rt,
+		Router:    d.Router,
+		Admission: admission.New(admission.Budget{MilliCPU: cfg.MilliCPU, MemoryMB: cfg.MemoryMB}),
+		Volumes:   volumes,
+		Keyring:   keyring,
+		Logger:    logger,
+		Clock:     opts.Clock,
+		Metrics:   service.NewMetrics(d.Registry),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("service.New: %w", err)
+	}
+	dialer.svc = d.Service
+
+	// Before serving: finish or undo whatever a previous process left.
+	if err := d.Service.Reconcile(ctx, true); err != nil {
+		logger.Warn("startup reconcile incomplete; the periodic pass retries", "err", err)
+	}
+	if d.AdminTokenFile, err = ensureAdminToken(ctx, d.Store, dataDir); err != nil {
+		return nil, fmt.Errorf("admin token: %w", err)
+	}
+
+	api, err := v1.New(v1.Options{
+		Service:  d.Service,
+		Auth:     d.Auth,
+		Tokens:   d.Store,
+		Logger:   logger,
+		Registry: d.Registry,
+		Version:  version.Version,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("v1.New: %w", err)
+	}
+	d.Handler = d.Router.Wrap(api)
+	return d, nil
+}
+
+// Serve serves on the daemon's listener and runs the reaper and the
+// reconciler until ctx is cancelled, then shuts the server down. A
+// cancelled context is a clean shutdown, not an error.
+func (d *Daemon) Serve(ctx context.Context) error {
+	// No read or write timeouts: exec streams and file transfers are long.
+	srv := &http.Server{Handler: d.Handler, ReadHeaderTimeout: 10 * time.Second}
+	d.logger.Info("sandboxd listening", "addr", d.ln.Addr().String(), "data_dir", d.Config.DataDir, "version", version.Version)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(d.ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		d.Service.RunBackground(gctx, reapEvery, d.Config.ReconcileEvery)
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.Shutdown(shutdownCtx)
+	})
+	return g.Wait()
+}
+
+// Close releases everything New built, in reverse order. Sandboxes keep
+// running: the next daemon reconciles them.
+func (d *Daemon) Close() error {
+	var errs []error
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		errs = append(errs, d.closers[i]())
+	}
+	d.closers = nil
+	return errors.Join(errs...)
+}
+
+// socketRoot is where the per-sandbox agent socket directories live: in
+// the data directory when its path is short enough for unix socket
+// addresses (108 bytes with the sandbox id and file name), else in a
+// directory under /tmp named by a hash of the data directory.
+func socketRoot(dataDir string) string {
+	root := filepath.Join(dataDir, "run")
+	if len(root) <= 32 {
+		return root
+	}
+	sum := sha256.Sum256([]byte(dataDir))
+	return filepath.Join(os.TempDir(), "sandboxd-"+hex.EncodeToString(sum[:6]))
+}
+
+// serviceDialer reaches sandbox ports for the ingress, through the service
+// (agent tunnel). svc is set once the service exists, before serving.
+type serviceDialer struct{ svc *service.Service }
+
+func (d *serviceDialer) DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
+	return d.svc.DialPort(ctx, sandboxID, port)
+}
+
+// previewCookie may carry an API token to private preview ports from a
+// browser; the ingress strips it before proxying.
+const previewCookie = "sandboxd_token"
+
+// authorizePreview lets a request reach a private port when it carries a
+// valid API token: Authorization: Bearer, X-Sandboxd-Token, or the cookie.
+func authorizePreview(authn *auth.Authenticator) func(*http.Request) bool {
+	return func(r *http.Request) bool {
+		token := r.Header.Get("X-Sandboxd-Token")
+		if token == "" {
+			if c, err := r.Cookie(previewCookie); err == nil {
+				token = c.Value
+			}
+		}
+		if token == "" {
+			_, err := authn.Authenticate(r.Context(), r)
+			return err == nil
+		}
+		_, err := authn.AuthenticateToken(r.Context(), token)
+		return err == nil
+	}
+}

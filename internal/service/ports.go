@@ -1,0 +1,338 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/agent/tunnel"
+	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// DialPort opens a TCP stream to port inside a sandbox, through its agent
+// (sandboxes have no network path from the host). It does not check that
+// the port is exposed: that is the ingress's and the facades' decision.
+func (s *Service) DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, invalid("port", "must be between 1 and 65535")
+	}
+	ac, err := s.Agent(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := s.Runtime.DialAgent(ctx, sandboxID)
+	if err != nil {
+		return nil, fmt.Errorf("dial agent of %s: %w", sandboxID, err)
+	}
+	return tunnel.Dial(ctx, conn, ac.Token(), port)
+}
+
+// Stats samples a running sandbox's resource usage.
+func (s *Service) Stats(ctx context.Context, c Caller, idOrName string) (runtime.Stats, error) {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return runtime.Stats{}, err
+	}
+	return s.Runtime.Stats(ctx, row.ID)
+}
+
+// Exposure is an exposed sandbox port as the API shows it.
+type Exposure struct {
+	Port     int
+	Protocol string // http, tcp or tls
+	Public   bool
+	URL      string
+	HostPort int // tcp only
+}
+
+// ExposePort makes a sandbox port reachable: over HTTP through its preview
+// URL, over TCP on a host port from the pool, or over TLS by SNI.
+//
+// It is safe to retry and to race: exposing an exposed port returns the
+// existing exposure (same URL, same host port) and never takes a second
+// host port; another protocol for an exposed port is ErrConflict. The row
+// is reserved first, then the route or listener installed; when the
+// install fails, the row is deleted only if this call inserted it — an
+// exposure another call made stays, with its listener. A host port some
+// other process holds is skipped and the walk goes on.
+func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, port int, protocol string, public bool) (Exposure, error) {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return Exposure{}, err
+	}
+	if row.State == store.StateCreating {
+		return Exposure{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
+	}
+	if port < 1 || port > 65535 {
+		return Exposure{}, invalid("port", "must be between 1 and 65535")
+	}
+	proto := store.Protocol(protocol)
+	if protocol == "" {
+		proto = store.ProtocolHTTP
+	}
+	if !proto.Valid() {
+		return Exposure{}, invalid("protocol", "must be http, tcp or tls")
+	}
+	req := store.PortRequest{SandboxID: row.ID, Port: port, Protocol: proto, Public: public}
+	route := ingress.Port{Number: port, Protocol: ingress.Protocol(proto), Public: public}
+
+	var ep store.ExposedPort
+	if proto == store.ProtocolTCP {
+		// The bind callback installs the route and the listener for each
+		// host port the walk reserves; a port held outside sandboxd is
+		// released and skipped.
+		var reused bool
+		ep, reused, err = s.Store.ReserveHostPort(ctx, req, store.PortRange{Lo: s.cfg.HostPortLo, Hi: s.cfg.HostPortHi}, func(hostPort int) error {
+			if err := s.Router.ExposePort(ctx, row.ID, route); err != nil {
+				return err
+			}
+			err := s.Router.ListenTCP(ctx, hostPort, row.ID, port)
+			if errors.Is(err, ingress.ErrHostPortInUse) {
+				return fmt.Errorf("%w: %w", store.ErrHostPortUnavailable, err)
+			}
+			return err
+		})
+		if err != nil {
+			return Exposure{}, s.portErr(err, row.ID, port)
+		}
+		if reused {
+			// Another call made this exposure; make sure its route and
+			// listener are in place, and never undo them.
+			if err := s.installExposure(ctx, ep); err != nil {
+				return Exposure{}, s.portErr(err, row.ID, port)
+			}
+		}
+		return s.exposure(ep), nil
+	}
+
+	outcome, ep, err := s.Store.TryReserveHostPort(ctx, req, 0)
+	if err != nil {
+		return Exposure{}, s.portErr(err, row.ID, port)
+	}
+	if err := s.installExposure(ctx, ep); err != nil {
+		if outcome == store.Reserved {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			if _, rerr := s.Store.ReleaseReservation(rctx, ep); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("release exposure: %w", rerr))
+			}
+			cancel()
+		}
+		return Exposure{}, s.portErr(err, row.ID, port)
+	}
+	return s.exposure(ep), nil
+}
+
+// installExposure puts an exposure's route (and TCP listener) in the
+// ingress. It is idempotent.
+func (s *Service) installExposure(ctx context.Context, ep store.ExposedPort) error {
+	route := ingress.Port{Number: ep.Port, Protocol: ingress.Protocol(ep.Protocol), Public: ep.Public}
+	if err := s.Router.ExposePort(ctx, ep.SandboxID, route); err != nil {
+		return err
+	}
+	if ep.Protocol == store.ProtocolTCP && ep.HostPort > 0 {
+		return s.Router.ListenTCP(ctx, ep.HostPort, ep.SandboxID, ep.Port)
+	}
+	return nil
+}
+
+func (s *Service) exposure(ep store.ExposedPort) Exposure {
+	e := Exposure{Port: ep.Port, Protocol: string(ep.Protocol), Public: ep.Public, HostPort: ep.HostPort}
+	host := fmt.Sprintf("%d-%s.%s", ep.Port, ep.SandboxID, s.cfg.Domain)
+	switch ep.Protocol {
+	case store.ProtocolHTTP:
+		if s.cfg.PublicURL != nil {
+			e.URL = s.cfg.PublicURL(host)
+		} else {
+			e.URL = "http://" + host
+		}
+	case store.ProtocolTCP:
+		e.URL = fmt.Sprintf("tcp://127.0.0.1:%d", ep.HostPort)
+	case store.ProtocolTLS:
+		e.URL = "tls://" + host
+		if s.cfg.TLSPort > 0 {
+			e.URL = fmt.Sprintf("tls://%s:%d", host, s.cfg.TLSPort)
+		}
+	}
+	return e
+}
+
+func (s *Service) portErr(err error, sandboxID string, port int) error {
+	switch {
+	case errors.Is(err, store.ErrPortProtocolConflict), errors.Is(err, ingress.ErrProtocolConflict):
+		return fmt.Errorf("port %d of %s is exposed with another protocol: %w", port, sandboxID, ErrConflict)
+	case errors.Is(err, store.ErrPoolExhausted):
+		return &RetryAfterError{Err: fmt.Errorf("%w: no free host port: %w", ErrCapacityExhausted, err), After: 5 * time.Second}
+	case errors.Is(err, ingress.ErrL4Unavailable):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case errors.Is(err, ingress.ErrInvalidRoute):
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return s.mapStoreErr(err, sandboxID)
+}
+
+// UnexposePort removes an exposure: its route, its listener, its row.
+// Unexposing a port that is not exposed succeeds, so it is safe to repeat.
+func (s *Service) UnexposePort(ctx context.Context, c Caller, idOrName string, port int) error {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return err
+	}
+	eps, err := s.Store.ListExposedPorts(ctx, row.ID)
+	if err != nil {
+		return s.mapStoreErr(err, row.ID)
+	}
+	for _, ep := range eps {
+		if ep.Port != port {
+			continue
+		}
+		if err := s.Router.UnexposePort(ctx, row.ID, port); err != nil {
+			return err
+		}
+		if ep.HostPort > 0 {
+			if err := s.Router.CloseTCP(ep.HostPort); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := s.Store.DeleteExposedPort(ctx, row.ID, port); err != nil {
+		return s.mapStoreErr(err, row.ID)
+	}
+	return nil
+}
+
+// ListPorts lists a sandbox's exposures, ordered by port.
+func (s *Service) ListPorts(ctx context.Context, c Caller, idOrName string) ([]Exposure, error) {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	eps, err := s.Store.ListExposedPorts(ctx, row.ID)
+	if err != nil {
+		return nil, s.mapStoreErr(err, row.ID)
+	}
+	out := make([]Exposure, len(eps))
+	for i, ep := range eps {
+		out[i] = s.exposure(ep)
+	}
+	return out, nil
+}
+
+// Domain is a custom hostname bound to a sandbox port.
+type Domain struct {
+	Hostname  string
+	SandboxID string
+	Port      int
+}
+
+var hostnamePattern = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// AddDomain binds hostname to a sandbox port. Binding the same hostname to
+// the same sandbox and port again is a no-op; a hostname another sandbox
+// (or another port) holds is ErrHostnameConflict. Traffic needs the port
+// to be exposed as http.
+func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname string, port int) (Domain, error) {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return Domain{}, err
+	}
+	hostname = strings.ToLower(strings.TrimSuffix(hostname, "."))
+	if len(hostname) > 253 || !hostnamePattern.MatchString(hostname) {
+		return Domain{}, invalid("hostname", "%q is not a DNS name", hostname)
+	}
+	if hostname == s.cfg.Domain || strings.HasSuffix(hostname, "."+s.cfg.Domain) {
+		return Domain{}, invalid("hostname", "%q is inside the preview domain %q", hostname, s.cfg.Domain)
+	}
+	if port < 1 || port > 65535 {
+		return Domain{}, invalid("port", "must be between 1 and 65535")
+	}
+	created, err := s.Store.AddCustomDomain(ctx, hostname, row.ID, port)
+	if err != nil {
+		if errors.Is(err, store.ErrHostnameConflict) {
+			return Domain{}, fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
+		}
+		return Domain{}, s.mapStoreErr(err, row.ID)
+	}
+	if err := s.Router.BindDomain(ctx, hostname, row.ID, port); err != nil {
+		if created {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			_, _ = s.Store.RemoveCustomDomain(rctx, row.ID, hostname)
+			cancel()
+		}
+		if errors.Is(err, ingress.ErrHostnameConflict) {
+			return Domain{}, fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
+		}
+		return Domain{}, err
+	}
+	return Domain{Hostname: hostname, SandboxID: row.ID, Port: port}, nil
+}
+
+// RemoveDomain unbinds a hostname from a sandbox. Removing a binding that
+// does not exist succeeds.
+func (s *Service) RemoveDomain(ctx context.Context, c Caller, idOrName, hostname string) error {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return err
+	}
+	hostname = strings.ToLower(strings.TrimSuffix(hostname, "."))
+	if err := s.Router.UnbindDomain(ctx, row.ID, hostname); err != nil {
+		return err
+	}
+	if _, err := s.Store.RemoveCustomDomain(ctx, row.ID, hostname); err != nil {
+		return s.mapStoreErr(err, row.ID)
+	}
+	return nil
+}
+
+// ListDomains lists a sandbox's custom hostnames.
+func (s *Service) ListDomains(ctx context.Context, c Caller, idOrName string) ([]Domain, error) {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := s.Store.ListCustomDomains(ctx, row.ID)
+	if err != nil {
+		return nil, s.mapStoreErr(err, row.ID)
+	}
+	out := make([]Domain, len(ds))
+	for i, d := range ds {
+		out[i] = Domain{Hostname: d.Hostname, SandboxID: d.SandboxID, Port: d.Port}
+	}
+	return out, nil
+}
+
+// restoreRoutes re-installs every exposure and custom domain after a
+// restart (the ingress is in memory; the rows are the truth).
+func (s *Service) restoreRoutes(ctx context.Context, live map[string]bool) error {
+	var errs []error
+	eps, err := s.Store.ListAllExposedPorts(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ep := range eps {
+		if !live[ep.SandboxID] {
+			continue
+		}
+		if err := s.installExposure(ctx, ep); err != nil {
+			errs = append(errs, fmt.Errorf("restore port %d of %s: %w", ep.Port, ep.SandboxID, err))
+		}
+	}
+	ds, err := s.Store.ListAllCustomDomains(ctx)
+	if err != nil {
+		return err
+	}
+	for _, d := range ds {
+		if !live[d.SandboxID] {
+			continue
+		}
+		if err := s.Router.BindDomain(ctx, d.Hostname, d.SandboxID, d.Port); err != nil {
+			errs = append(errs, fmt.Errorf("restore domain %s: %w", d.Hostname, err))
+		}
+	}
+	return errors.Join(errs...)
+}
