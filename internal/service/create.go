@@ -152,11 +152,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 	if err := t.run("admission", func() error {
 		return s.Admission.Reserve(id, admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB})
 	}); err != nil {
-		var ex *admission.ExhaustedError
-		if errors.As(err, &ex) {
-			return nil, &RetryAfterError{Err: fmt.Errorf("%w: %w", ErrCapacityExhausted, err), After: ex.RetryAfter}
-		}
-		return nil, err
+		return nil, admissionErr(err)
 	}
 	undo.push("release admission", func(context.Context) error { s.Admission.Release(id); return nil })
 
@@ -256,5 +252,19 @@ func (t *stepTimer) run(step string, fn func() error) error {
 	start := time.Now() // wall time even under an injected clock: this is latency
 	err := fn()
 	t.timings = append(t.timings, StepTiming{Step: step, Duration: time.Since(start)})
+	return err
+}
+
+// admissionErr maps admission's refusals: past the free capacity is
+// retryable (ErrCapacityExhausted with a hint); bigger than the whole host
+// budget never fits, so it is a bad request.
+func admissionErr(err error) error {
+	var ex *admission.ExhaustedError
+	switch {
+	case errors.As(err, &ex):
+		return &RetryAfterError{Err: fmt.Errorf("%w: %w", ErrCapacityExhausted, err), After: ex.RetryAfter}
+	case errors.Is(err, admission.ErrExceedsBudget), errors.Is(err, admission.ErrInvalidRequest):
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
 	return err
 }

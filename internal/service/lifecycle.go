@@ -153,11 +153,7 @@ func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox
 		return Sandbox{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
 	}
 	if err := s.Admission.Reserve(row.ID, admission.Request{MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB}); err != nil {
-		var ex *admission.ExhaustedError
-		if errors.As(err, &ex) {
-			return Sandbox{}, &RetryAfterError{Err: fmt.Errorf("%w: %w", ErrCapacityExhausted, err), After: ex.RetryAfter}
-		}
-		return Sandbox{}, err
+		return Sandbox{}, admissionErr(err)
 	}
 	if err := s.Runtime.Start(ctx, row.ID); err != nil {
 		s.Admission.Release(row.ID)

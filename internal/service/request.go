@@ -3,7 +3,6 @@ package service
 import (
 	"path"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 )
@@ -164,16 +163,4 @@ func validateEnv(field string, env map[string]string) error {
 		}
 	}
 	return nil
-}
-
-// envList renders env maps as KEY=VALUE in a stable order.
-func envList(maps ...map[string]string) []string {
-	var out []string
-	for _, m := range maps {
-		for k, v := range m {
-			out = append(out, k+"="+v)
-		}
-	}
-	sort.Strings(out)
-	return out
 }

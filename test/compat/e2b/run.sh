@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# E2B SDK compatibility suite: the unmodified e2b and @e2b/code-interpreter
+# packages from npm (pinned in package-lock.json) drive a live sandboxd through
+# its E2B facade, with Node's test runner (test/*.test.js).
+#
+#   SANDBOXD_URL=http://127.0.0.1:7070 SANDBOXD_TOKEN=... test/compat/e2b/run.sh [node --test args]
+#
+# The daemon under test:
+#   - SANDBOXD_URL and SANDBOXD_TOKEN set (the harness): that daemon. Its token
+#     goes to the SDK as E2B_API_KEY (sent as X-API-KEY); the URL serves as both
+#     E2B_API_URL and E2B_SANDBOX_URL.
+#   - SANDBOXD_URL unset: run.sh starts bin/sandboxd from this checkout (`make
+#     build`; SANDBOXD_BIN names another binary) on a free 127.0.0.1 port
+#     with a throwaway data dir, and at exit kills every sandbox it lists and
+#     stops it.
+# Either way, sandboxes this run created are swept at exit (sweep.js).
+#
+# Extra arguments go to `node --test`, e.g. --test-name-pattern='PTY'.
+# COMPAT_CONCURRENCY bounds how many test files run at once (default 3).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+cd "$here"
+
+log() { printf 'compat/e2b: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+command -v node >/dev/null || die "node is not installed (make setup installs it)"
+
+# Install the pinned SDKs when node_modules is missing or older than the lockfile.
+if [[ ! -d node_modules || package-lock.json -nt node_modules || package.json -nt node_modules ]]; then
+	log "installing the pinned SDKs (npm ci)"
+	npm ci --no-audit --no-fund --loglevel=error
+	touch node_modules
+fi
+
+daemon_pid="" data_dir=""
+export COMPAT_RUN_ID="${COMPAT_RUN_ID:-run-$(date +%s)-$$}"
+
+cleanup() {
+	local status=$?
+	trap - EXIT INT TERM
+	if [[ -n ${E2B_API_URL:-} ]]; then
+		if [[ -n $daemon_pid ]]; then
+			timeout 90 node sweep.js --all || true
+		else
+			timeout 90 node sweep.js || true
+		fi
+	fi
+	if [[ -n $daemon_pid ]]; then
+		kill -TERM "$daemon_pid" 2>/dev/null || true
+		for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+		if kill -0 "$daemon_pid" 2>/dev/null; then
+			log "sandboxd (pid $daemon_pid) did not stop within 10 s; killing it"
+			kill -KILL "$daemon_pid" 2>/dev/null || true
+		fi
+		wait "$daemon_pid" 2>/dev/null || true
+		if [[ $status -ne 0 ]]; then
+			log "last lines of the daemon's log:"
+			tail -n 30 "$data_dir/sandboxd.log" >&2 || true
+		fi
+		rm -rf "$data_dir"
+	fi
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [[ -z ${SANDBOXD_URL:-} ]]; then
+	daemon="${SANDBOXD_BIN:-$repo/bin/sandboxd}"
+	[[ -x $daemon ]] || die "SANDBOXD_URL is unset and $daemon does not exist; run \`make build\` first"
+	port=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })')
+	data_dir=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-compat-e2b.XXXXXX")
+	log "starting $daemon on 127.0.0.1:$port (data in $data_dir)"
+	"$daemon" --data-dir "$data_dir" --listen "127.0.0.1:$port" >"$data_dir/sandboxd.log" 2>&1 &
+	daemon_pid=$!
+	SANDBOXD_URL="http://127.0.0.1:$port"
+	for _ in $(seq 300); do # 30 s
+		if [[ -s $data_dir/admin.token ]] && curl -fsS --max-time 2 "$SANDBOXD_URL/healthz" >/dev/null 2>&1; then
+			break
+		fi
+		kill -0 "$daemon_pid" 2>/dev/null || die "sandboxd exited during startup"
+		sleep 0.1
+	done
+	curl -fsS --max-time 2 "$SANDBOXD_URL/healthz" >/dev/null 2>&1 || die "sandboxd did not become healthy within 30 s"
+	SANDBOXD_TOKEN=$(<"$data_dir/admin.token")
+fi
+[[ -n ${SANDBOXD_TOKEN:-} ]] || die "SANDBOXD_URL is set but SANDBOXD_TOKEN is not"
+
+# The SDK's configuration. No E2B_DEBUG (it skips the API), no E2B_DOMAIN
+# (E2B_SANDBOX_URL decides where envd traffic goes).
+unset E2B_DEBUG E2B_DOMAIN E2B_ACCESS_TOKEN
+export E2B_API_URL="${SANDBOXD_URL%/}"
+export E2B_SANDBOX_URL="${SANDBOXD_URL%/}"
+export E2B_API_KEY="$SANDBOXD_TOKEN"
+
+log "running against $E2B_API_URL (run $COMPAT_RUN_ID)"
+node --test --test-concurrency="${COMPAT_CONCURRENCY:-3}" --test-timeout=600000 "$@" test/*.test.js

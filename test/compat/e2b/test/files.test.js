@@ -1,0 +1,129 @@
+// Files: envd's filesystem.Filesystem service (Connect JSON) and its plain
+// HTTP /files upload and download. One sandbox for the file; each test works
+// in its own directory.
+
+import assert from 'node:assert/strict'
+import { createHash, randomBytes, randomUUID } from 'node:crypto'
+import { after, before, describe, it } from 'node:test'
+
+import { FileNotFoundError, FileType, FilesystemEventType, Sandbox } from 'e2b'
+
+import { killQuietly, metadataFor, waitFor } from './helpers.js'
+
+const sha256 = (bytes) => createHash('sha256').update(bytes).digest('hex')
+
+describe('files', { concurrency: true, timeout: 600_000 }, () => {
+  let sbx
+  before(async () => {
+    sbx = await Sandbox.create('base', { metadata: metadataFor('files') })
+  })
+  after(() => sbx && killQuietly(sbx.sandboxId))
+
+  /** A fresh directory for one test. */
+  async function scratch() {
+    const dir = `/tmp/compat-${randomUUID()}`
+    assert.equal(await sbx.files.makeDir(dir), true)
+    return dir
+  }
+
+  it('writes, reads, lists, stats, renames and removes', { timeout: 120_000 }, async () => {
+    const dir = await scratch()
+    assert.equal(await sbx.files.makeDir(dir), false, 'makeDir of an existing dir gives false')
+    assert.equal(await sbx.files.makeDir(`${dir}/sub/deeper`), true)
+
+    const written = await sbx.files.write(`${dir}/a.txt`, 'hello')
+    assert.equal(written.name, 'a.txt')
+    assert.equal(written.path, `${dir}/a.txt`)
+    assert.equal(written.type, FileType.FILE)
+    assert.equal(await sbx.files.read(`${dir}/a.txt`), 'hello')
+    assert.equal(await sbx.files.exists(`${dir}/a.txt`), true)
+    assert.equal(await sbx.files.exists(`${dir}/missing.txt`), false)
+
+    const entries = await sbx.files.list(dir)
+    const byName = Object.fromEntries(entries.map((e) => [e.name, e]))
+    assert.deepEqual(Object.keys(byName).sort(), ['a.txt', 'sub'])
+    assert.equal(byName['a.txt'].type, FileType.FILE)
+    assert.equal(byName['a.txt'].size, 5)
+    assert.equal(byName['a.txt'].path, `${dir}/a.txt`)
+    assert.equal(byName.sub.type, FileType.DIR)
+    const deep = await sbx.files.list(dir, { depth: 2 })
+    assert.ok(deep.some((e) => e.path === `${dir}/sub/deeper`), 'depth 2 lists sub/deeper')
+
+    const info = await sbx.files.getInfo(`${dir}/a.txt`)
+    assert.equal(info.name, 'a.txt')
+    assert.equal(info.type, FileType.FILE)
+    assert.equal(info.size, 5)
+    assert.equal(info.path, `${dir}/a.txt`)
+    assert.match(info.permissions, /^-[rwx-]{9}$/)
+    assert.ok(info.modifiedTime instanceof Date && Math.abs(info.modifiedTime - Date.now()) < 120_000)
+    assert.equal((await sbx.files.getInfo(dir)).type, FileType.DIR)
+    await assert.rejects(sbx.files.getInfo(`${dir}/missing.txt`), FileNotFoundError)
+
+    const moved = await sbx.files.rename(`${dir}/a.txt`, `${dir}/b.txt`)
+    assert.equal(moved.path, `${dir}/b.txt`)
+    assert.equal(await sbx.files.exists(`${dir}/a.txt`), false)
+    assert.equal(await sbx.files.read(`${dir}/b.txt`), 'hello')
+
+    await sbx.files.remove(`${dir}/b.txt`)
+    assert.equal(await sbx.files.exists(`${dir}/b.txt`), false)
+    await assert.rejects(sbx.files.read(`${dir}/b.txt`), FileNotFoundError)
+    await sbx.files.remove(dir)
+    assert.equal(await sbx.files.exists(dir), false)
+  })
+
+  it('writes several files at once, and bytes', { timeout: 120_000 }, async () => {
+    const dir = await scratch()
+    const infos = await sbx.files.write([
+      { path: `${dir}/one.txt`, data: 'one' },
+      { path: `${dir}/nested/two.txt`, data: 'two' }, // parents are created
+    ])
+    assert.deepEqual(infos.map((i) => i.path).sort(), [`${dir}/nested/two.txt`, `${dir}/one.txt`])
+    assert.equal(await sbx.files.read(`${dir}/nested/two.txt`), 'two')
+
+    const bytes = new Uint8Array([0, 1, 2, 253, 254, 255])
+    await sbx.files.write(`${dir}/bin`, bytes.buffer)
+    assert.deepEqual(await sbx.files.read(`${dir}/bin`, { format: 'bytes' }), bytes)
+    await sbx.files.write(`${dir}/empty`, '')
+    assert.equal(await sbx.files.read(`${dir}/empty`), '')
+  })
+
+  it('uploads and downloads 20 MB intact', { timeout: 300_000 }, async () => {
+    const dir = await scratch()
+    const data = randomBytes(20 * 1024 * 1024)
+    const want = sha256(data)
+
+    // multipart upload (the SDK's default for buffered data), buffered download
+    await sbx.files.write(`${dir}/big.bin`, new Blob([data]))
+    assert.equal((await sbx.files.getInfo(`${dir}/big.bin`)).size, data.length)
+    assert.equal(sha256(await sbx.files.read(`${dir}/big.bin`, { format: 'bytes' })), want)
+    const onDisk = await sbx.commands.run(`sha256sum ${dir}/big.bin`)
+    assert.equal(onDisk.stdout.split(' ')[0], want)
+
+    // streamed upload (octet-stream when envd >= 0.5.7, else multipart), streamed download
+    await sbx.files.write(`${dir}/big2.bin`, new Blob([data]).stream())
+    const stream = await sbx.files.read(`${dir}/big2.bin`, { format: 'stream' })
+    const hash = createHash('sha256')
+    for await (const chunk of stream) hash.update(chunk)
+    assert.equal(hash.digest('hex'), want)
+  })
+
+  it('watchDir reports a write', { timeout: 120_000 }, async () => {
+    const dir = await scratch()
+    const events = []
+    const handle = await sbx.files.watchDir(dir, (event) => events.push(event), { timeoutMs: 60_000 })
+    try {
+      await sbx.files.write(`${dir}/watched.txt`, 'first')
+      await waitFor(
+        () => events.some((e) => e.name === 'watched.txt' && e.type === FilesystemEventType.WRITE),
+        { what: `a write event for watched.txt (got ${JSON.stringify(events)})` },
+      )
+      await sbx.files.remove(`${dir}/watched.txt`)
+      await waitFor(
+        () => events.some((e) => e.name === 'watched.txt' && e.type === FilesystemEventType.REMOVE),
+        { what: 'a remove event for watched.txt' },
+      )
+    } finally {
+      await handle.stop()
+    }
+  })
+})

@@ -1,0 +1,128 @@
+// Sandbox lifecycle through the control-plane API: create, getInfo, list,
+// setTimeout, expiry, pause and connect, kill.
+
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+
+import { Sandbox, SandboxNotFoundError } from 'e2b'
+
+import { BASE, RUN_ID, createSandbox, listAll, waitFor } from './helpers.js'
+
+/** True once the sandbox is gone for the API: getInfo says not found. */
+async function isGone(sandboxId) {
+  try {
+    await Sandbox.getInfo(sandboxId)
+    return false
+  } catch (err) {
+    if (err instanceof SandboxNotFoundError) return true
+    throw err
+  }
+}
+
+describe('lifecycle', { concurrency: true }, () => {
+  it('creates with metadata and envs', { timeout: 120_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'create-metadata-envs', {
+      metadata: { team: 'compat', purpose: 'metadata and envs' },
+      envs: { SANDBOX_GREETING: 'hello from create', SECOND_VAR: '2' },
+    })
+    assert.match(sbx.sandboxId, /\S/)
+
+    const info = await sbx.getInfo()
+    assert.equal(info.metadata.team, 'compat')
+    assert.equal(info.metadata.purpose, 'metadata and envs')
+    assert.equal(info.metadata.run, RUN_ID)
+
+    const res = await sbx.commands.run('echo "$SANDBOX_GREETING/$SECOND_VAR"')
+    assert.equal(res.stdout, 'hello from create/2\n')
+  })
+
+  it('getInfo describes a running sandbox; setTimeout moves its end', { timeout: 120_000 }, async (t) => {
+    const before = Date.now()
+    const sbx = await createSandbox(t, 'get-info', { timeoutMs: 120_000 })
+    const info = await sbx.getInfo()
+    assert.equal(info.sandboxId, sbx.sandboxId)
+    assert.equal(info.templateId, BASE)
+    assert.equal(info.state, 'running')
+    assert.ok(info.startedAt instanceof Date && !Number.isNaN(info.startedAt.getTime()))
+    assert.ok(info.startedAt.getTime() > before - 60_000, `startedAt ${info.startedAt.toISOString()} is stale`)
+    // endAt = start + 120 s, give or take clock skew and create time
+    const endIn = info.endAt.getTime() - Date.now()
+    assert.ok(endIn > 60_000 && endIn <= 125_000, `endAt is ${endIn} ms away, want about 120 s`)
+    assert.equal(typeof info.envdVersion, 'string')
+    assert.equal(await sbx.isRunning(), true)
+
+    await sbx.setTimeout(600_000)
+    const extended = await sbx.getInfo()
+    const extendedIn = extended.endAt.getTime() - Date.now()
+    assert.ok(extendedIn > 540_000 && extendedIn <= 605_000, `endAt is ${extendedIn} ms away, want about 600 s`)
+  })
+
+  it('a sandbox created with a short timeout is gone after it', { timeout: 120_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'expiry-create', { timeoutMs: 5_000 })
+    await waitFor(() => isGone(sbx.sandboxId), { timeoutMs: 60_000, intervalMs: 500, what: 'the sandbox to expire' })
+    const listed = await listAll({ query: { metadata: { run: RUN_ID, test: 'expiry-create' } } })
+    assert.deepEqual(listed.map((s) => s.sandboxId), [])
+    assert.equal(await sbx.isRunning(), false) // envd traffic to a dead sandbox: 502
+    assert.equal(await Sandbox.kill(sbx.sandboxId), false)
+  })
+
+  it('setTimeout shortens the life of a sandbox', { timeout: 120_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'expiry-set-timeout')
+    await sbx.setTimeout(3_000)
+    await waitFor(() => isGone(sbx.sandboxId), { timeoutMs: 60_000, intervalMs: 500, what: 'the sandbox to expire' })
+  })
+
+  it('list filters on metadata', { timeout: 120_000 }, async (t) => {
+    const [a, b] = await Promise.all([
+      createSandbox(t, 'list-filter', { metadata: { group: 'a' } }),
+      createSandbox(t, 'list-filter', { metadata: { group: 'b' } }),
+    ])
+    const onlyA = await listAll({ query: { metadata: { run: RUN_ID, test: 'list-filter', group: 'a' } } })
+    assert.deepEqual(onlyA.map((s) => s.sandboxId), [a.sandboxId])
+    const [listed] = onlyA
+    assert.equal(listed.templateId, BASE)
+    assert.equal(listed.state, 'running')
+    assert.equal(listed.metadata.group, 'a')
+
+    const both = await listAll({ query: { metadata: { run: RUN_ID, test: 'list-filter' } } })
+    assert.deepEqual(both.map((s) => s.sandboxId).sort(), [a.sandboxId, b.sandboxId].sort())
+
+    // values with characters that need escaping survive the double encoding of the query
+    const odd = await createSandbox(t, 'list-filter', { metadata: { group: 'a&b=c d/é' } })
+    const onlyOdd = await listAll({ query: { metadata: { run: RUN_ID, group: 'a&b=c d/é' } } })
+    assert.deepEqual(onlyOdd.map((s) => s.sandboxId), [odd.sandboxId])
+  })
+
+  it('pause, then connect resumes it', { timeout: 240_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'pause-connect')
+    await sbx.files.write('/tmp/kept-across-pause', 'still here')
+
+    assert.equal(await sbx.pause(), true)
+    const paused = await Sandbox.getInfo(sbx.sandboxId)
+    assert.equal(paused.state, 'paused')
+    const listed = await listAll({ query: { metadata: { run: RUN_ID, test: 'pause-connect' }, state: ['paused'] } })
+    assert.deepEqual(listed.map((s) => s.sandboxId), [sbx.sandboxId])
+    assert.equal(await sbx.pause(), false, 'pausing a paused sandbox answers 409: false')
+
+    const resumed = await Sandbox.connect(sbx.sandboxId)
+    assert.equal(resumed.sandboxId, sbx.sandboxId)
+    assert.equal((await resumed.getInfo()).state, 'running')
+    const res = await resumed.commands.run('cat /tmp/kept-across-pause && echo " and running"')
+    assert.equal(res.stdout, 'still here and running\n')
+
+    // connect to a running sandbox is fine too, and the old handle works again
+    await sbx.connect()
+    assert.equal((await sbx.commands.run('echo ok')).stdout, 'ok\n')
+  })
+
+  it('kill returns true once, then false; unknown ids give false', { timeout: 120_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'kill')
+    assert.equal(await sbx.kill(), true)
+    assert.equal(await Sandbox.kill(sbx.sandboxId), false)
+    assert.equal(await Sandbox.kill('sb-00000000deadbeef'), false)
+    assert.equal(await Sandbox.kill('no-such-sandbox'), false)
+    await assert.rejects(Sandbox.getInfo(sbx.sandboxId), SandboxNotFoundError)
+    await assert.rejects(Sandbox.connect('sb-00000000deadbeef'), SandboxNotFoundError)
+    await assert.rejects(sbx.commands.run('true'), SandboxNotFoundError)
+  })
+})
