@@ -39,6 +39,7 @@ stop: ## stop the local daemon started by `make run`
 .PHONY: test
 test: setup build ## run every test (unit, integration on real Docker, SDK compatibility)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	python3 -m unittest discover -s images/code-interpreter -p '*_test.py'
 	@scripts/test-compat.sh
 
 .PHONY: bench
