@@ -4,8 +4,12 @@
 #   sandboxd/base:bookworm   Debian bookworm minbase (debootstrap) + images/base/packages,
 #                            customized by images/base/customize.sh (user uid 1000, no docs)
 #   sandboxd/busybox:latest  Debian's busybox-static with its applet symlinks; for fast tests
+#   sandboxd/code-interpreter:v1
+#                            sandboxd/base plus images/code-interpreter/server.py at
+#                            /opt/sandboxd/code-interpreter/server.py: the E2B template
+#                            code-interpreter-v1 (the E2B facade starts the server)
 #
-# Usage: scripts/build-images.sh [base] [busybox]     (default: both)
+# Usage: scripts/build-images.sh [base] [busybox] [code-interpreter]   (default: all three)
 #
 # Cached twice:
 #   - each image carries LABEL sandboxd.recipe=<hash of this script + images/<name>/*>;
@@ -30,6 +34,8 @@ CACHE_DIR=${SANDBOXD_CACHE_DIR:-/var/cache/sandboxd}
 SUITE=bookworm
 BASE_IMAGE=sandboxd/base:bookworm
 BUSYBOX_IMAGE=sandboxd/busybox:latest
+CODE_INTERPRETER_IMAGE=sandboxd/code-interpreter:v1
+CODE_INTERPRETER_DIR=/opt/sandboxd/code-interpreter
 LABEL=sandboxd.recipe
 export PATH="$PATH:/usr/sbin:/sbin"
 
@@ -210,12 +216,51 @@ build_busybox() {
 	log "built $BUSYBOX_IMAGE (recipe $hash, from $(basename "$deb")) in $(( $(now_ms) - t0 )) ms"
 }
 
+# build_code_interpreter layers server.py onto the base image without a
+# builder or a registry (the engine here has no BuildKit): create a container
+# from the base image, copy the file in, commit it. The container never runs.
+# The recipe hash covers this script, server.py and the base image's id, so a
+# rebuilt base image rebuilds this one too.
+build_code_interpreter() {
+	local t0 base_id hash work cid old new
+	t0=$(now_ms)
+	base_id=$(docker image inspect --format '{{.Id}}' "$BASE_IMAGE" 2>/dev/null) ||
+		die "$BASE_IMAGE is missing; build it first (scripts/build-images.sh base code-interpreter)"
+	hash=$(
+		{
+			sha256sum <"$ROOT/scripts/build-images.sh"
+			sha256sum <"$ROOT/images/code-interpreter/server.py"
+			echo "$base_id"
+		} | sha256sum | cut -c1-16
+	)
+	if up_to_date "$CODE_INTERPRETER_IMAGE" "$hash"; then
+		log "$CODE_INTERPRETER_IMAGE up to date (recipe $hash), $(( $(now_ms) - t0 )) ms"
+		return
+	fi
+	new_workdir work
+	install -D -m 0644 "$ROOT/images/code-interpreter/server.py" "$work/root$CODE_INTERPRETER_DIR/server.py"
+	old=$(docker image inspect --format '{{.Id}}' "$CODE_INTERPRETER_IMAGE" 2>/dev/null || true)
+	cid=$(docker create "$BASE_IMAGE")
+	if ! docker cp "$work/root/." "$cid:/" ||
+		! docker commit --change "LABEL $LABEL=$hash" --message "sandboxd recipe $hash" "$cid" "$CODE_INTERPRETER_IMAGE" >/dev/null; then
+		docker rm -f "$cid" >/dev/null 2>&1 || true
+		die "building $CODE_INTERPRETER_IMAGE failed"
+	fi
+	docker rm -f "$cid" >/dev/null
+	new=$(docker image inspect --format '{{.Id}}' "$CODE_INTERPRETER_IMAGE")
+	if [[ -n $old && $old != "$new" ]]; then
+		docker image rm "$old" >/dev/null 2>&1 || log "kept previous $CODE_INTERPRETER_IMAGE ($old): still in use"
+	fi
+	log "built $CODE_INTERPRETER_IMAGE (recipe $hash) in $(( $(now_ms) - t0 )) ms"
+}
+
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(busybox base)
+[[ ${#targets[@]} -gt 0 ]] || targets=(busybox base code-interpreter)
 for t in "${targets[@]}"; do
 	case $t in
 	base) build_base ;;
 	busybox) build_busybox ;;
-	*) die "unknown image '$t' (want: base, busybox)" ;;
+	code-interpreter) build_code_interpreter ;;
+	*) die "unknown image '$t' (want: base, busybox, code-interpreter)" ;;
 	esac
 done

@@ -5,6 +5,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/api/e2b"
 	v1 "github.com/sandboxd/sandboxd/internal/api/v1"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/config"
@@ -129,7 +132,7 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	d.Router, err = ingress.New(ingress.Options{
 		Domain:           cfg.Domain,
 		Dialer:           dialer,
-		Authorize:        authorizePreview(d.Auth),
+		Authorize:        authorizePreview(d.Auth, d.Store, cfg.Domain),
 		CredentialCookie: previewCookie,
 		TLSAddr:          cfg.TLSListen,
 		Logger:           logger,
@@ -186,8 +189,54 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("v1.New: %w", err)
 	}
-	d.Handler = d.Router.Wrap(api)
+	e2bKey, err := loadOrCreateKey(filepath.Join(dataDir, "e2b-access.key"))
+	if err != nil {
+		return nil, fmt.Errorf("e2b access key: %w", err)
+	}
+	e2bFacade := e2b.New(e2b.Options{
+		Service:        d.Service,
+		Auth:           d.Auth,
+		Logger:         logger,
+		Domain:         cfg.Domain,
+		AccessTokenKey: e2bKey,
+		BodyDedupe:     cfg.E2BBodyDedupe,
+	})
+
+	// One listener, routed in this order: E2B traffic (its control plane,
+	// and envd by E2b-Sandbox-Id header or by <49983|49999>-<id> host), then
+	// preview hosts and custom domains through the ingress, then the native
+	// API.
+	ingressed := d.Router.Wrap(api)
+	d.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e2bFacade.Match(r) {
+			e2bFacade.ServeHTTP(w, r)
+			return
+		}
+		ingressed.ServeHTTP(w, r)
+	})
 	return d, nil
+}
+
+// loadOrCreateKey returns the 32-byte key in path, creating it (0600) on
+// first use.
+func loadOrCreateKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if len(b) != 32 {
+			return nil, fmt.Errorf("%s: want 32 bytes, have %d", path, len(b))
+		}
+		return b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key) // never fails
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, key, 0o600); err != nil {
+		return nil, err
+	}
+	return key, os.Rename(tmp, path)
 }
 
 // Serve serves on the daemon's listener and runs the reaper and the
@@ -254,20 +303,56 @@ func (d *serviceDialer) DialPort(ctx context.Context, sandboxID string, port int
 const previewCookie = "sandboxd_token"
 
 // authorizePreview lets a request reach a private port when it carries a
-// valid API token: Authorization: Bearer, X-Sandboxd-Token, or the cookie.
-func authorizePreview(authn *auth.Authenticator) func(*http.Request) bool {
+// valid API token — Authorization: Bearer, X-Sandboxd-Token, or the cookie —
+// whose principal may see the sandbox behind the host: an admin, or the
+// sandbox's owner. Another tenant's token is refused like no token.
+func authorizePreview(authn *auth.Authenticator, st *store.Store, domain string) func(*http.Request) bool {
 	return func(r *http.Request) bool {
+		ctx := r.Context()
 		token := r.Header.Get("X-Sandboxd-Token")
 		if token == "" {
 			if c, err := r.Cookie(previewCookie); err == nil {
 				token = c.Value
 			}
 		}
+		var (
+			p   auth.Principal
+			err error
+		)
 		if token == "" {
-			_, err := authn.Authenticate(r.Context(), r)
-			return err == nil
+			p, err = authn.Authenticate(ctx, r)
+		} else {
+			p, err = authn.AuthenticateToken(ctx, token)
 		}
-		_, err := authn.AuthenticateToken(r.Context(), token)
-		return err == nil
+		if err != nil {
+			return false
+		}
+		if p.IsAdmin() {
+			return true
+		}
+		id, ok := sandboxOfHost(ctx, st, r.Host, domain)
+		if !ok {
+			return false
+		}
+		sb, err := st.GetSandbox(ctx, id)
+		return err == nil && p.CanSee(sb.Owner)
 	}
+}
+
+// sandboxOfHost names the sandbox a preview host (<port>-<id>.<domain>)
+// or a custom domain routes to.
+func sandboxOfHost(ctx context.Context, st *store.Store, host, domain string) (string, bool) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if label, ok := strings.CutSuffix(host, "."+domain); ok && !strings.Contains(label, ".") {
+		_, id, ok := strings.Cut(label, "-")
+		return id, ok
+	}
+	d, err := st.GetCustomDomain(ctx, host)
+	if err != nil {
+		return "", false
+	}
+	return d.SandboxID, true
 }

@@ -26,6 +26,17 @@ type Once struct {
 	ReplayWindow time.Duration
 }
 
+type claimKey struct{}
+
+// ClaimFrom returns the claim the work of Idempotent runs under, from the
+// context Idempotent passes to it: work that derives a resource id from
+// its claim (the E2B facade) gets the same id for every caller that shares
+// the claim, and a new one for a later claim.
+func ClaimFrom(ctx context.Context) (store.Claim, bool) {
+	c, ok := ctx.Value(claimKey{}).(store.Claim)
+	return c, ok
+}
+
 // pollInterval is how often a duplicate waits for the first call's work.
 const pollInterval = 25 * time.Millisecond
 
@@ -44,7 +55,7 @@ func (s *Service) Idempotent(ctx context.Context, o Once, work func(ctx context.
 		}
 		switch c.Outcome {
 		case store.ClaimAcquired:
-			id, werr := work(ctx)
+			id, werr := work(context.WithValue(ctx, claimKey{}, c))
 			if werr != nil {
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 				derr := s.Store.DeleteClaim(dctx, c)

@@ -93,6 +93,14 @@ func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, por
 				return err
 			}
 			err := s.Router.ListenTCP(ctx, hostPort, row.ID, port)
+			if err == nil {
+				return nil
+			}
+			// This call holds the row, so the route is its own to take
+			// back; the store then releases the row.
+			if uerr := s.Router.UnexposePort(context.WithoutCancel(ctx), row.ID, port); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("remove route: %w", uerr))
+			}
 			if errors.Is(err, ingress.ErrHostPortInUse) {
 				return fmt.Errorf("%w: %w", store.ErrHostPortUnavailable, err)
 			}

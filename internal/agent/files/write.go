@@ -18,61 +18,69 @@ const copyBufferSize = 64 << 10
 const newFileMode = 0o644
 
 // writeFile writes src to path as u: missing parents are created and owned
-// by u, the content goes to a temporary file in the same directory that is
-// then renamed over path, and the file is owned by u. An existing file keeps
-// its permission bits; a symlink at path is written through to its target.
-// On failure the temporary file is removed and path is untouched. Errors
-// reading src are *bodyError.
+// by u, the file is created (or truncated) and written in place, and owned
+// by u. An existing file keeps its permission bits; a symlink at path is
+// written through to its target. Errors reading src are *bodyError.
+//
+// Writing in place, as envd does, is what file watchers expect to see: a
+// create and a write of path. (A temporary file renamed over path would be
+// atomic, but watchers would see only a create of path, and clients that
+// wait for the write event — the E2B SDK's watchDir — would never see it.)
+// The cost: a failed upload that was replacing a file leaves it truncated
+// or partial; a failed upload of a new file removes it, leaving nothing.
 func writeFile(u account.User, path string, src io.Reader) (err error) {
-	path, mode, err := destination(path)
+	path, mode, existed, err := destination(path)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	if err := account.MkdirAll(u, dir, 0o755); err != nil {
+	if err := account.MkdirAll(u, filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".upload-*")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+			f.Close()
+			if !existed {
+				os.Remove(path)
+			}
 		}
 	}()
-	if _, err := io.CopyBuffer(onlyWriter{tmp}, bodyReader{src}, make([]byte, copyBufferSize)); err != nil {
+	if !existed {
+		// Ownership and mode before the content, so the file is never
+		// readable with the wrong owner.
+		if err := f.Chmod(mode); err != nil {
+			return err
+		}
+		if err := f.Chown(int(u.UID), int(u.GID)); err != nil {
+			return err
+		}
+	}
+	if _, err := io.CopyBuffer(onlyWriter{f}, bodyReader{src}, make([]byte, copyBufferSize)); err != nil {
 		return err
 	}
-	if err := tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if err := tmp.Chown(int(u.UID), int(u.GID)); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return f.Close()
 }
 
-// destination returns the file to replace (path, or the target of a symlink
-// at path) and the mode the new content gets. A directory is EISDIR.
-func destination(path string) (string, fs.FileMode, error) {
+// destination returns the file to write (path, or the target of a symlink
+// at path), the mode new content gets, and whether the file exists. A
+// directory is EISDIR.
+func destination(path string) (string, fs.FileMode, bool, error) {
 	if target, err := filepath.EvalSymlinks(path); err == nil {
 		path = target
 	}
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return path, newFileMode, nil
+		return path, newFileMode, false, nil
 	case err != nil:
-		return "", 0, err
+		return "", 0, false, err
 	case fi.IsDir():
-		return "", 0, &fs.PathError{Op: "write", Path: path, Err: syscall.EISDIR}
+		return "", 0, false, &fs.PathError{Op: "write", Path: path, Err: syscall.EISDIR}
 	default:
-		return path, fi.Mode().Perm(), nil
+		return path, fi.Mode().Perm(), true, nil
 	}
 }
 

@@ -105,7 +105,7 @@ func classify(err error) (Code, string) {
 		return CodeNotFound, err.Error()
 	case errors.Is(err, service.ErrNameConflict), errors.Is(err, store.ErrNameConflict):
 		return CodeNameConflict, err.Error()
-	case errors.Is(err, store.ErrHostnameConflict):
+	case errors.Is(err, service.ErrHostnameConflict), errors.Is(err, store.ErrHostnameConflict):
 		return CodeHostnameConflict, err.Error()
 	case errors.Is(err, service.ErrConflict), errors.Is(err, store.ErrStateConflict),
 		errors.Is(err, store.ErrPortProtocolConflict):

@@ -31,8 +31,7 @@ type route struct {
 }
 
 // routes is the route table: the one list that registers the handlers and
-// that the OpenAPI test compares spec/openapi.yaml with. Ports and domains
-// come later (issue 5).
+// that the OpenAPI test compares spec/openapi.yaml with.
 func routes() []route {
 	return []route{
 		{http.MethodGet, "/healthz", public, jsonBody, (*server).healthz},
@@ -53,6 +52,14 @@ func routes() []route {
 		{http.MethodGet, "/v1/sandboxes/{id}/files", user, jsonBody, (*server).downloadFile},
 		{http.MethodDelete, "/v1/sandboxes/{id}/files", user, jsonBody, (*server).removeFile},
 		{http.MethodGet, "/v1/sandboxes/{id}/files/list", user, jsonBody, (*server).listFiles},
+
+		{http.MethodPost, "/v1/sandboxes/{id}/ports", user, jsonBody, (*server).exposePort},
+		{http.MethodGet, "/v1/sandboxes/{id}/ports", user, jsonBody, (*server).listPorts},
+		{http.MethodDelete, "/v1/sandboxes/{id}/ports/{port}", user, jsonBody, (*server).unexposePort},
+
+		{http.MethodPost, "/v1/sandboxes/{id}/domains", user, jsonBody, (*server).addDomain},
+		{http.MethodGet, "/v1/sandboxes/{id}/domains", user, jsonBody, (*server).listDomains},
+		{http.MethodDelete, "/v1/sandboxes/{id}/domains/{hostname}", user, jsonBody, (*server).removeDomain},
 
 		{http.MethodPost, "/v1/tokens", adminOnly, jsonBody, (*server).createToken},
 		{http.MethodGet, "/v1/tokens", adminOnly, jsonBody, (*server).listTokens},

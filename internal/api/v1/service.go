@@ -31,6 +31,13 @@ type Service interface {
 	Download(ctx context.Context, c service.Caller, idOrName, path, user string) (rc io.ReadCloser, size int64, err error)
 	ListFiles(ctx context.Context, c service.Caller, idOrName, path, user string) ([]service.FileEntry, error)
 	RemoveFile(ctx context.Context, c service.Caller, idOrName, path, user string) error
+
+	ExposePort(ctx context.Context, c service.Caller, idOrName string, port int, protocol string, public bool) (service.Exposure, error)
+	UnexposePort(ctx context.Context, c service.Caller, idOrName string, port int) error
+	ListPorts(ctx context.Context, c service.Caller, idOrName string) ([]service.Exposure, error)
+	AddDomain(ctx context.Context, c service.Caller, idOrName, hostname string, port int) (service.Domain, error)
+	RemoveDomain(ctx context.Context, c service.Caller, idOrName, hostname string) error
+	ListDomains(ctx context.Context, c service.Caller, idOrName string) ([]service.Domain, error)
 }
 
 var _ Service = (*service.Service)(nil)

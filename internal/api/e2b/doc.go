@@ -1,0 +1,114 @@
+// Package e2b is sandboxd's E2B facade: the HTTP edge that lets the
+// official E2B SDKs (`e2b`, `@e2b/code-interpreter`, Python `e2b`) drive
+// sandboxd unchanged, with E2B_API_URL and E2B_SANDBOX_URL both set to the
+// daemon's base URL. Wire details: shared/reference/e2b-daytona-wire.md.
+//
+// # Routing
+//
+// [Facade.Match] claims two kinds of request on the daemon's one listener:
+//
+//   - envd traffic: any request carrying E2b-Sandbox-Id (the port in
+//     E2b-Sandbox-Port, default 49983), or whose Host is
+//     <port>-<sandbox-id>.<Options.Domain> with port 49983 or 49999 (other
+//     preview ports belong to the ingress). Port 49983 is reverse-proxied
+//     unchanged to the sandbox's agent, which speaks envd's wire natively
+//     (Connect JSON services, /files, /health); every other port is
+//     proxied to that port inside the sandbox through service.DialPort
+//     (49999 is the code-interpreter server). Responses are flushed per
+//     write, so Connect streams and NDJSON arrive message by message.
+//   - the control plane: /sandboxes… and /v2/sandboxes…, answered here
+//     with E2B's JSON shapes and its error body {"code": <status>,
+//     "message": …} on every failure (the SDKs read `code` from the body:
+//     kill() is false only on code 404, pause() only on 409).
+//
+// An envd request for a sandbox that does not exist or is not running is
+// 502, which the SDKs read as "sandbox not running" (isRunning() false,
+// SandboxNotFoundError on a command): a Connect error body
+// {"code":"unavailable"} on the Connect paths, the E2B body elsewhere.
+//
+// # Authentication
+//
+// The control plane takes X-API-KEY: one of our API tokens, or its
+// `e2b_`-prefixed hex form (auth.E2BKey) that the Python SDK's key check
+// accepts. A user token sees only its owner's sandboxes. envd traffic
+// carries no API key (the SDKs never send one there); it is authorized, as
+// on E2B, by per-sandbox tokens:
+//
+//   - Port 49983 (envd) of a secure sandbox wants its envd access token in
+//     X-Access-Token on every request but GET /health, else 401. A sandbox
+//     is secure unless it was created through v1 with `secure: false`. v2
+//     has no `secure` field because E2B secures every v2 sandbox ("all
+//     system communication with the sandbox is always secured"), so v2
+//     sandboxes are secure; so are sandboxes made through the native API.
+//   - Other ports (49999, the code interpreter, whose context calls carry
+//     no X-Access-Token in @e2b/code-interpreter 2.8.0) are public, guarded
+//     only by the unguessable sandbox id, unless the sandbox was created
+//     with network.allowPublicTraffic=false: then they want its traffic
+//     access token in E2B-Traffic-Access-Token.
+//   - Both tokens are HMAC-SHA256(Options.AccessTokenKey, label || sandbox
+//     id), hex, with a distinct label per kind: derived, never stored, and
+//     recomputable after a restart with the same key. They are returned
+//     (envdAccessToken, trafficAccessToken) by create and connect, and the
+//     envd token by GET /sandboxes/{id}: only to callers whose API token
+//     can see the sandbox. Tokens are compared in constant time and removed
+//     before forwarding (the agent gets its own token).
+//
+// Signed /files URLs (sbx.uploadUrl(), sbx.downloadUrl()) carry no sandbox
+// id, so they cannot be routed on a shared listener: unsupported.
+//
+// # Users
+//
+// Hosted E2B runs commands and file operations as `user` (home /home/user)
+// unless the caller names another; our agent defaults to root. The facade
+// records the default user of a sandbox at create (`user` for the base and
+// code-interpreter templates, none for other images) and adds it as envd's
+// user selector (Authorization: Basic base64("user:")) to envd requests
+// that name no user, so relative paths and file ownership match E2B.
+//
+// # Create
+//
+// Templates: `base` is sandboxd/base:bookworm, `code-interpreter-v1` is
+// sandboxd/code-interpreter:v1 (scripts/build-images.sh), and any other
+// template id names a locally present image (404 in the E2B shape when
+// there is none). In a code-interpreter sandbox the facade starts the
+// interpreter server (tag "code-interpreter", as `user`) after create and
+// after every resume, and waits until port 49999 accepts.
+//
+// The timeout is in seconds; when absent (the JS SDK omits it unless the
+// user set timeoutMs) it is 300 s for v1 and v2 alike (the infra spec's v1
+// default of 15 s would surprise Python users, whose SDK always sends it).
+// envVars become the sandbox environment and metadata its tags (keys must
+// follow our tag rules: 400 otherwise). allow_internet_access, network,
+// autoPause and autoResume are recorded as annotations and shown back, but
+// not enforced yet: every E2B sandbox has no network until network policy
+// exists, and a sandbox is destroyed (not paused) when its timeout passes.
+// Pausing a sandbox stops its container, keeps its file system and clears
+// its timeout (a paused sandbox never expires); connect resumes it and
+// gives it a timeout again (the request's, else 300 s).
+//
+// # Create dedupe
+//
+// Identical create bodies within a short window create one sandbox
+// (DESIGN.md section 7). The fingerprint is the SHA-256 of the normalized
+// request — owner, template, sorted env, metadata, timeout, lifecycle
+// flags, network posture, secure — and nothing per-request. It claims the
+// idempotency scope "e2b.create" (pending lock 2 min, replay window 10 s):
+// a duplicate while the first is pending waits for it and answers the same
+// sandbox; a duplicate within the window answers it at once; after the
+// window the same body creates a new sandbox. A failed create deletes the
+// claim, so a retry starts fresh. The sandbox id is derived from the
+// fingerprint and the claim (its lock deadline), so duplicates that share a
+// claim share an id (and collide once claims are cluster-wide).
+//
+// An Idempotency-Key header takes precedence: scope "e2b.create.key", keyed
+// by (owner, key), replayable for 24 h, and the same key with another body
+// is 422. Options.BodyDedupe=false turns body dedupe off for fan-out
+// workloads that want several identical sandboxes at once; the cost is that
+// a client retry after a lost answer then makes a second sandbox.
+//
+// # envdVersion
+//
+// Every sandbox reports envd 0.5.7: the agent implements what the SDKs
+// gate up to it (stdin control, closeStdin, octet-stream upload) but not
+// file metadata (0.6.2), so the SDK must not send it.
+package e2b

@@ -1,0 +1,235 @@
+package e2b_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	fsrpc "github.com/sandboxd/sandboxd/internal/gen/envd/filesystem"
+	"github.com/sandboxd/sandboxd/internal/gen/envd/filesystem/filesystemconnect"
+	procrpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
+	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
+)
+
+// envdHeaders adds E2B's single-host routing headers, as the SDKs send them.
+type envdHeaders struct {
+	id, port, token string
+}
+
+func (e envdHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("E2b-Sandbox-Id", e.id)
+	r.Header.Set("E2b-Sandbox-Port", e.port)
+	if e.token != "" {
+		r.Header.Set("X-Access-Token", e.token)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// envdClients are Connect clients speaking JSON (as the JS SDK does) to
+// sandbox id through the facade.
+func envdClients(h *harness, id, token string) (processconnect.ProcessClient, filesystemconnect.FilesystemClient) {
+	hc := &http.Client{Transport: envdHeaders{id: id, port: "49983", token: token}}
+	return processconnect.NewProcessClient(hc, h.url, connect.WithProtoJSON()),
+		filesystemconnect.NewFilesystemClient(hc, h.url, connect.WithProtoJSON())
+}
+
+func TestEnvd_UnaryAndStreamThroughTheFacade(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base"})
+	proc, fs := envdClients(h, c.SandboxID, c.EnvdAccessToken)
+
+	st, err := fs.Stat(t.Context(), connect.NewRequest(&fsrpc.StatRequest{Path: "/etc/hostname"}))
+	if err == nil && st.Msg.GetEntry().GetType() != fsrpc.FileType_FILE_TYPE_FILE {
+		t.Errorf("stat: %v", st.Msg)
+	}
+	if _, err := fs.Stat(t.Context(), connect.NewRequest(&fsrpc.StatRequest{Path: "/no/such/file"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("stat of a missing file: %v, want not_found", err)
+	}
+	// The default user is E2B's `user`: relative paths resolve in /home/user.
+	home, err := fs.Stat(t.Context(), connect.NewRequest(&fsrpc.StatRequest{Path: "."}))
+	if err != nil {
+		t.Fatalf("stat .: %v", err)
+	}
+	if home.Msg.GetEntry().GetPath() != "/home/user" || home.Msg.GetEntry().GetOwner() != "user" {
+		t.Errorf("stat . as the default user: %v", home.Msg.GetEntry())
+	}
+
+	stream, err := proc.Start(t.Context(), connect.NewRequest(&procrpc.StartRequest{
+		Process: &procrpc.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "echo hi; whoami"}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var (
+		kinds  []string
+		stdout strings.Builder
+		exit   *procrpc.ProcessEvent_EndEvent
+	)
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().GetEvent().(type) {
+		case *procrpc.ProcessEvent_Start:
+			kinds = append(kinds, "start")
+		case *procrpc.ProcessEvent_Data:
+			stdout.Write(ev.Data.GetStdout())
+		case *procrpc.ProcessEvent_End:
+			kinds = append(kinds, "end")
+			exit = ev.End
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(kinds) != 2 || kinds[0] != "start" || kinds[1] != "end" || exit.GetExitCode() != 0 {
+		t.Errorf("events %v, exit %v", kinds, exit)
+	}
+	if stdout.String() != "hi\nuser\n" {
+		t.Errorf("stdout %q", stdout.String())
+	}
+}
+
+func TestEnvd_SecureSandboxNeedsItsAccessToken(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base", "network": map[string]any{"allowPublicTraffic": false}})
+	other := h.create(t, map[string]any{"templateID": "base", "metadata": map[string]string{"other": "1"}})
+	if c.EnvdAccessToken == "" || c.TrafficAccessToken == nil || other.TrafficAccessToken != nil {
+		t.Fatalf("tokens: %+v and %+v", c, other)
+	}
+	for name, token := range map[string]string{"none": "", "wrong": "x", "another sandbox's": other.EnvdAccessToken} {
+		_, fs := envdClients(h, c.SandboxID, token)
+		_, err := fs.Stat(t.Context(), connect.NewRequest(&fsrpc.StatRequest{Path: "/"}))
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("%s token: %v, want unauthenticated", name, err)
+		}
+	}
+	// /health needs no token (the SDK's isRunning).
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/health", nil)
+	req.Header.Set("E2b-Sandbox-Id", c.SandboxID)
+	if resp := doReq(t, req); resp.status != http.StatusNoContent {
+		t.Errorf("health: %d %s", resp.status, resp.body)
+	}
+
+	// Other ports of a sandbox with allowPublicTraffic=false want the
+	// traffic token (nothing listens on 8080: past the check it is 502).
+	port := func(token string) int {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/", nil)
+		req.Header.Set("E2b-Sandbox-Id", c.SandboxID)
+		req.Header.Set("E2b-Sandbox-Port", "8080")
+		if token != "" {
+			req.Header.Set("E2B-Traffic-Access-Token", token)
+		}
+		return doReq(t, req).status
+	}
+	if got := port(""); got != http.StatusUnauthorized {
+		t.Errorf("port 8080 without the traffic token: %d, want 401", got)
+	}
+	if got := port(*c.TrafficAccessToken); got != http.StatusBadGateway {
+		t.Errorf("port 8080 with the traffic token: %d, want 502", got)
+	}
+}
+
+func TestEnvd_InsecureV1Sandbox(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	resp := h.do(t, h.admin, http.MethodPost, "/sandboxes", map[string]any{"templateID": "base", "secure": false})
+	if resp.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", resp.status, resp.body)
+	}
+	var c created
+	decode(t, resp.body, &c)
+	h.cleanup(t, c.SandboxID)
+	if c.EnvdAccessToken != "" {
+		t.Errorf("an insecure sandbox got an access token")
+	}
+	_, fs := envdClients(h, c.SandboxID, "")
+	if _, err := fs.Stat(t.Context(), connect.NewRequest(&fsrpc.StatRequest{Path: "/"})); err != nil {
+		t.Errorf("stat without a token: %v", err)
+	}
+}
+
+func TestEnvd_SandboxNotRunningIs502(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base"})
+	if resp := h.do(t, h.admin, http.MethodPost, "/sandboxes/"+c.SandboxID+"/pause", nil); resp.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", resp.status, resp.body)
+	}
+	for _, id := range []string{c.SandboxID, "sb-00000000deadbeef"} {
+		proc, fs := envdClients(h, id, c.EnvdAccessToken)
+		if _, err := fs.Stat(t.Context(), connect.NewRequest(&fsrpc.StatRequest{Path: "/"})); connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Errorf("%s: unary: %v, want unavailable", id, err)
+		}
+		stream, err := proc.Start(t.Context(), connect.NewRequest(&procrpc.StartRequest{Process: &procrpc.ProcessConfig{Cmd: "true"}}))
+		if err == nil {
+			for stream.Receive() {
+			}
+			err = stream.Err()
+		}
+		if connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Errorf("%s: stream: %v, want unavailable", id, err)
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/health", nil)
+		req.Header.Set("E2b-Sandbox-Id", id)
+		if resp := doReq(t, req); resp.status != http.StatusBadGateway {
+			t.Errorf("%s: health: %d, want 502", id, resp.status)
+		}
+	}
+}
+
+func TestCodeInterpreter_ExecuteThroughPort49999(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "code-interpreter-v1"})
+
+	execute := func(code string) []map[string]any {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url+"/execute", jsonBody(t, map[string]any{"code": code}))
+		req.Header.Set("E2b-Sandbox-Id", c.SandboxID)
+		req.Header.Set("E2b-Sandbox-Port", "49999")
+		req.Header.Set("X-Access-Token", c.EnvdAccessToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("execute: %d", resp.StatusCode)
+		}
+		var events []map[string]any
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			var ev map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				t.Fatalf("line %q: %v", sc.Text(), err)
+			}
+			events = append(events, ev)
+		}
+		return events
+	}
+	result := func(events []map[string]any) any {
+		for _, ev := range events {
+			if ev["type"] == "result" {
+				return ev["text"]
+			}
+		}
+		return nil
+	}
+	execute("x = 41")
+	if got := result(execute("x + 1")); got != "42" {
+		t.Errorf("x + 1 = %v, want 42", got)
+	}
+
+	// After pause and resume the server runs again (state starts afresh).
+	if resp := h.do(t, h.admin, http.MethodPost, "/sandboxes/"+c.SandboxID+"/pause", nil); resp.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", resp.status, resp.body)
+	}
+	if resp := h.do(t, h.admin, http.MethodPost, "/v2/sandboxes/"+c.SandboxID+"/connect", nil); resp.status != http.StatusCreated {
+		t.Fatalf("connect: %d %s", resp.status, resp.body)
+	}
+	if got := result(execute("1 + 1")); got != "2" {
+		t.Errorf("after resume, 1 + 1 = %v", got)
+	}
+}

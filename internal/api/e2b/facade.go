@@ -1,0 +1,226 @@
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"golang.org/x/sync/singleflight"
+)
+
+// Service is what the facade needs of the domain layer; *service.Service
+// implements it.
+type Service interface {
+	CreateSandbox(ctx context.Context, req service.CreateRequest) (*service.Created, error)
+	CreateSandboxWithID(ctx context.Context, id string, req service.CreateRequest) (*service.Created, error)
+	Idempotent(ctx context.Context, o service.Once, work func(ctx context.Context) (string, error)) (targetID string, replayed bool, err error)
+	Get(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	List(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
+	Destroy(ctx context.Context, c service.Caller, idOrName string) error
+	Start(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	Stop(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
+	Stats(ctx context.Context, c service.Caller, idOrName string) (runtime.Stats, error)
+	DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error)
+	Agent(ctx context.Context, sandboxID string) (*agent.Client, error)
+}
+
+var _ Service = (*service.Service)(nil)
+
+// Authenticator verifies an API token; *auth.Authenticator is one. Every
+// credential failure matches auth.ErrUnauthenticated; any other error is a
+// failed lookup (answered 500, not 401).
+type Authenticator interface {
+	AuthenticateToken(ctx context.Context, token string) (auth.Principal, error)
+}
+
+// Options configures New. Service and Auth are required.
+type Options struct {
+	Service Service
+	Auth    Authenticator
+	// Logger receives one line per failed request (server errors in full).
+	// Default: discard.
+	Logger *slog.Logger
+	// Domain is the preview domain: envd traffic may also arrive with
+	// Host <port>-<sandbox-id>.<Domain>, and create reports it as the
+	// sandbox's domain. Empty: header routing only, domain null.
+	Domain string
+	// AccessTokenKey keys the HMAC that derives each sandbox's envd access
+	// token (see the package documentation). Give 32 random bytes kept with
+	// the daemon's data, so tokens survive restarts. Empty: a random key
+	// per process (tokens handed out before a restart stop working).
+	AccessTokenKey []byte
+	// BodyDedupe turns on create dedupe by body fingerprint. An explicit
+	// Idempotency-Key header works either way.
+	BodyDedupe bool
+	// Images maps templates to images; nil: DefaultImages.
+	Images map[string]string
+	// InterpreterReady bounds how long create and resume wait for the
+	// code-interpreter server to accept connections. Default 20 s.
+	InterpreterReady time.Duration
+	// MaxBodyBytes caps JSON request bodies. Default 1 MiB.
+	MaxBodyBytes int64
+}
+
+// DefaultImages are the built-in templates (scripts/build-images.sh).
+var DefaultImages = map[string]string{
+	"base":                  "sandboxd/base:bookworm",
+	codeInterpreterTemplate: "sandboxd/code-interpreter:v1",
+}
+
+// Facade is the E2B edge. Mount it in front of the native API and send it
+// every request Match accepts.
+type Facade struct {
+	svc        Service
+	auth       Authenticator
+	log        *slog.Logger
+	domain     string
+	tokenKey   []byte
+	bodyDedupe bool
+	images     map[string]string
+	ready      time.Duration
+	maxBody    int64
+
+	control     http.Handler
+	interpreter singleflight.Group // one interpreter start per sandbox at a time
+}
+
+// New returns the facade. It does no I/O.
+func New(opts Options) *Facade {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(opts.AccessTokenKey) == 0 {
+		opts.AccessTokenKey = make([]byte, 32)
+		_, _ = rand.Read(opts.AccessTokenKey) // never fails
+		opts.Logger.Warn("e2b: no access-token key given; envd access tokens will not survive a restart")
+	}
+	if opts.Images == nil {
+		opts.Images = DefaultImages
+	}
+	if opts.InterpreterReady <= 0 {
+		opts.InterpreterReady = 20 * time.Second
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	f := &Facade{
+		svc:        opts.Service,
+		auth:       opts.Auth,
+		log:        opts.Logger,
+		domain:     strings.ToLower(opts.Domain),
+		tokenKey:   opts.AccessTokenKey,
+		bodyDedupe: opts.BodyDedupe,
+		images:     opts.Images,
+		ready:      opts.InterpreterReady,
+		maxBody:    opts.MaxBodyBytes,
+	}
+	f.control = f.routes()
+	return f
+}
+
+// Match reports whether r belongs to the facade: envd traffic (the
+// E2b-Sandbox-Id header, or a Host <port>-<id>.<domain> with port 49983
+// or 49999) and the control plane (/sandboxes…, /v2/sandboxes…).
+func (f *Facade) Match(r *http.Request) bool {
+	if _, _, ok := f.envdTarget(r); ok {
+		return true
+	}
+	return isControlPath(r.URL.Path)
+}
+
+// ServeHTTP serves a request Match accepted; anything else is 404 in the
+// E2B error shape.
+func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id, port, ok := f.envdTarget(r); ok {
+		f.serveEnvd(w, r, id, port)
+		return
+	}
+	f.control.ServeHTTP(w, r)
+}
+
+func isControlPath(p string) bool {
+	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes"} {
+		if rest, ok := strings.CutPrefix(p, prefix); ok && (rest == "" || rest[0] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// Ports of the SDKs' direct traffic.
+const (
+	envdPort        = 49983
+	interpreterPort = 49999
+)
+
+// Headers of E2B's single-host routing.
+const (
+	headerSandboxID   = "E2b-Sandbox-Id"
+	headerSandboxPort = "E2b-Sandbox-Port"
+)
+
+// envdTarget returns the sandbox and port an envd request is for: from the
+// E2b-Sandbox-Id and E2b-Sandbox-Port headers (port 49983 when absent or
+// unparsable), else from a Host <port>-<id>.<domain> whose port is 49983
+// or 49999.
+func (f *Facade) envdTarget(r *http.Request) (id string, port int, ok bool) {
+	if id := r.Header.Get(headerSandboxID); id != "" {
+		port := envdPort
+		if p, err := strconv.Atoi(r.Header.Get(headerSandboxPort)); err == nil && p > 0 && p < 65536 {
+			port = p
+		}
+		return id, port, true
+	}
+	if f.domain == "" {
+		return "", 0, false
+	}
+	return parseHost(r.Host, f.domain)
+}
+
+// parseHost parses host as <port>-<sandbox-id>.<domain>[:listen-port] and
+// accepts it only for the ports the facade serves.
+func parseHost(host, domain string) (id string, port int, ok bool) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, ok := strings.CutSuffix(strings.ToLower(host), "."+domain)
+	if !ok {
+		return "", 0, false
+	}
+	p, id, ok := strings.Cut(label, "-")
+	if !ok || id == "" || strings.Contains(id, ".") {
+		return "", 0, false
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || (port != envdPort && port != interpreterPort) {
+		return "", 0, false
+	}
+	return id, port, true
+}
+
+// decodeJSON reads r's JSON body into v. An empty body leaves v alone (the
+// SDKs send no body, or `{}`, where every field is optional).
+func (f *Facade) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, f.maxBody))
+	if err != nil {
+		return badRequest("read body: %v", err)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	if err := jsonUnmarshal(body, v); err != nil {
+		return badRequest("invalid JSON body: %v", err)
+	}
+	return nil
+}

@@ -1,0 +1,315 @@
+package e2b_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/api/e2b"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/runtime/docker"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/secrets"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/volume"
+)
+
+var agentBinary string
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		if os.Getenv("CI") != "" {
+			fmt.Fprintln(os.Stderr, "docker is not reachable, and CI is set: run make setup")
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "SKIP: docker is not reachable (run make setup); e2b tests need a real engine")
+		return 0
+	}
+	dir, err := os.MkdirTemp("", "e2b-test-agent")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	agentBinary = filepath.Join(dir, "toolboxd")
+	build := exec.Command("go", "build", "-o", agentBinary, "../../../cmd/toolboxd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build toolboxd: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// clock is a settable clock shared by the service and the store.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// tokens is an in-memory auth.TokenLookup.
+type tokens map[[32]byte]auth.StoredToken
+
+func (t tokens) LookupAPITokenByHash(_ context.Context, h [32]byte) (auth.StoredToken, error) {
+	st, ok := t[h]
+	if !ok {
+		return auth.StoredToken{}, auth.ErrTokenNotFound
+	}
+	return st, nil
+}
+
+// harness is the facade over a real service: SQLite in a temporary
+// directory, the Docker runtime (behind a fault injector), a real keyring
+// and agent, on a loopback HTTP server.
+type harness struct {
+	svc   *service.Service
+	store *store.Store
+	rt    *runtimetest.Faulty
+	clock *clock
+	url   string
+	// admin and user are API keys: admin in our token form, user (another
+	// owner) in the e2b_ hex form.
+	admin, user string
+}
+
+type harnessOptions struct {
+	noBodyDedupe bool
+	// realClock uses time.Now instead of a settable clock.
+	realClock bool
+}
+
+func newHarness(t *testing.T, opts harnessOptions) *harness {
+	t.Helper()
+	ctx := t.Context()
+	var b [6]byte
+	rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	clk := &clock{now: time.Now()}
+	now := clk.Now
+	if opts.realClock {
+		now = time.Now
+	}
+	dir := t.TempDir()
+
+	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite"), store.Options{Clock: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	kr, err := secrets.OpenKeyring(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockRoot := filepath.Join(os.TempDir(), "e2bt-"+suffix)
+	t.Cleanup(func() { os.RemoveAll(sockRoot) })
+	drt, err := docker.New(docker.Options{NodeID: "e2btest-" + suffix, SocketRoot: sockRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ins, _ := drt.ListOurs(ctx)
+		for _, in := range ins {
+			drt.Destroy(ctx, in.SandboxID)
+		}
+		drt.Close()
+	})
+	vols, err := volume.New(filepath.Join(dir, "volumes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{store: st, rt: runtimetest.NewFaulty(drt), clock: clk}
+	h.svc, err = service.New(service.Config{
+		NodeID:       "e2btest-" + suffix,
+		DefaultImage: "sandboxd/base:bookworm",
+		AgentBinary:  agentBinary,
+	}, service.Deps{
+		Store:     st,
+		Runtime:   h.rt,
+		Router:    nopRouter{},
+		Admission: admission.New(admission.Budget{MilliCPU: 256_000, MemoryMB: 256 * 1024}),
+		Volumes:   vols,
+		Keyring:   kr,
+		Clock:     now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	lookup := tokens{}
+	admin, atok, ahash := auth.Generate(auth.RoleAdmin, "admin")
+	lookup[ahash] = auth.StoredToken{ID: atok.ID, Role: string(atok.Role), Owner: atok.Owner, SecretSHA256: ahash}
+	user, utok, uhash := auth.Generate(auth.RoleUser, "alice")
+	lookup[uhash] = auth.StoredToken{ID: utok.ID, Role: string(utok.Role), Owner: utok.Owner, SecretSHA256: uhash}
+	h.admin, h.user = admin, auth.E2BKey(user)
+
+	key := make([]byte, 32)
+	rand.Read(key)
+	f := e2b.New(e2b.Options{
+		Service:        h.svc,
+		Auth:           auth.NewAuthenticator(lookup),
+		Domain:         "e2b.test",
+		AccessTokenKey: key,
+		BodyDedupe:     !opts.noBodyDedupe,
+	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !f.Match(r) {
+			http.NotFound(w, r)
+			return
+		}
+		f.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	h.url = srv.URL
+	return h
+}
+
+// response is a finished HTTP exchange.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a control-plane request with key as X-API-KEY ("" for none) and
+// body as JSON (nil for none).
+func (h *harness) do(t *testing.T, key, method, path string, body any) response {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, h.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("X-API-KEY", key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// created is the part of the Sandbox answer tests look at.
+type created struct {
+	SandboxID          string  `json:"sandboxID"`
+	TemplateID         string  `json:"templateID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// create makes a sandbox through POST /v2/sandboxes and registers its kill.
+func (h *harness) create(t *testing.T, body map[string]any) created {
+	t.Helper()
+	resp := h.do(t, h.admin, http.MethodPost, "/v2/sandboxes", body)
+	if resp.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", resp.status, resp.body)
+	}
+	var c created
+	decode(t, resp.body, &c)
+	h.cleanup(t, c.SandboxID)
+	return c
+}
+
+// cleanup destroys sandbox id when the test ends.
+func (h *harness) cleanup(t *testing.T, id string) {
+	t.Cleanup(func() { h.svc.Destroy(context.Background(), service.Caller{Admin: true}, id) })
+}
+
+func decode(t *testing.T, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+}
+
+// wantError checks an E2B error answer: status and the same code in the body.
+func wantError(t *testing.T, resp response, status int) {
+	t.Helper()
+	var body struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if resp.status != status {
+		t.Fatalf("status %d (body %s), want %d", resp.status, resp.body, status)
+	}
+	if err := json.Unmarshal(resp.body, &body); err != nil {
+		t.Fatalf("error body %q is not JSON: %v", resp.body, err)
+	}
+	if body.Code != status || body.Message == "" {
+		t.Errorf("error body %s: want code %d and a message", resp.body, status)
+	}
+}
+
+// containers counts this harness's containers.
+func (h *harness) containers(t *testing.T) int {
+	t.Helper()
+	ins, err := h.rt.ListOurs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ins)
+}
+
+var errInjected = errors.New("injected fault")
+
+// nopRouter stands in for the ingress, which the facade does not use: it
+// accepts every route change and keeps none.
+type nopRouter struct{}
+
+func (nopRouter) Install(context.Context, string) error                  { return nil }
+func (nopRouter) Remove(context.Context, string) error                   { return nil }
+func (nopRouter) ExposePort(context.Context, string, ingress.Port) error { return nil }
+func (nopRouter) UnexposePort(context.Context, string, int) error        { return nil }
+func (nopRouter) ListenTCP(context.Context, int, string, int) error      { return nil }
+func (nopRouter) CloseTCP(int) error                                     { return nil }
+func (nopRouter) BindDomain(context.Context, string, string, int) error  { return nil }
+func (nopRouter) UnbindDomain(context.Context, string, string) error     { return nil }

@@ -1,0 +1,105 @@
+package e2b
+
+import (
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandboxd/sandboxd/internal/service"
+)
+
+func TestMatch(t *testing.T) {
+	f := New(Options{Domain: "localhost", AccessTokenKey: []byte("k")})
+	for _, tc := range []struct {
+		method, target, host string
+		header               map[string]string
+		want                 bool
+	}{
+		{"POST", "/v2/sandboxes", "", nil, true},
+		{"GET", "/sandboxes", "", nil, true},
+		{"DELETE", "/sandboxes/sb-1", "", nil, true},
+		{"GET", "/sandboxesx", "", nil, false},
+		{"GET", "/v1/sandboxes", "", nil, false},
+		{"GET", "/healthz", "", nil, false},
+		{"POST", "/process.Process/Start", "", map[string]string{"E2b-Sandbox-Id": "sb-1", "E2b-Sandbox-Port": "49983"}, true},
+		{"POST", "/execute", "", map[string]string{"E2b-Sandbox-Id": "sb-1", "E2b-Sandbox-Port": "49999"}, true},
+		{"POST", "/process.Process/Start", "", nil, false},
+		{"GET", "/files", "49983-sb-1.localhost:7070", nil, true},
+		{"GET", "/", "49999-sb-1.localhost", nil, true},
+		{"GET", "/", "8080-sb-1.localhost", nil, false}, // the ingress's
+		{"GET", "/", "49983-sb-1.example.com", nil, false},
+		{"GET", "/", "49983-.localhost", nil, false},
+	} {
+		r := httptest.NewRequest(tc.method, tc.target, nil)
+		if tc.host != "" {
+			r.Host = tc.host
+		}
+		for k, v := range tc.header {
+			r.Header.Set(k, v)
+		}
+		if got := f.Match(r); got != tc.want {
+			t.Errorf("Match(%s %s, host %q, %v) = %v, want %v", tc.method, tc.target, tc.host, tc.header, got, tc.want)
+		}
+	}
+}
+
+func TestFingerprint_NormalizesOrderOnly(t *testing.T) {
+	base := service.CreateRequest{
+		Owner: "o", Image: "img", Timeout: time.Minute,
+		Env:         map[string]string{"A": "1", "B": "2"},
+		Tags:        map[string]string{"x": "1", "y": "2"},
+		Annotations: map[string]string{annTemplate: "base"},
+	}
+	same := base
+	same.Env = map[string]string{"B": "2", "A": "1"}
+	if fingerprint(base) != fingerprint(same) {
+		t.Error("map order changed the fingerprint")
+	}
+	for name, mutate := range map[string]func(*service.CreateRequest){
+		"owner":   func(r *service.CreateRequest) { r.Owner = "p" },
+		"image":   func(r *service.CreateRequest) { r.Image = "other" },
+		"timeout": func(r *service.CreateRequest) { r.Timeout = time.Hour },
+		"env":     func(r *service.CreateRequest) { r.Env = map[string]string{"A": "1"} },
+		"tags":    func(r *service.CreateRequest) { r.Tags = map[string]string{"x": "2", "y": "2"} },
+		"secure": func(r *service.CreateRequest) {
+			r.Annotations = map[string]string{annTemplate: "base", annSecure: "false"}
+		},
+	} {
+		r := base
+		mutate(&r)
+		if fingerprint(r) == fingerprint(base) {
+			t.Errorf("changing %s kept the fingerprint", name)
+		}
+	}
+}
+
+func TestParseMetadataFilter(t *testing.T) {
+	// What the JS SDK's query holds after the first decoding.
+	got, err := parseMetadataFilter("run=r1&group=a%2526b%253Dc%2520d%252F%25C3%25A9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"run": "r1", "group": "a&b=c d/é"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+}
+
+func TestAccessToken_PerSandboxAndKey(t *testing.T) {
+	a := New(Options{AccessTokenKey: []byte("key-a")})
+	b := New(Options{AccessTokenKey: []byte("key-b")})
+	if a.token(accessTokenLabel, "sb-1") != a.token(accessTokenLabel, "sb-1") {
+		t.Error("not deterministic")
+	}
+	for _, other := range []string{
+		a.token(accessTokenLabel, "sb-2"),
+		b.token(accessTokenLabel, "sb-1"),
+		a.token(trafficTokenLabel, "sb-1"),
+	} {
+		if other == a.token(accessTokenLabel, "sb-1") {
+			t.Error("tokens collide across sandboxes, keys or kinds")
+		}
+	}
+}

@@ -1,0 +1,363 @@
+package e2b
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// handler is a control-plane handler: it gets the authenticated caller and
+// returns an error for writeError.
+type handler func(w http.ResponseWriter, r *http.Request, c service.Caller) error
+
+// routes is the control plane. Everything under the control paths that no
+// route matches is 404 (or 405) in the E2B shape.
+func (f *Facade) routes() http.Handler {
+	mux := http.NewServeMux()
+	for pattern, h := range map[string]handler{
+		"POST /sandboxes":                 f.createV1,
+		"POST /v2/sandboxes":              f.createV2,
+		"GET /sandboxes":                  f.listV1,
+		"GET /v2/sandboxes":               f.listV2,
+		"GET /sandboxes/{id}":             f.get,
+		"DELETE /sandboxes/{id}":          f.kill,
+		"POST /sandboxes/{id}/connect":    f.connect,
+		"POST /v2/sandboxes/{id}/connect": f.connect,
+		"POST /sandboxes/{id}/resume":     f.resume,
+		"POST /sandboxes/{id}/timeout":    f.setTimeout,
+		"POST /sandboxes/{id}/pause":      f.pause,
+		"GET /sandboxes/{id}/metrics":     f.metrics,
+	} {
+		mux.Handle(pattern, f.wrap(h))
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			f.writeError(w, r, errorf(http.StatusNotFound, "no route for %s %s", r.Method, r.URL.Path))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// wrap authenticates the request and writes a returned error.
+func (f *Facade) wrap(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := f.authenticate(r)
+		if err == nil {
+			err = h(w, r, c)
+		}
+		if err != nil {
+			f.writeError(w, r, err)
+		}
+	})
+}
+
+// authenticate reads the API key from X-API-KEY (or a Bearer token), in our
+// token form or its e2b_ hex form.
+func (f *Facade) authenticate(r *http.Request) (service.Caller, error) {
+	key := r.Header.Get("X-API-KEY")
+	if key == "" {
+		if scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+			key = strings.TrimSpace(tok)
+		}
+	}
+	if key == "" {
+		return service.Caller{}, errorf(http.StatusUnauthorized, "missing API key (X-API-KEY)")
+	}
+	if strings.HasPrefix(key, "e2b_") {
+		tok, err := auth.FromE2BKey(key)
+		if err != nil {
+			return service.Caller{}, errorf(http.StatusUnauthorized, "invalid API key")
+		}
+		key = tok
+	}
+	p, err := f.auth.AuthenticateToken(r.Context(), key)
+	if err != nil {
+		return service.Caller{}, err
+	}
+	return service.Caller{Owner: p.Owner, Admin: p.IsAdmin()}, nil
+}
+
+// get is GET /sandboxes/{id}: SandboxDetail.
+func (f *Facade) get(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, f.detail(sb))
+	return nil
+}
+
+// kill is DELETE /sandboxes/{id}: 204, or 404 with body code 404 (the SDK's
+// kill() then returns false).
+func (f *Facade) kill(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	if err := f.svc.Destroy(r.Context(), c, r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// defaultTimeout is a sandbox's life when the request names none.
+const defaultTimeout = 300 * time.Second
+
+// timeoutOf converts a wire timeout in seconds: nil or 0 is def.
+func timeoutOf(s *int64, def time.Duration) (time.Duration, error) {
+	switch {
+	case s == nil || *s == 0:
+		return def, nil
+	case *s < 0:
+		return 0, badRequest("timeout must be a positive number of seconds")
+	}
+	return time.Duration(*s) * time.Second, nil
+}
+
+// connect is POST /sandboxes/{id}/connect and its v2 twin: 200 with the
+// sandbox when it was running (the timeout, when given, becomes its new
+// expiry), 201 when it was paused and is now resumed.
+func (f *Facade) connect(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	var body connectBody
+	if err := f.decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	sb, resumed, err := f.resumeSandbox(r.Context(), c, r.PathValue("id"), body.Timeout)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if resumed {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, f.sandbox(sb))
+	return nil
+}
+
+// resume is the legacy POST /sandboxes/{id}/resume: like connect, but 409
+// when the sandbox is already running.
+func (f *Facade) resume(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	var body connectBody
+	if err := f.decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if sb.State == store.StateRunning {
+		return errorf(http.StatusConflict, "sandbox %s is already running", sb.ID)
+	}
+	sb, _, err = f.resumeSandbox(r.Context(), c, sb.ID, body.Timeout)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, f.sandbox(sb))
+	return nil
+}
+
+// resumeSandbox starts the sandbox unless it is running and sets its
+// timeout: the given one, or, on resume, the default (a paused sandbox has
+// none). It restarts the interpreter server of a resumed code-interpreter
+// sandbox.
+func (f *Facade) resumeSandbox(ctx context.Context, c service.Caller, id string, timeout *int64) (sb service.Sandbox, resumed bool, err error) {
+	sb, err = f.svc.Get(ctx, c, id)
+	if err != nil {
+		return sb, false, err
+	}
+	if sb.State != store.StateRunning {
+		if sb, err = f.svc.Start(ctx, c, sb.ID); err != nil {
+			return sb, false, err
+		}
+		resumed = true
+	}
+	if timeout != nil || resumed {
+		d, err := timeoutOf(timeout, defaultTimeout)
+		if err != nil {
+			return sb, resumed, err
+		}
+		if sb, err = f.svc.UpdateSandbox(ctx, c, sb.ID, service.Update{SetTimeout: true, Timeout: d}); err != nil {
+			return sb, resumed, err
+		}
+	}
+	if resumed {
+		if err := f.ensureInterpreter(ctx, sb); err != nil {
+			return sb, resumed, err
+		}
+	}
+	return sb, resumed, nil
+}
+
+// setTimeout is POST /sandboxes/{id}/timeout {timeout: seconds}: the
+// sandbox now expires that long from now (the reaper destroys it then).
+func (f *Facade) setTimeout(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	var body timeoutBody
+	if err := f.decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	if body.Timeout == nil {
+		return badRequest("timeout is required")
+	}
+	d, err := timeoutOf(body.Timeout, 0)
+	if err != nil {
+		return err
+	}
+	if d == 0 {
+		return badRequest("timeout must be a positive number of seconds")
+	}
+	if _, err := f.svc.UpdateSandbox(r.Context(), c, r.PathValue("id"), service.Update{SetTimeout: true, Timeout: d}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// pause is POST /sandboxes/{id}/pause: stop the container, keep its file
+// system, and clear the timeout (a paused sandbox does not expire). 409
+// with body code 409 when it is already paused (pause() is then false).
+func (f *Facade) pause(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	if err := f.decodeJSON(w, r, &struct{}{}); err != nil {
+		return err
+	}
+	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if sb.State != store.StateRunning {
+		return errorf(http.StatusConflict, "sandbox %s is already paused", sb.ID)
+	}
+	if _, err := f.svc.Stop(r.Context(), c, sb.ID); err != nil {
+		return err
+	}
+	if _, err := f.svc.UpdateSandbox(r.Context(), c, sb.ID, service.Update{SetTimeout: true}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// metrics is GET /sandboxes/{id}/metrics: one sample of the container's
+// statistics, taken now, for a running sandbox; none for a paused one.
+// start and end are accepted and ignored (no history is kept).
+func (f *Facade) metrics(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	out := []sandboxMetric{}
+	if sb.State == store.StateRunning {
+		st, err := f.svc.Stats(r.Context(), c, sb.ID)
+		if err != nil {
+			return err
+		}
+		cpus := max(1, (sb.MilliCPU+999)/1000)
+		out = append(out, sandboxMetric{
+			Timestamp:     st.At.UTC().Format(time.RFC3339Nano),
+			TimestampUnix: st.At.Unix(),
+			CPUCount:      cpus,
+			// E2B's percentage is of the sandbox's CPUs, ours of one core.
+			CPUUsedPct: st.CPUPercent / float64(cpus),
+			MemUsed:    st.MemoryUsed,
+			MemTotal:   st.MemoryLimit,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// listV1 is GET /sandboxes: the running sandboxes, all of them.
+func (f *Facade) listV1(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	return f.list(w, r, c, []string{stateRunning})
+}
+
+// listV2 is GET /v2/sandboxes: running and paused by default.
+func (f *Facade) listV2(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	return f.list(w, r, c, []string{stateRunning, statePaused})
+}
+
+// maxListLimit caps one page, as E2B does.
+const maxListLimit = 100
+
+// list answers ListedSandbox[] for the query's filters: metadata (an
+// urlencoded k=v&… whose keys and values are urlencoded again, as the JS
+// SDK sends it; all pairs must match), state (running and/or paused, comma
+// separated or repeated), limit and nextToken. The next page's token goes
+// in the x-next-token response header.
+func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller, defaultStates []string) error {
+	q := r.URL.Query()
+	filter := service.ListFilter{PageToken: q.Get("nextToken"), Limit: maxListLimit}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return badRequest("limit must be a positive integer")
+		}
+		filter.Limit = min(n, maxListLimit)
+	}
+	tags, err := parseMetadataFilter(q.Get("metadata"))
+	if err != nil {
+		return err
+	}
+	filter.Tags = tags
+	states := defaultStates
+	if vs := q["state"]; len(vs) > 0 {
+		states = nil
+		for _, v := range vs {
+			states = append(states, strings.Split(v, ",")...)
+		}
+	}
+	for _, s := range states {
+		ss := storeStates(strings.TrimSpace(s))
+		if ss == nil {
+			return badRequest("unknown state %q (want running or paused)", s)
+		}
+		filter.States = append(filter.States, ss...)
+	}
+	items, next, err := f.svc.List(r.Context(), c, filter)
+	if err != nil {
+		return err
+	}
+	out := make([]listedSandbox, 0, len(items))
+	for _, sb := range items {
+		out = append(out, listed(sb))
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// parseMetadataFilter decodes the metadata query parameter. The JS SDK
+// encodes each key and value, joins them as a query string (encoding
+// again) and the whole is encoded once more as the parameter's value; after
+// the query is parsed, one url.ParseQuery and one unescape per key and
+// value remain. A key or value that does not unescape is taken as is.
+func parseMetadataFilter(raw string) (map[string]string, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	pairs, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, badRequest("invalid metadata filter: %v", err)
+	}
+	tags := make(map[string]string, len(pairs))
+	for k, vs := range pairs {
+		if len(vs) == 0 {
+			continue
+		}
+		tags[unescape(k)] = unescape(vs[len(vs)-1])
+	}
+	return tags, nil
+}
+
+func unescape(s string) string {
+	if u, err := url.PathUnescape(s); err == nil {
+		return u
+	}
+	return s
+}

@@ -1,0 +1,248 @@
+package e2b_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+)
+
+func jsonBody(t *testing.T, v any) io.Reader {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.NewReader(b)
+}
+
+func doReq(t *testing.T, req *http.Request) response {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+func TestErrors_Shapes(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	for _, tc := range []struct {
+		name         string
+		key          string
+		method, path string
+		body         any
+		status       int
+	}{
+		{"no API key", "", http.MethodGet, "/v2/sandboxes", nil, http.StatusUnauthorized},
+		{"bad API key", "e2b_00ff", http.MethodGet, "/v2/sandboxes", nil, http.StatusUnauthorized},
+		{"kill unknown id", h.admin, http.MethodDelete, "/sandboxes/sb-00000000deadbeef", nil, http.StatusNotFound},
+		{"kill unknown name", h.admin, http.MethodDelete, "/sandboxes/no-such-sandbox", nil, http.StatusNotFound},
+		{"get unknown", h.admin, http.MethodGet, "/sandboxes/sb-00000000deadbeef", nil, http.StatusNotFound},
+		{"connect unknown", h.admin, http.MethodPost, "/v2/sandboxes/sb-00000000deadbeef/connect", map[string]any{}, http.StatusNotFound},
+		{"unknown template", h.admin, http.MethodPost, "/v2/sandboxes", map[string]any{"templateID": "sandboxd/no-such-image:1"}, http.StatusNotFound},
+		{"bad metadata key", h.admin, http.MethodPost, "/v2/sandboxes", map[string]any{"templateID": "base", "metadata": map[string]string{"bad key!": "x"}}, http.StatusBadRequest},
+		{"bad JSON", h.admin, http.MethodPost, "/v2/sandboxes", "{", http.StatusBadRequest},
+		{"unknown route", h.admin, http.MethodGet, "/sandboxes/sb-00000000deadbeef/nope", nil, http.StatusNotFound},
+		{"negative timeout", h.admin, http.MethodPost, "/v2/sandboxes", map[string]any{"timeout": -1}, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantError(t, h.do(t, tc.key, tc.method, tc.path, tc.body), tc.status)
+		})
+	}
+}
+
+func TestLifecycle_GetPauseConnectKill(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base", "timeout": 120, "metadata": map[string]string{"team": "compat"}})
+	if c.TemplateID != "base" || c.EnvdVersion != "0.5.7" || c.EnvdAccessToken == "" || c.Domain == nil || *c.Domain != "e2b.test" {
+		t.Errorf("create answered %+v", c)
+	}
+
+	var info struct {
+		SandboxID       string            `json:"sandboxID"`
+		State           string            `json:"state"`
+		Metadata        map[string]string `json:"metadata"`
+		StartedAt       time.Time         `json:"startedAt"`
+		EndAt           time.Time         `json:"endAt"`
+		EnvdAccessToken string            `json:"envdAccessToken"`
+	}
+	getInfo := func() {
+		t.Helper()
+		resp := h.do(t, h.admin, http.MethodGet, "/sandboxes/"+c.SandboxID, nil)
+		if resp.status != http.StatusOK {
+			t.Fatalf("get: %d %s", resp.status, resp.body)
+		}
+		decode(t, resp.body, &info)
+	}
+	getInfo()
+	if info.State != "running" || info.Metadata["team"] != "compat" || info.EnvdAccessToken != c.EnvdAccessToken {
+		t.Errorf("getInfo: %+v", info)
+	}
+	if d := info.EndAt.Sub(h.clock.Now()); d < 110*time.Second || d > 120*time.Second {
+		t.Errorf("endAt is %v away, want about 120 s", d)
+	}
+
+	// setTimeout moves the end.
+	if resp := h.do(t, h.admin, http.MethodPost, "/sandboxes/"+c.SandboxID+"/timeout", map[string]any{"timeout": 600}); resp.status != http.StatusNoContent {
+		t.Fatalf("timeout: %d %s", resp.status, resp.body)
+	}
+	getInfo()
+	if d := info.EndAt.Sub(h.clock.Now()); d < 590*time.Second || d > 600*time.Second {
+		t.Errorf("after setTimeout endAt is %v away, want about 600 s", d)
+	}
+
+	// connect to a running sandbox: 200.
+	if resp := h.do(t, h.admin, http.MethodPost, "/v2/sandboxes/"+c.SandboxID+"/connect", map[string]any{}); resp.status != http.StatusOK {
+		t.Fatalf("connect running: %d %s", resp.status, resp.body)
+	}
+	// pause, then pause again: 409 with body code 409.
+	if resp := h.do(t, h.admin, http.MethodPost, "/sandboxes/"+c.SandboxID+"/pause", map[string]any{}); resp.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", resp.status, resp.body)
+	}
+	getInfo()
+	if info.State != "paused" {
+		t.Errorf("after pause, state %q", info.State)
+	}
+	wantError(t, h.do(t, h.admin, http.MethodPost, "/sandboxes/"+c.SandboxID+"/pause", nil), http.StatusConflict)
+	// connect resumes: 201, running again, with a timeout.
+	resp := h.do(t, h.admin, http.MethodPost, "/v2/sandboxes/"+c.SandboxID+"/connect", map[string]any{"timeout": 60})
+	if resp.status != http.StatusCreated {
+		t.Fatalf("connect paused: %d %s", resp.status, resp.body)
+	}
+	getInfo()
+	if info.State != "running" {
+		t.Errorf("after connect, state %q", info.State)
+	}
+	if d := info.EndAt.Sub(h.clock.Now()); d < 50*time.Second || d > 60*time.Second {
+		t.Errorf("after connect endAt is %v away, want about 60 s", d)
+	}
+
+	// kill: 204, then 404 with body code 404.
+	if resp := h.do(t, h.admin, http.MethodDelete, "/sandboxes/"+c.SandboxID, nil); resp.status != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", resp.status, resp.body)
+	}
+	wantError(t, h.do(t, h.admin, http.MethodDelete, "/sandboxes/"+c.SandboxID, nil), http.StatusNotFound)
+}
+
+func TestLifecycle_UserSeesOnlyItsOwn(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base"}) // owned by admin
+	wantError(t, h.do(t, h.user, http.MethodGet, "/sandboxes/"+c.SandboxID, nil), http.StatusNotFound)
+	wantError(t, h.do(t, h.user, http.MethodDelete, "/sandboxes/"+c.SandboxID, nil), http.StatusNotFound)
+	var listed []struct{ SandboxID string }
+	decode(t, h.do(t, h.user, http.MethodGet, "/v2/sandboxes", nil).body, &listed)
+	if len(listed) != 0 {
+		t.Errorf("a user lists another owner's sandboxes: %v", listed)
+	}
+}
+
+func TestList_MetadataFilterStatesAndPaging(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	odd := "a&b=c d/é"
+	a := h.create(t, map[string]any{"templateID": "base", "metadata": map[string]string{"run": "r1", "group": "a"}})
+	b := h.create(t, map[string]any{"templateID": "base", "metadata": map[string]string{"run": "r1", "group": "b"}})
+	o := h.create(t, map[string]any{"templateID": "base", "metadata": map[string]string{"run": "r1", "group": odd}})
+	h.create(t, map[string]any{"templateID": "base", "metadata": map[string]string{"run": "r2"}})
+
+	// The JS SDK's encoding: each key and value encoded, joined as a query,
+	// then encoded again as the parameter value.
+	metadata := func(kv map[string]string) string {
+		v := url.Values{}
+		for k, val := range kv {
+			v.Set(url.PathEscape(k), url.PathEscape(val))
+		}
+		return url.QueryEscape(v.Encode())
+	}
+	type item struct {
+		SandboxID string            `json:"sandboxID"`
+		State     string            `json:"state"`
+		Metadata  map[string]string `json:"metadata"`
+	}
+	list := func(query string) ([]item, string) {
+		t.Helper()
+		resp := h.do(t, h.admin, http.MethodGet, "/v2/sandboxes?"+query, nil)
+		if resp.status != http.StatusOK {
+			t.Fatalf("list %s: %d %s", query, resp.status, resp.body)
+		}
+		var items []item
+		decode(t, resp.body, &items)
+		return items, resp.header.Get("X-Next-Token")
+	}
+	ids := func(items []item) []string {
+		var out []string
+		for _, it := range items {
+			out = append(out, it.SandboxID)
+		}
+		return out
+	}
+
+	if got, _ := list("metadata=" + metadata(map[string]string{"run": "r1", "group": "a"})); len(got) != 1 || got[0].SandboxID != a.SandboxID {
+		t.Errorf("group a: %v, want [%s]", ids(got), a.SandboxID)
+	}
+	if got, _ := list("metadata=" + metadata(map[string]string{"group": odd})); len(got) != 1 || got[0].SandboxID != o.SandboxID {
+		t.Errorf("odd group: %v, want [%s]", ids(got), o.SandboxID)
+	}
+
+	page1, next := list("limit=2&metadata=" + metadata(map[string]string{"run": "r1"}))
+	if len(page1) != 2 || next == "" {
+		t.Fatalf("page 1: %v, next %q", ids(page1), next)
+	}
+	page2, next2 := list("limit=2&nextToken=" + url.QueryEscape(next) + "&metadata=" + metadata(map[string]string{"run": "r1"}))
+	if len(page2) != 1 || next2 != "" {
+		t.Fatalf("page 2: %v, next %q", ids(page2), next2)
+	}
+	seen := map[string]bool{}
+	for _, id := range append(ids(page1), ids(page2)...) {
+		seen[id] = true
+	}
+	for _, id := range []string{a.SandboxID, b.SandboxID, o.SandboxID} {
+		if !seen[id] {
+			t.Errorf("%s missing from the pages", id)
+		}
+	}
+
+	// State filter: pause b; it lists as paused, not as running.
+	if resp := h.do(t, h.admin, http.MethodPost, "/sandboxes/"+b.SandboxID+"/pause", nil); resp.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", resp.status, resp.body)
+	}
+	if got, _ := list("state=paused&metadata=" + metadata(map[string]string{"run": "r1"})); len(got) != 1 || got[0].SandboxID != b.SandboxID || got[0].State != "paused" {
+		t.Errorf("paused: %+v", got)
+	}
+	if got, _ := list("state=running,paused&metadata=" + metadata(map[string]string{"run": "r1"})); len(got) != 3 {
+		t.Errorf("running,paused: %v", ids(got))
+	}
+	if got, _ := list("state=running&metadata=" + metadata(map[string]string{"run": "r1"})); len(got) != 2 {
+		t.Errorf("running: %v", ids(got))
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base"})
+	resp := h.do(t, h.admin, http.MethodGet, "/sandboxes/"+c.SandboxID+"/metrics", nil)
+	if resp.status != http.StatusOK {
+		t.Fatalf("metrics: %d %s", resp.status, resp.body)
+	}
+	var ms []map[string]any
+	decode(t, resp.body, &ms)
+	if len(ms) != 1 {
+		t.Fatalf("metrics: %s", resp.body)
+	}
+	for _, k := range []string{"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "memCache", "diskUsed", "diskTotal"} {
+		if _, ok := ms[0][k]; !ok {
+			t.Errorf("metric has no %s: %s", k, resp.body)
+		}
+	}
+	if used, _ := ms[0]["memUsed"].(float64); used <= 0 {
+		t.Errorf("memUsed %v, want real usage", ms[0]["memUsed"])
+	}
+}

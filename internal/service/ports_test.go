@@ -1,0 +1,200 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/service"
+)
+
+// failingInstall fails the ingress steps of an exposure on demand: the
+// route (ExposePort) or the host-port listener (ListenTCP).
+type failingInstall struct {
+	*faultyRouter
+	failRoute, failListen atomic.Bool
+}
+
+func (f *failingInstall) ExposePort(ctx context.Context, id string, p ingress.Port) error {
+	if f.failRoute.Load() {
+		return errInjected
+	}
+	return f.faultyRouter.ExposePort(ctx, id, p)
+}
+
+func (f *failingInstall) ListenTCP(ctx context.Context, hostPort int, id string, port int) error {
+	if f.failListen.Load() {
+		return errInjected
+	}
+	return f.faultyRouter.ListenTCP(ctx, hostPort, id, port)
+}
+
+// set makes the step named fail ("route" or "listener") fail or not.
+func (f *failingInstall) set(step string, fail bool) {
+	switch step {
+	case "route":
+		f.failRoute.Store(fail)
+	case "listener":
+		f.failListen.Store(fail)
+	}
+}
+
+// installFaults are the exposures whose install can fail, by step.
+var installFaults = []struct{ proto, step string }{
+	{"http", "route"},
+	{"tcp", "route"},
+	{"tcp", "listener"},
+}
+
+// newPortsService is the harness's service over a router whose installs
+// fail on demand, with a host-port pool of its own.
+func newPortsService(t *testing.T) (*harness, *service.Service, *failingInstall) {
+	t.Helper()
+	h := newHarness(t, harnessOptions{})
+	lo := freePorts(t, 8)
+	r := &failingInstall{faultyRouter: h.routes}
+	deps := h.svc.Deps
+	deps.Router = r
+	svc, err := service.New(service.Config{
+		NodeID:       h.nodeID,
+		DefaultImage: busybox,
+		AgentBinary:  agentBinary,
+		Domain:       "localhost",
+		HostPortLo:   lo,
+		HostPortHi:   lo + 7,
+	}, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, svc, r
+}
+
+// TestExposePort_InstallFails injects a failure after the exposure's row
+// committed: the row this call inserted is removed, and no route or
+// listener is left behind.
+func TestExposePort_InstallFails(t *testing.T) {
+	for _, tt := range installFaults {
+		proto := tt.proto
+		t.Run(proto+"/"+tt.step, func(t *testing.T) {
+			h, svc, r := newPortsService(t)
+			ctx := t.Context()
+			sb, err := svc.CreateSandbox(ctx, service.CreateRequest{Owner: "admin", Image: busybox})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			r.set(tt.step, true)
+			if _, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false); !errors.Is(err, errInjected) {
+				t.Fatalf("expose with a failing install: %v, want the injected fault", err)
+			}
+			rows, err := h.store.ListExposedPorts(ctx, sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) != 0 {
+				t.Errorf("rows after a failed install: %+v, want none", rows)
+			}
+
+			// The failure was this call's only: the next one succeeds.
+			r.set(tt.step, false)
+			e, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false)
+			if err != nil {
+				t.Fatalf("expose after the fault cleared: %v", err)
+			}
+			if proto == "tcp" && e.HostPort == 0 {
+				t.Errorf("exposure %+v has no host port", e)
+			}
+			if err := svc.UnexposePort(ctx, admin, sb.ID, 8080); err != nil {
+				t.Fatal(err)
+			}
+
+			// Nothing of the failed call is left in the ingress either, so
+			// the port is free for another protocol.
+			r.set(tt.step, true)
+			_, _ = svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false)
+			r.set(tt.step, false)
+			if ps := h.routes.Ports(sb.ID); len(ps) != 0 {
+				t.Errorf("routes after a failed install: %+v, want none", ps)
+			}
+			other := map[string]string{"http": "tcp", "tcp": "http"}[proto]
+			if _, err := svc.ExposePort(ctx, admin, sb.ID, 8080, other, false); err != nil {
+				t.Errorf("expose as %s after a failed %s expose: %v", other, proto, err)
+			}
+		})
+	}
+}
+
+// TestExposePort_RetryInstallFails exposes a port, then retries the
+// expose with a failing install: the retry fails, and the first call's
+// row, route and listener all stay.
+func TestExposePort_RetryInstallFails(t *testing.T) {
+	for _, tt := range installFaults {
+		proto := tt.proto
+		t.Run(proto+"/"+tt.step, func(t *testing.T) {
+			h, svc, r := newPortsService(t)
+			ctx := t.Context()
+			sb, err := svc.CreateSandbox(ctx, service.CreateRequest{Owner: "admin", Image: busybox})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			r.set(tt.step, true)
+			if _, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false); !errors.Is(err, errInjected) {
+				t.Fatalf("retry with a failing install: %v, want the injected fault", err)
+			}
+			r.set(tt.step, false)
+
+			rows, err := h.store.ListExposedPorts(ctx, sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) != 1 || rows[0].Port != 8080 || rows[0].HostPort != first.HostPort {
+				t.Errorf("rows after a failed retry: %+v, want the first call's", rows)
+			}
+			if ps := h.routes.Ports(sb.ID); len(ps) != 1 || string(ps[0].Protocol) != proto {
+				t.Errorf("routes after a failed retry: %+v, want the first call's", ps)
+			}
+			if proto == "tcp" {
+				// The listener is still bound: the host port cannot be taken.
+				ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(first.HostPort)))
+				if err == nil {
+					ln.Close()
+					t.Errorf("host port %d is free after a failed retry; the first call's listener is gone", first.HostPort)
+				}
+			}
+			again, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false)
+			if err != nil || again != first {
+				t.Errorf("expose after the fault cleared = %+v, %v; want %+v", again, err, first)
+			}
+		})
+	}
+}
+
+// freePorts finds n consecutive loopback ports that are free right now.
+func freePorts(t *testing.T, n int) int {
+	t.Helper()
+	for lo := 31000; lo < 39000; lo += n {
+		free := true
+		for p := lo; p < lo+n && free; p++ {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				free = false
+				continue
+			}
+			ln.Close()
+		}
+		if free {
+			return lo
+		}
+	}
+	t.Fatalf("no %d consecutive free ports", n)
+	return 0
+}
