@@ -24,6 +24,11 @@ type Once struct {
 	// ReplayWindow is how long a completed claim keeps answering with its
 	// result.
 	ReplayWindow time.Duration
+	// Live, when set, is asked about a completed claim's target before it
+	// is replayed. A target that is gone (a sandbox killed inside the
+	// replay window) is not an answer to a create: the claim is dropped
+	// and the work runs again.
+	Live func(ctx context.Context, targetID string) bool
 }
 
 type claimKey struct{}
@@ -72,7 +77,14 @@ func (s *Service) Idempotent(ctx context.Context, o Once, work func(ctx context.
 			}
 			return id, false, nil
 		case store.ClaimReady:
-			return c.TargetID, true, nil
+			if o.Live == nil || o.Live(ctx, c.TargetID) {
+				return c.TargetID, true, nil
+			}
+			// Fenced by the claim's token: of several callers that find
+			// the target gone, one deletes, and all claim again.
+			if err := s.Store.DeleteClaim(ctx, c); err != nil {
+				return "", false, fmt.Errorf("drop idempotency claim of a gone target: %w", err)
+			}
 		case store.ClaimPending:
 			// Wait for the holder: poll with cheap reads, and claim again
 			// once its work is ready or its lock has expired.

@@ -79,6 +79,12 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 			Fingerprint:  fp,
 			PendingTTL:   dedupePendingTTL,
 			ReplayWindow: dedupeReplayWindow,
+			// A duplicate of a create whose sandbox was killed since is a
+			// new create, not a replay of a dead id.
+			Live: func(ctx context.Context, id string) bool {
+				_, err := f.svc.Get(ctx, c, id)
+				return !errors.Is(err, service.ErrNotFound)
+			},
 		}
 	default:
 		created, err := f.svc.CreateSandbox(r.Context(), req)
