@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints every benchmark beside the baseline it is measured against, all in one
 # run (these shared 2-core machines are noisy; only same-run comparisons mean
-# anything).
+# anything). `make bench` builds bin/ first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,5 +9,13 @@ for dir in bench/*/; do
   [ -f "$dir/main.go" ] || continue
   echo "== $(basename "$dir")"
   go run "./$dir"
+  echo
+done
+
+# The SDK flows: each suite's run.sh starts a daemon of its own.
+for suite in test/compat/*/; do
+  [ -f "$suite/bench.mjs" ] || continue
+  echo "== sdk: $(basename "$suite")"
+  "$suite/run.sh" --bench "${SDK_BENCH_N:-10}"
   echo
 done

@@ -96,5 +96,12 @@ export E2B_API_URL="${SANDBOXD_URL%/}"
 export E2B_SANDBOX_URL="${SANDBOXD_URL%/}"
 export E2B_API_KEY="$SANDBOXD_TOKEN"
 
+if [[ ${1:-} == --bench ]]; then
+	shift
+	log "benchmarking against $E2B_API_URL"
+	node bench.mjs "$@"
+	exit
+fi
+
 log "running against $E2B_API_URL (run $COMPAT_RUN_ID)"
 node --test --test-concurrency="${COMPAT_CONCURRENCY:-3}" --test-timeout=600000 "$@" test/*.test.js
