@@ -86,13 +86,6 @@ type result struct {
 	order      []string // event kinds in arrival order, data collapsed
 }
 
-// stream is a Start or Connect stream.
-type stream interface {
-	Receive() bool
-	Err() error
-	Close() error
-}
-
 func events[T interface{ GetEvent() *rpc.ProcessEvent }](s interface {
 	Receive() bool
 	Msg() T

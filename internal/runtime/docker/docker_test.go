@@ -115,8 +115,7 @@ func newRuntime(t *testing.T, o runtimetest.Options, mod ...func(*docker.Options
 
 func TestConformance(t *testing.T) {
 	requireEnv(t)
-	var anyRT *docker.Runtime // for SocketDir, which only depends on the root
-	anyRT = newRuntime(t, runtimetest.Options{NodeID: "conformance"})
+	anyRT := newRuntime(t, runtimetest.Options{NodeID: "conformance"}) // for SocketDir, which only depends on the root
 	runtimetest.Run(t, runtimetest.Config{
 		New:         func(t *testing.T, o runtimetest.Options) runtime.Runtime { return newRuntime(t, o) },
 		Image:       testImage,
