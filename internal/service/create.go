@@ -134,7 +134,15 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 	if req.Timeout > 0 {
 		row.ExpiresAt = now.Add(req.Timeout)
 	}
-	if err := t.run("store", func() error { return s.Store.CreateSandbox(ctx, &row) }); err != nil {
+	if err := t.run("store", func() error {
+		// Under an idempotency claim, name the target on the claim before
+		// the first side effect, so a crash mid-create leaves a claim that
+		// a retry can resolve (adopt the sandbox, or start over).
+		if err := s.attachTarget(ctx, id); err != nil {
+			return err
+		}
+		return s.Store.CreateSandbox(ctx, &row)
+	}); err != nil {
 		if errors.Is(err, store.ErrIDConflict) {
 			return nil, err // CreateSandboxWithID resolves this race
 		}

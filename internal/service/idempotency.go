@@ -24,10 +24,11 @@ type Once struct {
 	// ReplayWindow is how long a completed claim keeps answering with its
 	// result.
 	ReplayWindow time.Duration
-	// Live, when set, is asked about a completed claim's target before it
-	// is replayed. A target that is gone (a sandbox killed inside the
-	// replay window) is not an answer to a create: the claim is dropped
-	// and the work runs again.
+	// Live is asked about a claim's target before it is replayed or
+	// adopted (default: SandboxLive). A target that is gone (a sandbox
+	// killed inside the replay window, or rolled back after a crash) is
+	// not an answer to a create: the claim is dropped and the work runs
+	// again.
 	Live func(ctx context.Context, targetID string) bool
 }
 
@@ -42,6 +43,24 @@ func ClaimFrom(ctx context.Context) (store.Claim, bool) {
 	return c, ok
 }
 
+// attachTarget records the id a create under an idempotency claim is
+// about to make (see store.AttachClaimTarget). Outside a claim it does
+// nothing.
+func (s *Service) attachTarget(ctx context.Context, id string) error {
+	c, ok := ClaimFrom(ctx)
+	if !ok {
+		return nil
+	}
+	return s.Store.AttachClaimTarget(ctx, c, id)
+}
+
+// SandboxLive reports whether a sandbox exists and is not half-made: the
+// Live check of create claims.
+func (s *Service) SandboxLive(ctx context.Context, id string) bool {
+	row, err := s.Store.GetSandbox(ctx, id)
+	return err == nil && row.State != store.StateCreating
+}
+
 // pollInterval is how often a duplicate waits for the first call's work.
 const pollInterval = 25 * time.Millisecond
 
@@ -53,6 +72,10 @@ const pollInterval = 25 * time.Millisecond
 // expired cannot complete or delete a newer caller's claim.
 func (s *Service) Idempotent(ctx context.Context, o Once, work func(ctx context.Context) (targetID string, err error)) (targetID string, replayed bool, err error) {
 	req := store.ClaimRequest{Scope: o.Scope, Fingerprint: o.Fingerprint, RequestHash: o.RequestHash, PendingTTL: o.PendingTTL}
+	live := o.Live
+	if live == nil {
+		live = s.SandboxLive
+	}
 	for {
 		c, err := s.Store.Claim(ctx, req)
 		if err != nil {
@@ -60,6 +83,14 @@ func (s *Service) Idempotent(ctx context.Context, o Once, work func(ctx context.
 		}
 		switch c.Outcome {
 		case store.ClaimAcquired:
+			if c.Reclaimed && c.PreviousTarget != "" && live(ctx, c.PreviousTarget) {
+				// The previous holder made the target and died (or timed
+				// out) before completing: adopt it, don't make another.
+				if err := s.Store.Complete(ctx, c, c.PreviousTarget, o.ReplayWindow); err != nil && !errors.Is(err, store.ErrClaimLost) {
+					return "", false, fmt.Errorf("complete idempotency claim: %w", err)
+				}
+				return c.PreviousTarget, true, nil
+			}
 			id, werr := work(context.WithValue(ctx, claimKey{}, c))
 			if werr != nil {
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
@@ -77,7 +108,7 @@ func (s *Service) Idempotent(ctx context.Context, o Once, work func(ctx context.
 			}
 			return id, false, nil
 		case store.ClaimReady:
-			if o.Live == nil || o.Live(ctx, c.TargetID) {
+			if live(ctx, c.TargetID) {
 				return c.TargetID, true, nil
 			}
 			// Fenced by the claim's token: of several callers that find

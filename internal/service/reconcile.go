@@ -109,6 +109,15 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		}
 	}
 	s.Admission.Reset(live)
+	if startup {
+		// Every pending claim belongs to the process that died: let the
+		// callers' retries take them over now, adopting what survived.
+		if n, err := s.Store.ReleasePendingClaims(ctx); err != nil {
+			errs = append(errs, err)
+		} else if n > 0 {
+			s.Logger.Info("reconcile: released pending idempotency claims", "count", n)
+		}
+	}
 	routable := map[string]bool{}
 	for _, r := range rows {
 		if r.State != store.StateCreating {

@@ -46,6 +46,8 @@ type Store interface {
 	PeekClaim(ctx context.Context, req store.ClaimRequest) (store.Claim, error)
 	Complete(ctx context.Context, c store.Claim, targetID string, replayWindow time.Duration) error
 	DeleteClaim(ctx context.Context, c store.Claim) error
+	AttachClaimTarget(ctx context.Context, c store.Claim, targetID string) error
+	ReleasePendingClaims(ctx context.Context) (int64, error)
 }
 
 // Runtime is what the service needs of the sandbox runtime.

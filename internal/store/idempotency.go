@@ -59,6 +59,11 @@ type Claim struct {
 	// holder may have left partial work behind.
 	Reclaimed   bool
 	TargetID    string    // ClaimReady
+	// PreviousTarget (with Reclaimed): the target the stale claim's holder
+	// had attached (AttachClaimTarget) before it died or timed out. Its work
+	// may have finished without Complete; the new holder checks whether
+	// that target exists before doing the work again.
+	PreviousTarget string
 	LockedUntil time.Time // ClaimAcquired, ClaimPending
 	ReplayUntil time.Time // ClaimReady
 	// token fences Complete and DeleteClaim: they act only while this claim holds the key.
@@ -169,6 +174,9 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 			fresh.state, fresh.token, fresh.requestHash, fresh.lockedUntil, now, req.Scope, req.Fingerprint)
 		c = fresh.claim(req, ClaimAcquired)
 		c.Reclaimed = true
+		if cur.state == claimPending {
+			c.PreviousTarget = cur.targetID
+		}
 		return err
 	})
 	if err != nil {
@@ -217,6 +225,42 @@ func (s *Store) Complete(ctx context.Context, c Claim, targetID string, replayWi
 		return fmt.Errorf("complete claim %s/%s: %w", c.Scope, c.Fingerprint, err)
 	}
 	return nil
+}
+
+// AttachClaimTarget records, on the acquired claim c while it is pending,
+// the id of the resource its work is making, before the work has a side
+// effect. A holder that dies mid-work then leaves a claim that names its
+// target: the next holder (see Claim.PreviousTarget) adopts the target if
+// it exists instead of making a second one. ErrClaimLost if c no longer
+// holds the key.
+func (s *Store) AttachClaimTarget(ctx context.Context, c Claim, targetID string) error {
+	if targetID == "" {
+		return invalidf("attach claim target: empty target")
+	}
+	n, err := s.exec(ctx, `UPDATE request_idempotency SET target_id = ?
+		WHERE scope = ? AND fingerprint = ? AND token = ? AND state = ?`,
+		targetID, c.Scope, c.Fingerprint, c.token, claimPending)
+	if err == nil && n == 0 {
+		err = ErrClaimLost
+	}
+	if err != nil {
+		return fmt.Errorf("attach target to claim %s/%s: %w", c.Scope, c.Fingerprint, err)
+	}
+	return nil
+}
+
+// ReleasePendingClaims ends the lock of every pending claim at the store
+// clock's now and returns how many. Call it only at startup, before
+// serving: every pending claim then belongs to a process that is gone, and
+// its callers' retries should take it over at once (adopting an attached
+// target that survived) instead of waiting out the lock.
+func (s *Store) ReleasePendingClaims(ctx context.Context) (int64, error) {
+	n, err := s.exec(ctx, `UPDATE request_idempotency SET locked_until = ?
+		WHERE state = ? AND locked_until > ?`, s.nowMillis(), claimPending, s.nowMillis())
+	if err != nil {
+		return 0, fmt.Errorf("release pending claims: %w", err)
+	}
+	return n, nil
 }
 
 // DeleteClaim removes the claim c when its work rolled back, so a retry starts fresh.

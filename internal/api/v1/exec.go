@@ -2,6 +2,8 @@ package v1
 
 import (
 	"net/http"
+	"strings"
+	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/service"
 )
@@ -48,11 +50,32 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, execResult{
-		ExitCode:   res.ExitCode,
+		ExitCode:   shellExitCode(res.ExitCode, res.Exited, res.Status),
 		Stdout:     string(res.Stdout), // encoding/json turns invalid UTF-8 into U+FFFD
 		Stderr:     string(res.Stderr),
 		DurationMS: res.Duration.Milliseconds(),
 		Truncated:  res.Truncated,
 	})
 	return nil
+}
+
+// shellExitCode is the exit code the API reports: the process's own when
+// it exited, else 128 plus the number of the signal that killed it, as
+// shells report it (137 for SIGKILL), so `sbx exec` exits the way the same
+// command would in a local shell. The agent (envd's wire) says -1 and
+// "signal: killed".
+func shellExitCode(code int, exited bool, status string) int {
+	if exited || code >= 0 {
+		return code
+	}
+	name, ok := strings.CutPrefix(status, "signal: ")
+	if !ok {
+		return code
+	}
+	for sig := syscall.Signal(1); sig < 32; sig++ {
+		if sig.String() == name {
+			return 128 + int(sig)
+		}
+	}
+	return code
 }

@@ -2,6 +2,7 @@ package v1
 
 import (
 	"bytes"
+	"connectrpc.com/connect"
 	"context"
 	"encoding/json"
 	"errors"
@@ -125,7 +126,8 @@ func (s *server) forwardOutput(ctx context.Context, r *http.Request, conn *webso
 		out, err := proc.Recv()
 		if errors.Is(err, io.EOF) {
 			status, _ := proc.Exit()
-			_ = send(ctx, conn, serverFrame{Type: "exit", ExitCode: &status.Code})
+			code := shellExitCode(status.Code, status.Exited, status.Status)
+			_ = send(ctx, conn, serverFrame{Type: "exit", ExitCode: &code})
 			conn.Close(websocket.StatusNormalClosure, "")
 			return true
 		}
@@ -234,7 +236,10 @@ func (p *inputPump) run(ctx, procCtx context.Context) {
 		typ, b, err := p.conn.Read(ctx)
 		if err == nil {
 			err = p.handle(procCtx, typ, b)
-			if err == nil {
+			if err == nil || connect.CodeOf(err) == connect.CodeNotFound {
+				// not_found: the process has exited (stdin_close, a
+				// signal or input that lost the race with its exit). The
+				// exit frame follows; nothing failed.
 				continue
 			}
 			p.mu.Lock()
