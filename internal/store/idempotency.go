@@ -57,15 +57,15 @@ type Claim struct {
 	// Reclaimed (with ClaimAcquired): the key was held by a stale claim (an expired lock,
 	// or a ready result past its replay window) that this call took over. The previous
 	// holder may have left partial work behind.
-	Reclaimed   bool
-	TargetID    string    // ClaimReady
+	Reclaimed bool
+	TargetID  string // ClaimReady
 	// PreviousTarget (with Reclaimed): the target the stale claim's holder
 	// had attached (AttachClaimTarget) before it died or timed out. Its work
 	// may have finished without Complete; the new holder checks whether
 	// that target exists before doing the work again.
 	PreviousTarget string
-	LockedUntil time.Time // ClaimAcquired, ClaimPending
-	ReplayUntil time.Time // ClaimReady
+	LockedUntil    time.Time // ClaimAcquired, ClaimPending
+	ReplayUntil    time.Time // ClaimReady
 	// token fences Complete and DeleteClaim: they act only while this claim holds the key.
 	token int64
 }
