@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
@@ -48,31 +49,50 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 
 	// Containers without a row: a create that died before its row, or a
 	// destroy that died after deleting it (destroy deletes the row last, so
-	// this is the crash-before-insert case).
+	// this is the crash-before-insert case). Destroys run a few at a time:
+	// each is a Docker round trip of about a second.
+	var orphans []string
 	for id := range containers {
-		if _, ok := byID[id]; ok {
-			continue
+		if _, ok := byID[id]; !ok {
+			orphans = append(orphans, id)
 		}
+	}
+	errs = append(errs, parallel(ctx, orphans, func(ctx context.Context, id string) error {
 		if err := s.Runtime.Destroy(ctx, id); err != nil {
-			errs = append(errs, fmt.Errorf("destroy orphan container %s: %w", id, err))
-			continue
+			return fmt.Errorf("destroy orphan container %s: %w", id, err)
 		}
 		_ = s.Volumes.Release(ctx, id)
 		s.Logger.Info("reconcile: destroyed orphan container", "sandbox", id)
 		s.Metrics.reconcileAction("orphan_container")
+		return nil
+	})...)
+
+	// Rows stuck in creating: every one at startup (its process is gone),
+	// else those older than the bound.
+	stuckBefore := s.Clock().Add(-s.cfg.StuckCreating)
+	var stuck []string
+	for _, r := range rows {
+		if r.State == store.StateCreating && (startup || r.CreatedAt.Before(stuckBefore)) {
+			stuck = append(stuck, r.ID)
+		}
+	}
+	errs = append(errs, parallel(ctx, stuck, func(ctx context.Context, id string) error {
+		if err := s.rollbackRow(ctx, id); err != nil {
+			return err
+		}
+		s.Logger.Info("reconcile: rolled back interrupted create", "sandbox", id)
+		s.Metrics.reconcileAction("stuck_creating")
+		return nil
+	})...)
+	rolledBack := make(map[string]bool, len(stuck))
+	for _, id := range stuck {
+		rolledBack[id] = true
 	}
 
-	stuckBefore := s.Clock().Add(-s.cfg.StuckCreating)
 	live := map[string]admission.Request{}
 	for _, r := range rows {
 		switch {
-		case r.State == store.StateCreating && (startup || r.CreatedAt.Before(stuckBefore)):
-			if err := s.rollbackRow(ctx, r.ID); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			s.Logger.Info("reconcile: rolled back interrupted create", "sandbox", r.ID)
-			s.Metrics.reconcileAction("stuck_creating")
+		case rolledBack[r.ID]:
 			continue
 		case r.State == store.StateRunning:
 			in, ok := containers[r.ID]
@@ -199,4 +219,32 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 			}
 		}
 	}
+}
+
+// repairConcurrency bounds the Docker calls one reconcile pass makes at once.
+const repairConcurrency = 4
+
+// parallel runs fn for every id, repairConcurrency at a time, and returns
+// the errors.
+func parallel(ctx context.Context, ids []string, fn func(context.Context, string) error) []error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, repairConcurrency)
+	)
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(ctx, id); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
 }
