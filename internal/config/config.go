@@ -40,6 +40,9 @@ type Daemon struct {
 	// MilliCPU and MemoryMB are the host budget that admission reserves
 	// sandboxes against.
 	MilliCPU, MemoryMB int64
+	// SandboxNetwork lets sandboxes have outbound network when they ask
+	// for it. Off by default: sandboxes have no route out.
+	SandboxNetwork bool
 	// E2BBodyDedupe turns on deduplication of identical E2B create bodies.
 	E2BBodyDedupe bool
 	// ReconcileEvery is the period of the background reconciler.
@@ -65,6 +68,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&portRange, "host-ports", portRange, "host port pool for TCP exposure, lo-hi (env SANDBOXD_HOST_PORTS)")
 	fs.Int64Var(&d.MilliCPU, "cpu-budget", d.MilliCPU, "CPU budget in millicores for all sandboxes")
 	fs.Int64Var(&d.MemoryMB, "memory-budget", d.MemoryMB, "memory budget in MB for all sandboxes")
+	fs.BoolVar(&d.SandboxNetwork, "sandbox-network", d.SandboxNetwork, "let sandboxes that ask for it have outbound network (env SANDBOXD_SANDBOX_NETWORK)")
 	fs.BoolVar(&d.E2BBodyDedupe, "e2b-body-dedupe", d.E2BBodyDedupe, "deduplicate identical E2B create bodies (env SANDBOXD_E2B_BODY_DEDUPE)")
 	fs.DurationVar(&d.ReconcileEvery, "reconcile-every", d.ReconcileEvery, "period of the reconciler")
 	fs.StringVar(&d.LogLevel, "log-level", d.LogLevel, "debug, info, warn or error")
@@ -100,6 +104,7 @@ func defaults(env func(string) (string, bool)) Daemon {
 		MilliCPU:       int64(runtime.NumCPU()) * 1000 * 4, // CPU is shared, so overcommit 4x
 		MemoryMB:       16 * 1024,
 		E2BBodyDedupe:  get("SANDBOXD_E2B_BODY_DEDUPE", "true") != "false",
+		SandboxNetwork: get("SANDBOXD_SANDBOX_NETWORK", "false") == "true",
 		ReconcileEvery: 30 * time.Second,
 		LogLevel:       get("SANDBOXD_LOG_LEVEL", "info"),
 	}

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/api/daytona"
 	"github.com/sandboxd/sandboxd/internal/api/e2b"
 	v1 "github.com/sandboxd/sandboxd/internal/api/v1"
 	"github.com/sandboxd/sandboxd/internal/auth"
@@ -150,6 +151,7 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 		DefaultImage: cfg.DefaultImage,
 		AgentBinary:  agentBinary,
 		Domain:       cfg.Domain,
+		AllowNetwork: cfg.SandboxNetwork,
 		HostPortLo:   cfg.HostPortLo,
 		HostPortHi:   cfg.HostPortHi,
 		TLSPort:      tlsPortN,
@@ -202,14 +204,21 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 		BodyDedupe:     cfg.E2BBodyDedupe,
 	})
 
+	daytonaFacade := daytona.New(daytona.Options{Service: d.Service, Auth: d.Auth, Logger: logger, Domain: cfg.Domain})
+	d.closers = append(d.closers, daytonaFacade.Close) // ends session shells
+
 	// One listener, routed in this order: E2B traffic (its control plane,
-	// and envd by E2b-Sandbox-Id header or by <49983|49999>-<id> host), then
-	// preview hosts and custom domains through the ingress, then the native
-	// API.
+	// and envd by E2b-Sandbox-Id header or by <49983|49999>-<id> host), the
+	// Daytona API under /daytona/api, then preview hosts and custom domains
+	// through the ingress, then the native API.
 	ingressed := d.Router.Wrap(api)
 	d.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if e2bFacade.Match(r) {
 			e2bFacade.ServeHTTP(w, r)
+			return
+		}
+		if daytonaFacade.Match(r) {
+			daytonaFacade.ServeHTTP(w, r)
 			return
 		}
 		ingressed.ServeHTTP(w, r)

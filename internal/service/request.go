@@ -122,6 +122,9 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 			return req, invalid("tags", "value of %q is too long or contains NUL", k)
 		}
 	}
+	if req.Network && !s.cfg.AllowNetwork {
+		return req, invalid("network", "outbound network is disabled on this daemon (start it with --sandbox-network)")
+	}
 	if req.Runtime == "" {
 		req.Runtime = "docker"
 	}

@@ -107,6 +107,9 @@ type Config struct {
 	TLSPort int
 	// Domain is the preview domain: <port>-<sandbox-id>.<Domain>.
 	Domain string
+	// AllowNetwork lets sandboxes that ask for it have outbound network;
+	// without it such a create is refused.
+	AllowNetwork bool
 	// StuckCreating is how long a row may stay in state creating before the
 	// reconciler rolls it back.
 	StuckCreating time.Duration
@@ -223,3 +226,7 @@ func (s *Service) mapStoreErr(err error, what string) error {
 	}
 	return err
 }
+
+// NetworkAllowed reports whether sandboxes may have outbound network on
+// this daemon (facades whose SDKs default to network ask before asking).
+func (s *Service) NetworkAllowed() bool { return s.cfg.AllowNetwork }

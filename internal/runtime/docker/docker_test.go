@@ -180,11 +180,17 @@ func foreign(t *testing.T) string {
 }
 
 // TestCreate_NetworkEnabled: Spec.Network puts the sandbox on the configured
-// network instead of none.
+// network instead of none. The network is an internal one made for the
+// test: sandboxes in tests have no route out.
 func TestCreate_NetworkEnabled(t *testing.T) {
 	requireEnv(t)
 	t.Parallel()
-	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	netName := "sandboxd-test-" + runtimetest.NewSandboxID()[3:]
+	if _, err := env.cli.NetworkCreate(t.Context(), netName, client.NetworkCreateOptions{Driver: "bridge", Internal: true}); err != nil {
+		t.Fatalf("create internal network: %v", err)
+	}
+	t.Cleanup(func() { _, _ = env.cli.NetworkRemove(context.Background(), netName, client.NetworkRemoveOptions{}) })
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}, func(o *docker.Options) { o.Network = netName })
 	id := runtimetest.NewSandboxID()
 	t.Cleanup(func() { _ = rt.Destroy(context.Background(), id) })
 	if _, err := rt.Create(t.Context(), runtime.Spec{
@@ -192,8 +198,8 @@ func TestCreate_NetworkEnabled(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	if got := facts(t, id).NetworkMode; got != docker.DefaultNetwork {
-		t.Errorf("network mode = %q, want %q", got, docker.DefaultNetwork)
+	if got := facts(t, id).NetworkMode; got != netName {
+		t.Errorf("network mode = %q, want %q", got, netName)
 	}
 }
 

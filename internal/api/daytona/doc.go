@@ -1,0 +1,118 @@
+// Package daytona is sandboxd's Daytona facade: the HTTP edge that lets the
+// official Daytona SDK (@daytonaio/sdk, tested with 0.218.0) drive sandboxd
+// unchanged, with DAYTONA_API_URL=http://<daemon>/daytona/api and
+// DAYTONA_API_KEY set to a sandboxd API token. Wire details:
+// shared/reference/e2b-daytona-wire.md sections 7–9 and
+// test/compat/daytona/WIRE.md.
+//
+// # Routing
+//
+// [Facade.Match] claims every path under /daytona/api on a host that is not
+// a preview host. The control plane is /daytona/api/sandbox…; the toolbox
+// (Daytona's in-sandbox daemon API) is /daytona/api/toolbox/{id}/…, which
+// is what every sandbox's toolboxProxyUrl points at (the SDK appends /<id>),
+// on the host the client reached. Anything else, the SDK's socket.io event
+// stream included, is a plain 404: the SDK then polls.
+//
+// # Authentication and errors
+//
+// Authorization: Bearer <sandboxd API token> on every route (WebSocket
+// upgrades too). A user token sees only its owner's sandboxes; others are
+// 404. Errors are NestJS's body {statusCode, message, error}, from one
+// mapping ([classify]), with Daytona's code and source where the SDK turns
+// them into its own classes: a missing file is 404 FILE_NOT_FOUND and a
+// command past its timeout 408 PROCESS_EXECUTION_TIMEOUT, both with source
+// DAYTONA_DAEMON. A duplicate name is 409.
+//
+// # Sandboxes
+//
+// Create, start and stop answer in the final state (started, stopped), so
+// the SDK never has to poll. Names resolve through the service's unique
+// name index; a sandbox created without a name is named by its id. Labels
+// are the sandbox's tags (list filters on them, AND). cpu is in cores,
+// memory and disk in GiB; disk is recorded, not enforced. networkBlockAll
+// false (Daytona's default) gives the sandbox outbound network. gpu,
+// volumes and network allow lists are refused (400), never ignored. A
+// snapshot names an image (Options.Images, else a locally present image);
+// an `image` the SDK sends as a one-line Dockerfile (FROM <ref>) uses that
+// image; building is refused. State names: running is "started"; creating,
+// stopping, stopped and error are themselves; a deleted sandbox is 404.
+//
+// # Auto-stop and auto-delete
+//
+// The intervals (minutes) are kept as reserved tags (prefix "daytona/",
+// hidden from labels, refused in labels) and honoured through the
+// sandbox's timeout, which the reaper enforces. The reaper destroys; it
+// cannot stop. So:
+//
+//   - auto-stop 0 (the default here; Daytona's hosted default is 15): the
+//     running sandbox has no timeout.
+//   - auto-stop N > 0: the sandbox is destroyed N minutes (plus the
+//     auto-delete interval, when ≥ 0) after its last activity — create,
+//     start, a change of interval, or any toolbox call (which pushes the
+//     deadline back at most once a minute). Where Daytona would stop an
+//     idle sandbox and keep it (auto-delete -1), sandboxd destroys it.
+//   - stopping a sandbox sets its timeout to the auto-delete interval
+//     (none for -1, the default); auto-delete 0 destroys it at the stop.
+//     Starting it restores the auto-stop deadline.
+//
+// # One account
+//
+// Everything the toolbox does — execute, code-run, sessions, files, git —
+// runs as the sandbox's user (`user`, uid 1000, home /home/user; `root` on
+// request at create), which is the DTO's `user`. Its home is also the work
+// directory: relative paths and commands without a cwd start there. Only
+// chown (files/permissions with owner or group) runs as root.
+//
+// # Execute and code-run
+//
+// process/execute runs the command with /bin/bash -c after `exec 2>&1`, so
+// `result` has stdout and stderr in the order they were written. A
+// timeout is the process group's lifetime on the agent: it is killed when
+// the timeout passes, even if the client is gone. process/code-run runs
+// python3 -u - with the code on stdin and argv appended. Output beyond
+// 16 MiB is dropped.
+//
+// # Sessions
+//
+// A session is one long-lived /bin/bash started through the agent with
+// stdin open (tag daytona-session-<id>), so shell state carries from one
+// command to the next. Each command is written to the shell's stdin as one
+// compound command that prints a begin marker on stdout and stderr, runs
+// the command in a { } group (not a subshell), and prints an end marker
+// carrying $? on both streams. Markers are \x1e<session token>:<command
+// id>:B\x1e and …:E<code>\x1e, the token random per session; the facade
+// demultiplexes each stream at them, so every command has its stdout,
+// stderr and their interleaving in arrival order, and ends when both end
+// markers arrived. Because bash reads the whole compound command before
+// running it, input sent to a command is what the command reads. Commands
+// queue in the shell; a command that reads stdin while another is queued
+// reads that command's text, as on Daytona. Output beyond 8 MiB per
+// command and commands beyond the last 1000 per session are dropped. The
+// follow WebSocket (no subprotocol) sends \x01\x01\x01 before stdout and
+// \x02\x02\x02 before stderr chunks, backlog first, and closes 1000 when
+// the command has ended.
+//
+// Session state lives in the facade's memory: a daemon restart loses
+// sessions (their shells are killed with the sandbox's next stop); stop,
+// start and delete drop a sandbox's sessions.
+//
+// # Files and git
+//
+// File routes use the agent's filesystem service (stat, list, move,
+// remove) and its streamed upload and download; mkdir -p with a mode,
+// chmod, chown, grep (find) and find (search) run as commands. Bulk upload
+// streams each part to its files[i].path (the part's filename is ignored);
+// bulk download answers multipart/form-data whose part filenames are the
+// requested paths, exactly. Git runs the sandbox's git: clone (any URL git
+// accepts, a local path or file:// included; credentials through a
+// one-shot credential helper fed from the environment) and status (git
+// status --porcelain=v1 -z, parsed).
+//
+// # Preview URLs
+//
+// ports/{port}/preview-url exposes the port over HTTP through the ingress
+// (public when the sandbox was created public) and returns its URL and, as
+// token, the caller's own API token, which the ingress accepts for private
+// ports. It is not scoped to the port.
+package daytona

@@ -1,0 +1,240 @@
+package daytona
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/version"
+)
+
+// Service is what the facade needs of the domain layer; *service.Service
+// implements it.
+type Service interface {
+	NetworkAllowed() bool
+	CreateSandbox(ctx context.Context, req service.CreateRequest) (*service.Created, error)
+	Get(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	List(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
+	Destroy(ctx context.Context, c service.Caller, idOrName string) error
+	Start(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	Stop(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
+	Exec(ctx context.Context, c service.Caller, idOrName string, req service.ExecRequest) (*service.ExecResult, error)
+	Upload(ctx context.Context, c service.Caller, idOrName, path, user string, r io.Reader) error
+	Download(ctx context.Context, c service.Caller, idOrName, path, user string) (io.ReadCloser, int64, error)
+	ExposePort(ctx context.Context, c service.Caller, idOrName string, port int, protocol string, public bool) (service.Exposure, error)
+	Agent(ctx context.Context, sandboxID string) (*agent.Client, error)
+}
+
+var _ Service = (*service.Service)(nil)
+
+// Authenticator verifies a request's bearer token; *auth.Authenticator is
+// one. Every credential failure matches auth.ErrUnauthenticated; any other
+// error is a failed lookup (answered 500, not 401).
+type Authenticator interface {
+	Authenticate(ctx context.Context, r *http.Request) (auth.Principal, error)
+}
+
+// Options configures New. Service and Auth are required.
+type Options struct {
+	Service Service
+	Auth    Authenticator
+	// Logger receives one line per failed request (server errors in full).
+	// Default: discard.
+	Logger *slog.Logger
+	// Domain is the preview domain. Requests whose Host is under it belong
+	// to the ingress, never to the facade, whatever their path.
+	Domain string
+	// Images maps Daytona snapshot names to images; a snapshot not in it
+	// names a locally present image. Nil: DefaultImages.
+	Images map[string]string
+	// MaxBodyBytes caps JSON request bodies. Default 1 MiB.
+	MaxBodyBytes int64
+}
+
+// DefaultImages are the snapshots every daemon has (scripts/build-images.sh).
+// No snapshot at all is the daemon's default image.
+var DefaultImages = map[string]string{
+	"base": "sandboxd/base:bookworm",
+}
+
+// Prefix is the path under which the facade serves; Match claims nothing
+// else.
+const Prefix = "/daytona/api"
+
+// Facade is the Daytona edge. Mount it in front of the native API and send
+// it every request Match accepts. Close it when the daemon stops.
+type Facade struct {
+	svc     Service
+	auth    Authenticator
+	log     *slog.Logger
+	domain  string
+	images  map[string]string
+	maxBody int64
+	version string
+
+	mux *http.ServeMux
+
+	// ctx bounds the session shells' streams: the facade's lifetime.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	sessions map[string]map[string]*session // sandbox id → session id → session
+}
+
+// New returns the facade. It does no I/O.
+func New(opts Options) *Facade {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Images == nil {
+		opts.Images = DefaultImages
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &Facade{
+		svc:      opts.Service,
+		auth:     opts.Auth,
+		log:      opts.Logger,
+		domain:   strings.ToLower(opts.Domain),
+		images:   opts.Images,
+		maxBody:  opts.MaxBodyBytes,
+		version:  version.Version,
+		ctx:      ctx,
+		cancel:   cancel,
+		sessions: map[string]map[string]*session{},
+	}
+	f.mux = f.routes()
+	return f
+}
+
+// Match reports whether r belongs to the facade: a path under /daytona/api
+// on a host that is not a preview host.
+func (f *Facade) Match(r *http.Request) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, Prefix)
+	if !ok || (rest != "" && rest[0] != '/') {
+		return false
+	}
+	return f.domain == "" || !isPreviewHost(r.Host, f.domain)
+}
+
+// ServeHTTP serves a request Match accepted. An unknown route is 404 in
+// Daytona's error shape (the SDK's socket.io probe gets exactly that, and
+// falls back to polling).
+func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := f.mux.Handler(r); pattern == "" {
+		f.writeError(w, r, errorf(http.StatusNotFound, "no route for %s %s", r.Method, r.URL.Path))
+		return
+	}
+	f.mux.ServeHTTP(w, r)
+}
+
+// Close ends every session shell's stream and kills the shells (best
+// effort). Requests in flight are not waited for.
+func (f *Facade) Close() error {
+	f.mu.Lock()
+	all := f.sessions
+	f.sessions = map[string]map[string]*session{}
+	f.mu.Unlock()
+	for _, byID := range all {
+		for _, s := range byID {
+			s.kill()
+		}
+	}
+	f.cancel()
+	return nil
+}
+
+func isPreviewHost(host, domain string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	return host == domain || strings.HasSuffix(host, "."+domain)
+}
+
+// handler is a facade handler: it gets the authenticated caller and returns
+// an error for writeError.
+type handler func(w http.ResponseWriter, r *http.Request, c service.Caller) error
+
+// routes registers the control plane and the toolbox on one mux.
+func (f *Facade) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	for pattern, h := range map[string]handler{
+		// Control plane.
+		"POST /sandbox":                              f.create,
+		"GET /sandbox":                               f.list,
+		"GET /sandbox/{id}":                          f.get,
+		"DELETE /sandbox/{id}":                       f.delete,
+		"POST /sandbox/{id}/start":                   f.start,
+		"POST /sandbox/{id}/stop":                    f.stop,
+		"PUT /sandbox/{id}/labels":                   f.setLabels,
+		"POST /sandbox/{id}/autostop/{minutes}":      f.setAutoStop,
+		"POST /sandbox/{id}/autodelete/{minutes}":    f.setAutoDelete,
+		"GET /sandbox/{id}/toolbox-proxy-url":        f.toolboxProxyURL,
+		"GET /sandbox/{id}/ports/{port}/preview-url": f.previewURL,
+
+		// Toolbox: info and processes.
+		"GET /toolbox/{id}/version":           f.toolbox(f.versionInfo),
+		"GET /toolbox/{id}/user-home-dir":     f.toolbox(f.homeDir),
+		"GET /toolbox/{id}/work-dir":          f.toolbox(f.workDir),
+		"POST /toolbox/{id}/process/execute":  f.toolbox(f.execute),
+		"POST /toolbox/{id}/process/code-run": f.toolbox(f.codeRun),
+
+		// Toolbox: sessions.
+		"POST /toolbox/{id}/process/session":                           f.toolbox(f.createSession),
+		"GET /toolbox/{id}/process/session":                            f.toolbox(f.listSessions),
+		"GET /toolbox/{id}/process/session/{sid}":                      f.toolbox(f.getSession),
+		"DELETE /toolbox/{id}/process/session/{sid}":                   f.toolbox(f.deleteSession),
+		"POST /toolbox/{id}/process/session/{sid}/exec":                f.toolbox(f.sessionExec),
+		"GET /toolbox/{id}/process/session/{sid}/command/{cid}":        f.toolbox(f.sessionCommand),
+		"GET /toolbox/{id}/process/session/{sid}/command/{cid}/logs":   f.toolbox(f.sessionLogs),
+		"POST /toolbox/{id}/process/session/{sid}/command/{cid}/input": f.toolbox(f.sessionInput),
+
+		// Toolbox: files.
+		"GET /toolbox/{id}/files":                f.toolbox(f.listFiles),
+		"DELETE /toolbox/{id}/files":             f.toolbox(f.deleteFile),
+		"GET /toolbox/{id}/files/info":           f.toolbox(f.fileInfo),
+		"POST /toolbox/{id}/files/folder":        f.toolbox(f.createFolder),
+		"POST /toolbox/{id}/files/move":          f.toolbox(f.moveFile),
+		"GET /toolbox/{id}/files/find":           f.toolbox(f.findInFiles),
+		"GET /toolbox/{id}/files/search":         f.toolbox(f.searchFiles),
+		"POST /toolbox/{id}/files/replace":       f.toolbox(f.replaceInFiles),
+		"POST /toolbox/{id}/files/permissions":   f.toolbox(f.setPermissions),
+		"GET /toolbox/{id}/files/download":       f.toolbox(f.downloadFile),
+		"POST /toolbox/{id}/files/bulk-upload":   f.toolbox(f.bulkUpload),
+		"POST /toolbox/{id}/files/bulk-download": f.toolbox(f.bulkDownload),
+
+		// Toolbox: git.
+		"POST /toolbox/{id}/git/clone": f.toolbox(f.gitClone),
+		"GET /toolbox/{id}/git/status": f.toolbox(f.gitStatus),
+	} {
+		method, path, _ := strings.Cut(pattern, " ")
+		mux.Handle(method+" "+Prefix+path, f.wrap(h))
+	}
+	return mux
+}
+
+// wrap authenticates the request (Authorization: Bearer <API token>) and
+// writes a returned error.
+func (f *Facade) wrap(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := f.auth.Authenticate(r.Context(), r)
+		if err == nil {
+			err = h(w, r, service.Caller{Owner: p.Owner, Admin: p.IsAdmin()})
+		}
+		if err != nil {
+			f.writeError(w, r, err)
+		}
+	})
+}

@@ -1,0 +1,468 @@
+package daytona
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"maps"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// create is POST /sandbox: CreateSandbox → 200 with the Sandbox, already
+// started (the SDK then makes no further call). A duplicate name is 409.
+func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	var body createBody
+	if err := f.decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	req, err := f.createRequest(c.Owner, body)
+	if err != nil {
+		return err
+	}
+	created, err := f.svc.CreateSandbox(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, dto(created.Sandbox, toolboxBase(r), true))
+	return nil
+}
+
+// createRequest validates a CreateSandbox body and translates it. What
+// sandboxd cannot honour is refused with 400, never silently dropped.
+func (f *Facade) createRequest(owner string, b createBody) (service.CreateRequest, error) {
+	switch {
+	case b.GPU != nil && *b.GPU > 0:
+		return service.CreateRequest{}, badRequest("gpu: sandboxd has no GPUs")
+	case len(b.Volumes) > 0:
+		return service.CreateRequest{}, badRequest("volumes are not supported by the Daytona facade")
+	case b.NetworkAllowList != nil && *b.NetworkAllowList != "":
+		return service.CreateRequest{}, badRequest("networkAllowList is not supported; use networkBlockAll")
+	case len(b.DomainAllowList) > 0 && string(b.DomainAllowList) != "null" && string(b.DomainAllowList) != "[]":
+		return service.CreateRequest{}, badRequest("domainAllowList is not supported; use networkBlockAll")
+	}
+	image, err := f.image(b)
+	if err != nil {
+		return service.CreateRequest{}, err
+	}
+	user := cmp.Or(b.User, sandboxUser)
+	if _, ok := homes[user]; !ok {
+		return service.CreateRequest{}, badRequest("user %q: the sandbox accounts are %q and %q", user, sandboxUser, "root")
+	}
+	autoStop, autoDelete := 0, -1
+	if b.AutoStopInterval != nil {
+		autoStop = *b.AutoStopInterval
+	}
+	if b.AutoDeleteInterval != nil {
+		autoDelete = *b.AutoDeleteInterval
+	}
+	if err := validIntervals(autoStop, autoDelete); err != nil {
+		return service.CreateRequest{}, err
+	}
+	tags, err := checkLabels(b.Labels)
+	if err != nil {
+		return service.CreateRequest{}, err
+	}
+	setIntervals(tags, autoStop, autoDelete)
+	req := service.CreateRequest{
+		Owner:   owner,
+		Image:   image,
+		Name:    b.Name,
+		Env:     b.Env,
+		Tags:    tags,
+		Timeout: lifetime(true, autoStop, autoDelete),
+		// Daytona's default is network on; this daemon's policy decides.
+		Network: !b.NetworkBlockAll && f.svc.NetworkAllowed(),
+		Annotations: map[string]string{
+			annUser:   user,
+			annTarget: cmp.Or(b.Target, defaultTarget),
+		},
+	}
+	if b.Public {
+		req.Annotations[annPublic] = "true"
+	}
+	if b.Snapshot != "" {
+		req.Annotations[annSnapshot] = b.Snapshot
+	}
+	if b.CPU != nil {
+		if *b.CPU <= 0 || math.IsInf(*b.CPU, 0) {
+			return service.CreateRequest{}, badRequest("cpu must be a positive number of cores")
+		}
+		req.MilliCPU = int64(math.Round(*b.CPU * 1000))
+	}
+	if b.Memory != nil {
+		if *b.Memory <= 0 || *b.Memory > 1<<20 {
+			return service.CreateRequest{}, badRequest("memory must be a positive number of GiB")
+		}
+		req.MemoryMB = int64(math.Round(*b.Memory * mibPerGiB))
+	}
+	if b.Disk != nil {
+		if *b.Disk < 0 {
+			return service.CreateRequest{}, badRequest("disk must not be negative")
+		}
+		req.Annotations[annDisk] = strconv.FormatFloat(*b.Disk, 'f', -1, 64)
+	}
+	return req, nil
+}
+
+// image resolves the sandbox image: a buildInfo that is a single FROM line
+// (what the SDK sends for `image: "<ref>"`), else the snapshot (a name in
+// Options.Images or a locally present image), else the daemon's default.
+// Dockerfiles that build anything are refused: sandboxd does not build.
+func (f *Facade) image(b createBody) (string, error) {
+	if b.BuildInfo != nil && strings.TrimSpace(b.BuildInfo.DockerfileContent) != "" {
+		ref, ok := singleFrom(b.BuildInfo.DockerfileContent)
+		if !ok {
+			return "", badRequest("image: only a plain base image (a single FROM line) is supported; build the image and pass it as snapshot")
+		}
+		return ref, nil
+	}
+	if img, ok := f.images[b.Snapshot]; ok {
+		return img, nil
+	}
+	return b.Snapshot, nil
+}
+
+// singleFrom returns the image of a Dockerfile whose only instruction is
+// FROM <image>.
+func singleFrom(dockerfile string) (string, bool) {
+	var ref string
+	for line := range strings.Lines(dockerfile) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if ref != "" || len(fields) != 2 || !strings.EqualFold(fields[0], "FROM") {
+			return "", false
+		}
+		ref = fields[1]
+	}
+	return ref, ref != ""
+}
+
+// checkLabels copies labels into a new tag map, refusing the reserved
+// prefix. Key and value rules are the service's (tags).
+func checkLabels(labels map[string]string) (map[string]string, error) {
+	tags := make(map[string]string, len(labels)+2)
+	for k, v := range labels {
+		if strings.HasPrefix(k, reservedTagPrefix) {
+			return nil, badRequest("label %q: the %q prefix is reserved", k, reservedTagPrefix)
+		}
+		tags[k] = v
+	}
+	return tags, nil
+}
+
+func validIntervals(autoStop, autoDelete int) error {
+	const maxMinutes = 7 * 24 * 60 // the service's longest timeout
+	switch {
+	case autoStop < 0 || autoStop > maxMinutes:
+		return badRequest("autoStopInterval must be between 0 and %d minutes", maxMinutes)
+	case autoDelete < -1 || autoDelete > maxMinutes:
+		return badRequest("autoDeleteInterval must be between -1 and %d minutes", maxMinutes)
+	case autoStop+max(autoDelete, 0) > maxMinutes:
+		return badRequest("autoStopInterval plus autoDeleteInterval must be at most %d minutes", maxMinutes)
+	}
+	return nil
+}
+
+func setIntervals(tags map[string]string, autoStop, autoDelete int) {
+	tags[tagAutoStop] = strconv.Itoa(autoStop)
+	tags[tagAutoDelete] = strconv.Itoa(autoDelete)
+}
+
+// lifetime is the timeout the reaper enforces for a sandbox that is
+// running (or stopped) now, from its intervals; 0 is none. The reaper can
+// only destroy, so (see the package documentation):
+//
+//   - running, auto-stop off: none.
+//   - running, auto-stop N: destroyed N (+ auto-delete, when ≥ 0) minutes
+//     after the last activity, when Daytona would have stopped it (and
+//     then deleted it).
+//   - stopped: destroyed auto-delete minutes after the stop; never with -1.
+func lifetime(running bool, autoStop, autoDelete int) time.Duration {
+	if running {
+		if autoStop == 0 {
+			return 0
+		}
+		return time.Duration(autoStop+max(autoDelete, 0)) * time.Minute
+	}
+	if autoDelete < 0 {
+		return 0
+	}
+	return max(time.Duration(autoDelete)*time.Minute, time.Second)
+}
+
+// get is GET /sandbox/{idOrName}.
+func (f *Facade) get(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))
+	return nil
+}
+
+// maxListLimit caps one page.
+const maxListLimit = 200
+
+// list is GET /sandbox: one page of the caller's sandboxes, oldest first,
+// as {items, nextCursor}. labels is a JSON object every item's labels must
+// contain (AND); states (comma separated or repeated) are Daytona's names;
+// cursor is the previous page's nextCursor; limit defaults to 100.
+func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	q := r.URL.Query()
+	filter := service.ListFilter{PageToken: q.Get("cursor"), Limit: 100, Name: q.Get("name")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return badRequest("limit must be a positive integer")
+		}
+		filter.Limit = min(n, maxListLimit)
+	}
+	if v := q.Get("labels"); v != "" {
+		if err := json.Unmarshal([]byte(v), &filter.Tags); err != nil {
+			return badRequest("labels must be a JSON object of strings: %v", err)
+		}
+	}
+	for _, v := range q["states"] {
+		for s := range strings.SplitSeq(v, ",") {
+			st, ok := serviceState(strings.TrimSpace(s))
+			if !ok {
+				return badRequest("unknown state %q", s)
+			}
+			filter.States = append(filter.States, st)
+		}
+	}
+	items, next, err := f.svc.List(r.Context(), c, filter)
+	if err != nil {
+		return err
+	}
+	out := listResponse{Items: make([]sandboxDTO, 0, len(items))}
+	base := toolboxBase(r)
+	for _, sb := range items {
+		out.Items = append(out.Items, dto(sb, base, false))
+	}
+	if next != "" {
+		out.NextCursor = &next
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// serviceState maps a Daytona state name to ours.
+func serviceState(s string) (service.State, bool) {
+	switch s {
+	case "started":
+		return store.StateRunning, true
+	case "creating", "stopping", "stopped", "error":
+		return service.State(s), true
+	}
+	return "", false
+}
+
+// delete is DELETE /sandbox/{id}: the sandbox is gone when it answers (200
+// with its last view, state destroyed); unknown is 404.
+func (f *Facade) delete(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	f.dropSessions(sb.ID)
+	if err := f.svc.Destroy(r.Context(), c, sb.ID); err != nil {
+		return err
+	}
+	d := dto(sb, toolboxBase(r), true)
+	d.State, d.DesiredState = "destroyed", "destroyed"
+	writeJSON(w, http.StatusOK, d)
+	return nil
+}
+
+// start is POST /sandbox/{id}/start: answers once the sandbox is started.
+// Its auto-stop clock restarts.
+func (f *Facade) start(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	sb, err := f.svc.Start(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	f.dropSessions(sb.ID) // their shells died with the container
+	if sb, err = f.applyLifetime(r.Context(), c, sb); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))
+	return nil
+}
+
+// stop is POST /sandbox/{id}/stop: answers once the sandbox is stopped
+// (force is accepted and changes nothing: the stop is always final). With
+// auto-delete 0 the sandbox is then destroyed at once, as on Daytona.
+func (f *Facade) stop(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	sb, err := f.svc.Stop(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	f.dropSessions(sb.ID)
+	if autoDeleteOf(sb.Tags) == 0 {
+		if err := f.svc.Destroy(r.Context(), c, sb.ID); err != nil && !errors.Is(err, service.ErrNotFound) {
+			return err
+		}
+		d := dto(sb, toolboxBase(r), true)
+		d.State, d.DesiredState = "destroyed", "destroyed"
+		writeJSON(w, http.StatusOK, d)
+		return nil
+	}
+	if sb, err = f.applyLifetime(r.Context(), c, sb); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))
+	return nil
+}
+
+// applyLifetime sets sb's timeout from its intervals and state.
+func (f *Facade) applyLifetime(ctx context.Context, c service.Caller, sb service.Sandbox) (service.Sandbox, error) {
+	d := lifetime(sb.State == store.StateRunning, autoStopOf(sb.Tags), autoDeleteOf(sb.Tags))
+	if d == 0 && sb.ExpiresAt.IsZero() {
+		return sb, nil
+	}
+	return f.svc.UpdateSandbox(ctx, c, sb.ID, service.Update{SetTimeout: true, Timeout: d})
+}
+
+// setLabels is PUT /sandbox/{id}/labels {labels}: the labels are replaced.
+func (f *Facade) setLabels(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	var body labelsBody
+	if err := f.decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	tags, err := checkLabels(body.Labels)
+	if err != nil {
+		return err
+	}
+	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	for k, v := range sb.Tags {
+		if strings.HasPrefix(k, reservedTagPrefix) {
+			tags[k] = v
+		}
+	}
+	if sb, err = f.svc.UpdateSandbox(r.Context(), c, sb.ID, service.Update{Tags: tags}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))
+	return nil
+}
+
+// setAutoStop is POST /sandbox/{id}/autostop/{minutes} (0: never). The
+// reaper's deadline is recomputed from now.
+func (f *Facade) setAutoStop(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	return f.setInterval(w, r, c, func(tags map[string]string, n int) { tags[tagAutoStop] = strconv.Itoa(n) })
+}
+
+// setAutoDelete is POST /sandbox/{id}/autodelete/{minutes} (-1: never, 0:
+// at stop). The reaper's deadline is recomputed from now.
+func (f *Facade) setAutoDelete(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	return f.setInterval(w, r, c, func(tags map[string]string, n int) { tags[tagAutoDelete] = strconv.Itoa(n) })
+}
+
+func (f *Facade) setInterval(w http.ResponseWriter, r *http.Request, c service.Caller, set func(map[string]string, int)) error {
+	n, err := strconv.Atoi(r.PathValue("minutes"))
+	if err != nil {
+		return badRequest("minutes must be an integer")
+	}
+	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	tags := maps.Clone(sb.Tags)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	set(tags, n)
+	autoStop, autoDelete := autoStopOf(tags), autoDeleteOf(tags)
+	if err := validIntervals(autoStop, autoDelete); err != nil {
+		return err
+	}
+	sb, err = f.svc.UpdateSandbox(r.Context(), c, sb.ID, service.Update{
+		Tags:       tags,
+		SetTimeout: true,
+		Timeout:    lifetime(sb.State == store.StateRunning, autoStop, autoDelete),
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))
+	return nil
+}
+
+// toolboxProxyURL is GET /sandbox/{id}/toolbox-proxy-url: {url}, the base
+// the SDK appends /<id> to (the same as the Sandbox's toolboxProxyUrl).
+func (f *Facade) toolboxProxyURL(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	if _, err := f.svc.Get(r.Context(), c, r.PathValue("id")); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, urlResponse{URL: toolboxBase(r)})
+	return nil
+}
+
+// previewURL is GET /sandbox/{id}/ports/{port}/preview-url: the port is
+// exposed over HTTP through the ingress (idempotently; public when the
+// sandbox is) and its URL returned. The token is the caller's own API
+// token: the ingress lets a private port through with it in
+// X-Sandboxd-Token (or Authorization: Bearer). It is not scoped to the
+// port; to share a preview, create the sandbox public.
+func (f *Facade) previewURL(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		return badRequest("port must be between 1 and 65535")
+	}
+	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	exp, err := f.svc.ExposePort(r.Context(), c, sb.ID, port, "http", sb.Annotations[annPublic] == "true")
+	if err != nil {
+		return err
+	}
+	_, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	writeJSON(w, http.StatusOK, previewResponse{URL: exp.URL, Token: strings.TrimSpace(token)})
+	return nil
+}
+
+// toolboxBase is the toolboxProxyUrl for this request: this facade's
+// toolbox on the host the client reached.
+func toolboxBase(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + Prefix + "/toolbox"
+}
+
+// decodeJSON reads r's JSON body into v. An empty body leaves v alone.
+func (f *Facade) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, f.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return errorf(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", tooBig.Limit)
+		}
+		return badRequest("read body: %v", err)
+	}
+	if strings.TrimSpace(string(body)) == "" {
+		return nil
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return badRequest("invalid JSON body: %v", err)
+	}
+	return nil
+}

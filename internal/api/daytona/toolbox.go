@@ -1,0 +1,205 @@
+package daytona
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// homes are the sandbox accounts a Daytona sandbox may run as, with their
+// home directories (which are also the work directory).
+var homes = map[string]string{
+	sandboxUser: "/home/user",
+	"root":      "/root",
+}
+
+// box is the sandbox a toolbox request is for: visible to the caller and
+// running.
+type box struct {
+	c    service.Caller
+	sb   service.Sandbox
+	user string // the account every toolbox operation runs as
+	home string // its home: the work directory
+}
+
+// toolboxHandler is a toolbox route's handler.
+type toolboxHandler func(w http.ResponseWriter, r *http.Request, b box) error
+
+// toolbox resolves {id} for h: an unknown sandbox (or another owner's) is
+// 404, one that is not running 409. Every toolbox call is activity: it
+// pushes the auto-stop deadline back (see touch).
+func (f *Facade) toolbox(h toolboxHandler) handler {
+	return func(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+		sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		if sb.State != store.StateRunning {
+			return errorf(http.StatusConflict, "sandbox %s is %s, not started", sb.ID, stateName(sb.State))
+		}
+		f.touch(r.Context(), c, sb)
+		user := userOf(sb)
+		return h(w, r, box{c: c, sb: sb, user: user, home: homes[user]})
+	}
+}
+
+// touchSlack is how stale the auto-stop deadline may get before a toolbox
+// call pushes it back: at most one write per sandbox per minute.
+const touchSlack = time.Minute
+
+// touch restarts the auto-stop clock of a running sandbox that has one,
+// when its deadline is more than touchSlack older than a fresh one would
+// be. A failure is logged, never the caller's problem.
+func (f *Facade) touch(ctx context.Context, c service.Caller, sb service.Sandbox) {
+	d := lifetime(true, autoStopOf(sb.Tags), autoDeleteOf(sb.Tags))
+	if d == 0 || sb.ExpiresAt.IsZero() || time.Until(sb.ExpiresAt) > d-touchSlack {
+		return
+	}
+	if _, err := f.svc.UpdateSandbox(ctx, c, sb.ID, service.Update{SetTimeout: true, Timeout: d}); err != nil {
+		f.log.WarnContext(ctx, "daytona: auto-stop deadline not extended", "sandbox", sb.ID, "err", err)
+	}
+}
+
+// maxExecOutput caps the output an execute or code-run answer holds (it is
+// held in memory and sent as one JSON string).
+const maxExecOutput = 16 << 20
+
+// mergeStderr runs before every execute command: stderr joins stdout, so
+// the result has both in the order they were written.
+const mergeStderr = "exec 2>&1; "
+
+// execute is POST /process/execute: the command as a bash script, as the
+// sandbox user, in cwd (default the work directory) with envs added to the
+// sandbox's env. A non-zero exit is 200 with its exit code. When timeout
+// (seconds) passes the process group is killed and the answer is 408
+// PROCESS_EXECUTION_TIMEOUT.
+func (f *Facade) execute(w http.ResponseWriter, r *http.Request, b box) error {
+	var body executeBody
+	if err := f.decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	if strings.TrimSpace(body.Command) == "" {
+		return badRequest("command is required")
+	}
+	timeout, err := seconds(body.Timeout)
+	if err != nil {
+		return err
+	}
+	res, err := f.run(r, b, service.ExecRequest{
+		Cmd:     []string{"/bin/bash", "-c", mergeStderr + body.Command},
+		Env:     body.Envs,
+		Cwd:     body.Cwd,
+		Timeout: timeout,
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, executeResponse{ExitCode: res.ExitCode, Result: string(res.Stdout)})
+	return nil
+}
+
+// codeRun is POST /process/code-run: Python code on python3's stdin
+// (`python3 -u -`, argv appended), with execute's env, output and timeout
+// rules. Charts are not captured.
+func (f *Facade) codeRun(w http.ResponseWriter, r *http.Request, b box) error {
+	var body codeRunBody
+	if err := f.decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	if l := strings.ToLower(body.Language); l != "" && l != "python" {
+		return badRequest("language %q is not supported (python only)", body.Language)
+	}
+	timeout, err := seconds(body.Timeout)
+	if err != nil {
+		return err
+	}
+	cmd := append([]string{"/bin/sh", "-c", mergeStderr + `exec python3 -u - "$@"`, "python3"}, body.Argv...)
+	res, err := f.run(r, b, service.ExecRequest{Cmd: cmd, Env: body.Envs, Stdin: []byte(body.Code), Timeout: timeout})
+	if err != nil {
+		return err
+	}
+	out := codeRunResponse{ExitCode: res.ExitCode, Result: string(res.Stdout)}
+	out.Artifacts.Charts = []any{}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// run runs req to completion as the box's user. A timeout that passed
+// (the agent killed the process group) is 408 PROCESS_EXECUTION_TIMEOUT.
+func (f *Facade) run(r *http.Request, b box, req service.ExecRequest) (*service.ExecResult, error) {
+	req.User, req.MaxOutput = b.user, maxExecOutput
+	res, err := f.svc.Exec(r.Context(), b.c, b.sb.ID, req)
+	if err != nil && req.Timeout > 0 && r.Context().Err() == nil &&
+		(errors.Is(err, context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded) {
+		return nil, daemonError(http.StatusRequestTimeout, codeExecTimeout, "command timed out after %s", req.Timeout)
+	}
+	return res, err
+}
+
+// seconds converts a wire timeout in seconds; nil or 0 is none.
+func seconds(s *float64) (time.Duration, error) {
+	switch {
+	case s == nil || *s == 0:
+		return 0, nil
+	case *s < 0 || math.IsNaN(*s) || *s > 24*3600:
+		return 0, badRequest("timeout must be between 0 and 86400 seconds")
+	}
+	return time.Duration(*s * float64(time.Second)), nil
+}
+
+// versionInfo is GET /version: the daemon's version.
+func (f *Facade) versionInfo(w http.ResponseWriter, _ *http.Request, _ box) error {
+	writeJSON(w, http.StatusOK, map[string]string{"version": f.version})
+	return nil
+}
+
+// homeDir is GET /user-home-dir: the sandbox user's home.
+func (f *Facade) homeDir(w http.ResponseWriter, _ *http.Request, b box) error {
+	writeJSON(w, http.StatusOK, dirResponse{Dir: b.home})
+	return nil
+}
+
+// workDir is GET /work-dir: where commands run without a cwd, the home.
+func (f *Facade) workDir(w http.ResponseWriter, _ *http.Request, b box) error {
+	writeJSON(w, http.StatusOK, dirResponse{Dir: b.home})
+	return nil
+}
+
+// agentFor returns the agent of a box's sandbox, for the calls the service
+// does not wrap (sessions, the file routes).
+func (f *Facade) agentFor(ctx context.Context, b box) (*agent.Client, error) {
+	ac, err := f.svc.Agent(ctx, b.sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	return ac, nil
+}
+
+// agentError maps an error of a direct agent call onto the service's
+// sentinels, as the service does for the calls it wraps.
+func agentError(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeNotFound:
+		return fmt.Errorf("%w: %w", service.ErrNotFound, err)
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
+		return fmt.Errorf("%w: %w", service.ErrInvalidArgument, err)
+	case connect.CodeAlreadyExists:
+		return fmt.Errorf("%w: %w", service.ErrConflict, err)
+	case connect.CodeUnavailable:
+		return fmt.Errorf("%w: %w", service.ErrUnavailable, err)
+	}
+	return err
+}

@@ -1,0 +1,265 @@
+package daytona
+
+import (
+	"cmp"
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// Annotation keys: what the facade records at create and shows back
+// (plaintext, never secrets). They never change after create.
+const (
+	annUser     = "daytona.user"
+	annTarget   = "daytona.target"
+	annPublic   = "daytona.public"
+	annDisk     = "daytona.disk"
+	annSnapshot = "daytona.snapshot"
+)
+
+// Reserved tags: the facade's mutable per-sandbox settings. The service
+// keeps no mutable annotations, so these live among the tags under a
+// prefix no label may use; labels never show them and PUT labels keeps
+// them.
+const (
+	reservedTagPrefix = "daytona/"
+	tagAutoStop       = reservedTagPrefix + "auto-stop"   // minutes, "0": never
+	tagAutoDelete     = reservedTagPrefix + "auto-delete" // minutes, "-1": never
+)
+
+// sandboxUser is the one account everything Daytona does runs as by
+// default: execute, code-run, sessions, files and git. The base image has
+// it (uid 1000, home /home/user).
+const sandboxUser = "user"
+
+// Daytona's defaults and the units it counts in.
+const (
+	defaultTarget = "local"
+	mibPerGiB     = 1024
+)
+
+// createBody is Daytona's CreateSandbox. Fields the facade cannot honour
+// are rejected (gpu, volumes, network allow lists) rather than ignored.
+type createBody struct {
+	Name                string            `json:"name"`
+	Snapshot            string            `json:"snapshot"`
+	User                string            `json:"user"`
+	Target              string            `json:"target"`
+	Public              bool              `json:"public"`
+	Env                 map[string]string `json:"env"`
+	Labels              map[string]string `json:"labels"`
+	CPU                 *float64          `json:"cpu"`
+	GPU                 *float64          `json:"gpu"`
+	Memory              *float64          `json:"memory"` // GiB
+	Disk                *float64          `json:"disk"`   // GiB
+	AutoStopInterval    *int              `json:"autoStopInterval"`
+	AutoDeleteInterval  *int              `json:"autoDeleteInterval"`
+	AutoArchiveInterval *int              `json:"autoArchiveInterval"`
+	NetworkBlockAll     bool              `json:"networkBlockAll"`
+	NetworkAllowList    *string           `json:"networkAllowList"`
+	DomainAllowList     json.RawMessage   `json:"domainAllowList"`
+	Volumes             []json.RawMessage `json:"volumes"`
+	BuildInfo           *struct {
+		DockerfileContent string `json:"dockerfileContent"`
+	} `json:"buildInfo"`
+}
+
+// sandboxDTO is Daytona's Sandbox (and, without env, SandboxListItem).
+type sandboxDTO struct {
+	ID                 string            `json:"id"`
+	OrganizationID     string            `json:"organizationId"`
+	Name               string            `json:"name"`
+	Snapshot           string            `json:"snapshot,omitempty"`
+	User               string            `json:"user"`
+	Env                map[string]string `json:"env,omitzero"`
+	Labels             map[string]string `json:"labels"`
+	Public             bool              `json:"public"`
+	NetworkBlockAll    bool              `json:"networkBlockAll"`
+	Target             string            `json:"target"`
+	CPU                float64           `json:"cpu"`
+	GPU                float64           `json:"gpu"`
+	Memory             float64           `json:"memory"`
+	Disk               float64           `json:"disk"`
+	State              string            `json:"state"`
+	DesiredState       string            `json:"desiredState"`
+	ErrorReason        string            `json:"errorReason,omitempty"`
+	AutoStopInterval   int               `json:"autoStopInterval"`
+	AutoDeleteInterval int               `json:"autoDeleteInterval"`
+	CreatedAt          string            `json:"createdAt"`
+	ToolboxProxyURL    string            `json:"toolboxProxyUrl"`
+	ExpiresAt          string            `json:"expiresAt,omitempty"`
+}
+
+// listResponse is Daytona's paginated list; nextCursor is null on the last
+// page.
+type listResponse struct {
+	Items      []sandboxDTO `json:"items"`
+	NextCursor *string      `json:"nextCursor"`
+}
+
+// stateName is Daytona's name for a sandbox state.
+func stateName(s service.State) string {
+	switch s {
+	case store.StateRunning:
+		return "started"
+	case store.StateCreating, store.StateStopping, store.StateStopped, store.StateError:
+		return string(s)
+	}
+	return "unknown"
+}
+
+// desiredState is where the sandbox is heading: started or stopped.
+func desiredState(s service.State) string {
+	switch s {
+	case store.StateStopping, store.StateStopped:
+		return "stopped"
+	}
+	return "started"
+}
+
+// dto renders sb; toolboxURL is the toolbox base the SDK appends /<id> to.
+// full adds env (the SDK copies env and the other "full" fields only when
+// env is present), which list items leave out.
+func dto(sb service.Sandbox, toolboxURL string, full bool) sandboxDTO {
+	name := sb.Name
+	if name == "" {
+		name = sb.ID
+	}
+	d := sandboxDTO{
+		ID:                 sb.ID,
+		OrganizationID:     sb.Owner,
+		Name:               name,
+		Snapshot:           sb.Annotations[annSnapshot],
+		User:               userOf(sb),
+		Labels:             labelsOf(sb.Tags),
+		Public:             sb.Annotations[annPublic] == "true",
+		NetworkBlockAll:    !sb.Network,
+		Target:             cmp.Or(sb.Annotations[annTarget], defaultTarget),
+		CPU:                float64(sb.MilliCPU) / 1000,
+		Memory:             round2(float64(sb.MemoryMB) / mibPerGiB),
+		State:              stateName(sb.State),
+		DesiredState:       desiredState(sb.State),
+		ErrorReason:        sb.ErrorReason,
+		AutoStopInterval:   autoStopOf(sb.Tags),
+		AutoDeleteInterval: autoDeleteOf(sb.Tags),
+		CreatedAt:          sb.CreatedAt.UTC().Format(time.RFC3339Nano),
+		ToolboxProxyURL:    toolboxURL,
+	}
+	if disk, err := strconv.ParseFloat(sb.Annotations[annDisk], 64); err == nil {
+		d.Disk = disk
+	}
+	if !sb.ExpiresAt.IsZero() {
+		d.ExpiresAt = sb.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	if full {
+		d.Env = sb.Env
+		if d.Env == nil {
+			d.Env = map[string]string{}
+		}
+	}
+	return d
+}
+
+// userOf is the account the sandbox's toolbox runs as.
+func userOf(sb service.Sandbox) string {
+	return cmp.Or(sb.Annotations[annUser], sandboxUser)
+}
+
+// labelsOf is the Daytona labels of a sandbox: its tags without the
+// reserved ones. Never nil.
+func labelsOf(tags map[string]string) map[string]string {
+	out := make(map[string]string, len(tags))
+	for k, v := range tags {
+		if !strings.HasPrefix(k, reservedTagPrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// autoStopOf is the auto-stop interval in minutes (0: never).
+func autoStopOf(tags map[string]string) int {
+	n, err := strconv.Atoi(tags[tagAutoStop])
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// autoDeleteOf is the auto-delete interval in minutes (-1: never).
+func autoDeleteOf(tags map[string]string) int {
+	n, err := strconv.Atoi(tags[tagAutoDelete])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
+
+// fileInfo is Daytona's FileInfo.
+type fileInfo struct {
+	Name        string `json:"name"`
+	Path        string `json:"path,omitempty"`
+	IsDir       bool   `json:"isDir"`
+	Size        int64  `json:"size"`
+	Mode        string `json:"mode"`        // Go's FileMode.String(), e.g. "-rw-r--r--"
+	Permissions string `json:"permissions"` // octal, e.g. "0644"
+	ModTime     string `json:"modTime"`
+	ModifiedAt  string `json:"modifiedAt"`
+	Owner       string `json:"owner"`
+	Group       string `json:"group"`
+}
+
+// executeBody is ExecuteRequest; timeout is in seconds (0 or absent: none).
+type executeBody struct {
+	Command string            `json:"command"`
+	Cwd     string            `json:"cwd"`
+	Envs    map[string]string `json:"envs"`
+	Timeout *float64          `json:"timeout"`
+}
+
+// executeResponse is ExecuteResponse: stdout and stderr in write order.
+type executeResponse struct {
+	ExitCode int    `json:"exitCode"`
+	Result   string `json:"result"`
+}
+
+// codeRunBody is CodeRunRequest.
+type codeRunBody struct {
+	Code     string            `json:"code"`
+	Language string            `json:"language"`
+	Argv     []string          `json:"argv"`
+	Envs     map[string]string `json:"envs"`
+	Timeout  *float64          `json:"timeout"`
+}
+
+type codeRunResponse struct {
+	ExitCode  int    `json:"exitCode"`
+	Result    string `json:"result"`
+	Artifacts struct {
+		Charts []any `json:"charts"`
+	} `json:"artifacts"`
+}
+
+type dirResponse struct {
+	Dir string `json:"dir"`
+}
+
+type urlResponse struct {
+	URL string `json:"url"`
+}
+
+type previewResponse struct {
+	URL   string `json:"url"`
+	Token string `json:"token"`
+}
+
+type labelsBody struct {
+	Labels map[string]string `json:"labels"`
+}
