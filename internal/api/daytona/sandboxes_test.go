@@ -41,8 +41,10 @@ func TestCreate_DTOHasEveryRequiredField(t *testing.T) {
 	if *sb.CPU != 2 || *sb.Memory != 1 || *sb.Disk != 5 || *sb.GPU != 0 {
 		t.Errorf("cpu %v memory %v disk %v gpu %v: want 2, 1, 5, 0", *sb.CPU, *sb.Memory, *sb.Disk, *sb.GPU)
 	}
-	if *sb.NetworkBlockAll || *sb.Public {
-		t.Errorf("networkBlockAll %v public %v: want false, false", *sb.NetworkBlockAll, *sb.Public)
+	// The test daemon allows no outbound network, so the sandbox is
+	// reported as blocked whatever Daytona's default.
+	if !*sb.NetworkBlockAll || *sb.Public {
+		t.Errorf("networkBlockAll %v public %v: want true (no network on this daemon), false", *sb.NetworkBlockAll, *sb.Public)
 	}
 	if want := s.URL + daytona.Prefix + "/toolbox"; sb.ToolboxProxyURL != want {
 		t.Errorf("toolboxProxyUrl %q, want %q", sb.ToolboxProxyURL, want)
