@@ -112,4 +112,9 @@ export DAYTONA_API_URL="${SANDBOXD_URL%/}/daytona/api"
 export DAYTONA_API_KEY="$SANDBOXD_TOKEN"
 
 log "running against $DAYTONA_API_URL (run $COMPAT_RUN_ID)"
+if [[ ${1:-} == --bench ]]; then
+	shift
+	SANDBOXD_URL="${SANDBOXD_URL%/}" SANDBOXD_TOKEN="$SANDBOXD_TOKEN" node bench.mjs "$@"
+	exit
+fi
 node --test --test-concurrency="${COMPAT_CONCURRENCY:-3}" --test-timeout=600000 "$@" test/*.test.js
