@@ -25,7 +25,10 @@ type Daemon struct {
 	DataDir string
 	// AgentBinary is the toolboxd binary bind-mounted into every sandbox.
 	AgentBinary string
-	// NodeID names this daemon in container labels and, later, the cluster.
+	// NodeID names this daemon in container labels and, later, the
+	// cluster. Empty: the id kept in the data directory (made at first
+	// start), so two daemons with different data directories on one
+	// Docker engine never take each other's containers for orphans.
 	NodeID string
 	// Domain is the suffix of preview URLs: <port>-<sandbox-id>.<Domain>.
 	Domain string
@@ -60,7 +63,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.Listen, "listen", d.Listen, "HTTP listen address (env SANDBOXD_LISTEN)")
 	fs.StringVar(&d.DataDir, "data-dir", d.DataDir, "data directory (env SANDBOXD_DATA_DIR)")
 	fs.StringVar(&d.AgentBinary, "agent-binary", d.AgentBinary, "toolboxd binary mounted into sandboxes (default: beside sandboxd)")
-	fs.StringVar(&d.NodeID, "node-id", d.NodeID, "node id used in container labels (env SANDBOXD_NODE_ID)")
+	fs.StringVar(&d.NodeID, "node-id", d.NodeID, "node id used in container labels (env SANDBOXD_NODE_ID; default: one kept in the data dir)")
 	fs.StringVar(&d.Domain, "domain", d.Domain, "preview URL domain (env SANDBOXD_DOMAIN)")
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
@@ -90,12 +93,11 @@ func defaults(env func(string) (string, bool)) Daemon {
 		}
 		return def
 	}
-	hostname, _ := os.Hostname()
 	d := Daemon{
 		Listen:         get("SANDBOXD_LISTEN", "127.0.0.1:7070"),
 		DataDir:        get("SANDBOXD_DATA_DIR", ".sandboxd"),
 		AgentBinary:    get("SANDBOXD_AGENT_BINARY", ""),
-		NodeID:         get("SANDBOXD_NODE_ID", hostname),
+		NodeID:         get("SANDBOXD_NODE_ID", ""),
 		Domain:         get("SANDBOXD_DOMAIN", "localhost"),
 		TLSListen:      get("SANDBOXD_TLS_LISTEN", "127.0.0.1:7443"),
 		DefaultImage:   get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
@@ -129,9 +131,6 @@ func (d Daemon) validate() error {
 	}
 	if d.DataDir == "" {
 		return errors.New("--data-dir is required")
-	}
-	if d.NodeID == "" {
-		return errors.New("--node-id is required")
 	}
 	if d.MilliCPU <= 0 || d.MemoryMB <= 0 {
 		return errors.New("--cpu-budget and --memory-budget must be positive")

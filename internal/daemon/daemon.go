@@ -98,6 +98,13 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 		return nil, fmt.Errorf("agent binary (build it with `make build` or pass --agent-binary): %w", err)
 	}
 
+	if cfg.NodeID == "" {
+		if cfg.NodeID, err = loadOrCreateNodeID(filepath.Join(dataDir, "node-id")); err != nil {
+			return nil, fmt.Errorf("node id: %w", err)
+		}
+		d.Config.NodeID = cfg.NodeID
+	}
+
 	if d.Store, err = store.Open(ctx, filepath.Join(dataDir, "sandboxd.db"), store.Options{Clock: opts.Clock}); err != nil {
 		return nil, fmt.Errorf("store.Open: %w", err)
 	}
@@ -224,6 +231,32 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 		ingressed.ServeHTTP(w, r)
 	})
 	return d, nil
+}
+
+// loadOrCreateNodeID returns the node id kept in path, creating one at
+// first start: the host name and a random suffix. Containers carry it as
+// their sandboxd.node label; the reconciler only ever touches its own.
+func loadOrCreateNodeID(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "node"
+	}
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:]) // never fails
+	id := host + "-" + hex.EncodeToString(suffix[:])
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return id, os.Rename(tmp, path)
 }
 
 // loadOrCreateKey returns the 32-byte key in path, creating it (0600) on

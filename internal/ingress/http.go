@@ -61,6 +61,11 @@ func (r *Router) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 		writeError(w, http.StatusUnauthorized, "unauthenticated", "this port is private: send an API token", false)
 		return
 	}
+	// Full duplex: without it an HTTP/1 server closes the request body as
+	// soon as the response starts, and the transport, still finishing the
+	// body's write, closes the connection under the streaming response
+	// (golang/go#40747; see internal/api/e2b's envd proxy).
+	_ = http.NewResponseController(w).EnableFullDuplex() // HTTP/2 always is
 	r.proxy.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), targetKey{}, t)))
 }
 

@@ -65,6 +65,12 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 	} else {
 		rt = f.portTransport(sb.ID, port)
 	}
+	// Full duplex: without it the server drains and closes r.Body as soon
+	// as the response starts, while the transport may still hold it (after
+	// Content-Length it reads once more to check the end). That read then
+	// fails the request write and the transport closes the connection to
+	// the sandbox under the response it is streaming (golang/go#40747).
+	_ = http.NewResponseController(w).EnableFullDuplex() // HTTP/2 always is
 	f.proxy(target, rt, user).ServeHTTP(w, r)
 }
 

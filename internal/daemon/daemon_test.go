@@ -1,0 +1,81 @@
+package daemon_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/service"
+)
+
+func requireDocker(t *testing.T) {
+	t.Helper()
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("docker is not reachable and CI is set: %v", err)
+		}
+		t.Skipf("docker is not reachable (%v); run make setup", err)
+	}
+}
+
+func newDaemon(t *testing.T, agent string) *daemon.Daemon {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dmn") // short: agent socket paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg, err := config.Parse([]string{"--data-dir", dir, "--listen", "127.0.0.1:0", "--agent-binary", agent,
+		"--default-image", "sandboxd/busybox:latest", "--tls-listen", "127.0.0.1:0"},
+		func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(t.Context(), cfg, ln, slog.New(slog.DiscardHandler), daemon.Options{})
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// TestNew_TwoDaemonsOnOneEngineKeepTheirSandboxes: daemons with their own
+// data directories get their own node ids, so one's startup reconcile never
+// takes the other's containers for orphans.
+func TestNew_TwoDaemonsOnOneEngineKeepTheirSandboxes(t *testing.T) {
+	requireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	agent, err := runtimetest.BuildAgent(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := service.Caller{Admin: true}
+	a := newDaemon(t, agent)
+	sb, err := a.Service.CreateSandbox(ctx, service.CreateRequest{Owner: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Service.Destroy(context.Background(), admin, sb.ID) })
+
+	b := newDaemon(t, agent) // its startup reconcile runs now
+	if a.Config.NodeID == b.Config.NodeID {
+		t.Fatalf("both daemons have node id %q", a.Config.NodeID)
+	}
+	res, err := a.Service.Exec(ctx, admin, sb.ID, service.ExecRequest{Cmd: []string{"true"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("the first daemon's sandbox after the second started: %v %v", res, err)
+	}
+}
