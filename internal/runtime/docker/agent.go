@@ -9,12 +9,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/runtime"
 )
@@ -44,12 +46,40 @@ func (r *Runtime) DialAgent(ctx context.Context, sandboxID string) (net.Conn, er
 	if _, err := os.Stat(r.SocketDir(sandboxID)); errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("dial agent of sandbox %s: %w", sandboxID, runtime.ErrNotFound)
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", r.AgentSocketPath(sandboxID))
+	conn, err := dialSocket(ctx, r.AgentSocketPath(sandboxID))
 	if err != nil {
 		return nil, fmt.Errorf("dial agent of sandbox %s: %w", sandboxID, err)
 	}
 	return conn, nil
+}
+
+// errNotASocket is an agent socket path that the sandbox replaced with
+// something else (a symlink, a file).
+var errNotASocket = errors.New("agent socket path is not a socket")
+
+// dialSocket connects to the unix socket at path without following
+// anything the sandbox can plant there. The socket directory is writable
+// from inside the sandbox (the agent creates its socket in it), so a
+// process there could swap agent.sock for a symlink to a host socket — the
+// Docker engine's, say — and the daemon, which runs as root, would dial it.
+// So: open the path itself with O_PATH|O_NOFOLLOW (a symlink fails), check
+// the opened inode is a socket, and connect through /proc/self/fd, which
+// names exactly that inode: nothing can be swapped between check and use.
+func dialSocket(ctx context.Context, path string) (net.Conn, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s: %w", path, errNotASocket)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
 }
 
 // WaitAgentReady implements runtime.Runtime. It is bounded by
@@ -113,8 +143,7 @@ func (r *Runtime) agentHTTPClient(sandboxID string) *http.Client {
 	sock := r.AgentSocketPath(sandboxID)
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
+			return dialSocket(ctx, sock)
 		},
 		DisableKeepAlives: true,
 	}}

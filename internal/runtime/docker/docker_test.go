@@ -269,3 +269,35 @@ func TestCreate_AnswerLost(t *testing.T) {
 		t.Errorf("socket dir left behind (stat: %v)", err)
 	}
 }
+
+// TestDialAgent_RefusesASymlinkPlantedBySandbox: a process in the sandbox
+// can write the socket directory; replacing agent.sock with a symlink to a
+// host socket must not make the daemon dial that host socket.
+func TestDialAgent_RefusesASymlinkPlantedBySandbox(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	id := runtimetest.NewSandboxID()
+	t.Cleanup(func() { _ = rt.Destroy(context.Background(), id) })
+	if _, err := rt.Create(t.Context(), runtime.Spec{SandboxID: id, Image: testImage, AgentBinary: env.agent, AgentToken: "t"}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	// A host socket the sandbox must never reach.
+	hostSock := filepath.Join(t.TempDir(), "host.sock")
+	ln, err := net.Listen("unix", hostSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sock := rt.AgentSocketPath(id)
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(hostSock, sock); err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := rt.DialAgent(t.Context(), id); err == nil {
+		conn.Close()
+		t.Fatal("DialAgent followed a symlink planted in the socket directory")
+	}
+}
