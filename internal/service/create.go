@@ -168,7 +168,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 	var binds []runtime.Mount
 	if len(req.Mounts) > 0 {
 		if err := t.run("mounts", func() (err error) {
-			binds, err = s.Volumes.Prepare(ctx, id, req.Mounts)
+			binds, err = s.Volumes.Prepare(ctx, req.Owner, id, req.Mounts)
 			return err
 		}); err != nil {
 			return nil, fmt.Errorf("prepare mounts: %w", err)

@@ -298,11 +298,11 @@ type faultyVolumes struct {
 	failPrepare bool
 }
 
-func (f *faultyVolumes) Prepare(ctx context.Context, id string, mounts []service.Mount) ([]runtime.Mount, error) {
+func (f *faultyVolumes) Prepare(ctx context.Context, owner, id string, mounts []service.Mount) ([]runtime.Mount, error) {
 	if f.failPrepare {
 		return nil, errInjected
 	}
-	binds, err := f.Dir.Prepare(ctx, id, mounts)
+	binds, err := f.Dir.Prepare(ctx, owner, id, mounts)
 	if err == nil {
 		f.mu.Lock()
 		if f.live == nil {

@@ -250,8 +250,14 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 		return Domain{}, err
 	}
 	hostname = strings.ToLower(strings.TrimSuffix(hostname, "."))
-	if len(hostname) > 253 || !hostnamePattern.MatchString(hostname) {
+	if len(hostname) > 253 || !hostnamePattern.MatchString(hostname) || net.ParseIP(hostname) != nil {
+		// An IP literal would capture the daemon's own API host.
 		return Domain{}, invalid("hostname", "%q is not a DNS name", hostname)
+	}
+	for _, h := range s.cfg.ReservedHosts {
+		if hostname == h {
+			return Domain{}, invalid("hostname", "%q is the daemon's own host", hostname)
+		}
 	}
 	if hostname == s.cfg.Domain || strings.HasSuffix(hostname, "."+s.cfg.Domain) {
 		return Domain{}, invalid("hostname", "%q is inside the preview domain %q", hostname, s.cfg.Domain)

@@ -21,7 +21,7 @@ import (
 //     otherwise) is rolled back: container, route, mounts and row;
 //   - a running row whose container vanished or exited goes to error;
 //   - routes are installed for every live row;
-//   - admission is recomputed from the live rows.
+//   - at startup, admission is recomputed from the live rows.
 //
 // It keeps going past individual failures and returns them joined.
 func (s *Service) Reconcile(ctx context.Context, startup bool) error {
@@ -128,8 +128,11 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 			}
 		}
 	}
-	s.Admission.Reset(live)
 	if startup {
+		// Recompute capacity from the live rows, before serving. A
+		// periodic pass must not: creates and stops in flight between its
+		// read of the rows and now would lose or regain reservations.
+		s.Admission.Reset(live)
 		// Every pending claim belongs to the process that died: let the
 		// callers' retries take them over now, adopting what survived.
 		if n, err := s.Store.ReleasePendingClaims(ctx); err != nil {

@@ -85,9 +85,10 @@ type Admission interface {
 
 // Volumes prepares the host side of a sandbox's mounts.
 type Volumes interface {
-	// Prepare makes sure every volume exists and returns the host paths to
-	// bind, in the order of mounts.
-	Prepare(ctx context.Context, sandboxID string, mounts []Mount) ([]runtime.Mount, error)
+	// Prepare makes sure every volume of owner exists and returns the host
+	// paths to bind, in the order of mounts. Volumes are per owner: two
+	// tenants naming the same volume get two directories.
+	Prepare(ctx context.Context, owner, sandboxID string, mounts []Mount) ([]runtime.Mount, error)
 	// Release undoes Prepare for this sandbox (volumes themselves persist).
 	Release(ctx context.Context, sandboxID string) error
 }
@@ -107,6 +108,9 @@ type Config struct {
 	TLSPort int
 	// Domain is the preview domain: <port>-<sandbox-id>.<Domain>.
 	Domain string
+	// ReservedHosts may never be bound as custom domains: the daemon's own
+	// API host names (an IP literal is always refused).
+	ReservedHosts []string
 	// AllowNetwork lets sandboxes that ask for it have outbound network;
 	// without it such a create is refused.
 	AllowNetwork bool

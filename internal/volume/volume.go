@@ -1,9 +1,13 @@
 // Package volume keeps named volumes: directories under the daemon's data
 // directory that sandboxes bind-mount and that outlive any one sandbox.
+// Volumes belong to an owner: <root>/<hash of owner>/<name>, so a tenant
+// can never mount another tenant's volume by naming it.
 package volume
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,15 +32,18 @@ func New(root string) (*Dir, error) {
 	return &Dir{root: root}, nil
 }
 
-// Prepare creates every named volume that does not exist yet and returns
-// the binds for the runtime, in the order of mounts. It is idempotent.
-func (d *Dir) Prepare(_ context.Context, _ string, mounts []service.Mount) ([]runtime.Mount, error) {
+// Prepare creates every named volume of owner that does not exist yet and
+// returns the binds for the runtime, in the order of mounts. It is
+// idempotent.
+func (d *Dir) Prepare(_ context.Context, owner, _ string, mounts []service.Mount) ([]runtime.Mount, error) {
+	sum := sha256.Sum256([]byte(owner))
+	ownerDir := filepath.Join(d.root, hex.EncodeToString(sum[:8]))
 	binds := make([]runtime.Mount, 0, len(mounts))
 	for _, m := range mounts {
 		if !namePattern.MatchString(m.Volume) {
 			return nil, fmt.Errorf("volume %q: not a DNS label", m.Volume)
 		}
-		host := filepath.Join(d.root, m.Volume)
+		host := filepath.Join(ownerDir, m.Volume)
 		if err := os.MkdirAll(host, 0o755); err != nil {
 			return nil, fmt.Errorf("volume %q: %w", m.Volume, err)
 		}

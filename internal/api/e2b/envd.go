@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
@@ -86,6 +87,11 @@ func (f *Facade) authorizeEnvd(r *http.Request, sb service.Sandbox, port int) st
 		if secure(sb) && !health && !f.validToken(accessTokenLabel, sb.ID, r.Header.Get("X-Access-Token")) {
 			return "missing or invalid X-Access-Token"
 		}
+	case sb.Annotations[annTemplate] == "":
+		// Not an E2B sandbox (native API, Daytona): E2B's "other ports are
+		// public" does not apply. Its ports are reached through the
+		// ingress, which enforces exposure and private-port auth.
+		return "port " + strconv.Itoa(port) + " of a sandbox not created through the E2B API is reachable only through its exposed preview URL"
 	case private(sb):
 		if !f.validToken(trafficTokenLabel, sb.ID, r.Header.Get("E2B-Traffic-Access-Token")) {
 			return "missing or invalid E2B-Traffic-Access-Token"

@@ -2,6 +2,7 @@ package e2b_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/gen/envd/filesystem/filesystemconnect"
 	procrpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
+	"github.com/sandboxd/sandboxd/internal/service"
 )
 
 // envdHeaders adds E2B's single-host routing headers, as the SDKs send them.
@@ -231,5 +233,25 @@ func TestCodeInterpreter_ExecuteThroughPort49999(t *testing.T) {
 	}
 	if got := result(execute("1 + 1")); got != "2" {
 		t.Errorf("after resume, 1 + 1 = %v", got)
+	}
+}
+
+// TestEnvd_NativeSandboxPortsStayBehindTheIngress: E2B's "other ports are
+// public" applies to sandboxes made through the E2B API only. A sandbox of
+// the native API is reached on its ports through its preview URL, where
+// exposure and private-port auth hold; the E2B headers must not bypass
+// them.
+func TestEnvd_NativeSandboxPortsStayBehindTheIngress(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "owner", Image: "sandboxd/busybox:latest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.svc.Destroy(context.Background(), service.Caller{Admin: true}, c.ID) })
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/", nil)
+	req.Header.Set("E2b-Sandbox-Id", c.ID)
+	req.Header.Set("E2b-Sandbox-Port", "5432")
+	if got := doReq(t, req).status; got != http.StatusUnauthorized {
+		t.Errorf("port 5432 of a native sandbox through E2B headers: %d, want 401", got)
 	}
 }

@@ -105,6 +105,10 @@ func (f *Facade) kill(w http.ResponseWriter, r *http.Request, c service.Caller) 
 	return nil
 }
 
+// maxTimeoutSeconds is the longest timeout accepted (7 days, the service's
+// bound).
+const maxTimeoutSeconds = 7 * 24 * 3600
+
 // defaultTimeout is a sandbox's life when the request names none.
 const defaultTimeout = 300 * time.Second
 
@@ -115,6 +119,9 @@ func timeoutOf(s *int64, def time.Duration) (time.Duration, error) {
 		return def, nil
 	case *s < 0:
 		return 0, badRequest("timeout must be a positive number of seconds")
+	case *s > maxTimeoutSeconds:
+		// Checked before the multiplication, which would overflow.
+		return 0, badRequest("timeout must be at most %d seconds", maxTimeoutSeconds)
 	}
 	return time.Duration(*s) * time.Second, nil
 }

@@ -95,7 +95,7 @@ func TestDomains_BadInput(t *testing.T) {
 		``, `{}`, `{"hostname":"ok.example.test"}`, `{"hostname":"ok.example.test","port":0}`,
 		`{"hostname":"ok.example.test","port":70000}`, `{"hostname":"under_score.test","port":80}`,
 		`{"hostname":"-x.test","port":80}`, `{"hostname":"80-` + id + `.localhost","port":80}`,
-		`{"hostname":"localhost","port":80}`, `{"hostname":"ok.example.test","port":80,"tls":true}`,
+		`{"hostname":"localhost","port":80}`, `{"hostname":"127.0.0.1","port":80}`, `{"hostname":"10.0.0.7","port":80}`, `{"hostname":"ok.example.test","port":80,"tls":true}`,
 	} {
 		wantError(t, do(t, tok, "POST", base, body), http.StatusBadRequest, "invalid_argument")
 	}
