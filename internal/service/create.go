@@ -233,7 +233,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 	}); err != nil {
 		return nil, s.mapStoreErr(err, id)
 	}
-	s.cacheClient(id, token)
+	s.replaceClient(id, token)
 
 	return &Created{Sandbox: fromRow(row), SSHPrivateKey: keys.Private, Timings: t.timings}, nil
 }

@@ -109,6 +109,7 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 	if err := s.Store.DeleteSandbox(ctx, id); err != nil {
 		return s.mapStoreErr(err, id)
 	}
+	s.forgetClient(id) // again: a lookup racing this destroy may have cached one
 	s.Admission.Release(id)
 	return nil
 }

@@ -278,8 +278,11 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 			_, _ = s.Store.RemoveCustomDomain(rctx, row.ID, hostname)
 			cancel()
 		}
-		if errors.Is(err, ingress.ErrHostnameConflict) {
+		switch {
+		case errors.Is(err, ingress.ErrHostnameConflict):
 			return Domain{}, fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
+		case errors.Is(err, ingress.ErrNotInstalled):
+			return Domain{}, fmt.Errorf("sandbox %s is being destroyed: %w", row.ID, ErrConflict)
 		}
 		return Domain{}, err
 	}

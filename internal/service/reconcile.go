@@ -20,7 +20,8 @@ import (
 //   - a row stuck in creating (any, at startup; older than StuckCreating
 //     otherwise) is rolled back: container, route, mounts and row;
 //   - a running row whose container vanished or exited goes to error;
-//   - routes are installed for every live row;
+//   - at startup, routes, exposed ports and custom domains are restored
+//     for every live row (the ingress is in memory);
 //   - at startup, admission is recomputed from the live rows.
 //
 // It keeps going past individual failures and returns them joined.
@@ -122,7 +123,11 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		if r.State == store.StateRunning || r.State == store.StateCreating {
 			live[r.ID] = admission.Request{MilliCPU: r.CPUMillis, MemoryMB: r.MemoryMB}
 		}
-		if r.State != store.StateCreating {
+		// Routes live in memory: only a fresh process needs them back. A
+		// periodic pass must not re-install them: a destroy that finished
+		// since this pass read the rows would get its routes (and host
+		// ports) back with no row left to remove them.
+		if startup && r.State != store.StateCreating {
 			if err := s.Router.Install(ctx, r.ID); err != nil {
 				errs = append(errs, fmt.Errorf("install route of %s: %w", r.ID, err))
 			}
@@ -141,14 +146,16 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 			s.Logger.Info("reconcile: released pending idempotency claims", "count", n)
 		}
 	}
-	routable := map[string]bool{}
-	for _, r := range rows {
-		if r.State != store.StateCreating {
-			routable[r.ID] = true
+	if startup {
+		routable := map[string]bool{}
+		for _, r := range rows {
+			if r.State != store.StateCreating && !rolledBack[r.ID] {
+				routable[r.ID] = true
+			}
 		}
-	}
-	if err := s.restoreRoutes(ctx, routable); err != nil {
-		errs = append(errs, err)
+		if err := s.restoreRoutes(ctx, routable); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -199,6 +199,16 @@ func (s *Service) cacheClient(sandboxID, token string) *agent.Client {
 	return c.(*agent.Client)
 }
 
+// replaceClient caches a fresh client for a sandbox just created, closing
+// any client cached for that id before (one a racing lookup made from a
+// previous sandbox of the same id would carry a stale token).
+func (s *Service) replaceClient(sandboxID, token string) {
+	dial := func(ctx context.Context) (net.Conn, error) { return s.Runtime.DialAgent(ctx, sandboxID) }
+	if old, loaded := s.clients.Swap(sandboxID, agent.NewClient(dial, token)); loaded {
+		old.(*agent.Client).Close()
+	}
+}
+
 // forgetClient drops a sandbox's cached agent client and its connections.
 func (s *Service) forgetClient(sandboxID string) {
 	if c, ok := s.clients.LoadAndDelete(sandboxID); ok {
