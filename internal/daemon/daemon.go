@@ -134,13 +134,19 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	}
 	d.Auth = auth.NewAuthenticator(tokenLookup{d.Store})
 
+	previewKey, err := loadOrCreateKey(filepath.Join(dataDir, "preview.key"))
+	if err != nil {
+		return nil, fmt.Errorf("preview key: %w", err)
+	}
+	previews := auth.NewPreviewTokens(previewKey)
+
 	// The ingress dials sandbox ports through the service, which routes
 	// through the ingress: the dialer is bound once both exist.
 	dialer := &serviceDialer{}
 	d.Router, err = ingress.New(ingress.Options{
 		Domain:           cfg.Domain,
 		Dialer:           dialer,
-		Authorize:        authorizePreview(d.Auth, d.Store, cfg.Domain),
+		Authorize:        authorizePreview(d.Auth, previews, d.Store, cfg.Domain),
 		CredentialCookie: previewCookie,
 		TLSAddr:          cfg.TLSListen,
 		Logger:           logger,
@@ -211,7 +217,10 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 		BodyDedupe:     cfg.E2BBodyDedupe,
 	})
 
-	daytonaFacade := daytona.New(daytona.Options{Service: d.Service, Auth: d.Auth, Logger: logger, Domain: cfg.Domain})
+	daytonaFacade := daytona.New(daytona.Options{
+		Service: d.Service, Auth: d.Auth, Logger: logger, Domain: cfg.Domain,
+		PreviewToken: previews.Token,
+	})
 	d.closers = append(d.closers, daytonaFacade.Close) // ends session shells
 
 	// One listener, routed in this order: E2B traffic (its control plane,
@@ -348,9 +357,14 @@ const previewCookie = "sandboxd_token"
 // valid API token — Authorization: Bearer, X-Sandboxd-Token, or the cookie —
 // whose principal may see the sandbox behind the host: an admin, or the
 // sandbox's owner. Another tenant's token is refused like no token.
-func authorizePreview(authn *auth.Authenticator, st *store.Store, domain string) func(*http.Request) bool {
+func authorizePreview(authn *auth.Authenticator, previews *auth.PreviewTokens, st *store.Store, domain string) func(*http.Request) bool {
 	return func(r *http.Request) bool {
 		ctx := r.Context()
+		// A preview token opens exactly one port of one sandbox.
+		if pt := r.Header.Get(previewTokenHeader); pt != "" {
+			id, port, ok := previewTarget(r.Host, domain)
+			return ok && previews.Valid(id, port, pt)
+		}
 		token := r.Header.Get("X-Sandboxd-Token")
 		if token == "" {
 			if c, err := r.Cookie(previewCookie); err == nil {
@@ -379,6 +393,27 @@ func authorizePreview(authn *auth.Authenticator, st *store.Store, domain string)
 		sb, err := st.GetSandbox(ctx, id)
 		return err == nil && p.CanSee(sb.Owner)
 	}
+}
+
+// previewTokenHeader carries a scoped preview token (the header Daytona's
+// SDK documents for its preview URLs).
+const previewTokenHeader = "X-Daytona-Preview-Token"
+
+// previewTarget parses a preview host <port>-<id>.<domain>.
+func previewTarget(host, domain string) (id string, port int, ok bool) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, ok := strings.CutSuffix(strings.ToLower(host), "."+domain)
+	if !ok || strings.Contains(label, ".") {
+		return "", 0, false
+	}
+	p, id, ok := strings.Cut(label, "-")
+	if !ok {
+		return "", 0, false
+	}
+	port, err := strconv.Atoi(p)
+	return id, port, err == nil
 }
 
 // sandboxOfHost names the sandbox a preview host (<port>-<id>.<domain>)

@@ -57,6 +57,10 @@ type Options struct {
 	Images map[string]string
 	// MaxBodyBytes caps JSON request bodies. Default 1 MiB.
 	MaxBodyBytes int64
+	// PreviewToken derives the token that opens one private preview port
+	// (the ingress accepts it in X-Daytona-Preview-Token). Nil: preview
+	// URLs come without a token.
+	PreviewToken func(sandboxID string, port int) string
 }
 
 // DefaultImages are the snapshots every daemon has (scripts/build-images.sh).
@@ -79,6 +83,8 @@ type Facade struct {
 	images  map[string]string
 	maxBody int64
 	version string
+	// previewToken derives scoped preview tokens (Options.PreviewToken).
+	previewToken func(sandboxID string, port int) string
 
 	mux *http.ServeMux
 
@@ -103,16 +109,17 @@ func New(opts Options) *Facade {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Facade{
-		svc:      opts.Service,
-		auth:     opts.Auth,
-		log:      opts.Logger,
-		domain:   strings.ToLower(opts.Domain),
-		images:   opts.Images,
-		maxBody:  opts.MaxBodyBytes,
-		version:  version.Version,
-		ctx:      ctx,
-		cancel:   cancel,
-		sessions: map[string]map[string]*session{},
+		svc:          opts.Service,
+		auth:         opts.Auth,
+		log:          opts.Logger,
+		domain:       strings.ToLower(opts.Domain),
+		images:       opts.Images,
+		maxBody:      opts.MaxBodyBytes,
+		version:      version.Version,
+		previewToken: opts.PreviewToken,
+		ctx:          ctx,
+		cancel:       cancel,
+		sessions:     map[string]map[string]*session{},
 	}
 	f.mux = f.routes()
 	return f

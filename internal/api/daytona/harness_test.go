@@ -82,7 +82,6 @@ type stack struct {
 	Service     *service.Service
 
 	daemon *daemon.Daemon
-	facade *daytona.Facade
 	server *httptest.Server
 	cancel context.CancelFunc
 }
@@ -125,20 +124,8 @@ func newStack(ctx context.Context, dir, agentBin string) (_ *stack, err error) {
 	if s.User, err = issueToken(ctx, s.daemon.Store, auth.RoleUser, "alice"); err != nil {
 		return nil, err
 	}
-	s.facade = daytona.New(daytona.Options{
-		Service: s.daemon.Service,
-		Auth:    s.daemon.Auth,
-		Logger:  logger,
-		Domain:  cfg.Domain,
-	})
-	// The mount the daemon gets: the facade first, for its paths.
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.facade.Match(r) {
-			s.facade.ServeHTTP(w, r)
-			return
-		}
-		s.daemon.Handler.ServeHTTP(w, r)
-	})
+	// The daemon mounts the facade itself (internal/daemon).
+	handler := s.daemon.Handler
 	s.server = &httptest.Server{Listener: ln, Config: &http.Server{Handler: handler}}
 	s.server.Start()
 	s.URL = s.server.URL
@@ -165,9 +152,6 @@ func (s *stack) Close() error {
 	}
 	if s.cancel != nil {
 		s.cancel()
-	}
-	if s.facade != nil {
-		s.facade.Close()
 	}
 	var errs []error
 	if s.Service != nil {

@@ -417,9 +417,9 @@ func (f *Facade) toolboxProxyURL(w http.ResponseWriter, r *http.Request, c servi
 // previewURL is GET /sandbox/{id}/ports/{port}/preview-url: the port is
 // exposed over HTTP through the ingress (idempotently; public when the
 // sandbox is) and its URL returned. The token is the caller's own API
-// token: the ingress lets a private port through with it in
-// X-Sandboxd-Token (or Authorization: Bearer). It is not scoped to the
-// port; to share a preview, create the sandbox public.
+// token: one that opens this port of this sandbox and nothing else (the
+// ingress accepts it in X-Daytona-Preview-Token, as Daytona's SDK sends
+// it), never the caller's API token.
 func (f *Facade) previewURL(w http.ResponseWriter, r *http.Request, c service.Caller) error {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil || port < 1 || port > 65535 {
@@ -433,8 +433,11 @@ func (f *Facade) previewURL(w http.ResponseWriter, r *http.Request, c service.Ca
 	if err != nil {
 		return err
 	}
-	_, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	writeJSON(w, http.StatusOK, previewResponse{URL: exp.URL, Token: strings.TrimSpace(token)})
+	var token string
+	if f.previewToken != nil {
+		token = f.previewToken(sb.ID, port)
+	}
+	writeJSON(w, http.StatusOK, previewResponse{URL: exp.URL, Token: token})
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -237,8 +238,28 @@ func TestPreviewURL(t *testing.T) {
 	resp := s.do(t, s.Admin, http.MethodGet, "/sandbox/"+sb.ID+"/ports/8080/preview-url", nil)
 	var p struct{ URL, Token string }
 	decode(t, resp.body, &p)
-	if !strings.Contains(p.URL, "8080-"+sb.ID) || p.Token != s.Admin {
-		t.Errorf("preview: %s", resp.body)
+	if !strings.Contains(p.URL, "8080-"+sb.ID) || p.Token == "" || p.Token == s.Admin {
+		t.Errorf("preview: %s (want a scoped token, never the API token)", resp.body)
+	}
+	// The token opens this port of this sandbox through the ingress (past
+	// auth: nothing listens, so 502), and nothing else (401).
+	preview := func(port int, token string) int {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, s.URL+"/", nil)
+		req.Host = strconv.Itoa(port) + "-" + sb.ID + ".localhost"
+		req.Header.Set("X-Daytona-Preview-Token", token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := preview(8080, p.Token); got == http.StatusUnauthorized || got == http.StatusNotFound {
+		t.Errorf("preview with its token: %d, want through to the sandbox", got)
+	}
+	wrong := p.Token[:len(p.Token)-1] + map[bool]string{true: "1", false: "0"}[strings.HasSuffix(p.Token, "0")]
+	if got := preview(8080, wrong); got != http.StatusUnauthorized {
+		t.Errorf("preview with a wrong token: %d, want 401", got)
 	}
 	wantError(t, s.do(t, s.Admin, http.MethodGet, "/sandbox/"+sb.ID+"/ports/0/preview-url", nil), http.StatusBadRequest)
 }
