@@ -88,8 +88,8 @@ func (c *cli) cpCmd() *cobra.Command {
 		Long: `Copy a file into or out of a sandbox. One of SRC and DST is <id|name>:<path>;
 the other is a local path, or - for standard input or output.
 
-  sbx cp ./data.csv web:/work/data.csv
-  sbx cp web:/work/out.tar.gz .
+  sbx cp ./data.csv web:/srv/data.csv
+  sbx cp web:/srv/out.tar.gz .
   tar cz . | sbx cp - web:/tmp/src.tgz
 
 A remote DST ending in / (or an existing local directory as DST) receives

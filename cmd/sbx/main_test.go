@@ -447,17 +447,17 @@ func TestCp_RoundTrip(t *testing.T) {
 	}
 
 	// Upload into a remote directory: the file keeps its name.
-	if got := sbx(t, srv, "", "cp", src, "web:/work/"); got.code != 0 {
+	if got := sbx(t, srv, "", "cp", src, "web:/srv/"); got.code != 0 {
 		t.Fatalf("upload: exit %d: %s", got.code, got.stderr)
 	}
-	if !bytes.Equal(f.files[webID+":/work/in.bin"], content) {
-		t.Fatalf("daemon has %d bytes at /work/in.bin, want %d", len(f.files[webID+":/work/in.bin"]), len(content))
+	if !bytes.Equal(f.files[webID+":/srv/in.bin"], content) {
+		t.Fatalf("daemon has %d bytes at /srv/in.bin, want %d", len(f.files[webID+":/srv/in.bin"]), len(content))
 	}
 
 	// Download into a local directory.
 	outDir := filepath.Join(dir, "out")
 	os.Mkdir(outDir, 0o755)
-	got := sbx(t, srv, "", "cp", "--json", "web:/work/in.bin", outDir)
+	got := sbx(t, srv, "", "cp", "--json", "web:/srv/in.bin", outDir)
 	if got.code != 0 {
 		t.Fatalf("download: exit %d: %s", got.code, got.stderr)
 	}
@@ -466,7 +466,7 @@ func TestCp_RoundTrip(t *testing.T) {
 	}
 	var summary map[string]any
 	json.Unmarshal([]byte(got.stdout), &summary)
-	if summary["bytes"] != float64(len(content)) || summary["source"] != "web:/work/in.bin" {
+	if summary["bytes"] != float64(len(content)) || summary["source"] != "web:/srv/in.bin" {
 		t.Errorf("--json summary = %s", got.stdout)
 	}
 	if entries, _ := os.ReadDir(outDir); len(entries) != 1 {

@@ -19,7 +19,7 @@ type domainJSON struct {
 	SandboxID string `json:"sandbox_id"`
 }
 
-func toDomainJSON(d service.Domain) domainJSON {
+func domainToJSON(d service.Domain) domainJSON {
 	return domainJSON{Hostname: d.Hostname, Port: d.Port, SandboxID: d.SandboxID}
 }
 
@@ -37,7 +37,7 @@ func (s *server) addDomain(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toDomainJSON(d))
+	writeJSON(w, http.StatusOK, domainToJSON(d))
 	return nil
 }
 
@@ -49,7 +49,7 @@ func (s *server) listDomains(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := listJSON[domainJSON]{Items: make([]domainJSON, len(ds))}
 	for i, d := range ds {
-		out.Items[i] = toDomainJSON(d)
+		out.Items[i] = domainToJSON(d)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
