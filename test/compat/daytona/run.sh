@@ -29,12 +29,9 @@ die() { log "ERROR: $*"; exit 1; }
 command -v node >/dev/null || die "node is not installed (make setup installs it)"
 command -v curl >/dev/null || die "curl is not installed"
 
-# Install the pinned SDK when node_modules is missing or older than the lockfile.
-if [[ ! -d node_modules || package-lock.json -nt node_modules || package.json -nt node_modules ]]; then
-	log "installing the pinned SDK (npm ci)"
-	npm ci --no-audit --no-fund --loglevel=error
-	touch node_modules
-fi
+# shellcheck source=../daemon.sh
+source "$here/../daemon.sh"
+compat_install
 
 # Trap: the SDK refuses to start ("endpoint is ambiguous") when DAYTONA_API_URL
 # is in the process environment and a dotenv file in the working directory also
@@ -50,7 +47,6 @@ done
 unset DOTENV_CONFIG_PATH DAYTONA_SERVER_URL DAYTONA_JWT_TOKEN DAYTONA_ORGANIZATION_ID DAYTONA_TARGET \
 	DAYTONA_USE_DEPRECATED_POLLING DAYTONA_OTEL_ENABLED DAYTONA_EXPERIMENTAL_OTEL_ENABLED
 
-daemon_pid="" data_dir=""
 export COMPAT_RUN_ID="${COMPAT_RUN_ID:-run-$(date +%s)-$$}"
 
 cleanup() {
@@ -64,47 +60,14 @@ cleanup() {
 			timeout 90 node sweep.js || true
 		fi
 	fi
-	if [[ -n $daemon_pid ]]; then
-		kill -TERM "$daemon_pid" 2>/dev/null || true
-		for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
-		if kill -0 "$daemon_pid" 2>/dev/null; then
-			log "sandboxd (pid $daemon_pid) did not stop within 10 s; killing it"
-			kill -KILL "$daemon_pid" 2>/dev/null || true
-		fi
-		wait "$daemon_pid" 2>/dev/null || true
-		if [[ $status -ne 0 ]]; then
-			log "last lines of the daemon's log:"
-			tail -n 30 "$data_dir/sandboxd.log" >&2 || true
-		fi
-		rm -rf "$data_dir"
-	fi
+	compat_stop_daemon "$status"
 	exit "$status"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [[ -z ${SANDBOXD_URL:-} ]]; then
-	daemon="$repo/bin/sandboxd"
-	[[ -x $daemon ]] || die "SANDBOXD_URL is unset and $daemon does not exist; run \`make build\` first"
-	port=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })')
-	data_dir=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-compat-daytona.XXXXXX")
-	log "starting $daemon on 127.0.0.1:$port (data in $data_dir)"
-	"$daemon" --data-dir "$data_dir" --listen "127.0.0.1:$port" >"$data_dir/sandboxd.log" 2>&1 &
-	daemon_pid=$!
-	SANDBOXD_URL="http://127.0.0.1:$port"
-	for _ in $(seq 300); do # 30 s
-		if [[ -s $data_dir/admin.token ]] && curl -fsS --max-time 2 "$SANDBOXD_URL/healthz" >/dev/null 2>&1; then
-			break
-		fi
-		kill -0 "$daemon_pid" 2>/dev/null || die "sandboxd exited during startup"
-		sleep 0.1
-	done
-	curl -fsS --max-time 2 "$SANDBOXD_URL/healthz" >/dev/null 2>&1 || die "sandboxd did not become healthy within 30 s"
-	[[ -s $data_dir/admin.token ]] || die "sandboxd is healthy but wrote no $data_dir/admin.token"
-	SANDBOXD_TOKEN=$(<"$data_dir/admin.token")
-fi
-[[ -n ${SANDBOXD_TOKEN:-} ]] || die "SANDBOXD_URL is set but SANDBOXD_TOKEN is not"
+compat_start_daemon daytona
 
 # The SDK's whole configuration: the endpoint and the key, from the process
 # environment, exactly as a team switching to sandboxd would set them.

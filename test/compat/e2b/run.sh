@@ -28,14 +28,10 @@ die() { log "ERROR: $*"; exit 1; }
 
 command -v node >/dev/null || die "node is not installed (make setup installs it)"
 
-# Install the pinned SDKs when node_modules is missing or older than the lockfile.
-if [[ ! -d node_modules || package-lock.json -nt node_modules || package.json -nt node_modules ]]; then
-	log "installing the pinned SDKs (npm ci)"
-	npm ci --no-audit --no-fund --loglevel=error
-	touch node_modules
-fi
+# shellcheck source=../daemon.sh
+source "$here/../daemon.sh"
+compat_install
 
-daemon_pid="" data_dir=""
 export COMPAT_RUN_ID="${COMPAT_RUN_ID:-run-$(date +%s)-$$}"
 
 cleanup() {
@@ -48,46 +44,14 @@ cleanup() {
 			timeout 90 node sweep.js || true
 		fi
 	fi
-	if [[ -n $daemon_pid ]]; then
-		kill -TERM "$daemon_pid" 2>/dev/null || true
-		for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
-		if kill -0 "$daemon_pid" 2>/dev/null; then
-			log "sandboxd (pid $daemon_pid) did not stop within 10 s; killing it"
-			kill -KILL "$daemon_pid" 2>/dev/null || true
-		fi
-		wait "$daemon_pid" 2>/dev/null || true
-		if [[ $status -ne 0 ]]; then
-			log "last lines of the daemon's log:"
-			tail -n 30 "$data_dir/sandboxd.log" >&2 || true
-		fi
-		rm -rf "$data_dir"
-	fi
+	compat_stop_daemon "$status"
 	exit "$status"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [[ -z ${SANDBOXD_URL:-} ]]; then
-	daemon="${SANDBOXD_BIN:-$repo/bin/sandboxd}"
-	[[ -x $daemon ]] || die "SANDBOXD_URL is unset and $daemon does not exist; run \`make build\` first"
-	port=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })')
-	data_dir=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-compat-e2b.XXXXXX")
-	log "starting $daemon on 127.0.0.1:$port (data in $data_dir)"
-	"$daemon" --data-dir "$data_dir" --listen "127.0.0.1:$port" >"$data_dir/sandboxd.log" 2>&1 &
-	daemon_pid=$!
-	SANDBOXD_URL="http://127.0.0.1:$port"
-	for _ in $(seq 300); do # 30 s
-		if [[ -s $data_dir/admin.token ]] && curl -fsS --max-time 2 "$SANDBOXD_URL/healthz" >/dev/null 2>&1; then
-			break
-		fi
-		kill -0 "$daemon_pid" 2>/dev/null || die "sandboxd exited during startup"
-		sleep 0.1
-	done
-	curl -fsS --max-time 2 "$SANDBOXD_URL/healthz" >/dev/null 2>&1 || die "sandboxd did not become healthy within 30 s"
-	SANDBOXD_TOKEN=$(<"$data_dir/admin.token")
-fi
-[[ -n ${SANDBOXD_TOKEN:-} ]] || die "SANDBOXD_URL is set but SANDBOXD_TOKEN is not"
+compat_start_daemon e2b
 
 # The SDK's configuration. No E2B_DEBUG (it skips the API), no E2B_DOMAIN
 # (E2B_SANDBOX_URL decides where envd traffic goes).

@@ -1,0 +1,64 @@
+# Sourced by test/compat/*/run.sh: what every SDK suite needs around its
+# tests — the pinned SDKs installed, and a daemon under test (the caller's,
+# or one started here from bin/ and stopped at exit). Expects log, die and
+# $repo from the caller.
+
+# compat_install installs the pinned SDKs when node_modules is missing or
+# older than the lockfile.
+compat_install() {
+	if [[ ! -d node_modules || package-lock.json -nt node_modules || package.json -nt node_modules ]]; then
+		log "installing the pinned SDKs (npm ci)"
+		npm ci --no-audit --no-fund --loglevel=error
+		touch node_modules
+	fi
+}
+
+daemon_pid="" data_dir=""
+
+# compat_start_daemon SUITE starts bin/sandboxd (or $SANDBOXD_BIN) on a free
+# 127.0.0.1 port with a throwaway data dir when SANDBOXD_URL is unset, waits
+# up to 30 s for it, and sets SANDBOXD_URL and SANDBOXD_TOKEN.
+compat_start_daemon() {
+	if [[ -n ${SANDBOXD_URL:-} ]]; then
+		[[ -n ${SANDBOXD_TOKEN:-} ]] || die "SANDBOXD_URL is set but SANDBOXD_TOKEN is not"
+		return
+	fi
+	local daemon="${SANDBOXD_BIN:-$repo/bin/sandboxd}" port
+	[[ -x $daemon ]] || die "SANDBOXD_URL is unset and $daemon does not exist; run \`make build\` first"
+	port=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })')
+	data_dir=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-compat-$1.XXXXXX")
+	log "starting $daemon on 127.0.0.1:$port (data in $data_dir)"
+	"$daemon" --data-dir "$data_dir" --listen "127.0.0.1:$port" --tls-listen 127.0.0.1:0 >"$data_dir/sandboxd.log" 2>&1 &
+	daemon_pid=$!
+	SANDBOXD_URL="http://127.0.0.1:$port"
+	for _ in $(seq 300); do # 30 s
+		if [[ -s $data_dir/admin.token ]] && curl -fsS --max-time 2 "$SANDBOXD_URL/healthz" >/dev/null 2>&1; then
+			break
+		fi
+		kill -0 "$daemon_pid" 2>/dev/null || die "sandboxd exited during startup"
+		sleep 0.1
+	done
+	curl -fsS --max-time 2 "$SANDBOXD_URL/healthz" >/dev/null 2>&1 || die "sandboxd did not become healthy within 30 s"
+	[[ -s $data_dir/admin.token ]] || die "sandboxd is healthy but wrote no $data_dir/admin.token"
+	SANDBOXD_TOKEN=$(<"$data_dir/admin.token")
+	export SANDBOXD_URL SANDBOXD_TOKEN
+}
+
+# compat_stop_daemon STATUS stops a daemon compat_start_daemon started
+# (SIGTERM, then SIGKILL after 10 s), shows its log's tail when STATUS is
+# not 0, and removes its data dir.
+compat_stop_daemon() {
+	[[ -n $daemon_pid ]] || return 0
+	kill -TERM "$daemon_pid" 2>/dev/null || true
+	for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+	if kill -0 "$daemon_pid" 2>/dev/null; then
+		log "sandboxd (pid $daemon_pid) did not stop within 10 s; killing it"
+		kill -KILL "$daemon_pid" 2>/dev/null || true
+	fi
+	wait "$daemon_pid" 2>/dev/null || true
+	if [[ $1 -ne 0 ]]; then
+		log "last lines of the daemon's log:"
+		tail -n 30 "$data_dir/sandboxd.log" >&2 || true
+	fi
+	rm -rf "$data_dir"
+}
