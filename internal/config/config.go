@@ -32,6 +32,12 @@ type Daemon struct {
 	NodeID string
 	// Domain is the suffix of preview URLs: <port>-<sandbox-id>.<Domain>.
 	Domain string
+	// HTTPSListen, when set, serves preview URLs (and the API) over TLS
+	// too: with certificates from ACME when ACMEEmail is set, else from a
+	// local CA whose certificate is written to <data-dir>/preview-ca.pem.
+	HTTPSListen string
+	// ACMEEmail is the ACME account contact for production certificates.
+	ACMEEmail string
 	// TLSListen is the address of the SNI passthrough listener for TLS
 	// port exposures; it is bound on the first TCP or TLS exposure.
 	TLSListen string
@@ -65,6 +71,8 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.AgentBinary, "agent-binary", d.AgentBinary, "toolboxd binary mounted into sandboxes (default: beside sandboxd)")
 	fs.StringVar(&d.NodeID, "node-id", d.NodeID, "node id used in container labels (env SANDBOXD_NODE_ID; default: one kept in the data dir)")
 	fs.StringVar(&d.Domain, "domain", d.Domain, "preview URL domain (env SANDBOXD_DOMAIN)")
+	fs.StringVar(&d.HTTPSListen, "https-listen", d.HTTPSListen, "also serve over TLS on this address (env SANDBOXD_HTTPS_LISTEN; default off)")
+	fs.StringVar(&d.ACMEEmail, "acme-email", d.ACMEEmail, "ACME account email: certificates for --https-listen from ACME instead of a local CA")
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
 	portRange := fmt.Sprintf("%d-%d", d.HostPortLo, d.HostPortHi)
@@ -100,6 +108,7 @@ func defaults(env func(string) (string, bool)) Daemon {
 		NodeID:         get("SANDBOXD_NODE_ID", ""),
 		Domain:         get("SANDBOXD_DOMAIN", "localhost"),
 		TLSListen:      get("SANDBOXD_TLS_LISTEN", "127.0.0.1:7443"),
+		HTTPSListen:    get("SANDBOXD_HTTPS_LISTEN", ""),
 		DefaultImage:   get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
 		HostPortLo:     40000,
 		HostPortHi:     40999,
@@ -128,6 +137,15 @@ func (d Daemon) validate() error {
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return fmt.Errorf("--listen %q: only loopback addresses are allowed in local mode", d.Listen)
+	}
+	if d.HTTPSListen != "" {
+		host, _, err := net.SplitHostPort(d.HTTPSListen)
+		if err != nil {
+			return fmt.Errorf("--https-listen %q: %w", d.HTTPSListen, err)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("--https-listen %q: only loopback addresses are allowed in local mode", d.HTTPSListen)
+		}
 	}
 	if d.DataDir == "" {
 		return errors.New("--data-dir is required")

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -71,6 +72,9 @@ type Daemon struct {
 	logger  *slog.Logger
 	ln      net.Listener
 	closers []func() error
+
+	// httpsLn serves Handler over TLS when Config.HTTPSListen is set.
+	httpsLn net.Listener
 }
 
 // New builds every part in order on the listener ln (whose address names
@@ -239,7 +243,46 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 		}
 		ingressed.ServeHTTP(w, r)
 	})
+	if cfg.HTTPSListen != "" {
+		if err := d.listenHTTPS(cfg, dataDir); err != nil {
+			return nil, fmt.Errorf("https: %w", err)
+		}
+	}
 	return d, nil
+}
+
+// listenHTTPS binds the TLS listener for preview URLs: certificates from
+// ACME (certmagic, issued on demand for routable hosts only) when an ACME
+// email is configured, else from a local CA made at start whose
+// certificate is written to <data-dir>/preview-ca.pem for clients to trust.
+func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
+	var tlsConf *tls.Config
+	if cfg.ACMEEmail != "" {
+		acme, err := ingress.NewACME(ingress.ACMEOptions{
+			Email: cfg.ACMEEmail, StorageDir: filepath.Join(dataDir, "acme"), Routable: d.Router.Routable,
+		})
+		if err != nil {
+			return err
+		}
+		d.closers = append(d.closers, func() error { acme.Close(); return nil })
+		tlsConf = acme.TLSConfig()
+	} else {
+		ca, err := ingress.NewLocalCA()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dataDir, "preview-ca.pem"), ca.CertPEM(), 0o644); err != nil {
+			return err
+		}
+		tlsConf = ca.TLSConfig(d.Router.Routable)
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPSListen)
+	if err != nil {
+		return err
+	}
+	d.httpsLn = tls.NewListener(ln, tlsConf)
+	d.closers = append(d.closers, func() error { d.httpsLn.Close(); return nil })
+	return nil
 }
 
 // loadOrCreateNodeID returns the node id kept in path, creating one at
@@ -304,6 +347,15 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		}
 		return nil
 	})
+	if d.httpsLn != nil {
+		d.logger.Info("sandboxd listening (TLS)", "addr", d.httpsLn.Addr().String())
+		g.Go(func() error {
+			if err := srv.Serve(d.httpsLn); !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("serve TLS: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		d.Service.RunBackground(gctx, reapEvery, d.Config.ReconcileEvery)
 		return nil

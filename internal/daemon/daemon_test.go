@@ -2,10 +2,15 @@ package daemon_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -25,15 +30,15 @@ func requireDocker(t *testing.T) {
 	}
 }
 
-func newDaemon(t *testing.T, agent string) *daemon.Daemon {
+func newDaemon(t *testing.T, agent string, extra ...string) *daemon.Daemon {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "dmn") // short: agent socket paths
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	cfg, err := config.Parse([]string{"--data-dir", dir, "--listen", "127.0.0.1:0", "--agent-binary", agent,
-		"--default-image", "sandboxd/busybox:latest", "--tls-listen", "127.0.0.1:0"},
+	cfg, err := config.Parse(append([]string{"--data-dir", dir, "--listen", "127.0.0.1:0", "--agent-binary", agent,
+		"--default-image", "sandboxd/busybox:latest", "--tls-listen", "127.0.0.1:0"}, extra...),
 		func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -77,5 +82,63 @@ func TestNew_TwoDaemonsOnOneEngineKeepTheirSandboxes(t *testing.T) {
 	res, err := a.Service.Exec(ctx, admin, sb.ID, service.ExecRequest{Cmd: []string{"true"}})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("the first daemon's sandbox after the second started: %v %v", res, err)
+	}
+}
+
+// TestHTTPS_PreviewURLWithTheLocalCA: with --https-listen and no ACME
+// email, preview URLs are served over TLS with certificates from a local
+// CA whose certificate is written to the data dir.
+func TestHTTPS_PreviewURLWithTheLocalCA(t *testing.T) {
+	requireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	agent, err := runtimetest.BuildAgent(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpsAddr := probe.Addr().String()
+	probe.Close()
+	d := newDaemon(t, agent, "--https-listen", httpsAddr)
+	go d.Serve(ctx)
+
+	admin := service.Caller{Admin: true}
+	sb, err := d.Service.CreateSandbox(ctx, service.CreateRequest{Owner: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Service.Destroy(context.Background(), admin, sb.ID) })
+	if _, err := d.Service.Exec(ctx, admin, sb.ID, service.ExecRequest{
+		Command: "mkdir -p /www && echo hello-tls > /www/index.html && httpd -p 8080 -h /www",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Service.ExposePort(ctx, admin, sb.ID, 8080, "http", true); err != nil {
+		t.Fatal(err)
+	}
+	pem, err := os.ReadFile(filepath.Join(d.Config.DataDir, "preview-ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	host := "8080-" + sb.ID + ".localhost"
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: host},
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", httpsAddr)
+		},
+	}}
+	resp, err := client.Get("https://" + host + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "hello-tls\n" {
+		t.Fatalf("https preview: %d %q", resp.StatusCode, body)
 	}
 }
