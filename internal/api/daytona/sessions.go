@@ -26,7 +26,11 @@ const (
 	maxSessionsPerSandbox = 64
 	maxCommandsPerSession = 1000    // older commands are forgotten
 	maxCommandLog         = 8 << 20 // bytes of output kept per command
-	sessionStartTimeout   = 30 * time.Second
+	// maxSessionLog bounds the output one session keeps over all its
+	// commands: past it the oldest commands' logs are dropped (a loop of
+	// chatty commands would otherwise hold up to 1000 × 8 MiB).
+	maxSessionLog       = 64 << 20
+	sessionStartTimeout = 30 * time.Second
 )
 
 // Prefixes of the follow WebSocket's frames: the SDK demultiplexes stdout
@@ -55,6 +59,7 @@ type session struct {
 	mu       sync.Mutex
 	cmds     []*command
 	byID     map[string]*command
+	logBytes int // sum of the size of cmds' logs
 	ended    bool
 	endCode  int
 	current  [2]*command // per stream: the command whose output is flowing
@@ -457,6 +462,7 @@ func (s *session) exec(ctx context.Context, text string) (*command, error) {
 	s.cmds = append(s.cmds, cmd)
 	s.byID[cmd.id] = cmd
 	if len(s.cmds) > maxCommandsPerSession {
+		s.logBytes -= s.cmds[0].size
 		delete(s.byID, s.cmds[0].id)
 		s.cmds = s.cmds[1:]
 	}
@@ -624,6 +630,18 @@ func (d *demuxer) emit(b []byte) {
 	}
 	c.chunks = append(c.chunks, chunk{stderr: d.stderr, data: bytes.Clone(b)})
 	c.size += len(b)
+	s.logBytes += len(b)
+	// Over the session's budget: drop the logs of the oldest commands
+	// (never the one being written), marking them truncated.
+	for i := 0; s.logBytes > maxSessionLog && i < len(s.cmds); i++ {
+		old := s.cmds[i]
+		if old == c || old.size == 0 {
+			continue
+		}
+		s.logBytes -= old.size
+		old.chunks, old.size, old.truncated = nil, 0, true
+		old.notify()
+	}
 	c.notify()
 }
 
