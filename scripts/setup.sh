@@ -6,5 +6,15 @@ cd "$(dirname "$0")/.."
 
 command -v go >/dev/null || { echo "setup: Go is required (go 1.26+) and not on PATH" >&2; exit 1; }
 
+# Small tools the scripts and the SDK suites use.
+missing=()
+command -v curl >/dev/null || missing+=(curl)
+command -v node >/dev/null || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  apt-get -q update >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get -y -q --no-install-recommends install "${missing[@]}" >/dev/null
+fi
+
 scripts/setup-docker.sh
 scripts/build-images.sh
