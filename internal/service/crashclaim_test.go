@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -62,5 +63,47 @@ func TestIdempotent_ClaimOfADeadProcess(t *testing.T) {
 	ins, _ := h.rt.ListOurs(ctx)
 	if len(ins) != 2 {
 		t.Errorf("containers: %d, want 2 (the survivor and the one retry)", len(ins))
+	}
+}
+
+// TestIdempotent_SlowWorkKeepsItsClaim: work that outlasts the pending TTL
+// keeps its claim (the lock is extended while it runs), so a retry waits
+// for it instead of taking the claim over and creating a second sandbox.
+func TestIdempotent_SlowWorkKeepsItsClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	const ttl = 300 * time.Millisecond
+	once := service.Once{Scope: "test.slow", Fingerprint: "fp", PendingTTL: ttl, ReplayWindow: time.Hour}
+	retried := make(chan string, 1)
+	works := 0
+	work := func(ctx context.Context) (string, error) {
+		works++
+		h.clock.Advance(200 * time.Millisecond)
+		time.Sleep(2 * ttl / 3) // the holder extends the lock meanwhile
+		h.clock.Advance(200 * time.Millisecond)
+		// Past the original lock: a retry now must still find it pending.
+		go func() {
+			id, _, err := h.svc.Idempotent(ctx, once, func(context.Context) (string, error) {
+				return "", errors.New("the retry ran the work a second time")
+			})
+			if err != nil {
+				id = "error: " + err.Error()
+			}
+			retried <- id
+		}()
+		time.Sleep(ttl / 2)
+		c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox})
+		if err != nil {
+			return "", err
+		}
+		return c.ID, nil
+	}
+	id, _, err := h.svc.Idempotent(ctx, once, work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-retried; got != id || works != 1 {
+		t.Fatalf("retry got %q, want %q; work ran %d times", got, id, works)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -41,6 +42,34 @@ type claimKey struct{}
 func ClaimFrom(ctx context.Context) (store.Claim, bool) {
 	c, ok := ctx.Value(claimKey{}).(store.Claim)
 	return c, ok
+}
+
+// holdClaim keeps extending c's lock while its work runs (every third of
+// ttl), so work slower than the pending TTL is not mistaken for a dead
+// holder and done twice. The returned func stops it and waits.
+func (s *Service) holdClaim(ctx context.Context, c store.Claim, ttl time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(max(ttl/3, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := s.Store.ExtendClaim(context.WithoutCancel(ctx), c, ttl); err != nil {
+					s.Logger.Warn("idempotency: could not extend a claim's lock", "scope", c.Scope, "err", err)
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 // attachTarget records the id a create under an idempotency claim is
@@ -91,7 +120,9 @@ func (s *Service) Idempotent(ctx context.Context, o Once, work func(ctx context.
 				}
 				return c.PreviousTarget, true, nil
 			}
+			stop := s.holdClaim(ctx, c, o.PendingTTL)
 			id, werr := work(context.WithValue(ctx, claimKey{}, c))
+			stop()
 			if werr != nil {
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 				derr := s.Store.DeleteClaim(dctx, c)

@@ -47,6 +47,7 @@ type Store interface {
 	Complete(ctx context.Context, c store.Claim, targetID string, replayWindow time.Duration) error
 	DeleteClaim(ctx context.Context, c store.Claim) error
 	AttachClaimTarget(ctx context.Context, c store.Claim, targetID string) error
+	ExtendClaim(ctx context.Context, c store.Claim, ttl time.Duration) error
 	ReleasePendingClaims(ctx context.Context) (int64, error)
 }
 

@@ -249,6 +249,26 @@ func (s *Store) AttachClaimTarget(ctx context.Context, c Claim, targetID string)
 	return nil
 }
 
+// ExtendClaim pushes the lock of the acquired claim c to ttl from now,
+// while its holder is still working: a retry then keeps waiting instead of
+// taking the claim over and doing the work a second time. ErrClaimLost if c
+// no longer holds the key or is no longer pending.
+func (s *Store) ExtendClaim(ctx context.Context, c Claim, ttl time.Duration) error {
+	if ttl <= 0 {
+		return invalidf("extend claim: ttl %v", ttl)
+	}
+	n, err := s.exec(ctx, `UPDATE request_idempotency SET locked_until = ?
+		WHERE scope = ? AND fingerprint = ? AND token = ? AND state = ?`,
+		s.nowMillis()+ttl.Milliseconds(), c.Scope, c.Fingerprint, c.token, claimPending)
+	if err == nil && n == 0 {
+		err = ErrClaimLost
+	}
+	if err != nil {
+		return fmt.Errorf("extend claim %s/%s: %w", c.Scope, c.Fingerprint, err)
+	}
+	return nil
+}
+
 // ReleasePendingClaims ends the lock of every pending claim at the store
 // clock's now and returns how many. Call it only at startup, before
 // serving: every pending claim then belongs to a process that is gone, and
