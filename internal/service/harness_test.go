@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/store/storetest"
 	"github.com/sandboxd/sandboxd/internal/volume"
 )
 
@@ -52,32 +53,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	agentBinary = filepath.Join(dir, "toolboxd")
-	build := exec.Command("go", "build", "-o", agentBinary, "../../cmd/toolboxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build toolboxd: %v\n%s", err, out)
+	if agentBinary, err = runtimetest.BuildAgent(context.Background(), dir); err != nil {
+		fmt.Fprintln(os.Stderr, "build toolboxd:", err)
 		return 1
 	}
 	return m.Run()
-}
-
-// clock is a settable test clock shared by the service and the store.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 // harness is a real service — SQLite, Docker, keyring, admission, routes,
@@ -90,7 +70,7 @@ type harness struct {
 	adm     *admission.Controller
 	admFail *faultyAdmission
 	vols    *faultyVolumes
-	clock   *clock
+	clock   *storetest.Clock
 	nodeID  string
 }
 
@@ -105,7 +85,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	rand.Read(b[:])
 	suffix := hex.EncodeToString(b[:])
 	nodeID := "svctest-" + suffix
-	clk := &clock{now: time.Now()}
+	clk := storetest.NewClockAt(time.Now())
 
 	dir := t.TempDir()
 	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite"), store.Options{Clock: clk.Now})

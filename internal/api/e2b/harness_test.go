@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/store/storetest"
 	"github.com/sandboxd/sandboxd/internal/volume"
 )
 
@@ -49,32 +49,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	agentBinary = filepath.Join(dir, "toolboxd")
-	build := exec.Command("go", "build", "-o", agentBinary, "../../../cmd/toolboxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build toolboxd: %v\n%s", err, out)
+	if agentBinary, err = runtimetest.BuildAgent(context.Background(), dir); err != nil {
+		fmt.Fprintln(os.Stderr, "build toolboxd:", err)
 		return 1
 	}
 	return m.Run()
-}
-
-// clock is a settable clock shared by the service and the store.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 // tokens is an in-memory auth.TokenLookup.
@@ -95,7 +74,7 @@ type harness struct {
 	svc   *service.Service
 	store *store.Store
 	rt    *runtimetest.Faulty
-	clock *clock
+	clock *storetest.Clock
 	url   string
 	// admin and user are API keys: admin in our token form, user (another
 	// owner) in the e2b_ hex form.
@@ -114,7 +93,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	var b [6]byte
 	rand.Read(b[:])
 	suffix := hex.EncodeToString(b[:])
-	clk := &clock{now: time.Now()}
+	clk := storetest.NewClockAt(time.Now())
 	now := clk.Now
 	if opts.realClock {
 		now = time.Now

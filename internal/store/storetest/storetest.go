@@ -41,6 +41,10 @@ type Clock struct {
 // NewClock returns a Clock set to Epoch.
 func NewClock() *Clock { return &Clock{now: Epoch} }
 
+// NewClockAt returns a Clock set to t (tests that mix the clock with
+// wall-clock times, such as a container's start, start it at time.Now()).
+func NewClockAt(t time.Time) *Clock { return &Clock{now: t} }
+
 // Now returns the clock's time.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
