@@ -125,7 +125,8 @@ func readClaimRow(ctx context.Context, q interface {
 //   - ready and within its replay window → ClaimReady with the TargetID to return.
 //   - pending and still locked → ClaimPending with LockedUntil.
 //   - stale (pending past its lock, or ready past its replay window): the row is reset to
-//     pending with a fresh lock → ClaimAcquired with Reclaimed set.
+//     pending with a fresh lock → ClaimAcquired with Reclaimed set; a stale pending
+//     row's target stays attached (PreviousTarget) until the new holder attaches its own.
 //
 // A live row (pending or ready) with another RequestHash is ErrIdempotencyKeyReused.
 // Of concurrent callers exactly one acquires. Claim never waits for a lock.
@@ -167,16 +168,22 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 			c = cur.claim(req, out)
 			return nil
 		}
+		// A stale pending claim keeps its target: if this holder fails
+		// before it settles what became of it, the next one still knows
+		// which sandbox to look for. A stale ready claim's target was
+		// answered already; a new claim starts without one.
+		target := ""
+		if cur.state == claimPending {
+			target = cur.targetID
+		}
 		_, err = tx.ExecContext(ctx, `UPDATE request_idempotency
 			SET state = ?, token = ?, request_hash = ?, locked_until = ?, replay_until = 0,
-				target_id = '', created_at = ?
+				target_id = ?, created_at = ?
 			WHERE scope = ? AND fingerprint = ?`,
-			fresh.state, fresh.token, fresh.requestHash, fresh.lockedUntil, now, req.Scope, req.Fingerprint)
+			fresh.state, fresh.token, fresh.requestHash, fresh.lockedUntil, target, now, req.Scope, req.Fingerprint)
 		c = fresh.claim(req, ClaimAcquired)
 		c.Reclaimed = true
-		if cur.state == claimPending {
-			c.PreviousTarget = cur.targetID
-		}
+		c.PreviousTarget = target
 		return err
 	})
 	if err != nil {
@@ -295,15 +302,75 @@ func (s *Store) DeleteClaim(ctx context.Context, c Claim) error {
 	return nil
 }
 
-// PruneClaims deletes claims that are stale at the store clock's now (expired locks and
-// replay windows) and returns how many. Safe at any time: a stale row behaves like no row.
-func (s *Store) PruneClaims(ctx context.Context) (int64, error) {
+// ReleaseClaim ends the lock of the acquired claim c now, keeping its attached target:
+// for a holder that has to give up before it could settle whether its target exists (a
+// failed read), so that a retry takes the claim over at once and looks again instead of
+// waiting out the lock. It is fenced like Complete; a claim c no longer holds is left
+// alone (nil error).
+func (s *Store) ReleaseClaim(ctx context.Context, c Claim) error {
+	_, err := s.exec(ctx, `UPDATE request_idempotency SET locked_until = ?
+		WHERE scope = ? AND fingerprint = ? AND token = ? AND state = ?`,
+		s.nowMillis(), c.Scope, c.Fingerprint, c.token, claimPending)
+	if err != nil {
+		return fmt.Errorf("release claim %s/%s: %w", c.Scope, c.Fingerprint, err)
+	}
+	return nil
+}
+
+// StaleClaim is a claim that is stale at the store clock's now: a pending claim whose lock
+// expired (its holder died or lost it), or a ready claim past its replay window.
+type StaleClaim struct {
+	Claim
+	// Pending: the claim's work never completed; TargetID is what its holder
+	// attached ("" if it attached nothing), which a retry would adopt.
+	Pending  bool
+	TargetID string
+}
+
+// ListStaleClaims returns up to limit claims that are stale now, oldest first, for the
+// pruner to decide on. Each can be deleted with DeleteStaleClaim.
+func (s *Store) ListStaleClaims(ctx context.Context, limit int) ([]StaleClaim, error) {
+	if limit <= 0 {
+		limit = MaxListLimit
+	}
+	now := s.nowMillis()
+	rows, err := s.reader.QueryContext(ctx, `SELECT scope, fingerprint, state, token, target_id
+		FROM request_idempotency
+		WHERE (state = ? AND locked_until <= ?) OR (state = ? AND replay_until <= ?)
+		ORDER BY created_at LIMIT ?`, claimPending, now, claimReady, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list stale claims: %w", err)
+	}
+	defer rows.Close()
+	var out []StaleClaim
+	for rows.Next() {
+		var (
+			sc    StaleClaim
+			state string
+		)
+		if err := rows.Scan(&sc.Scope, &sc.Fingerprint, &state, &sc.token, &sc.TargetID); err != nil {
+			return nil, fmt.Errorf("list stale claims: %w", err)
+		}
+		sc.Pending = state == claimPending
+		sc.Outcome = ClaimAvailable
+		out = append(out, sc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list stale claims: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteStaleClaim deletes c if it is still the same claim (nobody took it over since it
+// was listed) and still stale now. It reports whether it deleted.
+func (s *Store) DeleteStaleClaim(ctx context.Context, c StaleClaim) (bool, error) {
 	now := s.nowMillis()
 	n, err := s.exec(ctx, `DELETE FROM request_idempotency
-		WHERE (state = ? AND locked_until <= ?) OR (state = ? AND replay_until <= ?)`,
-		claimPending, now, claimReady, now)
+		WHERE scope = ? AND fingerprint = ? AND token = ?
+			AND ((state = ? AND locked_until <= ?) OR (state = ? AND replay_until <= ?))`,
+		c.Scope, c.Fingerprint, c.token, claimPending, now, claimReady, now)
 	if err != nil {
-		return 0, fmt.Errorf("prune claims: %w", err)
+		return false, fmt.Errorf("delete stale claim %s/%s: %w", c.Scope, c.Fingerprint, err)
 	}
-	return n, nil
+	return n == 1, nil
 }

@@ -158,27 +158,81 @@ func TestPeekClaim(t *testing.T) {
 	}
 }
 
-func TestPruneClaims(t *testing.T) {
+func TestStaleClaims_ListAndFencedDelete(t *testing.T) {
 	s, clock := newStore(t)
 	ctx := t.Context()
+	claims := map[string]store.Claim{}
 	for i, fp := range []string{"a", "b", "c"} {
 		c, err := s.Claim(ctx, store.ClaimRequest{Scope: "x", Fingerprint: fp, PendingTTL: time.Duration(i+1) * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fp == "c" {
-			if err := s.Complete(ctx, c, "sb-c", time.Hour); err != nil {
-				t.Fatal(err)
-			}
-		}
+		claims[fp] = c
+	}
+	if err := s.AttachClaimTarget(ctx, claims["b"], "sb-b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, claims["c"], "sb-c", time.Hour); err != nil {
+		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Second) // a and b are past their locks; c replays for an hour
-	if n, err := s.PruneClaims(ctx); err != nil || n != 2 {
-		t.Fatalf("PruneClaims = %d, %v; want 2", n, err)
+	stale, err := s.ListStaleClaims(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		FP      string
+		Pending bool
+		Target  string
+	}
+	var got []row
+	for _, sc := range stale {
+		got = append(got, row{sc.Fingerprint, sc.Pending, sc.TargetID})
+	}
+	if diff := cmp.Diff([]row{{"a", true, ""}, {"b", true, "sb-b"}}, got); diff != "" {
+		t.Fatalf("ListStaleClaims (-want +got):\n%s", diff)
+	}
+
+	// b is taken over between the listing and the delete: the delete is
+	// fenced and leaves the new holder's claim alone.
+	if _, err := s.Claim(ctx, store.ClaimRequest{Scope: "x", Fingerprint: "b", PendingTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		deleted, err := s.DeleteStaleClaim(ctx, stale[i])
+		if err != nil || deleted != want {
+			t.Errorf("DeleteStaleClaim(%s) = %v, %v; want %v", stale[i].Fingerprint, deleted, err, want)
+		}
+	}
+	if c, err := s.PeekClaim(ctx, store.ClaimRequest{Scope: "x", Fingerprint: "b"}); err != nil || c.Outcome != store.ClaimPending {
+		t.Errorf("b after prune = %v, %v; want pending (the new holder's)", c.Outcome, err)
 	}
 	if c, err := s.PeekClaim(ctx, store.ClaimRequest{Scope: "x", Fingerprint: "c"}); err != nil || c.Outcome != store.ClaimReady {
-		t.Fatalf("c after prune = %v, %v; want ready", c.Outcome, err)
+		t.Errorf("c after prune = %v, %v; want ready", c.Outcome, err)
 	}
+}
+
+// A holder that reclaims a stale claim and then gives up (ReleaseClaim)
+// leaves the dead holder's target attached: the next holder still sees it.
+func TestClaim_ReclaimKeepsTargetUntilSettled(t *testing.T) {
+	s, clock := newStore(t)
+	ctx := t.Context()
+	req := claimReq("h", time.Minute)
+	first := mustClaim(t, s, req, store.Claim{Outcome: store.ClaimAcquired, LockedUntil: storetest.Epoch.Add(time.Minute)})
+	if err := s.AttachClaimTarget(ctx, first, "sb-1"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute)
+	second := mustClaim(t, s, req, store.Claim{Outcome: store.ClaimAcquired, Reclaimed: true,
+		PreviousTarget: "sb-1", LockedUntil: storetest.Epoch.Add(2 * time.Minute)})
+	if err := s.ReleaseClaim(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseClaim(ctx, first); err != nil { // lost: a no-op
+		t.Fatal(err)
+	}
+	mustClaim(t, s, req, store.Claim{Outcome: store.ClaimAcquired, Reclaimed: true,
+		PreviousTarget: "sb-1", LockedUntil: storetest.Epoch.Add(2 * time.Minute)})
 }
 
 func TestClaim_RaceOneAcquires(t *testing.T) {

@@ -57,23 +57,26 @@ type Sandbox struct {
 	UpdatedAt        time.Time
 	ExpiresAt        time.Time // zero: never expires
 	ErrorReason      string
+	// DestroyingSince is when a destroy of this sandbox began (zero: none
+	// has). Such a row is on its way out: see BeginDestroy.
+	DestroyingSince time.Time
 }
 
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox order.
 const sandboxColumns = `id, name, owner, image, state, cpu_millis, memory_mb, tags, env,
 	sealed_secrets, spec, agent_token_sealed, ssh_public_key, node_id,
-	created_at, updated_at, expires_at, error_reason`
+	created_at, updated_at, expires_at, error_reason, destroying_since`
 
 func scanSandbox(r rowScanner) (Sandbox, error) {
 	var (
 		sb                   Sandbox
 		tags, env, spec      string
 		createdMs, updatedMs int64
-		expiresMs            sql.NullInt64
+		expiresMs, destroyMs sql.NullInt64
 	)
 	err := r.Scan(&sb.ID, &sb.Name, &sb.Owner, &sb.Image, &sb.State, &sb.CPUMillis, &sb.MemoryMB,
 		&tags, &env, &sb.SealedSecrets, &spec, &sb.AgentTokenSealed, &sb.SSHPublicKey, &sb.NodeID,
-		&createdMs, &updatedMs, &expiresMs, &sb.ErrorReason)
+		&createdMs, &updatedMs, &expiresMs, &sb.ErrorReason, &destroyMs)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -87,6 +90,7 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 	sb.CreatedAt = time.UnixMilli(createdMs).UTC()
 	sb.UpdatedAt = time.UnixMilli(updatedMs).UTC()
 	sb.ExpiresAt = fromMillis(expiresMs)
+	sb.DestroyingSince = fromMillis(destroyMs)
 	return sb, nil
 }
 
@@ -133,7 +137,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
 			sb.ID, sb.Name, sb.Owner, sb.Image, sb.State, sb.CPUMillis, sb.MemoryMB, tags, env,
 			sb.SealedSecrets, spec, sb.AgentTokenSealed, sb.SSHPublicKey, sb.NodeID,
 			createdMs, createdMs, nullMillis(sb.ExpiresAt), sb.ErrorReason)
@@ -163,13 +167,14 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 	return sb, nil
 }
 
-// GetSandboxByName returns the sandbox named name, or ErrNotFound (always for "").
+// GetSandboxByName returns the sandbox named name, or ErrNotFound (always for "", and
+// for a sandbox whose destroy began).
 func (s *Store) GetSandboxByName(ctx context.Context, name string) (Sandbox, error) {
 	if name == "" {
 		return Sandbox{}, fmt.Errorf("get sandbox by empty name: %w", ErrNotFound)
 	}
 	sb, err := scanSandbox(s.reader.QueryRowContext(ctx,
-		`SELECT `+sandboxColumns+` FROM sandboxes WHERE name = ?`, name))
+		`SELECT `+sandboxColumns+` FROM sandboxes WHERE name = ? AND destroying_since IS NULL`, name))
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", name, notFound(err))
 	}
@@ -198,6 +203,9 @@ type ListFilter struct {
 	States    []SandboxState    // any of (OR)
 	Limit     int               // <= 0: DefaultListLimit; capped at MaxListLimit
 	PageToken string            // from a previous call's nextPageToken
+	// IncludeDestroying lists rows whose destroy began, too (the
+	// reconciler's view); callers' listings leave them out.
+	IncludeDestroying bool
 }
 
 // ListSandboxes returns one page of sandboxes matching f, ordered by (CreatedAt, ID), and
@@ -231,6 +239,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, str
 		for _, st := range f.States {
 			args = append(args, st)
 		}
+	}
+	if !f.IncludeDestroying {
+		where = append(where, "destroying_since IS NULL")
 	}
 	if f.PageToken != "" {
 		created, id, err := decodePageToken(f.PageToken)
@@ -294,7 +305,7 @@ func sortedKeys(m map[string]string) []string {
 // (errors.Is ErrStateConflict) carrying the current state. Among concurrent callers with
 // the same from, exactly one succeeds. A retried transition therefore reports a conflict
 // whose Current equals to; callers that want retry-safety treat that as success.
-// Returns the updated row, or ErrNotFound.
+// Returns the updated row, or ErrNotFound (also once a destroy began).
 func (s *Store) UpdateSandboxState(ctx context.Context, id string, from []SandboxState, to SandboxState, reason string) (Sandbox, error) {
 	if !to.Valid() {
 		return Sandbox{}, invalidf("update sandbox %s: state %q", id, to)
@@ -302,7 +313,8 @@ func (s *Store) UpdateSandboxState(ctx context.Context, id string, from []Sandbo
 	var sb Sandbox
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var cur SandboxState
-		if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, id).Scan(&cur); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes
+			WHERE id = ? AND destroying_since IS NULL`, id).Scan(&cur); err != nil {
 			return notFound(err)
 		}
 		if len(from) > 0 && !slices.Contains(from, cur) {
@@ -326,7 +338,9 @@ type SandboxUpdate struct {
 	Tags      *map[string]string // replaces all tags
 }
 
-// UpdateSandbox applies u to sandbox id and returns the updated row, or ErrNotFound.
+// UpdateSandbox applies u to sandbox id and returns the updated row, or ErrNotFound (also
+// once a destroy began: an update never lands on a sandbox that is going away, so a
+// timeout extension either beats the reaper or is answered not found).
 // It is idempotent: applying the same update twice leaves the same row (bar UpdatedAt).
 func (s *Store) UpdateSandbox(ctx context.Context, id string, u SandboxUpdate) (Sandbox, error) {
 	sets := []string{"updated_at = ?"}
@@ -346,7 +360,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, u SandboxUpdate) (
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var err error
 		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes SET `+strings.Join(sets, ", ")+
-			` WHERE id = ? RETURNING `+sandboxColumns, args...))
+			` WHERE id = ? AND destroying_since IS NULL RETURNING `+sandboxColumns, args...))
 		return notFound(err)
 	})
 	if err != nil {
@@ -377,10 +391,14 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return nil
 }
 
-// ListExpired returns the sandboxes whose ExpiresAt is set and not after now, soonest first.
+// ListExpired returns the sandboxes whose ExpiresAt is set and not after now, soonest
+// first, leaving out rows still being created (their timeout has not started) and rows
+// already being destroyed. It is a read: the reaper acts on each through BeginReap, which
+// checks the expiry again under the writer.
 func (s *Store) ListExpired(ctx context.Context, now time.Time) ([]Sandbox, error) {
 	items, err := queryAll(ctx, s.reader, scanSandbox, `SELECT `+sandboxColumns+` FROM sandboxes
-		WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at, id`, millis(now))
+		WHERE expires_at IS NOT NULL AND expires_at <= ? AND state <> ? AND destroying_since IS NULL
+		ORDER BY expires_at, id`, millis(now), StateCreating)
 	if err != nil {
 		return nil, fmt.Errorf("list expired sandboxes: %w", err)
 	}
@@ -420,4 +438,76 @@ func (s *Store) LiveUsage(ctx context.Context) (Usage, error) {
 		return Usage{}, fmt.Errorf("sum live usage: %w", err)
 	}
 	return u, nil
+}
+
+// CommitCreate moves sandbox id from creating to running and starts its timeout: expiresAt
+// (zero: none) is set in the same write, so a sandbox's lifetime counts from the moment it
+// runs and the reaper never sees a half-made sandbox as expired. ErrNotFound if the row is
+// gone or its destroy began; a *StateConflictError if it is not creating.
+func (s *Store) CommitCreate(ctx context.Context, id string, expiresAt time.Time) (Sandbox, error) {
+	var sb Sandbox
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var cur SandboxState
+		if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes
+			WHERE id = ? AND destroying_since IS NULL`, id).Scan(&cur); err != nil {
+			return notFound(err)
+		}
+		if cur != StateCreating {
+			return &StateConflictError{ID: id, Current: cur, Want: []SandboxState{StateCreating}}
+		}
+		var err error
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
+			SET state = ?, expires_at = ?, error_reason = '', updated_at = ? WHERE id = ?
+			RETURNING `+sandboxColumns, StateRunning, nullMillis(expiresAt), s.nowMillis(), id))
+		return err
+	})
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("commit create of sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// BeginDestroy marks sandbox id as being destroyed and returns its row. From then on the
+// row is invisible to lookups by name and to listings, and updates, state changes and a
+// create's commit answer ErrNotFound; the caller tears the sandbox down and deletes the
+// row last, and a destroy interrupted in between is finished by the reconciler (which
+// lists rows with IncludeDestroying). Marking a row that is already marked keeps the
+// first time and succeeds, so a retried destroy finishes the work. ErrNotFound if the
+// row does not exist.
+func (s *Store) BeginDestroy(ctx context.Context, id string) (Sandbox, error) {
+	var sb Sandbox
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
+			SET destroying_since = coalesce(destroying_since, ?) WHERE id = ?
+			RETURNING `+sandboxColumns, s.nowMillis(), id))
+		return notFound(err)
+	})
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("begin destroy of sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// BeginReap is BeginDestroy for the reaper: it marks sandbox id only if, under the writer,
+// the sandbox has still expired at now (expiry set and not after now), is not being
+// created and is not already being destroyed. ok is false, with no error and nothing
+// changed, when it no longer qualifies: its timeout was extended or cleared since the
+// reaper listed it, or it is gone.
+func (s *Store) BeginReap(ctx context.Context, id string, now time.Time) (sb Sandbox, ok bool, err error) {
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
+			SET destroying_since = ? WHERE id = ? AND expires_at IS NOT NULL AND expires_at <= ?
+				AND state <> ? AND destroying_since IS NULL
+			RETURNING `+sandboxColumns, s.nowMillis(), id, millis(now), StateCreating))
+		return err
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Sandbox{}, false, nil
+	case err != nil:
+		return Sandbox{}, false, fmt.Errorf("begin reap of sandbox %s: %w", id, err)
+	}
+	return sb, true, nil
 }

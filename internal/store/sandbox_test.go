@@ -331,6 +331,7 @@ func TestReaperQueries(t *testing.T) {
 	mk("sb-expired", store.StateRunning, 30*time.Second, 2000, 1024)
 	mk("sb-later", store.StateStopping, time.Hour, 250, 64)
 	mk("sb-stopped", store.StateStopped, 0, 4000, 4096)
+	mk("sb-creating-expired", store.StateCreating, time.Second, 0, 0)
 
 	expired, err := s.ListExpired(ctx, clock.Now())
 	if err != nil {
@@ -350,8 +351,105 @@ func TestReaperQueries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.Usage{Sandboxes: 4, CPUMillis: 3750, MemoryMB: 1472}
+	want := store.Usage{Sandboxes: 5, CPUMillis: 3750, MemoryMB: 1472}
 	if diff := cmp.Diff(want, u); diff != "" {
 		t.Errorf("LiveUsage (-want +got):\n%s", diff)
+	}
+}
+
+// The reaper's check and its act are one write: a timeout extended after the
+// reaper listed a sandbox saves it, and an extension after the reaper began
+// the destroy is refused instead of answered and then undone.
+func TestBeginReap_RechecksExpiryUnderTheWriter(t *testing.T) {
+	s, clock := newStore(t)
+	ctx := t.Context()
+	for _, id := range []string{sandboxID(1), sandboxID(2)} {
+		sb := store.Sandbox{ID: id, Image: "debian", State: store.StateRunning, ExpiresAt: storetest.Epoch.Add(time.Second)}
+		if err := s.CreateSandbox(ctx, &sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Second)
+	expired, err := s.ListExpired(ctx, clock.Now())
+	if err != nil || len(expired) != 2 {
+		t.Fatalf("ListExpired = %d rows, %v; want 2", len(expired), err)
+	}
+	later := clock.Now().Add(time.Hour)
+	if _, err := s.UpdateSandbox(ctx, sandboxID(1), store.SandboxUpdate{ExpiresAt: &later}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.BeginReap(ctx, sandboxID(1), clock.Now()); err != nil || ok {
+		t.Errorf("BeginReap(extended) = %v, %v; want false", ok, err)
+	}
+	sb, ok, err := s.BeginReap(ctx, sandboxID(2), clock.Now())
+	if err != nil || !ok || sb.DestroyingSince.IsZero() {
+		t.Fatalf("BeginReap(expired) = %v, %v (since %v); want true", ok, err, sb.DestroyingSince)
+	}
+	if _, ok, _ := s.BeginReap(ctx, sandboxID(2), clock.Now()); ok {
+		t.Error("BeginReap twice: want false the second time")
+	}
+	if _, err := s.UpdateSandbox(ctx, sandboxID(2), store.SandboxUpdate{ExpiresAt: &later}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("UpdateSandbox after BeginReap = %v, want ErrNotFound", err)
+	}
+	if _, err := s.UpdateSandboxState(ctx, sandboxID(2), nil, store.StateStopped, ""); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("UpdateSandboxState after BeginReap = %v, want ErrNotFound", err)
+	}
+	if _, ok, err := s.BeginReap(ctx, sandboxID(9), clock.Now()); err != nil || ok {
+		t.Errorf("BeginReap(missing) = %v, %v; want false, nil", ok, err)
+	}
+}
+
+func TestBeginDestroy_HidesTheRowAndRepeats(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	createSandbox(t, s, sandboxID(1), "web")
+	first, err := s.BeginDestroy(ctx, sandboxID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.BeginDestroy(ctx, sandboxID(1))
+	if err != nil || !again.DestroyingSince.Equal(first.DestroyingSince) {
+		t.Errorf("BeginDestroy again = %v, %v; want the first time %v", again.DestroyingSince, err, first.DestroyingSince)
+	}
+	if _, err := s.GetSandboxByName(ctx, "web"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetSandboxByName = %v, want ErrNotFound", err)
+	}
+	if got, _, _ := s.ListSandboxes(ctx, store.ListFilter{}); len(got) != 0 {
+		t.Errorf("ListSandboxes = %v, want none", ids(got))
+	}
+	if got, _, _ := s.ListSandboxes(ctx, store.ListFilter{IncludeDestroying: true}); len(got) != 1 {
+		t.Errorf("ListSandboxes(IncludeDestroying) = %v, want the row", ids(got))
+	}
+	if _, err := s.BeginDestroy(ctx, sandboxID(2)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("BeginDestroy(missing) = %v, want ErrNotFound", err)
+	}
+}
+
+func TestCommitCreate_StartsTheTimeout(t *testing.T) {
+	s, clock := newStore(t)
+	ctx := t.Context()
+	sb := store.Sandbox{ID: sandboxID(1), Image: "debian", State: store.StateCreating}
+	if err := s.CreateSandbox(ctx, &sb); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute) // a slow create
+	exp := clock.Now().Add(time.Second)
+	got, err := s.CommitCreate(ctx, sandboxID(1), exp)
+	if err != nil || got.State != store.StateRunning || !got.ExpiresAt.Equal(exp) {
+		t.Fatalf("CommitCreate = %s expires %v, %v; want running expiring %v", got.State, got.ExpiresAt, err, exp)
+	}
+	if _, err := s.CommitCreate(ctx, sandboxID(1), exp); !errors.Is(err, store.ErrStateConflict) {
+		t.Errorf("CommitCreate twice = %v, want ErrStateConflict", err)
+	}
+	// A create whose sandbox is destroyed meanwhile cannot commit.
+	sb2 := store.Sandbox{ID: sandboxID(2), Image: "debian", State: store.StateCreating}
+	if err := s.CreateSandbox(ctx, &sb2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.BeginDestroy(ctx, sandboxID(2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CommitCreate(ctx, sandboxID(2), time.Time{}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("CommitCreate after BeginDestroy = %v, want ErrNotFound", err)
 	}
 }
