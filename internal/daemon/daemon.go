@@ -191,7 +191,7 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 
 	// Before serving: finish or undo whatever a previous process left.
 	if err := d.Service.Reconcile(ctx, true); err != nil {
-		logger.Warn("startup reconcile incomplete; the periodic pass retries", "err", err)
+		logger.Warn("startup repair failed; serving not ready (/readyz) and retrying with backoff", "err", err)
 	}
 	if d.AdminTokenFile, err = ensureAdminToken(ctx, d.Store, dataDir); err != nil {
 		return nil, fmt.Errorf("admin token: %w", err)

@@ -16,26 +16,35 @@ import (
 
 // CreateSandbox creates a sandbox with a new id and returns once its agent
 // answers. On any failure every step that succeeded is undone (see the
-// package documentation); the caller may retry freely, and with an
-// idempotency key (see Idempotent) a retry never makes a second sandbox.
+// package documentation); the caller may retry freely, and through
+// CreateOnce a retry never makes a second sandbox.
 func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (*Created, error) {
-	return s.create(ctx, req, "")
+	return s.create(ctx, req, "", nil)
 }
 
-// CreateSandboxWithID creates a sandbox under a chosen id (an id derived
-// from an idempotency fingerprint, or the id a failed-over sandbox had).
-// When this node already has a sandbox with that id it returns it with
-// Replayed set and does nothing else, so the call is safe to repeat.
+// CreateSandboxWithID creates a sandbox under a chosen id (the id a
+// failed-over sandbox had). When this node already has a sandbox with that
+// id it returns it with Replayed set and does nothing else, so the call is
+// safe to repeat.
 func (s *Service) CreateSandboxWithID(ctx context.Context, id string, req CreateRequest) (*Created, error) {
 	if !runtime.ValidSandboxID(id) {
 		return nil, invalid("id", "%q is not a valid sandbox id", id)
+	}
+	return s.createWithID(ctx, req, id, nil)
+}
+
+// createWithID is create under id ("" for a fresh one) that answers a
+// sandbox already holding the id instead of failing.
+func (s *Service) createWithID(ctx context.Context, req CreateRequest, id string, cl *store.Claim) (*Created, error) {
+	if id == "" {
+		return s.create(ctx, req, "", cl)
 	}
 	if row, err := s.Store.GetSandbox(ctx, id); err == nil {
 		return &Created{Sandbox: fromRow(row), Replayed: true}, nil
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
-	c, err := s.create(ctx, req, id)
+	c, err := s.create(ctx, req, id, cl)
 	if errors.Is(err, store.ErrIDConflict) {
 		// A concurrent call with the same id won the insert: theirs is the
 		// sandbox, ours rolled back.
@@ -50,11 +59,18 @@ func (s *Service) CreateSandboxWithID(ctx context.Context, id string, req Create
 
 // create is the one worker behind every create entry point: the chain of
 // steps in the package documentation, each undone on a later failure.
-func (s *Service) create(ctx context.Context, req CreateRequest, idOverride string) (_ *Created, err error) {
+//
+// cl, when not nil, is the idempotency claim the create runs under: the
+// row's id is attached to it before the row exists, so a crash mid-create
+// leaves a claim that a retry resolves (adopt the sandbox, or start over).
+func (s *Service) create(ctx context.Context, req CreateRequest, idOverride string, cl *store.Claim) (_ *Created, err error) {
 	t := &stepTimer{}
 	defer func() { s.Metrics.observeCreate(t.timings, err) }()
 
-	// 1. topology gate and role check.
+	// 1. readiness, topology gate and role check.
+	if err := s.requireReady(); err != nil {
+		return nil, err
+	}
 	if s.Gate != nil {
 		if err := t.run("gate", func() error { return s.Gate(ctx) }); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -131,15 +147,11 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 			SecretEnvKeys: slices.Sorted(maps.Keys(req.SecretEnv)),
 		}),
 	}
-	if req.Timeout > 0 {
-		row.ExpiresAt = now.Add(req.Timeout)
-	}
 	if err := t.run("store", func() error {
-		// Under an idempotency claim, name the target on the claim before
-		// the first side effect, so a crash mid-create leaves a claim that
-		// a retry can resolve (adopt the sandbox, or start over).
-		if err := s.attachTarget(ctx, id); err != nil {
-			return err
+		if cl != nil {
+			if err := s.Store.AttachClaimTarget(ctx, *cl, id); err != nil {
+				return err
+			}
 		}
 		return s.Store.CreateSandbox(ctx, &row)
 	}); err != nil {
@@ -226,9 +238,15 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 			return nil, fmt.Errorf("store mounts: %w", err)
 		}
 	}
+	// The timeout counts from here: a sandbox's life starts when it runs,
+	// and the reaper never sees a creating row as expired.
 	if err := t.run("commit", func() error {
+		var expires time.Time
+		if req.Timeout > 0 {
+			expires = s.Clock().Add(req.Timeout)
+		}
 		var err error
-		row, err = s.Store.UpdateSandboxState(ctx, id, []store.SandboxState{store.StateCreating}, store.StateRunning, "")
+		row, err = s.Store.CommitCreate(ctx, id, expires)
 		return err
 	}); err != nil {
 		return nil, s.mapStoreErr(err, id)

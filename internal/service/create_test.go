@@ -1,7 +1,6 @@
 package service_test
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -42,7 +41,7 @@ func TestCreate_FailureAtEveryStepLeavesNothing(t *testing.T) {
 		}},
 		{"route", func(h *harness) { h.routes.failInstall = true }},
 		{"store mounts", func(h *harness) { h.store.inject("PutSandboxMounts") }},
-		{"commit", func(h *harness) { h.store.inject("UpdateSandboxState") }},
+		{"commit", func(h *harness) { h.store.inject("CommitCreate") }},
 	}
 	for _, step := range steps {
 		t.Run(step.name, func(t *testing.T) {
@@ -167,77 +166,6 @@ func TestCreate_ConcurrentSameNameOneWinner(t *testing.T) {
 	ins, _ := h.rt.ListOurs(t.Context())
 	if len(ins) != 1 {
 		t.Errorf("containers: %d, want 1", len(ins))
-	}
-}
-
-// TestIdempotent_ConcurrentDuplicatesOneSandbox: N callers with one key get
-// one sandbox; after the replay window a new call makes a new one.
-func TestIdempotent_ConcurrentDuplicatesOneSandbox(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, harnessOptions{})
-	once := service.Once{Scope: "test.create", Fingerprint: "fp-1", PendingTTL: 2 * time.Minute, ReplayWindow: 10 * time.Second}
-	create := func() (string, bool, error) {
-		return h.svc.Idempotent(t.Context(), once, func(ctx context.Context) (string, error) {
-			c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox})
-			if err != nil {
-				return "", err
-			}
-			return c.ID, nil
-		})
-	}
-	const n = 16
-	ids := make([]string, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id, _, err := create()
-			if err != nil {
-				t.Error(err)
-			}
-			ids[i] = id
-		}()
-	}
-	wg.Wait()
-	for _, id := range ids[1:] {
-		if id != ids[0] {
-			t.Fatalf("ids differ: %v", ids)
-		}
-	}
-	if id, replayed, err := create(); err != nil || id != ids[0] || !replayed {
-		t.Fatalf("inside the window: id %s replayed %v err %v; want %s, true", id, replayed, err, ids[0])
-	}
-	h.clock.Advance(11 * time.Second)
-	if id, replayed, err := create(); err != nil || id == ids[0] || replayed {
-		t.Fatalf("after the window: id %s replayed %v err %v; want a new sandbox", id, replayed, err)
-	}
-	ins, _ := h.rt.ListOurs(t.Context())
-	if len(ins) != 2 {
-		t.Errorf("containers: %d, want 2", len(ins))
-	}
-}
-
-// TestIdempotent_FailedWorkLeavesNoClaim: a create that fails deletes its
-// claim, so the retry runs the work again and succeeds.
-func TestIdempotent_FailedWorkLeavesNoClaim(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, harnessOptions{})
-	h.rt.Inject(runtimetest.Create, runtimetest.Fault{Err: errInjected, Times: 1})
-	once := service.Once{Scope: "test.create", Fingerprint: "fp-retry", PendingTTL: time.Minute, ReplayWindow: 10 * time.Second}
-	work := func(ctx context.Context) (string, error) {
-		c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox})
-		if err != nil {
-			return "", err
-		}
-		return c.ID, nil
-	}
-	if _, _, err := h.svc.Idempotent(t.Context(), once, work); !errors.Is(err, errInjected) {
-		t.Fatalf("first attempt: got %v, want the injected fault", err)
-	}
-	id, replayed, err := h.svc.Idempotent(t.Context(), once, work)
-	if err != nil || replayed || id == "" {
-		t.Fatalf("retry: id %q replayed %v err %v", id, replayed, err)
 	}
 }
 

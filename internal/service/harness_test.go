@@ -156,6 +156,11 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		t.Fatal(err)
 	}
 	dialer.svc = h.svc
+	// What a fresh daemon does before it serves; it also makes the service
+	// ready for creates.
+	if err := h.svc.Reconcile(ctx, true); err != nil {
+		t.Fatal(err)
+	}
 	return h
 }
 
@@ -193,11 +198,33 @@ func (h *harness) assertNothingLeft(t *testing.T) {
 
 var errInjected = errors.New("injected fault")
 
-// faultyStore fails chosen store methods.
+// faultyStore fails chosen store methods, or runs a hook in their place.
 type faultyStore struct {
 	*store.Store
-	mu   sync.Mutex
-	fail map[string]bool
+	mu      sync.Mutex
+	fail    map[string]bool
+	hooks   map[string]func() error
+	claimed func(store.Claim) // sees every claim's outcome
+}
+
+func (f *faultyStore) onClaimed(fn func(store.Claim)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.claimed = fn
+}
+
+func (f *faultyStore) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
+	if err := f.check("Claim"); err != nil {
+		return store.Claim{}, err
+	}
+	c, err := f.Store.Claim(ctx, req)
+	f.mu.Lock()
+	seen := f.claimed
+	f.mu.Unlock()
+	if err == nil && seen != nil {
+		seen(c)
+	}
+	return c, err
 }
 
 func (f *faultyStore) inject(method string) {
@@ -209,31 +236,100 @@ func (f *faultyStore) inject(method string) {
 	f.fail[method] = true
 }
 
-func (f *faultyStore) failing(method string) bool {
+// clear removes the fault and the hook of method.
+func (f *faultyStore) clear(method string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.fail[method]
+	delete(f.fail, method)
+	delete(f.hooks, method)
+}
+
+// on runs hook before every call of method (in the call's window); a
+// non-nil error fails the call instead of it.
+func (f *faultyStore) on(method string, hook func() error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hooks == nil {
+		f.hooks = map[string]func() error{}
+	}
+	f.hooks[method] = hook
+}
+
+// check is what every wrapped method asks first.
+func (f *faultyStore) check(method string) error {
+	f.mu.Lock()
+	failing, hook := f.fail[method], f.hooks[method]
+	f.mu.Unlock()
+	if failing {
+		return errInjected
+	}
+	if hook != nil {
+		return hook()
+	}
+	return nil
 }
 
 func (f *faultyStore) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
-	if f.failing("CreateSandbox") {
-		return errInjected
+	if err := f.check("CreateSandbox"); err != nil {
+		return err
 	}
 	return f.Store.CreateSandbox(ctx, sb)
 }
 
+func (f *faultyStore) GetSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	if err := f.check("GetSandbox"); err != nil {
+		return store.Sandbox{}, err
+	}
+	return f.Store.GetSandbox(ctx, id)
+}
+
 func (f *faultyStore) PutSandboxMounts(ctx context.Context, id string, sealed [][]byte) error {
-	if f.failing("PutSandboxMounts") {
-		return errInjected
+	if err := f.check("PutSandboxMounts"); err != nil {
+		return err
 	}
 	return f.Store.PutSandboxMounts(ctx, id, sealed)
 }
 
 func (f *faultyStore) UpdateSandboxState(ctx context.Context, id string, from []store.SandboxState, to store.SandboxState, reason string) (store.Sandbox, error) {
-	if f.failing("UpdateSandboxState") {
-		return store.Sandbox{}, errInjected
+	if err := f.check("UpdateSandboxState"); err != nil {
+		return store.Sandbox{}, err
 	}
 	return f.Store.UpdateSandboxState(ctx, id, from, to, reason)
+}
+
+func (f *faultyStore) CommitCreate(ctx context.Context, id string, expiresAt time.Time) (store.Sandbox, error) {
+	if err := f.check("CommitCreate"); err != nil {
+		return store.Sandbox{}, err
+	}
+	return f.Store.CommitCreate(ctx, id, expiresAt)
+}
+
+func (f *faultyStore) DeleteSandbox(ctx context.Context, id string) error {
+	if err := f.check("DeleteSandbox"); err != nil {
+		return err
+	}
+	return f.Store.DeleteSandbox(ctx, id)
+}
+
+func (f *faultyStore) ListExpired(ctx context.Context, now time.Time) ([]store.Sandbox, error) {
+	rows, err := f.Store.ListExpired(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	// The hook runs after the listing: the window between it and the
+	// reaper's destroys.
+	return rows, f.check("ListExpired")
+}
+
+func (f *faultyStore) ExtendClaim(ctx context.Context, c store.Claim, ttl time.Duration) error {
+	if err := f.check("ExtendClaim"); err != nil {
+		return err
+	}
+	if err := f.Store.ExtendClaim(ctx, c, ttl); err != nil {
+		return err
+	}
+	return f.check("ExtendClaim:done") // sees the extension made
+
 }
 
 // faultyRouter fails Install on demand.

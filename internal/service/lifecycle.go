@@ -32,6 +32,17 @@ func (s *Service) Get(ctx context.Context, c Caller, idOrName string) (Sandbox, 
 }
 
 func (s *Service) lookup(ctx context.Context, c Caller, idOrName string) (store.Sandbox, error) {
+	row, err := s.lookupAny(ctx, c, idOrName)
+	if err == nil && !row.DestroyingSince.IsZero() {
+		// A sandbox whose destroy began is gone to its callers.
+		return store.Sandbox{}, fmt.Errorf("sandbox %q: %w", idOrName, ErrNotFound)
+	}
+	return row, err
+}
+
+// lookupAny is lookup that also finds, by id, a sandbox whose destroy began
+// (Destroy finishes it).
+func (s *Service) lookupAny(ctx context.Context, c Caller, idOrName string) (store.Sandbox, error) {
 	if idOrName == "" || strings.ContainsRune(idOrName, 0) {
 		return store.Sandbox{}, fmt.Errorf("sandbox %q: %w", idOrName, ErrNotFound)
 	}
@@ -82,20 +93,32 @@ func (s *Service) List(ctx context.Context, c Caller, f ListFilter) ([]Sandbox, 
 
 // Destroy removes a sandbox: its route, container, mounts, row (and with it
 // its ports and domains) and its admission reservation. It is safe to
-// repeat and to race: a sandbox that is already gone is ErrNotFound, and
-// every step tolerates a concurrent Destroy having done it first.
+// repeat and to race: the first call marks the row (from then on the
+// sandbox is gone to every other call), every step tolerates a concurrent
+// Destroy having done it first, and a repeat of a destroy that was cut
+// short finishes it. A sandbox that no longer exists is ErrNotFound.
 func (s *Service) Destroy(ctx context.Context, c Caller, idOrName string) error {
-	row, err := s.lookup(ctx, c, idOrName)
+	row, err := s.lookupAny(ctx, c, idOrName)
 	if err != nil {
 		return err
 	}
 	return s.destroy(ctx, row.ID)
 }
 
-// destroy tears a sandbox down in the reverse order of create. The row goes
-// last, so a destroy interrupted by a crash is finished by the reconciler
-// (or by the caller's retry) instead of leaving a container without a row.
+// destroy marks the row (store.BeginDestroy), then tears the sandbox down
+// in the reverse order of create, the row last: a destroy interrupted by a
+// crash leaves a marked row that the reconciler finishes (finishDestroy),
+// never a container without a row or a row that still routes.
 func (s *Service) destroy(ctx context.Context, id string) error {
+	if _, err := s.Store.BeginDestroy(ctx, id); err != nil {
+		return s.mapStoreErr(err, id)
+	}
+	return s.finishDestroy(ctx, id)
+}
+
+// finishDestroy tears down a sandbox whose row is marked for destroy. Each
+// step is idempotent, so it may run again after any failure.
+func (s *Service) finishDestroy(ctx context.Context, id string) error {
 	if err := s.Router.Remove(ctx, id); err != nil {
 		return fmt.Errorf("remove route of %s: %w", id, err)
 	}
@@ -106,7 +129,7 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 		return fmt.Errorf("release mounts of %s: %w", id, err)
 	}
 	s.forgetClient(id)
-	if err := s.Store.DeleteSandbox(ctx, id); err != nil {
+	if err := s.Store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return s.mapStoreErr(err, id)
 	}
 	s.forgetClient(id) // again: a lookup racing this destroy may have cached one

@@ -56,3 +56,6 @@ func (m *Metrics) observeCreate(timings []StepTiming, err error) {
 }
 
 func (m *Metrics) reconcileAction(action string) { m.reconciled.WithLabelValues(action).Inc() }
+func (m *Metrics) reconcileActions(action string, n int) {
+	m.reconciled.WithLabelValues(action).Add(float64(n))
+}

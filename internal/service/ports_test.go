@@ -70,6 +70,9 @@ func newPortsService(t *testing.T) (*harness, *service.Service, *failingInstall)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := svc.Reconcile(t.Context(), true); err != nil {
+		t.Fatal(err)
+	}
 	return h, svc, r
 }
 

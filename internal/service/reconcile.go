@@ -5,175 +5,217 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-// Reconcile makes the host agree with the database. It runs at start
-// (before the API serves, with startup set: every creating row is then
-// from a dead process) and periodically:
+// Reconcile makes the host agree with the database: it takes a Snapshot,
+// lets Decide make the Plan, and carries it out phase by phase. It runs at
+// start (startup set: before serving, every creating row and every marked
+// destroy is from a dead process) and periodically:
 //
-//   - a container marked ours with no row is destroyed;
-//   - a row stuck in creating (any, at startup; older than StuckCreating
-//     otherwise) is rolled back: container, route, mounts and row;
+//   - containers marked ours with no row are destroyed;
+//   - creates that will never finish are rolled back, destroys that were
+//     cut short are finished;
 //   - a running row whose container vanished or exited goes to error;
-//   - at startup, routes, exposed ports and custom domains are restored
-//     for every live row (the ingress is in memory);
-//   - at startup, admission is recomputed from the live rows.
+//   - stale idempotency claims nothing needs are pruned;
+//   - at startup, admission is recomputed from the running rows, pending
+//     claims are released to their callers' retries, and routes, exposed
+//     ports and custom domains are restored for every live row.
 //
-// It keeps going past individual failures and returns them joined.
+// Each phase is idempotent and keeps going past individual failures; the
+// next pass retries what failed. At startup the error is non-nil when the
+// service could not be made ready (snapshot, admission, claims, routes);
+// failures of the other phases are logged and left to the periodic pass.
+// A successful startup pass marks the service ready (see Ready).
 func (s *Service) Reconcile(ctx context.Context, startup bool) error {
-	var errs []error
-	// Containers first, rows second: a create inserts its row before its
-	// container, so every container in this snapshot whose create is still
-	// running already has a row in the next one and is not taken for an
-	// orphan.
+	snap, err := s.snapshot(ctx, startup)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	p := Decide(snap)
+
+	cleanup := errors.Join(
+		errors.Join(parallel(ctx, p.DestroyOrphans, s.destroyOrphan)...),
+		errors.Join(parallel(ctx, p.RollBack, s.rollBack)...),
+		errors.Join(parallel(ctx, p.FinishDestroy, s.finishInterrupted)...),
+		s.pruneClaims(ctx, p.PruneClaims),
+	)
+	lost, lostErr := s.markLost(ctx, p.CheckLost)
+	if !startup {
+		return errors.Join(cleanup, lostErr)
+	}
+	if cleanup != nil {
+		s.Logger.Warn("reconcile: startup cleanup incomplete; the periodic pass retries", "err", cleanup)
+	}
+	if lostErr != nil {
+		return fmt.Errorf("startup reconcile: %w", lostErr)
+	}
+	for id := range lost {
+		delete(p.Live, id)
+	}
+	if err := s.restore(ctx, p, lost); err != nil {
+		return fmt.Errorf("startup reconcile: %w", err)
+	}
+	s.setReady("")
+	return nil
+}
+
+// snapshot reads containers, then stale claims, then rows (see Snapshot
+// for why in this order).
+func (s *Service) snapshot(ctx context.Context, startup bool) (Snapshot, error) {
 	instances, err := s.Runtime.ListOurs(ctx)
 	if err != nil {
-		return fmt.Errorf("reconcile: list containers: %w", err)
+		return Snapshot{}, fmt.Errorf("list containers: %w", err)
+	}
+	claims, err := s.Store.ListStaleClaims(ctx, pruneBatch)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("list stale claims: %w", err)
 	}
 	rows, err := s.allRows(ctx)
 	if err != nil {
-		return fmt.Errorf("reconcile: list rows: %w", err)
+		return Snapshot{}, fmt.Errorf("list rows: %w", err)
 	}
-	byID := make(map[string]store.Sandbox, len(rows))
-	for _, r := range rows {
-		byID[r.ID] = r
-	}
-	containers := make(map[string]runtime.Instance, len(instances))
-	for _, in := range instances {
-		containers[in.SandboxID] = in
-	}
+	return Snapshot{
+		Containers: instances, StaleClaims: claims, Rows: rows,
+		Now: s.Clock(), Startup: startup,
+		StuckCreating: s.cfg.StuckCreating, DestroyGrace: destroyGrace,
+	}, nil
+}
 
-	// Containers without a row: a create that died before its row, or a
-	// destroy that died after deleting it (destroy deletes the row last, so
-	// this is the crash-before-insert case). Destroys run a few at a time:
-	// each is a Docker round trip of about a second.
-	var orphans []string
-	for id := range containers {
-		if _, ok := byID[id]; !ok {
-			orphans = append(orphans, id)
-		}
-	}
-	errs = append(errs, parallel(ctx, orphans, func(ctx context.Context, id string) error {
-		if err := s.Runtime.Destroy(ctx, id); err != nil {
-			return fmt.Errorf("destroy orphan container %s: %w", id, err)
-		}
-		_ = s.Volumes.Release(ctx, id)
-		s.Logger.Info("reconcile: destroyed orphan container", "sandbox", id)
-		s.Metrics.reconcileAction("orphan_container")
-		return nil
-	})...)
+// destroyGrace is how long a destroy in progress may take before a
+// periodic pass finishes it (every step tolerates the two running at once;
+// the grace only saves doing the work twice).
+const destroyGrace = time.Minute
 
-	// Rows stuck in creating: every one at startup (its process is gone),
-	// else those older than the bound.
-	stuckBefore := s.Clock().Add(-s.cfg.StuckCreating)
-	var stuck []string
-	for _, r := range rows {
-		if r.State == store.StateCreating && (startup || r.CreatedAt.Before(stuckBefore)) {
-			stuck = append(stuck, r.ID)
-		}
-	}
-	errs = append(errs, parallel(ctx, stuck, func(ctx context.Context, id string) error {
-		if err := s.rollbackRow(ctx, id); err != nil {
-			return err
-		}
-		s.Logger.Info("reconcile: rolled back interrupted create", "sandbox", id)
-		s.Metrics.reconcileAction("stuck_creating")
-		return nil
-	})...)
-	rolledBack := make(map[string]bool, len(stuck))
-	for _, id := range stuck {
-		rolledBack[id] = true
-	}
+// pruneBatch bounds the stale claims one pass looks at.
+const pruneBatch = 500
 
-	live := map[string]admission.Request{}
-	for _, r := range rows {
-		switch {
-		case rolledBack[r.ID]:
+func (s *Service) destroyOrphan(ctx context.Context, id string) error {
+	if err := s.Runtime.Destroy(ctx, id); err != nil {
+		return fmt.Errorf("destroy orphan container %s: %w", id, err)
+	}
+	if err := s.Volumes.Release(ctx, id); err != nil {
+		return fmt.Errorf("release mounts of orphan %s: %w", id, err)
+	}
+	s.Logger.Info("reconcile: destroyed orphan container", "sandbox", id)
+	s.Metrics.reconcileAction("orphan_container")
+	return nil
+}
+
+// rollBack undoes a create that never finished. The row goes last (see
+// destroy), so an interrupted rollback is finished by the next pass.
+func (s *Service) rollBack(ctx context.Context, id string) error {
+	if err := s.destroy(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("roll back interrupted create %s: %w", id, err)
+	}
+	s.Logger.Info("reconcile: rolled back interrupted create", "sandbox", id)
+	s.Metrics.reconcileAction("stuck_creating")
+	return nil
+}
+
+func (s *Service) finishInterrupted(ctx context.Context, id string) error {
+	if err := s.finishDestroy(ctx, id); err != nil {
+		return fmt.Errorf("finish interrupted destroy of %s: %w", id, err)
+	}
+	s.Logger.Info("reconcile: finished interrupted destroy", "sandbox", id)
+	s.Metrics.reconcileAction("interrupted_destroy")
+	return nil
+}
+
+// markLost asks about each running row whose container the snapshot did
+// not show running, and marks those really lost as error. It returns the
+// ids it marked.
+func (s *Service) markLost(ctx context.Context, ids []string) (map[string]bool, error) {
+	lost := map[string]bool{}
+	var errs []error
+	for _, id := range ids {
+		st, err := s.Runtime.Inspect(ctx, id)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("inspect %s: %w", id, err))
 			continue
-		case r.State == store.StateRunning:
-			in, ok := containers[r.ID]
-			if !ok || in.State != runtime.StateRunning {
-				// The snapshot may predate a create or start that finished
-				// since; ask again about this one sandbox before judging.
-				st, err := s.Runtime.Inspect(ctx, r.ID)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("inspect %s: %w", r.ID, err))
-					continue
-				}
-				if st.State == runtime.StateRunning {
-					break
-				}
-				reason := "container vanished"
-				if st.State != runtime.StateMissing {
-					reason = "container is " + string(st.State)
-				}
-				if _, err := s.Store.UpdateSandboxState(ctx, r.ID, []store.SandboxState{store.StateRunning}, store.StateError, reason); err != nil && !errors.Is(err, store.ErrStateConflict) {
-					errs = append(errs, fmt.Errorf("mark %s error: %w", r.ID, err))
-				}
-				s.Logger.Warn("reconcile: sandbox lost its container", "sandbox", r.ID, "reason", reason)
-				s.Metrics.reconcileAction("lost_container")
-				continue
-			}
 		}
-		if r.State == store.StateRunning || r.State == store.StateCreating {
-			live[r.ID] = admission.Request{MilliCPU: r.CPUMillis, MemoryMB: r.MemoryMB}
+		if st.State == runtime.StateRunning {
+			continue
 		}
-		// Routes live in memory: only a fresh process needs them back. A
-		// periodic pass must not re-install them: a destroy that finished
-		// since this pass read the rows would get its routes (and host
-		// ports) back with no row left to remove them.
-		if startup && r.State != store.StateCreating {
-			if err := s.Router.Install(ctx, r.ID); err != nil {
-				errs = append(errs, fmt.Errorf("install route of %s: %w", r.ID, err))
-			}
+		reason := "container vanished"
+		if st.State != runtime.StateMissing {
+			reason = "container is " + string(st.State)
+		}
+		_, err = s.Store.UpdateSandboxState(ctx, id, []store.SandboxState{store.StateRunning}, store.StateError, reason)
+		switch {
+		case errors.Is(err, store.ErrStateConflict), errors.Is(err, store.ErrNotFound):
+			continue // stopped, destroyed or restarted since the snapshot
+		case err != nil:
+			errs = append(errs, fmt.Errorf("mark %s error: %w", id, err))
+			continue
+		}
+		lost[id] = true
+		s.Logger.Warn("reconcile: sandbox lost its container", "sandbox", id, "reason", reason)
+		s.Metrics.reconcileAction("lost_container")
+	}
+	return lost, errors.Join(errs...)
+}
+
+// pruneClaims deletes the stale claims Decide chose. Each delete is fenced:
+// a claim retaken since the snapshot is left alone.
+func (s *Service) pruneClaims(ctx context.Context, claims []store.StaleClaim) error {
+	var errs []error
+	n := 0
+	for _, c := range claims {
+		deleted, err := s.Store.DeleteStaleClaim(ctx, c)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if deleted {
+			n++
 		}
 	}
-	if startup {
-		// Recompute capacity from the live rows, before serving. A
-		// periodic pass must not: creates and stops in flight between its
-		// read of the rows and now would lose or regain reservations.
-		s.Admission.Reset(live)
-		// Every pending claim belongs to the process that died: let the
-		// callers' retries take them over now, adopting what survived.
-		if n, err := s.Store.ReleasePendingClaims(ctx); err != nil {
-			errs = append(errs, err)
-		} else if n > 0 {
-			s.Logger.Info("reconcile: released pending idempotency claims", "count", n)
-		}
-	}
-	if startup {
-		routable := map[string]bool{}
-		for _, r := range rows {
-			if r.State != store.StateCreating && !rolledBack[r.ID] {
-				routable[r.ID] = true
-			}
-		}
-		if err := s.restoreRoutes(ctx, routable); err != nil {
-			errs = append(errs, err)
-		}
+	if n > 0 {
+		s.Logger.Debug("reconcile: pruned stale idempotency claims", "count", n)
+		s.Metrics.reconcileActions("pruned_claim", n)
 	}
 	return errors.Join(errs...)
 }
 
-// rollbackRow undoes a create that never finished: everything but the row
-// first, then the row, so an interrupted rollback is retried next pass.
-func (s *Service) rollbackRow(ctx context.Context, id string) error {
-	if err := s.destroy(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("roll back interrupted create %s: %w", id, err)
+// restore is the startup phase: capacity from the running rows, pending
+// claims released (their holders died with the last process: the callers'
+// retries take them over at once, adopting what survived), and the
+// in-memory ingress rebuilt. Routes are restored only here: a periodic
+// pass that re-installed them could race a destroy and give a deleted
+// sandbox its routes (and host ports) back.
+func (s *Service) restore(ctx context.Context, p Plan, lost map[string]bool) error {
+	s.Admission.Reset(p.Live)
+	n, err := s.Store.ReleasePendingClaims(ctx)
+	if err != nil {
+		return err
 	}
-	return nil
+	if n > 0 {
+		s.Logger.Info("reconcile: released pending idempotency claims", "count", n)
+	}
+	routable := make(map[string]bool, len(p.Restore))
+	var errs []error
+	for _, id := range p.Restore {
+		if lost[id] {
+			continue
+		}
+		routable[id] = true
+		if err := s.Router.Install(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("install route of %s: %w", id, err))
+		}
+	}
+	return errors.Join(append(errs, s.restoreRoutes(ctx, routable))...)
 }
 
 func (s *Service) allRows(ctx context.Context) ([]store.Sandbox, error) {
 	var all []store.Sandbox
 	token := ""
 	for {
-		rows, next, err := s.Store.ListSandboxes(ctx, store.ListFilter{Limit: 1000, PageToken: token})
+		rows, next, err := s.Store.ListSandboxes(ctx, store.ListFilter{Limit: 1000, PageToken: token, IncludeDestroying: true})
 		if err != nil {
 			return nil, err
 		}
@@ -185,32 +227,49 @@ func (s *Service) allRows(ctx context.Context) ([]store.Sandbox, error) {
 	}
 }
 
-// Reap destroys every sandbox whose expiry has passed. It returns the
-// number destroyed; a sandbox destroyed concurrently is not an error.
+// Reap destroys every sandbox whose expiry has passed and returns how many
+// it destroyed. Expiry is checked again under the writer as each row is
+// marked (store.BeginReap): a timeout extended or cleared since the
+// listing keeps its sandbox. The teardowns run a few at a time.
 func (s *Service) Reap(ctx context.Context) (int, error) {
 	rows, err := s.Store.ListExpired(ctx, s.Clock())
 	if err != nil {
 		return 0, fmt.Errorf("reap: %w", err)
 	}
-	var (
-		n    int
-		errs []error
-	)
-	for _, r := range rows {
-		if err := s.destroy(ctx, r.ID); err != nil && !errors.Is(err, ErrNotFound) {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-		s.Logger.Info("reaper: destroyed expired sandbox", "sandbox", r.ID)
-		s.Metrics.reconcileAction("expired")
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
 	}
-	return n, errors.Join(errs...)
+	var n atomic.Int64
+	errs := parallel(ctx, ids, func(ctx context.Context, id string) error {
+		_, ok, err := s.Store.BeginReap(ctx, id, s.Clock())
+		if err != nil {
+			return fmt.Errorf("reap %s: %w", id, err)
+		}
+		if !ok {
+			return nil // extended, paused, or destroyed since the listing
+		}
+		if err := s.finishDestroy(ctx, id); err != nil {
+			return fmt.Errorf("reap %s: %w", id, err)
+		}
+		n.Add(1)
+		s.Logger.Info("reaper: destroyed expired sandbox", "sandbox", id)
+		s.Metrics.reconcileAction("expired")
+		return nil
+	})
+	return int(n.Load()), errors.Join(errs...)
 }
 
-// RunBackground runs the reaper (every reapEvery) and the reconciler
-// (every reconcileEvery) until ctx ends. Errors are logged, never fatal.
+// RunBackground makes the service ready, then runs the reaper (every
+// reapEvery) and the reconciler (every reconcileEvery) until ctx ends.
+// While the startup repair fails it is retried with backoff (Ready reports
+// why it is not ready) and neither the reaper nor the periodic pass runs:
+// both would act on a host the service has not yet caught up with. Errors
+// are logged, never fatal.
 func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery time.Duration) {
+	if !s.repairUntilReady(ctx) {
+		return
+	}
 	reap := time.NewTicker(reapEvery)
 	defer reap.Stop()
 	rec := time.NewTicker(reconcileEvery)
@@ -229,6 +288,68 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 			}
 		}
 	}
+}
+
+// Backoff of the startup repair.
+const (
+	repairBackoffMin = 100 * time.Millisecond
+	repairBackoffMax = 10 * time.Second
+)
+
+// repairUntilReady runs the startup pass until it succeeds (returning
+// true) or ctx ends (false). A service that is ready already returns at
+// once.
+func (s *Service) repairUntilReady(ctx context.Context) bool {
+	wait := repairBackoffMin
+	for attempt := 1; ; attempt++ {
+		if ok, _ := s.Ready(); ok {
+			return true
+		}
+		err := s.Reconcile(ctx, true)
+		if err == nil {
+			s.Logger.Info("startup repair done; ready", "attempts", attempt)
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		s.setReady(fmt.Sprintf("startup repair failed (attempt %d, next in %v): %v", attempt, wait, err))
+		s.Logger.Warn("startup repair failed; retrying", "attempt", attempt, "in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		wait = min(2*wait, repairBackoffMax)
+	}
+}
+
+// Ready reports whether the startup repair has succeeded, and if not, why.
+// Until then creates are refused (ErrUnavailable): admission has not been
+// recomputed and would overcommit the host.
+func (s *Service) Ready() (bool, string) {
+	r := s.readiness.Load()
+	return r.ready, r.reason
+}
+
+type readiness struct {
+	ready  bool
+	reason string
+}
+
+// setReady marks the service ready (reason "") or not ready with reason.
+func (s *Service) setReady(reason string) {
+	s.readiness.Store(&readiness{ready: reason == "", reason: reason})
+}
+
+// requireReady is the create chain's first check.
+func (s *Service) requireReady() error {
+	if ok, reason := s.Ready(); !ok {
+		return fmt.Errorf("%w: the daemon is starting: %s", ErrUnavailable, reason)
+	}
+	return nil
 }
 
 // repairConcurrency bounds the Docker calls one reconcile pass makes at once.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
@@ -26,9 +27,11 @@ type Store interface {
 	ListSandboxes(ctx context.Context, f store.ListFilter) ([]store.Sandbox, string, error)
 	UpdateSandboxState(ctx context.Context, id string, from []store.SandboxState, to store.SandboxState, reason string) (store.Sandbox, error)
 	UpdateSandbox(ctx context.Context, id string, u store.SandboxUpdate) (store.Sandbox, error)
+	CommitCreate(ctx context.Context, id string, expiresAt time.Time) (store.Sandbox, error)
+	BeginDestroy(ctx context.Context, id string) (store.Sandbox, error)
+	BeginReap(ctx context.Context, id string, now time.Time) (store.Sandbox, bool, error)
 	DeleteSandbox(ctx context.Context, id string) error
 	ListExpired(ctx context.Context, now time.Time) ([]store.Sandbox, error)
-	ListStuckCreating(ctx context.Context, olderThan time.Time) ([]store.Sandbox, error)
 	PutSandboxMounts(ctx context.Context, sandboxID string, sealed [][]byte) error
 
 	TryReserveHostPort(ctx context.Context, req store.PortRequest, candidate int) (store.ReserveOutcome, store.ExposedPort, error)
@@ -48,7 +51,10 @@ type Store interface {
 	DeleteClaim(ctx context.Context, c store.Claim) error
 	AttachClaimTarget(ctx context.Context, c store.Claim, targetID string) error
 	ExtendClaim(ctx context.Context, c store.Claim, ttl time.Duration) error
+	ReleaseClaim(ctx context.Context, c store.Claim) error
 	ReleasePendingClaims(ctx context.Context) (int64, error)
+	ListStaleClaims(ctx context.Context, limit int) ([]store.StaleClaim, error)
+	DeleteStaleClaim(ctx context.Context, c store.StaleClaim) (bool, error)
 }
 
 // Runtime is what the service needs of the sandbox runtime.
@@ -146,9 +152,13 @@ type Service struct {
 	// connections to the agent socket, so an exec after the first costs no
 	// dial and no AEAD open of the token.
 	clients sync.Map // string → *agent.Client
+
+	// readiness is set by the startup repair (Reconcile with startup).
+	readiness atomic.Pointer[readiness]
 }
 
-// New returns a Service. It does no I/O; call Reconcile before serving.
+// New returns a Service. It does no I/O. It refuses creates until a
+// startup Reconcile (or RunBackground) succeeds.
 func New(cfg Config, deps Deps) (*Service, error) {
 	switch {
 	case deps.Store == nil, deps.Runtime == nil, deps.Router == nil, deps.Admission == nil,
@@ -170,7 +180,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = "sandboxd/base:bookworm"
 	}
-	return &Service{cfg: cfg, Deps: deps}, nil
+	s := &Service{cfg: cfg, Deps: deps}
+	s.setReady("the startup repair has not run yet")
+	return s, nil
 }
 
 // Agent returns the client of a sandbox's agent. The sandbox must exist;

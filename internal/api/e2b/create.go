@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -61,107 +60,39 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 	if len(key) > maxIdempotencyKey {
 		return badRequest("Idempotency-Key is longer than %d bytes", maxIdempotencyKey)
 	}
-	fp := fingerprint(req)
-
-	var once service.Once
-	switch {
+	once := service.CreateOnceRequest{Create: req, After: f.afterCreate}
+	switch fp := fingerprint(req); {
 	case key != "":
-		once = service.Once{
+		once.Key = service.OnceKey{
 			Scope:        keyScope,
 			Fingerprint:  hashHex(c.Owner + "\x00" + key),
 			RequestHash:  fp,
 			PendingTTL:   dedupePendingTTL,
 			ReplayWindow: keyReplayWindow,
 		}
+		once.DeriveID = true
 	case f.bodyDedupe:
-		once = service.Once{
+		once.Key = service.OnceKey{
 			Scope:        dedupeScope,
 			Fingerprint:  fp,
 			PendingTTL:   dedupePendingTTL,
 			ReplayWindow: dedupeReplayWindow,
-			// A duplicate of a create whose sandbox was killed since is a
-			// new create, not a replay of a dead id.
-			Live: func(ctx context.Context, id string) bool {
-				_, err := f.svc.Get(ctx, c, id)
-				return !errors.Is(err, service.ErrNotFound)
-			},
 		}
-	default:
-		created, err := f.svc.CreateSandbox(r.Context(), req)
-		if err != nil {
-			return templateErr(body.TemplateID, err)
-		}
-		if err := f.afterCreate(r.Context(), created.Sandbox); err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusCreated, f.sandbox(created.Sandbox))
-		return nil
+		once.DeriveID = true
 	}
-
-	var created *service.Created // set only when this call did the work
-	id, _, err := f.svc.Idempotent(r.Context(), once, func(ctx context.Context) (string, error) {
-		id, err := f.dedupedID(ctx, once)
-		if err != nil {
-			return "", err
-		}
-		c, err := f.svc.CreateSandboxWithID(ctx, id, req)
-		if err != nil {
-			return "", err
-		}
-		if err := f.afterCreate(ctx, c.Sandbox); err != nil {
-			return "", err
-		}
-		created = c
-		return c.ID, nil
-	})
+	created, err := f.svc.CreateOnce(r.Context(), c, once)
 	if err != nil {
 		return templateErr(body.TemplateID, err)
 	}
-	var sb service.Sandbox
-	if created != nil {
-		sb = created.Sandbox
-	} else if sb, err = f.svc.Get(r.Context(), c, id); err != nil {
-		// The first call's sandbox is already gone (killed or expired):
-		// the replay has nothing to return.
-		return err
-	}
-	writeJSON(w, http.StatusCreated, f.sandbox(sb))
+	writeJSON(w, http.StatusCreated, f.sandbox(created.Sandbox))
 	return nil
 }
 
 // afterCreate starts what a template needs beyond its container (the
-// code-interpreter server). On failure it destroys the sandbox, so a create
-// that answers an error leaves nothing behind and its claim can go.
+// code-interpreter server). When it fails, CreateOnce destroys the
+// sandbox, so a create that answers an error leaves nothing behind.
 func (f *Facade) afterCreate(ctx context.Context, sb service.Sandbox) error {
-	err := f.ensureInterpreter(ctx, sb)
-	if err == nil {
-		return nil
-	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	if derr := f.svc.Destroy(dctx, service.Caller{Owner: sb.Owner, Admin: true}, sb.ID); derr != nil && !errors.Is(derr, service.ErrNotFound) {
-		return errors.Join(err, fmt.Errorf("destroy sandbox %s after a failed create: %w", sb.ID, derr))
-	}
-	return err
-}
-
-// dedupedID is the id of the sandbox a claim creates: "sb-" and the first
-// 16 hex digits of sha256(scope, fingerprint, claim lock deadline). Every
-// caller that shares the claim derives the same id — so a duplicate that
-// lands on another node collides with it — and a later claim of the same
-// fingerprint (after the replay window) has another deadline and so
-// another id.
-func (f *Facade) dedupedID(ctx context.Context, o service.Once) (string, error) {
-	c, ok := service.ClaimFrom(ctx)
-	if !ok {
-		return "", errors.New("dedupe: create runs outside an idempotency claim")
-	}
-	var nonce [8]byte
-	binary.BigEndian.PutUint64(nonce[:], uint64(c.LockedUntil.UnixNano()))
-	h := sha256.New()
-	h.Write([]byte(o.Scope + "\x00" + o.Fingerprint + "\x00"))
-	h.Write(nonce[:])
-	return "sb-" + hex.EncodeToString(h.Sum(nil))[:16], nil
+	return f.ensureInterpreter(ctx, sb)
 }
 
 // templateErr turns the service's "image not present" into E2B's

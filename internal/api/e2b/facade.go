@@ -21,9 +21,7 @@ import (
 // Service is what the facade needs of the domain layer; *service.Service
 // implements it.
 type Service interface {
-	CreateSandbox(ctx context.Context, req service.CreateRequest) (*service.Created, error)
-	CreateSandboxWithID(ctx context.Context, id string, req service.CreateRequest) (*service.Created, error)
-	Idempotent(ctx context.Context, o service.Once, work func(ctx context.Context) (string, error)) (targetID string, replayed bool, err error)
+	CreateOnce(ctx context.Context, c service.Caller, r service.CreateOnceRequest) (*service.Created, error)
 	Get(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	List(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
 	Destroy(ctx context.Context, c service.Caller, idOrName string) error

@@ -145,6 +145,9 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := h.svc.Reconcile(ctx, true); err != nil {
+		t.Fatal(err)
+	}
 
 	lookup := tokens{}
 	admin, atok, ahash := auth.Generate(auth.RoleAdmin, "admin")

@@ -35,6 +35,7 @@ type route struct {
 func routes() []route {
 	return []route{
 		{http.MethodGet, "/healthz", public, jsonBody, (*server).healthz},
+		{http.MethodGet, "/readyz", public, jsonBody, (*server).readyz},
 		{http.MethodGet, "/metrics", public, jsonBody, (*server).serveMetrics},
 
 		{http.MethodPost, "/v1/sandboxes", user, jsonBody, (*server).createSandbox},

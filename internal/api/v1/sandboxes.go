@@ -1,7 +1,6 @@
 package v1
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -28,8 +27,20 @@ const (
 	createReplayWindow = 24 * time.Hour
 )
 
+// healthz is liveness: the process answers.
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.version})
+	return nil
+}
+
+// readyz is readiness: 200 once the startup repair has succeeded (routes,
+// ports and domains restored, capacity recomputed), else 503 with why.
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
+	if ok, reason := s.svc.Ready(); !ok {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting", "reason": reason, "version": s.version})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "version": s.version})
 	return nil
 }
 
@@ -51,41 +62,19 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	c := caller(r)
-	req := body.toService(c.Owner)
-	if key == "" {
-		created, err := s.svc.CreateSandbox(r.Context(), req)
-		if err != nil {
-			return err
+	once := service.CreateOnceRequest{Create: body.toService(c.Owner)}
+	if key != "" {
+		once.Key = service.OnceKey{
+			Scope:        createScope,
+			Fingerprint:  hashHex(c.Owner + "\x00" + key),
+			RequestHash:  requestHash(body),
+			PendingTTL:   createPendingTTL,
+			ReplayWindow: createReplayWindow,
 		}
-		writeCreated(w, created)
-		return nil
 	}
-
-	var created *service.Created // set only when this call did the work
-	once := service.Once{
-		Scope:        createScope,
-		Fingerprint:  hashHex(c.Owner + "\x00" + key),
-		RequestHash:  requestHash(body),
-		PendingTTL:   createPendingTTL,
-		ReplayWindow: createReplayWindow,
-	}
-	id, _, err := s.svc.Idempotent(r.Context(), once, func(ctx context.Context) (string, error) {
-		var err error
-		created, err = s.svc.CreateSandbox(ctx, req)
-		if err != nil {
-			return "", err
-		}
-		return created.ID, nil
-	})
+	created, err := s.svc.CreateOnce(r.Context(), c, once)
 	if err != nil {
 		return err
-	}
-	if created == nil {
-		sb, err := s.svc.Get(r.Context(), c, id)
-		if err != nil {
-			return err
-		}
-		created = &service.Created{Sandbox: sb, Replayed: true}
 	}
 	writeCreated(w, created)
 	return nil

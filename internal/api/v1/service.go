@@ -15,8 +15,8 @@ import (
 // implements it. Handlers call nothing else, so this interface is the whole
 // dependency surface of the edge (and the seam for fault injection).
 type Service interface {
-	CreateSandbox(ctx context.Context, req service.CreateRequest) (*service.Created, error)
-	Idempotent(ctx context.Context, o service.Once, work func(ctx context.Context) (string, error)) (targetID string, replayed bool, err error)
+	CreateOnce(ctx context.Context, c service.Caller, r service.CreateOnceRequest) (*service.Created, error)
+	Ready() (ok bool, reason string)
 	Get(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	List(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
 	Destroy(ctx context.Context, c service.Caller, idOrName string) error

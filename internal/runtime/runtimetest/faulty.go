@@ -36,6 +36,10 @@ type Fault struct {
 	// Times is how many calls fail before the fault clears itself;
 	// 0 means every call until Clear.
 	Times int
+	// Hook, when set, runs before the call (to block it, count it, or act
+	// in its window); its error fails the call. With a nil Err the call
+	// then goes ahead.
+	Hook func() error
 }
 
 // Faulty wraps a runtime.Runtime and fails chosen methods on demand. It is
@@ -101,6 +105,14 @@ func do[T any](f *Faulty, m Method, call func() (T, error)) (T, error) {
 		return call()
 	}
 	var zero T
+	if flt.Hook != nil {
+		if err := flt.Hook(); err != nil {
+			return zero, err
+		}
+		if flt.Err == nil {
+			return call()
+		}
+	}
 	if flt.After {
 		v, err := call()
 		if err != nil {
