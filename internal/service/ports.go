@@ -244,6 +244,12 @@ var hostnamePattern = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.
 // the same sandbox and port again is a no-op; a hostname another sandbox
 // (or another port) holds is ErrHostnameConflict. Traffic needs the port
 // to be exposed as http.
+//
+// The row is written first, then the route. When the route fails, the row
+// is deleted only if this call created it and no identical call has put it
+// since (the store fences the delete with this call's token): an identical
+// call that found the row may already have reported success. A delete that
+// fails is returned joined with the route's error.
 func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname string, port int) (Domain, error) {
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
@@ -265,7 +271,7 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 	if port < 1 || port > 65535 {
 		return Domain{}, invalid("port", "must be between 1 and 65535")
 	}
-	created, err := s.Store.AddCustomDomain(ctx, hostname, row.ID, port)
+	created, token, err := s.Store.PutCustomDomain(ctx, hostname, row.ID, port)
 	if err != nil {
 		if errors.Is(err, store.ErrHostnameConflict) {
 			return Domain{}, fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
@@ -273,16 +279,18 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 		return Domain{}, s.mapStoreErr(err, row.ID)
 	}
 	if err := s.Router.BindDomain(ctx, hostname, row.ID, port); err != nil {
-		if created {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-			_, _ = s.Store.RemoveCustomDomain(rctx, row.ID, hostname)
-			cancel()
-		}
 		switch {
 		case errors.Is(err, ingress.ErrHostnameConflict):
-			return Domain{}, fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
+			err = fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
 		case errors.Is(err, ingress.ErrNotInstalled):
-			return Domain{}, fmt.Errorf("sandbox %s is being destroyed: %w", row.ID, ErrConflict)
+			err = fmt.Errorf("sandbox %s is being destroyed: %w", row.ID, ErrConflict)
+		}
+		if created {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			if _, rerr := s.Store.ReleaseCustomDomain(rctx, row.ID, hostname, token); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("release domain %s: %w", hostname, rerr))
+			}
+			cancel()
 		}
 		return Domain{}, err
 	}

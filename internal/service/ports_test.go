@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
@@ -55,10 +57,20 @@ var installFaults = []struct{ proto, step string }{
 func newPortsService(t *testing.T) (*harness, *service.Service, *failingInstall) {
 	t.Helper()
 	h := newHarness(t, harnessOptions{})
-	lo := freePorts(t, 8)
 	r := &failingInstall{faultyRouter: h.routes}
+	svc, _ := newServiceOver(t, h, r, h.store)
+	return h, svc, r
+}
+
+// newServiceOver is a second service over the harness's dependencies, with
+// router and st in place of its router and store, "localhost" as the
+// preview domain and a pool of 8 host ports of its own, [lo, lo+7].
+func newServiceOver(t *testing.T, h *harness, router service.Router, st service.Store) (svc *service.Service, lo int) {
+	t.Helper()
+	lo = freePorts(t, 8)
 	deps := h.svc.Deps
-	deps.Router = r
+	deps.Router = router
+	deps.Store = st
 	svc, err := service.New(service.Config{
 		NodeID:       h.nodeID,
 		DefaultImage: busybox,
@@ -70,7 +82,7 @@ func newPortsService(t *testing.T) (*harness, *service.Service, *failingInstall)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return h, svc, r
+	return svc, lo
 }
 
 // TestExposePort_InstallFails injects a failure after the exposure's row
@@ -176,6 +188,111 @@ func TestExposePort_RetryInstallFails(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gatedBind holds the first BindDomain until release is closed and then
+// fails it; every later BindDomain goes through. entered is closed once the
+// first one is held.
+type gatedBind struct {
+	*faultyRouter
+	calls            atomic.Int32
+	entered, release chan struct{}
+}
+
+func (g *gatedBind) BindDomain(ctx context.Context, hostname, id string, port int) error {
+	if g.calls.Add(1) == 1 {
+		close(g.entered)
+		<-g.release
+		return errInjected
+	}
+	return g.faultyRouter.BindDomain(ctx, hostname, id, port)
+}
+
+// failingBind fails every BindDomain.
+type failingBind struct{ *faultyRouter }
+
+func (failingBind) BindDomain(context.Context, string, string, int) error { return errInjected }
+
+var errRelease = errors.New("injected release fault")
+
+// failingRelease fails the undo of a domain binding, fenced or not.
+type failingRelease struct{ *faultyStore }
+
+func (failingRelease) ReleaseCustomDomain(context.Context, string, string, int64) (bool, error) {
+	return false, errRelease
+}
+
+func (failingRelease) RemoveCustomDomain(context.Context, string, string) (bool, error) {
+	return false, errRelease
+}
+
+// TestAddDomain_RollbackIsFencedAndErrorReturned: a bind that fails after
+// its row was written takes back only what it wrote — never a binding an
+// identical call has meanwhile reported as success — and a rollback that
+// fails is returned with the bind's error, not dropped.
+func TestAddDomain_RollbackIsFencedAndErrorReturned(t *testing.T) {
+	const host = "app.example.com"
+
+	t.Run("fenced", func(t *testing.T) {
+		h := newHarness(t, harnessOptions{})
+		r := &gatedBind{faultyRouter: h.routes, entered: make(chan struct{}), release: make(chan struct{})}
+		svc, _ := newServiceOver(t, h, r, h.store)
+		ctx := t.Context()
+		sb, err := svc.CreateSandbox(ctx, service.CreateRequest{Owner: "admin", Image: busybox})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.ExposePort(ctx, admin, sb.ID, 8080, "http", false); err != nil {
+			t.Fatal(err)
+		}
+
+		// The first call writes the row and is held in its bind.
+		first := make(chan error, 1)
+		go func() {
+			_, err := svc.AddDomain(ctx, admin, sb.ID, host, 8080)
+			first <- err
+		}()
+		select {
+		case <-r.entered:
+		case err := <-first:
+			t.Fatalf("first bind returned before its bind: %v", err)
+		}
+		// An identical call finds the row, binds, and reports success.
+		if _, err := svc.AddDomain(ctx, admin, sb.ID, host, 8080); err != nil {
+			t.Fatalf("identical bind: %v", err)
+		}
+		// Now the first call's bind fails, and it rolls back.
+		close(r.release)
+		if err := <-first; !errors.Is(err, errInjected) {
+			t.Fatalf("first bind: %v, want the injected fault", err)
+		}
+
+		ds, err := svc.ListDomains(ctx, admin, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []service.Domain{{Hostname: host, SandboxID: sb.ID, Port: 8080}}
+		if diff := cmp.Diff(want, ds); diff != "" {
+			t.Errorf("domains after the first call's rollback (-want +got):\n%s", diff)
+		}
+		if !h.routes.Routable(host) {
+			t.Errorf("%s is not routed after the first call's rollback", host)
+		}
+	})
+
+	t.Run("error returned", func(t *testing.T) {
+		h := newHarness(t, harnessOptions{})
+		svc, _ := newServiceOver(t, h, failingBind{h.routes}, failingRelease{h.store})
+		ctx := t.Context()
+		sb, err := svc.CreateSandbox(ctx, service.CreateRequest{Owner: "admin", Image: busybox})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = svc.AddDomain(ctx, admin, sb.ID, host, 8080)
+		if !errors.Is(err, errInjected) || !errors.Is(err, errRelease) {
+			t.Fatalf("bind and rollback both failing: %v; want both faults", err)
+		}
+	})
 }
 
 // freePorts finds n consecutive loopback ports that are free right now.
