@@ -3,8 +3,10 @@ package service_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -293,6 +295,100 @@ func TestAddDomain_RollbackIsFencedAndErrorReturned(t *testing.T) {
 			t.Fatalf("bind and rollback both failing: %v; want both faults", err)
 		}
 	})
+}
+
+// TestExposeUnexposeInterleaving_LeavesNoOrphanRoute races tcp exposes,
+// unexposes and http exposes of one sandbox port. Whatever the order, once
+// the calls return the ingress holds exactly what the store holds: no
+// route or listener without its row (which made a later http expose fail
+// with a protocol conflict), no row without its route.
+func TestExposeUnexposeInterleaving_LeavesNoOrphanRoute(t *testing.T) {
+	const (
+		port    = 8080
+		rounds  = 25
+		callers = 9
+	)
+	h := newHarness(t, harnessOptions{})
+	svc, lo := newServiceOver(t, h, h.routes, h.store)
+	ctx := t.Context()
+	sb, err := svc.CreateSandbox(ctx, service.CreateRequest{Owner: "admin", Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := []struct {
+		name string
+		do   func() error
+	}{
+		{"expose tcp", func() error { _, err := svc.ExposePort(ctx, admin, sb.ID, port, "tcp", false); return err }},
+		{"unexpose", func() error { return svc.UnexposePort(ctx, admin, sb.ID, port) }},
+		{"expose http", func() error { _, err := svc.ExposePort(ctx, admin, sb.ID, port, "http", false); return err }},
+	}
+	for round := range rounds {
+		var wg sync.WaitGroup
+		for i := range callers {
+			op := ops[(i+round)%len(ops)]
+			wg.Go(func() {
+				// Another protocol for an exposed port is a conflict;
+				// nothing else may fail.
+				if err := op.do(); err != nil && !errors.Is(err, service.ErrConflict) {
+					t.Errorf("round %d: %s: %v", round, op.name, err)
+				}
+			})
+		}
+		wg.Wait()
+		assertIngressMatchesStore(t, h, sb.ID, lo, lo+7)
+		if t.Failed() {
+			t.Fatalf("round %d left the ingress and the store apart", round)
+		}
+	}
+
+	// The symptom: with the port unexposed, an http expose succeeds.
+	if err := svc.UnexposePort(ctx, admin, sb.ID, port); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.ExposePort(ctx, admin, sb.ID, port, "http", false); err != nil {
+		t.Errorf("http expose after the race: %v", err)
+	}
+	assertIngressMatchesStore(t, h, sb.ID, lo, lo+7)
+}
+
+// assertIngressMatchesStore checks that the router's routes for sandbox id
+// are its exposed_ports rows, port for port and protocol for protocol, and
+// that of the host ports in [lo, hi] the router listens on exactly those
+// the rows hold.
+func assertIngressMatchesStore(t *testing.T, h *harness, id string, lo, hi int) {
+	t.Helper()
+	rows, err := h.store.ListExposedPorts(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inStore, held := map[int]string{}, map[int]bool{}
+	for _, ep := range rows {
+		inStore[ep.Port] = string(ep.Protocol)
+		if ep.HostPort > 0 {
+			held[ep.HostPort] = true
+		}
+	}
+	inRouter := map[int]string{}
+	for _, p := range h.routes.Ports(id) {
+		inRouter[p.Number] = string(p.Protocol)
+	}
+	if !maps.Equal(inStore, inRouter) {
+		t.Errorf("routes %v, rows %v; want the same ports and protocols", inRouter, inStore)
+	}
+	for hp := lo; hp <= hi; hp++ {
+		// A listener for a sandbox port that is not exposed: the router
+		// answers ErrHostPortConflict iff it already listens on hp (and
+		// ErrNotExposed otherwise), without binding anything.
+		err := h.routes.ListenTCP(t.Context(), hp, "sb-0000000000000000", 1)
+		listening := errors.Is(err, ingress.ErrHostPortConflict)
+		if !listening && !errors.Is(err, ingress.ErrNotExposed) {
+			t.Fatalf("probe host port %d: %v", hp, err)
+		}
+		if listening != held[hp] {
+			t.Errorf("host port %d: router listening %v, a row holds it %v", hp, listening, held[hp])
+		}
+	}
 }
 
 // freePorts finds n consecutive loopback ports that are free right now.
