@@ -305,7 +305,7 @@ func TestAddDomain_RollbackIsFencedAndErrorReturned(t *testing.T) {
 func TestExposeUnexposeInterleaving_LeavesNoOrphanRoute(t *testing.T) {
 	const (
 		port    = 8080
-		rounds  = 25
+		rounds  = 50
 		callers = 9
 	)
 	h := newHarness(t, harnessOptions{})
