@@ -248,7 +248,10 @@ func TestAddDomain_RollbackIsFencedAndErrorReturned(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		// The first call writes the row and is held in its bind.
+		// The first call writes the row and is held in its bind (until
+		// the end of the test at the latest, so it never leaks).
+		release := sync.OnceFunc(func() { close(r.release) })
+		t.Cleanup(release)
 		first := make(chan error, 1)
 		go func() {
 			_, err := svc.AddDomain(ctx, admin, sb.ID, host, 8080)
@@ -264,7 +267,7 @@ func TestAddDomain_RollbackIsFencedAndErrorReturned(t *testing.T) {
 			t.Fatalf("identical bind: %v", err)
 		}
 		// Now the first call's bind fails, and it rolls back.
-		close(r.release)
+		release()
 		if err := <-first; !errors.Is(err, errInjected) {
 			t.Fatalf("first bind: %v, want the injected fault", err)
 		}
