@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"regexp"
 	"strings"
@@ -61,6 +62,10 @@ type Exposure struct {
 // install fails, the row is deleted only if this call inserted it — an
 // exposure another call made stays, with its listener. A host port some
 // other process holds is skipped and the walk goes on.
+//
+// Exposes and unexposes of one (sandbox, port) are serialised from the
+// store write to the router update (portLocks), so the router always holds
+// what the last of them left in the row.
 func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, port int, protocol string, public bool) (Exposure, error) {
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
@@ -81,6 +86,11 @@ func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, por
 	}
 	req := store.PortRequest{SandboxID: row.ID, Port: port, Protocol: proto, Public: public}
 	route := ingress.Port{Number: port, Protocol: ingress.Protocol(proto), Public: public}
+	unlock, err := portLocks.lock(ctx, row.ID, port)
+	if err != nil {
+		return Exposure{}, err
+	}
+	defer unlock()
 
 	var ep store.ExposedPort
 	if proto == store.ProtocolTCP {
@@ -136,6 +146,41 @@ func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, por
 	return s.exposure(ep), nil
 }
 
+// portLocks serialises the exposes and unexposes of one (sandbox, port):
+// each holds its stripe from the store write through the router update, so
+// two of them never interleave and leave a route the row does not back (or
+// a row without its route). The stripes are shared by every Service in the
+// process; unrelated ports that hash to one stripe only wait for each other
+// briefly, and a call holds one stripe at a time, so none deadlock.
+var portLocks = newStripedLocks(64)
+
+// stripedLocks is a fixed set of mutexes that honour a context while
+// waiting, picked by hashing a key.
+type stripedLocks []chan struct{}
+
+func newStripedLocks(n int) stripedLocks {
+	l := make(stripedLocks, n)
+	for i := range l {
+		l[i] = make(chan struct{}, 1)
+	}
+	return l
+}
+
+// lock takes the stripe of (sandboxID, port) and returns its unlock, or
+// ctx's error if ctx ends first.
+func (l stripedLocks) lock(ctx context.Context, sandboxID string, port int) (unlock func(), err error) {
+	h := fnv.New32a()
+	h.Write([]byte(sandboxID))
+	h.Write([]byte{0, byte(port >> 8), byte(port)})
+	m := l[h.Sum32()%uint32(len(l))]
+	select {
+	case m <- struct{}{}:
+		return func() { <-m }, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
 // installExposure puts an exposure's route (and TCP listener) in the
 // ingress. It is idempotent.
 func (s *Service) installExposure(ctx context.Context, ep store.ExposedPort) error {
@@ -186,23 +231,27 @@ func (s *Service) portErr(err error, sandboxID string, port int) error {
 
 // UnexposePort removes an exposure: its route, its listener, its row.
 // Unexposing a port that is not exposed succeeds, so it is safe to repeat.
+// It is serialised with the exposes of the same port, like ExposePort.
 func (s *Service) UnexposePort(ctx context.Context, c Caller, idOrName string, port int) error {
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
 		return err
 	}
+	unlock, err := portLocks.lock(ctx, row.ID, port)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	eps, err := s.Store.ListExposedPorts(ctx, row.ID)
 	if err != nil {
 		return s.mapStoreErr(err, row.ID)
 	}
+	// The route goes even without a row: nothing but a row may keep it.
+	if err := s.Router.UnexposePort(ctx, row.ID, port); err != nil {
+		return err
+	}
 	for _, ep := range eps {
-		if ep.Port != port {
-			continue
-		}
-		if err := s.Router.UnexposePort(ctx, row.ID, port); err != nil {
-			return err
-		}
-		if ep.HostPort > 0 {
+		if ep.Port == port && ep.HostPort > 0 {
 			if err := s.Router.CloseTCP(ep.HostPort); err != nil {
 				return err
 			}
@@ -244,6 +293,12 @@ var hostnamePattern = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.
 // the same sandbox and port again is a no-op; a hostname another sandbox
 // (or another port) holds is ErrHostnameConflict. Traffic needs the port
 // to be exposed as http.
+//
+// The row is written first, then the route. When the route fails, the row
+// is deleted only if this call created it and no identical call has put it
+// since (the store fences the delete with this call's token): an identical
+// call that found the row may already have reported success. A delete that
+// fails is returned joined with the route's error.
 func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname string, port int) (Domain, error) {
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
@@ -265,7 +320,7 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 	if port < 1 || port > 65535 {
 		return Domain{}, invalid("port", "must be between 1 and 65535")
 	}
-	created, err := s.Store.AddCustomDomain(ctx, hostname, row.ID, port)
+	created, token, err := s.Store.PutCustomDomain(ctx, hostname, row.ID, port)
 	if err != nil {
 		if errors.Is(err, store.ErrHostnameConflict) {
 			return Domain{}, fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
@@ -273,16 +328,18 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 		return Domain{}, s.mapStoreErr(err, row.ID)
 	}
 	if err := s.Router.BindDomain(ctx, hostname, row.ID, port); err != nil {
-		if created {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-			_, _ = s.Store.RemoveCustomDomain(rctx, row.ID, hostname)
-			cancel()
-		}
 		switch {
 		case errors.Is(err, ingress.ErrHostnameConflict):
-			return Domain{}, fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
+			err = fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
 		case errors.Is(err, ingress.ErrNotInstalled):
-			return Domain{}, fmt.Errorf("sandbox %s is being destroyed: %w", row.ID, ErrConflict)
+			err = fmt.Errorf("sandbox %s is being destroyed: %w", row.ID, ErrConflict)
+		}
+		if created {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			if _, rerr := s.Store.ReleaseCustomDomain(rctx, row.ID, hostname, token); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("release domain %s: %w", hostname, rerr))
+			}
+			cancel()
 		}
 		return Domain{}, err
 	}

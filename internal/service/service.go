@@ -41,6 +41,8 @@ type Store interface {
 	ListExposedPorts(ctx context.Context, sandboxID string) ([]store.ExposedPort, error)
 	ListAllExposedPorts(ctx context.Context) ([]store.ExposedPort, error)
 	AddCustomDomain(ctx context.Context, hostname, sandboxID string, port int) (bool, error)
+	PutCustomDomain(ctx context.Context, hostname, sandboxID string, port int) (bool, int64, error)
+	ReleaseCustomDomain(ctx context.Context, sandboxID, hostname string, token int64) (bool, error)
 	RemoveCustomDomain(ctx context.Context, sandboxID, hostname string) (bool, error)
 	ListCustomDomains(ctx context.Context, sandboxID string) ([]store.CustomDomain, error)
 	ListAllCustomDomains(ctx context.Context) ([]store.CustomDomain, error)

@@ -93,3 +93,58 @@ func TestCustomDomains_RaceOneHostname(t *testing.T) {
 		t.Errorf("rows: %d, want 1", len(all))
 	}
 }
+
+// TestCustomDomains_ReleaseIsFenced: the undo of a put deletes the binding
+// only while no other call has put it since — neither an identical put that
+// found it nor a remove and a new put.
+func TestCustomDomains_ReleaseIsFenced(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	a := sandboxID(1)
+	createSandbox(t, s, a, "")
+	const host = "fence.example.com"
+
+	created, first, err := s.PutCustomDomain(ctx, host, a, 8080)
+	if err != nil || !created {
+		t.Fatalf("put = %v, %v; want created", created, err)
+	}
+	created, second, err := s.PutCustomDomain(ctx, host, a, 8080)
+	if err != nil || created {
+		t.Fatalf("identical put = %v, %v; want found", created, err)
+	}
+	if first == second {
+		t.Fatalf("identical put kept token %d; want a fresh one", first)
+	}
+	if _, _, err := s.PutCustomDomain(ctx, host, a, 9090); !errors.Is(err, store.ErrHostnameConflict) {
+		t.Fatalf("put with another port: %v, want ErrHostnameConflict", err)
+	}
+	if released, err := s.ReleaseCustomDomain(ctx, a, host, first); err != nil || released {
+		t.Errorf("release by the creator after an identical put = %v, %v; want nothing released", released, err)
+	}
+	if _, err := s.GetCustomDomain(ctx, host); err != nil {
+		t.Fatalf("binding after a fenced release: %v", err)
+	}
+	for i, want := range []bool{true, false} {
+		if released, err := s.ReleaseCustomDomain(ctx, a, host, second); err != nil || released != want {
+			t.Errorf("release #%d by the last put = %v, %v; want %v", i+1, released, err, want)
+		}
+	}
+
+	// Removed and bound again: the old token is no longer the row's.
+	_, third, err := s.PutCustomDomain(ctx, host, a, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RemoveCustomDomain(ctx, a, host); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.PutCustomDomain(ctx, host, a, 8080); err != nil {
+		t.Fatal(err)
+	}
+	if released, err := s.ReleaseCustomDomain(ctx, a, host, third); err != nil || released {
+		t.Errorf("release of a removed and re-bound binding = %v, %v; want nothing released", released, err)
+	}
+	if _, err := s.GetCustomDomain(ctx, host); err != nil {
+		t.Errorf("binding after a stale release: %v", err)
+	}
+}
