@@ -332,10 +332,12 @@ func (f *faultyStore) ExtendClaim(ctx context.Context, c store.Claim, ttl time.D
 
 }
 
-// faultyRouter fails Install on demand.
+// faultyRouter fails Install on demand, or runs onInstall first (a window
+// in the middle of a create: its container runs, its row is creating).
 type faultyRouter struct {
 	*ingress.Router
 	failInstall bool
+	onInstall   func()
 }
 
 // lateDialer lets the ingress dial through a service built after it.
@@ -348,6 +350,9 @@ func (d *lateDialer) DialPort(ctx context.Context, id string, port int) (net.Con
 func (f *faultyRouter) Install(ctx context.Context, id string) error {
 	if f.failInstall {
 		return errInjected
+	}
+	if f.onInstall != nil {
+		f.onInstall()
 	}
 	return f.Router.Install(ctx, id)
 }
