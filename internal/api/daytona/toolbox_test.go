@@ -62,7 +62,7 @@ func TestExecute_TimeoutIs408AndKills(t *testing.T) {
 	// The sandbox is shared: look for this test's own sleep only, named
 	// by a duration no other test uses. The pattern's [p] keeps pgrep's
 	// own shell from matching it.
-	n := fmt.Sprintf("31.%09d", rand.N(1_000_000_000))
+	n := fmt.Sprintf("31%09d", rand.N(1_000_000_000))
 	sleep := "sleep " + n
 	begin := time.Now()
 	resp := s.do(t, s.Admin, http.MethodPost, "/toolbox/"+sb.ID+"/process/execute", map[string]any{"command": sleep, "timeout": 1})
