@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // baseImage is the sandbox image the container tests run in.
@@ -28,7 +28,6 @@ type dockerEnv struct {
 	agent string // host path of the static toolboxd
 	dir   string // scratch: the agent build and the socket root
 	err   error  // setup failure, reported by every test
-	skip  string // reason to skip, when docker is unreachable outside CI
 }
 
 var (
@@ -39,26 +38,14 @@ var (
 	sharedErr    error
 )
 
-// dockerSetup returns the shared runtime, skipping the test when Docker is
-// unreachable and CI is unset (in CI an unreachable Docker fails).
+// dockerSetup returns the shared runtime, skipping the test under -short
+// or when Docker is unreachable and CI is unset (testenv.NeedsDocker).
 func dockerSetup(t *testing.T) *dockerEnv {
 	t.Helper()
+	testenv.NeedsDocker(t)
 	dockerOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cli, err := client.New(client.FromEnv)
-		if err == nil {
-			_, err = cli.Ping(ctx, client.PingOptions{})
-			cli.Close()
-		}
-		if err != nil {
-			if os.Getenv("CI") == "" {
-				dockerShared.skip = "docker unreachable (" + err.Error() + ") and CI unset"
-				return
-			}
-			dockerShared.err = err
-			return
-		}
 		dir, err := os.MkdirTemp("", "agd")
 		if err != nil {
 			dockerShared.err = err
@@ -69,13 +56,14 @@ func dockerSetup(t *testing.T) *dockerEnv {
 		if dockerShared.err != nil {
 			return
 		}
+		// A node of this process's own: other runs of these tests on the
+		// same engine must not see its containers, nor it theirs.
+		node := "agent-test-" + filepath.Base(dir)
+		testenv.Track(node)
 		dockerShared.rt, dockerShared.err = docker.New(docker.Options{
-			NodeID: "agent-test", SocketRoot: filepath.Join(dir, "s"),
+			NodeID: node, SocketRoot: filepath.Join(dir, "s"),
 		})
 	})
-	if dockerShared.skip != "" {
-		t.Skip(dockerShared.skip)
-	}
 	if dockerShared.err != nil {
 		t.Fatalf("docker setup: %v", dockerShared.err)
 	}
@@ -162,35 +150,40 @@ func TestDocker_RefusesRequestsWithoutToken(t *testing.T) {
 
 func TestDocker_OrphansAreReaped(t *testing.T) {
 	t.Parallel()
-	s := sharedSandbox(t)
+	// A sandbox of its own: the test looks at every process in it, and in
+	// the shared one other tests' processes come and go.
+	d := dockerSetup(t)
+	s, err := d.newSandbox(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.destroy(s)
 	// A double fork: the subshell starts sleep and exits at once, so sleep
 	// is re-parented to PID 1 and, when it exits, must be reaped by it.
 	res, err := s.client.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", "for i in 1 2 3 4 5; do (sleep 0.2 &); done; echo forked"}})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("double fork: %v %+v", err, res)
 	}
-	var zombies string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	testenv.WaitFor(t, "the orphans to exit and be reaped", func() error {
 		res, err := s.client.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"ps", "-eo", "pid,ppid,stat,comm"}})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		zombies = ""
-		sleeping := false
+		var zombies, sleeping string
 		for _, line := range strings.Split(string(res.Stdout), "\n")[1:] {
 			f := strings.Fields(line)
 			if len(f) == 4 && strings.HasPrefix(f[2], "Z") {
 				zombies += line + "\n"
 			}
 			if len(f) == 4 && f[3] == "sleep" {
-				sleeping = true
+				sleeping += line + "\n"
 			}
 		}
-		if zombies == "" && !sleeping {
-			return
+		if zombies != "" || sleeping != "" {
+			return fmt.Errorf("zombies left in the sandbox:\n%ssleeps still running:\n%s", zombies, sleeping)
 		}
-	}
-	t.Errorf("zombies left in the sandbox:\n%s", zombies)
+		return nil
+	})
 }
 
 func TestDocker_SIGTERMStopsAgentCleanly(t *testing.T) {
@@ -234,6 +227,7 @@ func TestDocker_SIGTERMStopsAgentCleanly(t *testing.T) {
 
 // TestMain destroys the shared sandbox and the agent build once every
 // test, parallel ones included, has finished.
+// It then fails the run if a container of the tests' node is left.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if sharedBox != nil {
@@ -242,5 +236,5 @@ func TestMain(m *testing.M) {
 	if dockerShared.dir != "" {
 		os.RemoveAll(dockerShared.dir)
 	}
-	os.Exit(code)
+	os.Exit(testenv.Exit(code))
 }

@@ -12,6 +12,7 @@ package testenv
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"sync"
@@ -59,5 +60,46 @@ func NeedsDocker(t testing.TB) {
 			t.Fatalf("needs a Docker engine and none answers (docker info: %v): run make setup", err)
 		}
 		t.Skipf("SKIP: needs a Docker engine and none answers (docker info: %v): run make setup", err)
+	}
+}
+
+// Deadline is how long a test waits for something asynchronous to
+// happen. It is generous on purpose: on a loaded machine a condition that
+// takes 50 ms on a laptop can take seconds, and a wait that is too short
+// is a flaky test, while one that is long only costs time when the test
+// fails anyway.
+const Deadline = 60 * time.Second
+
+// pollInterval is the pause between two checks of a condition.
+const pollInterval = 25 * time.Millisecond
+
+// WaitFor polls cond until it returns nil and fails t, with what and the
+// last error cond returned, when Deadline passes or t's context ends
+// first. It is the way to wait for an asynchronous effect: never sleep a
+// fixed time and hope.
+func WaitFor(t testing.TB, what string, cond func() error) {
+	t.Helper()
+	if err := Poll(t.Context(), Deadline, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// Poll calls cond every few milliseconds until it returns nil, ctx ends or
+// timeout passes; it returns nil once cond did, or cond's last error.
+func Poll(ctx context.Context, timeout time.Duration, cond func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (after %v: %w)", err, timeout, ctx.Err())
+		case <-tick.C:
+		}
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -300,6 +302,7 @@ func TestCrashRecovery_RetrySameKeyAfterRestart(t *testing.T) {
 
 	reqs := make([]sandboxd.CreateRequest, inFlight)
 	var wg sync.WaitGroup
+	var answered atomic.Int32
 	fireCtx, cancelFire := context.WithTimeout(ctx, time.Minute)
 	defer cancelFire()
 	for i := range reqs {
@@ -308,9 +311,24 @@ func TestCrashRecovery_RetrySameKeyAfterRestart(t *testing.T) {
 			Tags:           map[string]string{"i": fmt.Sprint(i)},
 			IdempotencyKey: sandboxd.NewIdempotencyKey(),
 		}
-		wg.Go(func() { _, _ = c.CreateSandbox(fireCtx, reqs[i]) })
+		wg.Go(func() {
+			_, _ = c.CreateSandbox(fireCtx, reqs[i])
+			answered.Add(1)
+		})
 	}
-	time.Sleep(300 * time.Millisecond) // claims taken, creates mid-chain
+	// Kill once the claims are taken and the creates are mid-chain (a row
+	// in creating), not after a fixed pause a loaded machine may not honour;
+	// if every create is answered first there is nothing to wait for.
+	testenv.WaitFor(t, "a create in flight", func() error {
+		if answered.Load() > 0 {
+			return nil
+		}
+		n, _, err := metricValue(ctx, d.URL(), `sandboxd_sandboxes{state="creating"}`)
+		if err == nil && n == 0 {
+			err = errors.New("no sandbox in creating yet")
+		}
+		return err
+	})
 	if err := d.Restart(ctx); err != nil {
 		t.Fatalf("restart: %v", err)
 	}

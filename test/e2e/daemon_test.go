@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // Bounds of the daemon's lifecycle.
@@ -60,6 +62,7 @@ type daemonProcess struct {
 func newDaemon(name string, extraArgs ...string) *daemonProcess {
 	n := daemonSeq.Add(1)
 	nodeID := fmt.Sprintf("e2e-%d-%d-%s", os.Getpid(), n, name)
+	testenv.Track(nodeID) // TestMain fails the run if a container of it outlives Close
 	// A short data directory keeps the agent sockets inside it (the daemon
 	// moves them to /tmp when the path is long), so removing it removes all.
 	dataDir, err := os.MkdirTemp(env.root, "d")

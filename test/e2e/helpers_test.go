@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -55,18 +56,21 @@ func nodeContainers(ctx context.Context, nodeID string) (map[string]container, e
 	return cs, sc.Err()
 }
 
-// removeContainers force-removes every container labelled with nodeID.
+// removeContainers force-removes every container labelled with nodeID,
+// and again until a listing shows none: the engine may finish a create or
+// a start that a daemon killed mid-request had asked for after the
+// daemon is gone, so one listing is not enough.
 func removeContainers(ctx context.Context, nodeID string) error {
-	out, err := docker(ctx, "ps", "-aq", "--filter", "label="+labelNode+"="+nodeID)
-	if err != nil {
+	return testenv.Poll(ctx, testenv.Deadline, func() error {
+		if _, err := testenv.RemoveNode(ctx, nodeID); err != nil {
+			return err
+		}
+		left, err := testenv.NodeContainers(ctx, nodeID)
+		if err == nil && len(left) > 0 {
+			err = fmt.Errorf("containers of node %s still there: %s", nodeID, strings.Join(left, "; "))
+		}
 		return err
-	}
-	ids := strings.Fields(out)
-	if len(ids) == 0 {
-		return nil
-	}
-	_, err = docker(ctx, append([]string{"rm", "-f", "-v"}, ids...)...)
-	return err
+	})
 }
 
 // docker runs the docker CLI and returns its standard output.

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // Images built by scripts/build-images.sh.
@@ -56,10 +58,13 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	env.dockerErr = pingDocker()
-	if env.dockerErr != nil && os.Getenv("CI") == "" {
+	if !testenv.HasDocker() {
 		// Tests skip one by one (requireDocker); no point building.
 		return m.Run()
+	}
+	env.dockerErr = pingDocker()
+	if env.dockerErr != nil && !testenv.CI() {
+		return m.Run() // the images are missing: requireDocker skips, saying so
 	}
 	root, err := os.MkdirTemp("", "sbxe2e-")
 	if err != nil {
@@ -74,11 +79,25 @@ func runMain(m *testing.M) int {
 	}
 	code := m.Run()
 	if env.shared != nil {
+		// Every test destroys what it made on the shared daemon: a
+		// container of its node still there is a leak, which Close's
+		// sweep would otherwise hide.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		left, err := testenv.NodeContainers(ctx, env.shared.NodeID())
+		cancel()
+		if err != nil || len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: e2e: the tests left %d container(s) on the shared daemon (node %s): %v\n\t%s\n",
+				len(left), env.shared.NodeID(), err, strings.Join(left, "\n\t"))
+			code = 1
+		}
 		if err := env.shared.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: shared daemon cleanup:", err)
 			code = 1
 		}
 	}
+	// Every daemon is closed now: a container of any of their nodes still
+	// there is one Close missed (testenv.Exit lists and removes it).
+	code = testenv.Exit(code)
 	if code != 0 {
 		keepLogs(root)
 	}
@@ -105,14 +124,15 @@ func keepLogs(root string) {
 	fmt.Fprintf(os.Stderr, "e2e: daemon logs kept in %s\n", dir)
 }
 
-// requireDocker skips t when Docker is unreachable outside CI, and fails it
-// in CI.
+// requireDocker skips t under -short or when Docker (or a test image) is
+// missing outside CI, and fails it in CI.
 func requireDocker(t *testing.T) {
 	t.Helper()
+	testenv.NeedsDocker(t) // skips under -short, and without an engine outside CI
 	if env.dockerErr == nil {
 		return
 	}
-	if os.Getenv("CI") == "" {
+	if !testenv.CI() {
 		t.Skipf("skipping: Docker is unreachable (%v); these tests need a Docker engine (set CI=1 to make this a failure)", env.dockerErr)
 	}
 	t.Fatalf("Docker is unreachable and CI is set: %v", env.dockerErr)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -183,7 +184,7 @@ func TestSDK_EndToEnd(t *testing.T) {
 	})
 
 	t.Run("exec_stream_signal", func(t *testing.T) {
-		p, err := c.ExecStream(ctx, sb.ID, sandboxd.StreamRequest{Cmd: []string{"sleep", "60"}, Stdout: io.Discard, Stderr: io.Discard})
+		p, err := c.ExecStream(ctx, sb.ID, sandboxd.StreamRequest{Cmd: []string{"sleep", "3600"}, Stdout: io.Discard, Stderr: io.Discard})
 		if err != nil {
 			t.Fatalf("ExecStream: %v", err)
 		}
@@ -205,8 +206,8 @@ func TestSDK_EndToEnd(t *testing.T) {
 			if e.err != nil || e.code == 0 {
 				t.Errorf("after SIGKILL: exit %d, %v; want a non-zero exit", e.code, e.err)
 			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("sleep 60 still running 20s after SIGKILL")
+		case <-time.After(testenv.Deadline):
+			t.Fatalf("sleep 3600 still running %v after SIGKILL", testenv.Deadline)
 		}
 	})
 

@@ -15,6 +15,8 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
+
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -60,7 +62,7 @@ func TestCLI_ShellUnderPTY(t *testing.T) {
 	term := newScreen(ptmx)
 
 	// sbx switches the terminal to raw mode once the remote shell runs.
-	if err := waitFor(15*time.Second, func() bool { return termios(t, tty).Lflag&(unix.ICANON|unix.ECHO) == 0 }); err != nil {
+	if err := waitFor(testenv.Deadline, func() bool { return termios(t, tty).Lflag&(unix.ICANON|unix.ECHO) == 0 }); err != nil {
 		t.Fatalf("terminal never went raw: %v\nscreen: %q", err, term.String())
 	}
 
@@ -70,7 +72,7 @@ func TestCLI_ShellUnderPTY(t *testing.T) {
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 30, Cols: 100}); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitFor(15*time.Second, func() bool {
+	if err := waitFor(testenv.Deadline, func() bool {
 		term.Type(t, "stty size\r")
 		return term.WaitFor(outputLine("30 100"), time.Second) == nil
 	}); err != nil {
@@ -78,7 +80,7 @@ func TestCLI_ShellUnderPTY(t *testing.T) {
 	}
 
 	term.Type(t, "echo $((6*7)); exit\r")
-	if err := term.WaitFor(outputLine("42"), 20*time.Second); err != nil {
+	if err := term.WaitFor(outputLine("42"), testenv.Deadline); err != nil {
 		t.Fatalf("%v\nscreen: %q", err, term.String())
 	}
 	select {
@@ -87,8 +89,8 @@ func TestCLI_ShellUnderPTY(t *testing.T) {
 		if err != nil {
 			t.Errorf("sbx shell exited with %v; want 0 (the shell's status)\nscreen: %q", err, term.String())
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("sbx shell did not exit 20s after `exit`\nscreen: %q", term.String())
+	case <-time.After(testenv.Deadline):
+		t.Fatalf("sbx shell did not exit %v after `exit`\nscreen: %q", testenv.Deadline, term.String())
 	}
 
 	after := termios(t, tty)

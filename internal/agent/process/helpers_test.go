@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/agent/process"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -203,17 +205,17 @@ func tagSel(tag string) *rpc.ProcessSelector {
 
 func ptr[T any](v T) *T { return &v }
 
-// waitGone polls List until pid is no longer listed.
-func (e *env) waitGone(t *testing.T, pid uint32, within time.Duration) {
+// waitGone polls List until pid is no longer listed, failing t after
+// testenv.Deadline. Tests that check a process is ended early (a kill, a
+// lifetime) run one that would otherwise outlive that deadline.
+func (e *env) waitGone(t *testing.T, pid uint32) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if !e.listed(t, pid) {
-			return
+	testenv.WaitFor(t, fmt.Sprintf("process %d to be gone from List", pid), func() error {
+		if e.listed(t, pid) {
+			return errors.New("still listed")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("process %d still listed after %s", pid, within)
+		return nil
+	})
 }
 
 func (e *env) listed(t *testing.T, pid uint32) bool {

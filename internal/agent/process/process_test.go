@@ -238,7 +238,7 @@ func TestConnect_ReattachByPIDAndTag(t *testing.T) {
 			t.Errorf("by %s: stdout %q stderr %q end %v; want late, late-err, 0", name, r.stdout.String(), r.stderr.String(), r.end)
 		}
 	}
-	e.waitGone(t, pid, 2*time.Second)
+	e.waitGone(t, pid)
 }
 
 func TestList_ManyTags(t *testing.T) {
@@ -247,7 +247,7 @@ func TestList_ManyTags(t *testing.T) {
 	tags := []string{"a", "b", "c", "d", "e", "f"}
 	pids := map[string]uint32{}
 	for _, tag := range tags {
-		st := e.start(t.Context(), t, startOpts{tag: ptr(tag)}, "sleep", "30")
+		st := e.start(t.Context(), t, startOpts{tag: ptr(tag)}, "sleep", "3600")
 		pids[tag] = firstPID(t, events(st))
 		st.Close()
 	}
@@ -270,7 +270,7 @@ func TestList_ManyTags(t *testing.T) {
 		if _, err := e.client.SendSignal(t.Context(), connect.NewRequest(&rpc.SendSignalRequest{Process: tagSel(tag), Signal: rpc.Signal_SIGNAL_SIGKILL})); err != nil {
 			t.Fatalf("SendSignal tag %s: %v", tag, err)
 		}
-		e.waitGone(t, pids[tag], 2*time.Second)
+		e.waitGone(t, pids[tag])
 	}
 	for _, tag := range []string{"b", "d"} {
 		if !e.listed(t, pids[tag]) {
@@ -354,10 +354,10 @@ func TestStart_LifetimeFromTimeoutHeader(t *testing.T) {
 	e := newEnv(t, process.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	st := e.start(ctx, t, startOpts{}, "sleep", "30")
+	st := e.start(ctx, t, startOpts{}, "sleep", "3600")
 	pid := firstPID(t, events(st))
 	st.Close()
-	e.waitGone(t, pid, 3*time.Second)
+	e.waitGone(t, pid)
 }
 
 func TestStart_UnwatchedOutputDoesNotBlock(t *testing.T) {
@@ -369,7 +369,7 @@ func TestStart_UnwatchedOutputDoesNotBlock(t *testing.T) {
 	pid := firstPID(t, events(st))
 	cancel()
 	st.Close()
-	e.waitGone(t, pid, 10*time.Second)
+	e.waitGone(t, pid)
 	if _, err := os.Stat(done); err != nil {
 		t.Errorf("process did not finish writing: %v", err)
 	}

@@ -28,7 +28,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/daemon"
-	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -115,6 +114,10 @@ func New(ctx context.Context, opts Options) (_ *Env, err error) {
 	return e, nil
 }
 
+// NodeID is the daemon's node id, the sandboxd.node label of every
+// container it makes.
+func (e *Env) NodeID() string { return e.nodeID }
+
 // IssueToken stores a new token and returns its plaintext.
 func (e *Env) IssueToken(ctx context.Context, role auth.Role, owner string) (string, error) {
 	plaintext, tok, hash := auth.Generate(role, owner)
@@ -174,23 +177,4 @@ func (e *Env) Do(ctx context.Context, token, method, path string, body string, h
 		req.Header.Set(header[i], header[i+1])
 	}
 	return http.DefaultClient.Do(req)
-}
-
-// DockerReachable reports whether the Docker engine answers, with the
-// error when it does not.
-func DockerReachable(ctx context.Context) error {
-	dir, err := os.MkdirTemp("", "apitest-probe")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	rt, err := docker.New(docker.Options{NodeID: "apitest-probe", SocketRoot: dir})
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err = rt.ListOurs(ctx)
-	return err
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,53 +25,52 @@ import (
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // env is the whole daemon (internal/daemon, the same assembly as the
 // binary) with the facade mounted in front of its handler, on a loopback
-// listener, shared by the package's tests. Nil when Docker is unreachable
-// outside CI (skipReason says why).
-var (
-	env        *stack
-	skipReason string
-)
+// listener, shared by the package's tests. Nil when there is no engine
+// (need skips, saying why).
+var env *stack
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
+// run sets up the shared daemon only when the tests that use it will run
+// (testenv.HasDocker), runs the tests, closes the daemon, and fails the
+// run if a container of its node is left.
 func run(m *testing.M) int {
-	ctx := context.Background()
-	if err := apitest.DockerReachable(ctx); err != nil {
-		if os.Getenv("CI") != "" {
-			fmt.Fprintf(os.Stderr, "docker engine unreachable and CI is set: %v\n", err)
-			return 1
-		}
-		skipReason = fmt.Sprintf("docker engine unreachable (%v); run make setup", err)
+	if !testenv.HasDocker() {
 		return m.Run()
 	}
+	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "dtt")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	agentBin, err := runtimetest.BuildAgent(ctx, dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "build agent:", err)
-		return 1
-	}
-	env, err = newStack(ctx, dir, agentBin)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stack:", err)
-		return 1
-	}
-	code := m.Run()
-	if err := env.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "close:", err)
-		if code == 0 {
+	nodeID := "dtt-" + strings.TrimPrefix(filepath.Base(dir), "dtt")
+	testenv.Track(nodeID)
+	code := func() int {
+		agentBin, err := runtimetest.BuildAgent(ctx, dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "build agent:", err)
+			return 1
+		}
+		env, err = newStack(ctx, dir, nodeID, agentBin)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "stack:", err)
+			return 1
+		}
+		code := m.Run()
+		if err := env.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "close:", err)
 			code = 1
 		}
-	}
-	return code
+		return code
+	}()
+	return testenv.Exit(code)
 }
 
 // stack is a running daemon with the facade in front.
@@ -86,7 +86,7 @@ type stack struct {
 	cancel context.CancelFunc
 }
 
-func newStack(ctx context.Context, dir, agentBin string) (_ *stack, err error) {
+func newStack(ctx context.Context, dir, nodeID, agentBin string) (_ *stack, err error) {
 	s := &stack{}
 	defer func() {
 		if err != nil {
@@ -96,7 +96,7 @@ func newStack(ctx context.Context, dir, agentBin string) (_ *stack, err error) {
 	cfg, err := config.Parse([]string{
 		"--data-dir", dir + "/data",
 		"--listen", "127.0.0.1:0",
-		"--node-id", "dtt-" + strings.TrimPrefix(dir[strings.LastIndexByte(dir, '/')+1:], "dtt"),
+		"--node-id", nodeID,
 		"--agent-binary", agentBin,
 		"--default-image", apitest.BaseImage,
 		"--tls-listen", "127.0.0.1:0",
@@ -177,11 +177,13 @@ func (s *stack) Close() error {
 	return errors.Join(errs...)
 }
 
-// need skips the test when there is no stack.
+// need skips the test when there is no engine (testenv.NeedsDocker) and
+// returns the shared stack.
 func need(t *testing.T) *stack {
 	t.Helper()
+	testenv.NeedsDocker(t)
 	if env == nil {
-		t.Skip(skipReason)
+		t.Fatal("no shared daemon, though the engine answers (see TestMain's output)")
 	}
 	return env
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandboxd/sandboxd/internal/api/daytona"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 type execResult struct {
@@ -57,8 +59,13 @@ func TestExecute_OutputInOrderAsUser(t *testing.T) {
 
 func TestExecute_TimeoutIs408AndKills(t *testing.T) {
 	s, sb := sharedSandbox(t)
+	// The sandbox is shared: look for this test's own sleep only, named
+	// by a duration no other test uses. The pattern's [p] keeps pgrep's
+	// own shell from matching it.
+	n := fmt.Sprintf("31%09d", rand.N(1_000_000_000))
+	sleep := "sleep " + n
 	begin := time.Now()
-	resp := s.do(t, s.Admin, http.MethodPost, "/toolbox/"+sb.ID+"/process/execute", map[string]any{"command": "sleep 31", "timeout": 1})
+	resp := s.do(t, s.Admin, http.MethodPost, "/toolbox/"+sb.ID+"/process/execute", map[string]any{"command": sleep, "timeout": 1})
 	body := wantError(t, resp, http.StatusRequestTimeout)
 	if body.Code != "PROCESS_EXECUTION_TIMEOUT" || body.Source != "DAYTONA_DAEMON" {
 		t.Errorf("timeout body %s", resp.body)
@@ -66,9 +73,12 @@ func TestExecute_TimeoutIs408AndKills(t *testing.T) {
 	if d := time.Since(begin); d > 10*time.Second {
 		t.Errorf("the 1 s timeout took %v", d)
 	}
-	if res := execute(t, s, sb.ID, map[string]any{"command": "pgrep -x sleep"}); res.ExitCode != 1 {
-		t.Errorf("sleep still runs: %+v", res)
-	}
+	testenv.WaitFor(t, "the timed-out "+sleep+" to be killed", func() error {
+		if res := execute(t, s, sb.ID, map[string]any{"command": "pgrep -a -f 'slee[p] " + n + "'"}); res.ExitCode != 1 {
+			return fmt.Errorf("still running: %+v", res)
+		}
+		return nil
+	})
 }
 
 func TestCodeRun(t *testing.T) {

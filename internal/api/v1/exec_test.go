@@ -3,12 +3,16 @@ package v1_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 type execResult struct {
@@ -229,23 +233,22 @@ func TestExecStream_Signal(t *testing.T) {
 func TestExecStream_CloseKills(t *testing.T) {
 	t.Parallel()
 	tok, id := sharedSandbox(t)
-	const marker = "417417"
+	// The sandbox is shared: look for this test's own sleep only, named by
+	// a duration no other test uses. The pattern's [p] keeps the grep
+	// from matching its own shell.
+	marker := fmt.Sprintf("417%09d", rand.N(1_000_000_000))
 	s := dialStream(t, tok, id, map[string]any{"type": "start", "cmd": []string{"sleep", marker}})
 	s.until("started")
 	s.conn.Close(websocket.StatusNormalClosure, "")
 
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testenv.WaitFor(t, "the process to end with its socket", func() error {
 		got := decode[execResult](t, do(t, tok, "POST", "/v1/sandboxes/"+id+"/exec",
-			`{"command":"ps -o args | grep -v grep | grep -c 'sleep `+marker+`' || true"}`), http.StatusOK)
-		if strings.TrimSpace(got.Stdout) == "0" {
-			return
+			`{"command":"ps -o args | grep -c 'slee[p] `+marker+`' || true"}`), http.StatusOK)
+		if strings.TrimSpace(got.Stdout) != "0" {
+			return fmt.Errorf("the process outlived its socket: %+v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the process outlived its socket: %+v", got)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestExecStream_BadStart(t *testing.T) {

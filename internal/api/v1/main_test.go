@@ -21,27 +21,23 @@ import (
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // env is the API over the real stack, shared by the package's tests; nil
-// when Docker is unreachable outside CI (skipReason says why).
-var (
-	env        *apitest.Env
-	skipReason string
-)
+// when there is no engine (needEnv skips, saying why).
+var env *apitest.Env
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
+// run sets up the shared stack only when the tests that use it will run
+// (testenv.HasDocker), runs the tests, closes the stack, and fails the run
+// if a goroutine or a container of the stack's node is left.
 func run(m *testing.M) int {
-	ctx := context.Background()
-	if err := apitest.DockerReachable(ctx); err != nil {
-		if os.Getenv("CI") != "" {
-			fmt.Fprintf(os.Stderr, "docker engine unreachable and CI is set: %v\n", err)
-			return 1
-		}
-		skipReason = fmt.Sprintf("docker engine unreachable (%v); run scripts/setup-docker.sh (with CI set this fails instead)", err)
+	if !testenv.HasDocker() {
 		return m.Run()
 	}
+	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "v1test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -62,6 +58,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "apitest.New:", err)
 		return 1
 	}
+	testenv.Track(env.NodeID())
 	code := m.Run()
 	if err := env.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "apitest close:", err)
@@ -74,14 +71,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
 		code = 1
 	}
-	return code
+	return testenv.Exit(code)
 }
 
-// needEnv returns the shared environment or skips the test.
+// needEnv skips the test when there is no engine (testenv.NeedsDocker)
+// and returns the shared environment.
 func needEnv(t *testing.T) *apitest.Env {
 	t.Helper()
+	testenv.NeedsDocker(t)
 	if env == nil {
-		t.Skip(skipReason)
+		t.Fatal("no shared stack, though the engine answers (see TestMain's output)")
 	}
 	return env
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // The base image has python3; each test's servers are stdlib Python
@@ -858,11 +859,15 @@ func startDaemon(t *testing.T, dataDir, listen, hostPorts string) *ownDaemon {
 	if err != nil {
 		t.Fatalf("build agent: %v", err)
 	}
-	node := sha256.Sum256([]byte(dataDir))
+	sum := sha256.Sum256([]byte(dataDir))
+	node := "v1test-" + hex.EncodeToString(sum[:6])
+	// Whatever happens to the daemon (a test may stop it and fail before
+	// the restart), its containers go when the test ends.
+	testenv.TrackNode(t, node)
 	cfg, err := config.Parse([]string{
 		"--data-dir", dataDir,
 		"--listen", listen,
-		"--node-id", "v1test-" + hex.EncodeToString(node[:6]),
+		"--node-id", node,
 		"--agent-binary", agent,
 		"--default-image", apitest.BaseImage,
 		"--tls-listen", "127.0.0.1:0",

@@ -1,6 +1,7 @@
 package reaper_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/agent/process/reaper"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // TestReaper_OrphansAndTrackedChildren makes this test process a child
@@ -53,19 +55,17 @@ func TestReaper_OrphansAndTrackedChildren(t *testing.T) {
 		if !ws.Exited() || ws.ExitStatus() != 5 {
 			t.Errorf("tracked child: status %v, want exit 5", ws)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testenv.Deadline):
 		t.Fatal("tracked child's status never arrived")
 	}
 	// The orphan exits after 0.2 s; the reaper must remove it entirely.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.WaitFor(t, fmt.Sprintf("orphan %d to be reaped", orphan), func() error {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(orphan)); os.IsNotExist(err) {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			stat, _ := os.ReadFile("/proc/" + strconv.Itoa(orphan) + "/stat")
-			t.Fatalf("orphan %d never reaped: %s", orphan, stat)
-		}
-	}
+		stat, _ := os.ReadFile("/proc/" + strconv.Itoa(orphan) + "/stat")
+		return fmt.Errorf("still in /proc: %s", stat)
+	})
 }
 
 func TestOwn_ReportsExit(t *testing.T) {
