@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // baseImage is the sandbox image the container tests run in.
@@ -43,6 +44,7 @@ var (
 // unreachable and CI is unset (in CI an unreachable Docker fails).
 func dockerSetup(t *testing.T) *dockerEnv {
 	t.Helper()
+	testenv.NeedsDocker(t)
 	dockerOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()

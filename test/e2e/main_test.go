@@ -23,6 +23,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // Images built by scripts/build-images.sh.
@@ -56,6 +58,10 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	if testenv.Short() {
+		// Every test needs the engine and skips (requireDocker); no point building.
+		return m.Run()
+	}
 	env.dockerErr = pingDocker()
 	if env.dockerErr != nil && os.Getenv("CI") == "" {
 		// Tests skip one by one (requireDocker); no point building.
@@ -105,10 +111,11 @@ func keepLogs(root string) {
 	fmt.Fprintf(os.Stderr, "e2e: daemon logs kept in %s\n", dir)
 }
 
-// requireDocker skips t when Docker is unreachable outside CI, and fails it
-// in CI.
+// requireDocker skips t under -short and when Docker is unreachable outside
+// CI, and fails it in CI.
 func requireDocker(t *testing.T) {
 	t.Helper()
+	testenv.NeedsDocker(t)
 	if env.dockerErr == nil {
 		return
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // testImage is the small image the suite runs (scripts/build-images.sh).
@@ -43,7 +44,11 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		setupErr = setup(dir)
+		if testenv.Short() {
+			setupErr = errShort // every test here needs the engine
+		} else {
+			setupErr = setup(dir)
+		}
 		code := m.Run()
 		if env.cli != nil {
 			env.cli.Close()
@@ -84,12 +89,16 @@ func setup(dir string) error {
 	return nil
 }
 
-var errNoEngine = errors.New("docker engine not reachable")
+var (
+	errNoEngine = errors.New("docker engine not reachable")
+	errShort    = errors.New("not set up under -short")
+)
 
 // requireEnv skips (locally) or fails (CI) when the engine is unreachable,
 // and fails on any other setup problem.
 func requireEnv(t *testing.T) {
 	t.Helper()
+	testenv.NeedsDocker(t)
 	switch {
 	case setupErr == nil:
 	case errors.Is(setupErr, errNoEngine) && os.Getenv("CI") == "":
