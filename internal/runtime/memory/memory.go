@@ -377,7 +377,7 @@ func (r *Runtime) bootAgent(sb *sandbox) (*run, error) {
 	}
 	log := r.log.With("sandbox", sb.id)
 	users := account.NewDirectory(filepath.Join(sb.dir, "etc", "passwd"))
-	procs := process.New(process.Options{Users: users, Env: maps.Clone(sb.spec.Env), Log: log})
+	procs := process.New(process.Options{Users: users, Env: processEnv(sb.spec.Env), Log: log})
 	fsys := filesystem.New(filesystem.Options{Users: users, Log: log})
 	srv := &http.Server{
 		Handler: agent.NewHandler(agent.Config{
@@ -417,6 +417,22 @@ func (r *Runtime) bootAgent(sb *sandbox) (*run, error) {
 		shutdown(0)
 	}()
 	return rn, nil
+}
+
+// processEnv is what toolboxd passes on to its processes of the
+// environment the runtime gives it (cmd/toolboxd's sandboxEnv): all but the
+// agent's control variables (SANDBOXD_*) and what the agent sets per user.
+func processEnv(env map[string]string) map[string]string {
+	out := make(map[string]string, len(env))
+	for k, v := range env {
+		switch {
+		case strings.HasPrefix(k, "SANDBOXD_"):
+		case k == "HOME", k == "USER", k == "LOGNAME", k == "PATH", k == "HOSTNAME":
+		default:
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // bootStandIn runs the script AgentBinary as the sandbox's first process,

@@ -45,10 +45,13 @@ func (s *suite) testExec(t *testing.T) {
 	rt, _ := s.newRuntime(t)
 	id := NewSandboxID()
 	spec := s.spec(id)
+	spec.Env["RUNTIMETEST_VAR"] = "hello world"
 	s.create(t, rt, spec)
 	c := agentClient(t, rt, id, spec.AgentToken)
-	res := sh(t, c, `echo "test=$SANDBOXD_TEST token=${`+runtime.EnvAgentToken+`-unset}"; echo oops >&2; exit 7`)
-	if got, want := string(res.Stdout), "test=1 token=unset\n"; got != want {
+	// The agent passes the sandbox's environment on, less its own control
+	// variables (SANDBOXD_*, the token among them).
+	res := sh(t, c, `echo "var=$RUNTIMETEST_VAR test=${SANDBOXD_TEST-unset} token=${`+runtime.EnvAgentToken+`-unset}"; echo oops >&2; exit 7`)
+	if got, want := string(res.Stdout), "var=hello world test=unset token=unset\n"; got != want {
 		t.Errorf("stdout = %q, want %q", got, want)
 	}
 	if got, want := string(res.Stderr), "oops\n"; got != want {
