@@ -3,6 +3,7 @@
 # Two commands matter on a fresh Debian machine (as root):
 #   make run    sets up what is missing, builds, and starts a local daemon
 #   make test   sets up what is missing and runs every test
+#   make test-unit  runs the tests that need no engine, under a minute, no setup
 
 SHELL        := /bin/bash
 .SHELLFLAGS  := -eu -o pipefail -c
@@ -41,6 +42,10 @@ test: setup build ## run every test (unit, integration on real Docker, SDK compa
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	python3 -m unittest discover -s images/code-interpreter -p '*_test.py'
 	@scripts/test-compat.sh
+
+.PHONY: test-unit
+test-unit: ## tests that need no engine (go test -short), under a minute; no setup
+	$(GO) test -short -count=1 -timeout 5m ./...
 
 .PHONY: bench
 bench: setup build ## print benchmark figures beside their baselines

@@ -57,4 +57,7 @@
 // Package runtime/runtimetest holds the conformance suite every
 // implementation passes against the real engine, and runtimetest.Faulty, a
 // wrapper that fails chosen methods on demand for failure-path tests.
+// Package runtime/memory passes the same suite without an engine (the facts
+// only an engine has declared lacking, see runtimetest.Config.Lacks): a
+// real agent served in-process per sandbox, for tests that need no Docker.
 package runtime

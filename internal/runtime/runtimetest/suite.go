@@ -39,7 +39,30 @@ type Config struct {
 	// Foreign, if set, starts a container that sandboxd does not manage
 	// (no labels) and returns its name; ListOurs must not report it.
 	Foreign func(t *testing.T) string
+
+	// Lacks names the facts only a real engine has that this runtime does
+	// not provide, each with the reason; the subtests that check them
+	// skip, saying so. A real engine lacks nothing.
+	Lacks map[Capability]string
 }
+
+// Capability is a fact of a real engine that the suite checks and that a
+// runtime without one (an in-memory fake) may declare it lacks.
+type Capability string
+
+// The capabilities Config.Lacks can name.
+const (
+	// EngineFacts: the engine reports how it runs a sandbox (labels,
+	// limits, privilege, network, mounts), through Config.Facts; checked by
+	// Create_Contract.
+	EngineFacts Capability = "EngineFacts"
+	// ResourceUsage: Stats measures real memory, CPU time and processes;
+	// checked by Stats.
+	ResourceUsage Capability = "ResourceUsage"
+	// Isolation: each sandbox has its own filesystem and host name, so one
+	// sandbox's processes cannot see another's files; checked by Isolation.
+	Isolation Capability = "Isolation"
+)
 
 // Options are the settings every runtime has, which the suite varies.
 type Options struct {
@@ -93,6 +116,9 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.New == nil || cfg.Image == "" || cfg.AgentBinary == "" {
 		t.Fatal("runtimetest.Run: Config.New, Image and AgentBinary are required")
 	}
+	if _, lacks := cfg.Lacks[EngineFacts]; (cfg.Facts == nil) != lacks {
+		t.Fatal("runtimetest.Run: set Config.Facts, or declare Lacks[EngineFacts], not both or neither")
+	}
 	s := &suite{cfg: cfg}
 	tests := []struct {
 		name string
@@ -113,6 +139,9 @@ func Run(t *testing.T, cfg Config) {
 		{"Missing_Sandbox", s.testMissing},
 		{"ListOurs_OnlyThisNode", s.testListOurs},
 		{"Stats", s.testStats},
+		{"Exec_ThroughAgent", s.testExec},
+		{"Files_ThroughAgent", s.testFiles},
+		{"Isolation", s.testIsolation},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,6 +152,14 @@ func Run(t *testing.T, cfg Config) {
 }
 
 type suite struct{ cfg Config }
+
+// need skips t when the runtime under test lacks c.
+func (s *suite) need(t *testing.T, c Capability) {
+	t.Helper()
+	if why, lacks := s.cfg.Lacks[c]; lacks {
+		t.Skipf("runtime lacks %s: %s", c, why)
+	}
+}
 
 // newRuntime returns a runtime for a node id unique to this test.
 func (s *suite) newRuntime(t *testing.T) (runtime.Runtime, string) {
@@ -275,9 +312,7 @@ func (s *suite) testCreateReady(t *testing.T) {
 }
 
 func (s *suite) testCreateContract(t *testing.T) {
-	if s.cfg.Facts == nil {
-		t.Skip("no engine-level view (Config.Facts) for this runtime")
-	}
+	s.need(t, EngineFacts)
 	rt, node := s.newRuntime(t)
 	id := NewSandboxID()
 	spec := s.spec(id)
@@ -648,6 +683,7 @@ func (s *suite) testListOurs(t *testing.T) {
 }
 
 func (s *suite) testStats(t *testing.T) {
+	s.need(t, ResourceUsage)
 	rt, _ := s.newRuntime(t)
 	id := NewSandboxID()
 	s.create(t, rt, s.spec(id))

@@ -1,0 +1,144 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// envOf is an environment lookup over m only (never the process's).
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// wantDefaults is the configuration of a bare `sandboxd` with no
+// environment.
+func wantDefaults(t *testing.T) Daemon {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Daemon{
+		Listen:         "127.0.0.1:7070",
+		DataDir:        ".sandboxd",
+		AgentBinary:    filepath.Join(filepath.Dir(exe), "toolboxd"),
+		Domain:         "localhost",
+		TLSListen:      "127.0.0.1:7443",
+		DefaultImage:   "sandboxd/base:bookworm",
+		HostPortLo:     40000,
+		HostPortHi:     40999,
+		MilliCPU:       int64(runtime.NumCPU()) * 4000,
+		MemoryMB:       16 * 1024,
+		E2BBodyDedupe:  true,
+		ReconcileEvery: 30 * time.Second,
+		LogLevel:       "info",
+	}
+}
+
+func TestParse_Defaults(t *testing.T) {
+	got, err := Parse(nil, envOf(nil))
+	if err != nil {
+		t.Fatalf("Parse() = %v", err)
+	}
+	if diff := cmp.Diff(wantDefaults(t), got); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+}
+
+// TestParse_Sources: each setting from the environment and from its flag;
+// a flag wins over the environment, an empty variable means unset.
+func TestParse_Sources(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want func(*Daemon)
+	}{
+		{"ListenEnv", map[string]string{"SANDBOXD_LISTEN": "127.0.0.2:8080"}, nil, func(d *Daemon) { d.Listen = "127.0.0.2:8080" }},
+		{"ListenFlagWins", map[string]string{"SANDBOXD_LISTEN": "127.0.0.2:8080"}, []string{"--listen", "localhost:9000"}, func(d *Daemon) { d.Listen = "localhost:9000" }},
+		{"ListenIPv6Loopback", nil, []string{"--listen=[::1]:7070"}, func(d *Daemon) { d.Listen = "[::1]:7070" }},
+		{"EmptyEnvIsUnset", map[string]string{"SANDBOXD_LISTEN": "", "SANDBOXD_DATA_DIR": ""}, nil, func(*Daemon) {}},
+		{"DataDirEnv", map[string]string{"SANDBOXD_DATA_DIR": "/var/lib/sandboxd"}, nil, func(d *Daemon) { d.DataDir = "/var/lib/sandboxd" }},
+		{"DataDirFlag", nil, []string{"-data-dir", "/srv/sbx"}, func(d *Daemon) { d.DataDir = "/srv/sbx" }},
+		{"AgentBinaryEnv", map[string]string{"SANDBOXD_AGENT_BINARY": "/opt/toolboxd"}, nil, func(d *Daemon) { d.AgentBinary = "/opt/toolboxd" }},
+		{"AgentBinaryFlag", nil, []string{"--agent-binary", "/x/toolboxd"}, func(d *Daemon) { d.AgentBinary = "/x/toolboxd" }},
+		{"NodeIDEnv", map[string]string{"SANDBOXD_NODE_ID": "node-a"}, nil, func(d *Daemon) { d.NodeID = "node-a" }},
+		{"NodeIDFlag", map[string]string{"SANDBOXD_NODE_ID": "node-a"}, []string{"--node-id", "node-b"}, func(d *Daemon) { d.NodeID = "node-b" }},
+		{"DomainEnv", map[string]string{"SANDBOXD_DOMAIN": "sbx.example.com"}, nil, func(d *Daemon) { d.Domain = "sbx.example.com" }},
+		{"TLSListenEnv", map[string]string{"SANDBOXD_TLS_LISTEN": "127.0.0.1:9443"}, nil, func(d *Daemon) { d.TLSListen = "127.0.0.1:9443" }},
+		{"HTTPSListenEnv", map[string]string{"SANDBOXD_HTTPS_LISTEN": "127.0.0.1:7443"}, nil, func(d *Daemon) { d.HTTPSListen = "127.0.0.1:7443" }},
+		{"HTTPSListenFlagWithACME", nil, []string{"--https-listen", "localhost:443", "--acme-email", "ops@example.com"}, func(d *Daemon) {
+			d.HTTPSListen, d.ACMEEmail = "localhost:443", "ops@example.com"
+		}},
+		{"DefaultImageEnv", map[string]string{"SANDBOXD_DEFAULT_IMAGE": "sandboxd/busybox:latest"}, nil, func(d *Daemon) { d.DefaultImage = "sandboxd/busybox:latest" }},
+		{"DefaultImageFlag", nil, []string{"--default-image", "img:1"}, func(d *Daemon) { d.DefaultImage = "img:1" }},
+		{"HostPortsEnv", map[string]string{"SANDBOXD_HOST_PORTS": "50000-50010"}, nil, func(d *Daemon) { d.HostPortLo, d.HostPortHi = 50000, 50010 }},
+		{"HostPortsFlagWins", map[string]string{"SANDBOXD_HOST_PORTS": "50000-50010"}, []string{"--host-ports", "1024-65535"}, func(d *Daemon) {
+			d.HostPortLo, d.HostPortHi = 1024, 65535
+		}},
+		{"HostPortsSinglePort", nil, []string{"--host-ports", "40000-40000"}, func(d *Daemon) { d.HostPortLo, d.HostPortHi = 40000, 40000 }},
+		{"Budgets", nil, []string{"--cpu-budget", "2000", "--memory-budget", "1024"}, func(d *Daemon) { d.MilliCPU, d.MemoryMB = 2000, 1024 }},
+		{"SandboxNetworkEnv", map[string]string{"SANDBOXD_SANDBOX_NETWORK": "true"}, nil, func(d *Daemon) { d.SandboxNetwork = true }},
+		{"SandboxNetworkFlag", nil, []string{"--sandbox-network"}, func(d *Daemon) { d.SandboxNetwork = true }},
+		{"SandboxNetworkFlagOffWins", map[string]string{"SANDBOXD_SANDBOX_NETWORK": "true"}, []string{"--sandbox-network=false"}, func(d *Daemon) { d.SandboxNetwork = false }},
+		{"DedupeEnvOff", map[string]string{"SANDBOXD_E2B_BODY_DEDUPE": "false"}, nil, func(d *Daemon) { d.E2BBodyDedupe = false }},
+		{"DedupeFlagOff", nil, []string{"--e2b-body-dedupe=false"}, func(d *Daemon) { d.E2BBodyDedupe = false }},
+		{"ReconcileEvery", nil, []string{"--reconcile-every", "1m30s"}, func(d *Daemon) { d.ReconcileEvery = 90 * time.Second }},
+		{"LogLevelEnv", map[string]string{"SANDBOXD_LOG_LEVEL": "debug"}, nil, func(d *Daemon) { d.LogLevel = "debug" }},
+		{"LogLevelFlag", map[string]string{"SANDBOXD_LOG_LEVEL": "debug"}, []string{"--log-level", "warn"}, func(d *Daemon) { d.LogLevel = "warn" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := wantDefaults(t)
+			tc.want(&want)
+			got, err := Parse(tc.args, envOf(tc.env))
+			if err != nil {
+				t.Fatalf("Parse(%q, %v) = %v", tc.args, tc.env, err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Parse(%q, %v) (-want +got):\n%s", tc.args, tc.env, diff)
+			}
+		})
+	}
+}
+
+// TestParse_Rejects: a configuration that cannot run is refused at start
+// with an error naming the flag.
+func TestParse_Rejects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"ListenPublic", nil, []string{"--listen", "0.0.0.0:7070"}, `--listen "0.0.0.0:7070": only loopback addresses are allowed in local mode`},
+		{"ListenAllInterfaces", nil, []string{"--listen", ":7070"}, `--listen ":7070": only loopback addresses are allowed in local mode`},
+		{"ListenHostName", nil, []string{"--listen", "example.com:7070"}, `--listen "example.com:7070": only loopback addresses are allowed in local mode`},
+		{"ListenPublicEnv", map[string]string{"SANDBOXD_LISTEN": "10.0.0.1:7070"}, nil, `--listen "10.0.0.1:7070": only loopback addresses are allowed in local mode`},
+		{"ListenNoPort", nil, []string{"--listen", "127.0.0.1"}, `--listen "127.0.0.1": address 127.0.0.1: missing port in address`},
+		{"HTTPSListenPublic", nil, []string{"--https-listen", "0.0.0.0:443"}, `--https-listen "0.0.0.0:443": only loopback addresses are allowed in local mode`},
+		{"HTTPSListenNoPort", nil, []string{"--https-listen", "localhost"}, `--https-listen "localhost": address localhost: missing port in address`},
+		{"DataDirEmpty", nil, []string{"--data-dir", ""}, "--data-dir is required"},
+		{"CPUBudgetZero", nil, []string{"--cpu-budget", "0"}, "--cpu-budget and --memory-budget must be positive"},
+		{"MemoryBudgetNegative", nil, []string{"--memory-budget", "-1"}, "--cpu-budget and --memory-budget must be positive"},
+		{"HostPortsNoDash", nil, []string{"--host-ports", "40000"}, `--host-ports: range "40000": want lo-hi`},
+		{"HostPortsReversed", nil, []string{"--host-ports", "41000-40000"}, `--host-ports: range "41000-40000": want 1024 <= lo <= hi <= 65535`},
+		{"HostPortsPrivileged", nil, []string{"--host-ports", "80-90"}, `--host-ports: range "80-90": want 1024 <= lo <= hi <= 65535`},
+		{"HostPortsTooHigh", nil, []string{"--host-ports", "60000-70000"}, `--host-ports: range "60000-70000": want 1024 <= lo <= hi <= 65535`},
+		{"HostPortsNotNumbers", nil, []string{"--host-ports", "a-b"}, `--host-ports: range "a-b": strconv.Atoi: parsing "a": invalid syntax`},
+		{"UnknownFlag", nil, []string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{"BadDuration", nil, []string{"--reconcile-every", "often"}, `invalid value "often" for flag -reconcile-every: parse error`},
+		{"BadInt", nil, []string{"--cpu-budget", "lots"}, `invalid value "lots" for flag -cpu-budget: parse error`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(tc.args, envOf(tc.env))
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("Parse(%q, %v) = %v, want %q", tc.args, tc.env, err, tc.want)
+			}
+		})
+	}
+}
