@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent/tunnel"
 	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -238,8 +238,6 @@ type Domain struct {
 	Port      int
 }
 
-var hostnamePattern = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // AddDomain binds hostname to a sandbox port. Binding the same hostname to
 // the same sandbox and port again is a no-op; a hostname another sandbox
 // (or another port) holds is ErrHostnameConflict. Traffic needs the port
@@ -250,7 +248,7 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 		return Domain{}, err
 	}
 	hostname = strings.ToLower(strings.TrimSuffix(hostname, "."))
-	if len(hostname) > 253 || !hostnamePattern.MatchString(hostname) || net.ParseIP(hostname) != nil {
+	if !naming.ValidHostname(hostname) || net.ParseIP(hostname) != nil {
 		// An IP literal would capture the daemon's own API host.
 		return Domain{}, invalid("hostname", "%q is not a DNS name", hostname)
 	}

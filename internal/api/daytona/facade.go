@@ -4,13 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/version"
 )
@@ -162,11 +162,9 @@ func (f *Facade) Close() error {
 	return nil
 }
 
+// isPreviewHost reports whether host is the preview domain or under it.
 func isPreviewHost(host, domain string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	host = naming.NormalizeHost(host)
 	return host == domain || strings.HasSuffix(host, "."+domain)
 }
 
