@@ -63,10 +63,11 @@ type Options struct {
 	PreviewToken func(sandboxID string, port int) string
 }
 
-// DefaultImages are the snapshots every daemon has (scripts/build-images.sh).
-// No snapshot at all is the daemon's default image.
+// DefaultImages are the snapshots every daemon has. An empty image is the
+// daemon's default image (config --default-image), so `base` and no
+// snapshot at all both follow the operator's choice.
 var DefaultImages = map[string]string{
-	"base": "sandboxd/base:bookworm",
+	"base": "",
 }
 
 // Prefix is the path under which the facade serves; Match claims nothing

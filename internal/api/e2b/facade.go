@@ -73,9 +73,11 @@ type Options struct {
 	MaxBodyBytes int64
 }
 
-// DefaultImages are the built-in templates (scripts/build-images.sh).
+// DefaultImages are the built-in templates (scripts/build-images.sh). An
+// empty image is the daemon's default image (config --default-image), so
+// `base` follows the operator's choice instead of naming one here.
 var DefaultImages = map[string]string{
-	"base":                  "sandboxd/base:bookworm",
+	"base":                  "",
 	codeInterpreterTemplate: "sandboxd/code-interpreter:v1",
 }
 
