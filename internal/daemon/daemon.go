@@ -201,7 +201,7 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	api, err := v1.New(v1.Options{
 		Service:  d.Service,
 		Auth:     d.Auth,
-		Tokens:   d.Store,
+		Tokens:   auth.NewIssuer(tokenStore{d.Store}),
 		Logger:   logger,
 		Registry: d.Registry,
 		Version:  version.Version,
