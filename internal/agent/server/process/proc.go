@@ -13,7 +13,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/agent/process/reaper"
+	"github.com/sandboxd/sandboxd/internal/agent/server/process/reaper"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 )
 

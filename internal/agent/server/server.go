@@ -1,14 +1,14 @@
-package agent
+package server
 
 import (
 	"crypto/subtle"
 	"log/slog"
 	"net/http"
 
-	"github.com/sandboxd/sandboxd/internal/agent/account"
-	"github.com/sandboxd/sandboxd/internal/agent/files"
-	"github.com/sandboxd/sandboxd/internal/agent/filesystem"
-	"github.com/sandboxd/sandboxd/internal/agent/process"
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/files"
+	"github.com/sandboxd/sandboxd/internal/agent/server/filesystem"
+	"github.com/sandboxd/sandboxd/internal/agent/server/process"
 	"github.com/sandboxd/sandboxd/internal/agent/tunnel"
 )
 

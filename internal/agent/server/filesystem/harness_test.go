@@ -13,8 +13,8 @@ import (
 	"connectrpc.com/connect"
 	"go.uber.org/goleak"
 
-	"github.com/sandboxd/sandboxd/internal/agent/account"
-	"github.com/sandboxd/sandboxd/internal/agent/filesystem"
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/filesystem"
 	"github.com/sandboxd/sandboxd/internal/gen/envd/filesystem/filesystemconnect"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/sandboxd/sandboxd/internal/agent/filesystem"
+	"github.com/sandboxd/sandboxd/internal/agent/server/filesystem"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/filesystem"
 )
 

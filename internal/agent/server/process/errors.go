@@ -5,7 +5,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandboxd/sandboxd/internal/agent/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
 )
 
 // Errors of the process service. Handlers wrap them with detail; [toConnect]

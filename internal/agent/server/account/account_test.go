@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sandboxd/sandboxd/internal/agent/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
 )
 
 const passwd = `# comment

@@ -12,8 +12,8 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/agent/account"
-	"github.com/sandboxd/sandboxd/internal/agent/process/reaper"
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/process/reaper"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
 )

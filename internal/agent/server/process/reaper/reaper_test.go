@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/agent/process/reaper"
+	"github.com/sandboxd/sandboxd/internal/agent/server/process/reaper"
 )
 
 // TestReaper_OrphansAndTrackedChildren makes this test process a child

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/sandboxd/sandboxd/internal/agent/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
 )
 
 // WrittenFile is one element of the upload response.

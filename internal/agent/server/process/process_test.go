@@ -14,7 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sandboxd/sandboxd/internal/agent/process"
+	"github.com/sandboxd/sandboxd/internal/agent/server/process"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 )
 

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"syscall"
 
-	"github.com/sandboxd/sandboxd/internal/agent/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
 )
 
 // errBadRequest marks errors caused by the request itself.

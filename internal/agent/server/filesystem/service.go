@@ -9,7 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandboxd/sandboxd/internal/agent/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
 	"github.com/sandboxd/sandboxd/internal/gen/envd/filesystem/filesystemconnect"
 )
 

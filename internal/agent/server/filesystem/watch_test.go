@@ -12,7 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandboxd/sandboxd/internal/agent/filesystem"
+	"github.com/sandboxd/sandboxd/internal/agent/server/filesystem"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/filesystem"
 )
 

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"syscall"
 
-	"github.com/sandboxd/sandboxd/internal/agent/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 )
 
