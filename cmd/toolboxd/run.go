@@ -15,11 +15,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/agent"
-	"github.com/sandboxd/sandboxd/internal/agent/account"
-	"github.com/sandboxd/sandboxd/internal/agent/filesystem"
-	"github.com/sandboxd/sandboxd/internal/agent/process"
-	"github.com/sandboxd/sandboxd/internal/agent/process/reaper"
+	"github.com/sandboxd/sandboxd/internal/agent/server"
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/filesystem"
+	"github.com/sandboxd/sandboxd/internal/agent/server/process"
+	"github.com/sandboxd/sandboxd/internal/agent/server/process/reaper"
 )
 
 // stopGrace is how long processes get between SIGTERM and SIGKILL when the
@@ -55,7 +55,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler: agent.NewHandler(agent.Config{
+		Handler: server.NewHandler(server.Config{
 			Token: cfg.token, Process: procs, Filesystem: fsys, Users: users, Log: log,
 		}),
 		// Streams live as long as processes do: no read or write timeout.

@@ -19,7 +19,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
-	"github.com/sandboxd/sandboxd/internal/agent/process"
+	"github.com/sandboxd/sandboxd/internal/agent/server"
+	"github.com/sandboxd/sandboxd/internal/agent/server/process"
 	fsrpc "github.com/sandboxd/sandboxd/internal/gen/envd/filesystem"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 )
@@ -43,7 +44,7 @@ func localAgentB(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(agent.NewHandler(agent.Config{Token: testToken, Process: procs}))
+	srv := httptest.NewUnstartedServer(server.NewHandler(server.Config{Token: testToken, Process: procs}))
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(func() {

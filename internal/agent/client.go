@@ -18,6 +18,10 @@ import (
 // the dial function decides where the connection goes.
 const baseURL = "http://agent"
 
+// HeaderToken carries the agent token on every request but GET /health;
+// the server checks the same header (server.HeaderToken).
+const HeaderToken = "X-Access-Token"
+
 // DialFunc opens a connection to one agent, for example
 // runtime.Runtime.DialAgent bound to a sandbox id.
 type DialFunc func(ctx context.Context) (net.Conn, error)

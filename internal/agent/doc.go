@@ -1,20 +1,8 @@
-// Package agent is both ends of the sandbox agent's API: the HTTP handler
-// that toolboxd (PID 1 of every sandbox) serves on its unix socket, and the
-// Go client sandboxd uses to reach it.
-//
-// # Server
-//
-// [NewHandler] puts everything on one mux, as envd does: GET /health
-// (unauthenticated, 204 No Content), the Connect services process.Process
-// (package agent/process) and filesystem.Filesystem (package
-// agent/filesystem), GET and POST /files (package agent/files) and CONNECT
-// tunnels to ports inside the sandbox (package agent/tunnel). The wire
-// protocol is envd's (spec/envd), so E2B SDKs reach these handlers through
-// the daemon unchanged. Every request but GET /health must carry the
-// agent token in X-Access-Token; a missing or wrong token is 401 with a
-// Connect error body {"code":"unauthenticated"}. The token is compared in
-// constant time. Streams are long-lived: the server must not set read or
-// write timeouts.
+// Package agent is the Go client sandboxd uses to reach the sandbox
+// agent, toolboxd (PID 1 of every sandbox). The server it talks to is
+// package agent/server, which only toolboxd links; the daemon never does
+// (cmd/sandboxd/deps_test.go keeps it so). Package agent/tunnel has both
+// ends of the CONNECT tunnel.
 //
 // # Client
 //

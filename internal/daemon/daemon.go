@@ -31,6 +31,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/secrets"
@@ -200,7 +201,7 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	api, err := v1.New(v1.Options{
 		Service:  d.Service,
 		Auth:     d.Auth,
-		Tokens:   d.Store,
+		Tokens:   auth.NewIssuer(tokenStore{d.Store}),
 		Logger:   logger,
 		Registry: d.Registry,
 		Version:  version.Version,
@@ -414,7 +415,7 @@ func authorizePreview(authn *auth.Authenticator, previews *auth.PreviewTokens, s
 		ctx := r.Context()
 		// A preview token opens exactly one port of one sandbox.
 		if pt := r.Header.Get(previewTokenHeader); pt != "" {
-			id, port, ok := previewTarget(r.Host, domain)
+			id, port, ok := naming.ParsePreviewHost(r.Host, domain)
 			return ok && previews.Valid(id, port, pt)
 		}
 		token := r.Header.Get("X-Sandboxd-Token")
@@ -451,34 +452,13 @@ func authorizePreview(authn *auth.Authenticator, previews *auth.PreviewTokens, s
 // SDK documents for its preview URLs).
 const previewTokenHeader = "X-Daytona-Preview-Token"
 
-// previewTarget parses a preview host <port>-<id>.<domain>.
-func previewTarget(host, domain string) (id string, port int, ok bool) {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	label, ok := strings.CutSuffix(strings.ToLower(host), "."+domain)
-	if !ok || strings.Contains(label, ".") {
-		return "", 0, false
-	}
-	p, id, ok := strings.Cut(label, "-")
-	if !ok {
-		return "", 0, false
-	}
-	port, err := strconv.Atoi(p)
-	return id, port, err == nil
-}
-
 // sandboxOfHost names the sandbox a preview host (<port>-<id>.<domain>)
 // or a custom domain routes to.
 func sandboxOfHost(ctx context.Context, st *store.Store, host, domain string) (string, bool) {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+	if id, _, ok := naming.ParsePreviewHost(host, domain); ok {
+		return id, true
 	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	if label, ok := strings.CutSuffix(host, "."+domain); ok && !strings.Contains(label, ".") {
-		_, id, ok := strings.Cut(label, "-")
-		return id, ok
-	}
+	host = naming.NormalizeHost(host)
 	d, err := st.GetCustomDomain(ctx, host)
 	if err != nil {
 		return "", false

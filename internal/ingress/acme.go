@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"go.uber.org/zap"
 )
 
@@ -57,7 +58,7 @@ func NewACME(o ACMEOptions) (*ACME, error) {
 		Logger:  nop,
 		OnDemand: &certmagic.OnDemandConfig{
 			DecisionFunc: func(_ context.Context, name string) error {
-				if !o.Routable(normalizeHost(name)) {
+				if !o.Routable(naming.NormalizeHost(name)) {
 					return fmt.Errorf("ingress: %q is not routable", name)
 				}
 				return nil

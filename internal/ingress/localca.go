@@ -13,6 +13,8 @@ import (
 	"math/big"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/naming"
 )
 
 // Local CA lifetimes: the CA lives as long as the process that made it;
@@ -86,7 +88,7 @@ func (ca *LocalCA) TLSConfig(allow func(host string) bool) *tls.Config {
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"http/1.1"},
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			host := normalizeHost(hello.ServerName)
+			host := naming.NormalizeHost(hello.ServerName)
 			if host == "" || !allow(host) {
 				return nil, errors.New("ingress: no route for this server name")
 			}

@@ -10,6 +10,8 @@ import (
 	"net/http/httputil"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/naming"
 )
 
 // Dialer opens a raw TCP stream to a port inside a sandbox. The service
@@ -88,8 +90,8 @@ func New(opts Options) (*Router, error) {
 	if opts.Dialer == nil {
 		return nil, errors.New("ingress.New: Dialer is required")
 	}
-	domain := normalizeHost(opts.Domain)
-	if domain != "localhost" && !validHostname(domain) {
+	domain := naming.NormalizeHost(opts.Domain)
+	if domain != "localhost" && !naming.ValidHostname(domain) {
 		return nil, fmt.Errorf("ingress.New: invalid domain %q", opts.Domain)
 	}
 	r := &Router{
@@ -123,7 +125,7 @@ func (r *Router) Domain() string { return r.domain }
 // PreviewHost is the preview hostname of a sandbox port under the
 // router's domain.
 func (r *Router) PreviewHost(sandboxID string, port int) string {
-	return PreviewHost(r.domain, sandboxID, port)
+	return naming.PreviewHost(r.domain, sandboxID, port)
 }
 
 // Install makes a sandbox routable, with no ports exposed yet. It is
@@ -201,8 +203,8 @@ func (r *Router) Ports(sandboxID string) []Port { return r.table.Ports(sandboxID
 // see Table.BindDomain for the contract. Hostnames are case-insensitive;
 // one of the preview shape under the router's domain is ErrInvalidRoute.
 func (r *Router) BindDomain(_ context.Context, hostname, sandboxID string, port int) error {
-	host := normalizeHost(hostname)
-	if _, _, ok := parsePreviewHost(host, r.domain); ok {
+	host := naming.NormalizeHost(hostname)
+	if _, _, ok := naming.ParsePreviewHost(host, r.domain); ok {
 		return fmt.Errorf("%w: %q is a preview hostname", ErrInvalidRoute, hostname)
 	}
 	return r.table.BindDomain(host, sandboxID, port)
@@ -212,7 +214,7 @@ func (r *Router) BindDomain(_ context.Context, hostname, sandboxID string, port 
 // idempotent and never touches another sandbox's binding. Live
 // connections to the port stay open (the port is still exposed).
 func (r *Router) UnbindDomain(_ context.Context, sandboxID, hostname string) error {
-	r.table.UnbindDomain(sandboxID, normalizeHost(hostname))
+	r.table.UnbindDomain(sandboxID, naming.NormalizeHost(hostname))
 	return nil
 }
 
@@ -228,8 +230,8 @@ const (
 // resolve maps a Host header or SNI name to an exposed port of protocol
 // proto.
 func (r *Router) resolve(hostport string, proto Protocol) (Target, verdict) {
-	host := normalizeHost(hostport)
-	if id, port, ok := parsePreviewHost(host, r.domain); ok {
+	host := naming.NormalizeHost(hostport)
+	if id, port, ok := naming.ParsePreviewHost(host, r.domain); ok {
 		p, ok := r.table.Lookup(id, port)
 		if !ok || p.Protocol != proto {
 			return Target{}, notFound

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/sandboxd/sandboxd/internal/naming"
 )
 
 // Protocol is how an exposed port is reached from outside.
@@ -66,7 +68,7 @@ func NewTable() *Table {
 // Install makes a sandbox routable (none of its ports yet). Installing it
 // again is a no-op. The id must be a DNS label (ErrInvalidRoute).
 func (t *Table) Install(_ context.Context, sandboxID string) error {
-	if !validLabel(sandboxID) {
+	if !naming.ValidLabel(sandboxID) {
 		return fmt.Errorf("%w: sandbox id %q is not a DNS label", ErrInvalidRoute, sandboxID)
 	}
 	t.mu.Lock()
@@ -112,7 +114,7 @@ func (t *Table) Len() int {
 // Public flag; another protocol is ErrProtocolConflict and changes
 // nothing. A sandbox that is not installed is ErrNotInstalled.
 func (t *Table) ExposePort(sandboxID string, p Port) error {
-	if !validPort(p.Number) || !p.Protocol.valid() {
+	if !naming.ValidPort(p.Number) || !p.Protocol.valid() {
 		return fmt.Errorf("%w: port %d protocol %q", ErrInvalidRoute, p.Number, p.Protocol)
 	}
 	t.mu.Lock()
@@ -176,7 +178,7 @@ func (t *Table) Ports(sandboxID string) []Port {
 // does not have to be exposed yet, but traffic flows only while it is
 // exposed with protocol http (or tls, for the SNI listener).
 func (t *Table) BindDomain(hostname, sandboxID string, port int) error {
-	if !validHostname(hostname) || !validPort(port) {
+	if !naming.ValidHostname(hostname) || !naming.ValidPort(port) {
 		return fmt.Errorf("%w: hostname %q port %d", ErrInvalidRoute, hostname, port)
 	}
 	t.mu.Lock()

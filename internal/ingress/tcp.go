@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/agent/tunnel"
+	"github.com/sandboxd/sandboxd/internal/naming"
 )
 
 // tcpListener is one host port tunnelled to one sandbox port.
@@ -41,7 +42,7 @@ func (l *tcpListener) close() {
 // that candidate and try the next. The first call starts the L4
 // machinery (ErrL4Unavailable when that fails; the next call retries).
 func (r *Router) ListenTCP(ctx context.Context, hostPort int, sandboxID string, port int) error {
-	if !validPort(hostPort) {
+	if !naming.ValidPort(hostPort) {
 		return fmt.Errorf("%w: host port %d", ErrInvalidRoute, hostPort)
 	}
 	if err := r.ensureL4(ctx); err != nil {

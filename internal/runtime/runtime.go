@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/naming"
 )
 
 // Runtime runs sandboxes. Implementations are safe for concurrent use; calls
@@ -198,13 +200,10 @@ type Mount struct {
 	ReadOnly bool
 }
 
-// sandboxIDPattern: a DNS label, so it is valid as a container name, a host
-// name and a path element.
-var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // ValidSandboxID reports whether id can name a sandbox: a DNS label
-// (lowercase letters, digits and inner hyphens, at most 63 characters).
-func ValidSandboxID(id string) bool { return sandboxIDPattern.MatchString(id) }
+// (naming.ValidLabel), so it is valid as a container name, a host name
+// and a path element.
+func ValidSandboxID(id string) bool { return naming.ValidLabel(id) }
 
 // envKeyPattern is what a POSIX shell accepts as a variable name.
 var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // Sentinel errors of the domain. The API edges map each to their own wire
@@ -55,3 +57,31 @@ func (e *RetryAfterError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the underlying sentinel.
 func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// storeKinds lists, for each sentinel of the domain, the store sentinels
+// that mean the same thing. Some store errors still cross the service
+// unwrapped (TODO(issue 10): translate them where the service calls the
+// store and drop this table); Is hides that from the edges.
+var storeKinds = map[error][]error{
+	ErrIdempotencyKeyReused: {store.ErrIdempotencyKeyReused},
+	ErrInvalidArgument:      {store.ErrInvalidArgument},
+	ErrNotFound:             {store.ErrNotFound},
+	ErrNameConflict:         {store.ErrNameConflict},
+	ErrHostnameConflict:     {store.ErrHostnameConflict},
+	ErrConflict:             {store.ErrStateConflict, store.ErrPortProtocolConflict},
+}
+
+// Is reports whether err is the domain sentinel target: errors.Is, or the
+// store sentinel that target stands for. The edges classify errors with
+// it, so that they never need to know the store's words.
+func Is(err, target error) bool {
+	if errors.Is(err, target) {
+		return true
+	}
+	for _, s := range storeKinds[target] {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}

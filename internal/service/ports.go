@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent/tunnel"
 	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -287,8 +287,6 @@ type Domain struct {
 	Port      int
 }
 
-var hostnamePattern = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // AddDomain binds hostname to a sandbox port. Binding the same hostname to
 // the same sandbox and port again is a no-op; a hostname another sandbox
 // (or another port) holds is ErrHostnameConflict. Traffic needs the port
@@ -305,7 +303,7 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 		return Domain{}, err
 	}
 	hostname = strings.ToLower(strings.TrimSuffix(hostname, "."))
-	if len(hostname) > 253 || !hostnamePattern.MatchString(hostname) || net.ParseIP(hostname) != nil {
+	if !naming.ValidHostname(hostname) || net.ParseIP(hostname) != nil {
 		// An IP literal would capture the daemon's own API host.
 		return Domain{}, invalid("hostname", "%q is not a DNS name", hostname)
 	}

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/naming"
 )
 
 // Limits a single sandbox may ask for. They bound what one request can do to
@@ -64,9 +66,8 @@ type Mount struct {
 }
 
 var (
-	dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	envKey   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	tagKey   = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,62})$`)
+	envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	tagKey = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,62})$`)
 )
 
 // normalize fills defaults and validates every field, returning the
@@ -79,7 +80,7 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 	if len(req.Image) > maxImageLen || strings.ContainsAny(req.Image, " \t\r\n\x00") {
 		return req, invalid("image", "must be an image reference without spaces, at most %d bytes", maxImageLen)
 	}
-	if req.Name != "" && !dnsLabel.MatchString(req.Name) {
+	if req.Name != "" && !naming.ValidLabel(req.Name) {
 		return req, invalid("name", "%q is not a DNS label (lowercase letters, digits and '-', at most 63)", req.Name)
 	}
 	if strings.HasPrefix(req.Name, "sb-") {
@@ -136,7 +137,7 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 	}
 	seen := map[string]bool{}
 	for i, m := range req.Mounts {
-		if !dnsLabel.MatchString(m.Volume) {
+		if !naming.ValidLabel(m.Volume) {
 			return req, invalid("mounts", "mount %d: volume %q is not a DNS label", i, m.Volume)
 		}
 		if !path.IsAbs(m.Path) || path.Clean(m.Path) != m.Path || m.Path == "/" || strings.ContainsRune(m.Path, 0) {

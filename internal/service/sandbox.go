@@ -11,6 +11,22 @@ import (
 // State is a sandbox's lifecycle state as the API shows it.
 type State = store.SandboxState
 
+// The lifecycle states.
+const (
+	StateCreating = store.StateCreating
+	StateRunning  = store.StateRunning
+	StateStopping = store.StateStopping
+	StateStopped  = store.StateStopped
+	StateError    = store.StateError
+)
+
+// List page sizes: ListFilter.Limit <= 0 is DefaultListLimit; larger than
+// MaxListLimit is capped.
+const (
+	DefaultListLimit = store.DefaultListLimit
+	MaxListLimit     = store.MaxListLimit
+)
+
 // Sandbox is the service's view of one sandbox. It never carries secrets:
 // no agent token, no secret env, no private key.
 type Sandbox struct {

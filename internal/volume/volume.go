@@ -11,13 +11,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
-
-var namePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Dir keeps volumes under one root directory.
 type Dir struct {
@@ -40,7 +38,7 @@ func (d *Dir) Prepare(_ context.Context, owner, _ string, mounts []service.Mount
 	ownerDir := filepath.Join(d.root, hex.EncodeToString(sum[:8]))
 	binds := make([]runtime.Mount, 0, len(mounts))
 	for _, m := range mounts {
-		if !namePattern.MatchString(m.Volume) {
+		if !naming.ValidLabel(m.Volume) {
 			return nil, fmt.Errorf("volume %q: not a DNS label", m.Volume)
 		}
 		host := filepath.Join(ownerDir, m.Volume)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/service"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // Daytona's machine-readable error codes the SDK turns into its own classes
@@ -80,13 +79,13 @@ func classify(err error) errorBody {
 		status, msg, code, source = apiErr.Status, apiErr.Message, apiErr.Code, apiErr.Source
 	case errors.Is(err, auth.ErrUnauthenticated):
 		status, msg = http.StatusUnauthorized, "invalid API key"
-	case errors.Is(err, service.ErrInvalidArgument), errors.Is(err, store.ErrInvalidArgument):
+	case service.Is(err, service.ErrInvalidArgument):
 		status, msg = http.StatusBadRequest, err.Error()
-	case errors.Is(err, service.ErrNotFound), errors.Is(err, store.ErrNotFound):
+	case service.Is(err, service.ErrNotFound):
 		status, msg = http.StatusNotFound, err.Error()
-	case errors.Is(err, service.ErrNameConflict):
+	case service.Is(err, service.ErrNameConflict):
 		status, msg = http.StatusConflict, err.Error()
-	case errors.Is(err, service.ErrConflict), errors.Is(err, store.ErrStateConflict):
+	case service.Is(err, service.ErrConflict):
 		status, msg = http.StatusConflict, err.Error()
 	case errors.Is(err, service.ErrCapacityExhausted):
 		status, msg = http.StatusTooManyRequests, "the host is out of capacity; retry later"

@@ -4,13 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/version"
 )
@@ -63,10 +63,11 @@ type Options struct {
 	PreviewToken func(sandboxID string, port int) string
 }
 
-// DefaultImages are the snapshots every daemon has (scripts/build-images.sh).
-// No snapshot at all is the daemon's default image.
+// DefaultImages are the snapshots every daemon has. An empty image is the
+// daemon's default image (config --default-image), so `base` and no
+// snapshot at all both follow the operator's choice.
 var DefaultImages = map[string]string{
-	"base": "sandboxd/base:bookworm",
+	"base": "",
 }
 
 // Prefix is the path under which the facade serves; Match claims nothing
@@ -162,11 +163,9 @@ func (f *Facade) Close() error {
 	return nil
 }
 
+// isPreviewHost reports whether host is the preview domain or under it.
 func isPreviewHost(host, domain string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	host = naming.NormalizeHost(host)
 	return host == domain || strings.HasSuffix(host, "."+domain)
 }
 

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/service"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // create is POST /sandbox: CreateSandbox → 200 with the Sandbox, already
@@ -263,7 +262,7 @@ func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller) 
 func serviceState(s string) (service.State, bool) {
 	switch s {
 	case "started":
-		return store.StateRunning, true
+		return service.StateRunning, true
 	case "creating", "stopping", "stopped", "error":
 		return service.State(s), true
 	}
@@ -329,7 +328,7 @@ func (f *Facade) stop(w http.ResponseWriter, r *http.Request, c service.Caller) 
 
 // applyLifetime sets sb's timeout from its intervals and state.
 func (f *Facade) applyLifetime(ctx context.Context, c service.Caller, sb service.Sandbox) (service.Sandbox, error) {
-	d := lifetime(sb.State == store.StateRunning, autoStopOf(sb.Tags), autoDeleteOf(sb.Tags))
+	d := lifetime(sb.State == service.StateRunning, autoStopOf(sb.Tags), autoDeleteOf(sb.Tags))
 	if d == 0 && sb.ExpiresAt.IsZero() {
 		return sb, nil
 	}
@@ -395,7 +394,7 @@ func (f *Facade) setInterval(w http.ResponseWriter, r *http.Request, c service.C
 	sb, err = f.svc.UpdateSandbox(r.Context(), c, sb.ID, service.Update{
 		Tags:       tags,
 		SetTimeout: true,
-		Timeout:    lifetime(sb.State == store.StateRunning, autoStop, autoDelete),
+		Timeout:    lifetime(sb.State == service.StateRunning, autoStop, autoDelete),
 	})
 	if err != nil {
 		return err

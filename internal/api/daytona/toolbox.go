@@ -13,7 +13,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/service"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // homes are the sandbox accounts a Daytona sandbox may run as, with their
@@ -44,7 +43,7 @@ func (f *Facade) toolbox(h toolboxHandler) handler {
 		if err != nil {
 			return err
 		}
-		if sb.State != store.StateRunning {
+		if sb.State != service.StateRunning {
 			return errorf(http.StatusConflict, "sandbox %s is %s, not started", sb.ID, stateName(sb.State))
 		}
 		f.touch(r.Context(), c, sb)

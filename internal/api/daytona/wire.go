@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/service"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // Annotation keys: what the facade records at create and shows back
@@ -105,9 +104,9 @@ type listResponse struct {
 // stateName is Daytona's name for a sandbox state.
 func stateName(s service.State) string {
 	switch s {
-	case store.StateRunning:
+	case service.StateRunning:
 		return "started"
-	case store.StateCreating, store.StateStopping, store.StateStopped, store.StateError:
+	case service.StateCreating, service.StateStopping, service.StateStopped, service.StateError:
 		return string(s)
 	}
 	return "unknown"
@@ -116,7 +115,7 @@ func stateName(s service.State) string {
 // desiredState is where the sandbox is heading: started or stopped.
 func desiredState(s service.State) string {
 	switch s {
-	case store.StateStopping, store.StateStopped:
+	case service.StateStopping, service.StateStopped:
 		return "stopped"
 	}
 	return "started"

@@ -67,7 +67,8 @@
 //
 // # Create
 //
-// Templates: `base` is sandboxd/base:bookworm, `code-interpreter-v1` is
+// Templates: `base` is the daemon's default image (--default-image,
+// sandboxd/base:bookworm unless set), `code-interpreter-v1` is
 // sandboxd/code-interpreter:v1 (scripts/build-images.sh), and any other
 // template id names a locally present image (404 in the E2B shape when
 // there is none). In a code-interpreter sandbox the facade starts the

@@ -13,7 +13,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/service"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // envdCaller is the caller envd routing looks sandboxes up as: envd requests
@@ -36,7 +35,7 @@ var strippedHeaders = []string{
 // documentation for authorization and error answers.
 func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, port int) {
 	sb, err := f.svc.Get(r.Context(), envdCaller, id)
-	if err != nil || sb.State != store.StateRunning {
+	if err != nil || sb.State != service.StateRunning {
 		if err != nil && !errors.Is(err, service.ErrNotFound) {
 			f.log.ErrorContext(r.Context(), "e2b: envd: look up sandbox", "sandbox", id, "err", err)
 		}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/service"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // apiError is an error the facade raises itself, with its HTTP status and
@@ -49,14 +48,13 @@ func classify(err error) (status int, msg string) {
 		return apiErr.Status, apiErr.Message
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return http.StatusUnauthorized, "invalid API key"
-	case errors.Is(err, service.ErrIdempotencyKeyReused), errors.Is(err, store.ErrIdempotencyKeyReused):
+	case service.Is(err, service.ErrIdempotencyKeyReused):
 		return http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request body"
-	case errors.Is(err, service.ErrInvalidArgument), errors.Is(err, store.ErrInvalidArgument):
+	case service.Is(err, service.ErrInvalidArgument):
 		return http.StatusBadRequest, err.Error()
-	case errors.Is(err, service.ErrNotFound), errors.Is(err, store.ErrNotFound):
+	case service.Is(err, service.ErrNotFound):
 		return http.StatusNotFound, err.Error()
-	case errors.Is(err, service.ErrNameConflict), errors.Is(err, service.ErrConflict),
-		errors.Is(err, store.ErrStateConflict):
+	case service.Is(err, service.ErrNameConflict), service.Is(err, service.ErrConflict):
 		return http.StatusConflict, err.Error()
 	case errors.Is(err, service.ErrCapacityExhausted):
 		return http.StatusTooManyRequests, "the host is out of capacity; retry later"

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"golang.org/x/sync/singleflight"
@@ -70,9 +71,11 @@ type Options struct {
 	MaxBodyBytes int64
 }
 
-// DefaultImages are the built-in templates (scripts/build-images.sh).
+// DefaultImages are the built-in templates (scripts/build-images.sh). An
+// empty image is the daemon's default image (config --default-image), so
+// `base` follows the operator's choice instead of naming one here.
 var DefaultImages = map[string]string{
-	"base":                  "sandboxd/base:bookworm",
+	"base":                  "",
 	codeInterpreterTemplate: "sandboxd/code-interpreter:v1",
 }
 
@@ -186,22 +189,12 @@ func (f *Facade) envdTarget(r *http.Request) (id string, port int, ok bool) {
 	return parseHost(r.Host, f.domain)
 }
 
-// parseHost parses host as <port>-<sandbox-id>.<domain>[:listen-port] and
-// accepts it only for the ports the facade serves.
+// parseHost parses host as <port>-<sandbox-id>.<domain>[:listen-port]
+// (naming.ParsePreviewHost) and accepts it only for the ports the facade
+// serves.
 func parseHost(host, domain string) (id string, port int, ok bool) {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	label, ok := strings.CutSuffix(strings.ToLower(host), "."+domain)
-	if !ok {
-		return "", 0, false
-	}
-	p, id, ok := strings.Cut(label, "-")
-	if !ok || id == "" || strings.Contains(id, ".") {
-		return "", 0, false
-	}
-	port, err := strconv.Atoi(p)
-	if err != nil || (port != envdPort && port != interpreterPort) {
+	id, port, ok = naming.ParsePreviewHost(host, domain)
+	if !ok || (port != envdPort && port != interpreterPort) {
 		return "", 0, false
 	}
 	return id, port, true

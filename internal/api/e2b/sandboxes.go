@@ -10,7 +10,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/service"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // handler is a control-plane handler: it gets the authenticated caller and
@@ -157,7 +156,7 @@ func (f *Facade) resume(w http.ResponseWriter, r *http.Request, c service.Caller
 	if err != nil {
 		return err
 	}
-	if sb.State == store.StateRunning {
+	if sb.State == service.StateRunning {
 		return errorf(http.StatusConflict, "sandbox %s is already running", sb.ID)
 	}
 	sb, _, err = f.resumeSandbox(r.Context(), c, sb.ID, body.Timeout)
@@ -177,7 +176,7 @@ func (f *Facade) resumeSandbox(ctx context.Context, c service.Caller, id string,
 	if err != nil {
 		return sb, false, err
 	}
-	if sb.State != store.StateRunning {
+	if sb.State != service.StateRunning {
 		if sb, err = f.svc.Start(ctx, c, sb.ID); err != nil {
 			return sb, false, err
 		}
@@ -235,7 +234,7 @@ func (f *Facade) pause(w http.ResponseWriter, r *http.Request, c service.Caller)
 	if err != nil {
 		return err
 	}
-	if sb.State != store.StateRunning {
+	if sb.State != service.StateRunning {
 		return errorf(http.StatusConflict, "sandbox %s is already paused", sb.ID)
 	}
 	if _, err := f.svc.Stop(r.Context(), c, sb.ID); err != nil {
@@ -257,7 +256,7 @@ func (f *Facade) metrics(w http.ResponseWriter, r *http.Request, c service.Calle
 		return err
 	}
 	out := []sandboxMetric{}
-	if sb.State == store.StateRunning {
+	if sb.State == service.StateRunning {
 		st, err := f.svc.Stats(r.Context(), c, sb.ID)
 		if err != nil {
 			return err

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/service"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // envdVersion is the envd version every sandbox reports: the highest whose
@@ -127,7 +126,7 @@ const (
 )
 
 func e2bState(s service.State) string {
-	if s == store.StateRunning {
+	if s == service.StateRunning {
 		return stateRunning
 	}
 	return statePaused
@@ -137,9 +136,9 @@ func e2bState(s service.State) string {
 func storeStates(e2b string) []service.State {
 	switch e2b {
 	case stateRunning:
-		return []service.State{store.StateRunning}
+		return []service.State{service.StateRunning}
 	case statePaused:
-		return []service.State{store.StateStopped, store.StateError}
+		return []service.State{service.StateStopped, service.StateError}
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/service"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // Code is a wire error code (docs/api-v1.md, "Errors"). The set is closed:
@@ -97,18 +96,17 @@ func classify(err error) (Code, string) {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		// One answer for every way a credential can be wrong (see package auth).
 		return CodeUnauthenticated, "missing or invalid API token"
-	case errors.Is(err, service.ErrIdempotencyKeyReused), errors.Is(err, store.ErrIdempotencyKeyReused):
+	case service.Is(err, service.ErrIdempotencyKeyReused):
 		return CodeIdempotencyKeyReused, "this Idempotency-Key was used with a different request body"
-	case errors.Is(err, service.ErrInvalidArgument), errors.Is(err, store.ErrInvalidArgument):
+	case service.Is(err, service.ErrInvalidArgument):
 		return CodeInvalidArgument, err.Error()
-	case errors.Is(err, service.ErrNotFound), errors.Is(err, store.ErrNotFound):
+	case service.Is(err, service.ErrNotFound), errors.Is(err, auth.ErrTokenNotFound):
 		return CodeNotFound, err.Error()
-	case errors.Is(err, service.ErrNameConflict), errors.Is(err, store.ErrNameConflict):
+	case service.Is(err, service.ErrNameConflict):
 		return CodeNameConflict, err.Error()
-	case errors.Is(err, service.ErrHostnameConflict), errors.Is(err, store.ErrHostnameConflict):
+	case service.Is(err, service.ErrHostnameConflict):
 		return CodeHostnameConflict, err.Error()
-	case errors.Is(err, service.ErrConflict), errors.Is(err, store.ErrStateConflict),
-		errors.Is(err, store.ErrPortProtocolConflict):
+	case service.Is(err, service.ErrConflict):
 		return CodeConflict, err.Error()
 	case errors.Is(err, service.ErrCapacityExhausted):
 		return CodeCapacityExhausted, "the host is out of capacity; retry later"

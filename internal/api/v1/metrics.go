@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sandboxd/sandboxd/internal/service"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // scrapeTimeout bounds the database reads of one /metrics scrape.
@@ -71,7 +70,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
-	for _, st := range []service.State{store.StateCreating, store.StateRunning, store.StateStopping, store.StateStopped, store.StateError} {
+	for _, st := range []service.State{service.StateCreating, service.StateRunning, service.StateStopping, service.StateStopped, service.StateError} {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n[st]), string(st))
 	}
 }
@@ -82,7 +81,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 func (s *server) countByState(ctx context.Context) (map[service.State]int, error) {
 	admin := service.Caller{Admin: true}
 	n := map[service.State]int{}
-	f := service.ListFilter{Limit: store.MaxListLimit}
+	f := service.ListFilter{Limit: service.MaxListLimit}
 	for {
 		page, next, err := s.svc.List(ctx, admin, f)
 		if err != nil {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/service"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // Idempotency of POST /v1/sandboxes (DESIGN.md, sections 3 and 6).
@@ -141,13 +140,13 @@ func (s *server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	limit, err := intParam(q, "limit", 1, store.MaxListLimit, store.DefaultListLimit)
+	limit, err := intParam(q, "limit", 1, service.MaxListLimit, service.DefaultListLimit)
 	if err != nil {
 		return err
 	}
 	f := service.ListFilter{Name: q.Get("name"), Limit: limit, PageToken: q.Get("page_token")}
 	if st := q.Get("state"); st != "" {
-		if !store.SandboxState(st).Valid() {
+		if !service.State(st).Valid() {
 			return fieldError("state", "%q is not one of creating, running, stopping, stopped, error", st)
 		}
 		f.States = []service.State{service.State(st)}

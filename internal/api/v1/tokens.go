@@ -2,36 +2,27 @@ package v1
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"unicode"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-// Tokens is the API token table as the admin routes need it;
-// *store.Store implements it.
+// Tokens issues, lists and revokes API tokens; *auth.Issuer is one.
 type Tokens interface {
-	// CreateAPIToken stores t with the hash of its secret and sets
-	// t.CreatedAt. A taken id fails with store.ErrIDConflict.
-	CreateAPIToken(ctx context.Context, t *store.APIToken, secretSHA256 [32]byte) error
-	// ListAPITokens returns every token, revoked ones included.
-	ListAPITokens(ctx context.Context) ([]store.APIToken, error)
-	// RevokeAPIToken revokes a token, idempotently; an id that never
-	// existed is store.ErrNotFound.
-	RevokeAPIToken(ctx context.Context, id string) error
+	// Issue makes and stores a token and returns its plaintext, shown once.
+	Issue(ctx context.Context, role auth.Role, owner, name string) (plaintext string, rec auth.Record, err error)
+	// Active returns the tokens that are not revoked, oldest first.
+	Active(ctx context.Context) ([]auth.Record, error)
+	// Revoke revokes a token, idempotently; an id that never existed is
+	// auth.ErrTokenNotFound.
+	Revoke(ctx context.Context, id string) error
 }
 
-var _ Tokens = (*store.Store)(nil)
+var _ Tokens = (*auth.Issuer)(nil)
 
 // maxTokenLabel bounds a token's name and owner.
 const maxTokenLabel = 128
-
-// createTokenAttempts bounds retries on a token id collision (32-bit ids:
-// a collision is rare, two in a row rarer still).
-const createTokenAttempts = 3
 
 // createToken issues a token: 201 with its description and the secret,
 // which is shown this once and never again. A user token needs an owner
@@ -51,35 +42,26 @@ func (s *server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if err := checkLabel("owner", body.Owner, role == auth.RoleUser); err != nil {
 		return err
 	}
-	for attempt := 1; ; attempt++ {
-		plaintext, tok, hash := auth.Generate(role, body.Owner)
-		rec := store.APIToken{ID: tok.ID, Name: body.Name, Role: store.Role(role), Owner: body.Owner}
-		err := s.tokens.CreateAPIToken(r.Context(), &rec, hash)
-		if errors.Is(err, store.ErrIDConflict) && attempt < createTokenAttempts {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("create token: %w", err)
-		}
-		out := toTokenJSON(rec)
-		out.Token = plaintext
-		writeJSON(w, http.StatusCreated, out)
-		return nil
+	plaintext, rec, err := s.tokens.Issue(r.Context(), role, body.Owner, body.Name)
+	if err != nil {
+		return err
 	}
+	out := toTokenJSON(rec)
+	out.Token = plaintext
+	writeJSON(w, http.StatusCreated, out)
+	return nil
 }
 
 // listTokens answers the tokens that still work (not revoked), oldest
 // first; never their secrets.
 func (s *server) listTokens(w http.ResponseWriter, r *http.Request) error {
-	recs, err := s.tokens.ListAPITokens(r.Context())
+	recs, err := s.tokens.Active(r.Context())
 	if err != nil {
 		return err
 	}
 	out := listJSON[tokenJSON]{Items: []tokenJSON{}}
 	for _, rec := range recs {
-		if rec.RevokedAt.IsZero() {
-			out.Items = append(out.Items, toTokenJSON(rec))
-		}
+		out.Items = append(out.Items, toTokenJSON(rec))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -89,14 +71,14 @@ func (s *server) listTokens(w http.ResponseWriter, r *http.Request) error {
 // retry succeeds); not_found when it never existed. Requests with it fail
 // from then on.
 func (s *server) revokeToken(w http.ResponseWriter, r *http.Request) error {
-	if err := s.tokens.RevokeAPIToken(r.Context(), r.PathValue("id")); err != nil {
+	if err := s.tokens.Revoke(r.Context(), r.PathValue("id")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-func toTokenJSON(rec store.APIToken) tokenJSON {
+func toTokenJSON(rec auth.Record) tokenJSON {
 	return tokenJSON{ID: rec.ID, Name: rec.Name, Role: string(rec.Role), Owner: rec.Owner, CreatedAt: rec.CreatedAt.UTC()}
 }
 

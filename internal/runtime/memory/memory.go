@@ -49,10 +49,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/agent"
-	"github.com/sandboxd/sandboxd/internal/agent/account"
-	"github.com/sandboxd/sandboxd/internal/agent/filesystem"
-	"github.com/sandboxd/sandboxd/internal/agent/process"
+	"github.com/sandboxd/sandboxd/internal/agent/server"
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/filesystem"
+	"github.com/sandboxd/sandboxd/internal/agent/server/process"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 )
 
@@ -380,7 +380,7 @@ func (r *Runtime) bootAgent(sb *sandbox) (*run, error) {
 	procs := process.New(process.Options{Users: users, Env: processEnv(sb.spec.Env), Log: log})
 	fsys := filesystem.New(filesystem.Options{Users: users, Log: log})
 	srv := &http.Server{
-		Handler: agent.NewHandler(agent.Config{
+		Handler: server.NewHandler(server.Config{
 			Token: sb.spec.AgentToken, Process: procs, Filesystem: fsys, Users: users, Log: log,
 		}),
 		// Streams live as long as processes do: no read or write timeout.

@@ -1,0 +1,211 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/agent/server/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/process/reaper"
+	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
+	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
+)
+
+// Defaults of [Options].
+const (
+	// DefaultOutputGrace: how long output is still read after a process
+	// exited, for descendants that inherited its pipes.
+	DefaultOutputGrace = 2 * time.Second
+	// DefaultKeepalive is the keepalive interval of streams whose request
+	// names none (envd's default).
+	DefaultKeepalive = 90 * time.Second
+)
+
+// Options configure a [Service]. The zero value is usable.
+type Options struct {
+	// Users resolves the user a request acts as; default /etc/passwd.
+	Users *account.Directory
+	// Waiter starts children and reports their exit: a *reaper.Reaper when
+	// the agent is PID 1, reaper.Own{} (the default) otherwise.
+	Waiter interface {
+		Start(start func() (int, error)) (<-chan reaper.Exit, error)
+	}
+	// Env is added to every process's environment, before the request's.
+	Env map[string]string
+	// OutputGrace: see DefaultOutputGrace.
+	OutputGrace time.Duration
+	// Keepalive: see DefaultKeepalive.
+	Keepalive time.Duration
+	// Log receives unexpected failures; default discards.
+	Log *slog.Logger
+}
+
+// Service is the process.Process Connect service. Create it with [New];
+// it is safe for concurrent use.
+type Service struct {
+	users     *account.Directory
+	waiter    waiter
+	env       map[string]string
+	grace     time.Duration
+	keepalive time.Duration
+	log       *slog.Logger
+
+	mu     sync.Mutex
+	procs  map[uint32]*proc
+	seq    uint64
+	closed bool
+}
+
+var _ processconnect.ProcessHandler = (*Service)(nil)
+
+// New returns a Service with no processes.
+func New(o Options) *Service {
+	s := &Service{
+		users: o.Users, waiter: o.Waiter, env: o.Env, grace: o.OutputGrace,
+		keepalive: o.Keepalive, log: o.Log, procs: make(map[uint32]*proc),
+	}
+	if s.users == nil {
+		s.users = account.NewDirectory(account.DefaultPasswd)
+	}
+	if s.waiter == nil {
+		s.waiter = reaper.Own{}
+	}
+	if s.grace <= 0 {
+		s.grace = DefaultOutputGrace
+	}
+	if s.keepalive <= 0 {
+		s.keepalive = DefaultKeepalive
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return s
+}
+
+// Handle registers the service's Connect handlers on mux.
+func (s *Service) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
+	mux.Handle(processconnect.NewProcessHandler(s, opts...))
+}
+
+// Shutdown stops every process: SIGTERM to each process group, then, for
+// those still running when ctx ends, SIGKILL. It returns once every process
+// has ended (or ctx ended twice over: after the SIGKILL it waits at most
+// one more output grace). New Starts fail with ErrClosed from the moment
+// it is called.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	procs := make([]*proc, 0, len(s.procs))
+	for _, p := range s.procs {
+		procs = append(procs, p)
+	}
+	s.mu.Unlock()
+
+	for _, p := range procs {
+		_ = p.signal(unix.SIGTERM)
+	}
+	if waitAll(ctx, procs) == nil {
+		return nil
+	}
+	for _, p := range procs {
+		_ = p.signal(unix.SIGKILL)
+	}
+	kctx, cancel := context.WithTimeout(context.Background(), 2*s.grace)
+	defer cancel()
+	if err := waitAll(kctx, procs); err != nil {
+		return fmt.Errorf("processes still running after SIGKILL: %w", err)
+	}
+	return nil
+}
+
+func waitAll(ctx context.Context, procs []*proc) error {
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// launchProc starts l and tracks it until it ends. sub, subscribed before
+// the process starts, sees all of its output.
+func (s *Service) launchProc(l launch, lifetime time.Duration) (*proc, *sub, error) {
+	h := newHub()
+	sb := h.subscribe()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	s.mu.Unlock()
+	p, exits, err := start(s.waiter, l, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	p.limit(lifetime)
+	s.mu.Lock()
+	s.seq++
+	p.seq = s.seq
+	s.procs[p.pid] = p
+	s.mu.Unlock()
+	go func() {
+		p.wait(exits, s.grace)
+		s.mu.Lock()
+		if s.procs[p.pid] == p {
+			delete(s.procs, p.pid)
+		}
+		s.mu.Unlock()
+	}()
+	return p, sb, nil
+}
+
+// lookup finds the process sel names. A tag names the earliest started
+// process that carries it; every process is considered, not just the
+// first one seen.
+func (s *Service) lookup(sel *rpc.ProcessSelector) (*proc, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch v := sel.GetSelector().(type) {
+	case *rpc.ProcessSelector_Pid:
+		if p, ok := s.procs[v.Pid]; ok {
+			return p, nil
+		}
+		return nil, fmt.Errorf("%w: pid %d", ErrNotFound, v.Pid)
+	case *rpc.ProcessSelector_Tag:
+		var found *proc
+		for _, p := range s.procs {
+			if p.tag != nil && *p.tag == v.Tag && (found == nil || p.seq < found.seq) {
+				found = p
+			}
+		}
+		if found == nil {
+			return nil, fmt.Errorf("%w: tag %q", ErrNotFound, v.Tag)
+		}
+		return found, nil
+	default:
+		return nil, fmt.Errorf("%w: process selector names neither pid nor tag", ErrInvalid)
+	}
+}
+
+// headerDuration reads a non-negative integer header in the given unit;
+// absent means zero.
+func headerDuration(h http.Header, key string, unit time.Duration) (time.Duration, error) {
+	v := h.Get(key)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: header %s: %q is not a non-negative integer", ErrInvalid, key, v)
+	}
+	return time.Duration(n) * unit, nil
+}

@@ -1,0 +1,24 @@
+package e2b
+
+import "testing"
+
+// TestCreateRequest_BaseIsTheDaemonDefault: template `base` (and no
+// template) leaves the image empty, so the service fills in the daemon's
+// configured default image; other templates keep their images.
+func TestCreateRequest_BaseIsTheDaemonDefault(t *testing.T) {
+	f := New(Options{AccessTokenKey: []byte("k")})
+	for template, want := range map[string]string{
+		"":                      "",
+		"base":                  "",
+		codeInterpreterTemplate: "sandboxd/code-interpreter:v1",
+		"alpine:3":              "alpine:3",
+	} {
+		req, err := f.createRequest("o", newSandboxBody{TemplateID: template})
+		if err != nil {
+			t.Fatalf("createRequest(%q): %v", template, err)
+		}
+		if req.Image != want {
+			t.Errorf("template %q: image = %q, want %q", template, req.Image, want)
+		}
+	}
+}
