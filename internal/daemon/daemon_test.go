@@ -4,33 +4,38 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 func requireDocker(t *testing.T) {
 	t.Helper()
-	if err := exec.Command("docker", "info").Run(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("docker is not reachable and CI is set: %v", err)
-		}
-		t.Skipf("docker is not reachable (%v); run make setup", err)
-	}
+	testenv.NeedsDocker(t)
 }
 
 func newDaemon(t *testing.T, agent string, extra ...string) *daemon.Daemon {
+	t.Helper()
+	return newDaemonWith(t, agent, daemon.Options{}, extra...)
+}
+
+func newDaemonWith(t *testing.T, agent string, opts daemon.Options, extra ...string) *daemon.Daemon {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "dmn") // short: agent socket paths
 	if err != nil {
@@ -47,7 +52,7 @@ func newDaemon(t *testing.T, agent string, extra ...string) *daemon.Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(t.Context(), cfg, ln, slog.New(slog.DiscardHandler), daemon.Options{})
+	d, err := daemon.New(t.Context(), cfg, ln, slog.New(slog.DiscardHandler), opts)
 	if err != nil {
 		ln.Close()
 		t.Fatal(err)
@@ -141,4 +146,54 @@ func TestHTTPS_PreviewURLWithTheLocalCA(t *testing.T) {
 	if resp.StatusCode != 200 || string(body) != "hello-tls\n" {
 		t.Fatalf("https preview: %d %q", resp.StatusCode, body)
 	}
+}
+
+// TestReadyz_NotReadyUntilTheStartupRepairSucceeds: a daemon that starts
+// while the engine does not answer serves (/healthz 200) but is not ready
+// (/readyz 503 with the reason, creates 503); once the engine answers, the
+// repair it retries in the background succeeds and /readyz is 200.
+func TestReadyz_NotReadyUntilTheStartupRepairSucceeds(t *testing.T) {
+	requireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	agent, err := runtimetest.BuildAgent(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var faulty *runtimetest.Faulty
+	d := newDaemonWith(t, agent, daemon.Options{WrapRuntime: func(rt runtime.Runtime) runtime.Runtime {
+		faulty = runtimetest.NewFaulty(rt)
+		faulty.Inject(runtimetest.ListOurs, runtimetest.Fault{Err: errors.New("engine not answering yet")})
+		return faulty
+	}})
+	srv := httptest.NewServer(d.Handler)
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d, want 200 (liveness)", code)
+	}
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "engine not answering yet") {
+		t.Errorf("/readyz = %d %s, want 503 naming the failure", code, body)
+	}
+	if _, err := d.Service.CreateSandbox(ctx, service.CreateRequest{Owner: "admin"}); !errors.Is(err, service.ErrUnavailable) {
+		t.Errorf("create before the repair: %v, want ErrUnavailable", err)
+	}
+	bg, stop := context.WithCancel(ctx)
+	defer stop()
+	go d.Service.RunBackground(bg, time.Hour, time.Hour) // what Serve runs
+	faulty.Clear(runtimetest.ListOurs)
+	testenv.WaitFor(t, "/readyz answers 200", func() error {
+		if code, body := get("/readyz"); code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
 }

@@ -32,6 +32,16 @@ import (
 // failures of the other phases are logged and left to the periodic pass.
 // A successful startup pass marks the service ready (see Ready).
 func (s *Service) Reconcile(ctx context.Context, startup bool) error {
+	err := s.reconcile(ctx, startup)
+	if startup && err != nil {
+		if ok, _ := s.Ready(); !ok {
+			s.setReady("startup repair failed: " + err.Error())
+		}
+	}
+	return err
+}
+
+func (s *Service) reconcile(ctx context.Context, startup bool) error {
 	snap, err := s.snapshot(ctx, startup)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
