@@ -46,7 +46,7 @@
 // sandbox port; TLS ends inside the sandbox.
 //
 // The L4 machinery starts lazily, on the first TCP or TLS exposure, with
-// the latch of DESIGN.md section 4: an atomic fast path, a mutex slow
+// the lazy latch: an atomic fast path, a mutex slow
 // path with a double check, latched only on success. A failed start fails
 // that call (ErrL4Unavailable) and the next call tries again; the daemon
 // never fails for it and no request pays for it after the first success.

@@ -141,7 +141,7 @@ func (r *Router) proxyError(w http.ResponseWriter, req *http.Request, err error)
 	writeError(w, http.StatusBadGateway, "unavailable", "the sandbox port did not answer", true)
 }
 
-// writeError answers with the API's error shape (DESIGN.md section 6).
+// writeError answers with the API's error shape (docs/api-v1.md, Errors).
 func writeError(w http.ResponseWriter, status int, code, msg string, retryable bool) {
 	type body struct {
 		Code      string `json:"code"`

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 )
 
-// latch runs first-call work once it succeeds (DESIGN.md section 4): an
+// latch runs first-call work once it succeeds: an
 // atomic fast path, a mutex slow path with a double check, and the latch
 // closes only on success, so a failure fails that call alone and the next
 // caller tries again. Nothing retries on its own.

@@ -85,13 +85,13 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 		return nil, err
 	}
 
-	// 5 (early: secrets are bound to the id). Choose the id.
+	// 3. choose the id (secrets are bound to it).
 	id := idOverride
 	if id == "" {
 		id = newSandboxID()
 	}
 
-	// 3. seal secret env; 4. agent token and SSH key pair.
+	// 4. seal secret env; 5. agent token and SSH key pair.
 	var (
 		sealedEnv, sealedToken []byte
 		keys                   sshKeyPair
@@ -122,7 +122,8 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 		}
 	}()
 
-	// 6. the row, in state creating: claims the id and the name.
+	// 6. the claim names the id; the row, in state creating, claims the id
+	// and the name.
 	now := s.Clock()
 	row := store.Sandbox{
 		ID:               id,
@@ -232,7 +233,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 	}
 	undo.push("remove route", func(ctx context.Context) error { return s.Router.Remove(ctx, id) })
 
-	// 11. mounts' sealed specs, then the row goes running.
+	// 11. mounts' sealed specs, then the commit: the row goes running.
 	if len(req.Mounts) > 0 {
 		if err := t.run("store mounts", func() error { return s.putMounts(ctx, id, req.Mounts) }); err != nil {
 			return nil, fmt.Errorf("store mounts: %w", err)

@@ -1,33 +1,40 @@
-// Package service is sandboxd's domain: the create chain with rollback,
-// destroy, start and stop, exec and files, and the reconciler and reaper
-// that keep the host equal to the database.
+// Package service is sandboxd's domain: create-once and the create chain
+// with rollback, destroy, start and stop, exec and files, ports and
+// domains, and the reconciler (a pure [Decide] plus small effects) and
+// reaper that keep the host equal to the database.
 //
 // # The create chain
 //
-// Every create — a new sandbox, one with a chosen id, or a recreate after
-// failover — runs through one private worker, [Service.create]. It is a
-// chain of steps; each step that succeeds pushes its undo onto a stack, and
-// any later failure runs the stack in reverse with a fresh context (the
+// [Service.CreateOnce] is the one entry for creates that must not happen
+// twice (an idempotency key, E2B's body dedupe): it claims the key, runs
+// the chain under the claim and completes it (docs/design.md, section 4).
+// Every create — a new sandbox, one with a chosen id, one under a claim —
+// runs through one private worker, [Service.create]. It is a chain of
+// steps; each step that succeeds pushes its undo onto a stack, and any
+// later failure runs the stack in reverse with a fresh context (the
 // caller's may already be cancelled):
 //
-//  1. topology gate (a non-worker never creates locally)
+//  1. readiness (the startup repair succeeded) and the topology gate
 //  2. normalize and validate the request; reject before any side effect
-//  3. seal secret env and mount credentials
-//  4. generate the agent token and an Ed25519 SSH key pair
-//  5. choose the id (the override on the recreate path)
-//  6. insert the row in state creating        → undo: delete the row
+//  3. choose the id (random, derived from the claim, or given)
+//  4. seal the secret env
+//  5. generate the agent token and an Ed25519 SSH key pair
+//  6. under a claim, attach the id to it; insert the row
+//     in state creating, with no expiry yet   → undo: delete the row
 //  7. admission: reserve CPU and memory        → undo: release
-//  8. mounts: prepare volume directories       → undo: unmount
+//  8. mounts: prepare volume directories       → undo: release
 //  9. runtime create + start, agent ready      → undo: destroy the container
 //  10. route install                           → undo: remove the route
-//  11. mark the row running, store the mounts
+//  11. store the mounts; commit: the row goes running and its timeout
+//     starts (store.CommitCreate, one write)
 //
-// The row goes in first (DESIGN.md puts it near the end): the partial
-// unique index on name then rejects a duplicate name with one INSERT
-// instead of after a container create, and a daemon killed mid-create
-// leaves a row in state creating that the reconciler finds and rolls back.
-// Containers carry their sandbox id as a label, so a container without a
-// row is also found and destroyed.
+// The row goes in before the container: the partial unique index on name
+// then rejects a duplicate name with one INSERT instead of after a
+// container create, and a daemon killed mid-create leaves a row in state
+// creating that the reconciler finds and rolls back. Containers carry
+// their sandbox id as a label, so a container without a row is also found
+// and destroyed. The timeout counts from the commit, so the reaper never
+// sees a half-made sandbox as expired.
 //
 // Each step is timed; the timings travel back to the API edge as
 // [StepTiming] values (Server-Timing) and into the create-latency histogram.

@@ -23,7 +23,7 @@ import (
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
-// Labels the Docker runtime puts on every container (DESIGN.md section 5).
+// Labels the Docker runtime puts on every container (docs/design.md section 5).
 const (
 	labelNode    = "sandboxd.node"
 	labelSandbox = "sandboxd.sandbox"

@@ -2,7 +2,6 @@
 // official Daytona SDK (@daytonaio/sdk, tested with 0.218.0) drive sandboxd
 // unchanged, with DAYTONA_API_URL=http://<daemon>/daytona/api and
 // DAYTONA_API_KEY set to a sandboxd API token. Wire details:
-// shared/reference/e2b-daytona-wire.md sections 7–9 and
 // test/compat/daytona/WIRE.md.
 //
 // # Routing

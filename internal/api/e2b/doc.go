@@ -1,7 +1,8 @@
 // Package e2b is sandboxd's E2B facade: the HTTP edge that lets the
 // official E2B SDKs (`e2b`, `@e2b/code-interpreter`, Python `e2b`) drive
 // sandboxd unchanged, with E2B_API_URL and E2B_SANDBOX_URL both set to the
-// daemon's base URL. Wire details: shared/reference/e2b-daytona-wire.md.
+// daemon's base URL. docs/design.md (section 7) says how it maps onto the
+// service; test/compat/e2b runs the real SDKs against it.
 //
 // # Routing
 //
@@ -90,7 +91,7 @@
 // # Create dedupe
 //
 // Identical create bodies within a short window create one sandbox
-// (DESIGN.md section 7). The fingerprint is the SHA-256 of the normalized
+// (docs/design.md section 7). The fingerprint is the SHA-256 of the normalized
 // request — owner, template, sorted env, metadata, timeout, lifecycle
 // flags, network posture, secure — and nothing per-request. It claims the
 // idempotency scope "e2b.create" (pending lock 2 min, replay window 10 s):

@@ -14,7 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
-// Idempotency of POST /v1/sandboxes (DESIGN.md, sections 3 and 6).
+// Idempotency of POST /v1/sandboxes (docs/design.md, sections 3 and 4).
 const (
 	createScope = "v1.create"
 	// createPendingTTL bounds how long a duplicate waits for the first
