@@ -77,7 +77,6 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 		}
 	}
 	// 2. normalize and validate; nothing has happened yet.
-	var spec runtime.Spec
 	if err := t.run("validate", func() (err error) {
 		req, err = s.normalize(req)
 		return err
@@ -92,22 +91,9 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 	}
 
 	// 4. seal secret env; 5. agent token and SSH key pair.
-	var (
-		sealedEnv, sealedToken []byte
-		keys                   sshKeyPair
-		token                  = newAgentToken()
-	)
+	var sec sandboxSecrets
 	if err := t.run("seal", func() (err error) {
-		if len(req.SecretEnv) > 0 {
-			plain, _ := json.Marshal(req.SecretEnv)
-			if sealedEnv, err = s.Keyring.Seal(plain, secretEnvAD(id)); err != nil {
-				return fmt.Errorf("seal secret env: %w", err)
-			}
-		}
-		if sealedToken, err = s.Keyring.Seal([]byte(token), agentTokenAD(id)); err != nil {
-			return fmt.Errorf("seal agent token: %w", err)
-		}
-		keys, err = newSSHKeyPair(id)
+		sec, err = s.seal(id, req)
 		return err
 	}); err != nil {
 		return nil, err
@@ -124,30 +110,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 
 	// 6. the claim names the id; the row, in state creating, claims the id
 	// and the name.
-	now := s.Clock()
-	row := store.Sandbox{
-		ID:               id,
-		Name:             req.Name,
-		Owner:            req.Owner,
-		Image:            req.Image,
-		State:            store.StateCreating,
-		CPUMillis:        req.MilliCPU,
-		MemoryMB:         req.MemoryMB,
-		Tags:             req.Tags,
-		Env:              req.Env,
-		SealedSecrets:    sealedEnv,
-		AgentTokenSealed: sealedToken,
-		SSHPublicKey:     keys.Public,
-		NodeID:           s.cfg.NodeID,
-		CreatedAt:        now,
-		Spec: marshalSpec(sandboxSpec{
-			Network:       req.Network,
-			Mounts:        req.Mounts,
-			Annotations:   req.Annotations,
-			Runtime:       req.Runtime,
-			SecretEnvKeys: slices.Sorted(maps.Keys(req.SecretEnv)),
-		}),
-	}
+	row := s.newRow(id, req, sec)
 	if err := t.run("store", func() error {
 		if cl != nil {
 			if err := s.Store.AttachClaimTarget(ctx, *cl, id); err != nil {
@@ -190,40 +153,10 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 	}
 
 	// 9. runtime create + start, agent ready.
-	env := maps.Clone(req.Env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	maps.Copy(env, req.SecretEnv)
-	spec = runtime.Spec{
-		SandboxID:   id,
-		Image:       req.Image,
-		CPU:         float64(req.MilliCPU) / 1000,
-		MemoryMB:    req.MemoryMB,
-		PidsLimit:   defaultPidsLimit,
-		Env:         env,
-		Network:     req.Network,
-		Mounts:      binds,
-		AgentBinary: s.cfg.AgentBinary,
-		AgentToken:  token,
-	}
 	if err := t.run("runtime", func() error {
-		_, err := s.Runtime.Create(ctx, spec)
-		return err
+		return s.startRuntime(ctx, s.runtimeSpec(id, req, sec.token, binds))
 	}); err != nil {
-		// The runtime cleans up after its own failures, but an answer lost
-		// after the engine acted (a timeout, a broken connection) can still
-		// leave a container: destroy by id, which is idempotent. This runs
-		// on the failure path only.
-		dctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
-		if derr := s.Runtime.Destroy(dctx, id); derr != nil {
-			s.Logger.Warn("create: destroy after failed runtime create", "sandbox", id, "err", derr)
-		}
-		cancel()
-		if errors.Is(err, runtime.ErrImageNotFound) {
-			return nil, invalid("image", "image %q is not present on this host", req.Image)
-		}
-		return nil, fmt.Errorf("start sandbox: %w", err)
+		return nil, err
 	}
 	undo.push("destroy container", func(ctx context.Context) error { return s.Runtime.Destroy(ctx, id) })
 
@@ -252,9 +185,105 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 	}); err != nil {
 		return nil, s.mapStoreErr(err, id)
 	}
-	s.replaceClient(id, token)
+	s.replaceClient(id, sec.token)
 
-	return &Created{Sandbox: fromRow(row), SSHPrivateKey: keys.Private, Timings: t.timings}, nil
+	return &Created{Sandbox: fromRow(row), SSHPrivateKey: sec.keys.Private, Timings: t.timings}, nil
+}
+
+// sandboxSecrets are what a create makes for a sandbox before anything else: its
+// agent token (plain, for the runtime and the client cache, and sealed for
+// the row), its sealed secret env and its SSH key pair.
+type sandboxSecrets struct {
+	token                  string
+	sealedToken, sealedEnv []byte
+	keys                   sshKeyPair
+}
+
+// seal makes a sandbox's secrets, bound to its id.
+func (s *Service) seal(id string, req CreateRequest) (sec sandboxSecrets, err error) {
+	sec.token = newAgentToken()
+	if len(req.SecretEnv) > 0 {
+		plain, _ := json.Marshal(req.SecretEnv)
+		if sec.sealedEnv, err = s.Keyring.Seal(plain, secretEnvAD(id)); err != nil {
+			return sandboxSecrets{}, fmt.Errorf("seal secret env: %w", err)
+		}
+	}
+	if sec.sealedToken, err = s.Keyring.Seal([]byte(sec.token), agentTokenAD(id)); err != nil {
+		return sandboxSecrets{}, fmt.Errorf("seal agent token: %w", err)
+	}
+	sec.keys, err = newSSHKeyPair(id)
+	return sec, err
+}
+
+// newRow is the row a create inserts: state creating, no expiry yet (the
+// timeout starts at the commit).
+func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets) store.Sandbox {
+	return store.Sandbox{
+		ID:               id,
+		Name:             req.Name,
+		Owner:            req.Owner,
+		Image:            req.Image,
+		State:            store.StateCreating,
+		CPUMillis:        req.MilliCPU,
+		MemoryMB:         req.MemoryMB,
+		Tags:             req.Tags,
+		Env:              req.Env,
+		SealedSecrets:    sec.sealedEnv,
+		AgentTokenSealed: sec.sealedToken,
+		SSHPublicKey:     sec.keys.Public,
+		NodeID:           s.cfg.NodeID,
+		CreatedAt:        s.Clock(),
+		Spec: marshalSpec(sandboxSpec{
+			Network:       req.Network,
+			Mounts:        req.Mounts,
+			Annotations:   req.Annotations,
+			Runtime:       req.Runtime,
+			SecretEnvKeys: slices.Sorted(maps.Keys(req.SecretEnv)),
+		}),
+	}
+}
+
+// runtimeSpec is what the runtime is asked to start: the env with the
+// secret env merged in, the limits, the mounts and the agent.
+func (s *Service) runtimeSpec(id string, req CreateRequest, token string, binds []runtime.Mount) runtime.Spec {
+	env := maps.Clone(req.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, req.SecretEnv)
+	return runtime.Spec{
+		SandboxID:   id,
+		Image:       req.Image,
+		CPU:         float64(req.MilliCPU) / 1000,
+		MemoryMB:    req.MemoryMB,
+		PidsLimit:   defaultPidsLimit,
+		Env:         env,
+		Network:     req.Network,
+		Mounts:      binds,
+		AgentBinary: s.cfg.AgentBinary,
+		AgentToken:  token,
+	}
+}
+
+// startRuntime creates and starts the container and waits for its agent.
+// The runtime cleans up after its own failures, but an answer lost after
+// the engine acted (a timeout, a broken connection) can still leave a
+// container: on failure it destroys by id, which is idempotent. This runs
+// on the failure path only.
+func (s *Service) startRuntime(ctx context.Context, spec runtime.Spec) error {
+	_, err := s.Runtime.Create(ctx, spec)
+	if err == nil {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+	if derr := s.Runtime.Destroy(dctx, spec.SandboxID); derr != nil {
+		s.Logger.Warn("create: destroy after failed runtime create", "sandbox", spec.SandboxID, "err", derr)
+	}
+	cancel()
+	if errors.Is(err, runtime.ErrImageNotFound) {
+		return invalid("image", "image %q is not present on this host", spec.Image)
+	}
+	return fmt.Errorf("start sandbox: %w", err)
 }
 
 func (s *Service) putMounts(ctx context.Context, id string, mounts []Mount) error {
