@@ -81,6 +81,7 @@ type Daemon struct {
 // New builds every part in order on the listener ln (whose address names
 // the preview URLs), reconciles what a previous process left, and makes
 // sure the admin token exists. On error everything built so far is closed.
+// Each step wraps its own errors with the name of the part that failed.
 func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.Logger, opts Options) (_ *Daemon, err error) {
 	d := &Daemon{Config: cfg, logger: logger, ln: ln}
 	defer func() {
@@ -88,29 +89,87 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 			d.Close()
 		}
 	}()
-	dataDir, err := filepath.Abs(cfg.DataDir)
+	dataDir, agentBinary, err := d.resolvePaths()
 	if err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+		return nil, err
+	}
+	keyring, err := d.openStore(ctx, dataDir, opts.Clock)
+	if err != nil {
+		return nil, err
+	}
+	rt, volumes, err := d.openRuntime(dataDir, opts.WrapRuntime)
+	if err != nil {
+		return nil, err
+	}
+	d.Registry = metricsRegistry(opts.Registry)
+	previews, err := d.openAuth(dataDir)
+	if err != nil {
+		return nil, err
+	}
+
+	// The ingress dials sandbox ports through the service, which routes
+	// through the ingress: the dialer is bound once both exist.
+	dialer := &serviceDialer{}
+	if err := d.buildIngress(dialer, previews); err != nil {
+		return nil, err
+	}
+	if err := d.buildService(agentBinary, rt, volumes, keyring, opts.Clock); err != nil {
+		return nil, err
+	}
+	dialer.svc = d.Service
+
+	// Before serving: finish or undo whatever a previous process left.
+	if err := d.Service.Reconcile(ctx, true); err != nil {
+		logger.Warn("startup repair failed; serving not ready (/readyz) and retrying with backoff", "err", err)
+	}
+	if d.AdminTokenFile, err = ensureAdminToken(ctx, d.Store, dataDir); err != nil {
+		return nil, fmt.Errorf("admin token: %w", err)
+	}
+
+	if err := d.buildHandler(dataDir, previews); err != nil {
+		return nil, err
+	}
+	if d.Config.HTTPSListen != "" {
+		if err := d.listenHTTPS(d.Config, dataDir); err != nil {
+			return nil, fmt.Errorf("https: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// resolvePaths makes the data directory (0700) and returns it and the
+// agent binary as absolute paths, failing when the binary is missing. With
+// no node id configured it loads or creates one in the data directory and
+// records it in d.Config.
+func (d *Daemon) resolvePaths() (dataDir, agentBinary string, err error) {
+	dataDir, err = filepath.Abs(d.Config.DataDir)
+	if err != nil {
+		return "", "", fmt.Errorf("data dir: %w", err)
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+		return "", "", fmt.Errorf("data dir: %w", err)
 	}
-	agentBinary, err := filepath.Abs(cfg.AgentBinary)
+	agentBinary, err = filepath.Abs(d.Config.AgentBinary)
 	if err != nil {
-		return nil, fmt.Errorf("agent binary: %w", err)
+		return "", "", fmt.Errorf("agent binary: %w", err)
 	}
 	if _, err := os.Stat(agentBinary); err != nil {
-		return nil, fmt.Errorf("agent binary (build it with `make build` or pass --agent-binary): %w", err)
+		return "", "", fmt.Errorf("agent binary (build it with `make build` or pass --agent-binary): %w", err)
 	}
 
-	if cfg.NodeID == "" {
-		if cfg.NodeID, err = loadOrCreateNodeID(filepath.Join(dataDir, "node-id")); err != nil {
-			return nil, fmt.Errorf("node id: %w", err)
+	if d.Config.NodeID == "" {
+		if d.Config.NodeID, err = loadOrCreateNodeID(filepath.Join(dataDir, "node-id")); err != nil {
+			return "", "", fmt.Errorf("node id: %w", err)
 		}
-		d.Config.NodeID = cfg.NodeID
 	}
+	return dataDir, agentBinary, nil
+}
 
-	if d.Store, err = store.Open(ctx, filepath.Join(dataDir, "sandboxd.db"), store.Options{Clock: opts.Clock}); err != nil {
+// openStore opens the store in dataDir (registering its Close) and the
+// secrets keyring beside it.
+func (d *Daemon) openStore(ctx context.Context, dataDir string, clock func() time.Time) (*secrets.Keyring, error) {
+	var err error
+	if d.Store, err = store.Open(ctx, filepath.Join(dataDir, "sandboxd.db"), store.Options{Clock: clock}); err != nil {
 		return nil, fmt.Errorf("store.Open: %w", err)
 	}
 	d.closers = append(d.closers, d.Store.Close)
@@ -118,52 +177,78 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("secrets.OpenKeyring: %w", err)
 	}
-	drt, err := docker.New(docker.Options{NodeID: cfg.NodeID, SocketRoot: socketRoot(dataDir), Logger: logger})
+	return keyring, nil
+}
+
+// openRuntime connects to Docker (registering its Close), wrapped by wrap
+// when set, and opens the volume directory under dataDir.
+func (d *Daemon) openRuntime(dataDir string, wrap func(runtime.Runtime) runtime.Runtime) (runtime.Runtime, *volume.Dir, error) {
+	drt, err := docker.New(docker.Options{NodeID: d.Config.NodeID, SocketRoot: socketRoot(dataDir), Logger: d.logger})
 	if err != nil {
-		return nil, fmt.Errorf("docker.New: %w", err)
+		return nil, nil, fmt.Errorf("docker.New: %w", err)
 	}
 	d.closers = append(d.closers, drt.Close)
 	var rt runtime.Runtime = drt
-	if opts.WrapRuntime != nil {
-		rt = opts.WrapRuntime(rt)
+	if wrap != nil {
+		rt = wrap(rt)
 	}
 	volumes, err := volume.New(filepath.Join(dataDir, "volumes"))
 	if err != nil {
-		return nil, fmt.Errorf("volume.New: %w", err)
+		return nil, nil, fmt.Errorf("volume.New: %w", err)
 	}
+	return rt, volumes, nil
+}
 
-	d.Registry = opts.Registry
-	if d.Registry == nil {
-		d.Registry = prometheus.NewRegistry()
-		d.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+// metricsRegistry returns reg, or when it is nil a fresh registry with the
+// Go and process collectors.
+func metricsRegistry(reg *prometheus.Registry) *prometheus.Registry {
+	if reg != nil {
+		return reg
 	}
+	reg = prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// openAuth sets up the API token authenticator over the store and returns
+// the preview-token signer, whose key is loaded or created in dataDir.
+func (d *Daemon) openAuth(dataDir string) (*auth.PreviewTokens, error) {
 	d.Auth = auth.NewAuthenticator(tokenLookup{d.Store})
-
 	previewKey, err := loadOrCreateKey(filepath.Join(dataDir, "preview.key"))
 	if err != nil {
 		return nil, fmt.Errorf("preview key: %w", err)
 	}
-	previews := auth.NewPreviewTokens(previewKey)
+	return auth.NewPreviewTokens(previewKey), nil
+}
 
-	// The ingress dials sandbox ports through the service, which routes
-	// through the ingress: the dialer is bound once both exist.
-	dialer := &serviceDialer{}
+// buildIngress builds the router (registering its Close), which reaches
+// sandbox ports through dialer and lets requests to private ports through
+// when authorizePreview allows them.
+func (d *Daemon) buildIngress(dialer *serviceDialer, previews *auth.PreviewTokens) error {
+	var err error
 	d.Router, err = ingress.New(ingress.Options{
-		Domain:           cfg.Domain,
+		Domain:           d.Config.Domain,
 		Dialer:           dialer,
-		Authorize:        authorizePreview(d.Auth, previews, d.Store, cfg.Domain),
+		Authorize:        authorizePreview(d.Auth, previews, d.Store, d.Config.Domain),
 		CredentialCookie: previewCookie,
-		TLSAddr:          cfg.TLSListen,
-		Logger:           logger,
+		TLSAddr:          d.Config.TLSListen,
+		Logger:           d.logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ingress.New: %w", err)
+		return fmt.Errorf("ingress.New: %w", err)
 	}
 	d.closers = append(d.closers, d.Router.Close)
+	return nil
+}
 
-	_, listenPort, _ := net.SplitHostPort(ln.Addr().String())
+// buildService builds the service over the parts made so far. Its public
+// URLs use the port of the daemon's listener.
+func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *volume.Dir, keyring *secrets.Keyring, clock func() time.Time) error {
+	cfg := d.Config
+	_, listenPort, _ := net.SplitHostPort(d.ln.Addr().String())
 	_, tlsPort, _ := net.SplitHostPort(cfg.TLSListen)
 	tlsPortN, _ := strconv.Atoi(tlsPort)
+	var err error
 	d.Service, err = service.New(service.Config{
 		NodeID:       cfg.NodeID,
 		DefaultImage: cfg.DefaultImage,
@@ -181,49 +266,47 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 		Admission: admission.New(admission.Budget{MilliCPU: cfg.MilliCPU, MemoryMB: cfg.MemoryMB}),
 		Volumes:   volumes,
 		Keyring:   keyring,
-		Logger:    logger,
-		Clock:     opts.Clock,
+		Logger:    d.logger,
+		Clock:     clock,
 		Metrics:   service.NewMetrics(d.Registry),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("service.New: %w", err)
+		return fmt.Errorf("service.New: %w", err)
 	}
-	dialer.svc = d.Service
+	return nil
+}
 
-	// Before serving: finish or undo whatever a previous process left.
-	if err := d.Service.Reconcile(ctx, true); err != nil {
-		logger.Warn("startup repair failed; serving not ready (/readyz) and retrying with backoff", "err", err)
-	}
-	if d.AdminTokenFile, err = ensureAdminToken(ctx, d.Store, dataDir); err != nil {
-		return nil, fmt.Errorf("admin token: %w", err)
-	}
-
+// buildHandler builds the API edges — the native API, the E2B facade
+// (whose access-token key is loaded or created in dataDir) and the Daytona
+// facade (registering its Close) — and sets d.Handler to route between
+// them and the ingress.
+func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) error {
 	api, err := v1.New(v1.Options{
 		Service:  d.Service,
 		Auth:     d.Auth,
 		Tokens:   auth.NewIssuer(tokenStore{d.Store}),
-		Logger:   logger,
+		Logger:   d.logger,
 		Registry: d.Registry,
 		Version:  version.Version,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("v1.New: %w", err)
+		return fmt.Errorf("v1.New: %w", err)
 	}
 	e2bKey, err := loadOrCreateKey(filepath.Join(dataDir, "e2b-access.key"))
 	if err != nil {
-		return nil, fmt.Errorf("e2b access key: %w", err)
+		return fmt.Errorf("e2b access key: %w", err)
 	}
 	e2bFacade := e2b.New(e2b.Options{
 		Service:        d.Service,
 		Auth:           d.Auth,
-		Logger:         logger,
-		Domain:         cfg.Domain,
+		Logger:         d.logger,
+		Domain:         d.Config.Domain,
 		AccessTokenKey: e2bKey,
-		BodyDedupe:     cfg.E2BBodyDedupe,
+		BodyDedupe:     d.Config.E2BBodyDedupe,
 	})
 
 	daytonaFacade := daytona.New(daytona.Options{
-		Service: d.Service, Auth: d.Auth, Logger: logger, Domain: cfg.Domain,
+		Service: d.Service, Auth: d.Auth, Logger: d.logger, Domain: d.Config.Domain,
 		PreviewToken: previews.Token,
 	})
 	d.closers = append(d.closers, daytonaFacade.Close) // ends session shells
@@ -244,12 +327,7 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 		}
 		ingressed.ServeHTTP(w, r)
 	})
-	if cfg.HTTPSListen != "" {
-		if err := d.listenHTTPS(cfg, dataDir); err != nil {
-			return nil, fmt.Errorf("https: %w", err)
-		}
-	}
-	return d, nil
+	return nil
 }
 
 // listenHTTPS binds the TLS listener for preview URLs: certificates from
