@@ -107,33 +107,28 @@ func (s *Service) CreateOnce(ctx context.Context, c Caller, r CreateOnceRequest)
 				return nil, err
 			}
 		case store.ClaimAcquired:
-			adopt := cl.PreviousTarget
-			if mine != nil {
-				adopt = mine.ID // the holder that took our claim over gave up
+			// The previous holder's target first: if it is whole it may
+			// already be some caller's answer. Then our own sandbox (the
+			// holder that took our claim over gave up).
+			var candidates []string
+			if cl.PreviousTarget != "" {
+				candidates = append(candidates, cl.PreviousTarget)
 			}
-			if adopt != "" {
-				sb, live, err := s.claimTarget(ctx, c, adopt)
-				if err != nil {
-					// Whether the previous holder's sandbox exists is
-					// unknown: give the claim up now, keeping its target,
-					// so a retry looks again at once.
-					return nil, errors.Join(err, s.Store.ReleaseClaim(context.WithoutCancel(ctx), cl))
-				}
-				if live {
-					err := s.Store.Complete(ctx, cl, adopt, r.Key.ReplayWindow)
-					if errors.Is(err, store.ErrClaimLost) {
-						continue // taken over again: wait for that holder
-					}
-					if err != nil {
-						return nil, fmt.Errorf("complete idempotency claim: %w", err)
-					}
-					if mine != nil {
-						out := mine
-						mine = nil
-						return out, nil
-					}
-					return &Created{Sandbox: sb, Replayed: true}, nil
-				}
+			if mine != nil && mine.ID != cl.PreviousTarget {
+				candidates = append(candidates, mine.ID)
+			}
+			adopted, retry, err := s.adopt(ctx, c, r, cl, candidates)
+			switch {
+			case err != nil:
+				return nil, err
+			case retry:
+				continue // taken over again: wait for that holder
+			case adopted != nil && mine != nil && adopted.ID == mine.ID:
+				out := mine
+				mine = nil
+				return out, nil
+			case adopted != nil:
+				return adopted, nil
 			}
 			out, lost, err := s.createClaimed(ctx, c, r, cl, acquiredAt)
 			if !lost {
@@ -147,6 +142,34 @@ func (s *Service) CreateOnce(ctx context.Context, c Caller, r CreateOnceRequest)
 			return nil, fmt.Errorf("idempotency claim: unknown outcome %v", cl.Outcome)
 		}
 	}
+}
+
+// adopt completes the acquired claim cl with the first candidate that is
+// whole. It returns (nil, false, nil) when none is; retry when the claim
+// was taken over meanwhile. A candidate that cannot be read fails the call
+// and releases the claim, keeping its target, so a retry looks again at
+// once.
+func (s *Service) adopt(ctx context.Context, c Caller, r CreateOnceRequest, cl store.Claim, candidates []string) (_ *Created, retry bool, _ error) {
+	for _, id := range candidates {
+		sb, live, err := s.claimTarget(ctx, c, id)
+		if err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			defer cancel()
+			return nil, false, errors.Join(err, s.Store.ReleaseClaim(rctx, cl))
+		}
+		if !live {
+			continue
+		}
+		err = s.Store.Complete(ctx, cl, id, r.Key.ReplayWindow)
+		if errors.Is(err, store.ErrClaimLost) {
+			return nil, true, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("complete idempotency claim: %w", err)
+		}
+		return &Created{Sandbox: sb, Replayed: true}, false, nil
+	}
+	return nil, false, nil
 }
 
 // createClaimed runs the create under the acquired claim cl and completes

@@ -166,6 +166,9 @@ func (s *Service) Stop(ctx context.Context, c Caller, idOrName string) (Sandbox,
 // returns it unchanged. Past the capacity budget it is ErrCapacityExhausted
 // and the sandbox stays stopped.
 func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
+	if err := s.requireReady(); err != nil {
+		return Sandbox{}, err // admission is not recomputed yet
+	}
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
 		return Sandbox{}, err

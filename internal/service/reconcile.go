@@ -116,10 +116,19 @@ func (s *Service) destroyOrphan(ctx context.Context, id string) error {
 	return nil
 }
 
-// rollBack undoes a create that never finished. The row goes last (see
-// destroy), so an interrupted rollback is finished by the next pass.
+// rollBack undoes a create that never finished. The mark re-checks under
+// the writer that the row is still creating (a create that committed since
+// the snapshot keeps its sandbox); the row goes last (see destroy), so an
+// interrupted rollback is finished by the next pass.
 func (s *Service) rollBack(ctx context.Context, id string) error {
-	if err := s.destroy(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+	_, ok, err := s.Store.BeginRollBack(ctx, id)
+	if err != nil {
+		return fmt.Errorf("roll back interrupted create %s: %w", id, err)
+	}
+	if !ok {
+		return nil // committed, or gone, since the snapshot
+	}
+	if err := s.finishDestroy(ctx, id); err != nil {
 		return fmt.Errorf("roll back interrupted create %s: %w", id, err)
 	}
 	s.Logger.Info("reconcile: rolled back interrupted create", "sandbox", id)
@@ -218,7 +227,14 @@ func (s *Service) restore(ctx context.Context, p Plan, lost map[string]bool) err
 			errs = append(errs, fmt.Errorf("install route of %s: %w", id, err))
 		}
 	}
-	return errors.Join(append(errs, s.restoreRoutes(ctx, routable))...)
+	errs = append(errs, s.restoreRoutes(ctx, routable))
+	if err := errors.Join(errs...); err != nil {
+		// One route or host port that cannot come back (another process
+		// took the port) must not keep the whole daemon unready: it is
+		// logged, and the sandbox's owner can expose it again.
+		s.Logger.Error("reconcile: some routes could not be restored", "err", err)
+	}
+	return nil
 }
 
 func (s *Service) allRows(ctx context.Context) ([]store.Sandbox, error) {

@@ -30,6 +30,7 @@ type Store interface {
 	CommitCreate(ctx context.Context, id string, expiresAt time.Time) (store.Sandbox, error)
 	BeginDestroy(ctx context.Context, id string) (store.Sandbox, error)
 	BeginReap(ctx context.Context, id string, now time.Time) (store.Sandbox, bool, error)
+	BeginRollBack(ctx context.Context, id string) (store.Sandbox, bool, error)
 	DeleteSandbox(ctx context.Context, id string) error
 	ListExpired(ctx context.Context, now time.Time) ([]store.Sandbox, error)
 	PutSandboxMounts(ctx context.Context, sandboxID string, sealed [][]byte) error

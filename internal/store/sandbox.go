@@ -489,6 +489,27 @@ func (s *Store) BeginDestroy(ctx context.Context, id string) (Sandbox, error) {
 	return sb, nil
 }
 
+// BeginRollBack is BeginDestroy for the reconciler's rollback of a create that will never
+// finish: it marks sandbox id only if, under the writer, it is still creating and not
+// already being destroyed. ok is false, with nothing changed, when the create committed
+// (or the row went) since the reconciler listed it.
+func (s *Store) BeginRollBack(ctx context.Context, id string) (sb Sandbox, ok bool, err error) {
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
+			SET destroying_since = ? WHERE id = ? AND state = ? AND destroying_since IS NULL
+			RETURNING `+sandboxColumns, s.nowMillis(), id, StateCreating))
+		return err
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Sandbox{}, false, nil
+	case err != nil:
+		return Sandbox{}, false, fmt.Errorf("begin rollback of sandbox %s: %w", id, err)
+	}
+	return sb, true, nil
+}
+
 // BeginReap is BeginDestroy for the reaper: it marks sandbox id only if, under the writer,
 // the sandbox has still expired at now (expiry set and not after now), is not being
 // created and is not already being destroyed. ok is false, with no error and nothing

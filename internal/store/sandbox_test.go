@@ -453,3 +453,36 @@ func TestCommitCreate_StartsTheTimeout(t *testing.T) {
 		t.Errorf("CommitCreate after BeginDestroy = %v, want ErrNotFound", err)
 	}
 }
+
+// TestBeginRollBack_OnlyACreateThatIsStillCreating: the reconciler's
+// rollback marks a row only while it is still creating; a create that
+// committed since the reconciler listed it keeps its sandbox.
+func TestBeginRollBack_OnlyACreateThatIsStillCreating(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	for _, id := range []string{sandboxID(1), sandboxID(2)} {
+		sb := store.Sandbox{ID: id, Image: "debian", State: store.StateCreating}
+		if err := s.CreateSandbox(ctx, &sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.CommitCreate(ctx, sandboxID(1), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.BeginRollBack(ctx, sandboxID(1)); err != nil || ok {
+		t.Errorf("BeginRollBack(committed) = %v, %v; want false", ok, err)
+	}
+	if got, err := s.GetSandbox(ctx, sandboxID(1)); err != nil || !got.DestroyingSince.IsZero() {
+		t.Errorf("committed row after BeginRollBack: %+v %v; want it untouched", got, err)
+	}
+	sb, ok, err := s.BeginRollBack(ctx, sandboxID(2))
+	if err != nil || !ok || sb.DestroyingSince.IsZero() {
+		t.Fatalf("BeginRollBack(creating) = %v, %v; want true", ok, err)
+	}
+	if _, err := s.CommitCreate(ctx, sandboxID(2), time.Time{}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("CommitCreate after BeginRollBack = %v, want ErrNotFound", err)
+	}
+	if _, ok, _ := s.BeginRollBack(ctx, sandboxID(2)); ok {
+		t.Error("BeginRollBack twice: want false the second time")
+	}
+}
