@@ -655,22 +655,7 @@ func (r *Runtime) waitAgentReady(ctx context.Context, sandboxID string) error {
 
 // probeHealth sends one GET /health; nil means 204 No Content.
 func probeHealth(ctx context.Context, hc *http.Client) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+runtime.HealthPath, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("GET %s: status %s, want 204", runtime.HealthPath, resp.Status)
-	}
-	return nil
+	return runtime.ProbeHealth(ctx, hc, probeTimeout)
 }
 
 // notReady builds the *AgentNotReadyError with the sandbox's state and
