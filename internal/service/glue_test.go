@@ -461,3 +461,61 @@ func TestReconcile_FinishesAnInterruptedDestroy(t *testing.T) {
 		t.Errorf("containers: %d, want 0", n)
 	}
 }
+
+// A container create the engine accepted from a process that then died can
+// complete after the next process's startup pass looked: the pass rolls
+// the row back (no container yet) and the container then appears with no
+// row (seen in CI: TestCrashRecovery_KillDuringConcurrentCreates). The
+// sweeps that follow such a startup destroy it.
+func TestReconcile_LateContainerOfARolledBackCreateIsSwept(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	lo := freePorts(t, 8)
+	before, beforeRT, _, _ := restarted(t, h, lo)
+	if err := before.Reconcile(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	// The old process's create reaches the engine, which holds it; the
+	// process is dead by the time the engine acts (its undo cannot run).
+	entered, release := make(chan struct{}), make(chan struct{})
+	beforeRT.Inject(runtimetest.Create, runtimetest.Fault{
+		Hook:  func() error { close(entered); <-release; return nil },
+		Err:   errInjected,
+		After: true,
+	})
+	beforeRT.Inject(runtimetest.Destroy, runtimetest.Fault{Err: errInjected})
+	created := make(chan error, 1)
+	go func() {
+		_, err := before.CreateSandbox(ctx, service.CreateRequest{Image: busybox})
+		created <- err
+	}()
+	<-entered
+
+	svc, rt, _, _ := restarted(t, h, lo)
+	bg, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); svc.RunBackground(bg, time.Hour, time.Hour) }()
+	defer func() { stop(); <-done }()
+	eventually(t, "the startup repair is done", func() bool { ok, _ := svc.Ready(); return ok })
+	rows, _, err := h.store.ListSandboxes(ctx, store.ListFilter{IncludeDestroying: true})
+	if err != nil || len(rows) != 0 {
+		t.Fatalf("rows after the startup pass: %v, %v; want the creating row rolled back", rows, err)
+	}
+
+	// Hold the sweeps while the late container is counted.
+	gate := make(chan struct{})
+	var open sync.Once
+	defer open.Do(func() { close(gate) })
+	rt.Inject(runtimetest.ListOurs, runtimetest.Fault{Hook: func() error { <-gate; return nil }})
+	close(release) // the engine carries out the dead process's create
+	if err := <-created; err == nil {
+		t.Fatal("the old create succeeded despite the injected fault")
+	}
+	if n := h.containers(t); n != 1 {
+		t.Fatalf("containers after the late create: %d, want the 1 orphan", n)
+	}
+	rt.Clear(runtimetest.ListOurs)
+	open.Do(func() { close(gate) })
+	eventually(t, "the late orphan is destroyed", func() bool { return h.containers(t) == 0 })
+}

@@ -47,6 +47,9 @@ func (s *Service) reconcile(ctx context.Context, startup bool) error {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	p := Decide(snap)
+	if startup && rolledBackUnseen(snap, p) {
+		s.engineInFlight.Store(true)
+	}
 
 	cleanup := errors.Join(
 		errors.Join(parallel(ctx, p.DestroyOrphans, s.destroyOrphan)...),
@@ -296,6 +299,9 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 	if !s.repairUntilReady(ctx) {
 		return
 	}
+	if s.engineInFlight.Load() {
+		s.sweepLateOrphans(ctx)
+	}
 	reap := time.NewTicker(reapEvery)
 	defer reap.Stop()
 	rec := time.NewTicker(reconcileEvery)
@@ -312,6 +318,49 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 			if err := s.Reconcile(ctx, false); err != nil && ctx.Err() == nil {
 				s.Logger.Error("reconciler", "err", err)
 			}
+		}
+	}
+}
+
+// rolledBackUnseen reports whether p rolls back a create whose container
+// the snapshot does not show: its container may yet appear.
+func rolledBackUnseen(snap Snapshot, p Plan) bool {
+	seen := make(map[string]bool, len(snap.Containers))
+	for _, c := range snap.Containers {
+		seen[c.SandboxID] = true
+	}
+	for _, id := range p.RollBack {
+		if !seen[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// lateOrphanSweeps are the delays between the passes that follow a startup
+// which rolled back creates the engine may still be carrying out: a
+// container create the engine accepted before the old process died can
+// complete after the startup pass looked, and then has no row. The engine
+// gives no way to wait for its requests in flight, so the passes back off
+// over about a minute (an engine slower than that is caught by the
+// periodic pass). Each pass is a listing of containers and rows; an orphan
+// is destroyed (Decide: a container with no row).
+var lateOrphanSweeps = []time.Duration{
+	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
+	4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second,
+}
+
+func (s *Service) sweepLateOrphans(ctx context.Context) {
+	for _, d := range lateOrphanSweeps {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if err := s.Reconcile(ctx, false); err != nil && ctx.Err() == nil {
+			s.Logger.Warn("reconciler: sweep for late orphans", "err", err)
 		}
 	}
 }

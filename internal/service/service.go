@@ -158,6 +158,13 @@ type Service struct {
 
 	// readiness is set by the startup repair (Reconcile with startup).
 	readiness atomic.Pointer[readiness]
+
+	// engineInFlight is set by a startup pass that rolled back a create
+	// whose container it did not see: the dead process may have sent the
+	// engine a container create that the engine finishes later, with no
+	// row to claim it. RunBackground then sweeps for such orphans soon
+	// after startup instead of waiting for the periodic pass.
+	engineInFlight atomic.Bool
 }
 
 // New returns a Service. It does no I/O. It refuses creates until a

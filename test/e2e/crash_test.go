@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -165,19 +166,32 @@ func checkReconciled(ctx context.Context, t *testing.T, d *daemonProcess, c *san
 	if err != nil {
 		t.Fatalf("list sandboxes: %v", err)
 	}
-	containers, err := nodeContainers(ctx, d.NodeID())
-	if err != nil {
-		t.Fatal(err)
-	}
 	byID := map[string]sandboxd.Sandbox{}
 	for _, sb := range rows {
 		byID[sb.ID] = sb
 	}
-
-	for id, ct := range containers {
-		if _, ok := byID[id]; !ok {
-			t.Errorf("orphan: container of %s (%s) has no row", id, ct.State)
+	// A container create the engine accepted before the kill may complete
+	// after the startup pass looked; the sweeps that follow such a startup
+	// destroy it, so orphans are waited out rather than read once.
+	var containers map[string]container
+	err = testenv.Poll(ctx, testenv.Deadline, func() error {
+		var err error
+		if containers, err = nodeContainers(ctx, d.NodeID()); err != nil {
+			return err
 		}
+		var orphans []string
+		for id, ct := range containers {
+			if _, ok := byID[id]; !ok {
+				orphans = append(orphans, fmt.Sprintf("container of %s (%s) has no row", id, ct.State))
+			}
+		}
+		if len(orphans) > 0 {
+			return fmt.Errorf("orphans: %s", strings.Join(orphans, "; "))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 	for _, sb := range rows {
 		switch {
