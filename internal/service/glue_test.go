@@ -201,6 +201,14 @@ func TestStartupRepair_RetriedUntilTheEngineAnswers(t *testing.T) {
 	if _, err := svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox}); !errors.Is(err, service.ErrUnavailable) {
 		t.Fatalf("create before the repair: %v, want ErrUnavailable", err)
 	}
+	// Nor does anything else that changes routes: the pass in progress
+	// restores them from its snapshot.
+	if err := svc.Destroy(ctx, admin, sb.ID); !errors.Is(err, service.ErrUnavailable) {
+		t.Fatalf("destroy before the repair: %v, want ErrUnavailable", err)
+	}
+	if _, err := svc.ExposePort(ctx, admin, sb.ID, 8081, "tcp", true); !errors.Is(err, service.ErrUnavailable) {
+		t.Fatalf("expose before the repair: %v, want ErrUnavailable", err)
+	}
 
 	rt.Clear(runtimetest.ListOurs) // the engine answers
 	eventually(t, "the service becomes ready", func() bool { ok, _ := svc.Ready(); return ok })

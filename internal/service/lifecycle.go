@@ -98,6 +98,9 @@ func (s *Service) List(ctx context.Context, c Caller, f ListFilter) ([]Sandbox, 
 // Destroy having done it first, and a repeat of a destroy that was cut
 // short finishes it. A sandbox that no longer exists is ErrNotFound.
 func (s *Service) Destroy(ctx context.Context, c Caller, idOrName string) error {
+	if err := s.requireReady(); err != nil {
+		return err
+	}
 	row, err := s.lookupAny(ctx, c, idOrName)
 	if err != nil {
 		return err
@@ -140,6 +143,9 @@ func (s *Service) finishDestroy(ctx context.Context, id string) error {
 // Stop stops a running sandbox, keeping its filesystem. Stopping a stopped
 // sandbox returns it unchanged. Its capacity is released until Start.
 func (s *Service) Stop(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
+	if err := s.requireReady(); err != nil {
+		return Sandbox{}, err
+	}
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
 		return Sandbox{}, err

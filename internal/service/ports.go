@@ -67,6 +67,9 @@ type Exposure struct {
 // store write to the router update (portLocks), so the router always holds
 // what the last of them left in the row.
 func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, port int, protocol string, public bool) (Exposure, error) {
+	if err := s.requireReady(); err != nil {
+		return Exposure{}, err
+	}
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
 		return Exposure{}, err
@@ -233,6 +236,9 @@ func (s *Service) portErr(err error, sandboxID string, port int) error {
 // Unexposing a port that is not exposed succeeds, so it is safe to repeat.
 // It is serialised with the exposes of the same port, like ExposePort.
 func (s *Service) UnexposePort(ctx context.Context, c Caller, idOrName string, port int) error {
+	if err := s.requireReady(); err != nil {
+		return err
+	}
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
 		return err
@@ -298,6 +304,9 @@ type Domain struct {
 // call that found the row may already have reported success. A delete that
 // fails is returned joined with the route's error.
 func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname string, port int) (Domain, error) {
+	if err := s.requireReady(); err != nil {
+		return Domain{}, err
+	}
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
 		return Domain{}, err
@@ -347,6 +356,9 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 // RemoveDomain unbinds a hostname from a sandbox. Removing a binding that
 // does not exist succeeds.
 func (s *Service) RemoveDomain(ctx context.Context, c Caller, idOrName, hostname string) error {
+	if err := s.requireReady(); err != nil {
+		return err
+	}
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
 		return err

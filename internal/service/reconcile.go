@@ -419,7 +419,10 @@ func (s *Service) setReady(reason string) {
 	s.readiness.Store(&readiness{ready: reason == "", reason: reason})
 }
 
-// requireReady is the create chain's first check.
+// requireReady is the first check of every call that changes what a
+// sandbox has on the host (create, start, stop, destroy, ports, domains):
+// until the startup repair is done, a pass in progress could restore a
+// route or listener from a snapshot older than the change.
 func (s *Service) requireReady() error {
 	if ok, reason := s.Ready(); !ok {
 		return fmt.Errorf("%w: the daemon is starting: %s", ErrUnavailable, reason)
