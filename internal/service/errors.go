@@ -59,9 +59,10 @@ func (e *RetryAfterError) Error() string { return e.Err.Error() }
 func (e *RetryAfterError) Unwrap() error { return e.Err }
 
 // storeKinds lists, for each sentinel of the domain, the store sentinels
-// that mean the same thing. Some store errors still cross the service
-// unwrapped (TODO(issue 10): translate them where the service calls the
-// store and drop this table); Is hides that from the edges.
+// that mean the same thing. The service passes a store error up with its
+// context rather than re-wrapping it at each of its many store calls; this
+// table is the one place where the store's words become the domain's, and
+// Is, the one classifier the edges use, applies it.
 var storeKinds = map[error][]error{
 	ErrIdempotencyKeyReused: {store.ErrIdempotencyKeyReused},
 	ErrInvalidArgument:      {store.ErrInvalidArgument},
