@@ -328,16 +328,20 @@ type StaleClaim struct {
 }
 
 // ListStaleClaims returns up to limit claims that are stale now, oldest first, for the
-// pruner to decide on. Each can be deleted with DeleteStaleClaim.
+// pruner to decide on. Each can be deleted with DeleteStaleClaim. A pending claim whose
+// target has a row is left out: a retry needs it to adopt that sandbox, and however many
+// there are they never crowd the prunable ones out of a page (they are listed again once
+// their row is gone).
 func (s *Store) ListStaleClaims(ctx context.Context, limit int) ([]StaleClaim, error) {
 	if limit <= 0 {
 		limit = MaxListLimit
 	}
 	now := s.nowMillis()
 	rows, err := s.reader.QueryContext(ctx, `SELECT scope, fingerprint, state, token, target_id
-		FROM request_idempotency
-		WHERE (state = ? AND locked_until <= ?) OR (state = ? AND replay_until <= ?)
-		ORDER BY created_at LIMIT ?`, claimPending, now, claimReady, now, limit)
+		FROM request_idempotency AS c
+		WHERE ((state = ? AND locked_until <= ?) OR (state = ? AND replay_until <= ?))
+			AND NOT (state = ? AND EXISTS (SELECT 1 FROM sandboxes WHERE id = c.target_id))
+		ORDER BY created_at LIMIT ?`, claimPending, now, claimReady, now, claimPending, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list stale claims: %w", err)
 	}

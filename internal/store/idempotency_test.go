@@ -162,7 +162,7 @@ func TestStaleClaims_ListAndFencedDelete(t *testing.T) {
 	s, clock := newStore(t)
 	ctx := t.Context()
 	claims := map[string]store.Claim{}
-	for i, fp := range []string{"a", "b", "c"} {
+	for i, fp := range []string{"a", "b", "c", "d"} {
 		c, err := s.Claim(ctx, store.ClaimRequest{Scope: "x", Fingerprint: fp, PendingTTL: time.Duration(i+1) * time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -175,7 +175,12 @@ func TestStaleClaims_ListAndFencedDelete(t *testing.T) {
 	if err := s.Complete(ctx, claims["c"], "sb-c", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(2 * time.Second) // a and b are past their locks; c replays for an hour
+	// d's target has a row: a retry needs d to adopt it, so it is not listed.
+	createSandbox(t, s, "sb-d", "")
+	if err := s.AttachClaimTarget(ctx, claims["d"], "sb-d"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(5 * time.Second) // a, b and d are past their locks; c replays for an hour
 	stale, err := s.ListStaleClaims(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
