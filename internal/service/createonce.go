@@ -67,10 +67,11 @@ func (s *Service) CreateOnce(ctx context.Context, c Caller, r CreateOnceRequest)
 	}
 	req := store.ClaimRequest{Scope: r.Key.Scope, Fingerprint: r.Key.Fingerprint, RequestHash: r.Key.RequestHash, PendingTTL: r.Key.PendingTTL}
 	// mine is a sandbox this call made under a claim it then lost: it is the
-	// answer only if the key settles on it.
+	// answer only if the key settles on it. A call that ends before it saw
+	// the key settle destroys mine only if no holder can still adopt it.
 	var mine *Created
 	defer func() {
-		if mine != nil {
+		if mine != nil && !s.mayAdopt(ctx, req, mine.ID) {
 			s.destroyDetached(ctx, mine.ID, "made under a lost idempotency claim")
 		}
 	}()
@@ -99,7 +100,7 @@ func (s *Service) CreateOnce(ctx context.Context, c Caller, r CreateOnceRequest)
 			}
 			// Fenced by the claim's token: of several callers that find the
 			// target gone, one deletes, and all claim again.
-			if err := s.Store.DeleteClaim(ctx, cl); err != nil {
+			if _, err := s.Store.DeleteClaim(ctx, cl); err != nil {
 				return nil, fmt.Errorf("drop idempotency claim of a gone sandbox: %w", err)
 			}
 		case store.ClaimPending:
@@ -145,10 +146,11 @@ func (s *Service) CreateOnce(ctx context.Context, c Caller, r CreateOnceRequest)
 }
 
 // adopt completes the acquired claim cl with the first candidate that is
-// whole. It returns (nil, false, nil) when none is; retry when the claim
-// was taken over meanwhile. A candidate that cannot be read fails the call
-// and releases the claim, keeping its target, so a retry looks again at
-// once.
+// whole, once r.After has finished it (the holder that made it may have
+// died before its After ran, or after it failed). It returns (nil, false,
+// nil) when none is; retry when the claim was taken over meanwhile. A
+// candidate that cannot be read fails the call and releases the claim,
+// keeping its target, so a retry looks again at once.
 func (s *Service) adopt(ctx context.Context, c Caller, r CreateOnceRequest, cl store.Claim, candidates []string) (_ *Created, retry bool, _ error) {
 	for _, id := range candidates {
 		sb, live, err := s.claimTarget(ctx, c, id)
@@ -159,6 +161,12 @@ func (s *Service) adopt(ctx context.Context, c Caller, r CreateOnceRequest, cl s
 		}
 		if !live {
 			continue
+		}
+		if r.After != nil {
+			if err := r.After(ctx, sb); err != nil {
+				lost, ferr := s.failClaimed(ctx, cl, id, err)
+				return nil, lost, ferr
+			}
 		}
 		err = s.Store.Complete(ctx, cl, id, r.Key.ReplayWindow)
 		if errors.Is(err, store.ErrClaimLost) {
@@ -193,7 +201,7 @@ func (s *Service) createClaimed(ctx context.Context, c Caller, r CreateOnceReque
 		// The create rolled itself back. A retry starts fresh.
 		dctx, cancel := context.WithTimeout(detached, undoTimeout)
 		defer cancel()
-		if derr := s.Store.DeleteClaim(dctx, cl); derr != nil {
+		if _, derr := s.Store.DeleteClaim(dctx, cl); derr != nil {
 			err = errors.Join(err, fmt.Errorf("delete idempotency claim: %w", derr))
 		}
 		return nil, lost, err
@@ -202,13 +210,10 @@ func (s *Service) createClaimed(ctx context.Context, c Caller, r CreateOnceReque
 		// destroyed only once the key settles elsewhere.
 		return created, true, nil
 	case afterErr != nil:
-		s.destroyDetached(ctx, created.ID, "finishing its create failed")
-		dctx, cancel := context.WithTimeout(detached, undoTimeout)
-		defer cancel()
-		if derr := s.Store.DeleteClaim(dctx, cl); derr != nil {
-			afterErr = errors.Join(afterErr, fmt.Errorf("delete idempotency claim: %w", derr))
+		if lost, err = s.failClaimed(ctx, cl, created.ID, afterErr); lost {
+			return created, true, nil
 		}
-		return nil, false, afterErr
+		return nil, false, err
 	}
 	cctx, cancel := context.WithTimeout(detached, undoTimeout)
 	defer cancel()
@@ -221,6 +226,44 @@ func (s *Service) createClaimed(ctx context.Context, c Caller, r CreateOnceReque
 		s.Logger.Warn("idempotency: could not complete a claim; a retry adopts its sandbox", "sandbox", created.ID, "err", err)
 	}
 	return created, false, nil
+}
+
+// failClaimed gives up on sandbox id, made or adopted under the acquired
+// claim cl, after r.After failed with afterErr. The claim goes first,
+// fenced: only if it was still this call's is the sandbox destroyed (lost
+// false, afterErr returned). If another holder took the claim over, it
+// may have adopted the sandbox: lost is true and the sandbox is left to
+// the key. If the store cannot say, the claim stays and names the
+// sandbox, which the next holder adopts (running After again) or the
+// reaper ends: afterErr is returned and nothing is destroyed.
+func (s *Service) failClaimed(ctx context.Context, cl store.Claim, id string, afterErr error) (lost bool, _ error) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	deleted, err := s.Store.DeleteClaim(dctx, cl)
+	switch {
+	case err != nil:
+		return false, errors.Join(afterErr, fmt.Errorf("delete idempotency claim: %w", err))
+	case !deleted:
+		return true, nil
+	}
+	s.destroyDetached(ctx, id, "finishing its create failed")
+	return false, afterErr
+}
+
+// mayAdopt reports whether the key of req may still settle on sandbox id:
+// it already has, or its holder has not chosen another sandbox (a holder
+// that took over a claim naming id adopts it if it is whole). When the
+// store cannot say, it answers true: a sandbox left to its timeout is
+// better than one destroyed under a caller it was given.
+func (s *Service) mayAdopt(ctx context.Context, req store.ClaimRequest, id string) bool {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	c, err := s.Store.PeekClaim(pctx, req)
+	if err != nil {
+		s.Logger.Warn("idempotency: cannot tell whether a sandbox made under a lost claim is some caller's; keeping it until its timeout", "sandbox", id, "err", err)
+		return true
+	}
+	return (c.Outcome == store.ClaimReady || c.Outcome == store.ClaimPending) && c.TargetID == id
 }
 
 // createThen creates (under cl when not nil) and runs r.After; a failed

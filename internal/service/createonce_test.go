@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,5 +202,138 @@ func recv[T any](t *testing.T, ch <-chan T) T {
 	case <-time.After(time.Minute):
 		t.Fatalf("no value on %T after a minute", ch)
 		panic("unreachable")
+	}
+}
+
+// onceAnswer is what one CreateOnce call returned.
+type onceAnswer struct {
+	c   *service.Created
+	err error
+}
+
+// A holder that lost its claim and then ended (its caller went away)
+// destroyed its sandbox even while the holder that took the claim over
+// could still adopt it (and might have answered it already). Now it
+// destroys only a sandbox the key can no longer settle on.
+func TestCreateOnce_CancelledLoserKeepsASandboxTheNewHolderMayAdopt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	const ttl = time.Minute
+	r := onceReq("fp-cancelled-loser", ttl, time.Hour)
+	// The first holder stalls while its sandbox is half-made, unable to
+	// extend its lock.
+	h.store.inject("ExtendClaim")
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	h.routes.onInstall = func() {
+		if first.CompareAndSwap(false, true) {
+			close(stalled)
+			<-release
+		}
+	}
+	actx, cancelA := context.WithCancel(ctx)
+	defer cancelA()
+	aDone := make(chan error, 1)
+	go func() { _, err := h.svc.CreateOnce(actx, alice, r); aDone <- err }()
+	recv(t, stalled)
+	h.clock.Advance(2 * ttl) // its lock runs out
+
+	// A retry takes the claim over and stalls before it reads the first
+	// holder's sandbox.
+	bIn, bGo := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	armed.Store(true)
+	h.store.on("GetSandbox", func() error {
+		if armed.CompareAndSwap(true, false) {
+			close(bIn)
+			<-bGo
+		}
+		return nil
+	})
+	pending := make(chan struct{}, 1)
+	h.store.onClaimed(func(c store.Claim) {
+		if c.Outcome == store.ClaimPending {
+			select {
+			case pending <- struct{}{}:
+			default:
+			}
+		}
+	})
+	bDone := make(chan onceAnswer, 1)
+	go func() { c, err := h.svc.CreateOnce(ctx, alice, r); bDone <- onceAnswer{c, err} }()
+	recv(t, bIn)
+
+	// The first holder finishes its sandbox, finds its claim lost, waits
+	// for the new holder, and its caller goes away.
+	close(release)
+	recv(t, pending)
+	cancelA()
+	if err := recv(t, aDone); !errors.Is(err, context.Canceled) {
+		t.Fatalf("first holder: %v, want context.Canceled", err)
+	}
+	close(bGo)
+	b := recv(t, bDone)
+	if b.err != nil || !b.c.Replayed {
+		t.Fatalf("retry: %v; replayed %v; want the first holder's sandbox adopted", b.err, b.c != nil && b.c.Replayed)
+	}
+	if sb, err := h.svc.Get(ctx, alice, b.c.ID); err != nil || sb.State != service.StateRunning {
+		t.Errorf("the adopted sandbox: %+v, %v; want running", sb, err)
+	}
+	if n := h.containers(t); n != 1 {
+		t.Errorf("containers: %d, want 1", n)
+	}
+}
+
+// A holder whose lock lapsed while its After ran destroyed its sandbox
+// when After then failed, though a retry had taken the claim over and
+// adopted the sandbox; and the adopter never ran After on it. Now the
+// adopter finishes what it adopts, and the failed holder destroys only
+// after its fenced claim delete says the claim was still its own.
+func TestCreateOnce_AdopterFinishesWhatItAdoptsAndTheLapsedHolderKeepsIt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	const ttl = time.Minute
+	r := onceReq("fp-after-lapsed", ttl, time.Hour)
+	h.store.inject("ExtendClaim") // the first holder cannot extend its lock
+	inAfter, failAfter := make(chan string, 1), make(chan struct{})
+	r.After = func(_ context.Context, sb service.Sandbox) error {
+		inAfter <- sb.ID
+		<-failAfter
+		return errors.New("the first holder's finish failed")
+	}
+	aDone := make(chan onceAnswer, 1)
+	go func() { c, err := h.svc.CreateOnce(ctx, alice, r); aDone <- onceAnswer{c, err} }()
+	made := recv(t, inAfter)
+	h.clock.Advance(2 * ttl) // its lock runs out while After runs
+
+	retry := r
+	var finished atomic.Value
+	retry.After = func(_ context.Context, sb service.Sandbox) error {
+		finished.Store(sb.ID)
+		return nil
+	}
+	second, err := h.svc.CreateOnce(ctx, alice, retry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.ID != made || !second.Replayed {
+		t.Fatalf("retry: %s (replayed %v), want %s adopted", second.ID, second.Replayed, made)
+	}
+	if got, _ := finished.Load().(string); got != made {
+		t.Errorf("the adopter's After ran on %q, want %s", got, made)
+	}
+
+	close(failAfter)
+	a := recv(t, aDone)
+	if a.err != nil || a.c.ID != made {
+		t.Fatalf("first holder: %v; want %s (the key settled on it)", a.err, made)
+	}
+	if sb, err := h.svc.Get(ctx, alice, made); err != nil || sb.State != service.StateRunning {
+		t.Errorf("the adopted sandbox: %+v, %v; want running", sb, err)
+	}
+	if n := h.containers(t); n != 1 {
+		t.Errorf("containers: %d, want 1", n)
 	}
 }

@@ -51,7 +51,7 @@ type Store interface {
 	Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error)
 	PeekClaim(ctx context.Context, req store.ClaimRequest) (store.Claim, error)
 	Complete(ctx context.Context, c store.Claim, targetID string, replayWindow time.Duration) error
-	DeleteClaim(ctx context.Context, c store.Claim) error
+	DeleteClaim(ctx context.Context, c store.Claim) (bool, error)
 	AttachClaimTarget(ctx context.Context, c store.Claim, targetID string) error
 	ExtendClaim(ctx context.Context, c store.Claim, ttl time.Duration) error
 	ReleaseClaim(ctx context.Context, c store.Claim) error

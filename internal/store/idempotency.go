@@ -58,7 +58,9 @@ type Claim struct {
 	// or a ready result past its replay window) that this call took over. The previous
 	// holder may have left partial work behind.
 	Reclaimed bool
-	TargetID  string // ClaimReady
+	// TargetID is, with ClaimReady, the answer; with ClaimPending (from
+	// PeekClaim), what the holder has attached so far ("" if nothing).
+	TargetID string
 	// PreviousTarget (with Reclaimed): the target the stale claim's holder
 	// had attached (AttachClaimTarget) before it died or timed out. Its work
 	// may have finished without Complete; the new holder checks whether
@@ -99,7 +101,10 @@ func (r claimRow) outcome(now int64) ClaimOutcome {
 func (r claimRow) claim(req ClaimRequest, outcome ClaimOutcome) Claim {
 	c := Claim{Scope: req.Scope, Fingerprint: req.Fingerprint, Outcome: outcome, token: r.token}
 	switch outcome {
-	case ClaimAcquired, ClaimPending:
+	case ClaimPending:
+		c.LockedUntil = time.UnixMilli(r.lockedUntil).UTC()
+		c.TargetID = r.targetID
+	case ClaimAcquired:
 		c.LockedUntil = time.UnixMilli(r.lockedUntil).UTC()
 	case ClaimReady:
 		c.TargetID = r.targetID
@@ -290,16 +295,16 @@ func (s *Store) ReleasePendingClaims(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// DeleteClaim removes the claim c when its work rolled back, so a retry starts fresh.
-// It is idempotent and only deletes while c still holds the key: it never removes a claim
-// another caller took over.
-func (s *Store) DeleteClaim(ctx context.Context, c Claim) error {
-	_, err := s.exec(ctx, `DELETE FROM request_idempotency WHERE scope = ? AND fingerprint = ? AND token = ?`,
+// DeleteClaim removes the claim c when its work rolled back, so a retry starts fresh, and
+// reports whether it deleted. It only deletes while c still holds the key: it never
+// removes a claim another caller took over (false), and a repeat finds nothing (false).
+func (s *Store) DeleteClaim(ctx context.Context, c Claim) (bool, error) {
+	n, err := s.exec(ctx, `DELETE FROM request_idempotency WHERE scope = ? AND fingerprint = ? AND token = ?`,
 		c.Scope, c.Fingerprint, c.token)
 	if err != nil {
-		return fmt.Errorf("delete claim %s/%s: %w", c.Scope, c.Fingerprint, err)
+		return false, fmt.Errorf("delete claim %s/%s: %w", c.Scope, c.Fingerprint, err)
 	}
-	return nil
+	return n == 1, nil
 }
 
 // ReleaseClaim ends the lock of the acquired claim c now, keeping its attached target:

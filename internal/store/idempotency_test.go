@@ -56,7 +56,7 @@ func TestClaim_StalePendingIsReclaimed(t *testing.T) {
 	if err := s.Complete(t.Context(), first, "sb-1", time.Minute); !errors.Is(err, store.ErrClaimLost) {
 		t.Fatalf("Complete by the stale holder = %v, want ErrClaimLost", err)
 	}
-	if err := s.DeleteClaim(t.Context(), first); err != nil {
+	if _, err := s.DeleteClaim(t.Context(), first); err != nil {
 		t.Fatal(err)
 	}
 	mustClaim(t, s, req, store.Claim{Outcome: store.ClaimPending, LockedUntil: second.LockedUntil})
@@ -92,7 +92,7 @@ func TestClaim_DeleteStartsFresh(t *testing.T) {
 	req := claimReq("h", time.Minute)
 	c := mustClaim(t, s, req, store.Claim{Outcome: store.ClaimAcquired, LockedUntil: storetest.Epoch.Add(time.Minute)})
 	for range 2 { // idempotent
-		if err := s.DeleteClaim(t.Context(), c); err != nil {
+		if _, err := s.DeleteClaim(t.Context(), c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -365,10 +365,16 @@ func TestClaim_Model(t *testing.T) {
 					rt.Skip("no claim to delete")
 				}
 				h := rapid.IntRange(0, len(handles)-1).Draw(rt, "handle")
-				if err := s.DeleteClaim(t.Context(), handles[h].claim); err != nil {
+				deleted, err := s.DeleteClaim(t.Context(), handles[h].claim)
+				if err != nil {
 					rt.Fatalf("DeleteClaim(%d): %v", h, err)
 				}
-				if row, ok := m.rows[handles[h].fp]; ok && row.holder == h {
+				row, ok := m.rows[handles[h].fp]
+				held := ok && row.holder == h
+				if deleted != held {
+					rt.Fatalf("DeleteClaim(%d) deleted = %v, want %v (the key's holder is %v)", h, deleted, held, row.holder)
+				}
+				if held {
 					delete(m.rows, handles[h].fp)
 				}
 			},
