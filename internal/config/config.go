@@ -76,6 +76,9 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
 	portRange := fmt.Sprintf("%d-%d", d.HostPortLo, d.HostPortHi)
+	if v, ok := env("SANDBOXD_HOST_PORTS"); ok && v != "" {
+		portRange = v // parsed below with the flag, so a bad value is an error too
+	}
 	fs.StringVar(&portRange, "host-ports", portRange, "host port pool for TCP exposure, lo-hi (env SANDBOXD_HOST_PORTS)")
 	fs.Int64Var(&d.MilliCPU, "cpu-budget", d.MilliCPU, "CPU budget in millicores for all sandboxes")
 	fs.Int64Var(&d.MemoryMB, "memory-budget", d.MemoryMB, "memory budget in MB for all sandboxes")
@@ -118,9 +121,6 @@ func defaults(env func(string) (string, bool)) Daemon {
 		SandboxNetwork: get("SANDBOXD_SANDBOX_NETWORK", "false") == "true",
 		ReconcileEvery: 30 * time.Second,
 		LogLevel:       get("SANDBOXD_LOG_LEVEL", "info"),
-	}
-	if lo, hi, err := parseRange(get("SANDBOXD_HOST_PORTS", "")); err == nil {
-		d.HostPortLo, d.HostPortHi = lo, hi
 	}
 	if d.AgentBinary == "" {
 		if exe, err := os.Executable(); err == nil {

@@ -125,6 +125,7 @@ func TestParse_Rejects(t *testing.T) {
 		{"DataDirEmpty", nil, []string{"--data-dir", ""}, "--data-dir is required"},
 		{"CPUBudgetZero", nil, []string{"--cpu-budget", "0"}, "--cpu-budget and --memory-budget must be positive"},
 		{"MemoryBudgetNegative", nil, []string{"--memory-budget", "-1"}, "--cpu-budget and --memory-budget must be positive"},
+		{"HostPortsEnvBad", map[string]string{"SANDBOXD_HOST_PORTS": "80-90"}, nil, `--host-ports: range "80-90": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsNoDash", nil, []string{"--host-ports", "40000"}, `--host-ports: range "40000": want lo-hi`},
 		{"HostPortsReversed", nil, []string{"--host-ports", "41000-40000"}, `--host-ports: range "41000-40000": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsPrivileged", nil, []string{"--host-ports", "80-90"}, `--host-ports: range "80-90": want 1024 <= lo <= hi <= 65535`},
