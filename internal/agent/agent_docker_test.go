@@ -80,11 +80,16 @@ type sandbox struct {
 // newSandbox creates a container from the base image with toolboxd as PID 1.
 // The caller destroys it.
 func (d *dockerEnv) newSandbox(ctx context.Context) (*sandbox, error) {
+	return d.newSandboxWith(ctx, func(*runtime.Spec) {})
+}
+
+// newSandboxWith is newSandbox with the spec changed by mod first.
+func (d *dockerEnv) newSandboxWith(ctx context.Context, mod func(*runtime.Spec)) (*sandbox, error) {
 	id := runtimetest.NewSandboxID()
 	token := "tok-" + id
-	if _, err := d.rt.Create(ctx, runtime.Spec{
-		SandboxID: id, Image: baseImage, AgentBinary: d.agent, AgentToken: token,
-	}); err != nil {
+	spec := runtime.Spec{SandboxID: id, Image: baseImage, AgentBinary: d.agent, AgentToken: token}
+	mod(&spec)
+	if _, err := d.rt.Create(ctx, spec); err != nil {
 		return nil, err
 	}
 	dial := func(ctx context.Context) (net.Conn, error) { return d.rt.DialAgent(ctx, id) }
