@@ -30,14 +30,14 @@ const stopGrace = 5 * time.Second
 // run serves until ctx ends, then stops every process and returns nil.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	pid1 := os.Getpid() == 1
-	var waiter interface {
-		Start(func() (int, error)) (<-chan reaper.Exit, error)
-	} = reaper.Own{}
+	var waiter waiter = reaper.Own{}
+	var atExec func(pid int)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if pid1 {
+		reserveThreads(reservedThreads) // see oom.go
 		r := reaper.New(log)
-		waiter = r
+		waiter, atExec = guardOOM(r, log)
 		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancel() // after the processes are gone: runs before wg.Wait
 		wg.Go(func() { _ = r.Run(rctx) })
@@ -47,7 +47,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	// The sandbox's environment is the agent's own (the daemon sets it on the
 	// container), less the agent's control variables: every process gets it,
 	// under what the request sets.
-	procs := process.New(process.Options{Users: users, Waiter: waiter, Env: sandboxEnv(os.Environ()), Log: log})
+	procs := process.New(process.Options{Users: users, Waiter: waiter, AtExec: atExec, Env: sandboxEnv(os.Environ()), Log: log})
 	fsys := filesystem.New(filesystem.Options{Users: users, Log: log})
 	defer fsys.Close()
 
@@ -70,7 +70,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	srv.Protocols.SetHTTP1(true)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("toolboxd serving", "socket", ln.Addr().String(), "pid1", pid1)
+	log.Info("toolboxd serving", "socket", cfg.socket, "handed_over", cfg.handoff != "", "pid1", pid1)
 
 	select {
 	case <-ctx.Done():

@@ -12,6 +12,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/agent/handoff"
 	"github.com/sandboxd/sandboxd/internal/runtime"
@@ -182,4 +183,20 @@ func (r *Runtime) checkPeer(ctx context.Context, sandboxID string, conn net.Conn
 	r.log.Warn("agent socket answered by a process other than the sandbox's agent: refused",
 		"sandbox", sandboxID, "peer_pid", got, "agent_pid", want)
 	return fmt.Errorf("%w: peer pid %d, agent pid %d", runtime.ErrAgentImpostor, got, want)
+}
+
+// mayLowerOOMScores reports whether this process holds CAP_SYS_RESOURCE,
+// which lowering an oom_score_adj below zero takes. The engine runs beside
+// the daemon with the same privileges in the usual setups (both root on
+// the host); where the daemon lacks it, so does the engine (inside some
+// VMs and containers), and asking it for a negative score would make
+// every container start fail.
+func mayLowerOOMScores() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	const bit = unix.CAP_SYS_RESOURCE
+	return data[bit/32].Effective&(1<<(bit%32)) != 0
 }

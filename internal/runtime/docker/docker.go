@@ -84,6 +84,12 @@ type Runtime struct {
 	pids     map[string]int       // host pid of each sandbox's agent (boot.go)
 
 	boots [bootLockStripes]sync.Mutex // see bootLock
+
+	// agentOOMScore is the agent's oom_score_adj: -1000 (never the OOM
+	// killer's victim: when the agent dies the sandbox does) where the
+	// engine may lower scores, else 0; either way the agent starts its
+	// children 1000 above itself (cmd/toolboxd/oom.go).
+	agentOOMScore int
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -119,6 +125,9 @@ func New(opts Options) (*Runtime, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Runtime{cli: opts.Client, opts: opts, log: log, cpuPrevs: make(map[string]cpuSample), pids: make(map[string]int)}
+	if mayLowerOOMScores() {
+		r.agentOOMScore = -1000
+	}
 	if r.cli == nil {
 		cli, err := client.New(client.FromEnv)
 		if err != nil {
@@ -309,6 +318,7 @@ func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostC
 	}
 	memory := spec.MemoryMB << 20
 	noInit := false
+
 	mounts := []mount.Mount{
 		{Type: mount.TypeBind, Source: spec.AgentBinary, Target: runtime.AgentPath, ReadOnly: true},
 		// Read-only: nothing in the sandbox may replace the agent's socket
@@ -327,8 +337,9 @@ func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostC
 		// AppArmor, where present) profile applies.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		// The agent's own output only; bounded so a chatty agent cannot fill the disk.
-		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "2"}},
-		Mounts:    mounts,
+		LogConfig:   container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "2"}},
+		Mounts:      mounts,
+		OomScoreAdj: r.agentOOMScore,
 		Resources: container.Resources{
 			NanoCPUs:   int64(math.Round(spec.CPU * 1e9)),
 			Memory:     memory,

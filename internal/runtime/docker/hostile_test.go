@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -12,11 +14,18 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
+	fsrpc "github.com/sandboxd/sandboxd/internal/gen/envd/filesystem"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // Tests of what code inside a sandbox can do to the daemon through the
@@ -202,5 +211,158 @@ func copyFile(t *testing.T, src, dst string) {
 	}
 	if err := os.WriteFile(dst, b, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// baseImage has bash and the tools of a real sandbox (scripts/build-images.sh).
+const baseImage = "sandboxd/base:bookworm"
+
+// smallBox is a sandbox with the service's default pids limit and a small
+// memory limit, where a runaway process hits the limits fast.
+func smallBox(t *testing.T) *box {
+	t.Helper()
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	return newBox(t, rt, func(s *runtime.Spec) {
+		s.Image, s.MemoryMB, s.PidsLimit, s.CPU = baseImage, 256, 1024, 1
+	})
+}
+
+// wantUsable fails t unless the sandbox's container still runs and, once
+// the runaway processes are gone, a command runs in it.
+func (b *box) wantUsable(t *testing.T) {
+	t.Helper()
+	st, err := b.rt.Inspect(t.Context(), b.id)
+	if err != nil || st.State != runtime.StateRunning {
+		t.Fatalf("sandbox after the attack: %+v, %v; want it running (the agent died); its output:\n%s", st, err, b.agentOutput())
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the agent's output:\n%s", b.agentOutput())
+		}
+	})
+	testenv.WaitFor(t, "a command to run in the sandbox", func() error {
+		res, err := b.client.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: 10 * time.Second})
+		if err != nil {
+			return err
+		}
+		if string(res.Stdout) != "ok\n" {
+			return fmt.Errorf("echo ok: %+v", res)
+		}
+		return nil
+	})
+}
+
+// agentOutput is the start of what the agent logged and, if it crashed,
+// the start of its crash report, for failure messages.
+func (b *box) agentOutput() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rc, err := env.cli.ContainerLogs(ctx, b.id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return err.Error()
+	}
+	defer rc.Close()
+	var out bytes.Buffer
+	_, _ = stdcopy.StdCopy(&out, &out, io.LimitReader(rc, 1<<20))
+	var keep []string
+	for line := range strings.Lines(out.String()) {
+		if !strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "goroutine ") && len(keep) < 40 {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "")
+}
+
+// TestSandbox_SurvivesAForkBomb: a fork bomb in a 256 MB sandbox runs into
+// its pids limit (and the OOM killer); the agent (PID 1) keeps answering
+// through it, the bomb dies with its process group when the command's
+// lifetime ends, and the sandbox runs commands again.
+func TestSandbox_SurvivesAForkBomb(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	b := smallBox(t)
+	// The shell stays, reading its stdin (kept open), so that the bomb's
+	// process group still has its leader, and is killed whole, when the
+	// lifetime passes: the agent never signals a group whose leader it
+	// reaped (the id may be reused). So that the OOM killer does not take
+	// the leader first, it lowers its own score to just above the agent's
+	// once the bomb is away (builtins only: no fork needed).
+	script := `:(){ :|:& }; :
+		read a < /proc/1/oom_score_adj; echo $((a+1)) > /proc/$$/oom_score_adj
+		read`
+	lifetime := 20 * time.Second
+	begin := time.Now()
+	p, err := b.client.StartProcess(t.Context(), agent.StartRequest{
+		Cmd: []string{"/bin/bash", "-c", script}, Stdin: true, Lifetime: lifetime,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// Keep the agent busy meanwhile, as callers would: its blocking calls
+	// need threads, which the pids limit no longer lets it start.
+	busy, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for busy.Err() == nil {
+				_, _ = b.client.Filesystem().ListDir(busy, connect.NewRequest(&fsrpc.ListDirRequest{Path: "/etc", Depth: 1}))
+			}
+		})
+	}
+	// Sample the agent's health every second while the bomb runs.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for range tick.C {
+		if time.Since(begin) > lifetime-5*time.Second {
+			break
+		}
+		if err := b.client.Health(t.Context()); err != nil {
+			t.Errorf("the agent does not answer during the fork bomb: %v", err)
+			break
+		}
+	}
+	_, err = p.Wait()
+	stop()
+	wg.Wait()
+	t.Logf("fork bomb stream ended: %v", err)
+	b.wantUsable(t)
+}
+
+// TestSandbox_SurvivesAMemoryHog: a process that takes all the memory it
+// can is killed by the OOM killer, not the agent, and the sandbox runs
+// commands again.
+func TestSandbox_SurvivesAMemoryHog(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	b := smallBox(t)
+	// tail buffers its last line, and /dev/zero has no newline.
+	res, err := b.client.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"tail", "/dev/zero"}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("memory hog: %v", err)
+	}
+	if res.Exited || res.Status != "signal: killed" {
+		t.Errorf("memory hog ended %+v, want killed by the OOM killer", res)
+	}
+	b.wantUsable(t)
+}
+
+// TestSandbox_OOMKillerTakesAnythingBeforeTheAgent: every process the
+// agent starts, and what those start, scores 1000 above the agent (-1000
+// and 0 where the engine may lower scores, 0 and 1000 where it may not),
+// and the agent keeps its own score after starting processes.
+func TestSandbox_OOMKillerTakesAnythingBeforeTheAgent(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	b := newBox(t, newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}), nil)
+	got := strings.Fields(b.sh(t, "cat /proc/1/oom_score_adj /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'; cat /proc/1/oom_score_adj"))
+	var want []string
+	if len(got) > 0 {
+		agentScore := got[0]
+		child := map[string]string{"-1000": "0", "0": "1000"}[agentScore]
+		want = []string{agentScore, child, child, agentScore}
+	}
+	if len(got) != 4 || !slices.Contains([]string{"-1000", "0"}, got[0]) || !slices.Equal(got, want) {
+		t.Errorf("oom_score_adj of the agent, a child, a grandchild, the agent again = %q, want %q (agent -1000 or 0)", got, want)
 	}
 }

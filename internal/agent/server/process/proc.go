@@ -66,7 +66,7 @@ type waiter interface {
 // its pid, so that signals reach the commands it runs. h must already hold
 // the subscribers that should see all output. On error nothing is left
 // running and every descriptor is closed.
-func start(w waiter, l launch, h *hub) (*proc, <-chan reaper.Exit, error) {
+func start(w waiter, l launch, h *hub, atExec func(pid int)) (*proc, <-chan reaper.Exit, error) {
 	cmd := exec.Command(l.path, l.args...)
 	cmd.Env = l.env
 	cmd.Dir = l.dir
@@ -85,15 +85,20 @@ func start(w waiter, l launch, h *hub) (*proc, <-chan reaper.Exit, error) {
 	if l.pty != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: l.cred} // pty adds Setsid, Setctty
 		size := &pty.Winsize{Cols: uint16(l.pty.GetSize().GetCols()), Rows: uint16(l.pty.GetSize().GetRows())}
+		startPTY := atExecStart(cmd, atExec, func() (err error) {
+			p.tty, err = pty.StartWithSize(cmd, size)
+			return err
+		})
 		exits, err = w.Start(func() (int, error) {
-			tty, err := pty.StartWithSize(cmd, size)
-			if err != nil {
+			if err := startPTY(); err != nil {
 				return 0, err
 			}
-			p.tty = tty
 			return cmd.Process.Pid, nil
 		})
 		if err != nil {
+			if p.tty != nil { // the terminal opened, the child did not run
+				p.tty.Close()
+			}
 			return nil, nil, fmt.Errorf("%w: %s: %v", ErrStart, l.path, err)
 		}
 		p.outputs = []*os.File{p.tty}
@@ -121,8 +126,9 @@ func start(w waiter, l launch, h *hub) (*proc, <-chan reaper.Exit, error) {
 			childEnds = append(childEnds, inR)
 			parentEnds = append(parentEnds, inW)
 		}
+		startCmd := atExecStart(cmd, atExec, cmd.Start)
 		exits, err = w.Start(func() (int, error) {
-			if err := cmd.Start(); err != nil {
+			if err := startCmd(); err != nil {
 				return 0, err
 			}
 			return cmd.Process.Pid, nil

@@ -45,6 +45,14 @@ type Options struct {
 	Keepalive time.Duration
 	// Log receives unexpected failures; default discards.
 	Log *slog.Logger
+	// AtExec, when set, is called with the pid of every child started,
+	// while the child is stopped at the exec of its program, before its
+	// first instruction (hold.go), so that what it sets holds for all the
+	// child's descendants; toolboxd sets the child's oom_score_adj. It
+	// must be quick. A program that is setuid, setgid or has file
+	// capabilities is not held (tracing would cancel its privilege):
+	// AtExec then runs right after the start.
+	AtExec func(pid int)
 }
 
 // Service is the process.Process Connect service. Create it with [New];
@@ -56,6 +64,7 @@ type Service struct {
 	grace     time.Duration
 	keepalive time.Duration
 	log       *slog.Logger
+	atExec    func(pid int)
 
 	mu     sync.Mutex
 	procs  map[uint32]*proc
@@ -69,7 +78,7 @@ var _ processconnect.ProcessHandler = (*Service)(nil)
 func New(o Options) *Service {
 	s := &Service{
 		users: o.Users, waiter: o.Waiter, env: o.Env, grace: o.OutputGrace,
-		keepalive: o.Keepalive, log: o.Log, procs: make(map[uint32]*proc),
+		keepalive: o.Keepalive, log: o.Log, atExec: o.AtExec, procs: make(map[uint32]*proc),
 	}
 	if s.users == nil {
 		s.users = account.NewDirectory(account.DefaultPasswd)
@@ -147,7 +156,7 @@ func (s *Service) launchProc(l launch, lifetime time.Duration) (*proc, *sub, err
 		return nil, nil, ErrClosed
 	}
 	s.mu.Unlock()
-	p, exits, err := start(s.waiter, l, h)
+	p, exits, err := start(s.waiter, l, h, s.atExec)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -69,6 +69,15 @@ func (r *Reaper) Run(ctx context.Context) error {
 // reap collects every child that has exited. SIGCHLD does not queue, so one
 // signal may stand for many exits: loop until wait4 finds none.
 func (r *Reaper) reap() {
+	for r.reapOne() {
+	}
+}
+
+// reapOne reaps one exited child, if there is one, and reports whether to
+// look for another. It takes the lock for each child rather than for the
+// whole batch: under a fork bomb the batch never ends, and Start, which
+// holds the lock across a fork, would wait for it forever.
+func (r *Reaper) reapOne() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for {
@@ -78,17 +87,18 @@ func (r *Reaper) reap() {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.ECHILD), err == nil && pid == 0:
-			return
+			return false
 		case err != nil:
 			r.log.Error("reaper: wait4", "err", err)
-			return
+			return false
 		}
 		if ch, ok := r.waiting[pid]; ok {
 			delete(r.waiting, pid)
 			ch <- ws // buffered, never blocks
-			continue
+			return true
 		}
 		r.log.Debug("reaper: reaped orphan", "pid", pid, "status", ws)
+		return true
 	}
 }
 
