@@ -163,6 +163,30 @@ const (
 	HealthPath = "/health"
 )
 
+// SandboxCapabilities are the Linux capabilities a sandbox's processes keep
+// (the agent's, and what root in the sandbox gets); a runtime drops all
+// others. They are what the agent, package managers and sudo need:
+//
+//   - CHOWN, DAC_OVERRIDE, FOWNER, FSETID: dpkg and tar set owners, modes
+//     and setuid bits; root edits files it does not own (the agent writes
+//     its children's oom_score_adj, owned by them);
+//   - SETUID, SETGID: the agent runs commands as other users, apt drops to
+//     _apt, su and sudo switch users;
+//   - KILL: the agent signals processes of other users;
+//   - SETPCAP: programs that drop capabilities from their bounding set;
+//   - NET_BIND_SERVICE: servers on ports below 1024;
+//   - SYS_CHROOT: build tools and package scripts that chroot;
+//   - AUDIT_WRITE: PAM (su, sudo, login) writes audit records.
+//
+// Dropped beyond Docker's defaults: MKNOD (device nodes), NET_RAW (raw and
+// packet sockets: spoofing on a shared bridge; ping falls back to ICMP
+// datagram sockets) and SETFCAP (file capabilities; dpkg scripts fall back
+// to setuid bits).
+var SandboxCapabilities = []string{
+	"CAP_AUDIT_WRITE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+	"CAP_NET_BIND_SERVICE", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT",
+}
+
 // Labels every sandbox carries; the reconciler finds orphans with them.
 const (
 	LabelManaged = "sandboxd.managed" // always "1"

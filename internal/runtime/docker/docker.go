@@ -333,8 +333,19 @@ func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostC
 		NetworkMode: networkMode,
 		Privileged:  false,
 		Init:        &noInit, // the agent is PID 1 and reaps zombies
+		CapDrop:     []string{"ALL"},
+		CapAdd:      runtime.SandboxCapabilities, // see there for why each
+		// Its own cgroup namespace: /proc/self/cgroup and the cgroup mounts
+		// show "/", not the host's hierarchy and container ids.
+		CgroupnsMode: container.CgroupnsModePrivate,
 		// SecurityOpt stays empty: the engine's default seccomp (and
-		// AppArmor, where present) profile applies.
+		// AppArmor, where present) profile applies. no-new-privileges is
+		// not set on purpose: it would disable setuid programs, and sudo
+		// from the unprivileged user to root is a feature (E2B's "user"
+		// has passwordless sudo). It would protect nothing the caller
+		// does not already have: commands run as root unless asked
+		// otherwise. The boundary is the container: dropped capabilities,
+		// seccomp, no devices, limits.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		// The agent's own output only; bounded so a chatty agent cannot fill the disk.
 		LogConfig:   container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "2"}},

@@ -148,6 +148,8 @@ func facts(t *testing.T, sandboxID string) runtimetest.Facts {
 		MemorySwapBytes: hc.MemorySwap,
 		Privileged:      hc.Privileged,
 		CapAdd:          hc.CapAdd,
+		CapDrop:         hc.CapDrop,
+		CgroupNS:        string(hc.CgroupnsMode),
 		SecurityOpt:     hc.SecurityOpt,
 		NetworkMode:     string(hc.NetworkMode),
 		Init:            hc.Init != nil && *hc.Init,

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	fsrpc "github.com/sandboxd/sandboxd/internal/gen/envd/filesystem"
@@ -365,4 +367,78 @@ func TestSandbox_OOMKillerTakesAnythingBeforeTheAgent(t *testing.T) {
 	if len(got) != 4 || !slices.Contains([]string{"-1000", "0"}, got[0]) || !slices.Equal(got, want) {
 		t.Errorf("oom_score_adj of the agent, a child, a grandchild, the agent again = %q, want %q (agent -1000 or 0)", got, want)
 	}
+}
+
+// TestSandbox_PackageInstallAndSudoStyleOperations: with every capability
+// but runtime.SandboxCapabilities dropped, what package managers and sudo
+// do still works in the base image: apt-get installs a local package whose
+// files and script chown, chmod and set a setuid bit (no network needed),
+// su switches users, and the unprivileged user gains root through a setuid
+// program (what sudo is), both through a shell and exec'd directly.
+func TestSandbox_PackageInstallAndSudoStyleOperations(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	b := newBox(t, newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}), func(s *runtime.Spec) {
+		s.Image = baseImage
+	})
+	install := `set -e
+		d=$(mktemp -d); mkdir -p $d/DEBIAN $d/opt/sbxtest
+		printf 'Package: sbxtest\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@example.com>\nDescription: test\n' > $d/DEBIAN/control
+		printf '#!/bin/sh\nset -e\nchown user:user /opt/sbxtest/owned\nchmod 4755 /opt/sbxtest/suid\n' > $d/DEBIAN/postinst
+		chmod 755 $d/DEBIAN/postinst
+		cp /usr/bin/id $d/opt/sbxtest/suid; touch $d/opt/sbxtest/owned
+		dpkg-deb --build --root-owner-group $d /tmp/sbxtest.deb >/dev/null
+		apt-get install -y -q /tmp/sbxtest.deb >/tmp/apt.log 2>&1 || { cat /tmp/apt.log; exit 1; }
+		stat -c '%U %a' /opt/sbxtest/owned /opt/sbxtest/suid
+		su user -c 'id -un'`
+	if got, want := b.sh(t, install), "user 644\nroot 4755\nuser\n"; got != want {
+		t.Errorf("package install and su:\n%s\nwant:\n%s", got, want)
+	}
+	for name, cmd := range map[string][]string{
+		"through a shell": {"/bin/sh", "-c", "/opt/sbxtest/suid -u"},
+		"exec'd directly": {"/opt/sbxtest/suid", "-u"},
+	} {
+		res, err := b.client.Exec(t.Context(), agent.ExecRequest{Cmd: cmd, User: "user"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(res.Stdout); got != "0\n" {
+			t.Errorf("setuid program run by user %s: euid %q (stderr %q), want 0", name, got, res.Stderr)
+		}
+	}
+}
+
+// TestSandbox_CapabilitiesAndCgroupNamespace: root in the sandbox holds
+// exactly runtime.SandboxCapabilities (so no device nodes, no raw
+// sockets), and sees its own cgroup as the root of the hierarchy.
+func TestSandbox_CapabilitiesAndCgroupNamespace(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	b := newBox(t, newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}), nil)
+	want := uint64(0)
+	for _, c := range runtime.SandboxCapabilities {
+		want |= 1 << capNumbers[c]
+	}
+	out := b.sh(t, "grep -E '^Cap(Eff|Bnd):' /proc/self/status; mknod /tmp/null c 1 3 2>/dev/null && echo mknod-ok; cat /proc/self/cgroup")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		switch f := strings.Fields(line); {
+		case len(f) == 2 && (f[0] == "CapEff:" || f[0] == "CapBnd:"):
+			if got, err := strconv.ParseUint(f[1], 16, 64); err != nil || got != want {
+				t.Errorf("%s %s, want %016x", f[0], f[1], want)
+			}
+		case line == "mknod-ok":
+			t.Errorf("mknod succeeded: CAP_MKNOD was not dropped")
+		case !strings.HasSuffix(line, ":/"):
+			t.Errorf("/proc/self/cgroup line %q: want the sandbox's own cgroup to be /", line)
+		}
+	}
+}
+
+// capNumbers are the bits of the capabilities runtime.SandboxCapabilities
+// names.
+var capNumbers = map[string]uint{
+	"CAP_CHOWN": unix.CAP_CHOWN, "CAP_DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE, "CAP_FOWNER": unix.CAP_FOWNER,
+	"CAP_FSETID": unix.CAP_FSETID, "CAP_KILL": unix.CAP_KILL, "CAP_SETGID": unix.CAP_SETGID,
+	"CAP_SETUID": unix.CAP_SETUID, "CAP_SETPCAP": unix.CAP_SETPCAP, "CAP_NET_BIND_SERVICE": unix.CAP_NET_BIND_SERVICE,
+	"CAP_SYS_CHROOT": unix.CAP_SYS_CHROOT, "CAP_AUDIT_WRITE": unix.CAP_AUDIT_WRITE,
 }

@@ -84,8 +84,11 @@ type Facts struct {
 	PidsLimit       int64
 	Privileged      bool
 	CapAdd          []string
+	CapDrop         []string
 	SecurityOpt     []string
 	NetworkMode     string
+	// CgroupNS is the cgroup namespace mode ("private" wanted).
+	CgroupNS string
 	// Init reports an engine-injected init process (must be false).
 	Init       bool
 	Entrypoint []string
@@ -336,8 +339,14 @@ func (s *suite) testCreateContract(t *testing.T) {
 	if diff := cmp.Diff(limits{5e8, 128 << 20, 128 << 20, 64}, limits{f.NanoCPUs, f.MemoryBytes, f.MemorySwapBytes, f.PidsLimit}); diff != "" {
 		t.Errorf("limits (-want +got):\n%s", diff)
 	}
-	if f.Privileged || len(f.CapAdd) > 0 {
-		t.Errorf("privileged = %v, cap add = %v; want neither", f.Privileged, f.CapAdd)
+	if f.Privileged {
+		t.Errorf("privileged; want not")
+	}
+	if !slices.Equal(f.CapDrop, []string{"ALL"}) || !sameCaps(f.CapAdd, runtime.SandboxCapabilities) {
+		t.Errorf("cap drop %v, cap add %v; want ALL dropped and only %v added", f.CapDrop, f.CapAdd, runtime.SandboxCapabilities)
+	}
+	if f.CgroupNS != "private" {
+		t.Errorf("cgroup namespace %q, want private", f.CgroupNS)
 	}
 	for _, o := range f.SecurityOpt {
 		t.Errorf("security option %q set; want the engine defaults (default seccomp)", o)
@@ -708,4 +717,18 @@ func (s *suite) testStats(t *testing.T) {
 	if second.CPUPercent < 0 || second.CPUPercent > 60 || second.CPUTime < first.CPUTime {
 		t.Errorf("second Stats = %+v, want 0 <= cpu%% <= 60, cpu time not decreasing from %v", second, first.CPUTime)
 	}
+}
+
+// sameCaps compares capability lists as sets, with or without the CAP_
+// prefix (engines normalize it differently).
+func sameCaps(a, b []string) bool {
+	norm := func(l []string) []string {
+		out := make([]string, 0, len(l))
+		for _, c := range l {
+			out = append(out, strings.TrimPrefix(strings.ToUpper(c), "CAP_"))
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	return slices.Equal(norm(a), norm(b))
 }
