@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/api/daytona"
@@ -183,11 +184,15 @@ func (d *Daemon) openStore(ctx context.Context, dataDir string, clock func() tim
 // openRuntime connects to Docker (registering its Close), wrapped by wrap
 // when set, and opens the volume directory under dataDir.
 func (d *Daemon) openRuntime(dataDir string, wrap func(runtime.Runtime) runtime.Runtime) (runtime.Runtime, *volume.Dir, error) {
-	drt, err := docker.New(docker.Options{NodeID: d.Config.NodeID, SocketRoot: socketRoot(dataDir), Logger: d.logger})
+	sockets := socketRoot(dataDir)
+	drt, err := docker.New(docker.Options{NodeID: d.Config.NodeID, SocketRoot: sockets, Logger: d.logger})
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker.New: %w", err)
 	}
-	d.closers = append(d.closers, drt.Close)
+	d.closers = append(d.closers, drt.Close, func() error {
+		_ = os.Remove(sockets) // only when empty: running sandboxes keep their sockets
+		return nil
+	})
 	var rt runtime.Runtime = drt
 	if wrap != nil {
 		rt = wrap(rt)
@@ -459,17 +464,20 @@ func (d *Daemon) Close() error {
 	return errors.Join(errs...)
 }
 
-// socketRoot is where the per-sandbox agent socket directories live: in
-// the data directory when its path is short enough for unix socket
-// addresses (108 bytes with the sandbox id and file name), else in a
-// directory under /tmp named by a hash of the data directory.
+// socketRoot is where the per-sandbox agent socket directories live:
+// /run/sandboxd/<hash of the data directory> (under the temp directory
+// when /run is not writable). Never inside the data directory: each
+// socket directory is bind-mounted into its sandbox, whose
+// /proc/self/mountinfo shows the source path; a hash tells the sandbox
+// nothing, keeps unix socket addresses short (108 bytes with the sandbox
+// id and file name) and keeps daemons on one host apart.
 func socketRoot(dataDir string) string {
-	root := filepath.Join(dataDir, "run")
-	if len(root) <= 32 {
-		return root
-	}
 	sum := sha256.Sum256([]byte(dataDir))
-	return filepath.Join(os.TempDir(), "sandboxd-"+hex.EncodeToString(sum[:6]))
+	name := hex.EncodeToString(sum[:6])
+	if unix.Access("/run", unix.W_OK) == nil {
+		return filepath.Join("/run", "sandboxd", name)
+	}
+	return filepath.Join(os.TempDir(), "sandboxd-"+name)
 }
 
 // serviceDialer reaches sandbox ports for the ingress, through the service
