@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -253,6 +254,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		NodeID:       cfg.NodeID,
 		DefaultImage: cfg.DefaultImage,
 		AgentBinary:  agentBinary,
+		HostMilliCPU: int64(goruntime.NumCPU()) * 1000,
 		Domain:       cfg.Domain,
 		AllowNetwork: cfg.SandboxNetwork,
 		HostPortLo:   cfg.HostPortLo,

@@ -147,9 +147,10 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 			binds, err = s.Volumes.Prepare(ctx, req.Owner, id, req.Mounts)
 			return err
 		}); err != nil {
+			// Prepare removed what it made before failing.
 			return nil, fmt.Errorf("prepare mounts: %w", err)
 		}
-		undo.push("release mounts", func(ctx context.Context) error { return s.Volumes.Release(ctx, id) })
+		undo.push("abandon mounts", func(ctx context.Context) error { return s.Volumes.Abandon(ctx, id) })
 	}
 
 	// 9. runtime create + start, agent ready.
@@ -282,6 +283,12 @@ func (s *Service) startRuntime(ctx context.Context, spec runtime.Spec) error {
 	cancel()
 	if errors.Is(err, runtime.ErrImageNotFound) {
 		return invalid("image", "image %q is not present on this host", spec.Image)
+	}
+	if errors.Is(err, runtime.ErrInvalidSpec) {
+		// normalize checks what it can; what only the engine knows (its
+		// limits, its reference rules) it refuses here, and that is still
+		// the request's fault, not the daemon's.
+		return fmt.Errorf("%w: the engine refused the sandbox: %w", ErrInvalidArgument, err)
 	}
 	return fmt.Errorf("start sandbox: %w", err)
 }

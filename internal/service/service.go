@@ -99,7 +99,11 @@ type Volumes interface {
 	// paths to bind, in the order of mounts. Volumes are per owner: two
 	// tenants naming the same volume get two directories.
 	Prepare(ctx context.Context, owner, sandboxID string, mounts []Mount) ([]runtime.Mount, error)
-	// Release undoes Prepare for this sandbox (volumes themselves persist).
+	// Abandon undoes Prepare for a create that failed: the volume
+	// directories it created are removed while still empty and unused, so
+	// a refused create leaves nothing on the host.
+	Abandon(ctx context.Context, sandboxID string) error
+	// Release is the end of a sandbox that existed: volumes persist.
 	Release(ctx context.Context, sandboxID string) error
 }
 
@@ -108,6 +112,10 @@ type Config struct {
 	NodeID       string
 	DefaultImage string
 	AgentBinary  string
+	// HostMilliCPU is the host's CPU count (1000 per core): the engine
+	// refuses a sandbox limit above it. Zero: no check beyond the
+	// per-sandbox maximum.
+	HostMilliCPU int64
 	// HostPortLo and HostPortHi bound the pool TCP exposures take host
 	// ports from (inclusive).
 	HostPortLo, HostPortHi int
