@@ -47,7 +47,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	// container), less the agent's control variables: every process gets it,
 	// under what the request sets.
 	procs := process.New(process.Options{Users: users, Waiter: waiter, Env: sandboxEnv(os.Environ()), Log: log})
-	fsys := filesystem.New(filesystem.Options{Users: users, Log: log})
+	fsys := filesystem.New(filesystem.Options{Users: users, Log: log, Protected: ownPaths(cfg.socket)})
 	defer fsys.Close()
 
 	ln, err := listen(cfg.socket)
@@ -153,4 +153,14 @@ func sandboxEnv(environ []string) map[string]string {
 		env[k] = v
 	}
 	return env
+}
+
+// ownPaths are the agent's socket directory and its binary: a file call
+// that removed or renamed them would cut the daemon off from the sandbox.
+func ownPaths(socket string) []string {
+	paths := []string{filepath.Dir(socket)}
+	if exe, err := os.Executable(); err == nil {
+		paths = append(paths, exe)
+	}
+	return paths
 }

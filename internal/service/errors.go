@@ -20,6 +20,9 @@ var (
 	ErrNameConflict = errors.New("name conflict")
 	// ErrHostnameConflict is a custom hostname another sandbox holds.
 	ErrHostnameConflict = errors.New("hostname conflict")
+	// ErrPermissionDenied is a file operation the sandbox's own
+	// permissions refuse (the user may not read or write the path).
+	ErrPermissionDenied = errors.New("permission denied")
 	// ErrConflict is a request that contradicts the current state.
 	ErrConflict = errors.New("conflict")
 	// ErrCapacityExhausted is a create past the host's budget; retry later.

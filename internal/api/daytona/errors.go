@@ -83,6 +83,8 @@ func classify(err error) errorBody {
 		status, msg = http.StatusBadRequest, err.Error()
 	case service.Is(err, service.ErrNotFound):
 		status, msg = http.StatusNotFound, err.Error()
+	case service.Is(err, service.ErrPermissionDenied):
+		status, msg = http.StatusForbidden, err.Error()
 	case service.Is(err, service.ErrNameConflict):
 		status, msg = http.StatusConflict, err.Error()
 	case service.Is(err, service.ErrConflict):

@@ -54,6 +54,8 @@ func classify(err error) (status int, msg string) {
 		return http.StatusBadRequest, err.Error()
 	case service.Is(err, service.ErrNotFound):
 		return http.StatusNotFound, err.Error()
+	case service.Is(err, service.ErrPermissionDenied):
+		return http.StatusForbidden, err.Error()
 	case service.Is(err, service.ErrNameConflict), service.Is(err, service.ErrConflict):
 		return http.StatusConflict, err.Error()
 	case errors.Is(err, service.ErrCapacityExhausted):

@@ -102,6 +102,8 @@ func classify(err error) (Code, string) {
 		return CodeInvalidArgument, err.Error()
 	case service.Is(err, service.ErrNotFound), errors.Is(err, auth.ErrTokenNotFound):
 		return CodeNotFound, err.Error()
+	case service.Is(err, service.ErrPermissionDenied):
+		return CodePermissionDenied, err.Error()
 	case service.Is(err, service.ErrNameConflict):
 		return CodeNameConflict, err.Error()
 	case service.Is(err, service.ErrHostnameConflict):
