@@ -282,7 +282,7 @@ func (s *Service) startRuntime(ctx context.Context, spec runtime.Spec) error {
 	}
 	cancel()
 	if errors.Is(err, runtime.ErrImageNotFound) {
-		return invalid("image", "image %q is not present on this host", spec.Image)
+		return &FieldError{Field: "image", Reason: fmt.Sprintf("image %q is not present on this host", spec.Image), Kind: ErrImageNotPresent}
 	}
 	if errors.Is(err, runtime.ErrInvalidSpec) {
 		// normalize checks what it can; what only the engine knows (its

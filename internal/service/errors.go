@@ -29,22 +29,34 @@ var (
 	ErrCapacityExhausted = errors.New("capacity exhausted")
 	// ErrIdempotencyKeyReused is an Idempotency-Key sent again with another body.
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
+	// ErrImageNotPresent is a create whose image is not on the host (a
+	// *FieldError for "image" that also matches it): images are never
+	// pulled. A facade may answer it as its own "template not found".
+	ErrImageNotPresent = errors.New("image not present")
 	// ErrUnavailable is a dependency that is down or a node that may not
 	// serve the call; retry later or elsewhere.
 	ErrUnavailable = errors.New("unavailable")
 )
 
 // FieldError is a validation failure of one request field. It unwraps to
-// ErrInvalidArgument.
+// ErrInvalidArgument, and to Kind when set.
 type FieldError struct {
 	Field  string
 	Reason string
+	// Kind, when set, is a sentinel that says more (ErrImageNotPresent).
+	Kind error
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
-// Unwrap makes errors.Is(err, ErrInvalidArgument) true.
-func (e *FieldError) Unwrap() error { return ErrInvalidArgument }
+// Unwrap makes errors.Is(err, ErrInvalidArgument) true, and
+// errors.Is(err, Kind).
+func (e *FieldError) Unwrap() []error {
+	if e.Kind != nil {
+		return []error{ErrInvalidArgument, e.Kind}
+	}
+	return []error{ErrInvalidArgument}
+}
 
 func invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}

@@ -37,6 +37,7 @@ func TestWriteError_EveryDomainError(t *testing.T) {
 		{"StoreInvalid", wrap(store.ErrInvalidArgument), body(400, `sandbox "web": store: invalid argument`), ""},
 		{"ServiceNotFound", wrap(service.ErrNotFound), body(404, `sandbox "web": not found`), ""},
 		{"StoreNotFound", wrap(store.ErrNotFound), body(404, `sandbox "web": store: not found`), ""},
+		{"ServicePermissionDenied", wrap(service.ErrPermissionDenied), body(403, `sandbox "web": permission denied`), ""},
 		{"ServiceNameConflict", wrap(service.ErrNameConflict), body(409, `sandbox "web": name conflict`), ""},
 		{"ServiceConflict", wrap(service.ErrConflict), body(409, `sandbox "web": conflict`), ""},
 		{"StoreStateConflict", wrap(store.ErrStateConflict), body(409, `sandbox "web": store: sandbox state conflict`), ""},

@@ -36,6 +36,7 @@ func TestWriteError_EveryDomainError(t *testing.T) {
 		{"StoreInvalid", wrap(store.ErrInvalidArgument), 400, `sandbox "web": store: invalid argument`, ""},
 		{"ServiceNotFound", wrap(service.ErrNotFound), 404, `sandbox "web": not found`, ""},
 		{"StoreNotFound", wrap(store.ErrNotFound), 404, `sandbox "web": store: not found`, ""},
+		{"ServicePermissionDenied", wrap(service.ErrPermissionDenied), 403, `sandbox "web": permission denied`, ""},
 		{"ServiceNameConflict", wrap(service.ErrNameConflict), 409, `sandbox "web": name conflict`, ""},
 		{"ServiceConflict", wrap(service.ErrConflict), 409, `sandbox "web": conflict`, ""},
 		{"StoreStateConflict", wrap(store.ErrStateConflict), 409, `sandbox "web": store: sandbox state conflict`, ""},

@@ -39,6 +39,7 @@ func TestClassify_EveryDomainError(t *testing.T) {
 		{"StoreInvalid", wrap(store.ErrInvalidArgument), 400, CodeInvalidArgument, false, `sandbox "web": store: invalid argument`, ""},
 		{"ServiceNotFound", wrap(service.ErrNotFound), 404, CodeNotFound, false, `sandbox "web": not found`, ""},
 		{"StoreNotFound", wrap(store.ErrNotFound), 404, CodeNotFound, false, `sandbox "web": store: not found`, ""},
+		{"ServicePermissionDenied", wrap(service.ErrPermissionDenied), 403, CodePermissionDenied, false, `sandbox "web": permission denied`, ""},
 		{"ServiceNameConflict", wrap(service.ErrNameConflict), 409, CodeNameConflict, false, `sandbox "web": name conflict`, ""},
 		{"StoreNameConflict", wrap(store.ErrNameConflict), 409, CodeNameConflict, false, `sandbox "web": store: sandbox name already in use`, ""},
 		{"ServiceHostnameConflict", wrap(service.ErrHostnameConflict), 409, CodeHostnameConflict, false, `sandbox "web": hostname conflict`, ""},
