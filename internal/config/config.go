@@ -58,6 +58,44 @@ type Daemon struct {
 	ReconcileEvery time.Duration
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
+	// DefaultQuota is the quota of user tokens created through the API
+	// without one (zero: unlimited).
+	DefaultQuota Quota
+}
+
+// Quota bounds what one owner holds at once; a zero field is unlimited.
+type Quota struct {
+	Sandboxes, MilliCPU, MemoryMB int64
+}
+
+// ParseQuota reads "sandboxes=N,cpu=C,memory_mb=M" (any subset, cpu in
+// cores; "" is no quota).
+func ParseQuota(s string) (Quota, error) {
+	var q Quota
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(item, "=")
+		if !ok {
+			return Quota{}, fmt.Errorf("quota %q: want key=value", item)
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil || n < 0 || n > 1e12 {
+			return Quota{}, fmt.Errorf("quota %q: want a number from 0 (unlimited)", item)
+		}
+		switch k {
+		case "sandboxes":
+			q.Sandboxes = int64(n)
+		case "cpu":
+			q.MilliCPU = int64(n*1000 + 0.5)
+		case "memory_mb":
+			q.MemoryMB = int64(n)
+		default:
+			return Quota{}, fmt.Errorf("quota %q: keys are sandboxes, cpu and memory_mb", item)
+		}
+	}
+	return q, nil
 }
 
 // Parse reads the daemon's configuration from args (without the program
@@ -86,9 +124,20 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.BoolVar(&d.E2BBodyDedupe, "e2b-body-dedupe", d.E2BBodyDedupe, "deduplicate identical E2B create bodies (env SANDBOXD_E2B_BODY_DEDUPE)")
 	fs.DurationVar(&d.ReconcileEvery, "reconcile-every", d.ReconcileEvery, "period of the reconciler")
 	fs.StringVar(&d.LogLevel, "log-level", d.LogLevel, "debug, info, warn or error")
+	defaultQuota := ""
+	if v, ok := env("SANDBOXD_DEFAULT_QUOTA"); ok {
+		defaultQuota = v
+	}
+	fs.StringVar(&defaultQuota, "default-quota", defaultQuota,
+		"quota of user tokens created without one: sandboxes=N,cpu=C,memory_mb=M (env SANDBOXD_DEFAULT_QUOTA; default unlimited)")
 	if err := fs.Parse(args); err != nil {
 		return Daemon{}, err
 	}
+	q, err := ParseQuota(defaultQuota)
+	if err != nil {
+		return Daemon{}, fmt.Errorf("--default-quota: %w", err)
+	}
+	d.DefaultQuota = q
 	lo, hi, err := parseRange(portRange)
 	if err != nil {
 		return Daemon{}, fmt.Errorf("--host-ports: %w", err)

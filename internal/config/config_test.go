@@ -83,6 +83,10 @@ func TestParse_Sources(t *testing.T) {
 		}},
 		{"HostPortsSinglePort", nil, []string{"--host-ports", "40000-40000"}, func(d *Daemon) { d.HostPortLo, d.HostPortHi = 40000, 40000 }},
 		{"Budgets", nil, []string{"--cpu-budget", "2000", "--memory-budget", "1024"}, func(d *Daemon) { d.MilliCPU, d.MemoryMB = 2000, 1024 }},
+		{"DefaultQuotaFlag", nil, []string{"--default-quota", "sandboxes=3,cpu=1.5,memory_mb=2048"}, func(d *Daemon) {
+			d.DefaultQuota = Quota{Sandboxes: 3, MilliCPU: 1500, MemoryMB: 2048}
+		}},
+		{"DefaultQuotaEnvPartial", map[string]string{"SANDBOXD_DEFAULT_QUOTA": "sandboxes=2"}, nil, func(d *Daemon) { d.DefaultQuota = Quota{Sandboxes: 2} }},
 		{"SandboxNetworkEnv", map[string]string{"SANDBOXD_SANDBOX_NETWORK": "true"}, nil, func(d *Daemon) { d.SandboxNetwork = true }},
 		{"SandboxNetworkFlag", nil, []string{"--sandbox-network"}, func(d *Daemon) { d.SandboxNetwork = true }},
 		{"SandboxNetworkFlagOffWins", map[string]string{"SANDBOXD_SANDBOX_NETWORK": "true"}, []string{"--sandbox-network=false"}, func(d *Daemon) { d.SandboxNetwork = false }},
@@ -131,6 +135,9 @@ func TestParse_Rejects(t *testing.T) {
 		{"HostPortsPrivileged", nil, []string{"--host-ports", "80-90"}, `--host-ports: range "80-90": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsTooHigh", nil, []string{"--host-ports", "60000-70000"}, `--host-ports: range "60000-70000": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsNotNumbers", nil, []string{"--host-ports", "a-b"}, `--host-ports: range "a-b": strconv.Atoi: parsing "a": invalid syntax`},
+		{"DefaultQuotaUnknownKey", nil, []string{"--default-quota", "gpus=1"}, `--default-quota: quota "gpus=1": keys are sandboxes, cpu and memory_mb`},
+		{"DefaultQuotaNegative", nil, []string{"--default-quota", "cpu=-1"}, `--default-quota: quota "cpu=-1": want a number from 0 (unlimited)`},
+		{"DefaultQuotaNoValue", map[string]string{"SANDBOXD_DEFAULT_QUOTA": "sandboxes"}, nil, `--default-quota: quota "sandboxes": want key=value`},
 		{"UnknownFlag", nil, []string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
 		{"BadDuration", nil, []string{"--reconcile-every", "often"}, `invalid value "often" for flag -reconcile-every: parse error`},
 		{"BadInt", nil, []string{"--cpu-budget", "lots"}, `invalid value "lots" for flag -cpu-budget: parse error`},

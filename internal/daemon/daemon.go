@@ -290,6 +290,8 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		Logger:   d.logger,
 		Registry: d.Registry,
 		Version:  version.Version,
+
+		DefaultQuota: auth.Quota(d.Config.DefaultQuota),
 	})
 	if err != nil {
 		return fmt.Errorf("v1.New: %w", err)

@@ -134,7 +134,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 
 	// 7. admission.
 	if err := t.run("admission", func() error {
-		return s.Admission.Reserve(id, admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB})
+		return s.Admission.ReserveWithin(id, admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, Owner: req.Owner}, req.Quota)
 	}); err != nil {
 		return nil, admissionErr(err)
 	}
@@ -318,15 +318,22 @@ func (t *stepTimer) run(step string, fn func() error) error {
 	return err
 }
 
-// admissionErr maps admission's refusals: past the free capacity is
-// retryable (ErrCapacityExhausted with a hint); bigger than the whole host
-// budget never fits, so it is a bad request.
+// admissionErr maps admission's refusals: past the free capacity or the
+// owner's quota is retryable (ErrCapacityExhausted with a hint; a quota
+// also ErrQuotaExceeded, its message naming the quota); bigger than the
+// whole host budget or quota never fits, so it is a bad request.
 func admissionErr(err error) error {
-	var ex *admission.ExhaustedError
+	var (
+		ex *admission.ExhaustedError
+		qe *admission.QuotaError
+	)
 	switch {
 	case errors.As(err, &ex):
 		return &RetryAfterError{Err: fmt.Errorf("%w: %w", ErrCapacityExhausted, err), After: ex.RetryAfter}
-	case errors.Is(err, admission.ErrExceedsBudget), errors.Is(err, admission.ErrInvalidRequest):
+	case errors.As(err, &qe):
+		return &RetryAfterError{Err: &QuotaError{Reason: qe.Error()}, After: qe.RetryAfter}
+	case errors.Is(err, admission.ErrExceedsBudget), errors.Is(err, admission.ErrExceedsQuota),
+		errors.Is(err, admission.ErrInvalidRequest):
 		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	return err

@@ -27,6 +27,10 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrCapacityExhausted is a create past the host's budget; retry later.
 	ErrCapacityExhausted = errors.New("capacity exhausted")
+	// ErrQuotaExceeded is a create or start past the owner's quota
+	// (a *QuotaError, which also matches ErrCapacityExhausted); retry
+	// after stopping or destroying a sandbox.
+	ErrQuotaExceeded = errors.New("quota exceeded")
 	// ErrIdempotencyKeyReused is an Idempotency-Key sent again with another body.
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
 	// ErrImageNotPresent is a create whose image is not on the host (a
@@ -61,6 +65,17 @@ func (e *FieldError) Unwrap() []error {
 func invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
+
+// QuotaError is a refusal for the owner's quota. Its Reason names the
+// quota and is safe to show the caller (it is about the caller's own
+// tenant).
+type QuotaError struct{ Reason string }
+
+func (e *QuotaError) Error() string { return e.Reason }
+
+// Unwrap makes the refusal both ErrCapacityExhausted (429, retryable) and
+// ErrQuotaExceeded.
+func (e *QuotaError) Unwrap() []error { return []error{ErrCapacityExhausted, ErrQuotaExceeded} }
 
 // RetryAfterError carries how long a caller should wait before retrying.
 type RetryAfterError struct {

@@ -377,11 +377,11 @@ type faultyAdmission struct {
 	failReserve bool
 }
 
-func (f *faultyAdmission) Reserve(id string, req admission.Request) error {
+func (f *faultyAdmission) ReserveWithin(id string, req admission.Request, q admission.Quota) error {
 	if f.failReserve {
 		return errInjected
 	}
-	return f.Controller.Reserve(id, req)
+	return f.Controller.ReserveWithin(id, req, q)
 }
 
 // faultyVolumes counts sandboxes with prepared mounts and fails Prepare on

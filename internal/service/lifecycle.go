@@ -18,7 +18,14 @@ import (
 type Caller struct {
 	Owner string
 	Admin bool
+	// Quota bounds what Owner may hold when this caller creates or starts
+	// a sandbox (the caller's token's); zero is unlimited, as for admins.
+	Quota Quota
 }
+
+// Quota bounds what one owner holds at once: running sandboxes, their
+// CPU and their memory. A zero field is unlimited.
+type Quota = admission.Quota
 
 func (c Caller) canSee(owner string) bool { return c.Admin || c.Owner == owner }
 
@@ -185,7 +192,8 @@ func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox
 	case store.StateCreating:
 		return Sandbox{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
 	}
-	if err := s.Admission.Reserve(row.ID, admission.Request{MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB}); err != nil {
+	req := admission.Request{MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB, Owner: row.Owner}
+	if err := s.Admission.ReserveWithin(row.ID, req, c.Quota); err != nil {
 		return Sandbox{}, admissionErr(err)
 	}
 	if err := s.Runtime.Start(ctx, row.ID); err != nil {

@@ -55,6 +55,10 @@ type CreateRequest struct {
 	Mounts  []Mount
 	// Runtime names the runtime; only "docker" (the default) exists today.
 	Runtime string
+	// Quota bounds what Owner may hold, this sandbox included (the
+	// creating token's; zero is unlimited). CreateOnce sets it from its
+	// Caller.
+	Quota Quota
 	// Annotations are opaque facade data kept with the sandbox (the E2B
 	// template, Daytona's fields); never interpreted by the service.
 	Annotations map[string]string

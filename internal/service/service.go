@@ -86,9 +86,9 @@ type Router interface {
 	UnbindDomain(ctx context.Context, sandboxID, hostname string) error
 }
 
-// Admission reserves host capacity per sandbox.
+// Admission reserves host capacity per sandbox, within its owner's quota.
 type Admission interface {
-	Reserve(id string, req admission.Request) error
+	ReserveWithin(id string, req admission.Request, q admission.Quota) error
 	Release(id string)
 	Reset(live map[string]admission.Request)
 }

@@ -89,6 +89,8 @@ func classify(err error) errorBody {
 		status, msg = http.StatusConflict, err.Error()
 	case service.Is(err, service.ErrConflict):
 		status, msg = http.StatusConflict, err.Error()
+	case errors.Is(err, service.ErrQuotaExceeded):
+		status, msg = http.StatusTooManyRequests, err.Error() // names the caller's own quota
 	case errors.Is(err, service.ErrCapacityExhausted):
 		status, msg = http.StatusTooManyRequests, "the host is out of capacity; retry later"
 	case errors.Is(err, service.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

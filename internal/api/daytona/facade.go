@@ -237,7 +237,7 @@ func (f *Facade) wrap(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := f.auth.Authenticate(r.Context(), r)
 		if err == nil {
-			err = h(w, r, service.Caller{Owner: p.Owner, Admin: p.IsAdmin()})
+			err = h(w, r, service.Caller{Owner: p.Owner, Admin: p.IsAdmin(), Quota: service.Quota(p.Quota)})
 		}
 		if err != nil {
 			f.writeError(w, r, err)

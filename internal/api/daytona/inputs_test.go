@@ -10,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/internal/api/apitest"
+	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
@@ -92,5 +95,21 @@ func TestToolbox_HostileFilesAre4xx(t *testing.T) {
 	}
 	if cl := resp.header.Get("Content-Length"); cl != "" && cl != strconv.Itoa(len(resp.body)) {
 		t.Errorf("Content-Length %s for a %d-byte body", cl, len(resp.body))
+	}
+}
+
+// TestCreate_OverQuotaIs429: the facade creates under the caller's token's
+// quota, and answers a create past it with 429 naming the quota.
+func TestCreate_OverQuotaIs429(t *testing.T) {
+	s := need(t)
+	plain, tok, hash := auth.Generate(auth.RoleUser, "daytona-quota")
+	rec := store.APIToken{ID: tok.ID, Name: "quota", Role: store.RoleUser, Owner: "daytona-quota", Quota: store.Quota{Sandboxes: 1}}
+	if err := s.daemon.Store.CreateAPIToken(t.Context(), &rec, hash); err != nil {
+		t.Fatal(err)
+	}
+	s.create(t, plain, map[string]any{"snapshot": apitest.BusyboxImage})
+	body := wantError(t, s.do(t, plain, http.MethodPost, "/sandbox", map[string]any{"snapshot": apitest.BusyboxImage}), http.StatusTooManyRequests)
+	if !strings.Contains(body.Message, "quota") {
+		t.Errorf("message %q does not name the quota", body.Message)
 	}
 }

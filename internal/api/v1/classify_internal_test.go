@@ -56,6 +56,8 @@ func TestClassify_EveryDomainError(t *testing.T) {
 			429, CodeCapacityExhausted, true, "the host is out of capacity; retry later", "2"},
 		{"CapacityHintRoundsUpToOne", &service.RetryAfterError{Err: wrap(service.ErrCapacityExhausted), After: time.Millisecond},
 			429, CodeCapacityExhausted, true, "the host is out of capacity; retry later", "1"},
+		{"Quota", &service.RetryAfterError{Err: &service.QuotaError{Reason: `quota exceeded: owner "a" may run 2 sandboxes at once and runs 2`}, After: 5 * time.Second},
+			429, CodeCapacityExhausted, true, `quota exceeded: owner "a" may run 2 sandboxes at once and runs 2`, "5"},
 		{"CapacityWithoutHint", wrap(service.ErrCapacityExhausted), 429, CodeCapacityExhausted, true, "the host is out of capacity; retry later", "1"},
 		{"Unavailable", wrap(service.ErrUnavailable), 503, CodeUnavailable, true, "temporarily unavailable; retry later (request id rid1)", ""},
 		{"DeadlineExceeded", wrap(context.DeadlineExceeded), 503, CodeUnavailable, true, "temporarily unavailable; retry later (request id rid1)", ""},

@@ -110,6 +110,8 @@ func classify(err error) (Code, string) {
 		return CodeHostnameConflict, err.Error()
 	case service.Is(err, service.ErrConflict):
 		return CodeConflict, err.Error()
+	case errors.Is(err, service.ErrQuotaExceeded):
+		return CodeCapacityExhausted, err.Error() // names the caller's own quota
 	case errors.Is(err, service.ErrCapacityExhausted):
 		return CodeCapacityExhausted, "the host is out of capacity; retry later"
 	case errors.Is(err, service.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

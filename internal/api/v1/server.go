@@ -53,6 +53,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// Version is reported by /healthz.
 	Version string
+	// DefaultQuota is the quota of a user token created without one.
+	// Zero: unlimited.
+	DefaultQuota auth.Quota
 }
 
 // server holds what every handler needs.
@@ -64,6 +67,8 @@ type server struct {
 	metrics *metrics
 	maxBody int64
 	version string
+
+	defaultQuota auth.Quota
 }
 
 // New returns the handler of the native API: every route of the table in
@@ -90,6 +95,8 @@ func New(opts Options) (http.Handler, error) {
 		log:     opts.Logger,
 		maxBody: opts.MaxBodyBytes,
 		version: opts.Version,
+
+		defaultQuota: opts.DefaultQuota,
 	}
 	m, err := newMetrics(opts.Registry, s.countByState)
 	if err != nil {
@@ -144,7 +151,7 @@ func (s *server) authorize(r *http.Request, a access) (*http.Request, error) {
 // token sees only its owner's sandboxes; an admin sees all.
 func caller(r *http.Request) service.Caller {
 	p, _ := auth.PrincipalFrom(r.Context()) // set by authorize on every non-public route
-	return service.Caller{Owner: p.Owner, Admin: p.IsAdmin()}
+	return service.Caller{Owner: p.Owner, Admin: p.IsAdmin(), Quota: service.Quota(p.Quota)}
 }
 
 // rejectUnmatched answers requests the route table does not match with the
