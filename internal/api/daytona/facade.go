@@ -61,6 +61,9 @@ type Options struct {
 	// (the ingress accepts it in X-Daytona-Preview-Token). Nil: preview
 	// URLs come without a token.
 	PreviewToken func(sandboxID string, port int) string
+	// SessionLogs bound the output session commands keep in memory; zero
+	// fields are DefaultSessionLogLimits'.
+	SessionLogs SessionLogLimits
 }
 
 // DefaultImages are the snapshots every daemon has. An empty image is the
@@ -95,6 +98,8 @@ type Facade struct {
 
 	mu       sync.Mutex
 	sessions map[string]map[string]*session // sandbox id → session id → session
+	// logs counts the output every session keeps.
+	logs *logBudget
 }
 
 // New returns the facade. It does no I/O.
@@ -121,6 +126,7 @@ func New(opts Options) *Facade {
 		ctx:          ctx,
 		cancel:       cancel,
 		sessions:     map[string]map[string]*session{},
+		logs:         newLogBudget(opts.SessionLogs),
 	}
 	f.mux = f.routes()
 	return f
