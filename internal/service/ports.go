@@ -53,7 +53,10 @@ type Exposure struct {
 }
 
 // ExposePort makes a sandbox port reachable: over HTTP through its preview
-// URL, over TCP on a host port from the pool, or over TLS by SNI.
+// URL, over TCP on a host port from the pool, or over TLS by SNI. Only an
+// http port may be private (public false): tcp and tls must be asked for
+// public, else the call is ErrInvalidArgument on field "public" and
+// nothing is reserved (see checkPublic).
 //
 // It is safe to retry and to race: exposing an exposed port returns the
 // existing exposure (same URL, same host port) and never takes a second
@@ -86,6 +89,9 @@ func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, por
 	}
 	if !proto.Valid() {
 		return Exposure{}, invalid("protocol", "must be http, tcp or tls")
+	}
+	if err := checkPublic(proto, public); err != nil {
+		return Exposure{}, err
 	}
 	req := store.PortRequest{SandboxID: row.ID, Port: port, Protocol: proto, Public: public}
 	route := ingress.Port{Number: port, Protocol: ingress.Protocol(proto), Public: public}
@@ -149,6 +155,20 @@ func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, por
 	return s.exposure(ep), nil
 }
 
+// checkPublic refuses a private tcp or tls exposure. Only http carries a
+// credential the ingress can check (a token header or cookie): a raw TCP
+// stream on a host port, or a TLS stream passed through by SNI to the
+// sandbox, reaches the sandbox's server from anyone who can reach the
+// daemon's host, so "private" could only be a lie. Every API calls this
+// one rule through ExposePort; the caller must ask for public explicitly.
+func checkPublic(proto store.Protocol, public bool) error {
+	if proto == store.ProtocolHTTP || public {
+		return nil
+	}
+	return invalid("public", "a %s port cannot be private: raw %s carries no credential, so anyone who can reach the host reaches it; "+
+		"expose it with public: true, or expose the port as http to keep it private", proto, strings.ToUpper(string(proto)))
+}
+
 // portLocks serialises the exposes and unexposes of one (sandbox, port):
 // each holds its stripe from the store write through the router update, so
 // two of them never interleave and leave a route the row does not back (or
@@ -198,7 +218,10 @@ func (s *Service) installExposure(ctx context.Context, ep store.ExposedPort) err
 }
 
 func (s *Service) exposure(ep store.ExposedPort) Exposure {
-	e := Exposure{Port: ep.Port, Protocol: string(ep.Protocol), Public: ep.Public, HostPort: ep.HostPort}
+	// A tcp or tls port is public whatever its row says: rows from before
+	// checkPublic may say private, but nothing ever enforced it.
+	public := ep.Public || ep.Protocol != store.ProtocolHTTP
+	e := Exposure{Port: ep.Port, Protocol: string(ep.Protocol), Public: public, HostPort: ep.HostPort}
 	host := fmt.Sprintf("%d-%s.%s", ep.Port, ep.SandboxID, s.cfg.Domain)
 	switch ep.Protocol {
 	case store.ProtocolHTTP:
