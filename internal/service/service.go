@@ -23,7 +23,7 @@ import (
 type Store interface {
 	CreateSandbox(ctx context.Context, sb *store.Sandbox) error
 	GetSandbox(ctx context.Context, id string) (store.Sandbox, error)
-	GetSandboxByName(ctx context.Context, name string) (store.Sandbox, error)
+	GetSandboxByName(ctx context.Context, owner, name string) (store.Sandbox, error)
 	ListSandboxes(ctx context.Context, f store.ListFilter) ([]store.Sandbox, string, error)
 	UpdateSandboxState(ctx context.Context, id string, from []store.SandboxState, to store.SandboxState, reason string) (store.Sandbox, error)
 	UpdateSandbox(ctx context.Context, id string, u store.SandboxUpdate) (store.Sandbox, error)

@@ -22,8 +22,11 @@
 //     "message": …} on every failure (the SDKs read `code` from the body:
 //     kill() is false only on code 404, pause() only on 409).
 //
-// An envd request for a sandbox that does not exist or is not running is
-// 502, which the SDKs read as "sandbox not running" (isRunning() false,
+// The sandbox is named by its id only, never by a name (envd requests
+// carry no API key to scope a name by, and an answer that differed for
+// another tenant's name would tell it exists). An envd request for a
+// sandbox that does not exist or is not running, or that names it any
+// other way than by id, is 502, which the SDKs read as "sandbox not running" (isRunning() false,
 // SandboxNotFoundError on a command): a Connect error body
 // {"code":"unavailable"} on the Connect paths, the E2B body elsewhere.
 //
