@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/naming"
 )
 
 // Daemon is the whole configuration of one sandboxd process.
@@ -32,6 +34,12 @@ type Daemon struct {
 	NodeID string
 	// Domain is the suffix of preview URLs: <port>-<sandbox-id>.<Domain>.
 	Domain string
+	// APIHosts are the host names clients reach the API by besides the
+	// listen address (behind a proxy, say api.example.com). They are
+	// reserved: no sandbox may bind one as a custom domain, which would
+	// route the API's own traffic into a tenant's sandbox. Normalized
+	// (lowercase, no port, no trailing dot).
+	APIHosts []string
 	// HTTPSListen, when set, serves preview URLs (and the API) over TLS
 	// too: with certificates from ACME when ACMEEmail is set, else from a
 	// local CA whose certificate is written to <data-dir>/preview-ca.pem.
@@ -71,6 +79,9 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.AgentBinary, "agent-binary", d.AgentBinary, "toolboxd binary mounted into sandboxes (default: beside sandboxd)")
 	fs.StringVar(&d.NodeID, "node-id", d.NodeID, "node id used in container labels (env SANDBOXD_NODE_ID; default: one kept in the data dir)")
 	fs.StringVar(&d.Domain, "domain", d.Domain, "preview URL domain (env SANDBOXD_DOMAIN)")
+	var apiHosts []string
+	fs.Func("api-host", "a host name clients reach the API by, never bindable as a custom domain; repeatable (env SANDBOXD_API_HOSTS, comma-separated)",
+		func(v string) error { apiHosts = append(apiHosts, v); return nil })
 	fs.StringVar(&d.HTTPSListen, "https-listen", d.HTTPSListen, "also serve over TLS on this address (env SANDBOXD_HTTPS_LISTEN; default off)")
 	fs.StringVar(&d.ACMEEmail, "acme-email", d.ACMEEmail, "ACME account email: certificates for --https-listen from ACME instead of a local CA")
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
@@ -94,7 +105,28 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		return Daemon{}, fmt.Errorf("--host-ports: %w", err)
 	}
 	d.HostPortLo, d.HostPortHi = lo, hi
+	if apiHosts != nil { // the flags replace the environment's list
+		d.APIHosts = apiHosts
+	}
+	if d.APIHosts, err = normalizeHosts(d.APIHosts); err != nil {
+		return Daemon{}, fmt.Errorf("--api-host: %w", err)
+	}
 	return d, d.validate()
+}
+
+// normalizeHosts lowercases each host and drops a :port and a trailing dot
+// (as Host headers are compared), refusing one that is not a host name or
+// an IP literal.
+func normalizeHosts(hosts []string) ([]string, error) {
+	var out []string
+	for _, h := range hosts {
+		n := naming.NormalizeHost(strings.TrimSpace(h))
+		if net.ParseIP(n) == nil && !naming.ValidLabel(n) && !naming.ValidHostname(n) {
+			return nil, fmt.Errorf("%q is not a host name", h)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func defaults(env func(string) (string, bool)) Daemon {
@@ -113,6 +145,7 @@ func defaults(env func(string) (string, bool)) Daemon {
 		TLSListen:      get("SANDBOXD_TLS_LISTEN", "127.0.0.1:7443"),
 		HTTPSListen:    get("SANDBOXD_HTTPS_LISTEN", ""),
 		DefaultImage:   get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
+		APIHosts:       splitList(get("SANDBOXD_API_HOSTS", "")),
 		HostPortLo:     40000,
 		HostPortHi:     40999,
 		MilliCPU:       int64(runtime.NumCPU()) * 1000 * 4, // CPU is shared, so overcommit 4x
@@ -154,6 +187,17 @@ func (d Daemon) validate() error {
 		return errors.New("--cpu-budget and --memory-budget must be positive")
 	}
 	return nil
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 func parseRange(s string) (lo, hi int, err error) {

@@ -89,6 +89,12 @@ func TestParse_Sources(t *testing.T) {
 		{"DedupeEnvOff", map[string]string{"SANDBOXD_E2B_BODY_DEDUPE": "false"}, nil, func(d *Daemon) { d.E2BBodyDedupe = false }},
 		{"DedupeFlagOff", nil, []string{"--e2b-body-dedupe=false"}, func(d *Daemon) { d.E2BBodyDedupe = false }},
 		{"ReconcileEvery", nil, []string{"--reconcile-every", "1m30s"}, func(d *Daemon) { d.ReconcileEvery = 90 * time.Second }},
+		{"APIHostsEnv", map[string]string{"SANDBOXD_API_HOSTS": "api.example.com, API.Example.Org.:443"}, nil, func(d *Daemon) {
+			d.APIHosts = []string{"api.example.com", "api.example.org"}
+		}},
+		{"APIHostFlagsReplaceEnv", map[string]string{"SANDBOXD_API_HOSTS": "api.example.com"}, []string{"--api-host", "sbx.example.net", "--api-host", "10.0.0.5"}, func(d *Daemon) {
+			d.APIHosts = []string{"sbx.example.net", "10.0.0.5"}
+		}},
 		{"LogLevelEnv", map[string]string{"SANDBOXD_LOG_LEVEL": "debug"}, nil, func(d *Daemon) { d.LogLevel = "debug" }},
 		{"LogLevelFlag", map[string]string{"SANDBOXD_LOG_LEVEL": "debug"}, []string{"--log-level", "warn"}, func(d *Daemon) { d.LogLevel = "warn" }},
 	} {
@@ -131,6 +137,8 @@ func TestParse_Rejects(t *testing.T) {
 		{"HostPortsPrivileged", nil, []string{"--host-ports", "80-90"}, `--host-ports: range "80-90": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsTooHigh", nil, []string{"--host-ports", "60000-70000"}, `--host-ports: range "60000-70000": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsNotNumbers", nil, []string{"--host-ports", "a-b"}, `--host-ports: range "a-b": strconv.Atoi: parsing "a": invalid syntax`},
+		{"APIHostNotAHost", nil, []string{"--api-host", "not a host"}, `--api-host: "not a host" is not a host name`},
+		{"APIHostsEnvBad", map[string]string{"SANDBOXD_API_HOSTS": "ok.example.com,bad_host"}, nil, `--api-host: "bad_host" is not a host name`},
 		{"UnknownFlag", nil, []string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
 		{"BadDuration", nil, []string{"--reconcile-every", "often"}, `invalid value "often" for flag -reconcile-every: parse error`},
 		{"BadInt", nil, []string{"--cpu-budget", "lots"}, `invalid value "lots" for flag -cpu-budget: parse error`},

@@ -250,15 +250,16 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 	tlsPortN, _ := strconv.Atoi(tlsPort)
 	var err error
 	d.Service, err = service.New(service.Config{
-		NodeID:       cfg.NodeID,
-		DefaultImage: cfg.DefaultImage,
-		AgentBinary:  agentBinary,
-		Domain:       cfg.Domain,
-		AllowNetwork: cfg.SandboxNetwork,
-		HostPortLo:   cfg.HostPortLo,
-		HostPortHi:   cfg.HostPortHi,
-		TLSPort:      tlsPortN,
-		PublicURL:    func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
+		NodeID:        cfg.NodeID,
+		DefaultImage:  cfg.DefaultImage,
+		AgentBinary:   agentBinary,
+		Domain:        cfg.Domain,
+		ReservedHosts: reservedHosts(cfg, d.ln.Addr()),
+		AllowNetwork:  cfg.SandboxNetwork,
+		HostPortLo:    cfg.HostPortLo,
+		HostPortHi:    cfg.HostPortHi,
+		TLSPort:       tlsPortN,
+		PublicURL:     func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
 	}, service.Deps{
 		Store:     d.Store,
 		Runtime:   rt,
@@ -274,6 +275,21 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		return fmt.Errorf("service.New: %w", err)
 	}
 	return nil
+}
+
+// reservedHosts are the host names that reach the daemon's API: those
+// configured with --api-host, and the hosts of its listen addresses (an
+// IP literal or localhost, which AddDomain refuses anyway; listed so the
+// rule does not hang on that). A custom domain equal to one would route
+// the API's own traffic into a sandbox.
+func reservedHosts(cfg config.Daemon, ln net.Addr) []string {
+	hosts := append([]string(nil), cfg.APIHosts...)
+	for _, addr := range []string{cfg.Listen, ln.String(), cfg.HTTPSListen} {
+		if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+			hosts = append(hosts, naming.NormalizeHost(host))
+		}
+	}
+	return hosts
 }
 
 // buildHandler builds the API edges — the native API, the E2B facade
@@ -311,18 +327,27 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 	})
 	d.closers = append(d.closers, daytonaFacade.Close) // ends session shells
 
-	// One listener, routed in this order: E2B traffic (its control plane,
-	// and envd by E2b-Sandbox-Id header or by <49983|49999>-<id> host), the
-	// Daytona API under /daytona/api, then preview hosts and custom domains
-	// through the ingress, then the native API.
-	ingressed := d.Router.Wrap(api)
-	d.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e2bFacade.Match(r) {
+	// One listener, routed by Host first: E2B's direct envd hosts
+	// (<49983|49999>-<id>.<domain>) to the facade; every other preview host
+	// and every bound custom domain to the ingress, whatever the path or
+	// headers (a sandbox app's own /sandboxes or /daytona/api route is the
+	// app's). Requests for no sandbox host go by path and header: E2B
+	// (control plane, envd by E2b-Sandbox-Id), Daytona under /daytona/api,
+	// then the native API.
+	byPath := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case e2bFacade.Match(r):
 			e2bFacade.ServeHTTP(w, r)
-			return
-		}
-		if daytonaFacade.Match(r) {
+		case daytonaFacade.Match(r):
 			daytonaFacade.ServeHTTP(w, r)
+		default:
+			api.ServeHTTP(w, r)
+		}
+	})
+	ingressed := d.Router.Wrap(byPath)
+	d.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e2bFacade.MatchHost(r.Host) {
+			e2bFacade.ServeHTTP(w, r)
 			return
 		}
 		ingressed.ServeHTTP(w, r)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -339,10 +340,8 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 		// An IP literal would capture the daemon's own API host.
 		return Domain{}, invalid("hostname", "%q is not a DNS name", hostname)
 	}
-	for _, h := range s.cfg.ReservedHosts {
-		if hostname == h {
-			return Domain{}, invalid("hostname", "%q is the daemon's own host", hostname)
-		}
+	if s.reservedHost(hostname) {
+		return Domain{}, invalid("hostname", "%q is the daemon's own host", hostname)
 	}
 	if hostname == s.cfg.Domain || strings.HasSuffix(hostname, "."+s.cfg.Domain) {
 		return Domain{}, invalid("hostname", "%q is inside the preview domain %q", hostname, s.cfg.Domain)
@@ -374,6 +373,12 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 		return Domain{}, err
 	}
 	return Domain{Hostname: hostname, SandboxID: row.ID, Port: port}, nil
+}
+
+// reservedHost reports whether hostname (normalized) is one of the
+// daemon's own API hosts, which no sandbox may take as a custom domain.
+func (s *Service) reservedHost(hostname string) bool {
+	return slices.Contains(s.cfg.ReservedHosts, naming.NormalizeHost(hostname))
 }
 
 // RemoveDomain unbinds a hostname from a sandbox. Removing a binding that
@@ -435,6 +440,13 @@ func (s *Service) restoreRoutes(ctx context.Context, live map[string]bool) error
 	}
 	for _, d := range ds {
 		if !live[d.SandboxID] {
+			continue
+		}
+		if s.reservedHost(d.Hostname) {
+			// Bound before the host was reserved (--api-host added since):
+			// routing it would hand the API's own traffic to the sandbox.
+			s.Logger.Warn("custom domain not restored: it is one of the daemon's API hosts",
+				"hostname", d.Hostname, "sandbox", d.SandboxID)
 			continue
 		}
 		if err := s.Router.BindDomain(ctx, d.Hostname, d.SandboxID, d.Port); err != nil {

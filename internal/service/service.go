@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -119,7 +120,9 @@ type Config struct {
 	// Domain is the preview domain: <port>-<sandbox-id>.<Domain>.
 	Domain string
 	// ReservedHosts may never be bound as custom domains: the daemon's own
-	// API host names (an IP literal is always refused).
+	// API host names (an IP literal is always refused). Compared after
+	// naming.NormalizeHost; a binding made before its host was reserved
+	// is not restored at startup.
 	ReservedHosts []string
 	// AllowNetwork lets sandboxes that ask for it have outbound network;
 	// without it such a create is refused.
@@ -187,6 +190,11 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.StuckCreating == 0 {
 		cfg.StuckCreating = 10 * time.Minute
 	}
+	reserved := make([]string, len(cfg.ReservedHosts))
+	for i, h := range cfg.ReservedHosts {
+		reserved[i] = naming.NormalizeHost(h)
+	}
+	cfg.ReservedHosts = reserved
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = "sandboxd/base:bookworm"
 	}

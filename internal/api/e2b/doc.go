@@ -11,7 +11,8 @@
 //   - envd traffic: any request carrying E2b-Sandbox-Id (the port in
 //     E2b-Sandbox-Port, default 49983), or whose Host is
 //     <port>-<sandbox-id>.<Options.Domain> with port 49983 or 49999 (other
-//     preview ports belong to the ingress). Port 49983 is reverse-proxied
+//     preview ports belong to the ingress, whatever the path or headers:
+//     /sandboxes on 8080-<id> is the sandbox app's). Port 49983 is reverse-proxied
 //     unchanged to the sandbox's agent, which speaks envd's wire natively
 //     (Connect JSON services, /files, /health); every other port is
 //     proxied to that port inside the sandbox through service.DialPort

@@ -320,6 +320,40 @@ func TestPorts_PrivateTCPAndTLSRefused(t *testing.T) {
 	}
 }
 
+// TestPorts_PreviewHostIsTheAppsWhateverThePath: on the API's one
+// listener a preview host (<port>-<id>.localhost) and a custom domain are
+// the sandbox app's for every path. The E2B facade used to answer its
+// "missing API key" to http://8080-<id>.localhost:<api port>/sandboxes,
+// and the Daytona one took /daytona/api; now the app answers them all,
+// whatever E2B header the client adds.
+func TestPorts_PreviewHostIsTheAppsWhateverThePath(t *testing.T) {
+	t.Parallel()
+	tok := token(t, "preview-paths")
+	sb := create(t, tok, `{"image":"`+apitest.BusyboxImage+`"}`)
+	paths := []string{"/sandboxes", "/v2/sandboxes", "/daytona/api/sandbox"}
+	var script strings.Builder
+	for _, p := range paths {
+		fmt.Fprintf(&script, "mkdir -p /www%s && echo app > /www%s/index.html && ", p, p)
+	}
+	sh(t, tok, sb.ID, script.String()+"httpd -p 8080 -h /www")
+	p := expose(t, env.URL, tok, sb.ID, `{"port":8080,"public":true}`)
+	host := "preview-paths-" + strings.TrimPrefix(sb.ID, "sb-") + ".example.test"
+	decode[domain](t, do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/domains", `{"hostname":"`+host+`","port":8080}`), http.StatusOK)
+
+	c := loopbackClient(t)
+	for _, base := range []string{p.URL, "http://" + host + ":" + listenPort()} {
+		waitReady(t, c, base+"/sandboxes/", "")
+		for _, path := range paths {
+			for _, header := range [][]string{nil, {"E2b-Sandbox-Id", sb.ID}} {
+				r := get(t, c, base+path+"/", "", header...)
+				if r.status != http.StatusOK || string(r.body) != "app\n" {
+					t.Errorf("GET %s%s/ (headers %q): %v, want the app's 200 app", base, path, header, r)
+				}
+			}
+		}
+	}
+}
+
 // tlsEcho terminates TLS with the certificate in /opt/tls and echoes a
 // line per connection.
 const tlsEcho = `
