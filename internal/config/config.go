@@ -62,6 +62,17 @@ type Daemon struct {
 	SandboxNetwork bool
 	// E2BBodyDedupe turns on deduplication of identical E2B create bodies.
 	E2BBodyDedupe bool
+	// IdleTimeout closes a kept-alive connection that has had no request
+	// for that long.
+	IdleTimeout time.Duration
+	// RequestTimeout bounds a whole request (reading its body, handling
+	// it, writing the answer) on routes that are not streams; exec, file
+	// transfers, envd traffic, WebSockets and preview proxying have none.
+	RequestTimeout time.Duration
+	// MaxConns caps the HTTP connections open at once across the API and
+	// HTTPS listeners; past it new connections wait. 0: a quarter of the
+	// process's open-file limit.
+	MaxConns int
 	// ReconcileEvery is the period of the background reconciler.
 	ReconcileEvery time.Duration
 	// LogLevel is debug, info, warn or error.
@@ -72,7 +83,10 @@ type Daemon struct {
 // name) and the environment lookup function env (os.LookupEnv in main).
 // Flags win over environment variables, which win over defaults.
 func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
-	d := defaults(env)
+	d, err := defaults(env)
+	if err != nil {
+		return Daemon{}, err
+	}
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
 	fs.StringVar(&d.Listen, "listen", d.Listen, "HTTP listen address (env SANDBOXD_LISTEN)")
 	fs.StringVar(&d.DataDir, "data-dir", d.DataDir, "data directory (env SANDBOXD_DATA_DIR)")
@@ -95,6 +109,9 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.Int64Var(&d.MemoryMB, "memory-budget", d.MemoryMB, "memory budget in MB for all sandboxes")
 	fs.BoolVar(&d.SandboxNetwork, "sandbox-network", d.SandboxNetwork, "let sandboxes that ask for it have outbound network (env SANDBOXD_SANDBOX_NETWORK)")
 	fs.BoolVar(&d.E2BBodyDedupe, "e2b-body-dedupe", d.E2BBodyDedupe, "deduplicate identical E2B create bodies (env SANDBOXD_E2B_BODY_DEDUPE)")
+	fs.DurationVar(&d.IdleTimeout, "idle-timeout", d.IdleTimeout, "close a kept-alive connection idle this long (env SANDBOXD_IDLE_TIMEOUT)")
+	fs.DurationVar(&d.RequestTimeout, "request-timeout", d.RequestTimeout, "bound on a whole request to a route that is not a stream (env SANDBOXD_REQUEST_TIMEOUT)")
+	fs.IntVar(&d.MaxConns, "max-conns", d.MaxConns, "HTTP connections open at once; 0: a quarter of the open-file limit (env SANDBOXD_MAX_CONNS)")
 	fs.DurationVar(&d.ReconcileEvery, "reconcile-every", d.ReconcileEvery, "period of the reconciler")
 	fs.StringVar(&d.LogLevel, "log-level", d.LogLevel, "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -129,7 +146,7 @@ func normalizeHosts(hosts []string) ([]string, error) {
 	return out, nil
 }
 
-func defaults(env func(string) (string, bool)) Daemon {
+func defaults(env func(string) (string, bool)) (Daemon, error) {
 	get := func(key, def string) string {
 		if v, ok := env(key); ok && v != "" {
 			return v
@@ -160,7 +177,17 @@ func defaults(env func(string) (string, bool)) Daemon {
 			d.AgentBinary = filepath.Join(filepath.Dir(exe), "toolboxd")
 		}
 	}
-	return d
+	var err error
+	if d.IdleTimeout, err = time.ParseDuration(get("SANDBOXD_IDLE_TIMEOUT", "60s")); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_IDLE_TIMEOUT: %w", err)
+	}
+	if d.RequestTimeout, err = time.ParseDuration(get("SANDBOXD_REQUEST_TIMEOUT", "5m")); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_REQUEST_TIMEOUT: %w", err)
+	}
+	if d.MaxConns, err = strconv.Atoi(get("SANDBOXD_MAX_CONNS", "0")); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_MAX_CONNS: %w", err)
+	}
+	return d, nil
 }
 
 func (d Daemon) validate() error {
@@ -185,6 +212,12 @@ func (d Daemon) validate() error {
 	}
 	if d.MilliCPU <= 0 || d.MemoryMB <= 0 {
 		return errors.New("--cpu-budget and --memory-budget must be positive")
+	}
+	if d.IdleTimeout <= 0 || d.RequestTimeout <= 0 {
+		return errors.New("--idle-timeout and --request-timeout must be positive")
+	}
+	if d.MaxConns < 0 {
+		return errors.New("--max-conns must be 0 (automatic) or positive")
 	}
 	return nil
 }

@@ -35,6 +35,8 @@ func wantDefaults(t *testing.T) Daemon {
 		MilliCPU:       int64(runtime.NumCPU()) * 4000,
 		MemoryMB:       16 * 1024,
 		E2BBodyDedupe:  true,
+		IdleTimeout:    60 * time.Second,
+		RequestTimeout: 5 * time.Minute,
 		ReconcileEvery: 30 * time.Second,
 		LogLevel:       "info",
 	}
@@ -95,6 +97,12 @@ func TestParse_Sources(t *testing.T) {
 		{"APIHostFlagsReplaceEnv", map[string]string{"SANDBOXD_API_HOSTS": "api.example.com"}, []string{"--api-host", "sbx.example.net", "--api-host", "10.0.0.5"}, func(d *Daemon) {
 			d.APIHosts = []string{"sbx.example.net", "10.0.0.5"}
 		}},
+		{"HTTPLimitsEnv", map[string]string{"SANDBOXD_IDLE_TIMEOUT": "2m", "SANDBOXD_REQUEST_TIMEOUT": "30s", "SANDBOXD_MAX_CONNS": "512"}, nil, func(d *Daemon) {
+			d.IdleTimeout, d.RequestTimeout, d.MaxConns = 2*time.Minute, 30*time.Second, 512
+		}},
+		{"HTTPLimitsFlagsWin", map[string]string{"SANDBOXD_MAX_CONNS": "512"}, []string{"--idle-timeout", "1s", "--request-timeout", "1m", "--max-conns", "8"}, func(d *Daemon) {
+			d.IdleTimeout, d.RequestTimeout, d.MaxConns = time.Second, time.Minute, 8
+		}},
 		{"LogLevelEnv", map[string]string{"SANDBOXD_LOG_LEVEL": "debug"}, nil, func(d *Daemon) { d.LogLevel = "debug" }},
 		{"LogLevelFlag", map[string]string{"SANDBOXD_LOG_LEVEL": "debug"}, []string{"--log-level", "warn"}, func(d *Daemon) { d.LogLevel = "warn" }},
 	} {
@@ -139,6 +147,10 @@ func TestParse_Rejects(t *testing.T) {
 		{"HostPortsNotNumbers", nil, []string{"--host-ports", "a-b"}, `--host-ports: range "a-b": strconv.Atoi: parsing "a": invalid syntax`},
 		{"APIHostNotAHost", nil, []string{"--api-host", "not a host"}, `--api-host: "not a host" is not a host name`},
 		{"APIHostsEnvBad", map[string]string{"SANDBOXD_API_HOSTS": "ok.example.com,bad_host"}, nil, `--api-host: "bad_host" is not a host name`},
+		{"IdleTimeoutZero", nil, []string{"--idle-timeout", "0s"}, "--idle-timeout and --request-timeout must be positive"},
+		{"RequestTimeoutEnvBad", map[string]string{"SANDBOXD_REQUEST_TIMEOUT": "soon"}, nil, `SANDBOXD_REQUEST_TIMEOUT: time: invalid duration "soon"`},
+		{"MaxConnsNegative", nil, []string{"--max-conns", "-1"}, "--max-conns must be 0 (automatic) or positive"},
+		{"MaxConnsEnvBad", map[string]string{"SANDBOXD_MAX_CONNS": "many"}, nil, `SANDBOXD_MAX_CONNS: strconv.Atoi: parsing "many": invalid syntax`},
 		{"UnknownFlag", nil, []string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
 		{"BadDuration", nil, []string{"--reconcile-every", "often"}, `invalid value "often" for flag -reconcile-every: parse error`},
 		{"BadInt", nil, []string{"--cpu-budget", "lots"}, `invalid value "lots" for flag -cpu-budget: parse error`},

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,7 @@ import (
 	v1 "github.com/sandboxd/sandboxd/internal/api/v1"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
@@ -71,7 +73,8 @@ type Daemon struct {
 	Handler http.Handler
 
 	logger  *slog.Logger
-	ln      net.Listener
+	ln      net.Listener // counted by limiter
+	limiter *httplimit.Limiter
 	closers []func() error
 
 	// httpsLn serves Handler over TLS when Config.HTTPSListen is set.
@@ -102,6 +105,9 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 		return nil, err
 	}
 	d.Registry = metricsRegistry(opts.Registry)
+	if err := d.limitConns(); err != nil {
+		return nil, fmt.Errorf("connection limit metrics: %w", err)
+	}
 	previews, err := d.openAuth(dataDir)
 	if err != nil {
 		return nil, err
@@ -298,12 +304,13 @@ func reservedHosts(cfg config.Daemon, ln net.Addr) []string {
 // them and the ingress.
 func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) error {
 	api, err := v1.New(v1.Options{
-		Service:  d.Service,
-		Auth:     d.Auth,
-		Tokens:   auth.NewIssuer(tokenStore{d.Store}),
-		Logger:   d.logger,
-		Registry: d.Registry,
-		Version:  version.Version,
+		Service:        d.Service,
+		Auth:           d.Auth,
+		Tokens:         auth.NewIssuer(tokenStore{d.Store}),
+		Logger:         d.logger,
+		Registry:       d.Registry,
+		Version:        version.Version,
+		RequestTimeout: d.Config.RequestTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("v1.New: %w", err)
@@ -319,11 +326,12 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		Domain:         d.Config.Domain,
 		AccessTokenKey: e2bKey,
 		BodyDedupe:     d.Config.E2BBodyDedupe,
+		RequestTimeout: d.Config.RequestTimeout,
 	})
 
 	daytonaFacade := daytona.New(daytona.Options{
 		Service: d.Service, Auth: d.Auth, Logger: d.logger, Domain: d.Config.Domain,
-		PreviewToken: previews.Token,
+		PreviewToken: previews.Token, RequestTimeout: d.Config.RequestTimeout,
 	})
 	d.closers = append(d.closers, daytonaFacade.Close) // ends session shells
 
@@ -384,7 +392,7 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	if err != nil {
 		return err
 	}
-	d.httpsLn = tls.NewListener(ln, tlsConf)
+	d.httpsLn = tls.NewListener(d.limiter.Wrap(ln), tlsConf) // counted before the handshake
 	d.closers = append(d.closers, func() error { d.httpsLn.Close(); return nil })
 	return nil
 }
@@ -437,13 +445,16 @@ func loadOrCreateKey(path string) ([]byte, error) {
 	return key, os.Rename(tmp, path)
 }
 
+// Addr is the address of the daemon's listener.
+func (d *Daemon) Addr() net.Addr { return d.ln.Addr() }
+
 // Serve serves on the daemon's listener and runs the reaper and the
 // reconciler until ctx is cancelled, then shuts the server down. A
 // cancelled context is a clean shutdown, not an error.
 func (d *Daemon) Serve(ctx context.Context) error {
-	// No read or write timeouts: exec streams and file transfers are long.
-	srv := &http.Server{Handler: d.Handler, ReadHeaderTimeout: 10 * time.Second}
-	d.logger.Info("sandboxd listening", "addr", d.ln.Addr().String(), "data_dir", d.Config.DataDir, "version", version.Version)
+	srv := d.newServer()
+	d.logger.Info("sandboxd listening", "addr", d.ln.Addr().String(), "data_dir", d.Config.DataDir,
+		"max_conns", d.limiter.Max(), "version", version.Version)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := srv.Serve(d.ln); !errors.Is(err, http.ErrServerClosed) {
@@ -471,6 +482,67 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		return srv.Shutdown(shutdownCtx)
 	})
 	return g.Wait()
+}
+
+// Server limits. No ReadTimeout or WriteTimeout: exec streams, file
+// transfers, envd streams, WebSockets and preview proxying last for hours.
+// The edges bound their other routes (Config.RequestTimeout, through
+// httplimit.Deadline); these bound what every connection may hold.
+const (
+	// readHeaderTimeout bounds a request's headers: a client that opens
+	// connections and trickles headers holds nothing for long.
+	readHeaderTimeout = 10 * time.Second
+	// maxHeaderBytes caps a request's headers (the default is 1 MiB): the
+	// SDKs send a few hundred bytes; a browser on a preview host, cookies
+	// included, a few KiB.
+	maxHeaderBytes = 64 << 10
+)
+
+// newServer is the HTTP server of every listener the daemon serves.
+func (d *Daemon) newServer() *http.Server {
+	return &http.Server{
+		Handler:           d.Handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       d.Config.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// limitConns caps the connections of the API listener and, when there is
+// one, the HTTPS listener, together (Config.MaxConns, else a quarter of
+// the open-file limit), and reports them in the metrics.
+func (d *Daemon) limitConns() error {
+	n := d.Config.MaxConns
+	if n == 0 {
+		n = autoMaxConns()
+	}
+	d.limiter = httplimit.NewLimiter(n, d.logger)
+	d.ln = d.limiter.Wrap(d.ln)
+	reg := d.Registry
+	return errors.Join(
+		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandboxd_http_connections", Help: "HTTP connections being served.",
+		}, func() float64 { return float64(d.limiter.Open()) })),
+		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandboxd_http_connections_max", Help: "The cap on HTTP connections open at once (--max-conns).",
+		}, func() float64 { return float64(d.limiter.Max()) })),
+		reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sandboxd_http_connection_waits_total", Help: "Connections that found the cap reached and waited for one to close.",
+		}, func() float64 { return float64(d.limiter.Waits()) })),
+	)
+}
+
+// autoMaxConns is a quarter of the open-file limit (Go raises the soft
+// limit to the hard one at start), at least 64: the other three quarters
+// stay for the store, the engine, agent sockets (a proxied connection
+// holds one more), TCP exposures and the upstream pool.
+func autoMaxConns() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == 0 {
+		return 1024
+	}
+	return int(max(min(lim.Cur/4, 1<<20), 64))
 }
 
 // Close releases everything New built, in reverse order. Sandboxes keep

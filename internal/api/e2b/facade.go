@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -69,6 +70,10 @@ type Options struct {
 	InterpreterReady time.Duration
 	// MaxBodyBytes caps JSON request bodies. Default 1 MiB.
 	MaxBodyBytes int64
+	// RequestTimeout bounds a whole control-plane request (body, handling,
+	// answer). envd traffic has none: its Connect streams last as long as
+	// the SDK keeps them. 0: no bound.
+	RequestTimeout time.Duration
 }
 
 // DefaultImages are the built-in templates (scripts/build-images.sh). An
@@ -91,6 +96,7 @@ type Facade struct {
 	images     map[string]string
 	ready      time.Duration
 	maxBody    int64
+	timeout    time.Duration
 
 	control     http.Handler
 	interpreter singleflight.Group // one interpreter start per sandbox at a time
@@ -125,6 +131,7 @@ func New(opts Options) *Facade {
 		images:     opts.Images,
 		ready:      opts.InterpreterReady,
 		maxBody:    opts.MaxBodyBytes,
+		timeout:    opts.RequestTimeout,
 	}
 	f.control = f.routes()
 	return f
@@ -166,6 +173,7 @@ func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.serveEnvd(w, r, id, port)
 		return
 	}
+	httplimit.Deadline(w, f.timeout)
 	f.control.ServeHTTP(w, r)
 }
 
