@@ -14,8 +14,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
-	"github.com/sandboxd/sandboxd/internal/runtime"
 	fsrpc "github.com/sandboxd/sandboxd/internal/gen/envd/filesystem"
+	"github.com/sandboxd/sandboxd/internal/runtime"
 )
 
 // agentRSS reads the agent's (PID 1's) resident set size in KiB.
