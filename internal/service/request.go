@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"path"
 	"regexp"
 	"strings"
@@ -180,9 +181,7 @@ const (
 // checkRuntime fills in the default runtime and checks that the daemon
 // offers the one asked for and that the request fits it.
 func (s *Service) checkRuntime(req *CreateRequest) error {
-	if req.Runtime == "" {
-		req.Runtime = s.cfg.DefaultRuntime
-	}
+	req.Runtime = cmp.Or(req.Runtime, s.cfg.DefaultRuntime, RuntimeDocker)
 	switch req.Runtime {
 	case RuntimeDocker:
 		return nil
