@@ -51,6 +51,9 @@ type Daemon struct {
 	TLSListen string
 	// DefaultImage is used when a create request names no image.
 	DefaultImage string
+	// DefaultRuntime is the runtime of a create that names none: docker
+	// or gvisor.
+	DefaultRuntime string
 	// HostPortLo and HostPortHi bound the pool of host ports that TCP
 	// exposures take (inclusive).
 	HostPortLo, HostPortHi int
@@ -100,6 +103,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.ACMEEmail, "acme-email", d.ACMEEmail, "ACME account email: certificates for --https-listen from ACME instead of a local CA")
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
+	fs.StringVar(&d.DefaultRuntime, "default-runtime", d.DefaultRuntime, "runtime used when a request names none: docker or gvisor (env SANDBOXD_DEFAULT_RUNTIME)")
 	portRange := fmt.Sprintf("%d-%d", d.HostPortLo, d.HostPortHi)
 	if v, ok := env("SANDBOXD_HOST_PORTS"); ok && v != "" {
 		portRange = v // parsed below with the flag, so a bad value is an error too
@@ -163,6 +167,7 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		HTTPSListen:    get("SANDBOXD_HTTPS_LISTEN", ""),
 		DefaultImage:   get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
 		APIHosts:       splitList(get("SANDBOXD_API_HOSTS", "")),
+		DefaultRuntime: get("SANDBOXD_DEFAULT_RUNTIME", "docker"),
 		HostPortLo:     40000,
 		HostPortHi:     40999,
 		MilliCPU:       int64(runtime.NumCPU()) * 1000 * 4, // CPU is shared, so overcommit 4x
@@ -191,6 +196,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 }
 
 func (d Daemon) validate() error {
+	if d.DefaultRuntime != "docker" && d.DefaultRuntime != "gvisor" {
+		return fmt.Errorf("--default-runtime %q: want docker or gvisor", d.DefaultRuntime)
+	}
 	host, _, err := net.SplitHostPort(d.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen %q: %w", d.Listen, err)

@@ -30,6 +30,7 @@ func wantDefaults(t *testing.T) Daemon {
 		Domain:         "localhost",
 		TLSListen:      "127.0.0.1:7443",
 		DefaultImage:   "sandboxd/base:bookworm",
+		DefaultRuntime: "docker",
 		HostPortLo:     40000,
 		HostPortHi:     40999,
 		MilliCPU:       int64(runtime.NumCPU()) * 4000,
@@ -79,6 +80,7 @@ func TestParse_Sources(t *testing.T) {
 		}},
 		{"DefaultImageEnv", map[string]string{"SANDBOXD_DEFAULT_IMAGE": "sandboxd/busybox:latest"}, nil, func(d *Daemon) { d.DefaultImage = "sandboxd/busybox:latest" }},
 		{"DefaultImageFlag", nil, []string{"--default-image", "img:1"}, func(d *Daemon) { d.DefaultImage = "img:1" }},
+		{"DefaultRuntimeEnv", map[string]string{"SANDBOXD_DEFAULT_RUNTIME": "gvisor"}, nil, func(d *Daemon) { d.DefaultRuntime = "gvisor" }},
 		{"HostPortsEnv", map[string]string{"SANDBOXD_HOST_PORTS": "50000-50010"}, nil, func(d *Daemon) { d.HostPortLo, d.HostPortHi = 50000, 50010 }},
 		{"HostPortsFlagWins", map[string]string{"SANDBOXD_HOST_PORTS": "50000-50010"}, []string{"--host-ports", "1024-65535"}, func(d *Daemon) {
 			d.HostPortLo, d.HostPortHi = 1024, 65535
@@ -139,6 +141,7 @@ func TestParse_Rejects(t *testing.T) {
 		{"DataDirEmpty", nil, []string{"--data-dir", ""}, "--data-dir is required"},
 		{"CPUBudgetZero", nil, []string{"--cpu-budget", "0"}, "--cpu-budget and --memory-budget must be positive"},
 		{"MemoryBudgetNegative", nil, []string{"--memory-budget", "-1"}, "--cpu-budget and --memory-budget must be positive"},
+		{"DefaultRuntimeUnknown", nil, []string{"--default-runtime", "kata"}, `--default-runtime "kata": want docker or gvisor`},
 		{"HostPortsEnvBad", map[string]string{"SANDBOXD_HOST_PORTS": "80-90"}, nil, `--host-ports: range "80-90": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsNoDash", nil, []string{"--host-ports", "40000"}, `--host-ports: range "40000": want lo-hi`},
 		{"HostPortsReversed", nil, []string{"--host-ports", "41000-40000"}, `--host-ports: range "41000-40000": want 1024 <= lo <= hi <= 65535`},

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,6 +80,8 @@ type Daemon struct {
 
 	// httpsLn serves Handler over TLS when Config.HTTPSListen is set.
 	httpsLn net.Listener
+	// gvisor: the engine runs sandboxes under gVisor (checked at start).
+	gvisor bool
 }
 
 // New builds every part in order on the listener ln (whose address names
@@ -186,6 +189,20 @@ func (d *Daemon) openStore(ctx context.Context, dataDir string, clock func() tim
 	return keyring, nil
 }
 
+// probeGVisor asks the engine whether it has runsc. An engine that does
+// not answer yet counts as without (the daemon still starts and repairs
+// once it answers); gVisor creates are then refused until a restart.
+func (d *Daemon) probeGVisor(drt *docker.Runtime) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	isos, err := drt.Isolations(ctx)
+	if err != nil {
+		d.logger.Warn("could not ask the engine for gVisor; runtime gvisor is unavailable", "err", err)
+		return false
+	}
+	return slices.Contains(isos, runtime.IsolationGVisor)
+}
+
 // openRuntime connects to Docker (registering its Close), wrapped by wrap
 // when set, and opens the volume directory under dataDir.
 func (d *Daemon) openRuntime(dataDir string, wrap func(runtime.Runtime) runtime.Runtime) (runtime.Runtime, *volume.Dir, error) {
@@ -194,6 +211,7 @@ func (d *Daemon) openRuntime(dataDir string, wrap func(runtime.Runtime) runtime.
 		return nil, nil, fmt.Errorf("docker.New: %w", err)
 	}
 	d.closers = append(d.closers, drt.Close)
+	d.gvisor = d.probeGVisor(drt)
 	var rt runtime.Runtime = drt
 	if wrap != nil {
 		rt = wrap(rt)
@@ -256,16 +274,18 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 	tlsPortN, _ := strconv.Atoi(tlsPort)
 	var err error
 	d.Service, err = service.New(service.Config{
-		NodeID:        cfg.NodeID,
-		DefaultImage:  cfg.DefaultImage,
-		AgentBinary:   agentBinary,
-		Domain:        cfg.Domain,
-		ReservedHosts: reservedHosts(cfg, d.ln.Addr()),
-		AllowNetwork:  cfg.SandboxNetwork,
-		HostPortLo:    cfg.HostPortLo,
-		HostPortHi:    cfg.HostPortHi,
-		TLSPort:       tlsPortN,
-		PublicURL:     func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
+		NodeID:         cfg.NodeID,
+		DefaultImage:   cfg.DefaultImage,
+		AgentBinary:    agentBinary,
+		Domain:         cfg.Domain,
+		ReservedHosts:  reservedHosts(cfg, d.ln.Addr()),
+		AllowNetwork:   cfg.SandboxNetwork,
+		GVisor:         d.gvisor,
+		DefaultRuntime: cfg.DefaultRuntime,
+		HostPortLo:     cfg.HostPortLo,
+		HostPortHi:     cfg.HostPortHi,
+		TLSPort:        tlsPortN,
+		PublicURL:      func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
 	}, service.Deps{
 		Store:     d.Store,
 		Runtime:   rt,

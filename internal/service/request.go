@@ -1,12 +1,14 @@
 package service
 
 import (
+	"cmp"
 	"path"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/naming"
+	"github.com/sandboxd/sandboxd/internal/runtime"
 )
 
 // Limits a single sandbox may ask for. They bound what one request can do to
@@ -50,7 +52,8 @@ type CreateRequest struct {
 	// Network gives the sandbox outbound network; without it, it has none.
 	Network bool
 	Mounts  []Mount
-	// Runtime names the runtime; only "docker" (the default) exists today.
+	// Runtime names the runtime: RuntimeDocker (containers on the host
+	// kernel) or RuntimeGVisor; empty means the daemon's default.
 	Runtime string
 	// Annotations are opaque facade data kept with the sandbox (the E2B
 	// template, Daytona's fields); never interpreted by the service.
@@ -126,11 +129,8 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 	if req.Network && !s.cfg.AllowNetwork {
 		return req, invalid("network", "outbound network is disabled on this daemon (start it with --sandbox-network)")
 	}
-	if req.Runtime == "" {
-		req.Runtime = "docker"
-	}
-	if req.Runtime != "docker" {
-		return req, invalid("runtime", "unknown runtime %q (available: docker)", req.Runtime)
+	if err := s.checkRuntime(&req); err != nil {
+		return req, err
 	}
 	if len(req.Mounts) > maxMounts {
 		return req, invalid("mounts", "at most %d mounts", maxMounts)
@@ -167,4 +167,51 @@ func validateEnv(field string, env map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// The runtimes a create may name.
+const (
+	// RuntimeDocker runs the sandbox as a container on the host's kernel.
+	RuntimeDocker = "docker"
+	// RuntimeGVisor runs it under gVisor's application kernel: no network,
+	// and at least runtime.MinGVisorMemoryMB of memory.
+	RuntimeGVisor = "gvisor"
+)
+
+// checkRuntime fills in the default runtime and checks that the daemon
+// offers the one asked for and that the request fits it.
+func (s *Service) checkRuntime(req *CreateRequest) error {
+	req.Runtime = cmp.Or(req.Runtime, s.cfg.DefaultRuntime, RuntimeDocker)
+	switch req.Runtime {
+	case RuntimeDocker:
+		return nil
+	case RuntimeGVisor:
+	default:
+		return invalid("runtime", "unknown runtime %q (available: %s)", req.Runtime, strings.Join(s.runtimes(), ", "))
+	}
+	switch {
+	case !s.cfg.GVisor:
+		return invalid("runtime", "gvisor is not available on this daemon (the engine has no runsc; scripts/setup-gvisor.sh registers it)")
+	case req.Network:
+		return invalid("network", "a gvisor sandbox has no network on this daemon")
+	case req.MemoryMB < runtime.MinGVisorMemoryMB:
+		return invalid("memory_mb", "a gvisor sandbox needs at least %d (gVisor's own kernel is charged to it)", runtime.MinGVisorMemoryMB)
+	}
+	return nil
+}
+
+// runtimes lists the runtimes this daemon offers.
+func (s *Service) runtimes() []string {
+	if s.cfg.GVisor {
+		return []string{RuntimeDocker, RuntimeGVisor}
+	}
+	return []string{RuntimeDocker}
+}
+
+// isolation is the runtime isolation a runtime name stands for.
+func isolation(name string) runtime.Isolation {
+	if name == RuntimeGVisor {
+		return runtime.IsolationGVisor
+	}
+	return runtime.IsolationContainer
 }

@@ -127,6 +127,12 @@ type Config struct {
 	// AllowNetwork lets sandboxes that ask for it have outbound network;
 	// without it such a create is refused.
 	AllowNetwork bool
+	// GVisor says the runtime can run sandboxes under gVisor (runtime
+	// "gvisor"); without it such a create is refused.
+	GVisor bool
+	// DefaultRuntime is the runtime of a create that names none: "docker"
+	// (the default) or "gvisor".
+	DefaultRuntime string
 	// StuckCreating is how long a row may stay in state creating before the
 	// reconciler rolls it back.
 	StuckCreating time.Duration
@@ -195,6 +201,12 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		reserved[i] = naming.NormalizeHost(h)
 	}
 	cfg.ReservedHosts = reserved
+	if cfg.DefaultRuntime == "" {
+		cfg.DefaultRuntime = RuntimeDocker
+	}
+	if cfg.DefaultRuntime == RuntimeGVisor && !cfg.GVisor {
+		return nil, errors.New("service: default runtime gvisor, but the engine has no gVisor (scripts/setup-gvisor.sh registers it)")
+	}
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = "sandboxd/base:bookworm"
 	}
