@@ -95,8 +95,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 }
 
 // listen opens the unix socket, replacing a stale one from an earlier run
-// of the sandbox. The socket is 0600: only root (the daemon, through the
-// bind mount) may connect.
+// of the sandbox. The socket is made 0600 (by the umask, before anyone can
+// connect): only root (the daemon, through the bind mount) may connect.
+// Under gVisor the socket is the host's, made by runsc's gofer, which
+// refuses a chmod; its mode is then the gofer's, and a process that
+// reaches it still needs the agent token.
 func listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -104,11 +107,13 @@ func listen(path string) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("listen: remove stale socket: %w", err)
 	}
+	old := unix.Umask(0o177) // called before any other goroutine makes files
 	ln, err := net.Listen("unix", path)
+	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := os.Chmod(path, 0o600); err != nil && !errors.Is(err, unix.EPERM) {
 		ln.Close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}

@@ -263,6 +263,7 @@ func (s *Service) runtimeSpec(id string, req CreateRequest, token string, binds 
 		Mounts:      binds,
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  token,
+		Isolation:   isolation(req.Runtime),
 	}
 }
 

@@ -29,7 +29,7 @@ type Quota = admission.Quota
 
 func (c Caller) canSee(owner string) bool { return c.Admin || c.Owner == owner }
 
-// Get returns a sandbox by id or by name.
+// Get returns a sandbox by id or by name; names are per owner (lookupName).
 func (s *Service) Get(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
@@ -57,10 +57,10 @@ func (s *Service) lookupAny(ctx context.Context, c Caller, idOrName string) (sto
 		row store.Sandbox
 		err error
 	)
-	if strings.HasPrefix(idOrName, "sb-") {
+	if IsID(idOrName) {
 		row, err = s.Store.GetSandbox(ctx, idOrName)
 	} else {
-		row, err = s.Store.GetSandboxByName(ctx, idOrName)
+		row, err = s.lookupName(ctx, c, idOrName)
 	}
 	if err != nil {
 		return store.Sandbox{}, s.mapStoreErr(err, idOrName)
@@ -69,6 +69,36 @@ func (s *Service) lookupAny(ctx context.Context, c Caller, idOrName string) (sto
 		return store.Sandbox{}, fmt.Errorf("sandbox %q: %w", idOrName, ErrNotFound)
 	}
 	return row, nil
+}
+
+// IsID reports whether s is spelled as a sandbox id ("sb-…") rather than
+// a name. Names may not start with "sb-" (normalize refuses them), so an
+// id is never taken for a name nor a name for an id.
+func IsID(s string) bool { return strings.HasPrefix(s, "sb-") }
+
+// lookupName finds a sandbox by name. Names are unique per owner, so a
+// user's name is looked up among its own sandboxes only: another tenant's
+// name is not found exactly like a name nobody holds, and its existence
+// never shows. An admin's name means its own sandbox of that name if it
+// has one, else the one sandbox of any owner with that name; a name that
+// several owners hold is ambiguous and refused (ErrConflict: use the id).
+func (s *Service) lookupName(ctx context.Context, c Caller, name string) (store.Sandbox, error) {
+	if !c.Admin || c.Owner != "" {
+		row, err := s.Store.GetSandboxByName(ctx, c.Owner, name)
+		if !c.Admin || !errors.Is(err, store.ErrNotFound) {
+			return row, err
+		}
+	}
+	rows, _, err := s.Store.ListSandboxes(ctx, store.ListFilter{Name: name, Limit: 2})
+	switch {
+	case err != nil:
+		return store.Sandbox{}, err
+	case len(rows) == 0:
+		return store.Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", name, store.ErrNotFound)
+	case len(rows) > 1:
+		return store.Sandbox{}, fmt.Errorf("sandboxes of several owners are named %q; use the id: %w", name, ErrConflict)
+	}
+	return rows[0], nil
 }
 
 // ListFilter selects sandboxes for List.

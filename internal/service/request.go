@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"path"
 	"regexp"
 	"strings"
@@ -53,7 +54,8 @@ type CreateRequest struct {
 	// Network gives the sandbox outbound network; without it, it has none.
 	Network bool
 	Mounts  []Mount
-	// Runtime names the runtime; only "docker" (the default) exists today.
+	// Runtime names the runtime: RuntimeDocker (containers on the host
+	// kernel) or RuntimeGVisor; empty means the daemon's default.
 	Runtime string
 	// Quota bounds what Owner may hold, this sandbox included (the
 	// creating token's; zero is unlimited). CreateOnce sets it from its
@@ -137,11 +139,8 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 	if req.Network && !s.cfg.AllowNetwork {
 		return req, invalid("network", "outbound network is disabled on this daemon (start it with --sandbox-network)")
 	}
-	if req.Runtime == "" {
-		req.Runtime = "docker"
-	}
-	if req.Runtime != "docker" {
-		return req, invalid("runtime", "unknown runtime %q (available: docker)", req.Runtime)
+	if err := s.checkRuntime(&req); err != nil {
+		return req, err
 	}
 	if err := validateMounts(req.Mounts); err != nil {
 		return req, err
@@ -221,4 +220,51 @@ func validateEnv(field string, env map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// The runtimes a create may name.
+const (
+	// RuntimeDocker runs the sandbox as a container on the host's kernel.
+	RuntimeDocker = "docker"
+	// RuntimeGVisor runs it under gVisor's application kernel: no network,
+	// and at least runtime.MinGVisorMemoryMB of memory.
+	RuntimeGVisor = "gvisor"
+)
+
+// checkRuntime fills in the default runtime and checks that the daemon
+// offers the one asked for and that the request fits it.
+func (s *Service) checkRuntime(req *CreateRequest) error {
+	req.Runtime = cmp.Or(req.Runtime, s.cfg.DefaultRuntime, RuntimeDocker)
+	switch req.Runtime {
+	case RuntimeDocker:
+		return nil
+	case RuntimeGVisor:
+	default:
+		return invalid("runtime", "unknown runtime %q (available: %s)", req.Runtime, strings.Join(s.runtimes(), ", "))
+	}
+	switch {
+	case !s.cfg.GVisor:
+		return invalid("runtime", "gvisor is not available on this daemon (the engine has no runsc; scripts/setup-gvisor.sh registers it)")
+	case req.Network:
+		return invalid("network", "a gvisor sandbox has no network on this daemon")
+	case req.MemoryMB < runtime.MinGVisorMemoryMB:
+		return invalid("memory_mb", "a gvisor sandbox needs at least %d (gVisor's own kernel is charged to it)", runtime.MinGVisorMemoryMB)
+	}
+	return nil
+}
+
+// runtimes lists the runtimes this daemon offers.
+func (s *Service) runtimes() []string {
+	if s.cfg.GVisor {
+		return []string{RuntimeDocker, RuntimeGVisor}
+	}
+	return []string{RuntimeDocker}
+}
+
+// isolation is the runtime isolation a runtime name stands for.
+func isolation(name string) runtime.Isolation {
+	if name == RuntimeGVisor {
+		return runtime.IsolationGVisor
+	}
+	return runtime.IsolationContainer
 }

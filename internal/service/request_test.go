@@ -171,6 +171,7 @@ func TestNormalize_Rejects(t *testing.T) {
 		{"NetworkNotAllowed", func(r *CreateRequest) { r.Network = true }, "network"},
 		{"RuntimeUnknown", func(r *CreateRequest) { r.Runtime = "firecracker" }, "runtime"},
 		{"RuntimeWrongCase", func(r *CreateRequest) { r.Runtime = "Docker" }, "runtime"},
+		{"RuntimeGVisorUnavailable", func(r *CreateRequest) { r.Runtime = "gvisor" }, "runtime"},
 
 		{"MountsTooMany", func(r *CreateRequest) { r.Mounts = nMounts(9) }, "mounts"},
 		{"MountVolumeEmpty", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "", Path: "/data"}} }, "mounts"},

@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/version"
@@ -64,6 +66,10 @@ type Options struct {
 	// SessionLogs bound the output session commands keep in memory; zero
 	// fields are DefaultSessionLogLimits'.
 	SessionLogs SessionLogLimits
+	// RequestTimeout bounds a whole control-plane request (body, handling,
+	// answer). The toolbox has none: its process runs, session logs and
+	// file transfers last as long as their callers keep them. 0: no bound.
+	RequestTimeout time.Duration
 }
 
 // DefaultImages are the snapshots every daemon has. An empty image is the
@@ -86,6 +92,7 @@ type Facade struct {
 	domain  string
 	images  map[string]string
 	maxBody int64
+	timeout time.Duration
 	version string
 	// previewToken derives scoped preview tokens (Options.PreviewToken).
 	previewToken func(sandboxID string, port int) string
@@ -121,6 +128,7 @@ func New(opts Options) *Facade {
 		domain:       strings.ToLower(opts.Domain),
 		images:       opts.Images,
 		maxBody:      opts.MaxBodyBytes,
+		timeout:      opts.RequestTimeout,
 		version:      version.Version,
 		previewToken: opts.PreviewToken,
 		ctx:          ctx,
@@ -146,7 +154,11 @@ func (f *Facade) Match(r *http.Request) bool {
 // Daytona's error shape (the SDK's socket.io probe gets exactly that, and
 // falls back to polling).
 func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, pattern := f.mux.Handler(r); pattern == "" {
+	_, pattern := f.mux.Handler(r)
+	if !strings.Contains(pattern, " "+Prefix+"/toolbox/") {
+		httplimit.Deadline(w, f.timeout) // the control plane, or no route
+	}
+	if pattern == "" {
 		f.writeError(w, r, errorf(http.StatusNotFound, "no route for %s %s", r.Method, r.URL.Path))
 		return
 	}

@@ -22,6 +22,7 @@ type sandboxJSON struct {
 	Tags          map[string]string `json:"tags"`
 	Env           map[string]string `json:"env,omitempty"`
 	Network       bool              `json:"network"`
+	Runtime       string            `json:"runtime"`
 	Mounts        []mountJSON       `json:"mounts,omitempty"`
 	CreatedAt     time.Time         `json:"created_at"`
 	ExpiresAt     *time.Time        `json:"expires_at,omitempty"`
@@ -47,6 +48,7 @@ func toSandboxJSON(sb service.Sandbox) sandboxJSON {
 		Tags:         sb.Tags,
 		Env:          sb.Env,
 		Network:      sb.Network,
+		Runtime:      sb.Runtime,
 		CreatedAt:    sb.CreatedAt.UTC(),
 		SSHPublicKey: sb.SSHPublicKey,
 		ErrorReason:  sb.ErrorReason,

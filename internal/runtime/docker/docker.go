@@ -39,6 +39,9 @@ const (
 	DefaultAgentReadyTimeout = 20 * time.Second
 	// DefaultNetwork is the network a sandbox with Spec.Network joins.
 	DefaultNetwork = "bridge"
+	// DefaultGVisorRuntime is the name scripts/setup-gvisor.sh registers
+	// runsc under in the engine's configuration.
+	DefaultGVisorRuntime = "runsc"
 
 	// cleanupTimeout bounds undo and diagnostics work done on a fresh
 	// context after the caller's context may have ended.
@@ -70,6 +73,9 @@ type Options struct {
 	AgentReadyTimeout time.Duration
 	// Logger receives debug and warning records (default: discard).
 	Logger *slog.Logger
+	// GVisorRuntime is the engine's name for runsc, used for sandboxes
+	// with runtime.IsolationGVisor (default DefaultGVisorRuntime).
+	GVisorRuntime string
 }
 
 // Runtime is the Docker implementation of runtime.Runtime.
@@ -105,6 +111,9 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Network == "" {
 		opts.Network = DefaultNetwork
 	}
+	if opts.GVisorRuntime == "" {
+		opts.GVisorRuntime = DefaultGVisorRuntime
+	}
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = DefaultStopTimeout
 	}
@@ -124,6 +133,21 @@ func New(opts Options) (*Runtime, error) {
 		r.cli, r.ownsClient = cli, true
 	}
 	return r, nil
+}
+
+// Isolations reports the isolations the engine offers: always
+// runtime.IsolationContainer, and runtime.IsolationGVisor when the engine
+// has runsc registered under Options.GVisorRuntime.
+func (r *Runtime) Isolations(ctx context.Context) ([]runtime.Isolation, error) {
+	info, err := r.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("engine info: %w", err)
+	}
+	out := []runtime.Isolation{runtime.IsolationContainer}
+	if _, ok := info.Info.Runtimes[r.opts.GVisorRuntime]; ok {
+		out = append(out, runtime.IsolationGVisor)
+	}
+	return out, nil
 }
 
 // Close releases the engine client if New created it. Sandboxes keep running.
@@ -313,7 +337,12 @@ func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostC
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.HostPath, Target: m.Path, ReadOnly: m.ReadOnly})
 	}
+	var ociRuntime string // the engine's default (runc)
+	if spec.Isolation == runtime.IsolationGVisor {
+		ociRuntime = r.opts.GVisorRuntime
+	}
 	return &container.HostConfig{
+		Runtime:     ociRuntime,
 		NetworkMode: networkMode,
 		Privileged:  false,
 		Init:        &noInit, // the agent is PID 1 and reaps zombies
