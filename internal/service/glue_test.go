@@ -571,3 +571,41 @@ func TestStartupRepair_SkipsADomainThatIsNowAnAPIHost(t *testing.T) {
 		t.Errorf("binding the API host again: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// A kill that lands while the reaper is destroying the sandbox used to
+// answer success (E2B's Sandbox.kill returned true for a sandbox its
+// timeout had already ended; seen in test/compat/e2b). The sandbox was
+// already gone to every read: the kill finishes the work and says not
+// found, so exactly one destroy wins.
+func TestDestroy_OfASandboxTheReaperIsDestroyingIsNotFound(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(2 * time.Minute)
+	inReap, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	h.store.on("DeleteSandbox", func() error {
+		if first.CompareAndSwap(false, true) {
+			close(inReap)
+			<-release
+		}
+		return nil
+	})
+	reaped := make(chan error, 1)
+	go func() { _, err := h.svc.Reap(ctx); reaped <- err }()
+	<-inReap
+	if err := h.svc.Destroy(ctx, admin, sb.ID); !errors.Is(err, service.ErrNotFound) {
+		t.Errorf("destroy while the reaper destroys: %v, want ErrNotFound", err)
+	}
+	close(release)
+	if err := <-reaped; err != nil {
+		t.Fatal(err)
+	}
+	if n := h.containers(t); n != 0 {
+		t.Errorf("containers: %d, want 0", n)
+	}
+}

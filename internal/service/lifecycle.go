@@ -133,7 +133,8 @@ func (s *Service) List(ctx context.Context, c Caller, f ListFilter) ([]Sandbox, 
 // repeat and to race: the first call marks the row (from then on the
 // sandbox is gone to every other call), every step tolerates a concurrent
 // Destroy having done it first, and a repeat of a destroy that was cut
-// short finishes it. A sandbox that no longer exists is ErrNotFound.
+// short finishes it. A sandbox that no longer exists, or whose destroy
+// had already begun (the reaper's, say), is ErrNotFound: one call wins.
 func (s *Service) Destroy(ctx context.Context, c Caller, idOrName string) error {
 	if err := s.requireReady(); err != nil {
 		return err
@@ -141,6 +142,15 @@ func (s *Service) Destroy(ctx context.Context, c Caller, idOrName string) error 
 	row, err := s.lookupAny(ctx, c, idOrName)
 	if err != nil {
 		return err
+	}
+	if !row.DestroyingSince.IsZero() {
+		// Gone to callers already (the reaper's, another caller's or a cut
+		// short destroy): this call finishes the work but is not the one
+		// that destroyed it, as a GET would have said.
+		if err := s.destroy(ctx, row.ID); err != nil {
+			return err
+		}
+		return fmt.Errorf("sandbox %q: %w", idOrName, ErrNotFound)
 	}
 	return s.destroy(ctx, row.ID)
 }
