@@ -6,6 +6,9 @@
 // It builds toolboxd, creates one container from the image with the Docker
 // runtime, runs `true` N times through agent.Client.Exec (after a warm-up)
 // and M times with `docker exec <container> true`, prints p50/p95 of each,
+// then N times each with a fresh connection per exec, through the
+// runtime's peer-checked DialAgent and through a plain dial (the
+// difference is the cost of checking who answers on the agent socket),
 // and destroys the container. Absolute numbers are noisy on shared
 // machines; the ratio is the figure.
 package main
@@ -96,6 +99,10 @@ func run(ctx context.Context, image string, n, dn int) error {
 	if err != nil {
 		return fmt.Errorf("docker exec: %w", err)
 	}
+	checked, unchecked, err := dialCost(ctx, rt, id, token, n)
+	if err != nil {
+		return err
+	}
 	// Context for absolute figures on a loaded machine: a bare fork+exec of
 	// `true` on the host, no container, no RPC.
 	h, err := sample(n, func() error { return exec.CommandContext(ctx, "true").Run() })
@@ -108,7 +115,44 @@ func run(ctx context.Context, image string, n, dn int) error {
 	fmt.Printf("%-24s %5d %10s %10s\n", "docker exec", dn, pct(d, 50), pct(d, 95))
 	fmt.Printf("%-24s %5d %10s %10s\n", "host fork+exec (no RPC)", n, pct(h, 50), pct(h, 95))
 	fmt.Printf("p50 speed-up: %.1fx\n", float64(pct(d, 50))/float64(pct(a, 50)))
+	fmt.Printf("\n%-40s %5s %10s %10s\n", "exec `true`, a fresh connection each", "n", "p50", "p95")
+	fmt.Printf("%-40s %5d %10s %10s\n", "DialAgent (peer-checked)", n, pct(checked, 50), pct(checked, 95))
+	fmt.Printf("%-40s %5d %10s %10s\n", "plain unix dial (no check)", n, pct(unchecked, 50), pct(unchecked, 95))
+	fmt.Printf("peer check cost, p50: %s\n", pct(checked, 50)-pct(unchecked, 50))
 	return nil
+}
+
+// dialCost measures the exec round trip when every exec opens a new
+// connection (a tunnel always does; a client does after idling), through
+// the runtime's peer-checked DialAgent and through a plain dial of the
+// same socket, alternating so that both see the same load.
+func dialCost(ctx context.Context, rt *docker.Runtime, id, token string, n int) (checked, unchecked []time.Duration, err error) {
+	viaRuntime := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return rt.DialAgent(ctx, id) }, token)
+	plain := agent.NewClient(agent.UnixDialer(rt.AgentSocketPath(id)), token)
+	defer viaRuntime.Close()
+	defer plain.Close()
+	once := func(c *agent.Client) (time.Duration, error) {
+		c.Close() // drop the idle connection: the exec dials
+		begin := time.Now()
+		_, err := c.Exec(ctx, agent.ExecRequest{Cmd: []string{"true"}})
+		return time.Since(begin), err
+	}
+	for range n {
+		for _, c := range []*agent.Client{viaRuntime, plain} {
+			d, err := once(c)
+			if err != nil {
+				return nil, nil, fmt.Errorf("fresh-connection exec: %w", err)
+			}
+			if c == viaRuntime {
+				checked = append(checked, d)
+			} else {
+				unchecked = append(unchecked, d)
+			}
+		}
+	}
+	slices.Sort(checked)
+	slices.Sort(unchecked)
+	return checked, unchecked, nil
 }
 
 func sample(n int, f func() error) ([]time.Duration, error) {

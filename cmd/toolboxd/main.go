@@ -6,6 +6,12 @@
 //
 //	--listen PATH            socket path (env SANDBOXD_AGENT_SOCKET,
 //	                         default /run/sandboxd/agent.sock)
+//	--handoff PATH           take the listening socket from the daemon over
+//	                         the handoff socket at PATH instead of creating
+//	                         it (env SANDBOXD_AGENT_HANDOFF; the Docker
+//	                         runtime sets it: the socket directory is
+//	                         read-only in the sandbox, see package
+//	                         agent/handoff); --listen is then ignored
 //	SANDBOXD_AGENT_TOKEN     the agent token; required; removed from the
 //	                         environment at once (see takeToken) so no
 //	                         child, nor /proc/1/environ, ever shows it
@@ -24,8 +30,9 @@ import (
 
 // Environment variables toolboxd reads (only here).
 const (
-	envToken  = "SANDBOXD_AGENT_TOKEN"
-	envSocket = "SANDBOXD_AGENT_SOCKET"
+	envToken   = "SANDBOXD_AGENT_TOKEN"
+	envSocket  = "SANDBOXD_AGENT_SOCKET"
+	envHandoff = "SANDBOXD_AGENT_HANDOFF"
 )
 
 const defaultSocket = "/run/sandboxd/agent.sock"
@@ -52,8 +59,9 @@ func main() {
 
 // config is everything toolboxd is told.
 type config struct {
-	socket string
-	token  string
+	socket  string
+	handoff string // when set, the daemon hands the socket over here
+	token   string
 }
 
 func parseConfig(args []string, token string) (config, error) {
@@ -63,11 +71,12 @@ func parseConfig(args []string, token string) (config, error) {
 		socket = defaultSocket
 	}
 	fs.StringVar(&socket, "listen", socket, "unix socket to serve on")
+	handoff := fs.String("handoff", os.Getenv(envHandoff), "take the listening socket from the daemon over this handoff socket")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if token == "" {
 		return config{}, errors.New(envToken + " is not set: refusing to serve without a token")
 	}
-	return config{socket: socket, token: token}, nil
+	return config{socket: socket, handoff: *handoff, token: token}, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/agent/handoff"
 	"github.com/sandboxd/sandboxd/internal/agent/server"
 	"github.com/sandboxd/sandboxd/internal/agent/server/account"
 	"github.com/sandboxd/sandboxd/internal/agent/server/filesystem"
@@ -50,8 +51,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	fsys := filesystem.New(filesystem.Options{Users: users, Log: log, Protected: ownPaths(cfg.socket)})
 	defer fsys.Close()
 
-	ln, err := listen(cfg.socket)
+	ln, err := serveSocket(ctx, cfg, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it served: nothing to clean up
+		}
 		return err
 	}
 	srv := &http.Server{
@@ -66,7 +70,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	srv.Protocols.SetHTTP1(true)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("toolboxd serving", "socket", cfg.socket, "pid1", pid1)
+	log.Info("toolboxd serving", "socket", ln.Addr().String(), "pid1", pid1)
 
 	select {
 	case <-ctx.Done():
@@ -89,9 +93,22 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err := srv.Shutdown(hctx); err != nil {
 		srv.Close()
 	}
-	_ = os.Remove(cfg.socket)
+	if cfg.handoff == "" {
+		_ = os.Remove(cfg.socket) // a handed-over socket is the daemon's to remove
+	}
 	log.Info("toolboxd stopped")
 	return nil
+}
+
+// serveSocket is the listener the agent serves on: the socket the daemon
+// hands over (the Docker runtime's way: see package agent/handoff), or
+// one it creates itself at cfg.socket.
+func serveSocket(ctx context.Context, cfg config, log *slog.Logger) (net.Listener, error) {
+	if cfg.handoff == "" {
+		return listen(cfg.socket)
+	}
+	log.Info("waiting for the daemon to hand over the agent socket", "handoff", cfg.handoff)
+	return handoff.Take(ctx, cfg.handoff)
 }
 
 // listen opens the unix socket, replacing a stale one from an earlier run

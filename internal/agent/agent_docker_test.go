@@ -127,11 +127,16 @@ type sandbox struct {
 // newSandbox creates a container from the base image with toolboxd as PID 1,
 // isolated by iso. The caller destroys it.
 func (d *dockerEnv) newSandbox(ctx context.Context, iso runtime.Isolation) (*sandbox, error) {
+	return d.newSandboxWith(ctx, func(s *runtime.Spec) { s.Isolation = iso })
+}
+
+// newSandboxWith is newSandbox with the spec changed by mod first.
+func (d *dockerEnv) newSandboxWith(ctx context.Context, mod func(*runtime.Spec)) (*sandbox, error) {
 	id := runtimetest.NewSandboxID()
 	token := "tok-" + id
-	if _, err := d.rt.Create(ctx, runtime.Spec{
-		SandboxID: id, Image: baseImage, AgentBinary: d.agent, AgentToken: token, Isolation: iso,
-	}); err != nil {
+	spec := runtime.Spec{SandboxID: id, Image: baseImage, AgentBinary: d.agent, AgentToken: token}
+	mod(&spec)
+	if _, err := d.rt.Create(ctx, spec); err != nil {
 		return nil, err
 	}
 	dial := func(ctx context.Context) (net.Conn, error) { return d.rt.DialAgent(ctx, id) }

@@ -34,7 +34,8 @@ func UnixDialer(path string) DialFunc {
 
 // Client talks to one agent over connections from a DialFunc, with the
 // agent token on every request. It is safe for concurrent use and keeps
-// idle connections for reuse; Close drops them.
+// idle connections for reuse; Close drops them. Everything it reads is
+// bounded (limits.go): a hostile agent fails its own calls, nothing more.
 type Client struct {
 	token string
 	hc    *http.Client
@@ -45,19 +46,15 @@ type Client struct {
 // NewClient returns a client of the agent reached through dial and
 // authenticated with token.
 func NewClient(dial DialFunc, token string) *Client {
-	tr := &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
-		MaxIdleConnsPerHost: 32,
-		DisableCompression:  true,
-	}
-	tr.Protocols = new(http.Protocols)
-	tr.Protocols.SetHTTP1(true) // the agent speaks HTTP/1.1 only
-	hc := &http.Client{Transport: &tokenTransport{token: token, base: tr}}
+	hc := &http.Client{Transport: &tokenTransport{token: token, base: newTransport(dial)}}
+	// The generated clients read through rpcTransport, which bounds
+	// message bodies (see limits.go); downloads through hc stay streams.
+	rpc := &http.Client{Transport: rpcTransport{base: hc.Transport}}
 	return &Client{
 		token: token,
 		hc:    hc,
-		proc:  processconnect.NewProcessClient(hc, baseURL),
-		fs:    filesystemconnect.NewFilesystemClient(hc, baseURL),
+		proc:  processconnect.NewProcessClient(rpc, baseURL, connectOptions()...),
+		fs:    filesystemconnect.NewFilesystemClient(rpc, baseURL, connectOptions()...),
 	}
 }
 
@@ -104,7 +101,8 @@ func (c *Client) Health(ctx context.Context) error {
 // Transport is the client's round tripper: it reaches this agent whatever
 // the request's host, and adds the agent token. A facade that forwards
 // envd requests unchanged proxies through it (any X-Access-Token the caller
-// sent is replaced).
+// sent is replaced). Reply headers are bounded; bodies are streams the
+// proxy copies through, so they are not.
 func (c *Client) Transport() http.RoundTripper { return c.hc.Transport }
 
 // BaseURL is the URL prefix requests through Transport use.
@@ -139,6 +137,6 @@ func (e *HTTPError) Is(target error) bool {
 }
 
 func httpError(resp *http.Response) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10)) // the rest is dropped with the connection
 	return &HTTPError{StatusCode: resp.StatusCode, Message: strings.TrimSpace(string(b))}
 }

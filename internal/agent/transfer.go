@@ -25,7 +25,15 @@ func (c *Client) Upload(ctx context.Context, path string, r io.Reader, user stri
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("agent: upload %s: %w", path, httpError(resp))
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	// The answer is a short JSON list of what was written; read it to the
+	// end so that the connection is reused, but never more than that.
+	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxReplyBytes+1))
+	if err != nil {
+		return fmt.Errorf("agent: upload %s: read answer: %w", path, err)
+	}
+	if n > maxReplyBytes {
+		return fmt.Errorf("agent: upload %s: %w", path, ErrReplyTooLarge)
+	}
 	return nil
 }
 

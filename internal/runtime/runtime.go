@@ -85,6 +85,10 @@ var (
 	// ErrAgentNotReady: the agent did not answer its health check in time,
 	// or the sandbox stopped before it did. See AgentNotReadyError.
 	ErrAgentNotReady = errors.New("sandbox agent not ready")
+	// ErrAgentImpostor: something other than the sandbox's agent answers
+	// on its socket (code in the sandbox replaced it). The connection is
+	// refused, never used.
+	ErrAgentImpostor = errors.New("agent socket answered by a process other than the sandbox's agent")
 )
 
 // AgentNotReadyError is returned (wrapped) when a sandbox's agent does not
@@ -141,6 +145,13 @@ const (
 	AgentSocketName = "agent.sock"
 	// AgentSocketPath is the agent's socket inside the sandbox.
 	AgentSocketPath = AgentSocketDir + "/" + AgentSocketName
+	// AgentHandoffName is the socket, beside the agent socket, over which
+	// a runtime that mounts the socket directory read-only hands the
+	// agent its socket (package agent/handoff).
+	AgentHandoffName = "handoff.sock"
+	// EnvAgentHandoff tells the agent the handoff socket's path inside
+	// the sandbox; without it the agent creates its socket itself.
+	EnvAgentHandoff = "SANDBOXD_AGENT_HANDOFF"
 	// EnvAgentToken carries the agent token to the agent, which unsets it.
 	EnvAgentToken = "SANDBOXD_AGENT_TOKEN"
 	// EnvAgentSocket overrides the agent's socket path (tests only; the
@@ -174,7 +185,8 @@ type Spec struct {
 	// PidsLimit bounds the number of processes; 0 means no limit.
 	PidsLimit int64
 	// Env is added to the sandbox's environment (the agent's, which its
-	// processes inherit). Keys must be valid and must not be EnvAgentToken.
+	// processes inherit). Keys must be valid and must not be EnvAgentToken
+	// or EnvAgentHandoff.
 	Env map[string]string
 	// Labels are added to the container's labels; keys may not start with
 	// LabelPrefix.
@@ -273,7 +285,7 @@ func (s Spec) Validate() error {
 		switch {
 		case !envKeyPattern.MatchString(k):
 			errs = append(errs, fmt.Errorf("env key %q is not a valid name", k))
-		case k == EnvAgentToken:
+		case k == EnvAgentToken || k == EnvAgentHandoff:
 			errs = append(errs, fmt.Errorf("env key %s is reserved", k))
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -26,8 +27,26 @@ import (
 // ErrRefused is a port inside the sandbox that nobody listens on.
 var ErrRefused = errors.New("tunnel: connection refused inside the sandbox")
 
+// ErrAnswerTooLarge is a CONNECT answer whose headers exceed the bound: not
+// the agent's.
+var ErrAnswerTooLarge = errors.New("tunnel: CONNECT answer too large")
+
 // dialTimeout bounds the agent's dial of the in-sandbox port.
 const dialTimeout = 5 * time.Second
+
+// What Dial reads of the agent's answer is bounded: whatever answers on
+// the agent socket may be hostile (the sandbox may have replaced the
+// agent), and an answer whose headers never end would otherwise grow the
+// daemon's memory without limit.
+const (
+	// maxAnswerBytes bounds the CONNECT answer's status line and headers;
+	// the agent's are under 200 bytes.
+	maxAnswerBytes = 16 << 10
+	// handshakeTimeout bounds sending CONNECT and reading the answer when
+	// the caller's context sets no sooner deadline; the agent answers
+	// within its own dialTimeout.
+	handshakeTimeout = 2 * dialTimeout
+)
 
 // Handler serves CONNECT requests for loopback ports of this sandbox. Any
 // other target host is refused: the tunnel reaches the sandbox's own
@@ -78,21 +97,33 @@ func Handler() http.Handler {
 // the returned connection carries the raw TCP stream; on failure conn is
 // closed. A port nobody listens on is ErrRefused.
 func Dial(ctx context.Context, conn net.Conn, token string, port int) (net.Conn, error) {
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(deadline)
+	deadline := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
+	_ = conn.SetDeadline(deadline)
+	// A cancelled context ends the handshake too.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\nX-Access-Token: " + token + "\r\n\r\n"
 	if _, err := io.WriteString(conn, req); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("tunnel: send CONNECT: %w", err)
 	}
-	br := bufio.NewReader(conn)
+	// The answer is read through a limit that is lifted once it is parsed:
+	// from then on the bytes are the sandbox port's stream.
+	lr := &io.LimitedReader{R: conn, N: maxAnswerBytes}
+	br := bufio.NewReader(lr)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
 		conn.Close()
+		if lr.N <= 0 {
+			err = fmt.Errorf("%w (more than %d bytes)", ErrAnswerTooLarge, maxAnswerBytes)
+		}
 		return nil, fmt.Errorf("tunnel: read CONNECT answer: %w", err)
 	}
+	lr.N = math.MaxInt64
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		conn.Close()
@@ -100,6 +131,10 @@ func Dial(ctx context.Context, conn net.Conn, token string, port int) (net.Conn,
 			return nil, fmt.Errorf("%w: port %d: %s", ErrRefused, port, body)
 		}
 		return nil, fmt.Errorf("tunnel: CONNECT %s: %s: %s", target, resp.Status, body)
+	}
+	if !stop() { // the context ended: its deadline may already be set
+		conn.Close()
+		return nil, fmt.Errorf("tunnel: CONNECT %s: %w", target, ctx.Err())
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return &bufferedConn{Conn: conn, r: br}, nil

@@ -46,9 +46,23 @@ func (r *Runtime) DialAgent(ctx context.Context, sandboxID string) (net.Conn, er
 	if _, err := os.Stat(r.SocketDir(sandboxID)); errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("dial agent of sandbox %s: %w", sandboxID, runtime.ErrNotFound)
 	}
-	conn, err := dialSocket(ctx, r.AgentSocketPath(sandboxID))
+	conn, err := r.dialAgent(ctx, sandboxID)
 	if err != nil {
 		return nil, fmt.Errorf("dial agent of sandbox %s: %w", sandboxID, err)
+	}
+	return conn, nil
+}
+
+// dialAgent connects to the sandbox's agent socket and refuses the
+// connection unless the agent is what answers (checkPeer).
+func (r *Runtime) dialAgent(ctx context.Context, sandboxID string) (net.Conn, error) {
+	conn, err := dialSocket(ctx, r.AgentSocketPath(sandboxID))
+	if err != nil {
+		return nil, err
+	}
+	if err := r.checkPeer(ctx, sandboxID, conn); err != nil {
+		conn.Close()
+		return nil, err
 	}
 	return conn, nil
 }
@@ -58,13 +72,14 @@ func (r *Runtime) DialAgent(ctx context.Context, sandboxID string) (net.Conn, er
 var errNotASocket = errors.New("agent socket path is not a socket")
 
 // dialSocket connects to the unix socket at path without following
-// anything the sandbox can plant there. The socket directory is writable
-// from inside the sandbox (the agent creates its socket in it), so a
-// process there could swap agent.sock for a symlink to a host socket — the
-// Docker engine's, say — and the daemon, which runs as root, would dial it.
-// So: open the path itself with O_PATH|O_NOFOLLOW (a symlink fails), check
-// the opened inode is a socket, and connect through /proc/self/fd, which
-// names exactly that inode: nothing can be swapped between check and use.
+// anything planted there. The socket directory is read-only inside the
+// sandbox, but it was writable before, and a sandbox that could write it
+// could swap agent.sock for a symlink to a host socket — the Docker
+// engine's, say — which the daemon, running as root, would dial. So, as a
+// second line: open the path itself with O_PATH|O_NOFOLLOW (a symlink
+// fails), check the opened inode is a socket, and connect through
+// /proc/self/fd, which names exactly that inode: nothing can be swapped
+// between check and use.
 func dialSocket(ctx context.Context, path string) (net.Conn, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -140,10 +155,9 @@ func (r *Runtime) waitAgentReady(ctx context.Context, sandboxID string) error {
 // agentHTTPClient is an HTTP client whose every connection is the sandbox's
 // agent socket.
 func (r *Runtime) agentHTTPClient(sandboxID string) *http.Client {
-	sock := r.AgentSocketPath(sandboxID)
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialSocket(ctx, sock)
+			return r.dialAgent(ctx, sandboxID)
 		},
 		DisableKeepAlives: true,
 	}}

@@ -87,6 +87,9 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	cpuPrevs map[string]cpuSample // last Stats sample per sandbox id
+	pids     map[string]int       // host pid of each sandbox's agent (boot.go)
+
+	boots [bootLockStripes]sync.Mutex // see bootLock
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -124,7 +127,7 @@ func New(opts Options) (*Runtime, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Runtime{cli: opts.Client, opts: opts, log: log, cpuPrevs: make(map[string]cpuSample)}
+	r := &Runtime{cli: opts.Client, opts: opts, log: log, cpuPrevs: make(map[string]cpuSample), pids: make(map[string]int)}
 	if r.cli == nil {
 		cli, err := client.New(client.FromEnv)
 		if err != nil {
@@ -186,7 +189,8 @@ func checkID(id string) error {
 
 // Create implements runtime.Runtime. Its steps, each undone on a later
 // failure: the socket directory (only when this call made it), the container
-// (create), start, agent readiness.
+// (create), the agent's sockets, start, the socket handoff and agent
+// readiness (boot.go).
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
 	id := spec.SandboxID
 	if err := spec.Validate(); err != nil {
@@ -255,16 +259,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	containerID = created.ID
-	// The socket dir may predate this call (crash leftovers): a stale socket
-	// file would only delay readiness, drop it.
-	if err := os.Remove(filepath.Join(sockDir, runtime.AgentSocketName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return runtime.Instance{}, fmt.Errorf("create sandbox %s: remove stale socket: %w", id, err)
-	}
 
-	if _, err := r.cli.ContainerStart(ctx, containerID, client.ContainerStartOptions{}); err != nil {
-		return runtime.Instance{}, fmt.Errorf("create sandbox %s: start: %w", id, err)
-	}
-	if err := r.waitAgentReady(ctx, id); err != nil {
+	lock := r.bootLock(id)
+	lock.Lock()
+	defer lock.Unlock()
+	if err := r.startAgent(ctx, id, func() error {
+		_, err := r.cli.ContainerStart(ctx, containerID, client.ContainerStartOptions{})
+		return err
+	}); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	return runtime.Instance{SandboxID: id, ContainerID: containerID, State: runtime.StateRunning}, nil
@@ -294,11 +296,12 @@ func (r *Runtime) findAttempt(ctx context.Context, name, attempt string) string 
 }
 
 func (r *Runtime) containerConfig(spec runtime.Spec, attempt string) *container.Config {
-	env := make([]string, 0, len(spec.Env)+1)
+	env := make([]string, 0, len(spec.Env)+2)
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
 	}
-	env = append(env, runtime.EnvAgentToken+"="+spec.AgentToken)
+	env = append(env, runtime.EnvAgentToken+"="+spec.AgentToken,
+		runtime.EnvAgentHandoff+"="+runtime.AgentSocketDir+"/"+runtime.AgentHandoffName)
 
 	labels := make(map[string]string, len(spec.Labels)+3)
 	maps.Copy(labels, spec.Labels)
@@ -332,7 +335,10 @@ func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostC
 	noInit := false
 	mounts := []mount.Mount{
 		{Type: mount.TypeBind, Source: spec.AgentBinary, Target: runtime.AgentPath, ReadOnly: true},
-		{Type: mount.TypeBind, Source: sockDir, Target: runtime.AgentSocketDir},
+		// Read-only: nothing in the sandbox may replace the agent's socket
+		// or write to the host's disk through it; the agent gets its
+		// socket from the daemon (boot.go) and connecting needs no write.
+		{Type: mount.TypeBind, Source: sockDir, Target: runtime.AgentSocketDir, ReadOnly: true},
 	}
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.HostPath, Target: m.Path, ReadOnly: m.ReadOnly})
@@ -406,10 +412,26 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 	if err := checkID(sandboxID); err != nil {
 		return err
 	}
-	if _, err := r.cli.ContainerStart(ctx, sandboxID, client.ContainerStartOptions{}); err != nil {
-		return fmt.Errorf("start sandbox %s: %w", sandboxID, notFound(err))
+	lock := r.bootLock(sandboxID)
+	lock.Lock()
+	defer lock.Unlock()
+	// A running sandbox keeps its agent, and the agent its socket: a new
+	// boot would replace the socket under it.
+	st, err := r.Inspect(ctx, sandboxID)
+	switch {
+	case err != nil:
+		return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
+	case st.State == runtime.StateMissing:
+		return fmt.Errorf("start sandbox %s: %w", sandboxID, runtime.ErrNotFound)
+	case st.State == runtime.StateRunning:
+		err = r.waitAgentReady(ctx, sandboxID)
+	default:
+		err = r.startAgent(ctx, sandboxID, func() error {
+			_, err := r.cli.ContainerStart(ctx, sandboxID, client.ContainerStartOptions{})
+			return notFound(err)
+		})
 	}
-	if err := r.waitAgentReady(ctx, sandboxID); err != nil {
+	if err != nil {
 		return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
 	}
 	return nil
@@ -421,7 +443,9 @@ func (r *Runtime) Stop(ctx context.Context, sandboxID string) error {
 		return err
 	}
 	timeout := int(math.Ceil(r.opts.StopTimeout.Seconds()))
-	if _, err := r.cli.ContainerStop(ctx, sandboxID, client.ContainerStopOptions{Timeout: &timeout}); err != nil {
+	_, err := r.cli.ContainerStop(ctx, sandboxID, client.ContainerStopOptions{Timeout: &timeout})
+	r.forgetPID(sandboxID) // whatever happened, the next pid comes from the engine
+	if err != nil {
 		return fmt.Errorf("stop sandbox %s: %w", sandboxID, notFound(err))
 	}
 	return nil
@@ -437,6 +461,7 @@ func (r *Runtime) Destroy(ctx context.Context, sandboxID string) error {
 	}
 	r.mu.Lock()
 	delete(r.cpuPrevs, sandboxID)
+	delete(r.pids, sandboxID)
 	r.mu.Unlock()
 	if err := os.RemoveAll(r.SocketDir(sandboxID)); err != nil {
 		return fmt.Errorf("destroy sandbox %s: remove socket dir: %w", sandboxID, err)

@@ -32,6 +32,7 @@ var (
 	env struct {
 		cli        *client.Client
 		agent      string // agent binary
+		fake       string // runtimetest/fakeagent binary
 		socketRoot string
 	}
 	setupErr error
@@ -83,6 +84,9 @@ func setup(dir string) error {
 	}
 	if env.agent, err = runtimetest.BuildAgent(ctx, dir); err != nil {
 		return fmt.Errorf("agent: %w", err)
+	}
+	if env.fake, err = runtimetest.BuildFakeAgent(ctx, dir); err != nil {
+		return fmt.Errorf("fake agent: %w", err)
 	}
 	env.socketRoot = filepath.Join(dir, "s")
 	return nil

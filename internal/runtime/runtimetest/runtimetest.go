@@ -45,13 +45,28 @@ func BuildAgent(ctx context.Context, dir string) (string, error) {
 		}
 		return abs, nil
 	}
-	out := filepath.Join(dir, "toolboxd")
+	return buildStatic(ctx, filepath.Join(dir, "toolboxd"), AgentModule)
+}
+
+// FakeAgentModule is a hostile stand-in for the agent (see its package
+// documentation), built by BuildFakeAgent.
+const FakeAgentModule = "github.com/sandboxd/sandboxd/internal/runtime/runtimetest/fakeagent"
+
+// BuildFakeAgent builds FakeAgentModule, static, into dir and returns its
+// path. Tests run it inside a sandbox to play an attacker answering on an
+// agent socket.
+func BuildFakeAgent(ctx context.Context, dir string) (string, error) {
+	return buildStatic(ctx, filepath.Join(dir, "fakeagent"), FakeAgentModule)
+}
+
+// buildStatic runs `CGO_ENABLED=0 go build` of pkg into out.
+func buildStatic(ctx context.Context, out, pkg string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, AgentModule)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", AgentModule, err, b)
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
 	return out, nil
 }

@@ -1,0 +1,185 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/agent/handoff"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+)
+
+// The agent socket directory is mounted read-only in the sandbox (nothing
+// there may replace the socket or fill the directory), so the daemon
+// makes the agent's socket and hands it over at every boot; see package
+// agent/handoff. Afterwards every connection to the socket is checked:
+// its peer must be the process the engine reports as the container's
+// init, the agent. The pid is cached per sandbox, set at each boot and
+// looked up again whenever a peer does not match it.
+
+// bootLockStripes spreads the per-sandbox boot locks over a fixed set of
+// mutexes: no map entry to clean up, and unrelated sandboxes rarely share
+// one (a boot takes milliseconds).
+const bootLockStripes = 64
+
+// bootLock serializes the boots (Create's and Start's) of one sandbox: two
+// boots at once would each replace the other's sockets.
+func (r *Runtime) bootLock(sandboxID string) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(sandboxID))
+	return &r.boots[h.Sum32()%bootLockStripes]
+}
+
+// boot is one handoff of a fresh agent socket, prepared before the
+// container starts so that the agent finds it at once.
+type boot struct {
+	dir  string
+	sock *os.File          // the agent socket: bound, not listening
+	ln   *net.UnixListener // the handoff socket
+}
+
+// prepareBoot replaces whatever sockets an earlier run left in the
+// sandbox's socket directory with a fresh agent socket and a handoff
+// listener.
+func prepareBoot(dir string) (*boot, error) {
+	agentPath := filepath.Join(dir, runtime.AgentSocketName)
+	handoffPath := filepath.Join(dir, runtime.AgentHandoffName)
+	for _, p := range []string{agentPath, handoffPath} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	sock, err := handoff.Bind(agentPath)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: handoffPath, Net: "unix"})
+	if err == nil {
+		err = os.Chmod(handoffPath, 0o600)
+	}
+	if err != nil {
+		sock.Close()
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, fmt.Errorf("handoff socket: %w", err)
+	}
+	return &boot{dir: dir, sock: sock, ln: ln}, nil
+}
+
+// close ends the handoff: the listener goes (and its file with it), and
+// the daemon's copy of the agent socket, which the agent holds its own
+// copy of once the handoff happened.
+func (b *boot) close() {
+	b.ln.Close() // removes handoff.sock: net.ListenUnix made it
+	b.sock.Close()
+}
+
+// startAgent starts the sandbox's container with start and returns once
+// its agent answers, handing the agent its socket on the way. The caller
+// holds the sandbox's boot lock.
+func (r *Runtime) startAgent(ctx context.Context, sandboxID string, start func() error) error {
+	r.forgetPID(sandboxID)
+	b, err := prepareBoot(r.SocketDir(sandboxID))
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	if err := start(); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	offerCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	// Without a pid (the container already exited, or the engine did not
+	// answer) there is nobody to hand the socket to; readiness below
+	// reports why.
+	if pid, err := r.enginePID(ctx, sandboxID); err == nil {
+		r.setPID(sandboxID, pid)
+		wg.Go(func() { r.offer(offerCtx, sandboxID, b, pid) })
+	}
+	return r.waitAgentReady(ctx, sandboxID)
+}
+
+func (r *Runtime) offer(ctx context.Context, sandboxID string, b *boot, pid int) {
+	err := handoff.Offer(ctx, b.ln, b.sock, pid, func(peer int) {
+		r.log.Warn("agent socket handoff refused to a process other than the sandbox's agent",
+			"sandbox", sandboxID, "peer_pid", peer, "agent_pid", pid)
+	})
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("agent socket handoff", "sandbox", sandboxID, "err", err)
+	}
+}
+
+// enginePID is the host pid of the sandbox's init process (the agent), as
+// the engine reports it; an error when the container is not running.
+func (r *Runtime) enginePID(ctx context.Context, sandboxID string) (int, error) {
+	res, err := r.cli.ContainerInspect(ctx, sandboxID, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return 0, runtime.ErrNotFound
+	}
+	if err != nil {
+		return 0, err
+	}
+	if s := res.Container.State; s == nil || !s.Running || s.Pid <= 0 {
+		return 0, errors.New("container is not running")
+	}
+	return res.Container.State.Pid, nil
+}
+
+func (r *Runtime) cachedPID(sandboxID string) (int, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, ok := r.pids[sandboxID]
+	return pid, ok
+}
+
+func (r *Runtime) setPID(sandboxID string, pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pids[sandboxID] = pid
+}
+
+func (r *Runtime) forgetPID(sandboxID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pids, sandboxID)
+}
+
+// checkPeer refuses conn, a connection to the sandbox's agent socket,
+// unless the process listening on it is the sandbox's agent. A peer that
+// is not the cached pid is compared once more with a fresh answer from
+// the engine: the pid is not cached after a daemon restart, and changes
+// when the container was restarted behind the runtime's back.
+func (r *Runtime) checkPeer(ctx context.Context, sandboxID string, conn net.Conn) error {
+	got, err := handoff.PeerPID(conn)
+	if err != nil {
+		return err
+	}
+	if want, ok := r.cachedPID(sandboxID); ok && got == want {
+		return nil
+	}
+	want, err := r.enginePID(ctx, sandboxID)
+	if err != nil {
+		return fmt.Errorf("check the agent socket's peer: %w", err)
+	}
+	r.setPID(sandboxID, want)
+	switch got {
+	case want:
+		return nil
+	case 0:
+		return fmt.Errorf("%w: the peer's pid is not visible here (sandboxd must share the engine's pid namespace)", runtime.ErrAgentImpostor)
+	}
+	r.log.Warn("agent socket answered by a process other than the sandbox's agent: refused",
+		"sandbox", sandboxID, "peer_pid", got, "agent_pid", want)
+	return fmt.Errorf("%w: peer pid %d, agent pid %d", runtime.ErrAgentImpostor, got, want)
+}
