@@ -263,7 +263,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	lock := r.bootLock(id)
 	lock.Lock()
 	defer lock.Unlock()
-	if err := r.startAgent(ctx, id, func() error {
+	if err := r.startAgent(ctx, id, spec.Isolation == runtime.IsolationGVisor, func() error {
 		_, err := r.cli.ContainerStart(ctx, containerID, client.ContainerStartOptions{})
 		return err
 	}); err != nil {
@@ -300,8 +300,10 @@ func (r *Runtime) containerConfig(spec runtime.Spec, attempt string) *container.
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
 	}
-	env = append(env, runtime.EnvAgentToken+"="+spec.AgentToken,
-		runtime.EnvAgentHandoff+"="+runtime.AgentSocketDir+"/"+runtime.AgentHandoffName)
+	env = append(env, runtime.EnvAgentToken+"="+spec.AgentToken)
+	if spec.Isolation != runtime.IsolationGVisor { // see startAgent
+		env = append(env, runtime.EnvAgentHandoff+"="+runtime.AgentSocketDir+"/"+runtime.AgentHandoffName)
+	}
 
 	labels := make(map[string]string, len(spec.Labels)+3)
 	maps.Copy(labels, spec.Labels)
@@ -338,7 +340,8 @@ func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostC
 		// Read-only: nothing in the sandbox may replace the agent's socket
 		// or write to the host's disk through it; the agent gets its
 		// socket from the daemon (boot.go) and connecting needs no write.
-		{Type: mount.TypeBind, Source: sockDir, Target: runtime.AgentSocketDir, ReadOnly: true},
+		// Under gVisor the agent makes its own (see startAgent).
+		{Type: mount.TypeBind, Source: sockDir, Target: runtime.AgentSocketDir, ReadOnly: spec.Isolation != runtime.IsolationGVisor},
 	}
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.HostPath, Target: m.Path, ReadOnly: m.ReadOnly})
@@ -426,7 +429,11 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 	case st.State == runtime.StateRunning:
 		err = r.waitAgentReady(ctx, sandboxID)
 	default:
-		err = r.startAgent(ctx, sandboxID, func() error {
+		var gvisor bool
+		if gvisor, err = r.underGVisor(ctx, sandboxID); err != nil {
+			return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
+		}
+		err = r.startAgent(ctx, sandboxID, gvisor, func() error {
 			_, err := r.cli.ContainerStart(ctx, sandboxID, client.ContainerStartOptions{})
 			return notFound(err)
 		})

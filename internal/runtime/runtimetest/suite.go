@@ -390,11 +390,11 @@ func (s *suite) testCreateContract(t *testing.T) {
 	}
 	wantMounts := map[string]Mount{
 		runtime.AgentPath:      {Source: spec.AgentBinary, Target: runtime.AgentPath, ReadOnly: true},
-		runtime.AgentSocketDir: {Target: runtime.AgentSocketDir, ReadOnly: true},
+		runtime.AgentSocketDir: {Target: runtime.AgentSocketDir, ReadOnly: s.cfg.Isolation != runtime.IsolationGVisor},
 		"/mnt/data":            {Source: data, Target: "/mnt/data", ReadOnly: true},
 	}
 	if s.cfg.SocketDir != nil {
-		wantMounts[runtime.AgentSocketDir] = Mount{Source: s.cfg.SocketDir(id), Target: runtime.AgentSocketDir, ReadOnly: true}
+		wantMounts[runtime.AgentSocketDir] = Mount{Source: s.cfg.SocketDir(id), Target: runtime.AgentSocketDir, ReadOnly: s.cfg.Isolation != runtime.IsolationGVisor}
 	}
 	got := map[string]Mount{}
 	for _, m := range f.Mounts {
