@@ -17,4 +17,5 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 scripts/setup-docker.sh
+scripts/setup-gvisor.sh
 scripts/build-images.sh

@@ -4,6 +4,10 @@
 //	create → agent ready   runtime.Create (create + start + first GET /health answered)
 //	docker run --rm true   the docker CLI creating, starting, waiting for and removing a container
 //
+// and, when the engine has runsc (scripts/setup-gvisor.sh), gVisor beside
+// runc: create → agent ready, and an agent exec round trip of `true` in a
+// running sandbox of each.
+//
 // Samples of the two are interleaved so that drift on a noisy machine hits
 // both alike. Usage (from the repository root; scripts/bench.sh runs it):
 //
@@ -23,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -34,6 +39,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 )
@@ -124,9 +130,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 				return dockerRun(ctx, cfg.image)
 			}},
 		},
-		// Seam: the agent engineer adds {name: "exec", agent exec round trip,
-		// docker exec of the same command} here.
 	}
+	gv, err := gvisorPairs(ctx, rt, cfg.image, agent)
+	if err != nil {
+		return err
+	}
+	defer gv.close()
+	pairs = append(pairs, gv.pairs...)
 	if cfg.only != "" {
 		want := strings.Split(cfg.only, ",")
 		pairs = slices.DeleteFunc(pairs, func(p pair) bool { return !slices.Contains(want, p.name) })
@@ -183,12 +193,21 @@ func samplePair(ctx context.Context, p pair, n, warmup int) (subj, base []time.D
 }
 
 func createReady(ctx context.Context, rt *docker.Runtime, image, agent string) (time.Duration, error) {
+	return createReadyIn(ctx, rt, image, agent, runtime.IsolationContainer)
+}
+
+// benchSpec is the sandbox every measurement makes: limits gVisor accepts.
+func benchSpec(id, image, agent string, iso runtime.Isolation) runtime.Spec {
+	return runtime.Spec{
+		SandboxID: id, Image: image, AgentBinary: agent, AgentToken: "bench-" + id,
+		CPU: 1, MemoryMB: runtime.MinGVisorMemoryMB, PidsLimit: runtime.MinGVisorPidsLimit, Isolation: iso,
+	}
+}
+
+func createReadyIn(ctx context.Context, rt *docker.Runtime, image, agent string, iso runtime.Isolation) (time.Duration, error) {
 	id := newID()
 	start := time.Now()
-	_, err := rt.Create(ctx, runtime.Spec{
-		SandboxID: id, Image: image, AgentBinary: agent, AgentToken: "bench-" + id,
-		CPU: 1, MemoryMB: 256, PidsLimit: 256,
-	})
+	_, err := rt.Create(ctx, benchSpec(id, image, agent, iso))
 	d := time.Since(start)
 	// Untimed; with a fresh context so an interrupt still cleans up.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -246,3 +265,78 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+// gvisorSet is the gVisor measurements and the sandboxes they exec in.
+type gvisorSet struct {
+	pairs []pair
+	close func()
+}
+
+// gvisorPairs returns the gVisor-beside-runc measurements, none when the
+// engine has no runsc. It starts one sandbox of each isolation for the
+// exec round trips; close destroys them.
+func gvisorPairs(ctx context.Context, rt *docker.Runtime, image, agentPath string) (gvisorSet, error) {
+	isos, err := rt.Isolations(ctx)
+	if err != nil {
+		return gvisorSet{}, err
+	}
+	if !slices.Contains(isos, runtime.IsolationGVisor) {
+		fmt.Fprintln(os.Stderr, "runtimebench: the engine has no runsc: gVisor measurements skipped (scripts/setup-gvisor.sh)")
+		return gvisorSet{close: func() {}}, nil
+	}
+	var ids []string
+	closeAll := func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		for _, id := range ids {
+			_ = rt.Destroy(dctx, id)
+		}
+	}
+	clientIn := func(iso runtime.Isolation) (*agent.Client, error) {
+		id := newID()
+		ids = append(ids, id)
+		if _, err := rt.Create(ctx, benchSpec(id, image, agentPath, iso)); err != nil {
+			return nil, err
+		}
+		return agent.NewClient(func(ctx context.Context) (net.Conn, error) { return rt.DialAgent(ctx, id) }, "bench-"+id), nil
+	}
+	runc, err := clientIn(runtime.IsolationContainer)
+	if err != nil {
+		closeAll()
+		return gvisorSet{}, err
+	}
+	gvisor, err := clientIn(runtime.IsolationGVisor)
+	if err != nil {
+		closeAll()
+		return gvisorSet{}, err
+	}
+	execTrue := func(c *agent.Client) func(ctx context.Context) (time.Duration, error) {
+		return func(ctx context.Context) (time.Duration, error) {
+			start := time.Now()
+			res, err := c.Exec(ctx, agent.ExecRequest{Cmd: []string{"true"}})
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("true exited %d", res.ExitCode)
+			}
+			return time.Since(start), err
+		}
+	}
+	return gvisorSet{
+		pairs: []pair{
+			{
+				name: "boot-gvisor",
+				subject: measurement{"gVisor: create → agent ready", func(ctx context.Context) (time.Duration, error) {
+					return createReadyIn(ctx, rt, image, agentPath, runtime.IsolationGVisor)
+				}},
+				baseline: measurement{"runc: create → agent ready", func(ctx context.Context) (time.Duration, error) {
+					return createReadyIn(ctx, rt, image, agentPath, runtime.IsolationContainer)
+				}},
+			},
+			{
+				name:     "exec-gvisor",
+				subject:  measurement{"gVisor: agent exec `true` round trip", execTrue(gvisor)},
+				baseline: measurement{"runc: agent exec `true` round trip", execTrue(runc)},
+			},
+		},
+		close: func() { runc.Close(); gvisor.Close(); closeAll() },
+	}, nil
+}

@@ -51,7 +51,7 @@ func (c *cli) portsCmd() *cobra.Command {
 		},
 	}
 	expose.Flags().StringVar(&protocol, "protocol", "http", "http, tcp or tls")
-	expose.Flags().BoolVar(&public, "public", false, "reachable without a token")
+	expose.Flags().BoolVar(&public, "public", false, "reachable without a token (required for tcp and tls, which carry none)")
 	cmd.AddCommand(
 		&cobra.Command{
 			Use:     "ls <id|name>",

@@ -21,13 +21,17 @@ func (c *cli) tokenCmd() *cobra.Command {
 		},
 	}
 	var req sandboxd.CreateTokenRequest
+	var quota sandboxd.Quota
 	create := &cobra.Command{
-		Use:   "create --name NAME [--role admin|user] [--owner OWNER]",
+		Use:   "create --name NAME [--role admin|user] [--owner OWNER] [--max-sandboxes N] [--max-cpu C] [--max-memory-mb M]",
 		Short: "Create an API token and print its secret (shown only once)",
 		Args:  args(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if req.Name == "" {
 				return usagef(cmd, "--name is required")
+			}
+			if quota != (sandboxd.Quota{}) {
+				req.Quota = &quota
 			}
 			cl, err := c.client()
 			if err != nil {
@@ -47,6 +51,9 @@ func (c *cli) tokenCmd() *cobra.Command {
 	create.Flags().StringVar(&req.Name, "name", "", "what the token is for")
 	create.Flags().StringVar((*string)(&req.Role), "role", string(sandboxd.RoleUser), "admin or user")
 	create.Flags().StringVar(&req.Owner, "owner", "", "tenant whose sandboxes a user token manages")
+	create.Flags().Int64Var(&quota.Sandboxes, "max-sandboxes", 0, "sandboxes the owner may run at once (user tokens; 0: the daemon's default)")
+	create.Flags().Float64Var(&quota.CPU, "max-cpu", 0, "CPU cores the owner's sandboxes may hold at once")
+	create.Flags().Int64Var(&quota.MemoryMB, "max-memory-mb", 0, "memory in MB the owner's sandboxes may hold at once")
 	cmd.AddCommand(
 		create,
 		&cobra.Command{

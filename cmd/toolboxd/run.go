@@ -48,7 +48,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	// container), less the agent's control variables: every process gets it,
 	// under what the request sets.
 	procs := process.New(process.Options{Users: users, Waiter: waiter, AtExec: atExec, Env: sandboxEnv(os.Environ()), Log: log})
-	fsys := filesystem.New(filesystem.Options{Users: users, Log: log})
+	fsys := filesystem.New(filesystem.Options{Users: users, Log: log, Protected: ownPaths(cfg.socket)})
 	defer fsys.Close()
 
 	ln, err := serveSocket(ctx, cfg, log)
@@ -112,8 +112,11 @@ func serveSocket(ctx context.Context, cfg config, log *slog.Logger) (net.Listene
 }
 
 // listen opens the unix socket, replacing a stale one from an earlier run
-// of the sandbox. The socket is 0600: only root (the daemon, through the
-// bind mount) may connect.
+// of the sandbox. The socket is made 0600 (by the umask, before anyone can
+// connect): only root (the daemon, through the bind mount) may connect.
+// Under gVisor the socket is the host's, made by runsc's gofer, which
+// refuses a chmod; its mode is then the gofer's, and a process that
+// reaches it still needs the agent token.
 func listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -121,11 +124,13 @@ func listen(path string) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("listen: remove stale socket: %w", err)
 	}
+	old := unix.Umask(0o177) // called before any other goroutine makes files
 	ln, err := net.Listen("unix", path)
+	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := os.Chmod(path, 0o600); err != nil && !errors.Is(err, unix.EPERM) {
 		ln.Close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
@@ -170,4 +175,14 @@ func sandboxEnv(environ []string) map[string]string {
 		env[k] = v
 	}
 	return env
+}
+
+// ownPaths are the agent's socket directory and its binary: a file call
+// that removed or renamed them would cut the daemon off from the sandbox.
+func ownPaths(socket string) []string {
+	paths := []string{filepath.Dir(socket)}
+	if exe, err := os.Executable(); err == nil {
+		paths = append(paths, exe)
+	}
+	return paths
 }

@@ -21,6 +21,11 @@ var (
 	ErrExceedsBudget = errors.New("admission: request exceeds the host budget")
 	// ErrInvalidRequest means an empty id or a negative amount.
 	ErrInvalidRequest = errors.New("admission: invalid request")
+	// ErrQuotaExceeded matches every [*QuotaError].
+	ErrQuotaExceeded = errors.New("admission: quota exceeded")
+	// ErrExceedsQuota means a request is larger than its owner's whole
+	// quota and can never be admitted under it.
+	ErrExceedsQuota = errors.New("admission: request exceeds the quota")
 )
 
 // Budget is the capacity a host offers to sandboxes.
@@ -29,11 +34,13 @@ type Budget struct {
 	MemoryMB int64
 }
 
+func (b Budget) request() Request { return Request{MilliCPU: b.MilliCPU, MemoryMB: b.MemoryMB} }
+
 // Validate reports a negative dimension. A zero dimension is valid: it
 // admits only requests of zero in that dimension.
 func (b Budget) Validate() error {
 	if b.MilliCPU < 0 || b.MemoryMB < 0 {
-		return fmt.Errorf("admission: budget must not be negative: %s", Request(b))
+		return fmt.Errorf("admission: budget must not be negative: %s", b.request())
 	}
 	return nil
 }
@@ -42,6 +49,9 @@ func (b Budget) Validate() error {
 type Request struct {
 	MilliCPU int64
 	MemoryMB int64
+	// Owner is the tenant the capacity counts against for quotas; it
+	// takes no part in sums.
+	Owner string
 }
 
 func (r Request) String() string {
@@ -49,10 +59,10 @@ func (r Request) String() string {
 }
 
 func (r Request) add(o Request) Request {
-	return Request{r.MilliCPU + o.MilliCPU, r.MemoryMB + o.MemoryMB}
+	return Request{MilliCPU: r.MilliCPU + o.MilliCPU, MemoryMB: r.MemoryMB + o.MemoryMB}
 }
 func (r Request) sub(o Request) Request {
-	return Request{r.MilliCPU - o.MilliCPU, r.MemoryMB - o.MemoryMB}
+	return Request{MilliCPU: r.MilliCPU - o.MilliCPU, MemoryMB: r.MemoryMB - o.MemoryMB}
 }
 
 // fits reports whether r fits within free in every dimension.
@@ -83,9 +93,10 @@ func (e *ExhaustedError) Unwrap() error { return ErrCapacityExhausted }
 type Controller struct {
 	budget Budget
 
-	mu   sync.Mutex
-	held map[string]Request
-	used Request // the sum of held
+	mu     sync.Mutex
+	held   map[string]Request
+	used   Request             // the sum of held
+	owners map[string]ownerUse // held, summed per owner
 }
 
 // New returns a Controller with no reservations. A negative dimension of
@@ -94,22 +105,34 @@ func New(budget Budget) *Controller {
 	return &Controller{
 		budget: Budget{max(budget.MilliCPU, 0), max(budget.MemoryMB, 0)},
 		held:   make(map[string]Request),
+		owners: make(map[string]ownerUse),
 	}
 }
 
-// Reserve holds req for id, or fails and changes nothing.
+// Reserve holds req for id, or fails and changes nothing. It is
+// ReserveWithin with no quota.
+func (c *Controller) Reserve(id string, req Request) error {
+	return c.ReserveWithin(id, req, Quota{})
+}
+
+// ReserveWithin holds req for id if it fits both in what the host has
+// free and in what q leaves req.Owner, or fails and changes nothing. The
+// two checks and the reservation are one step under one lock: of many
+// concurrent calls for one owner, never more are admitted than q allows.
 //
 // It is idempotent: while id holds req, reserving the same req again
-// succeeds without holding more, even on a full host. Reserving a different
-// req for an id that holds one resizes it in place, as one step: the new
-// size must fit beside everyone else's, and if it does not, the old
-// reservation stays.
+// succeeds without holding more, even on a full host or quota. Reserving
+// a different req for an id that holds one resizes it in place, as one
+// step: the new size must fit beside everyone else's, and if it does not,
+// the old reservation stays.
 //
 // Errors: [ErrInvalidRequest] for an empty id or a negative amount,
-// [ErrExceedsBudget] if req is larger than the whole budget, and an
-// [*ExhaustedError] (matching [ErrCapacityExhausted]) if req does not fit
-// in what is free.
-func (c *Controller) Reserve(id string, req Request) error {
+// [ErrExceedsBudget] if req is larger than the whole budget,
+// [ErrExceedsQuota] if it is larger than the whole quota, a
+// [*QuotaError] (matching [ErrQuotaExceeded]) if it does not fit in what
+// the owner's quota leaves, and an [*ExhaustedError] (matching
+// [ErrCapacityExhausted]) if it does not fit in what the host has free.
+func (c *Controller) ReserveWithin(id string, req Request, q Quota) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty id", ErrInvalidRequest)
 	}
@@ -123,20 +146,23 @@ func (c *Controller) Reserve(id string, req Request) error {
 	if ok && old == req {
 		return nil
 	}
-	if !req.fits(Request(c.budget)) {
-		return fmt.Errorf("%w: %s requested for %s, budget %s", ErrExceedsBudget, req, id, Request(c.budget))
+	if !req.fits(c.budget.request()) {
+		return fmt.Errorf("%w: %s requested for %s, budget %s", ErrExceedsBudget, req, id, c.budget.request())
+	}
+	if err := q.admits(c.ownerUseWithout(req.Owner, id), req); err != nil {
+		return err
 	}
 	others := c.used.sub(old)
-	free := Request(c.budget).sub(others)
+	free := c.budget.request().sub(others)
 	if !req.fits(free) {
 		return &ExhaustedError{
 			Requested:  req,
-			Free:       Request{max(free.MilliCPU, 0), max(free.MemoryMB, 0)},
+			Free:       Request{MilliCPU: max(free.MilliCPU, 0), MemoryMB: max(free.MemoryMB, 0)},
 			RetryAfter: retryAfter,
 		}
 	}
-	c.held[id] = req
-	c.used = others.add(req)
+	c.drop(id)
+	c.hold(id, req)
 	return nil
 }
 
@@ -145,31 +171,65 @@ func (c *Controller) Reserve(id string, req Request) error {
 func (c *Controller) Release(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if req, ok := c.held[id]; ok {
-		delete(c.held, id)
-		c.used = c.used.sub(req)
+	c.drop(id)
+}
+
+// hold records req for id; the caller holds mu and id holds nothing.
+func (c *Controller) hold(id string, req Request) {
+	c.held[id] = req
+	c.used = c.used.add(req)
+	u := c.owners[req.Owner]
+	u.sandboxes++
+	u.Request = u.Request.add(req)
+	c.owners[req.Owner] = u
+}
+
+// drop removes id's reservation, if any; the caller holds mu.
+func (c *Controller) drop(id string) {
+	req, ok := c.held[id]
+	if !ok {
+		return
 	}
+	delete(c.held, id)
+	c.used = c.used.sub(req)
+	u := c.owners[req.Owner]
+	u.sandboxes--
+	u.Request = u.Request.sub(req)
+	if u.sandboxes <= 0 {
+		delete(c.owners, req.Owner)
+	} else {
+		c.owners[req.Owner] = u
+	}
+}
+
+// ownerUseWithout is what owner holds, less id's reservation (a resize
+// counts once); the caller holds mu.
+func (c *Controller) ownerUseWithout(owner, id string) ownerUse {
+	u := c.owners[owner]
+	if old, ok := c.held[id]; ok && old.Owner == owner {
+		u.sandboxes--
+		u.Request = u.Request.sub(old)
+	}
+	return u
 }
 
 // Reset replaces every reservation with live: one per id, as read from the
 // sandboxes that exist. Live sandboxes are admitted even beyond the budget
-// (it may have shrunk since they were created); new reservations then fail
-// until enough are released. Negative amounts count as zero.
+// (it may have shrunk since they were created) or their owners' quotas;
+// new reservations then fail until enough are released. Negative amounts
+// count as zero.
 //
 // Reset drops any reservation not in live, including those of creates in
 // flight whose rows are not yet stored. Call it before serving requests, or
 // include the ids of creates in flight in live.
 func (c *Controller) Reset(live map[string]Request) {
-	held := make(map[string]Request, len(live))
-	var used Request
-	for id, req := range live {
-		req = Request{max(req.MilliCPU, 0), max(req.MemoryMB, 0)}
-		held[id] = req
-		used = used.add(req)
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.held, c.used = held, used
+	c.held, c.used, c.owners = make(map[string]Request, len(live)), Request{}, make(map[string]ownerUse)
+	for id, req := range live {
+		req.MilliCPU, req.MemoryMB = max(req.MilliCPU, 0), max(req.MemoryMB, 0)
+		c.hold(id, req)
+	}
 }
 
 // Usage returns the sum of all reservations and the budget. used may exceed

@@ -73,7 +73,7 @@ func TestReserve_ConcurrentSameID(t *testing.T) {
 
 func TestReserve_Idempotent(t *testing.T) {
 	// Room for exactly one: the retry must succeed on a full host.
-	c := admission.New(admission.Budget(small))
+	c := admission.New(admission.Budget{MilliCPU: small.MilliCPU, MemoryMB: small.MemoryMB})
 	for range 3 {
 		if err := c.Reserve("sb-1", small); err != nil {
 			t.Fatalf("Reserve: %v", err)
@@ -161,7 +161,7 @@ func TestReserve_ZeroBudget(t *testing.T) {
 }
 
 func TestRelease_FreesCapacity(t *testing.T) {
-	c := admission.New(admission.Budget(small))
+	c := admission.New(admission.Budget{MilliCPU: small.MilliCPU, MemoryMB: small.MemoryMB})
 	mustReserve(t, c, "a", small)
 	c.Release("a")
 	c.Release("a")     // idempotent

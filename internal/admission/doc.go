@@ -11,4 +11,10 @@
 // Retry-After): capacity comes back as sandboxes end. A request that could
 // never fit, being larger than the whole budget, is [ErrExceedsBudget]
 // (HTTP 400): retrying would not help.
+//
+// Each reservation names its owner, and [Controller.ReserveWithin] also
+// holds it to the owner's [Quota] (count, CPU, memory) in the same locked
+// step, so concurrent requests of one owner never pass the quota together.
+// Past the quota is a [*QuotaError] ([ErrQuotaExceeded], also a 429); larger
+// than the whole quota is [ErrExceedsQuota] (400).
 package admission

@@ -124,7 +124,7 @@ func rawRequest(t *testing.T, sock, method, path, token string) *http.Response {
 // commandSuite is the behaviour of Client command helpers, run against an
 // in-process agent here and against a real container in the docker tests.
 // scratch is a directory the agent may write to.
-func commandSuite(t *testing.T, c *agent.Client, scratch string) {
+func commandSuite(t *testing.T, c *agent.Client, scratch string, lacks ...suiteLack) {
 	t.Run("Exec_StdoutStderrExitCode", func(t *testing.T) {
 		t.Parallel()
 		res, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo out; echo err >&2; exit 7"}})
@@ -203,6 +203,7 @@ func commandSuite(t *testing.T, c *agent.Client, scratch string) {
 	})
 	t.Run("StartProcess_PTY", func(t *testing.T) {
 		t.Parallel()
+		skipIfLacking(t, lacks, lackPTY)
 		p, err := c.StartProcess(t.Context(), agent.StartRequest{
 			Cmd: []string{"/bin/sh", "-c", "read x; stty size"}, PTY: &agent.Size{Cols: 80, Rows: 24},
 		})
@@ -272,6 +273,21 @@ func commandSuite(t *testing.T, c *agent.Client, scratch string) {
 			t.Errorf("List: %v", err)
 		}
 	})
+}
+
+// suiteLack is a feature of the command suite a sandbox does not have,
+// with the reason, so the subtest that needs it skips saying why.
+type suiteLack struct{ feature, why string }
+
+const lackPTY = "pty"
+
+func skipIfLacking(t *testing.T, lacks []suiteLack, feature string) {
+	t.Helper()
+	for _, l := range lacks {
+		if l.feature == feature {
+			t.Skip("skipping: " + l.why)
+		}
+	}
 }
 
 func TestClient_Local(t *testing.T) {

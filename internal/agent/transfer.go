@@ -41,19 +41,27 @@ func (c *Client) Upload(ctx context.Context, path string, r io.Reader, user stri
 // when empty). The caller closes the reader. A missing file is an error for
 // which errors.Is(err, fs.ErrNotExist) holds.
 func (c *Client) Download(ctx context.Context, path, user string) (io.ReadCloser, error) {
+	rc, _, err := c.DownloadSized(ctx, path, user)
+	return rc, err
+}
+
+// DownloadSized is Download that also returns the length the agent
+// declared, or -1 when it streams without one (a kernel file whose stat
+// size is not its length).
+func (c *Client) DownloadSized(ctx context.Context, path, user string) (io.ReadCloser, int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, filesURL(path, user), nil)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("agent: download %s: %w", path, err)
+		return nil, 0, fmt.Errorf("agent: download %s: %w", path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		return nil, fmt.Errorf("agent: download %s: %w", path, httpError(resp))
+		return nil, 0, fmt.Errorf("agent: download %s: %w", path, httpError(resp))
 	}
-	return resp.Body, nil
+	return resp.Body, resp.ContentLength, nil
 }
 
 func filesURL(path, user string) string {

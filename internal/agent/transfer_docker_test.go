@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	fsrpc "github.com/sandboxd/sandboxd/internal/gen/envd/filesystem"
+	"github.com/sandboxd/sandboxd/internal/runtime"
 )
 
 // agentRSS reads the agent's (PID 1's) resident set size in KiB.
@@ -40,7 +41,11 @@ func agentRSS(t *testing.T, s *sandbox) int {
 // below the file's size: nothing is buffered whole.
 func TestDocker_100MBTransferKeepsAgentMemoryBounded(t *testing.T) {
 	t.Parallel()
-	s := sharedSandbox(t)
+	eachIsolation(t, transferKeepsAgentMemoryBounded)
+}
+
+func transferKeepsAgentMemoryBounded(t *testing.T, iso runtime.Isolation) {
+	s := sharedSandbox(t, iso)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	const size = 100 << 20
@@ -78,7 +83,11 @@ func TestDocker_100MBTransferKeepsAgentMemoryBounded(t *testing.T) {
 // sees create, write, rename and remove.
 func TestDocker_WatchDirEvents(t *testing.T) {
 	t.Parallel()
-	s := sharedSandbox(t)
+	eachIsolation(t, watchDirEvents)
+}
+
+func watchDirEvents(t *testing.T, iso runtime.Isolation) {
+	s := sharedSandbox(t, iso)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	dir := "/tmp/watched-" + strconv.Itoa(rand.IntN(1e9))

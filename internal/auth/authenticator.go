@@ -27,6 +27,7 @@ type StoredToken struct {
 	Owner        string
 	SecretSHA256 [32]byte // [Hash] of the whole token
 	Revoked      bool
+	Quota        Quota
 }
 
 // TokenLookup finds a stored token by its hash. It returns an error
@@ -91,7 +92,11 @@ func (a *Authenticator) AuthenticateToken(ctx context.Context, token string) (Pr
 	if err != nil {
 		return Principal{}, unauthenticated(fmt.Sprintf("token %s has an invalid role: %v", id, err))
 	}
-	return Principal{TokenID: st.ID, Role: role, Owner: st.Owner}, nil
+	p := Principal{TokenID: st.ID, Role: role, Owner: st.Owner}
+	if role == RoleUser {
+		p.Quota = st.Quota // admins are unlimited, whatever is stored
+	}
+	return p, nil
 }
 
 func unauthenticated(reason string) error {

@@ -50,9 +50,15 @@ func NewIssuer(tokens TokenStore) *Issuer { return &Issuer{tokens: tokens} }
 // A colliding id is retried with a fresh one; any other failure stores
 // nothing, so the caller may retry.
 func (i *Issuer) Issue(ctx context.Context, role Role, owner, name string) (plaintext string, rec Record, err error) {
+	return i.IssueWithQuota(ctx, role, owner, name, Quota{})
+}
+
+// IssueWithQuota is Issue for a token whose owner may hold at most q (see
+// [Token.Quota]; it does not validate q, the edge does).
+func (i *Issuer) IssueWithQuota(ctx context.Context, role Role, owner, name string, q Quota) (plaintext string, rec Record, err error) {
 	for attempt := 1; ; attempt++ {
 		plaintext, tok, hash := Generate(role, owner)
-		tok.Name = name
+		tok.Name, tok.Quota = name, q
 		rec, err := i.tokens.CreateAPIToken(ctx, Record{Token: tok}, hash)
 		if errors.Is(err, ErrTokenIDTaken) && attempt < issueAttempts {
 			continue

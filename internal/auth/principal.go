@@ -7,6 +7,8 @@ type Principal struct {
 	TokenID string
 	Role    Role
 	Owner   string
+	// Quota is the token's; always zero (unlimited) for an admin.
+	Quota Quota
 }
 
 // IsAdmin reports whether p may manage everything, tokens included.

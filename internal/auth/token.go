@@ -61,6 +61,18 @@ type Token struct {
 	Role  Role
 	Owner string // the tenant whose resources a user token sees
 	Name  string // a label chosen by whoever created the token
+	// Quota bounds what Owner may hold when this token creates or starts
+	// sandboxes; it does not apply to admin tokens.
+	Quota Quota
+}
+
+// Quota is what a user token's owner may hold at once: running
+// sandboxes, their CPU (1000 per core) and memory (MB). A zero field is
+// unlimited.
+type Quota struct {
+	Sandboxes int64
+	MilliCPU  int64
+	MemoryMB  int64
 }
 
 // Generate makes a new token for owner with role, and returns the plaintext

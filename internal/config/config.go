@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/naming"
 )
 
 // Daemon is the whole configuration of one sandboxd process.
@@ -32,6 +34,12 @@ type Daemon struct {
 	NodeID string
 	// Domain is the suffix of preview URLs: <port>-<sandbox-id>.<Domain>.
 	Domain string
+	// APIHosts are the host names clients reach the API by besides the
+	// listen address (behind a proxy, say api.example.com). They are
+	// reserved: no sandbox may bind one as a custom domain, which would
+	// route the API's own traffic into a tenant's sandbox. Normalized
+	// (lowercase, no port, no trailing dot).
+	APIHosts []string
 	// HTTPSListen, when set, serves preview URLs (and the API) over TLS
 	// too: with certificates from ACME when ACMEEmail is set, else from a
 	// local CA whose certificate is written to <data-dir>/preview-ca.pem.
@@ -43,6 +51,9 @@ type Daemon struct {
 	TLSListen string
 	// DefaultImage is used when a create request names no image.
 	DefaultImage string
+	// DefaultRuntime is the runtime of a create that names none: docker
+	// or gvisor.
+	DefaultRuntime string
 	// HostPortLo and HostPortHi bound the pool of host ports that TCP
 	// exposures take (inclusive).
 	HostPortLo, HostPortHi int
@@ -54,27 +65,83 @@ type Daemon struct {
 	SandboxNetwork bool
 	// E2BBodyDedupe turns on deduplication of identical E2B create bodies.
 	E2BBodyDedupe bool
+	// IdleTimeout closes a kept-alive connection that has had no request
+	// for that long.
+	IdleTimeout time.Duration
+	// RequestTimeout bounds a whole request (reading its body, handling
+	// it, writing the answer) on routes that are not streams; exec, file
+	// transfers, envd traffic, WebSockets and preview proxying have none.
+	RequestTimeout time.Duration
+	// MaxConns caps the HTTP connections open at once across the API and
+	// HTTPS listeners; past it new connections wait. 0: a quarter of the
+	// process's open-file limit.
+	MaxConns int
 	// ReconcileEvery is the period of the background reconciler.
 	ReconcileEvery time.Duration
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
+	// DefaultQuota is the quota of user tokens created through the API
+	// without one (zero: unlimited).
+	DefaultQuota Quota
+}
+
+// Quota bounds what one owner holds at once; a zero field is unlimited.
+type Quota struct {
+	Sandboxes, MilliCPU, MemoryMB int64
+}
+
+// ParseQuota reads "sandboxes=N,cpu=C,memory_mb=M" (any subset, cpu in
+// cores; "" is no quota).
+func ParseQuota(s string) (Quota, error) {
+	var q Quota
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(item, "=")
+		if !ok {
+			return Quota{}, fmt.Errorf("quota %q: want key=value", item)
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil || n < 0 || n > 1e12 {
+			return Quota{}, fmt.Errorf("quota %q: want a number from 0 (unlimited)", item)
+		}
+		switch k {
+		case "sandboxes":
+			q.Sandboxes = int64(n)
+		case "cpu":
+			q.MilliCPU = int64(n*1000 + 0.5)
+		case "memory_mb":
+			q.MemoryMB = int64(n)
+		default:
+			return Quota{}, fmt.Errorf("quota %q: keys are sandboxes, cpu and memory_mb", item)
+		}
+	}
+	return q, nil
 }
 
 // Parse reads the daemon's configuration from args (without the program
 // name) and the environment lookup function env (os.LookupEnv in main).
 // Flags win over environment variables, which win over defaults.
 func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
-	d := defaults(env)
+	d, err := defaults(env)
+	if err != nil {
+		return Daemon{}, err
+	}
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
 	fs.StringVar(&d.Listen, "listen", d.Listen, "HTTP listen address (env SANDBOXD_LISTEN)")
 	fs.StringVar(&d.DataDir, "data-dir", d.DataDir, "data directory (env SANDBOXD_DATA_DIR)")
 	fs.StringVar(&d.AgentBinary, "agent-binary", d.AgentBinary, "toolboxd binary mounted into sandboxes (default: beside sandboxd)")
 	fs.StringVar(&d.NodeID, "node-id", d.NodeID, "node id used in container labels (env SANDBOXD_NODE_ID; default: one kept in the data dir)")
 	fs.StringVar(&d.Domain, "domain", d.Domain, "preview URL domain (env SANDBOXD_DOMAIN)")
+	var apiHosts []string
+	fs.Func("api-host", "a host name clients reach the API by, never bindable as a custom domain; repeatable (env SANDBOXD_API_HOSTS, comma-separated)",
+		func(v string) error { apiHosts = append(apiHosts, v); return nil })
 	fs.StringVar(&d.HTTPSListen, "https-listen", d.HTTPSListen, "also serve over TLS on this address (env SANDBOXD_HTTPS_LISTEN; default off)")
 	fs.StringVar(&d.ACMEEmail, "acme-email", d.ACMEEmail, "ACME account email: certificates for --https-listen from ACME instead of a local CA")
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
+	fs.StringVar(&d.DefaultRuntime, "default-runtime", d.DefaultRuntime, "runtime used when a request names none: docker or gvisor (env SANDBOXD_DEFAULT_RUNTIME)")
 	portRange := fmt.Sprintf("%d-%d", d.HostPortLo, d.HostPortHi)
 	if v, ok := env("SANDBOXD_HOST_PORTS"); ok && v != "" {
 		portRange = v // parsed below with the flag, so a bad value is an error too
@@ -84,20 +151,55 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.Int64Var(&d.MemoryMB, "memory-budget", d.MemoryMB, "memory budget in MB for all sandboxes")
 	fs.BoolVar(&d.SandboxNetwork, "sandbox-network", d.SandboxNetwork, "let sandboxes that ask for it have outbound network (env SANDBOXD_SANDBOX_NETWORK)")
 	fs.BoolVar(&d.E2BBodyDedupe, "e2b-body-dedupe", d.E2BBodyDedupe, "deduplicate identical E2B create bodies (env SANDBOXD_E2B_BODY_DEDUPE)")
+	fs.DurationVar(&d.IdleTimeout, "idle-timeout", d.IdleTimeout, "close a kept-alive connection idle this long (env SANDBOXD_IDLE_TIMEOUT)")
+	fs.DurationVar(&d.RequestTimeout, "request-timeout", d.RequestTimeout, "bound on a whole request to a route that is not a stream (env SANDBOXD_REQUEST_TIMEOUT)")
+	fs.IntVar(&d.MaxConns, "max-conns", d.MaxConns, "HTTP connections open at once; 0: a quarter of the open-file limit (env SANDBOXD_MAX_CONNS)")
 	fs.DurationVar(&d.ReconcileEvery, "reconcile-every", d.ReconcileEvery, "period of the reconciler")
 	fs.StringVar(&d.LogLevel, "log-level", d.LogLevel, "debug, info, warn or error")
+	defaultQuota := ""
+	if v, ok := env("SANDBOXD_DEFAULT_QUOTA"); ok {
+		defaultQuota = v
+	}
+	fs.StringVar(&defaultQuota, "default-quota", defaultQuota,
+		"quota of user tokens created without one: sandboxes=N,cpu=C,memory_mb=M (env SANDBOXD_DEFAULT_QUOTA; default unlimited)")
 	if err := fs.Parse(args); err != nil {
 		return Daemon{}, err
 	}
+	q, err := ParseQuota(defaultQuota)
+	if err != nil {
+		return Daemon{}, fmt.Errorf("--default-quota: %w", err)
+	}
+	d.DefaultQuota = q
 	lo, hi, err := parseRange(portRange)
 	if err != nil {
 		return Daemon{}, fmt.Errorf("--host-ports: %w", err)
 	}
 	d.HostPortLo, d.HostPortHi = lo, hi
+	if apiHosts != nil { // the flags replace the environment's list
+		d.APIHosts = apiHosts
+	}
+	if d.APIHosts, err = normalizeHosts(d.APIHosts); err != nil {
+		return Daemon{}, fmt.Errorf("--api-host: %w", err)
+	}
 	return d, d.validate()
 }
 
-func defaults(env func(string) (string, bool)) Daemon {
+// normalizeHosts lowercases each host and drops a :port and a trailing dot
+// (as Host headers are compared), refusing one that is not a host name or
+// an IP literal.
+func normalizeHosts(hosts []string) ([]string, error) {
+	var out []string
+	for _, h := range hosts {
+		n := naming.NormalizeHost(strings.TrimSpace(h))
+		if net.ParseIP(n) == nil && !naming.ValidLabel(n) && !naming.ValidHostname(n) {
+			return nil, fmt.Errorf("%q is not a host name", h)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func defaults(env func(string) (string, bool)) (Daemon, error) {
 	get := func(key, def string) string {
 		if v, ok := env(key); ok && v != "" {
 			return v
@@ -113,6 +215,8 @@ func defaults(env func(string) (string, bool)) Daemon {
 		TLSListen:      get("SANDBOXD_TLS_LISTEN", "127.0.0.1:7443"),
 		HTTPSListen:    get("SANDBOXD_HTTPS_LISTEN", ""),
 		DefaultImage:   get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
+		APIHosts:       splitList(get("SANDBOXD_API_HOSTS", "")),
+		DefaultRuntime: get("SANDBOXD_DEFAULT_RUNTIME", "docker"),
 		HostPortLo:     40000,
 		HostPortHi:     40999,
 		MilliCPU:       int64(runtime.NumCPU()) * 1000 * 4, // CPU is shared, so overcommit 4x
@@ -127,10 +231,23 @@ func defaults(env func(string) (string, bool)) Daemon {
 			d.AgentBinary = filepath.Join(filepath.Dir(exe), "toolboxd")
 		}
 	}
-	return d
+	var err error
+	if d.IdleTimeout, err = time.ParseDuration(get("SANDBOXD_IDLE_TIMEOUT", "60s")); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_IDLE_TIMEOUT: %w", err)
+	}
+	if d.RequestTimeout, err = time.ParseDuration(get("SANDBOXD_REQUEST_TIMEOUT", "5m")); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_REQUEST_TIMEOUT: %w", err)
+	}
+	if d.MaxConns, err = strconv.Atoi(get("SANDBOXD_MAX_CONNS", "0")); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_MAX_CONNS: %w", err)
+	}
+	return d, nil
 }
 
 func (d Daemon) validate() error {
+	if d.DefaultRuntime != "docker" && d.DefaultRuntime != "gvisor" {
+		return fmt.Errorf("--default-runtime %q: want docker or gvisor", d.DefaultRuntime)
+	}
 	host, _, err := net.SplitHostPort(d.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen %q: %w", d.Listen, err)
@@ -153,7 +270,24 @@ func (d Daemon) validate() error {
 	if d.MilliCPU <= 0 || d.MemoryMB <= 0 {
 		return errors.New("--cpu-budget and --memory-budget must be positive")
 	}
+	if d.IdleTimeout <= 0 || d.RequestTimeout <= 0 {
+		return errors.New("--idle-timeout and --request-timeout must be positive")
+	}
+	if d.MaxConns < 0 {
+		return errors.New("--max-conns must be 0 (automatic) or positive")
+	}
 	return nil
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 func parseRange(s string) (lo, hi int, err error) {

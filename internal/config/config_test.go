@@ -30,11 +30,14 @@ func wantDefaults(t *testing.T) Daemon {
 		Domain:         "localhost",
 		TLSListen:      "127.0.0.1:7443",
 		DefaultImage:   "sandboxd/base:bookworm",
+		DefaultRuntime: "docker",
 		HostPortLo:     40000,
 		HostPortHi:     40999,
 		MilliCPU:       int64(runtime.NumCPU()) * 4000,
 		MemoryMB:       16 * 1024,
 		E2BBodyDedupe:  true,
+		IdleTimeout:    60 * time.Second,
+		RequestTimeout: 5 * time.Minute,
 		ReconcileEvery: 30 * time.Second,
 		LogLevel:       "info",
 	}
@@ -77,18 +80,35 @@ func TestParse_Sources(t *testing.T) {
 		}},
 		{"DefaultImageEnv", map[string]string{"SANDBOXD_DEFAULT_IMAGE": "sandboxd/busybox:latest"}, nil, func(d *Daemon) { d.DefaultImage = "sandboxd/busybox:latest" }},
 		{"DefaultImageFlag", nil, []string{"--default-image", "img:1"}, func(d *Daemon) { d.DefaultImage = "img:1" }},
+		{"DefaultRuntimeEnv", map[string]string{"SANDBOXD_DEFAULT_RUNTIME": "gvisor"}, nil, func(d *Daemon) { d.DefaultRuntime = "gvisor" }},
 		{"HostPortsEnv", map[string]string{"SANDBOXD_HOST_PORTS": "50000-50010"}, nil, func(d *Daemon) { d.HostPortLo, d.HostPortHi = 50000, 50010 }},
 		{"HostPortsFlagWins", map[string]string{"SANDBOXD_HOST_PORTS": "50000-50010"}, []string{"--host-ports", "1024-65535"}, func(d *Daemon) {
 			d.HostPortLo, d.HostPortHi = 1024, 65535
 		}},
 		{"HostPortsSinglePort", nil, []string{"--host-ports", "40000-40000"}, func(d *Daemon) { d.HostPortLo, d.HostPortHi = 40000, 40000 }},
 		{"Budgets", nil, []string{"--cpu-budget", "2000", "--memory-budget", "1024"}, func(d *Daemon) { d.MilliCPU, d.MemoryMB = 2000, 1024 }},
+		{"DefaultQuotaFlag", nil, []string{"--default-quota", "sandboxes=3,cpu=1.5,memory_mb=2048"}, func(d *Daemon) {
+			d.DefaultQuota = Quota{Sandboxes: 3, MilliCPU: 1500, MemoryMB: 2048}
+		}},
+		{"DefaultQuotaEnvPartial", map[string]string{"SANDBOXD_DEFAULT_QUOTA": "sandboxes=2"}, nil, func(d *Daemon) { d.DefaultQuota = Quota{Sandboxes: 2} }},
 		{"SandboxNetworkEnv", map[string]string{"SANDBOXD_SANDBOX_NETWORK": "true"}, nil, func(d *Daemon) { d.SandboxNetwork = true }},
 		{"SandboxNetworkFlag", nil, []string{"--sandbox-network"}, func(d *Daemon) { d.SandboxNetwork = true }},
 		{"SandboxNetworkFlagOffWins", map[string]string{"SANDBOXD_SANDBOX_NETWORK": "true"}, []string{"--sandbox-network=false"}, func(d *Daemon) { d.SandboxNetwork = false }},
 		{"DedupeEnvOff", map[string]string{"SANDBOXD_E2B_BODY_DEDUPE": "false"}, nil, func(d *Daemon) { d.E2BBodyDedupe = false }},
 		{"DedupeFlagOff", nil, []string{"--e2b-body-dedupe=false"}, func(d *Daemon) { d.E2BBodyDedupe = false }},
 		{"ReconcileEvery", nil, []string{"--reconcile-every", "1m30s"}, func(d *Daemon) { d.ReconcileEvery = 90 * time.Second }},
+		{"APIHostsEnv", map[string]string{"SANDBOXD_API_HOSTS": "api.example.com, API.Example.Org.:443"}, nil, func(d *Daemon) {
+			d.APIHosts = []string{"api.example.com", "api.example.org"}
+		}},
+		{"APIHostFlagsReplaceEnv", map[string]string{"SANDBOXD_API_HOSTS": "api.example.com"}, []string{"--api-host", "sbx.example.net", "--api-host", "10.0.0.5"}, func(d *Daemon) {
+			d.APIHosts = []string{"sbx.example.net", "10.0.0.5"}
+		}},
+		{"HTTPLimitsEnv", map[string]string{"SANDBOXD_IDLE_TIMEOUT": "2m", "SANDBOXD_REQUEST_TIMEOUT": "30s", "SANDBOXD_MAX_CONNS": "512"}, nil, func(d *Daemon) {
+			d.IdleTimeout, d.RequestTimeout, d.MaxConns = 2*time.Minute, 30*time.Second, 512
+		}},
+		{"HTTPLimitsFlagsWin", map[string]string{"SANDBOXD_MAX_CONNS": "512"}, []string{"--idle-timeout", "1s", "--request-timeout", "1m", "--max-conns", "8"}, func(d *Daemon) {
+			d.IdleTimeout, d.RequestTimeout, d.MaxConns = time.Second, time.Minute, 8
+		}},
 		{"LogLevelEnv", map[string]string{"SANDBOXD_LOG_LEVEL": "debug"}, nil, func(d *Daemon) { d.LogLevel = "debug" }},
 		{"LogLevelFlag", map[string]string{"SANDBOXD_LOG_LEVEL": "debug"}, []string{"--log-level", "warn"}, func(d *Daemon) { d.LogLevel = "warn" }},
 	} {
@@ -125,12 +145,22 @@ func TestParse_Rejects(t *testing.T) {
 		{"DataDirEmpty", nil, []string{"--data-dir", ""}, "--data-dir is required"},
 		{"CPUBudgetZero", nil, []string{"--cpu-budget", "0"}, "--cpu-budget and --memory-budget must be positive"},
 		{"MemoryBudgetNegative", nil, []string{"--memory-budget", "-1"}, "--cpu-budget and --memory-budget must be positive"},
+		{"DefaultRuntimeUnknown", nil, []string{"--default-runtime", "kata"}, `--default-runtime "kata": want docker or gvisor`},
 		{"HostPortsEnvBad", map[string]string{"SANDBOXD_HOST_PORTS": "80-90"}, nil, `--host-ports: range "80-90": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsNoDash", nil, []string{"--host-ports", "40000"}, `--host-ports: range "40000": want lo-hi`},
 		{"HostPortsReversed", nil, []string{"--host-ports", "41000-40000"}, `--host-ports: range "41000-40000": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsPrivileged", nil, []string{"--host-ports", "80-90"}, `--host-ports: range "80-90": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsTooHigh", nil, []string{"--host-ports", "60000-70000"}, `--host-ports: range "60000-70000": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsNotNumbers", nil, []string{"--host-ports", "a-b"}, `--host-ports: range "a-b": strconv.Atoi: parsing "a": invalid syntax`},
+		{"DefaultQuotaUnknownKey", nil, []string{"--default-quota", "gpus=1"}, `--default-quota: quota "gpus=1": keys are sandboxes, cpu and memory_mb`},
+		{"DefaultQuotaNegative", nil, []string{"--default-quota", "cpu=-1"}, `--default-quota: quota "cpu=-1": want a number from 0 (unlimited)`},
+		{"DefaultQuotaNoValue", map[string]string{"SANDBOXD_DEFAULT_QUOTA": "sandboxes"}, nil, `--default-quota: quota "sandboxes": want key=value`},
+		{"APIHostNotAHost", nil, []string{"--api-host", "not a host"}, `--api-host: "not a host" is not a host name`},
+		{"APIHostsEnvBad", map[string]string{"SANDBOXD_API_HOSTS": "ok.example.com,bad_host"}, nil, `--api-host: "bad_host" is not a host name`},
+		{"IdleTimeoutZero", nil, []string{"--idle-timeout", "0s"}, "--idle-timeout and --request-timeout must be positive"},
+		{"RequestTimeoutEnvBad", map[string]string{"SANDBOXD_REQUEST_TIMEOUT": "soon"}, nil, `SANDBOXD_REQUEST_TIMEOUT: time: invalid duration "soon"`},
+		{"MaxConnsNegative", nil, []string{"--max-conns", "-1"}, "--max-conns must be 0 (automatic) or positive"},
+		{"MaxConnsEnvBad", map[string]string{"SANDBOXD_MAX_CONNS": "many"}, nil, `SANDBOXD_MAX_CONNS: strconv.Atoi: parsing "many": invalid syntax`},
 		{"UnknownFlag", nil, []string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
 		{"BadDuration", nil, []string{"--reconcile-every", "often"}, `invalid value "often" for flag -reconcile-every: parse error`},
 		{"BadInt", nil, []string{"--cpu-budget", "lots"}, `invalid value "lots" for flag -cpu-budget: parse error`},

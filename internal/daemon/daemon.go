@@ -16,8 +16,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +34,7 @@ import (
 	v1 "github.com/sandboxd/sandboxd/internal/api/v1"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
@@ -72,11 +76,14 @@ type Daemon struct {
 	Handler http.Handler
 
 	logger  *slog.Logger
-	ln      net.Listener
+	ln      net.Listener // counted by limiter
+	limiter *httplimit.Limiter
 	closers []func() error
 
 	// httpsLn serves Handler over TLS when Config.HTTPSListen is set.
 	httpsLn net.Listener
+	// gvisor: the engine runs sandboxes under gVisor (checked at start).
+	gvisor bool
 }
 
 // New builds every part in order on the listener ln (whose address names
@@ -103,6 +110,9 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 		return nil, err
 	}
 	d.Registry = metricsRegistry(opts.Registry)
+	if err := d.limitConns(); err != nil {
+		return nil, fmt.Errorf("connection limit metrics: %w", err)
+	}
 	previews, err := d.openAuth(dataDir)
 	if err != nil {
 		return nil, err
@@ -181,6 +191,20 @@ func (d *Daemon) openStore(ctx context.Context, dataDir string, clock func() tim
 	return keyring, nil
 }
 
+// probeGVisor asks the engine whether it has runsc. An engine that does
+// not answer yet counts as without (the daemon still starts and repairs
+// once it answers); gVisor creates are then refused until a restart.
+func (d *Daemon) probeGVisor(drt *docker.Runtime) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	isos, err := drt.Isolations(ctx)
+	if err != nil {
+		d.logger.Warn("could not ask the engine for gVisor; runtime gvisor is unavailable", "err", err)
+		return false
+	}
+	return slices.Contains(isos, runtime.IsolationGVisor)
+}
+
 // openRuntime connects to Docker (registering its Close), wrapped by wrap
 // when set, and opens the volume directory under dataDir.
 func (d *Daemon) openRuntime(dataDir string, wrap func(runtime.Runtime) runtime.Runtime) (runtime.Runtime, *volume.Dir, error) {
@@ -193,6 +217,7 @@ func (d *Daemon) openRuntime(dataDir string, wrap func(runtime.Runtime) runtime.
 		_ = os.Remove(sockets) // only when empty: running sandboxes keep their sockets
 		return nil
 	})
+	d.gvisor = d.probeGVisor(drt)
 	var rt runtime.Runtime = drt
 	if wrap != nil {
 		rt = wrap(rt)
@@ -255,15 +280,19 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 	tlsPortN, _ := strconv.Atoi(tlsPort)
 	var err error
 	d.Service, err = service.New(service.Config{
-		NodeID:       cfg.NodeID,
-		DefaultImage: cfg.DefaultImage,
-		AgentBinary:  agentBinary,
-		Domain:       cfg.Domain,
-		AllowNetwork: cfg.SandboxNetwork,
-		HostPortLo:   cfg.HostPortLo,
-		HostPortHi:   cfg.HostPortHi,
-		TLSPort:      tlsPortN,
-		PublicURL:    func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
+		NodeID:         cfg.NodeID,
+		DefaultImage:   cfg.DefaultImage,
+		AgentBinary:    agentBinary,
+		HostMilliCPU:   int64(goruntime.NumCPU()) * 1000,
+		Domain:         cfg.Domain,
+		ReservedHosts:  reservedHosts(cfg, d.ln.Addr()),
+		AllowNetwork:   cfg.SandboxNetwork,
+		GVisor:         d.gvisor,
+		DefaultRuntime: cfg.DefaultRuntime,
+		HostPortLo:     cfg.HostPortLo,
+		HostPortHi:     cfg.HostPortHi,
+		TLSPort:        tlsPortN,
+		PublicURL:      func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
 	}, service.Deps{
 		Store:     d.Store,
 		Runtime:   rt,
@@ -281,18 +310,36 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 	return nil
 }
 
+// reservedHosts are the host names that reach the daemon's API: those
+// configured with --api-host, and the hosts of its listen addresses (an
+// IP literal or localhost, which AddDomain refuses anyway; listed so the
+// rule does not hang on that). A custom domain equal to one would route
+// the API's own traffic into a sandbox.
+func reservedHosts(cfg config.Daemon, ln net.Addr) []string {
+	hosts := append([]string(nil), cfg.APIHosts...)
+	for _, addr := range []string{cfg.Listen, ln.String(), cfg.HTTPSListen} {
+		if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+			hosts = append(hosts, naming.NormalizeHost(host))
+		}
+	}
+	return hosts
+}
+
 // buildHandler builds the API edges — the native API, the E2B facade
 // (whose access-token key is loaded or created in dataDir) and the Daytona
 // facade (registering its Close) — and sets d.Handler to route between
 // them and the ingress.
 func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) error {
 	api, err := v1.New(v1.Options{
-		Service:  d.Service,
-		Auth:     d.Auth,
-		Tokens:   auth.NewIssuer(tokenStore{d.Store}),
-		Logger:   d.logger,
-		Registry: d.Registry,
-		Version:  version.Version,
+		Service:        d.Service,
+		Auth:           d.Auth,
+		Tokens:         auth.NewIssuer(tokenStore{d.Store}),
+		Logger:         d.logger,
+		Registry:       d.Registry,
+		Version:        version.Version,
+		RequestTimeout: d.Config.RequestTimeout,
+
+		DefaultQuota: auth.Quota(d.Config.DefaultQuota),
 	})
 	if err != nil {
 		return fmt.Errorf("v1.New: %w", err)
@@ -308,26 +355,36 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		Domain:         d.Config.Domain,
 		AccessTokenKey: e2bKey,
 		BodyDedupe:     d.Config.E2BBodyDedupe,
+		RequestTimeout: d.Config.RequestTimeout,
 	})
 
 	daytonaFacade := daytona.New(daytona.Options{
 		Service: d.Service, Auth: d.Auth, Logger: d.logger, Domain: d.Config.Domain,
-		PreviewToken: previews.Token,
+		PreviewToken: previews.Token, RequestTimeout: d.Config.RequestTimeout,
 	})
 	d.closers = append(d.closers, daytonaFacade.Close) // ends session shells
 
-	// One listener, routed in this order: E2B traffic (its control plane,
-	// and envd by E2b-Sandbox-Id header or by <49983|49999>-<id> host), the
-	// Daytona API under /daytona/api, then preview hosts and custom domains
-	// through the ingress, then the native API.
-	ingressed := d.Router.Wrap(api)
-	d.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e2bFacade.Match(r) {
+	// One listener, routed by Host first: E2B's direct envd hosts
+	// (<49983|49999>-<id>.<domain>) to the facade; every other preview host
+	// and every bound custom domain to the ingress, whatever the path or
+	// headers (a sandbox app's own /sandboxes or /daytona/api route is the
+	// app's). Requests for no sandbox host go by path and header: E2B
+	// (control plane, envd by E2b-Sandbox-Id), Daytona under /daytona/api,
+	// then the native API.
+	byPath := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case e2bFacade.Match(r):
 			e2bFacade.ServeHTTP(w, r)
-			return
-		}
-		if daytonaFacade.Match(r) {
+		case daytonaFacade.Match(r):
 			daytonaFacade.ServeHTTP(w, r)
+		default:
+			api.ServeHTTP(w, r)
+		}
+	})
+	ingressed := d.Router.Wrap(byPath)
+	d.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e2bFacade.MatchHost(r.Host) {
+			e2bFacade.ServeHTTP(w, r)
 			return
 		}
 		ingressed.ServeHTTP(w, r)
@@ -364,7 +421,7 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	if err != nil {
 		return err
 	}
-	d.httpsLn = tls.NewListener(ln, tlsConf)
+	d.httpsLn = tls.NewListener(d.limiter.Wrap(ln), tlsConf) // counted before the handshake
 	d.closers = append(d.closers, func() error { d.httpsLn.Close(); return nil })
 	return nil
 }
@@ -417,13 +474,16 @@ func loadOrCreateKey(path string) ([]byte, error) {
 	return key, os.Rename(tmp, path)
 }
 
+// Addr is the address of the daemon's listener.
+func (d *Daemon) Addr() net.Addr { return d.ln.Addr() }
+
 // Serve serves on the daemon's listener and runs the reaper and the
 // reconciler until ctx is cancelled, then shuts the server down. A
 // cancelled context is a clean shutdown, not an error.
 func (d *Daemon) Serve(ctx context.Context) error {
-	// No read or write timeouts: exec streams and file transfers are long.
-	srv := &http.Server{Handler: d.Handler, ReadHeaderTimeout: 10 * time.Second}
-	d.logger.Info("sandboxd listening", "addr", d.ln.Addr().String(), "data_dir", d.Config.DataDir, "version", version.Version)
+	srv := d.newServer()
+	d.logger.Info("sandboxd listening", "addr", d.ln.Addr().String(), "data_dir", d.Config.DataDir,
+		"max_conns", d.limiter.Max(), "version", version.Version)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := srv.Serve(d.ln); !errors.Is(err, http.ErrServerClosed) {
@@ -451,6 +511,67 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		return srv.Shutdown(shutdownCtx)
 	})
 	return g.Wait()
+}
+
+// Server limits. No ReadTimeout or WriteTimeout: exec streams, file
+// transfers, envd streams, WebSockets and preview proxying last for hours.
+// The edges bound their other routes (Config.RequestTimeout, through
+// httplimit.Deadline); these bound what every connection may hold.
+const (
+	// readHeaderTimeout bounds a request's headers: a client that opens
+	// connections and trickles headers holds nothing for long.
+	readHeaderTimeout = 10 * time.Second
+	// maxHeaderBytes caps a request's headers (the default is 1 MiB): the
+	// SDKs send a few hundred bytes; a browser on a preview host, cookies
+	// included, a few KiB.
+	maxHeaderBytes = 64 << 10
+)
+
+// newServer is the HTTP server of every listener the daemon serves.
+func (d *Daemon) newServer() *http.Server {
+	return &http.Server{
+		Handler:           d.Handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       d.Config.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// limitConns caps the connections of the API listener and, when there is
+// one, the HTTPS listener, together (Config.MaxConns, else a quarter of
+// the open-file limit), and reports them in the metrics.
+func (d *Daemon) limitConns() error {
+	n := d.Config.MaxConns
+	if n == 0 {
+		n = autoMaxConns()
+	}
+	d.limiter = httplimit.NewLimiter(n, d.logger)
+	d.ln = d.limiter.Wrap(d.ln)
+	reg := d.Registry
+	return errors.Join(
+		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandboxd_http_connections", Help: "HTTP connections being served.",
+		}, func() float64 { return float64(d.limiter.Open()) })),
+		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandboxd_http_connections_max", Help: "The cap on HTTP connections open at once (--max-conns).",
+		}, func() float64 { return float64(d.limiter.Max()) })),
+		reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sandboxd_http_connection_waits_total", Help: "Connections that found the cap reached and waited for one to close.",
+		}, func() float64 { return float64(d.limiter.Waits()) })),
+	)
+}
+
+// autoMaxConns is a quarter of the open-file limit (Go raises the soft
+// limit to the hard one at start), at least 64: the other three quarters
+// stay for the store, the engine, agent sockets (a proxied connection
+// holds one more), TCP exposures and the upstream pool.
+func autoMaxConns() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == 0 {
+		return 1024
+	}
+	return int(max(min(lim.Cur/4, 1<<20), 64))
 }
 
 // Close releases everything New built, in reverse order. Sandboxes keep

@@ -25,6 +25,9 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
+// TestMain fails the run if a test left a container of a node it used.
+func TestMain(m *testing.M) { os.Exit(testenv.Exit(m.Run())) }
+
 func requireDocker(t *testing.T) {
 	t.Helper()
 	testenv.NeedsDocker(t)
@@ -42,8 +45,12 @@ func newDaemonWith(t *testing.T, agent string, opts daemon.Options, extra ...str
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	// A node id of its own, whose containers go when the test ends,
+	// passed or failed.
+	node := "dmntest-" + filepath.Base(dir)
+	testenv.TrackNode(t, node)
 	cfg, err := config.Parse(append([]string{"--data-dir", dir, "--listen", "127.0.0.1:0", "--agent-binary", agent,
-		"--default-image", "sandboxd/busybox:latest", "--tls-listen", "127.0.0.1:0"}, extra...),
+		"--node-id", node, "--default-image", "sandboxd/busybox:latest", "--tls-listen", "127.0.0.1:0"}, extra...),
 		func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -196,4 +203,56 @@ func TestReadyz_NotReadyUntilTheStartupRepairSucceeds(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestDomains_APIHostIsReserved: behind a proxy that names the API
+// api.example.test (--api-host), no tenant may bind that name as a custom
+// domain: the ingress would then take the API's own traffic. The bind is
+// refused whatever its spelling, and the API still answers on that host.
+func TestDomains_APIHostIsReserved(t *testing.T) {
+	requireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	agent, err := runtimetest.BuildAgent(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDaemon(t, agent, "--api-host", "api.example.test")
+	srv := httptest.NewServer(d.Handler)
+	defer srv.Close()
+	tok, err := os.ReadFile(d.AdminTokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := d.Service.CreateSandbox(ctx, service.CreateRequest{Owner: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Service.Destroy(context.Background(), service.Caller{Admin: true}, sb.ID) })
+	send := func(method, host, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	domains := "/v1/sandboxes/" + sb.ID + "/domains"
+	for _, name := range []string{"api.example.test", "API.Example.Test."} {
+		code, body := send("POST", "", domains, `{"hostname":"`+name+`","port":8080}`)
+		if code != http.StatusBadRequest || !strings.Contains(body, `"invalid_argument"`) || !strings.Contains(body, "hostname") {
+			t.Errorf("bind %s: %d %s, want 400 invalid_argument on hostname", name, code, body)
+		}
+	}
+	if code, body := send("POST", "", domains, `{"hostname":"app.example.test","port":8080}`); code != http.StatusOK {
+		t.Errorf("bind a name that is not reserved: %d %s, want 200", code, body)
+	}
+	if code, body := send("GET", "api.example.test", "/healthz", ""); code != http.StatusOK || !strings.Contains(body, `"ok"`) {
+		t.Errorf("GET /healthz on the API host: %d %s, want the API's 200", code, body)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -34,7 +35,7 @@ func (l tokenLookup) LookupAPITokenByHash(ctx context.Context, hash [32]byte) (a
 	}
 	// The row was found by this very hash; the authenticator still
 	// compares it in constant time.
-	return auth.StoredToken{ID: t.ID, Role: string(t.Role), Owner: t.Owner, SecretSHA256: hash, Revoked: !t.RevokedAt.IsZero()}, nil
+	return auth.StoredToken{ID: t.ID, Role: string(t.Role), Owner: t.Owner, SecretSHA256: hash, Revoked: !t.RevokedAt.IsZero(), Quota: auth.Quota(t.Quota)}, nil
 }
 
 // ensureAdminToken makes sure <dataDir>/admin.token holds a working admin
@@ -77,7 +78,7 @@ func ensureAdminToken(ctx context.Context, st *store.Store, dataDir string) (str
 // writers of both processes).
 func TokenCommand(args []string, stdout, stderr io.Writer) int {
 	usage := func() int {
-		fmt.Fprintln(stderr, "usage: sandboxd token create --name N [--role admin|user] [--owner O] | list | revoke ID  [--data-dir DIR]")
+		fmt.Fprintln(stderr, "usage: sandboxd token create --name N [--role admin|user] [--owner O] [--quota sandboxes=N,cpu=C,memory_mb=M] | list | revoke ID  [--data-dir DIR]")
 		return 2
 	}
 	if len(args) == 0 {
@@ -90,6 +91,7 @@ func TokenCommand(args []string, stdout, stderr io.Writer) int {
 	name := fs.String("name", "", "a label for the token (create)")
 	role := fs.String("role", "user", "admin or user (create)")
 	owner := fs.String("owner", "", "tenant whose sandboxes a user token sees (create; default: the name)")
+	quota := fs.String("quota", "", "what a user token's owner may hold at once: sandboxes=N,cpu=C,memory_mb=M (create; default unlimited)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
@@ -112,14 +114,19 @@ func TokenCommand(args []string, stdout, stderr io.Writer) int {
 		if *owner == "" {
 			*owner = *name
 		}
+		q, err := config.ParseQuota(*quota)
+		if err != nil || (r == auth.RoleAdmin && q != (config.Quota{})) {
+			fmt.Fprintln(stderr, "sandboxd token create: --quota: want sandboxes=N,cpu=C,memory_mb=M, for a user token only:", err)
+			return 2
+		}
 		plain, tok, hash := auth.Generate(r, *owner)
-		t := store.APIToken{ID: tok.ID, Name: *name, Role: store.Role(r), Owner: *owner}
+		t := store.APIToken{ID: tok.ID, Name: *name, Role: store.Role(r), Owner: *owner, Quota: store.Quota(q)}
 		if err := st.CreateAPIToken(ctx, &t, hash); err != nil {
 			fmt.Fprintln(stderr, "sandboxd token create:", err)
 			return 1
 		}
 		if *asJSON {
-			_ = json.NewEncoder(stdout).Encode(map[string]string{"id": t.ID, "name": t.Name, "role": string(t.Role), "owner": t.Owner, "token": plain})
+			_ = json.NewEncoder(stdout).Encode(map[string]any{"id": t.ID, "name": t.Name, "role": string(t.Role), "owner": t.Owner, "quota": t.Quota, "token": plain})
 		} else {
 			fmt.Fprintln(stdout, plain)
 		}
@@ -134,13 +141,13 @@ func TokenCommand(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tROLE\tOWNER\tCREATED\tREVOKED")
+		fmt.Fprintln(tw, "ID\tNAME\tROLE\tOWNER\tQUOTA\tCREATED\tREVOKED")
 		for _, t := range ts {
 			revoked := ""
 			if !t.RevokedAt.IsZero() {
 				revoked = t.RevokedAt.Format("2006-01-02 15:04")
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Role, t.Owner, t.CreatedAt.Format("2006-01-02 15:04"), revoked)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Role, t.Owner, quotaString(t.Quota), t.CreatedAt.Format("2006-01-02 15:04"), revoked)
 		}
 		tw.Flush()
 	case "revoke":
@@ -158,6 +165,24 @@ func TokenCommand(args []string, stdout, stderr io.Writer) int {
 		return usage()
 	}
 	return 0
+}
+
+// quotaString shows a quota as --quota takes it; "-" for none.
+func quotaString(q store.Quota) string {
+	var parts []string
+	if q.Sandboxes > 0 {
+		parts = append(parts, fmt.Sprintf("sandboxes=%d", q.Sandboxes))
+	}
+	if q.MilliCPU > 0 {
+		parts = append(parts, fmt.Sprintf("cpu=%g", float64(q.MilliCPU)/1000))
+	}
+	if q.MemoryMB > 0 {
+		parts = append(parts, fmt.Sprintf("memory_mb=%d", q.MemoryMB))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ",")
 }
 
 func envOr(key, def string) string {

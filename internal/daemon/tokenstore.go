@@ -17,7 +17,7 @@ type tokenStore struct{ st *store.Store }
 var _ auth.TokenStore = tokenStore{}
 
 func (t tokenStore) CreateAPIToken(ctx context.Context, rec auth.Record, secretSHA256 [32]byte) (auth.Record, error) {
-	row := store.APIToken{ID: rec.ID, Name: rec.Name, Role: store.Role(rec.Role), Owner: rec.Owner}
+	row := store.APIToken{ID: rec.ID, Name: rec.Name, Role: store.Role(rec.Role), Owner: rec.Owner, Quota: store.Quota(rec.Quota)}
 	err := t.st.CreateAPIToken(ctx, &row, secretSHA256)
 	if errors.Is(err, store.ErrIDConflict) {
 		return auth.Record{}, fmt.Errorf("%w: %w", auth.ErrTokenIDTaken, err)
@@ -50,7 +50,7 @@ func (t tokenStore) RevokeAPIToken(ctx context.Context, id string) error {
 
 func toRecord(row store.APIToken) auth.Record {
 	return auth.Record{
-		Token:     auth.Token{ID: row.ID, Role: auth.Role(row.Role), Owner: row.Owner, Name: row.Name},
+		Token:     auth.Token{ID: row.ID, Role: auth.Role(row.Role), Owner: row.Owner, Name: row.Name, Quota: auth.Quota(row.Quota)},
 		CreatedAt: row.CreatedAt,
 		RevokedAt: row.RevokedAt,
 	}

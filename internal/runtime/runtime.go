@@ -224,7 +224,34 @@ type Spec struct {
 	// AgentToken is the secret the agent requires on every request but
 	// /health. It is passed in the environment and never logged.
 	AgentToken string
+	// Isolation is the kernel boundary between the sandbox and the host
+	// (IsolationContainer when empty).
+	Isolation Isolation
 }
+
+// Isolation is what stands between a sandbox's processes and the host
+// kernel.
+type Isolation string
+
+// The isolations a runtime may offer.
+const (
+	// IsolationContainer is the host kernel behind namespaces, cgroups,
+	// seccomp and a reduced capability set (runc). Every runtime has it.
+	IsolationContainer Isolation = ""
+	// IsolationGVisor puts gVisor's application kernel (runsc) between the
+	// sandbox's processes and the host: their system calls are served in
+	// user space. It has no network here (see scripts/setup-gvisor.sh).
+	IsolationGVisor Isolation = "gvisor"
+)
+
+// The smallest limits a gVisor sandbox starts with: runsc's own kernel
+// and file proxy, and their threads, are charged to the sandbox's cgroup
+// (measured here: 128 MiB or 64 pids are too few for the agent to answer;
+// 192 MiB and 128 pids are enough).
+const (
+	MinGVisorMemoryMB  = 256
+	MinGVisorPidsLimit = 256
+)
 
 // Mount binds a host directory into a sandbox.
 type Mount struct {
@@ -262,6 +289,21 @@ func (s Spec) Validate() error {
 	}
 	if s.AgentToken == "" {
 		errs = append(errs, errors.New("agent token is empty"))
+	}
+	switch s.Isolation {
+	case IsolationContainer:
+	case IsolationGVisor:
+		if s.Network {
+			errs = append(errs, errors.New("a gVisor sandbox has no network on this host"))
+		}
+		if s.MemoryMB > 0 && s.MemoryMB < MinGVisorMemoryMB {
+			errs = append(errs, fmt.Errorf("a gVisor sandbox needs at least %d MiB of memory", MinGVisorMemoryMB))
+		}
+		if s.PidsLimit > 0 && s.PidsLimit < MinGVisorPidsLimit {
+			errs = append(errs, fmt.Errorf("a gVisor sandbox needs a pids limit of at least %d", MinGVisorPidsLimit))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown isolation %q", s.Isolation))
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 		switch {

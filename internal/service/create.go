@@ -134,7 +134,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 
 	// 7. admission.
 	if err := t.run("admission", func() error {
-		return s.Admission.Reserve(id, admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB})
+		return s.Admission.ReserveWithin(id, admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, Owner: req.Owner}, req.Quota)
 	}); err != nil {
 		return nil, admissionErr(err)
 	}
@@ -147,9 +147,10 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 			binds, err = s.Volumes.Prepare(ctx, req.Owner, id, req.Mounts)
 			return err
 		}); err != nil {
+			// Prepare removed what it made before failing.
 			return nil, fmt.Errorf("prepare mounts: %w", err)
 		}
-		undo.push("release mounts", func(ctx context.Context) error { return s.Volumes.Release(ctx, id) })
+		undo.push("abandon mounts", func(ctx context.Context) error { return s.Volumes.Abandon(ctx, id) })
 	}
 
 	// 9. runtime create + start, agent ready.
@@ -262,6 +263,7 @@ func (s *Service) runtimeSpec(id string, req CreateRequest, token string, binds 
 		Mounts:      binds,
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  token,
+		Isolation:   isolation(req.Runtime),
 	}
 }
 
@@ -281,7 +283,13 @@ func (s *Service) startRuntime(ctx context.Context, spec runtime.Spec) error {
 	}
 	cancel()
 	if errors.Is(err, runtime.ErrImageNotFound) {
-		return invalid("image", "image %q is not present on this host", spec.Image)
+		return &FieldError{Field: "image", Reason: fmt.Sprintf("image %q is not present on this host", spec.Image), Kind: ErrImageNotPresent}
+	}
+	if errors.Is(err, runtime.ErrInvalidSpec) {
+		// normalize checks what it can; what only the engine knows (its
+		// limits, its reference rules) it refuses here, and that is still
+		// the request's fault, not the daemon's.
+		return fmt.Errorf("%w: the engine refused the sandbox: %w", ErrInvalidArgument, err)
 	}
 	return fmt.Errorf("start sandbox: %w", err)
 }
@@ -311,15 +319,22 @@ func (t *stepTimer) run(step string, fn func() error) error {
 	return err
 }
 
-// admissionErr maps admission's refusals: past the free capacity is
-// retryable (ErrCapacityExhausted with a hint); bigger than the whole host
-// budget never fits, so it is a bad request.
+// admissionErr maps admission's refusals: past the free capacity or the
+// owner's quota is retryable (ErrCapacityExhausted with a hint; a quota
+// also ErrQuotaExceeded, its message naming the quota); bigger than the
+// whole host budget or quota never fits, so it is a bad request.
 func admissionErr(err error) error {
-	var ex *admission.ExhaustedError
+	var (
+		ex *admission.ExhaustedError
+		qe *admission.QuotaError
+	)
 	switch {
 	case errors.As(err, &ex):
 		return &RetryAfterError{Err: fmt.Errorf("%w: %w", ErrCapacityExhausted, err), After: ex.RetryAfter}
-	case errors.Is(err, admission.ErrExceedsBudget), errors.Is(err, admission.ErrInvalidRequest):
+	case errors.As(err, &qe):
+		return &RetryAfterError{Err: &QuotaError{Reason: qe.Error()}, After: qe.RetryAfter}
+	case errors.Is(err, admission.ErrExceedsBudget), errors.Is(err, admission.ErrExceedsQuota),
+		errors.Is(err, admission.ErrInvalidRequest):
 		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	return err

@@ -56,6 +56,7 @@ func TestCreate_FailureAtEveryStepLeavesNothing(t *testing.T) {
 				t.Fatalf("got %v, want the injected fault", err)
 			}
 			h.assertNothingLeft(t)
+			h.assertNoVolumes(t)
 		})
 	}
 }
@@ -268,5 +269,41 @@ func TestReconcile_RepairsHost(t *testing.T) {
 	}
 	if used, _ := h.adm.Usage(); used != (admission.Request{MilliCPU: 500, MemoryMB: 256}) {
 		t.Errorf("admission after reconcile: %v, want only the healthy sandbox", used)
+	}
+}
+
+// TestCreate_RefusedInputLeavesNothing: a create the request dooms is
+// ErrInvalidArgument (a 4xx at every edge, never a 500) and leaves no
+// row, container, route, capacity or volume directory: those refused by
+// validation before any side effect, the rest (an image only the engine
+// knows is missing) undone.
+func TestCreate_RefusedInputLeavesNothing(t *testing.T) {
+	t.Parallel()
+	withMount := func(path string) service.CreateRequest {
+		r := request()
+		r.Mounts = []service.Mount{{Volume: "v", Path: path}}
+		return r
+	}
+	cases := map[string]service.CreateRequest{
+		"image path":        {Image: "../../etc/passwd", Mounts: request().Mounts},
+		"image uppercase":   {Image: "Busybox", Mounts: request().Mounts},
+		"image not present": {Image: "sandboxd/not-built:never", Mounts: request().Mounts},
+	}
+	for _, p := range []string{
+		"/run/sandboxd", "/run/sandboxd/x", "/run", "/opt/sandboxd/toolboxd", "/opt/sandboxd", "/opt",
+		"/proc", "/proc/sys", "/sys", "/sys/fs/cgroup", "/dev", "/dev/shm", "/etc/hosts", "/etc",
+	} {
+		cases["mount "+p] = withMount(p)
+	}
+	h := newHarness(t, harnessOptions{})
+	for name, req := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := h.svc.CreateSandbox(t.Context(), req)
+			if !errors.Is(err, service.ErrInvalidArgument) {
+				t.Fatalf("create = %v, want ErrInvalidArgument", err)
+			}
+			h.assertNothingLeft(t)
+			h.assertNoVolumes(t)
+		})
 	}
 }

@@ -62,6 +62,7 @@ type CreateOnceRequest struct {
 // only if the key settled on its own sandbox; otherwise it destroys its
 // sandbox and answers the key's.
 func (s *Service) CreateOnce(ctx context.Context, c Caller, r CreateOnceRequest) (*Created, error) {
+	r.Create.Quota = c.Quota // the caller's token bounds what its owner holds
 	if r.Key.Scope == "" {
 		return s.createThen(ctx, r, nil)
 	}

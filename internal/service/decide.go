@@ -95,7 +95,7 @@ func Decide(s Snapshot) Plan {
 			if s.Startup {
 				p.Restore = append(p.Restore, r.ID)
 				if r.State == store.StateRunning {
-					p.Live[r.ID] = admission.Request{MilliCPU: r.CPUMillis, MemoryMB: r.MemoryMB}
+					p.Live[r.ID] = admission.Request{MilliCPU: r.CPUMillis, MemoryMB: r.MemoryMB, Owner: r.Owner}
 				}
 			}
 		}

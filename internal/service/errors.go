@@ -20,32 +20,62 @@ var (
 	ErrNameConflict = errors.New("name conflict")
 	// ErrHostnameConflict is a custom hostname another sandbox holds.
 	ErrHostnameConflict = errors.New("hostname conflict")
+	// ErrPermissionDenied is a file operation the sandbox's own
+	// permissions refuse (the user may not read or write the path).
+	ErrPermissionDenied = errors.New("permission denied")
 	// ErrConflict is a request that contradicts the current state.
 	ErrConflict = errors.New("conflict")
 	// ErrCapacityExhausted is a create past the host's budget; retry later.
 	ErrCapacityExhausted = errors.New("capacity exhausted")
+	// ErrQuotaExceeded is a create or start past the owner's quota
+	// (a *QuotaError, which also matches ErrCapacityExhausted); retry
+	// after stopping or destroying a sandbox.
+	ErrQuotaExceeded = errors.New("quota exceeded")
 	// ErrIdempotencyKeyReused is an Idempotency-Key sent again with another body.
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
+	// ErrImageNotPresent is a create whose image is not on the host (a
+	// *FieldError for "image" that also matches it): images are never
+	// pulled. A facade may answer it as its own "template not found".
+	ErrImageNotPresent = errors.New("image not present")
 	// ErrUnavailable is a dependency that is down or a node that may not
 	// serve the call; retry later or elsewhere.
 	ErrUnavailable = errors.New("unavailable")
 )
 
 // FieldError is a validation failure of one request field. It unwraps to
-// ErrInvalidArgument.
+// ErrInvalidArgument, and to Kind when set.
 type FieldError struct {
 	Field  string
 	Reason string
+	// Kind, when set, is a sentinel that says more (ErrImageNotPresent).
+	Kind error
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
-// Unwrap makes errors.Is(err, ErrInvalidArgument) true.
-func (e *FieldError) Unwrap() error { return ErrInvalidArgument }
+// Unwrap makes errors.Is(err, ErrInvalidArgument) true, and
+// errors.Is(err, Kind).
+func (e *FieldError) Unwrap() []error {
+	if e.Kind != nil {
+		return []error{ErrInvalidArgument, e.Kind}
+	}
+	return []error{ErrInvalidArgument}
+}
 
 func invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
+
+// QuotaError is a refusal for the owner's quota. Its Reason names the
+// quota and is safe to show the caller (it is about the caller's own
+// tenant).
+type QuotaError struct{ Reason string }
+
+func (e *QuotaError) Error() string { return e.Reason }
+
+// Unwrap makes the refusal both ErrCapacityExhausted (429, retryable) and
+// ErrQuotaExceeded.
+func (e *QuotaError) Unwrap() []error { return []error{ErrCapacityExhausted, ErrQuotaExceeded} }
 
 // RetryAfterError carries how long a caller should wait before retrying.
 type RetryAfterError struct {

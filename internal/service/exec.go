@@ -2,10 +2,12 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"strings"
 	"time"
 
@@ -180,16 +182,9 @@ func (s *Service) Download(ctx context.Context, c Caller, idOrName, path, user s
 	if err != nil {
 		return nil, 0, err
 	}
-	size = -1
-	req := connect.NewRequest(&fsrpc.StatRequest{Path: path})
-	agent.SetUser(req.Header(), user)
-	if st, err := ac.Filesystem().Stat(ctx, req); err == nil {
-		if st.Msg.GetEntry().GetType() == fsrpc.FileType_FILE_TYPE_DIRECTORY {
-			return nil, 0, invalid("path", "%q is a directory", path)
-		}
-		size = st.Msg.GetEntry().GetSize()
-	}
-	rc, err = ac.Download(ctx, path, user)
+	// The size is what the agent sends, not what stat says: a kernel
+	// file's stat size (0, or a page) is not its length.
+	rc, size, err = ac.DownloadSized(ctx, path, user)
 	if err != nil {
 		return nil, 0, agentErr(err)
 	}
@@ -246,10 +241,16 @@ func (s *Service) RemoveFile(ctx context.Context, c Caller, idOrName, path, user
 	return nil
 }
 
-// agentErr maps the agent's errors onto the service's sentinels.
+// agentErr maps the agent's errors onto the service's sentinels: its
+// Connect codes, and the statuses of its plain-HTTP file routes, whose
+// message (the agent's, about the sandbox's own files) is kept.
 func agentErr(err error) error {
 	if err == nil {
 		return nil
+	}
+	var he *agent.HTTPError
+	if errors.As(err, &he) {
+		return agentHTTPErr(he)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
@@ -259,10 +260,33 @@ func agentErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
 		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	case connect.CodePermissionDenied:
+		return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
 	case connect.CodeAlreadyExists:
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	case connect.CodeUnavailable:
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// agentHTTPErr maps an answer of the agent's /files routes. Their bodies
+// are envd's {"code","message"}; only the message is kept.
+func agentHTTPErr(he *agent.HTTPError) error {
+	var body struct {
+		Message string `json:"message"`
+	}
+	msg := he.Message
+	if json.Unmarshal([]byte(he.Message), &body) == nil && body.Message != "" {
+		msg = body.Message
+	}
+	switch he.StatusCode {
+	case http.StatusNotFound:
+		return fmt.Errorf("%w: %s", ErrNotFound, msg)
+	case http.StatusBadRequest:
+		return &FieldError{Field: "path", Reason: msg}
+	case http.StatusForbidden:
+		return fmt.Errorf("%w: %s", ErrPermissionDenied, msg)
+	}
+	return he
 }

@@ -25,8 +25,9 @@ import (
 // restarted is a second service over h's store, runtime (wrapped in a
 // Faulty of its own), volumes and keyring, with a fresh ingress and
 // admission: what a daemon restarted on the same data directory has. Its
-// host-port pool is [lo, lo+7]. It has not run its startup repair.
-func restarted(t *testing.T, h *harness, lo int) (*service.Service, *runtimetest.Faulty, *ingress.Router, *admission.Controller) {
+// host-port pool is [lo, lo+7] and its reserved API hosts are reserved.
+// It has not run its startup repair.
+func restarted(t *testing.T, h *harness, lo int, reserved ...string) (*service.Service, *runtimetest.Faulty, *ingress.Router, *admission.Controller) {
 	t.Helper()
 	router, err := ingress.New(ingress.Options{Domain: "localhost", Dialer: &lateDialer{svc: h.svc}})
 	if err != nil {
@@ -39,7 +40,7 @@ func restarted(t *testing.T, h *harness, lo int) (*service.Service, *runtimetest
 	deps.Runtime, deps.Router, deps.Admission = rt, router, adm
 	svc, err := service.New(service.Config{
 		NodeID: h.nodeID, DefaultImage: busybox, AgentBinary: agentBinary,
-		Domain: "localhost", HostPortLo: lo, HostPortHi: lo + 7,
+		Domain: "localhost", HostPortLo: lo, HostPortHi: lo + 7, ReservedHosts: reserved,
 	}, deps)
 	if err != nil {
 		t.Fatal(err)
@@ -526,4 +527,85 @@ func TestReconcile_LateContainerOfARolledBackCreateIsSwept(t *testing.T) {
 	rt.Clear(runtimetest.ListOurs)
 	open.Do(func() { close(gate) })
 	eventually(t, "the late orphan is destroyed", func() bool { return h.containers(t) == 0 })
+}
+
+// TestStartupRepair_SkipsADomainThatIsNowAnAPIHost: a custom domain bound
+// before the operator reserved its name (--api-host added since) is not
+// routed again at startup: it would take the API's own traffic. Other
+// domains are restored.
+func TestStartupRepair_SkipsADomainThatIsNowAnAPIHost(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	lo := freePorts(t, 8)
+	before, _, beforeRouter, _ := restarted(t, h, lo)
+	if err := before.Reconcile(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := before.CreateSandbox(ctx, service.CreateRequest{Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.Background(), admin, sb.ID) })
+	if _, err := before.ExposePort(ctx, admin, sb.ID, 8080, "http", true); err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"api.example.test", "app.example.test"} {
+		if _, err := before.AddDomain(ctx, admin, sb.ID, host, 8080); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beforeRouter.Close()
+
+	after, _, router, _ := restarted(t, h, lo, "API.example.test")
+	if err := after.Reconcile(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if !router.Routable("app.example.test") {
+		t.Error("app.example.test is not routed after the restart")
+	}
+	if router.Routable("api.example.test") {
+		t.Error("api.example.test, now an API host, is routed to the sandbox after the restart")
+	}
+	if _, err := after.AddDomain(ctx, admin, sb.ID, "api.example.test", 8080); !errors.Is(err, service.ErrInvalidArgument) {
+		t.Errorf("binding the API host again: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// A kill that lands while the reaper is destroying the sandbox used to
+// answer success (E2B's Sandbox.kill returned true for a sandbox its
+// timeout had already ended; seen in test/compat/e2b). The sandbox was
+// already gone to every read: the kill finishes the work and says not
+// found, so exactly one destroy wins.
+func TestDestroy_OfASandboxTheReaperIsDestroyingIsNotFound(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Image: busybox, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(2 * time.Minute)
+	inReap, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	h.store.on("DeleteSandbox", func() error {
+		if first.CompareAndSwap(false, true) {
+			close(inReap)
+			<-release
+		}
+		return nil
+	})
+	reaped := make(chan error, 1)
+	go func() { _, err := h.svc.Reap(ctx); reaped <- err }()
+	<-inReap
+	if err := h.svc.Destroy(ctx, admin, sb.ID); !errors.Is(err, service.ErrNotFound) {
+		t.Errorf("destroy while the reaper destroys: %v, want ErrNotFound", err)
+	}
+	close(release)
+	if err := <-reaped; err != nil {
+		t.Fatal(err)
+	}
+	if n := h.containers(t); n != 0 {
+		t.Errorf("containers: %d, want 0", n)
+	}
 }

@@ -71,6 +71,7 @@ type harness struct {
 	vols    *faultyVolumes
 	clock   *storetest.Clock
 	nodeID  string
+	volRoot string // the volume directory's root on the host
 }
 
 type harnessOptions struct {
@@ -116,7 +117,8 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		}
 		drt.Close()
 	})
-	vols, err := volume.New(filepath.Join(dir, "volumes"))
+	volRoot := filepath.Join(dir, "volumes")
+	vols, err := volume.New(volRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,13 +132,14 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	}
 	t.Cleanup(func() { router.Close() })
 	h := &harness{
-		store:  &faultyStore{Store: st},
-		rt:     runtimetest.NewFaulty(drt),
-		routes: &faultyRouter{Router: router},
-		adm:    admission.New(opts.budget),
-		vols:   &faultyVolumes{Dir: vols},
-		clock:  clk,
-		nodeID: nodeID,
+		store:   &faultyStore{Store: st},
+		rt:      runtimetest.NewFaulty(drt),
+		routes:  &faultyRouter{Router: router},
+		adm:     admission.New(opts.budget),
+		vols:    &faultyVolumes{Dir: vols},
+		clock:   clk,
+		nodeID:  nodeID,
+		volRoot: volRoot,
 	}
 	h.admFail = &faultyAdmission{Controller: h.adm}
 	h.svc, err = service.New(service.Config{
@@ -194,6 +197,16 @@ func (h *harness) assertNothingLeft(t *testing.T) {
 	}
 	if n := h.vols.prepared(); n != 0 {
 		t.Errorf("mounts left prepared: %d", n)
+	}
+}
+
+// assertNoVolumes checks that no volume directory exists on the host: a
+// create that failed made none or removed those it made. (A sandbox that
+// existed keeps its volumes: they outlive it.)
+func (h *harness) assertNoVolumes(t *testing.T) {
+	t.Helper()
+	if left, err := os.ReadDir(h.volRoot); err != nil || len(left) != 0 {
+		t.Errorf("volume directories left on the host: %v (%v)", left, err)
 	}
 }
 
@@ -364,11 +377,11 @@ type faultyAdmission struct {
 	failReserve bool
 }
 
-func (f *faultyAdmission) Reserve(id string, req admission.Request) error {
+func (f *faultyAdmission) ReserveWithin(id string, req admission.Request, q admission.Quota) error {
 	if f.failReserve {
 		return errInjected
 	}
-	return f.Controller.Reserve(id, req)
+	return f.Controller.ReserveWithin(id, req, q)
 }
 
 // faultyVolumes counts sandboxes with prepared mounts and fails Prepare on
@@ -401,6 +414,13 @@ func (f *faultyVolumes) Release(ctx context.Context, id string) error {
 	delete(f.live, id)
 	f.mu.Unlock()
 	return f.Dir.Release(ctx, id)
+}
+
+func (f *faultyVolumes) Abandon(ctx context.Context, id string) error {
+	f.mu.Lock()
+	delete(f.live, id)
+	f.mu.Unlock()
+	return f.Dir.Abandon(ctx, id)
 }
 
 func (f *faultyVolumes) prepared() int {

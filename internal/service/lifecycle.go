@@ -18,11 +18,18 @@ import (
 type Caller struct {
 	Owner string
 	Admin bool
+	// Quota bounds what Owner may hold when this caller creates or starts
+	// a sandbox (the caller's token's); zero is unlimited, as for admins.
+	Quota Quota
 }
+
+// Quota bounds what one owner holds at once: running sandboxes, their
+// CPU and their memory. A zero field is unlimited.
+type Quota = admission.Quota
 
 func (c Caller) canSee(owner string) bool { return c.Admin || c.Owner == owner }
 
-// Get returns a sandbox by id or by name.
+// Get returns a sandbox by id or by name; names are per owner (lookupName).
 func (s *Service) Get(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
@@ -50,10 +57,10 @@ func (s *Service) lookupAny(ctx context.Context, c Caller, idOrName string) (sto
 		row store.Sandbox
 		err error
 	)
-	if strings.HasPrefix(idOrName, "sb-") {
+	if IsID(idOrName) {
 		row, err = s.Store.GetSandbox(ctx, idOrName)
 	} else {
-		row, err = s.Store.GetSandboxByName(ctx, idOrName)
+		row, err = s.lookupName(ctx, c, idOrName)
 	}
 	if err != nil {
 		return store.Sandbox{}, s.mapStoreErr(err, idOrName)
@@ -62,6 +69,36 @@ func (s *Service) lookupAny(ctx context.Context, c Caller, idOrName string) (sto
 		return store.Sandbox{}, fmt.Errorf("sandbox %q: %w", idOrName, ErrNotFound)
 	}
 	return row, nil
+}
+
+// IsID reports whether s is spelled as a sandbox id ("sb-…") rather than
+// a name. Names may not start with "sb-" (normalize refuses them), so an
+// id is never taken for a name nor a name for an id.
+func IsID(s string) bool { return strings.HasPrefix(s, "sb-") }
+
+// lookupName finds a sandbox by name. Names are unique per owner, so a
+// user's name is looked up among its own sandboxes only: another tenant's
+// name is not found exactly like a name nobody holds, and its existence
+// never shows. An admin's name means its own sandbox of that name if it
+// has one, else the one sandbox of any owner with that name; a name that
+// several owners hold is ambiguous and refused (ErrConflict: use the id).
+func (s *Service) lookupName(ctx context.Context, c Caller, name string) (store.Sandbox, error) {
+	if !c.Admin || c.Owner != "" {
+		row, err := s.Store.GetSandboxByName(ctx, c.Owner, name)
+		if !c.Admin || !errors.Is(err, store.ErrNotFound) {
+			return row, err
+		}
+	}
+	rows, _, err := s.Store.ListSandboxes(ctx, store.ListFilter{Name: name, Limit: 2})
+	switch {
+	case err != nil:
+		return store.Sandbox{}, err
+	case len(rows) == 0:
+		return store.Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", name, store.ErrNotFound)
+	case len(rows) > 1:
+		return store.Sandbox{}, fmt.Errorf("sandboxes of several owners are named %q; use the id: %w", name, ErrConflict)
+	}
+	return rows[0], nil
 }
 
 // ListFilter selects sandboxes for List.
@@ -96,7 +133,8 @@ func (s *Service) List(ctx context.Context, c Caller, f ListFilter) ([]Sandbox, 
 // repeat and to race: the first call marks the row (from then on the
 // sandbox is gone to every other call), every step tolerates a concurrent
 // Destroy having done it first, and a repeat of a destroy that was cut
-// short finishes it. A sandbox that no longer exists is ErrNotFound.
+// short finishes it. A sandbox that no longer exists, or whose destroy
+// had already begun (the reaper's, say), is ErrNotFound: one call wins.
 func (s *Service) Destroy(ctx context.Context, c Caller, idOrName string) error {
 	if err := s.requireReady(); err != nil {
 		return err
@@ -104,6 +142,15 @@ func (s *Service) Destroy(ctx context.Context, c Caller, idOrName string) error 
 	row, err := s.lookupAny(ctx, c, idOrName)
 	if err != nil {
 		return err
+	}
+	if !row.DestroyingSince.IsZero() {
+		// Gone to callers already (the reaper's, another caller's or a cut
+		// short destroy): this call finishes the work but is not the one
+		// that destroyed it, as a GET would have said.
+		if err := s.destroy(ctx, row.ID); err != nil {
+			return err
+		}
+		return fmt.Errorf("sandbox %q: %w", idOrName, ErrNotFound)
 	}
 	return s.destroy(ctx, row.ID)
 }
@@ -185,7 +232,8 @@ func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox
 	case store.StateCreating:
 		return Sandbox{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
 	}
-	if err := s.Admission.Reserve(row.ID, admission.Request{MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB}); err != nil {
+	req := admission.Request{MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB, Owner: row.Owner}
+	if err := s.Admission.ReserveWithin(row.ID, req, c.Quota); err != nil {
 		return Sandbox{}, admissionErr(err)
 	}
 	if err := s.Runtime.Start(ctx, row.ID); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,7 +54,10 @@ type Exposure struct {
 }
 
 // ExposePort makes a sandbox port reachable: over HTTP through its preview
-// URL, over TCP on a host port from the pool, or over TLS by SNI.
+// URL, over TCP on a host port from the pool, or over TLS by SNI. Only an
+// http port may be private (public false): tcp and tls must be asked for
+// public, else the call is ErrInvalidArgument on field "public" and
+// nothing is reserved (see checkPublic).
 //
 // It is safe to retry and to race: exposing an exposed port returns the
 // existing exposure (same URL, same host port) and never takes a second
@@ -86,6 +90,9 @@ func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, por
 	}
 	if !proto.Valid() {
 		return Exposure{}, invalid("protocol", "must be http, tcp or tls")
+	}
+	if err := checkPublic(proto, public); err != nil {
+		return Exposure{}, err
 	}
 	req := store.PortRequest{SandboxID: row.ID, Port: port, Protocol: proto, Public: public}
 	route := ingress.Port{Number: port, Protocol: ingress.Protocol(proto), Public: public}
@@ -149,6 +156,20 @@ func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, por
 	return s.exposure(ep), nil
 }
 
+// checkPublic refuses a private tcp or tls exposure. Only http carries a
+// credential the ingress can check (a token header or cookie): a raw TCP
+// stream on a host port, or a TLS stream passed through by SNI to the
+// sandbox, reaches the sandbox's server from anyone who can reach the
+// daemon's host, so "private" could only be a lie. Every API calls this
+// one rule through ExposePort; the caller must ask for public explicitly.
+func checkPublic(proto store.Protocol, public bool) error {
+	if proto == store.ProtocolHTTP || public {
+		return nil
+	}
+	return invalid("public", "a %s port cannot be private: raw %s carries no credential, so anyone who can reach the host reaches it; "+
+		"expose it with public: true, or expose the port as http to keep it private", proto, strings.ToUpper(string(proto)))
+}
+
 // portLocks serialises the exposes and unexposes of one (sandbox, port):
 // each holds its stripe from the store write through the router update, so
 // two of them never interleave and leave a route the row does not back (or
@@ -198,7 +219,10 @@ func (s *Service) installExposure(ctx context.Context, ep store.ExposedPort) err
 }
 
 func (s *Service) exposure(ep store.ExposedPort) Exposure {
-	e := Exposure{Port: ep.Port, Protocol: string(ep.Protocol), Public: ep.Public, HostPort: ep.HostPort}
+	// A tcp or tls port is public whatever its row says: rows from before
+	// checkPublic may say private, but nothing ever enforced it.
+	public := ep.Public || ep.Protocol != store.ProtocolHTTP
+	e := Exposure{Port: ep.Port, Protocol: string(ep.Protocol), Public: public, HostPort: ep.HostPort}
 	host := fmt.Sprintf("%d-%s.%s", ep.Port, ep.SandboxID, s.cfg.Domain)
 	switch ep.Protocol {
 	case store.ProtocolHTTP:
@@ -316,10 +340,8 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 		// An IP literal would capture the daemon's own API host.
 		return Domain{}, invalid("hostname", "%q is not a DNS name", hostname)
 	}
-	for _, h := range s.cfg.ReservedHosts {
-		if hostname == h {
-			return Domain{}, invalid("hostname", "%q is the daemon's own host", hostname)
-		}
+	if s.reservedHost(hostname) {
+		return Domain{}, invalid("hostname", "%q is the daemon's own host", hostname)
 	}
 	if hostname == s.cfg.Domain || strings.HasSuffix(hostname, "."+s.cfg.Domain) {
 		return Domain{}, invalid("hostname", "%q is inside the preview domain %q", hostname, s.cfg.Domain)
@@ -351,6 +373,12 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 		return Domain{}, err
 	}
 	return Domain{Hostname: hostname, SandboxID: row.ID, Port: port}, nil
+}
+
+// reservedHost reports whether hostname (normalized) is one of the
+// daemon's own API hosts, which no sandbox may take as a custom domain.
+func (s *Service) reservedHost(hostname string) bool {
+	return slices.Contains(s.cfg.ReservedHosts, naming.NormalizeHost(hostname))
 }
 
 // RemoveDomain unbinds a hostname from a sandbox. Removing a binding that
@@ -412,6 +440,13 @@ func (s *Service) restoreRoutes(ctx context.Context, live map[string]bool) error
 	}
 	for _, d := range ds {
 		if !live[d.SandboxID] {
+			continue
+		}
+		if s.reservedHost(d.Hostname) {
+			// Bound before the host was reserved (--api-host added since):
+			// routing it would hand the API's own traffic to the sandbox.
+			s.Logger.Warn("custom domain not restored: it is one of the daemon's API hosts",
+				"hostname", d.Hostname, "sandbox", d.SandboxID)
 			continue
 		}
 		if err := s.Router.BindDomain(ctx, d.Hostname, d.SandboxID, d.Port); err != nil {

@@ -105,7 +105,7 @@ func TestExposePort_InstallFails(t *testing.T) {
 			}
 
 			r.set(tt.step, true)
-			if _, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false); !errors.Is(err, errInjected) {
+			if _, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, proto != "http"); !errors.Is(err, errInjected) {
 				t.Fatalf("expose with a failing install: %v, want the injected fault", err)
 			}
 			rows, err := h.store.ListExposedPorts(ctx, sb.ID)
@@ -118,7 +118,7 @@ func TestExposePort_InstallFails(t *testing.T) {
 
 			// The failure was this call's only: the next one succeeds.
 			r.set(tt.step, false)
-			e, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false)
+			e, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, proto != "http")
 			if err != nil {
 				t.Fatalf("expose after the fault cleared: %v", err)
 			}
@@ -132,13 +132,13 @@ func TestExposePort_InstallFails(t *testing.T) {
 			// Nothing of the failed call is left in the ingress either, so
 			// the port is free for another protocol.
 			r.set(tt.step, true)
-			_, _ = svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false)
+			_, _ = svc.ExposePort(ctx, admin, sb.ID, 8080, proto, proto != "http")
 			r.set(tt.step, false)
 			if ps := h.routes.Ports(sb.ID); len(ps) != 0 {
 				t.Errorf("routes after a failed install: %+v, want none", ps)
 			}
 			other := map[string]string{"http": "tcp", "tcp": "http"}[proto]
-			if _, err := svc.ExposePort(ctx, admin, sb.ID, 8080, other, false); err != nil {
+			if _, err := svc.ExposePort(ctx, admin, sb.ID, 8080, other, other != "http"); err != nil {
 				t.Errorf("expose as %s after a failed %s expose: %v", other, proto, err)
 			}
 		})
@@ -158,13 +158,13 @@ func TestExposePort_RetryInstallFails(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			first, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false)
+			first, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, proto != "http")
 			if err != nil {
 				t.Fatal(err)
 			}
 
 			r.set(tt.step, true)
-			if _, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false); !errors.Is(err, errInjected) {
+			if _, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, proto != "http"); !errors.Is(err, errInjected) {
 				t.Fatalf("retry with a failing install: %v, want the injected fault", err)
 			}
 			r.set(tt.step, false)
@@ -187,7 +187,7 @@ func TestExposePort_RetryInstallFails(t *testing.T) {
 					t.Errorf("host port %d is free after a failed retry; the first call's listener is gone", first.HostPort)
 				}
 			}
-			again, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, false)
+			again, err := svc.ExposePort(ctx, admin, sb.ID, 8080, proto, proto != "http")
 			if err != nil || again != first {
 				t.Errorf("expose after the fault cleared = %+v, %v; want %+v", again, err, first)
 			}
@@ -325,7 +325,7 @@ func TestExposeUnexposeInterleaving_LeavesNoOrphanRoute(t *testing.T) {
 		name string
 		do   func() error
 	}{
-		{"expose tcp", func() error { _, err := svc.ExposePort(ctx, admin, sb.ID, port, "tcp", false); return err }},
+		{"expose tcp", func() error { _, err := svc.ExposePort(ctx, admin, sb.ID, port, "tcp", true); return err }},
 		{"unexpose", func() error { return svc.UnexposePort(ctx, admin, sb.ID, port) }},
 		{"expose http", func() error { _, err := svc.ExposePort(ctx, admin, sb.ID, port, "http", false); return err }},
 	}

@@ -1,12 +1,16 @@
 package service
 
 import (
+	"cmp"
 	"path"
 	"regexp"
 	"strings"
 	"time"
 
+	"github.com/distribution/reference"
+
 	"github.com/sandboxd/sandboxd/internal/naming"
+	"github.com/sandboxd/sandboxd/internal/runtime"
 )
 
 // Limits a single sandbox may ask for. They bound what one request can do to
@@ -50,8 +54,13 @@ type CreateRequest struct {
 	// Network gives the sandbox outbound network; without it, it has none.
 	Network bool
 	Mounts  []Mount
-	// Runtime names the runtime; only "docker" (the default) exists today.
+	// Runtime names the runtime: RuntimeDocker (containers on the host
+	// kernel) or RuntimeGVisor; empty means the daemon's default.
 	Runtime string
+	// Quota bounds what Owner may hold, this sandbox included (the
+	// creating token's; zero is unlimited). CreateOnce sets it from its
+	// Caller.
+	Quota Quota
 	// Annotations are opaque facade data kept with the sandbox (the E2B
 	// template, Daytona's fields); never interpreted by the service.
 	Annotations map[string]string
@@ -77,8 +86,8 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 	if req.Image == "" {
 		req.Image = s.cfg.DefaultImage
 	}
-	if len(req.Image) > maxImageLen || strings.ContainsAny(req.Image, " \t\r\n\x00") {
-		return req, invalid("image", "must be an image reference without spaces, at most %d bytes", maxImageLen)
+	if err := validateImage(req.Image); err != nil {
+		return req, err
 	}
 	if req.Name != "" && !naming.ValidLabel(req.Name) {
 		return req, invalid("name", "%q is not a DNS label (lowercase letters, digits and '-', at most 63)", req.Name)
@@ -91,6 +100,10 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 	}
 	if req.MilliCPU < minMilliCPU || req.MilliCPU > maxMilliCPU {
 		return req, invalid("cpu", "must be between %.1f and %d cores", float64(minMilliCPU)/1000, maxMilliCPU/1000)
+	}
+	if host := s.cfg.HostMilliCPU; host > 0 && req.MilliCPU > host {
+		// The engine refuses a limit above the host's CPU count.
+		return req, invalid("cpu", "at most %g cores on this host", float64(host)/1000)
 	}
 	if req.MemoryMB == 0 {
 		req.MemoryMB = defaultMemoryMB
@@ -126,29 +139,69 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 	if req.Network && !s.cfg.AllowNetwork {
 		return req, invalid("network", "outbound network is disabled on this daemon (start it with --sandbox-network)")
 	}
-	if req.Runtime == "" {
-		req.Runtime = "docker"
+	if err := s.checkRuntime(&req); err != nil {
+		return req, err
 	}
-	if req.Runtime != "docker" {
-		return req, invalid("runtime", "unknown runtime %q (available: docker)", req.Runtime)
+	if err := validateMounts(req.Mounts); err != nil {
+		return req, err
 	}
-	if len(req.Mounts) > maxMounts {
-		return req, invalid("mounts", "at most %d mounts", maxMounts)
+	return req, nil
+}
+
+// validateImage accepts what the engine accepts as an image to run: a
+// normalizable name (with tag and digest), a digest, or a full image id.
+// Anything else the engine answers with an error of its own, after the
+// create has already made its row and volumes.
+func validateImage(ref string) error {
+	if len(ref) > maxImageLen || strings.ContainsAny(ref, " \t\r\n\x00") {
+		return invalid("image", "must be an image reference without spaces, at most %d bytes", maxImageLen)
+	}
+	if _, err := reference.ParseAnyReference(ref); err != nil {
+		return invalid("image", "%q is not a valid image reference (lowercase name[:tag][@digest])", ref)
+	}
+	return nil
+}
+
+// reservedTargets are the paths in a sandbox a volume may not be mounted
+// at, under or above: the agent's binary and socket directory (the
+// sandbox would lose its agent), the kernel's file systems, and the files
+// the engine itself bind-mounts. The engine refuses some of these only
+// when the container starts, and accepts others (a volume over
+// /sys/fs/cgroup), hiding what the sandbox needs.
+var reservedTargets = []string{
+	runtime.AgentPath, runtime.AgentSocketDir,
+	"/proc", "/sys", "/dev",
+	"/etc/hosts", "/etc/hostname", "/etc/resolv.conf",
+}
+
+func validateMounts(mounts []Mount) error {
+	if len(mounts) > maxMounts {
+		return invalid("mounts", "at most %d mounts", maxMounts)
 	}
 	seen := map[string]bool{}
-	for i, m := range req.Mounts {
+	for i, m := range mounts {
 		if !naming.ValidLabel(m.Volume) {
-			return req, invalid("mounts", "mount %d: volume %q is not a DNS label", i, m.Volume)
+			return invalid("mounts", "mount %d: volume %q is not a DNS label", i, m.Volume)
 		}
 		if !path.IsAbs(m.Path) || path.Clean(m.Path) != m.Path || m.Path == "/" || strings.ContainsRune(m.Path, 0) {
-			return req, invalid("mounts", "mount %d: path %q must be a clean absolute path other than /", i, m.Path)
+			return invalid("mounts", "mount %d: path %q must be a clean absolute path other than /", i, m.Path)
+		}
+		for _, r := range reservedTargets {
+			if nested(m.Path, r) || nested(r, m.Path) {
+				return invalid("mounts", "mount %d: path %q overlaps %s, which the sandbox needs", i, m.Path, r)
+			}
 		}
 		if seen[m.Path] {
-			return req, invalid("mounts", "mount %d: path %q is mounted twice", i, m.Path)
+			return invalid("mounts", "mount %d: path %q is mounted twice", i, m.Path)
 		}
 		seen[m.Path] = true
 	}
-	return req, nil
+	return nil
+}
+
+// nested reports whether clean absolute path p is dir or below it.
+func nested(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
 }
 
 func validateEnv(field string, env map[string]string) error {
@@ -167,4 +220,51 @@ func validateEnv(field string, env map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// The runtimes a create may name.
+const (
+	// RuntimeDocker runs the sandbox as a container on the host's kernel.
+	RuntimeDocker = "docker"
+	// RuntimeGVisor runs it under gVisor's application kernel: no network,
+	// and at least runtime.MinGVisorMemoryMB of memory.
+	RuntimeGVisor = "gvisor"
+)
+
+// checkRuntime fills in the default runtime and checks that the daemon
+// offers the one asked for and that the request fits it.
+func (s *Service) checkRuntime(req *CreateRequest) error {
+	req.Runtime = cmp.Or(req.Runtime, s.cfg.DefaultRuntime, RuntimeDocker)
+	switch req.Runtime {
+	case RuntimeDocker:
+		return nil
+	case RuntimeGVisor:
+	default:
+		return invalid("runtime", "unknown runtime %q (available: %s)", req.Runtime, strings.Join(s.runtimes(), ", "))
+	}
+	switch {
+	case !s.cfg.GVisor:
+		return invalid("runtime", "gvisor is not available on this daemon (the engine has no runsc; scripts/setup-gvisor.sh registers it)")
+	case req.Network:
+		return invalid("network", "a gvisor sandbox has no network on this daemon")
+	case req.MemoryMB < runtime.MinGVisorMemoryMB:
+		return invalid("memory_mb", "a gvisor sandbox needs at least %d (gVisor's own kernel is charged to it)", runtime.MinGVisorMemoryMB)
+	}
+	return nil
+}
+
+// runtimes lists the runtimes this daemon offers.
+func (s *Service) runtimes() []string {
+	if s.cfg.GVisor {
+		return []string{RuntimeDocker, RuntimeGVisor}
+	}
+	return []string{RuntimeDocker}
+}
+
+// isolation is the runtime isolation a runtime name stands for.
+func isolation(name string) runtime.Isolation {
+	if name == RuntimeGVisor {
+		return runtime.IsolationGVisor
+	}
+	return runtime.IsolationContainer
 }

@@ -70,7 +70,12 @@ func TestNormalize_Accepts(t *testing.T) {
 		{"Name63", false, func(r *CreateRequest) { r.Name = strings.Repeat("a", 63) }},
 		{"NameDigitsAndHyphens", false, func(r *CreateRequest) { r.Name = "0-9-x" }},
 		{"NameSbWithoutHyphen", false, func(r *CreateRequest) { r.Name = "sbx" }},
-		{"ImageMaxLen", false, func(r *CreateRequest) { r.Image = strings.Repeat("i", maxImageLen) }},
+		{"ImageMaxLen", false, func(r *CreateRequest) { r.Image = "registry.local/" + strings.Repeat("i", maxImageLen-15) }},
+		{"ImageID", false, func(r *CreateRequest) { r.Image = strings.Repeat("ab", 32) }},
+		{"ImageDigestOnly", false, func(r *CreateRequest) { r.Image = "sha256:" + strings.Repeat("0", 64) }},
+		{"MountBesideReserved", false, func(r *CreateRequest) {
+			r.Mounts = []Mount{{Volume: "a", Path: "/opt/app"}, {Volume: "b", Path: "/run2"}, {Volume: "c", Path: "/proceeds"}}
+		}},
 		{"ImageWithRegistryAndDigest", false, func(r *CreateRequest) { r.Image = "registry.local:5000/a/b@sha256:" + strings.Repeat("0", 64) }},
 		{"CPUMin", false, func(r *CreateRequest) { r.MilliCPU = 100 }},
 		{"CPUMax", false, func(r *CreateRequest) { r.MilliCPU = 16_000 }},
@@ -117,6 +122,9 @@ func TestNormalize_Rejects(t *testing.T) {
 		{"ImageNewline", func(r *CreateRequest) { r.Image = "busybox\n" }, "image"},
 		{"ImageNUL", func(r *CreateRequest) { r.Image = "busybox\x00" }, "image"},
 		{"ImageTooLong", func(r *CreateRequest) { r.Image = strings.Repeat("i", maxImageLen+1) }, "image"},
+		{"ImagePathTraversal", func(r *CreateRequest) { r.Image = "../../etc/passwd" }, "image"},
+		{"ImageUppercase", func(r *CreateRequest) { r.Image = "Busybox" }, "image"},
+		{"ImageEmptyTag", func(r *CreateRequest) { r.Image = "busybox:" }, "image"},
 
 		{"NameUppercase", func(r *CreateRequest) { r.Name = "Web" }, "name"},
 		{"NameUnderscore", func(r *CreateRequest) { r.Name = "my_box" }, "name"},
@@ -163,6 +171,7 @@ func TestNormalize_Rejects(t *testing.T) {
 		{"NetworkNotAllowed", func(r *CreateRequest) { r.Network = true }, "network"},
 		{"RuntimeUnknown", func(r *CreateRequest) { r.Runtime = "firecracker" }, "runtime"},
 		{"RuntimeWrongCase", func(r *CreateRequest) { r.Runtime = "Docker" }, "runtime"},
+		{"RuntimeGVisorUnavailable", func(r *CreateRequest) { r.Runtime = "gvisor" }, "runtime"},
 
 		{"MountsTooMany", func(r *CreateRequest) { r.Mounts = nMounts(9) }, "mounts"},
 		{"MountVolumeEmpty", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "", Path: "/data"}} }, "mounts"},
@@ -174,6 +183,16 @@ func TestNormalize_Rejects(t *testing.T) {
 		{"MountPathDotDot", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/a/../etc"}} }, "mounts"},
 		{"MountPathTrailingSlash", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/data/"}} }, "mounts"},
 		{"MountPathNUL", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/da\x00ta"}} }, "mounts"},
+		{"MountAgentSocketDir", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/run/sandboxd"}} }, "mounts"},
+		{"MountUnderAgentSocketDir", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/run/sandboxd/x"}} }, "mounts"},
+		{"MountAboveAgentSocketDir", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/run"}} }, "mounts"},
+		{"MountAgentBinary", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/opt/sandboxd/toolboxd"}} }, "mounts"},
+		{"MountAboveAgentBinary", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/opt"}} }, "mounts"},
+		{"MountProc", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/proc"}} }, "mounts"},
+		{"MountProcSys", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/proc/sys"}} }, "mounts"},
+		{"MountSysFsCgroup", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/sys/fs/cgroup"}} }, "mounts"},
+		{"MountDevShm", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/dev/shm"}} }, "mounts"},
+		{"MountEtcHosts", func(r *CreateRequest) { r.Mounts = []Mount{{Volume: "v", Path: "/etc/hosts"}} }, "mounts"},
 		{"MountPathTwice", func(r *CreateRequest) {
 			r.Mounts = []Mount{{Volume: "a", Path: "/data"}, {Volume: "b", Path: "/data"}}
 		}, "mounts"},
@@ -226,5 +245,19 @@ func TestNormalize_DoesNotAliasCaller(t *testing.T) {
 	}
 	if req.Image != "" || req.MilliCPU != 0 || req.Runtime != "" || len(req.Env) != 1 {
 		t.Errorf("caller's request changed: %+v", req)
+	}
+}
+
+// TestNormalize_CPUAtMostTheHosts: the engine refuses a CPU limit above
+// the host's CPU count, so normalize does first, naming the bound.
+func TestNormalize_CPUAtMostTheHosts(t *testing.T) {
+	s := normalizer(false)
+	s.cfg.HostMilliCPU = 2000
+	if _, err := s.normalize(CreateRequest{MilliCPU: 2000}); err != nil {
+		t.Errorf("cpu 2 on a 2-core host: %v", err)
+	}
+	_, err := s.normalize(CreateRequest{MilliCPU: 2001})
+	if want := "cpu: at most 2 cores on this host"; err == nil || err.Error() != want {
+		t.Errorf("cpu 2.001 on a 2-core host: %v, want %q", err, want)
 	}
 }

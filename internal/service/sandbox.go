@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -30,16 +31,18 @@ const (
 // Sandbox is the service's view of one sandbox. It never carries secrets:
 // no agent token, no secret env, no private key.
 type Sandbox struct {
-	ID           string
-	Name         string
-	Owner        string
-	Image        string
-	State        State
-	MilliCPU     int64
-	MemoryMB     int64
-	Tags         map[string]string
-	Env          map[string]string
-	Network      bool
+	ID       string
+	Name     string
+	Owner    string
+	Image    string
+	State    State
+	MilliCPU int64
+	MemoryMB int64
+	Tags     map[string]string
+	Env      map[string]string
+	Network  bool
+	// Runtime is what runs the sandbox: RuntimeDocker or RuntimeGVisor.
+	Runtime      string
 	Mounts       []Mount
 	Annotations  map[string]string
 	CreatedAt    time.Time
@@ -92,6 +95,7 @@ func fromRow(row store.Sandbox) Sandbox {
 		Tags:         row.Tags,
 		Env:          row.Env,
 		Network:      spec.Network,
+		Runtime:      cmp.Or(spec.Runtime, RuntimeDocker),
 		Mounts:       spec.Mounts,
 		Annotations:  spec.Annotations,
 		CreatedAt:    row.CreatedAt,

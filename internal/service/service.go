@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -23,7 +24,7 @@ import (
 type Store interface {
 	CreateSandbox(ctx context.Context, sb *store.Sandbox) error
 	GetSandbox(ctx context.Context, id string) (store.Sandbox, error)
-	GetSandboxByName(ctx context.Context, name string) (store.Sandbox, error)
+	GetSandboxByName(ctx context.Context, owner, name string) (store.Sandbox, error)
 	ListSandboxes(ctx context.Context, f store.ListFilter) ([]store.Sandbox, string, error)
 	UpdateSandboxState(ctx context.Context, id string, from []store.SandboxState, to store.SandboxState, reason string) (store.Sandbox, error)
 	UpdateSandbox(ctx context.Context, id string, u store.SandboxUpdate) (store.Sandbox, error)
@@ -86,9 +87,9 @@ type Router interface {
 	UnbindDomain(ctx context.Context, sandboxID, hostname string) error
 }
 
-// Admission reserves host capacity per sandbox.
+// Admission reserves host capacity per sandbox, within its owner's quota.
 type Admission interface {
-	Reserve(id string, req admission.Request) error
+	ReserveWithin(id string, req admission.Request, q admission.Quota) error
 	Release(id string)
 	Reset(live map[string]admission.Request)
 }
@@ -99,7 +100,11 @@ type Volumes interface {
 	// paths to bind, in the order of mounts. Volumes are per owner: two
 	// tenants naming the same volume get two directories.
 	Prepare(ctx context.Context, owner, sandboxID string, mounts []Mount) ([]runtime.Mount, error)
-	// Release undoes Prepare for this sandbox (volumes themselves persist).
+	// Abandon undoes Prepare for a create that failed: the volume
+	// directories it created are removed while still empty and unused, so
+	// a refused create leaves nothing on the host.
+	Abandon(ctx context.Context, sandboxID string) error
+	// Release is the end of a sandbox that existed: volumes persist.
 	Release(ctx context.Context, sandboxID string) error
 }
 
@@ -108,6 +113,10 @@ type Config struct {
 	NodeID       string
 	DefaultImage string
 	AgentBinary  string
+	// HostMilliCPU is the host's CPU count (1000 per core): the engine
+	// refuses a sandbox limit above it. Zero: no check beyond the
+	// per-sandbox maximum.
+	HostMilliCPU int64
 	// HostPortLo and HostPortHi bound the pool TCP exposures take host
 	// ports from (inclusive).
 	HostPortLo, HostPortHi int
@@ -119,11 +128,19 @@ type Config struct {
 	// Domain is the preview domain: <port>-<sandbox-id>.<Domain>.
 	Domain string
 	// ReservedHosts may never be bound as custom domains: the daemon's own
-	// API host names (an IP literal is always refused).
+	// API host names (an IP literal is always refused). Compared after
+	// naming.NormalizeHost; a binding made before its host was reserved
+	// is not restored at startup.
 	ReservedHosts []string
 	// AllowNetwork lets sandboxes that ask for it have outbound network;
 	// without it such a create is refused.
 	AllowNetwork bool
+	// GVisor says the runtime can run sandboxes under gVisor (runtime
+	// "gvisor"); without it such a create is refused.
+	GVisor bool
+	// DefaultRuntime is the runtime of a create that names none: "docker"
+	// (the default) or "gvisor".
+	DefaultRuntime string
 	// StuckCreating is how long a row may stay in state creating before the
 	// reconciler rolls it back.
 	StuckCreating time.Duration
@@ -186,6 +203,17 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.StuckCreating == 0 {
 		cfg.StuckCreating = 10 * time.Minute
+	}
+	reserved := make([]string, len(cfg.ReservedHosts))
+	for i, h := range cfg.ReservedHosts {
+		reserved[i] = naming.NormalizeHost(h)
+	}
+	cfg.ReservedHosts = reserved
+	if cfg.DefaultRuntime == "" {
+		cfg.DefaultRuntime = RuntimeDocker
+	}
+	if cfg.DefaultRuntime == RuntimeGVisor && !cfg.GVisor {
+		return nil, errors.New("service: default runtime gvisor, but the engine has no gVisor (scripts/setup-gvisor.sh registers it)")
 	}
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = "sandboxd/base:bookworm"

@@ -15,7 +15,7 @@ var (
 	// ErrIDConflict: a row with this id already exists (for API tokens: one that differs
 	// from the token being created, or the secret hash is another token's).
 	ErrIDConflict = errors.New("store: id already exists")
-	// ErrNameConflict: another sandbox already has this non-empty name.
+	// ErrNameConflict: another sandbox of the same owner already has this non-empty name.
 	ErrNameConflict = errors.New("store: sandbox name already in use")
 	// ErrHostnameConflict: the hostname is bound to another sandbox or another port.
 	ErrHostnameConflict = errors.New("store: hostname already bound")

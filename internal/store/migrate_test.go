@@ -72,7 +72,7 @@ func TestMigrate_NewFileGetsSchema(t *testing.T) {
 			t.Errorf("table %s missing from schema %q", table, objs)
 		}
 	}
-	for _, index := range []string{"sandboxes_name", "exposed_ports_host_port", "firecracker_tap_pool_sandbox"} {
+	for _, index := range []string{"sandboxes_owner_name", "exposed_ports_host_port", "firecracker_tap_pool_sandbox"} {
 		if !containsPrefix(objs, "index "+index+":") {
 			t.Errorf("index %s missing from schema", index)
 		}

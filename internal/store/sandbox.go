@@ -106,9 +106,10 @@ func encodeMap(m map[string]string) (string, error) {
 // CreateSandbox inserts sb. CreatedAt defaults to the store clock; UpdatedAt is set to
 // CreatedAt; both are written back to sb, truncated to the millisecond the store keeps.
 //
-// Errors: ErrNameConflict if another sandbox has sb.Name (empty names never conflict),
+// Errors: ErrNameConflict if another sandbox of sb.Owner has sb.Name (empty names never
+// conflict; other owners' names never do),
 // ErrIDConflict if sb.ID exists, ErrInvalidArgument for an empty id or unknown state.
-// Nothing is written on error. Concurrent creates with one name: exactly one succeeds.
+// Nothing is written on error. Concurrent creates with one owner and name: exactly one succeeds.
 // A retry after success returns ErrIDConflict; the caller then reads the row by id.
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	if sb.ID == "" {
@@ -146,7 +147,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	switch {
 	case isPrimaryKeyViolation(err):
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, ErrIDConflict)
-	case isUniqueViolation(err): // the only unique index on sandboxes is the name
+	case isUniqueViolation(err): // the only unique index on sandboxes is (owner, name)
 		return fmt.Errorf("create sandbox %s: name %q: %w", sb.ID, sb.Name, ErrNameConflict)
 	case err != nil:
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
@@ -167,14 +168,16 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 	return sb, nil
 }
 
-// GetSandboxByName returns the sandbox named name, or ErrNotFound (always for "", and
-// for a sandbox whose destroy began).
-func (s *Store) GetSandboxByName(ctx context.Context, name string) (Sandbox, error) {
+// GetSandboxByName returns owner's sandbox named name, or ErrNotFound (always for "",
+// and for a sandbox whose destroy began). Names are unique per owner, so there is at
+// most one; another owner's sandbox of that name is not found. To find a name across
+// owners, list with ListFilter.Name.
+func (s *Store) GetSandboxByName(ctx context.Context, owner, name string) (Sandbox, error) {
 	if name == "" {
 		return Sandbox{}, fmt.Errorf("get sandbox by empty name: %w", ErrNotFound)
 	}
 	sb, err := scanSandbox(s.reader.QueryRowContext(ctx,
-		`SELECT `+sandboxColumns+` FROM sandboxes WHERE name = ? AND destroying_since IS NULL`, name))
+		`SELECT `+sandboxColumns+` FROM sandboxes WHERE owner = ? AND name = ? AND destroying_since IS NULL`, owner, name))
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", name, notFound(err))
 	}

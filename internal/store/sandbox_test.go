@@ -42,7 +42,7 @@ func TestCreateSandbox_RoundTrip(t *testing.T) {
 	}
 	for name, get := range map[string]func() (store.Sandbox, error){
 		"GetSandbox":       func() (store.Sandbox, error) { return s.GetSandbox(t.Context(), want.ID) },
-		"GetSandboxByName": func() (store.Sandbox, error) { return s.GetSandboxByName(t.Context(), "web") },
+		"GetSandboxByName": func() (store.Sandbox, error) { return s.GetSandboxByName(t.Context(), "alice", "web") },
 	} {
 		got, err := get()
 		if err != nil {
@@ -59,7 +59,7 @@ func TestCreateSandbox_EmptyNamesNeverConflict(t *testing.T) {
 	for i := range 3 {
 		createSandbox(t, s, sandboxID(i), "")
 	}
-	if _, err := s.GetSandboxByName(t.Context(), ""); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetSandboxByName(t.Context(), "alice", ""); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetSandboxByName(\"\") = %v, want ErrNotFound", err)
 	}
 }
@@ -101,6 +101,31 @@ func TestCreateSandbox_RaceOneName(t *testing.T) {
 	items, _, err := s.ListSandboxes(t.Context(), store.ListFilter{Name: "same"})
 	if err != nil || len(items) != 1 {
 		t.Errorf("rows named same: %d, %v; want 1", len(items), err)
+	}
+}
+
+// TestCreateSandbox_NamesArePerOwner: a name is unique within its owner
+// only, so one tenant holding "web" neither blocks another tenant's "web"
+// nor shows through a lookup by the other tenant.
+func TestCreateSandbox_NamesArePerOwner(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	alice := createSandbox(t, s, sandboxID(1), "web") // owner alice
+	bob := store.Sandbox{ID: sandboxID(2), Name: "web", Owner: "bob", Image: "debian", State: store.StateRunning}
+	if err := s.CreateSandbox(ctx, &bob); err != nil {
+		t.Fatalf("bob's web beside alice's: %v, want created", err)
+	}
+	again := store.Sandbox{ID: sandboxID(3), Name: "web", Owner: "alice", Image: "debian", State: store.StateRunning}
+	if err := s.CreateSandbox(ctx, &again); !errors.Is(err, store.ErrNameConflict) {
+		t.Errorf("alice's second web: %v, want ErrNameConflict", err)
+	}
+	for owner, want := range map[string]string{"alice": alice.ID, "bob": bob.ID} {
+		if got, err := s.GetSandboxByName(ctx, owner, "web"); err != nil || got.ID != want {
+			t.Errorf("GetSandboxByName(%s, web) = %s, %v; want %s", owner, got.ID, err, want)
+		}
+	}
+	if _, err := s.GetSandboxByName(ctx, "carol", "web"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetSandboxByName(carol, web) = %v, want ErrNotFound", err)
 	}
 }
 
@@ -411,7 +436,7 @@ func TestBeginDestroy_HidesTheRowAndRepeats(t *testing.T) {
 	if err != nil || !again.DestroyingSince.Equal(first.DestroyingSince) {
 		t.Errorf("BeginDestroy again = %v, %v; want the first time %v", again.DestroyingSince, err, first.DestroyingSince)
 	}
-	if _, err := s.GetSandboxByName(ctx, "web"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetSandboxByName(ctx, "alice", "web"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetSandboxByName = %v, want ErrNotFound", err)
 	}
 	if got, _, _ := s.ListSandboxes(ctx, store.ListFilter{}); len(got) != 0 {

@@ -23,11 +23,20 @@ type APIToken struct {
 	Name      string
 	Role      Role
 	Owner     string
+	Quota     Quota
 	CreatedAt time.Time
 	RevokedAt time.Time // zero: active
 }
 
-const apiTokenColumns = `id, name, role, owner, created_at, revoked_at`
+// Quota is what a token's owner may hold at once; a zero field is
+// unlimited. Negative values are refused (the schema checks too).
+type Quota struct {
+	Sandboxes int64
+	MilliCPU  int64
+	MemoryMB  int64
+}
+
+const apiTokenColumns = `id, name, role, owner, quota_sandboxes, quota_milli_cpu, quota_memory_mb, created_at, revoked_at`
 
 func scanAPIToken(r rowScanner) (APIToken, error) {
 	var (
@@ -35,7 +44,7 @@ func scanAPIToken(r rowScanner) (APIToken, error) {
 		created int64
 		revoked sql.NullInt64
 	)
-	if err := r.Scan(&t.ID, &t.Name, &t.Role, &t.Owner, &created, &revoked); err != nil {
+	if err := r.Scan(&t.ID, &t.Name, &t.Role, &t.Owner, &t.Quota.Sandboxes, &t.Quota.MilliCPU, &t.Quota.MemoryMB, &created, &revoked); err != nil {
 		return APIToken{}, err
 	}
 	t.CreatedAt = time.UnixMilli(created).UTC()
@@ -45,17 +54,21 @@ func scanAPIToken(r rowScanner) (APIToken, error) {
 
 // CreateAPIToken stores t with the SHA-256 of its secret; CreatedAt is set from the store
 // clock and written back to t. Creating the identical token again (same id, hash, name,
-// role, owner) is a no-op, so retries are safe. ErrIDConflict if t.ID or the secret hash is
+// role, owner, quota) is a no-op, so retries are safe. ErrIDConflict if t.ID or the secret hash is
 // already registered otherwise.
 func (s *Store) CreateAPIToken(ctx context.Context, t *APIToken, secretSHA256 [32]byte) error {
 	if t.ID == "" || (t.Role != RoleAdmin && t.Role != RoleUser) {
 		return invalidf("create api token: id %q, role %q", t.ID, t.Role)
 	}
+	if q := t.Quota; q.Sandboxes < 0 || q.MilliCPU < 0 || q.MemoryMB < 0 {
+		return invalidf("create api token: negative quota %+v", q)
+	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		now := s.nowMillis()
-		res, err := tx.ExecContext(ctx, `INSERT INTO api_tokens (id, secret_sha256, name, role, owner, created_at)
-			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-			t.ID, secretSHA256[:], t.Name, t.Role, t.Owner, now)
+		res, err := tx.ExecContext(ctx, `INSERT INTO api_tokens (id, secret_sha256, name, role, owner,
+			quota_sandboxes, quota_milli_cpu, quota_memory_mb, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			t.ID, secretSHA256[:], t.Name, t.Role, t.Owner, t.Quota.Sandboxes, t.Quota.MilliCPU, t.Quota.MemoryMB, now)
 		if err != nil {
 			return err
 		}
@@ -72,7 +85,7 @@ func (s *Store) CreateAPIToken(ctx context.Context, t *APIToken, secretSHA256 [3
 		if err != nil {
 			return err
 		}
-		if cur.Name != t.Name || cur.Role != t.Role || cur.Owner != t.Owner || !cur.RevokedAt.IsZero() {
+		if cur.Name != t.Name || cur.Role != t.Role || cur.Owner != t.Owner || cur.Quota != t.Quota || !cur.RevokedAt.IsZero() {
 			return ErrIDConflict
 		}
 		t.CreatedAt = cur.CreatedAt

@@ -72,3 +72,29 @@ func TestAPITokens(t *testing.T) {
 		t.Errorf("ListAPITokens (-want +got):\n%s", diff)
 	}
 }
+
+// TestAPITokens_Quota: a token's quota is stored and read back with it,
+// a retry with another quota is a conflict, and a negative one invalid.
+func TestAPITokens_Quota(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	secret := sha256.Sum256([]byte("quota"))
+	q := store.Quota{Sandboxes: 3, MilliCPU: 4000, MemoryMB: 8192}
+	tok := store.APIToken{ID: "tok-q", Name: "ci", Role: store.RoleUser, Owner: "alice", Quota: q}
+	if err := s.CreateAPIToken(ctx, &tok, secret); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.LookupAPITokenByHash(ctx, secret)
+	if err != nil || got.Quota != q {
+		t.Fatalf("lookup: quota %+v, %v; want %+v", got.Quota, err, q)
+	}
+	other := tok
+	other.Quota.Sandboxes = 4
+	if err := s.CreateAPIToken(ctx, &other, secret); !errors.Is(err, store.ErrIDConflict) {
+		t.Errorf("same token, other quota: %v, want ErrIDConflict", err)
+	}
+	bad := store.APIToken{ID: "tok-n", Role: store.RoleUser, Quota: store.Quota{MemoryMB: -1}}
+	if err := s.CreateAPIToken(ctx, &bad, sha256.Sum256([]byte("n"))); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("negative quota: %v, want ErrInvalidArgument", err)
+	}
+}

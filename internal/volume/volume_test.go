@@ -42,3 +42,74 @@ func TestPrepare_VolumesArePerOwner(t *testing.T) {
 		t.Error("a volume name with a path separator was accepted")
 	}
 }
+
+// entries lists what is under root, relative to it.
+func entries(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p != root {
+			rel, _ := filepath.Rel(root, p)
+			out = append(out, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestAbandon_RemovesOnlyWhatTheFailedCreateMade: a failed create's
+// volumes go (its owner directory too), but never a volume that existed
+// before, that another sandbox prepared since, or that holds data.
+func TestAbandon_RemovesOnlyWhatTheFailedCreateMade(t *testing.T) {
+	ctx := t.Context()
+	root := t.TempDir()
+	d, err := volume.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Prepare(ctx, "alice", "sb-1", []service.Mount{{Volume: "a", Path: "/a"}, {Volume: "b", Path: "/b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Abandon(ctx, "sb-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, root); len(got) != 0 {
+		t.Fatalf("after the only create abandoned: %v, want nothing", got)
+	}
+
+	// kept: "old" existed (a committed sandbox made it), "shared" is
+	// prepared by a live sandbox too, "full" holds data.
+	old, _ := d.Prepare(ctx, "alice", "sb-2", []service.Mount{{Volume: "old", Path: "/o"}})
+	if err := d.Release(ctx, "sb-2"); err != nil { // committed, then destroyed
+		t.Fatal(err)
+	}
+	binds, err := d.Prepare(ctx, "alice", "sb-3", []service.Mount{
+		{Volume: "old", Path: "/o"}, {Volume: "shared", Path: "/s"}, {Volume: "full", Path: "/f"}, {Volume: "gone", Path: "/g"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Prepare(ctx, "alice", "sb-4", []service.Mount{{Volume: "shared", Path: "/s"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(binds[2].HostPath, "data"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Abandon(ctx, "sb-3"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{old[0].HostPath, binds[1].HostPath, binds[2].HostPath} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(binds[3].HostPath); !os.IsNotExist(err) {
+		t.Errorf("%s, made only by the failed create, is still there (%v)", binds[3].HostPath, err)
+	}
+}

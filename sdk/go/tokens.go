@@ -25,6 +25,18 @@ type CreateTokenRequest struct {
 	// Owner is the tenant whose sandboxes a user token manages; empty
 	// lets the daemon choose.
 	Owner string `json:"owner,omitempty"`
+	// Quota bounds what a user token's owner may hold at once; nil gives
+	// the daemon's default (--default-quota, unlimited unless set).
+	Quota *Quota `json:"quota,omitempty"`
+}
+
+// Quota is what a user token's owner may hold at once across its running
+// sandboxes; a zero field is unlimited. Past it, creates and starts fail
+// with ErrCapacityExhausted and a message naming the quota.
+type Quota struct {
+	Sandboxes int64   `json:"sandboxes,omitempty"`
+	CPU       float64 `json:"cpu,omitempty"` // cores
+	MemoryMB  int64   `json:"memory_mb,omitempty"`
 }
 
 // Token is an API token. Secret is set only in the result of CreateToken.
@@ -33,6 +45,7 @@ type Token struct {
 	Name      string    `json:"name"`
 	Role      Role      `json:"role"`
 	Owner     string    `json:"owner,omitempty"`
+	Quota     *Quota    `json:"quota,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	// Secret is the bearer token itself. The daemon stores only its hash
 	// and never shows it again.

@@ -28,7 +28,7 @@ type sbxResult struct {
 // SBX_API_URL and SBX_TOKEN, running in dir (so that no .sandboxd
 // directory of a checkout is picked up).
 func sbxCommand(ctx context.Context, d *daemonProcess, dir string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, env.bins.sbx, args...)
+	cmd := exec.CommandContext(ctx, env.dt.Bins.Sbx, args...)
 	cmd.Dir = dir
 	cmd.Env = append(hermeticEnv(), "SBX_API_URL="+d.URL(), "SBX_TOKEN="+d.Token(), "TERM=xterm")
 	cmd.WaitDelay = 5 * time.Second

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/testenv"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -54,23 +53,6 @@ func nodeContainers(ctx context.Context, nodeID string) (map[string]container, e
 		cs[id] = container{SandboxID: id, State: state}
 	}
 	return cs, sc.Err()
-}
-
-// removeContainers force-removes every container labelled with nodeID,
-// and again until a listing shows none: the engine may finish a create or
-// a start that a daemon killed mid-request had asked for after the
-// daemon is gone, so one listing is not enough.
-func removeContainers(ctx context.Context, nodeID string) error {
-	return testenv.Poll(ctx, testenv.Deadline, func() error {
-		if _, err := testenv.RemoveNode(ctx, nodeID); err != nil {
-			return err
-		}
-		left, err := testenv.NodeContainers(ctx, nodeID)
-		if err == nil && len(left) > 0 {
-			err = fmt.Errorf("containers of node %s still there: %s", nodeID, strings.Join(left, "; "))
-		}
-		return err
-	})
 }
 
 // docker runs the docker CLI and returns its standard output.

@@ -3,7 +3,7 @@
 // real Docker engine, the Go SDK over real HTTP, and the sbx binary (under a
 // pseudo-terminal for `sbx shell`).
 //
-// TestMain builds bin/sandboxd, bin/toolboxd and bin/sbx from this checkout
+// TestMain builds (daemontest.Setup) bin/sandboxd, bin/toolboxd and bin/sbx from this checkout
 // into a temporary directory. Tests share one daemon where they can
 // (sharedDaemon); a test that kills its daemon starts its own. Every daemon
 // is killed at the end and every container it labelled with its node id is
@@ -17,14 +17,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/testenv"
+	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
 )
 
 // Images built by scripts/build-images.sh.
@@ -33,24 +32,14 @@ const (
 	baseImage    = "sandboxd/base:bookworm"
 )
 
-// buildTimeout bounds `go build` of the three binaries (cold caches on a
-// 2-core machine take a few minutes).
-const buildTimeout = 8 * time.Minute
-
 // env is what TestMain prepared for every test.
 var env struct {
-	bins      binaries
-	root      string // temporary directory for binaries, logs and data dirs
-	dockerErr error  // non-nil when Docker is unreachable
+	dt        *daemontest.Env
+	dockerErr error // non-nil when Docker is unreachable
 
 	sharedOnce sync.Once
 	shared     *daemonProcess
 	sharedErr  error
-}
-
-// binaries are the paths of the freshly built executables.
-type binaries struct {
-	sandboxd, toolboxd, sbx string
 }
 
 func TestMain(m *testing.M) {
@@ -62,19 +51,13 @@ func runMain(m *testing.M) int {
 		// Tests skip one by one (requireDocker); no point building.
 		return m.Run()
 	}
-	env.dockerErr = pingDocker()
+	env.dockerErr = daemontest.PingDocker(busyboxImage, baseImage)
 	if env.dockerErr != nil && !testenv.CI() {
 		return m.Run() // the images are missing: requireDocker skips, saying so
 	}
-	root, err := os.MkdirTemp("", "sbxe2e-")
-	if err != nil {
+	var err error
+	if env.dt, err = daemontest.Setup("e2e", 42000); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	defer os.RemoveAll(root)
-	env.root = root
-	if env.bins, err = buildBinaries(filepath.Join(root, "bin")); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: build:", err)
 		return 1
 	}
 	code := m.Run()
@@ -98,30 +81,8 @@ func runMain(m *testing.M) int {
 	// Every daemon is closed now: a container of any of their nodes still
 	// there is one Close missed (testenv.Exit lists and removes it).
 	code = testenv.Exit(code)
-	if code != 0 {
-		keepLogs(root)
-	}
+	env.dt.Close(code != 0)
 	return code
-}
-
-// keepLogs copies the daemons' logs out of root, which is about to be
-// removed, and says where they are: a failure is debugged from them.
-func keepLogs(root string) {
-	logs, _ := filepath.Glob(filepath.Join(root, "*.log"))
-	if len(logs) == 0 {
-		return
-	}
-	dir, err := os.MkdirTemp("", "sandboxd-e2e-logs-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: keep logs:", err)
-		return
-	}
-	for _, l := range logs {
-		if b, err := os.ReadFile(l); err == nil {
-			_ = os.WriteFile(filepath.Join(dir, filepath.Base(l)), b, 0o644)
-		}
-	}
-	fmt.Fprintf(os.Stderr, "e2e: daemon logs kept in %s\n", dir)
 }
 
 // requireDocker skips t under -short or when Docker (or a test image) is
@@ -144,7 +105,7 @@ func sharedDaemon(t *testing.T) *daemonProcess {
 	t.Helper()
 	requireDocker(t)
 	env.sharedOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), daemontest.StartTimeout)
 		defer cancel()
 		env.shared = newDaemon("shared")
 		env.sharedErr = env.shared.Start(ctx)
@@ -153,52 +114,6 @@ func sharedDaemon(t *testing.T) *daemonProcess {
 		t.Fatalf("start shared daemon: %v\nlog:\n%s", env.sharedErr, env.shared.LogTail(40))
 	}
 	return env.shared
-}
-
-// pingDocker reports whether the Docker engine answers, and whether the
-// test images are present.
-func pingDocker() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
-		return fmt.Errorf("docker version: %w: %s", err, strings.TrimSpace(string(out)))
-	}
-	for _, img := range []string{busyboxImage, baseImage} {
-		if out, err := exec.CommandContext(ctx, "docker", "image", "inspect", "--format", "{{.Id}}", img).CombinedOutput(); err != nil {
-			return fmt.Errorf("image %s missing (run scripts/build-images.sh): %w: %s", img, err, strings.TrimSpace(string(out)))
-		}
-	}
-	return nil
-}
-
-// buildBinaries builds the daemon, the agent and the CLI of this checkout
-// into dir, statically (the agent runs inside arbitrary images).
-func buildBinaries(dir string) (binaries, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return binaries{}, fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return binaries{}, fmt.Errorf("not inside a module (go env GOMOD = %q)", gomod)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return binaries{}, err
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
-		"./cmd/sandboxd", "./cmd/toolboxd", "./cmd/sbx")
-	cmd.Dir = filepath.Dir(gomod)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return binaries{}, fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	return binaries{
-		sandboxd: filepath.Join(dir, "sandboxd"),
-		toolboxd: filepath.Join(dir, "toolboxd"),
-		sbx:      filepath.Join(dir, "sbx"),
-	}, nil
 }
 
 // testContext returns t's context bounded by d: every test has a deadline

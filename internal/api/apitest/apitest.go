@@ -118,6 +118,9 @@ func New(ctx context.Context, opts Options) (_ *Env, err error) {
 // container it makes.
 func (e *Env) NodeID() string { return e.nodeID }
 
+// DataDir is the daemon's data directory (volumes live in its volumes/).
+func (e *Env) DataDir() string { return e.dir }
+
 // IssueToken stores a new token and returns its plaintext.
 func (e *Env) IssueToken(ctx context.Context, role auth.Role, owner string) (string, error) {
 	plaintext, tok, hash := auth.Generate(role, owner)

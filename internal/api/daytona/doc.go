@@ -86,11 +86,16 @@
 // markers arrived. Because bash reads the whole compound command before
 // running it, input sent to a command is what the command reads. Commands
 // queue in the shell; a command that reads stdin while another is queued
-// reads that command's text, as on Daytona. Output beyond 8 MiB per
-// command and commands beyond the last 1000 per session are dropped. The
-// follow WebSocket (no subprotocol) sends \x01\x01\x01 before stdout and
-// \x02\x02\x02 before stderr chunks, backlog first, and closes 1000 when
-// the command has ended.
+// reads that command's text, as on Daytona. Kept output is bounded
+// (SessionLogLimits): each command keeps its newest 1 MiB, the sessions of
+// one sandbox 8 MiB, those of the daemon 128 MiB; past a limit the oldest
+// output goes first (the sandbox's own, or past the daemon's that of the
+// sandbox holding the most), and logs begin with a "[sandboxd: N bytes of
+// earlier output dropped]" line per stream. Commands beyond the last 1000
+// per session are forgotten. The follow WebSocket (no subprotocol) sends \x01\x01\x01 before stdout and
+// \x02\x02\x02 before stderr chunks, backlog first (a stdout frame
+// "[sandboxd: output dropped]" where chunks were dropped before they were
+// sent), and closes 1000 when the command has ended.
 //
 // Session state lives in the facade's memory: a daemon restart loses
 // sessions (their shells are killed with the sandbox's next stop); stop,

@@ -83,10 +83,14 @@ func classify(err error) errorBody {
 		status, msg = http.StatusBadRequest, err.Error()
 	case service.Is(err, service.ErrNotFound):
 		status, msg = http.StatusNotFound, err.Error()
+	case service.Is(err, service.ErrPermissionDenied):
+		status, msg = http.StatusForbidden, err.Error()
 	case service.Is(err, service.ErrNameConflict):
 		status, msg = http.StatusConflict, err.Error()
 	case service.Is(err, service.ErrConflict):
 		status, msg = http.StatusConflict, err.Error()
+	case errors.Is(err, service.ErrQuotaExceeded):
+		status, msg = http.StatusTooManyRequests, err.Error() // names the caller's own quota
 	case errors.Is(err, service.ErrCapacityExhausted):
 		status, msg = http.StatusTooManyRequests, "the host is out of capacity; retry later"
 	case errors.Is(err, service.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

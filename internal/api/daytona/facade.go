@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/version"
@@ -61,6 +63,13 @@ type Options struct {
 	// (the ingress accepts it in X-Daytona-Preview-Token). Nil: preview
 	// URLs come without a token.
 	PreviewToken func(sandboxID string, port int) string
+	// SessionLogs bound the output session commands keep in memory; zero
+	// fields are DefaultSessionLogLimits'.
+	SessionLogs SessionLogLimits
+	// RequestTimeout bounds a whole control-plane request (body, handling,
+	// answer). The toolbox has none: its process runs, session logs and
+	// file transfers last as long as their callers keep them. 0: no bound.
+	RequestTimeout time.Duration
 }
 
 // DefaultImages are the snapshots every daemon has. An empty image is the
@@ -83,6 +92,7 @@ type Facade struct {
 	domain  string
 	images  map[string]string
 	maxBody int64
+	timeout time.Duration
 	version string
 	// previewToken derives scoped preview tokens (Options.PreviewToken).
 	previewToken func(sandboxID string, port int) string
@@ -95,6 +105,8 @@ type Facade struct {
 
 	mu       sync.Mutex
 	sessions map[string]map[string]*session // sandbox id → session id → session
+	// logs counts the output every session keeps.
+	logs *logBudget
 }
 
 // New returns the facade. It does no I/O.
@@ -116,11 +128,13 @@ func New(opts Options) *Facade {
 		domain:       strings.ToLower(opts.Domain),
 		images:       opts.Images,
 		maxBody:      opts.MaxBodyBytes,
+		timeout:      opts.RequestTimeout,
 		version:      version.Version,
 		previewToken: opts.PreviewToken,
 		ctx:          ctx,
 		cancel:       cancel,
 		sessions:     map[string]map[string]*session{},
+		logs:         newLogBudget(opts.SessionLogs),
 	}
 	f.mux = f.routes()
 	return f
@@ -140,7 +154,11 @@ func (f *Facade) Match(r *http.Request) bool {
 // Daytona's error shape (the SDK's socket.io probe gets exactly that, and
 // falls back to polling).
 func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, pattern := f.mux.Handler(r); pattern == "" {
+	_, pattern := f.mux.Handler(r)
+	if !strings.Contains(pattern, " "+Prefix+"/toolbox/") {
+		httplimit.Deadline(w, f.timeout) // the control plane, or no route
+	}
+	if pattern == "" {
 		f.writeError(w, r, errorf(http.StatusNotFound, "no route for %s %s", r.Method, r.URL.Path))
 		return
 	}
@@ -237,7 +255,7 @@ func (f *Facade) wrap(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := f.auth.Authenticate(r.Context(), r)
 		if err == nil {
-			err = h(w, r, service.Caller{Owner: p.Owner, Admin: p.IsAdmin()})
+			err = h(w, r, service.Caller{Owner: p.Owner, Admin: p.IsAdmin(), Quota: service.Quota(p.Quota)})
 		}
 		if err != nil {
 			f.writeError(w, r, err)

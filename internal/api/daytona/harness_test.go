@@ -80,6 +80,8 @@ type stack struct {
 	// Admin and User are API tokens: an admin, and a user owning "alice".
 	Admin, User string
 	Service     *service.Service
+	// NodeID labels the daemon's containers; DataDir is its data directory.
+	NodeID, DataDir string
 
 	daemon *daemon.Daemon
 	server *httptest.Server
@@ -87,7 +89,7 @@ type stack struct {
 }
 
 func newStack(ctx context.Context, dir, nodeID, agentBin string) (_ *stack, err error) {
-	s := &stack{}
+	s := &stack{NodeID: nodeID, DataDir: dir + "/data"}
 	defer func() {
 		if err != nil {
 			s.Close()

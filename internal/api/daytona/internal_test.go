@@ -71,7 +71,7 @@ func TestLifetime(t *testing.T) {
 // split across chunks, output without a trailing newline, and bytes
 // outside any command (dropped).
 func TestDemuxer_SplitMarkers(t *testing.T) {
-	s := &session{token: "tok", byID: map[string]*command{}}
+	s := fakeSession(New(Options{}), "sb-1", "s")
 	a := &command{id: "a", changed: make(chan struct{})}
 	b := &command{id: "b", changed: make(chan struct{})}
 	s.byID["a"], s.byID["b"] = a, b

@@ -27,6 +27,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 	if err != nil {
 		return err
 	}
+	req.Quota = c.Quota
 	created, err := f.svc.CreateSandbox(r.Context(), req)
 	if err != nil {
 		return err

@@ -10,9 +10,11 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,16 +23,16 @@ import (
 	"github.com/sandboxd/sandboxd/internal/agent"
 )
 
-// Limits that bound what sessions hold in the daemon's memory.
+// Limits that bound what sessions hold in the daemon's memory; the bytes
+// of output they keep are bounded by SessionLogLimits (sessionlog.go).
 const (
 	maxSessionsPerSandbox = 64
-	maxCommandsPerSession = 1000    // older commands are forgotten
-	maxCommandLog         = 8 << 20 // bytes of output kept per command
-	// maxSessionLog bounds the output one session keeps over all its
-	// commands: past it the oldest commands' logs are dropped (a loop of
-	// chatty commands would otherwise hold up to 1000 × 8 MiB).
-	maxSessionLog       = 64 << 20
-	sessionStartTimeout = 30 * time.Second
+	maxCommandsPerSession = 1000 // older commands are forgotten
+	sessionStartTimeout   = 30 * time.Second
+	// maxMarkerLen bounds a marker's text after its opening bytes (a
+	// command id, a kind and an exit code): output that opens a marker and
+	// never closes it is output, not a reason to buffer without end.
+	maxMarkerLen = 64
 )
 
 // Prefixes of the follow WebSocket's frames: the SDK demultiplexes stdout
@@ -48,22 +50,29 @@ var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // shell state (cd, export, functions) carries over. See the package
 // documentation for the framing.
 type session struct {
-	id     string
-	proc   *agent.Process
-	cancel context.CancelFunc // ends proc's stream
-	token  string             // the random part of this session's markers
-	forget func()             // removes the session from the facade
+	id        string
+	sandboxID string
+	budget    *logBudget
+	enforce   func() // drops the oldest output past the limits; no lock held
+	proc      *agent.Process
+	cancel    context.CancelFunc // ends proc's stream
+	token     string             // the random part of this session's markers
+	forget    func()             // removes the session from the facade
 
 	writeMu sync.Mutex // orders command texts on the shell's stdin
 
 	mu       sync.Mutex
 	cmds     []*command
 	byID     map[string]*command
-	logBytes int // sum of the size of cmds' logs
+	released bool // the session is gone: its output is no longer kept
 	ended    bool
 	endCode  int
 	current  [2]*command // per stream: the command whose output is flowing
 	stopOnce sync.Once
+
+	// kept is the cost of all the commands' logs (written under mu, read
+	// without it to choose whom to evict).
+	kept atomic.Int64
 }
 
 // command is one command of a session and what it printed.
@@ -72,17 +81,10 @@ type command struct {
 	command string
 
 	// Guarded by the session's mu.
-	exitCode  *int
-	ends      int     // end markers seen (one per stream; done at 2)
-	chunks    []chunk // output in arrival order
-	size      int
-	truncated bool
-	changed   chan struct{} // closed (and replaced) on every change
-}
-
-type chunk struct {
-	stderr bool
-	data   []byte
+	exitCode *int
+	ends     int           // end markers seen (one per stream; done at 2)
+	log      cmdLog        // the newest output, in arrival order
+	changed  chan struct{} // closed (and replaced) on every change
 }
 
 // sessionInfo is Daytona's Session.
@@ -209,8 +211,12 @@ func (f *Facade) startSession(ctx context.Context, b box, id string) (*session, 
 		cancelStream()
 		return nil, agentError(err)
 	}
-	s := &session{id: id, proc: proc, cancel: cancelStream, token: hex.EncodeToString(tok[:]), byID: map[string]*command{}}
+	s := &session{
+		id: id, sandboxID: b.sb.ID, budget: f.logs, proc: proc, cancel: cancelStream,
+		token: hex.EncodeToString(tok[:]), byID: map[string]*command{},
+	}
 	s.forget = func() { f.forgetSession(b.sb.ID, s) }
+	s.enforce = func() { f.enforceLogLimits(b.sb.ID) }
 	go s.read()
 	return s, nil
 }
@@ -234,6 +240,7 @@ func (f *Facade) forgetSession(sandboxID string, s *session) {
 	if byID := f.sessions[sandboxID]; byID[s.id] == s {
 		delete(byID, s.id)
 	}
+	s.release()
 }
 
 // dropSessions kills every session of a sandbox (it stopped, restarted or
@@ -376,10 +383,19 @@ func (f *Facade) sessionLogs(w http.ResponseWriter, r *http.Request, b box) erro
 	}
 	defer conn.CloseNow()
 	ctx := conn.CloseRead(r.Context())
-	for sent := 0; ; {
+	for next := 0; ; { // the index, from the command's start, of the next chunk
 		s.mu.Lock()
-		pending, done, changed := cmd.chunks[sent:], cmd.exitCode != nil, cmd.changed
+		skipped := cmd.log.first > next
+		next = max(next, cmd.log.first)
+		pending, done, changed := cmd.log.chunks[next-cmd.log.first:], cmd.exitCode != nil, cmd.changed
 		s.mu.Unlock()
+		if skipped {
+			// Output dropped before it was sent (the limits): say so.
+			mark := append(slices.Clip(stdoutPrefix), "[sandboxd: output dropped]\n"...)
+			if err := conn.Write(ctx, websocket.MessageBinary, mark); err != nil {
+				return nil
+			}
+		}
 		for _, c := range pending {
 			prefix := stdoutPrefix
 			if c.stderr {
@@ -389,7 +405,7 @@ func (f *Facade) sessionLogs(w http.ResponseWriter, r *http.Request, b box) erro
 				return nil
 			}
 		}
-		sent += len(pending)
+		next += len(pending)
 		if done {
 			conn.Close(websocket.StatusNormalClosure, "")
 			return nil
@@ -462,8 +478,9 @@ func (s *session) exec(ctx context.Context, text string) (*command, error) {
 	s.cmds = append(s.cmds, cmd)
 	s.byID[cmd.id] = cmd
 	if len(s.cmds) > maxCommandsPerSession {
-		s.logBytes -= s.cmds[0].size
-		delete(s.byID, s.cmds[0].id)
+		old := s.cmds[0]
+		s.uncharge(old.log.dropOldest(old.log.cost))
+		delete(s.byID, old.id)
 		s.cmds = s.cmds[1:]
 	}
 	s.mu.Unlock()
@@ -518,12 +535,53 @@ func (s *session) end(code int) {
 	}
 }
 
-// kill ends the shell's process group and its stream.
+// kill ends the shell's process group and its stream, and drops its
+// output.
 func (s *session) kill() {
 	s.stopOnce.Do(func() {
 		killProc(s.proc)
 		s.cancel()
 	})
+	s.release()
+}
+
+// release drops every command's output and stops keeping more: the
+// session is gone from the facade. It is idempotent.
+func (s *session) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.released = true
+	for _, c := range s.cmds {
+		s.uncharge(c.log.dropOldest(c.log.cost))
+	}
+}
+
+// charge counts cost more output kept; the caller holds mu.
+func (s *session) charge(cost int) {
+	s.kept.Add(int64(cost))
+	s.budget.charge(s.sandboxID, cost)
+}
+
+func (s *session) uncharge(cost int) { s.charge(-cost) }
+
+// evict drops at least need of the session's oldest output (oldest
+// command first, the running one included), waking those who follow it,
+// and returns what it freed.
+func (s *session) evict(need int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	freed := 0
+	for _, c := range s.cmds {
+		if freed >= need {
+			break
+		}
+		if n := c.log.dropOldest(need - freed); n > 0 {
+			freed += n
+			c.notify()
+		}
+	}
+	s.uncharge(freed)
+	return freed
 }
 
 // killProc kills a shell's process group (best effort: the sandbox may be
@@ -545,11 +603,15 @@ func (s *session) info() sessionInfo {
 	return out
 }
 
+// logs is what c kept, each stream behind a marker of what it dropped.
 func (s *session) logs(c *command) logsResponse {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var all, stdout, stderr bytes.Buffer
-	for _, ch := range c.chunks {
+	all.WriteString(droppedMarker(c.log.dropped[0] + c.log.dropped[1]))
+	stdout.WriteString(droppedMarker(c.log.dropped[0]))
+	stderr.WriteString(droppedMarker(c.log.dropped[1]))
+	for _, ch := range c.log.chunks {
 		all.Write(ch.data)
 		if ch.stderr {
 			stderr.Write(ch.data)
@@ -590,9 +652,14 @@ func (d *demuxer) feed(data []byte) {
 		d.emit(d.buf[:i])
 		rest := d.buf[i+len(d.open):]
 		j := bytes.IndexByte(rest, 0x1e)
-		if j < 0 {
+		if j < 0 && len(rest) <= maxMarkerLen {
 			d.buf = append([]byte(nil), d.buf[i:]...)
 			return
+		}
+		if j < 0 || j > maxMarkerLen { // not a marker of ours: output
+			d.emit(d.buf[i : i+len(d.open)])
+			d.buf = rest
+			continue
 		}
 		d.marker(string(rest[:j]))
 		d.buf = rest[j+1:]
@@ -616,33 +683,19 @@ func (d *demuxer) emit(b []byte) {
 	}
 	s := d.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	c := s.current[boolIndex(d.stderr)]
-	if c == nil {
+	if c == nil || s.released {
+		s.mu.Unlock()
 		return
 	}
-	if c.size+len(b) > maxCommandLog {
-		c.truncated = true
-		b = b[:max(0, maxCommandLog-c.size)]
-		if len(b) == 0 {
-			return
-		}
-	}
-	c.chunks = append(c.chunks, chunk{stderr: d.stderr, data: bytes.Clone(b)})
-	c.size += len(b)
-	s.logBytes += len(b)
-	// Over the session's budget: drop the logs of the oldest commands
-	// (never the one being written), marking them truncated.
-	for i := 0; s.logBytes > maxSessionLog && i < len(s.cmds); i++ {
-		old := s.cmds[i]
-		if old == c || old.size == 0 {
-			continue
-		}
-		s.logBytes -= old.size
-		old.chunks, old.size, old.truncated = nil, 0, true
-		old.notify()
+	s.charge(c.log.add(d.stderr, b))
+	// The command's own ring: its newest CommandBytes.
+	if over := c.log.cost - s.budget.limits.CommandBytes; over > 0 {
+		s.uncharge(c.log.dropOldest(over))
 	}
 	c.notify()
+	s.mu.Unlock()
+	s.enforce() // the sandbox's and the daemon's limits, outside the lock
 }
 
 // marker handles "<cmd id>:B" and "<cmd id>:E<code>".

@@ -96,10 +96,10 @@ func (f *Facade) afterCreate(ctx context.Context, sb service.Sandbox) error {
 }
 
 // templateErr turns the service's "image not present" into E2B's
-// "template not found" (404).
+// "template not found" (404). A template id that is no image reference
+// at all stays a 400.
 func templateErr(template string, err error) error {
-	var fe *service.FieldError
-	if errors.As(err, &fe) && fe.Field == "image" {
+	if errors.Is(err, service.ErrImageNotPresent) {
 		return errorf(http.StatusNotFound, "template %q not found: no such image on this host", template)
 	}
 	return err

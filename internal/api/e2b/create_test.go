@@ -2,6 +2,7 @@ package e2b_test
 
 import (
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -136,4 +137,43 @@ func TestCreate_IdempotencyKey(t *testing.T) {
 		t.Errorf("same key, same body: %s then %s", a.SandboxID, b.SandboxID)
 	}
 	wantError(t, send(map[string]any{"templateID": "base", "metadata": map[string]string{"x": "y"}}), http.StatusUnprocessableEntity)
+}
+
+// TestCreate_HostileTemplateOrMountIs4xxAndLeavesNothing: a template id
+// that is no image reference is a 400 (it reached the engine: a 500), one
+// that names no image on the host a 404, a volume at the agent's or the
+// kernel's paths a 400; none leaves a row, a container or a volume
+// directory.
+func TestCreate_HostileTemplateOrMountIs4xxAndLeavesNothing(t *testing.T) {
+	h := newHarness(t, harnessOptions{noBodyDedupe: true})
+	body := func(template, path string) map[string]any {
+		return map[string]any{"templateID": template, "volumeMounts": []map[string]string{{"name": "v", "path": path}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		body   map[string]any
+		status int
+	}{
+		{"template path traversal", body("../../etc/passwd", "/data"), http.StatusBadRequest},
+		{"template uppercase", body("Base", "/data"), http.StatusBadRequest},
+		{"template not built", body("sandboxd/not-built:never", "/data"), http.StatusNotFound},
+		{"mount at the agent's socket", body("base", "/run/sandboxd"), http.StatusBadRequest},
+		{"mount above the agent's binary", body("base", "/opt"), http.StatusBadRequest},
+		{"mount at /proc/sys", body("base", "/proc/sys"), http.StatusBadRequest},
+		{"mount at /sys/fs/cgroup", body("base", "/sys/fs/cgroup"), http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantError(t, h.do(t, h.admin, http.MethodPost, "/v2/sandboxes", tc.body), tc.status)
+			if n := h.containers(t); n != 0 {
+				t.Errorf("%d containers left", n)
+			}
+			rows, _, err := h.store.ListSandboxes(t.Context(), store.ListFilter{})
+			if err != nil || len(rows) != 0 {
+				t.Errorf("rows left: %d (%v)", len(rows), err)
+			}
+			if left, err := os.ReadDir(h.volRoot); err != nil || len(left) != 0 {
+				t.Errorf("volume directories left: %v (%v)", left, err)
+			}
+		})
+	}
 }

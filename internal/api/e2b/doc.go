@@ -11,7 +11,8 @@
 //   - envd traffic: any request carrying E2b-Sandbox-Id (the port in
 //     E2b-Sandbox-Port, default 49983), or whose Host is
 //     <port>-<sandbox-id>.<Options.Domain> with port 49983 or 49999 (other
-//     preview ports belong to the ingress). Port 49983 is reverse-proxied
+//     preview ports belong to the ingress, whatever the path or headers:
+//     /sandboxes on 8080-<id> is the sandbox app's). Port 49983 is reverse-proxied
 //     unchanged to the sandbox's agent, which speaks envd's wire natively
 //     (Connect JSON services, /files, /health); every other port is
 //     proxied to that port inside the sandbox through service.DialPort
@@ -22,8 +23,11 @@
 //     "message": …} on every failure (the SDKs read `code` from the body:
 //     kill() is false only on code 404, pause() only on 409).
 //
-// An envd request for a sandbox that does not exist or is not running is
-// 502, which the SDKs read as "sandbox not running" (isRunning() false,
+// The sandbox is named by its id only, never by a name (envd requests
+// carry no API key to scope a name by, and an answer that differed for
+// another tenant's name would tell it exists). An envd request for a
+// sandbox that does not exist or is not running, or that names it any
+// other way than by id, is 502, which the SDKs read as "sandbox not running" (isRunning() false,
 // SandboxNotFoundError on a command): a Connect error body
 // {"code":"unavailable"} on the Connect paths, the E2B body elsewhere.
 //

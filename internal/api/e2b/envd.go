@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -16,7 +17,8 @@ import (
 )
 
 // envdCaller is the caller envd routing looks sandboxes up as: envd requests
-// carry no API key; the access token authorizes them instead.
+// carry no API key; the access token authorizes them instead. It looks up
+// ids only (lookupEnvd), never names, which would resolve across owners.
 var envdCaller = service.Caller{Admin: true}
 
 // agentURL is where requests through the agent's Transport go; the host is
@@ -34,7 +36,7 @@ var strippedHeaders = []string{
 // agent, any other port to that port inside the sandbox. See the package
 // documentation for authorization and error answers.
 func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, port int) {
-	sb, err := f.svc.Get(r.Context(), envdCaller, id)
+	sb, err := f.lookupEnvd(r.Context(), id)
 	if err != nil || sb.State != service.StateRunning {
 		if err != nil && !errors.Is(err, service.ErrNotFound) {
 			f.log.ErrorContext(r.Context(), "e2b: envd: look up sandbox", "sandbox", id, "err", err)
@@ -72,6 +74,18 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 	// the sandbox under the response it is streaming (golang/go#40747).
 	_ = http.NewResponseController(w).EnableFullDuplex() // HTTP/2 always is
 	f.proxy(target, rt, user).ServeHTTP(w, r)
+}
+
+// lookupEnvd finds the sandbox an envd request names. E2B sandbox ids are
+// ids, so only an id routes: anything else is not found without a lookup.
+// A name would be looked up across every owner (envd requests carry no API
+// key to scope it by), and the answer would tell whether some tenant holds
+// that name.
+func (f *Facade) lookupEnvd(ctx context.Context, id string) (service.Sandbox, error) {
+	if !service.IsID(id) {
+		return service.Sandbox{}, fmt.Errorf("sandbox %q: %w", id, service.ErrNotFound)
+	}
+	return f.svc.Get(ctx, envdCaller, id)
 }
 
 // authorizeEnvd checks the token a request to sb's port needs, as E2B

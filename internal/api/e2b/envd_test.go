@@ -255,3 +255,41 @@ func TestEnvd_NativeSandboxPortsStayBehindTheIngress(t *testing.T) {
 		t.Errorf("port 5432 of a native sandbox through E2B headers: %d, want 401", got)
 	}
 }
+
+// TestEnvd_AnotherTenantsNameAnswersLikeNoSandbox: envd routing takes ids
+// only. A name in E2b-Sandbox-Id used to be looked up across every owner,
+// so GET /health answered 204 for a name another tenant holds and 502 for
+// one nobody does: an existence oracle. Now both answer alike, on the REST
+// and the Connect paths, and the sandbox's own id still routes.
+func TestEnvd_AnotherTenantsNameAnswersLikeNoSandbox(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	sb, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "bob", Name: "secret-web", Image: "sandboxd/busybox:latest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.svc.Destroy(context.Background(), service.Caller{Admin: true}, sb.ID) })
+	ask := func(id, method, path string) response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), method, h.url+path, strings.NewReader("{}"))
+		req.Header.Set("E2b-Sandbox-Id", id)
+		req.Header.Set("Content-Type", "application/json")
+		return doReq(t, req)
+	}
+	if got := ask(sb.ID, http.MethodGet, "/health").status; got != http.StatusNoContent {
+		t.Fatalf("GET /health by the sandbox's id: %d, want 204", got)
+	}
+	for _, rq := range []struct{ method, path string }{
+		{http.MethodGet, "/health"},
+		{http.MethodPost, "/filesystem.Filesystem/Stat"},
+	} {
+		held, none := ask("secret-web", rq.method, rq.path), ask("no-such-web", rq.method, rq.path)
+		want := strings.ReplaceAll(string(none.body), "no-such-web", "secret-web")
+		if held.status != none.status || string(held.body) != want {
+			t.Errorf("%s %s: another tenant's name answers %d %s, a name nobody holds %d %s; want the same",
+				rq.method, rq.path, held.status, held.body, none.status, none.body)
+		}
+		if held.status != http.StatusBadGateway {
+			t.Errorf("%s %s by a name: %d, want 502 like a sandbox that is not there", rq.method, rq.path, held.status)
+		}
+	}
+}

@@ -54,8 +54,12 @@ func classify(err error) (status int, msg string) {
 		return http.StatusBadRequest, err.Error()
 	case service.Is(err, service.ErrNotFound):
 		return http.StatusNotFound, err.Error()
+	case service.Is(err, service.ErrPermissionDenied):
+		return http.StatusForbidden, err.Error()
 	case service.Is(err, service.ErrNameConflict), service.Is(err, service.ErrConflict):
 		return http.StatusConflict, err.Error()
+	case errors.Is(err, service.ErrQuotaExceeded):
+		return http.StatusTooManyRequests, err.Error() // names the caller's own quota
 	case errors.Is(err, service.ErrCapacityExhausted):
 		return http.StatusTooManyRequests, "the host is out of capacity; retry later"
 	case errors.Is(err, service.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

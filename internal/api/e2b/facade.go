@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -69,6 +70,10 @@ type Options struct {
 	InterpreterReady time.Duration
 	// MaxBodyBytes caps JSON request bodies. Default 1 MiB.
 	MaxBodyBytes int64
+	// RequestTimeout bounds a whole control-plane request (body, handling,
+	// answer). envd traffic has none: its Connect streams last as long as
+	// the SDK keeps them. 0: no bound.
+	RequestTimeout time.Duration
 }
 
 // DefaultImages are the built-in templates (scripts/build-images.sh). An
@@ -91,6 +96,7 @@ type Facade struct {
 	images     map[string]string
 	ready      time.Duration
 	maxBody    int64
+	timeout    time.Duration
 
 	control     http.Handler
 	interpreter singleflight.Group // one interpreter start per sandbox at a time
@@ -125,6 +131,7 @@ func New(opts Options) *Facade {
 		images:     opts.Images,
 		ready:      opts.InterpreterReady,
 		maxBody:    opts.MaxBodyBytes,
+		timeout:    opts.RequestTimeout,
 	}
 	f.control = f.routes()
 	return f
@@ -132,12 +139,31 @@ func New(opts Options) *Facade {
 
 // Match reports whether r belongs to the facade: envd traffic (the
 // E2b-Sandbox-Id header, or a Host <port>-<id>.<domain> with port 49983
-// or 49999) and the control plane (/sandboxes…, /v2/sandboxes…).
+// or 49999) and the control plane (/sandboxes…, /v2/sandboxes…). A Host
+// <port>-<id>.<domain> with any other port is never the facade's, whatever
+// its path or headers: it is a sandbox's app, served by the ingress (an
+// app's own /sandboxes route must reach the app).
 func (f *Facade) Match(r *http.Request) bool {
 	if _, _, ok := f.envdTarget(r); ok {
 		return true
 	}
-	return isControlPath(r.URL.Path)
+	return !f.previewHost(r.Host) && isControlPath(r.URL.Path)
+}
+
+// MatchHost reports whether host is one of E2B's direct envd hosts,
+// <49983|49999>-<id>.<domain>. They are the facade's even though they have
+// the preview shape, so a daemon that sends preview hosts to its ingress
+// asks this first.
+func (f *Facade) MatchHost(host string) bool {
+	_, _, ok := parseHost(host, f.domain)
+	return f.domain != "" && ok
+}
+
+// previewHost reports whether host has the preview shape under the
+// facade's domain, for any port.
+func (f *Facade) previewHost(host string) bool {
+	_, _, ok := naming.ParsePreviewHost(host, f.domain)
+	return f.domain != "" && ok
 }
 
 // ServeHTTP serves a request Match accepted; anything else is 404 in the
@@ -147,6 +173,7 @@ func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.serveEnvd(w, r, id, port)
 		return
 	}
+	httplimit.Deadline(w, f.timeout)
 	f.control.ServeHTTP(w, r)
 }
 
@@ -171,11 +198,20 @@ const (
 	headerSandboxPort = "E2b-Sandbox-Port"
 )
 
-// envdTarget returns the sandbox and port an envd request is for: from the
+// envdTarget returns the sandbox and port an envd request is for: from a
+// Host <port>-<id>.<domain> whose port is 49983 or 49999; else, unless the
+// Host is a preview host of another port (the ingress's), from the
 // E2b-Sandbox-Id and E2b-Sandbox-Port headers (port 49983 when absent or
-// unparsable), else from a Host <port>-<id>.<domain> whose port is 49983
-// or 49999.
+// unparsable).
 func (f *Facade) envdTarget(r *http.Request) (id string, port int, ok bool) {
+	if f.domain != "" {
+		if id, port, ok := parseHost(r.Host, f.domain); ok {
+			return id, port, true
+		}
+		if f.previewHost(r.Host) {
+			return "", 0, false
+		}
+	}
 	if id := r.Header.Get(headerSandboxID); id != "" {
 		port := envdPort
 		if p, err := strconv.Atoi(r.Header.Get(headerSandboxPort)); err == nil && p > 0 && p < 65536 {
@@ -183,10 +219,7 @@ func (f *Facade) envdTarget(r *http.Request) (id string, port int, ok bool) {
 		}
 		return id, port, true
 	}
-	if f.domain == "" {
-		return "", 0, false
-	}
-	return parseHost(r.Host, f.domain)
+	return "", 0, false
 }
 
 // parseHost parses host as <port>-<sandbox-id>.<domain>[:listen-port]

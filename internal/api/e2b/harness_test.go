@@ -75,6 +75,8 @@ type harness struct {
 	rt    *runtimetest.Faulty
 	clock *storetest.Clock
 	url   string
+	// volRoot is the volume directory on the host.
+	volRoot string
 	// admin and user are API keys: admin in our token form, user (another
 	// owner) in the e2b_ hex form.
 	admin, user string
@@ -125,11 +127,12 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		}
 		drt.Close()
 	})
-	vols, err := volume.New(filepath.Join(dir, "volumes"))
+	volRoot := filepath.Join(dir, "volumes")
+	vols, err := volume.New(volRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{store: st, rt: runtimetest.NewFaulty(drt), clock: clk}
+	h := &harness{store: st, rt: runtimetest.NewFaulty(drt), clock: clk, volRoot: volRoot}
 	h.svc, err = service.New(service.Config{
 		NodeID:       "e2btest-" + suffix,
 		DefaultImage: "sandboxd/base:bookworm",

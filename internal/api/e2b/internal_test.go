@@ -29,6 +29,12 @@ func TestMatch(t *testing.T) {
 		{"GET", "/files", "49983-sb-1.localhost:7070", nil, true},
 		{"GET", "/", "49999-sb-1.localhost", nil, true},
 		{"GET", "/", "8080-sb-1.localhost", nil, false}, // the ingress's
+		// A sandbox app's own routes on its preview host are the app's,
+		// whatever E2B header a client adds.
+		{"GET", "/sandboxes", "8080-sb-1.localhost:7070", nil, false},
+		{"POST", "/v2/sandboxes", "8080-sb-1.localhost", nil, false},
+		{"GET", "/health", "8080-sb-1.localhost", map[string]string{"E2b-Sandbox-Id": "sb-2"}, false},
+		{"GET", "/sandboxes", "49983-sb-1.localhost", nil, true}, // envd's, by host
 		{"GET", "/", "49983-sb-1.example.com", nil, false},
 		{"GET", "/", "49983-.localhost", nil, false},
 	} {
@@ -42,6 +48,24 @@ func TestMatch(t *testing.T) {
 		if got := f.Match(r); got != tc.want {
 			t.Errorf("Match(%s %s, host %q, %v) = %v, want %v", tc.method, tc.target, tc.host, tc.header, got, tc.want)
 		}
+	}
+}
+
+func TestMatchHost(t *testing.T) {
+	f := New(Options{Domain: "localhost", AccessTokenKey: []byte("k")})
+	for host, want := range map[string]bool{
+		"49983-sb-1.localhost:7070": true,
+		"49999-sb-1.localhost":      true,
+		"8080-sb-1.localhost":       false,
+		"localhost:7070":            false,
+		"49983-sb-1.example.com":    false,
+	} {
+		if got := f.MatchHost(host); got != want {
+			t.Errorf("MatchHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+	if New(Options{AccessTokenKey: []byte("k")}).MatchHost("49983-sb-1.localhost") {
+		t.Error("MatchHost with no domain = true, want false")
 	}
 }
 

@@ -81,7 +81,7 @@ func (f *Facade) authenticate(r *http.Request) (service.Caller, error) {
 	if err != nil {
 		return service.Caller{}, err
 	}
-	return service.Caller{Owner: p.Owner, Admin: p.IsAdmin()}, nil
+	return service.Caller{Owner: p.Owner, Admin: p.IsAdmin(), Quota: service.Quota(p.Quota)}, nil
 }
 
 // get is GET /sandboxes/{id}: SandboxDetail.

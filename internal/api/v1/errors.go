@@ -102,12 +102,16 @@ func classify(err error) (Code, string) {
 		return CodeInvalidArgument, err.Error()
 	case service.Is(err, service.ErrNotFound), errors.Is(err, auth.ErrTokenNotFound):
 		return CodeNotFound, err.Error()
+	case service.Is(err, service.ErrPermissionDenied):
+		return CodePermissionDenied, err.Error()
 	case service.Is(err, service.ErrNameConflict):
 		return CodeNameConflict, err.Error()
 	case service.Is(err, service.ErrHostnameConflict):
 		return CodeHostnameConflict, err.Error()
 	case service.Is(err, service.ErrConflict):
 		return CodeConflict, err.Error()
+	case errors.Is(err, service.ErrQuotaExceeded):
+		return CodeCapacityExhausted, err.Error() // names the caller's own quota
 	case errors.Is(err, service.ErrCapacityExhausted):
 		return CodeCapacityExhausted, "the host is out of capacity; retry later"
 	case errors.Is(err, service.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

@@ -168,6 +168,7 @@ type sandbox struct {
 	Tags          map[string]string `json:"tags"`
 	Env           map[string]string `json:"env"`
 	Network       bool              `json:"network"`
+	Runtime       string            `json:"runtime"`
 	CreatedAt     time.Time         `json:"created_at"`
 	ExpiresAt     *time.Time        `json:"expires_at"`
 	SSHPublicKey  string            `json:"ssh_public_key"`

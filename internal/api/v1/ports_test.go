@@ -257,11 +257,11 @@ func TestPorts_TCPAndDestroy(t *testing.T) {
 	background(t, tok, sb.ID, "python3 /opt/tcpecho.py 9000")
 	background(t, tok, sb.ID, "python3 -m http.server 8000 --bind 127.0.0.1 --directory /")
 
-	p := expose(t, env.URL, tok, sb.ID, `{"port":9000,"protocol":"tcp"}`)
+	p := expose(t, env.URL, tok, sb.ID, `{"port":9000,"protocol":"tcp","public":true}`)
 	if p.HostPort < 40000 || p.HostPort > 40999 || p.URL != fmt.Sprintf("tcp://127.0.0.1:%d", p.HostPort) || p.Protocol != "tcp" {
 		t.Fatalf("expose answer %+v, want a host port of the pool 40000-40999 and its tcp:// URL", p)
 	}
-	if again := expose(t, env.URL, tok, sb.ID, `{"port":9000,"protocol":"tcp"}`); again != p {
+	if again := expose(t, env.URL, tok, sb.ID, `{"port":9000,"protocol":"tcp","public":true}`); again != p {
 		t.Errorf("exposing again = %+v, want %+v", again, p)
 	}
 	wantError(t, do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/ports", `{"port":9000,"protocol":"http"}`), http.StatusConflict, "conflict")
@@ -284,6 +284,74 @@ func TestPorts_TCPAndDestroy(t *testing.T) {
 	}
 	ln.Close()
 	wantError(t, do(t, tok, "GET", "/v1/sandboxes/"+sb.ID+"/ports", ""), http.StatusNotFound, "not_found")
+}
+
+// TestPorts_PrivateTCPAndTLSRefused: raw TCP on a host port and TLS
+// passed through by SNI carry no token, so "private" could only be a lie
+// (the review reached a public:false tcp port with curl and no token).
+// Such an exposure, public false or absent, is 400 invalid_argument naming
+// the public field, and nothing is reserved: no row, no route, no host
+// port listening.
+func TestPorts_PrivateTCPAndTLSRefused(t *testing.T) {
+	t.Parallel()
+	tok := token(t, "private-l4")
+	sb := create(t, tok, `{"image":"`+apitest.BusyboxImage+`"}`)
+	for _, body := range []string{
+		`{"port":9000,"protocol":"tcp","public":false}`,
+		`{"port":9000,"protocol":"tcp"}`,
+		`{"port":8443,"protocol":"tls","public":false}`,
+		`{"port":8443,"protocol":"tls"}`,
+	} {
+		r := do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/ports", body)
+		wantError(t, r, http.StatusBadRequest, "invalid_argument")
+		if e := decode[errorBody](t, r, http.StatusBadRequest); !strings.HasPrefix(e.Error.Message, "public: ") {
+			t.Errorf("%s: message %q does not name the public field", body, e.Error.Message)
+		}
+	}
+	list := decode[struct{ Items []exposed }](t, do(t, tok, "GET", "/v1/sandboxes/"+sb.ID+"/ports", ""), http.StatusOK)
+	if len(list.Items) != 0 {
+		t.Errorf("ports after refused exposures: %+v, want none", list.Items)
+	}
+	if rows, err := env.Store.ListExposedPorts(t.Context(), sb.ID); err != nil || len(rows) != 0 {
+		t.Errorf("rows after refused exposures: %+v, %v; want none", rows, err)
+	}
+	if ps := env.Service.Router.(*ingress.Router).Ports(sb.ID); len(ps) != 0 {
+		t.Errorf("routes after refused exposures: %+v, want none", ps)
+	}
+}
+
+// TestPorts_PreviewHostIsTheAppsWhateverThePath: on the API's one
+// listener a preview host (<port>-<id>.localhost) and a custom domain are
+// the sandbox app's for every path. The E2B facade used to answer its
+// "missing API key" to http://8080-<id>.localhost:<api port>/sandboxes,
+// and the Daytona one took /daytona/api; now the app answers them all,
+// whatever E2B header the client adds.
+func TestPorts_PreviewHostIsTheAppsWhateverThePath(t *testing.T) {
+	t.Parallel()
+	tok := token(t, "preview-paths")
+	sb := create(t, tok, `{"image":"`+apitest.BusyboxImage+`"}`)
+	paths := []string{"/sandboxes", "/v2/sandboxes", "/daytona/api/sandbox"}
+	var script strings.Builder
+	for _, p := range paths {
+		fmt.Fprintf(&script, "mkdir -p /www%s && echo app > /www%s/index.html && ", p, p)
+	}
+	sh(t, tok, sb.ID, script.String()+"httpd -p 8080 -h /www")
+	p := expose(t, env.URL, tok, sb.ID, `{"port":8080,"public":true}`)
+	host := "preview-paths-" + strings.TrimPrefix(sb.ID, "sb-") + ".example.test"
+	decode[domain](t, do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/domains", `{"hostname":"`+host+`","port":8080}`), http.StatusOK)
+
+	c := loopbackClient(t)
+	for _, base := range []string{p.URL, "http://" + host + ":" + listenPort()} {
+		waitReady(t, c, base+"/sandboxes/", "")
+		for _, path := range paths {
+			for _, header := range [][]string{nil, {"E2b-Sandbox-Id", sb.ID}} {
+				r := get(t, c, base+path+"/", "", header...)
+				if r.status != http.StatusOK || string(r.body) != "app\n" {
+					t.Errorf("GET %s%s/ (headers %q): %v, want the app's 200 app", base, path, header, r)
+				}
+			}
+		}
+	}
 }
 
 // tlsEcho terminates TLS with the certificate in /opt/tls and echoes a
@@ -321,7 +389,7 @@ func TestPorts_TLS(t *testing.T) {
 	upload(t, tok, sb.ID, "/opt/tlsecho.py", []byte(tlsEcho))
 	background(t, tok, sb.ID, "python3 /opt/tlsecho.py 8443")
 
-	p := expose(t, env.URL, tok, sb.ID, `{"port":8443,"protocol":"tls"}`)
+	p := expose(t, env.URL, tok, sb.ID, `{"port":8443,"protocol":"tls","public":true}`)
 	if p.Protocol != "tls" || !strings.HasPrefix(p.URL, "tls://"+host) || p.HostPort != 0 {
 		t.Errorf("expose answer %+v, want a tls://%s URL and no host port", p, host)
 	}
@@ -367,7 +435,7 @@ func TestPorts_ConcurrentExpose(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			var err error
-			got[i], err = send(t.Context(), env.URL, tok, "POST", "/v1/sandboxes/"+id+"/ports", `{"port":7000,"protocol":"tcp"}`)
+			got[i], err = send(t.Context(), env.URL, tok, "POST", "/v1/sandboxes/"+id+"/ports", `{"port":7000,"protocol":"tcp","public":true}`)
 			if err != nil {
 				t.Error(err)
 			}
@@ -457,7 +525,7 @@ func TestPorts_PoolExhausted(t *testing.T) {
 	for i, id := range ids {
 		wg.Go(func() {
 			var err error
-			got[i], err = send(t.Context(), d.url, tok, "POST", "/v1/sandboxes/"+id+"/ports", `{"port":5432,"protocol":"tcp"}`)
+			got[i], err = send(t.Context(), d.url, tok, "POST", "/v1/sandboxes/"+id+"/ports", `{"port":5432,"protocol":"tcp","public":true}`)
 			if err != nil {
 				t.Error(err)
 			}
@@ -513,7 +581,7 @@ func TestPorts_ForeignHolder(t *testing.T) {
 	tok := d.token(t, "foreign")
 	r := d.do(t, tok, "POST", "/v1/sandboxes", `{"image":"`+apitest.BusyboxImage+`"}`)
 	sb := decode[sandbox](t, r, http.StatusCreated)
-	e := decode[exposed](t, d.do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/ports", `{"port":22,"protocol":"tcp"}`), http.StatusOK)
+	e := decode[exposed](t, d.do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/ports", `{"port":22,"protocol":"tcp","public":true}`), http.StatusOK)
 	if e.HostPort != lo+3 {
 		t.Errorf("host port %d, want %d (the only one no other process holds)", e.HostPort, lo+3)
 	}
@@ -541,7 +609,7 @@ func TestPorts_Restart(t *testing.T) {
 	d.sh(t, tok, sb.ID, "nohup python3 /opt/tcpecho.py 9000 >/dev/null 2>&1 </dev/null &")
 	d.sh(t, tok, sb.ID, "nohup python3 -m http.server 8000 --bind 127.0.0.1 --directory / >/dev/null 2>&1 </dev/null &")
 	web := decode[exposed](t, d.do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/ports", `{"port":8000,"public":true}`), http.StatusOK)
-	raw := decode[exposed](t, d.do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/ports", `{"port":9000,"protocol":"tcp"}`), http.StatusOK)
+	raw := decode[exposed](t, d.do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/ports", `{"port":9000,"protocol":"tcp","public":true}`), http.StatusOK)
 	c := loopbackClient(t)
 	waitReady(t, c, web.URL+"/", "")
 	echoTCP(t, raw.HostPort, 30*time.Second)

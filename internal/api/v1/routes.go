@@ -11,12 +11,17 @@ const (
 	adminOnly               // an admin token; a user token gets permission_denied
 )
 
-// bodyKind says how a route's request body is bounded.
+// bodyKind says how a route's request is bounded: its body's size, and
+// whether the whole request gets Options.RequestTimeout.
 type bodyKind int
 
 const (
-	jsonBody bodyKind = iota // capped at Options.MaxBodyBytes (413 beyond)
-	rawBody                  // streamed, uncapped (file upload)
+	jsonBody bodyKind = iota // capped at Options.MaxBodyBytes (413 beyond); bounded in time
+	rawBody                  // streamed, uncapped (file upload); no time bound
+	// streamed is capped like jsonBody, but its answer is a stream or may
+	// wait as long as the caller asked (exec with timeout_s, the exec
+	// WebSocket, a download): no time bound.
+	streamed
 )
 
 // route is one row of the route table.
@@ -46,11 +51,11 @@ func routes() []route {
 		{http.MethodPost, "/v1/sandboxes/{id}/start", user, jsonBody, (*server).startSandbox},
 		{http.MethodPost, "/v1/sandboxes/{id}/stop", user, jsonBody, (*server).stopSandbox},
 
-		{http.MethodPost, "/v1/sandboxes/{id}/exec", user, jsonBody, (*server).exec},
-		{http.MethodGet, "/v1/sandboxes/{id}/exec/stream", user, jsonBody, (*server).execStream},
+		{http.MethodPost, "/v1/sandboxes/{id}/exec", user, streamed, (*server).exec},
+		{http.MethodGet, "/v1/sandboxes/{id}/exec/stream", user, streamed, (*server).execStream},
 
 		{http.MethodPut, "/v1/sandboxes/{id}/files", user, rawBody, (*server).uploadFile},
-		{http.MethodGet, "/v1/sandboxes/{id}/files", user, jsonBody, (*server).downloadFile},
+		{http.MethodGet, "/v1/sandboxes/{id}/files", user, streamed, (*server).downloadFile},
 		{http.MethodDelete, "/v1/sandboxes/{id}/files", user, jsonBody, (*server).removeFile},
 		{http.MethodGet, "/v1/sandboxes/{id}/files/list", user, jsonBody, (*server).listFiles},
 

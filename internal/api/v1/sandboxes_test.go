@@ -209,6 +209,40 @@ func TestCreate_NameRace(t *testing.T) {
 	}
 }
 
+// TestCreate_NamesArePerTenant: a name is unique within its owner only.
+// Tenant B may name a sandbox "web" while tenant A has one (it used to be
+// name_conflict: a collision and an oracle of A's names), each tenant's
+// "web" is its own, and the admin, who sees both, is refused the
+// ambiguous name (409 conflict) but reaches each by id.
+func TestCreate_NamesArePerTenant(t *testing.T) {
+	t.Parallel()
+	a, b := token(t, "names-a"), token(t, "names-b")
+	sa := create(t, a, `{`+busybox+`,"name":"web"}`)
+	r := do(t, b, "POST", "/v1/sandboxes", `{`+busybox+`,"name":"web"}`)
+	sb := decode[sandbox](t, r, http.StatusCreated)
+	t.Cleanup(func() { destroy(t, sb.ID) })
+	wantError(t, do(t, a, "POST", "/v1/sandboxes", `{`+busybox+`,"name":"web"}`), http.StatusConflict, "name_conflict")
+
+	for tok, want := range map[string]string{a: sa.ID, b: sb.ID} {
+		if got := decode[sandbox](t, do(t, tok, "GET", "/v1/sandboxes/web", ""), http.StatusOK); got.ID != want {
+			t.Errorf("GET /v1/sandboxes/web = %s, want the caller's own %s", got.ID, want)
+		}
+		list := decode[struct{ Items []sandbox }](t, do(t, tok, "GET", "/v1/sandboxes?name=web", ""), http.StatusOK)
+		if len(list.Items) != 1 || list.Items[0].ID != want {
+			t.Errorf("list ?name=web = %+v, want only %s", list.Items, want)
+		}
+	}
+	wantError(t, do(t, env.AdminToken, "GET", "/v1/sandboxes/web", ""), http.StatusConflict, "conflict")
+	for _, id := range []string{sa.ID, sb.ID} {
+		decode[sandbox](t, do(t, env.AdminToken, "GET", "/v1/sandboxes/"+id, ""), http.StatusOK)
+	}
+	// Destroying B's "web" by name leaves A's.
+	if r := do(t, b, "DELETE", "/v1/sandboxes/web", ""); r.status != http.StatusNoContent {
+		t.Fatalf("B destroys its web: %v", r)
+	}
+	decode[sandbox](t, do(t, a, "GET", "/v1/sandboxes/web", ""), http.StatusOK)
+}
+
 // TestLifecycle walks one sandbox through get, patch, stop, start and
 // delete, and checks that a second delete is not_found.
 func TestLifecycle(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
@@ -51,8 +52,15 @@ type Options struct {
 	Registry Registry
 	// MaxBodyBytes caps JSON request bodies. Default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// RequestTimeout bounds a whole request (body, handling, answer) on
+	// every route but the streams (exec, its WebSocket, file transfers),
+	// which last as long as their callers keep them. 0: no bound.
+	RequestTimeout time.Duration
 	// Version is reported by /healthz.
 	Version string
+	// DefaultQuota is the quota of a user token created without one.
+	// Zero: unlimited.
+	DefaultQuota auth.Quota
 }
 
 // server holds what every handler needs.
@@ -63,7 +71,10 @@ type server struct {
 	log     *slog.Logger
 	metrics *metrics
 	maxBody int64
+	timeout time.Duration
 	version string
+
+	defaultQuota auth.Quota
 }
 
 // New returns the handler of the native API: every route of the table in
@@ -89,7 +100,10 @@ func New(opts Options) (http.Handler, error) {
 		tokens:  opts.Tokens,
 		log:     opts.Logger,
 		maxBody: opts.MaxBodyBytes,
+		timeout: opts.RequestTimeout,
 		version: opts.Version,
+
+		defaultQuota: opts.DefaultQuota,
 	}
 	m, err := newMetrics(opts.Registry, s.countByState)
 	if err != nil {
@@ -104,11 +118,14 @@ func New(opts Options) (http.Handler, error) {
 	return s.logRequests(s.rejectUnmatched(mux)), nil
 }
 
-// wrap turns a route's handler into an http.Handler: authenticate and
-// authorize per the route's access, cap the body, and write a returned
-// error through writeError.
+// wrap turns a route's handler into an http.Handler: bound it in time
+// unless it is a stream, authenticate and authorize per the route's
+// access, cap the body, and write a returned error through writeError.
 func (s *server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rt.body == jsonBody {
+			httplimit.Deadline(w, s.timeout)
+		}
 		r, err := s.authorize(r, rt.access)
 		if err != nil {
 			s.writeError(w, r, err)
@@ -144,7 +161,7 @@ func (s *server) authorize(r *http.Request, a access) (*http.Request, error) {
 // token sees only its owner's sandboxes; an admin sees all.
 func caller(r *http.Request) service.Caller {
 	p, _ := auth.PrincipalFrom(r.Context()) // set by authorize on every non-public route
-	return service.Caller{Owner: p.Owner, Admin: p.IsAdmin()}
+	return service.Caller{Owner: p.Owner, Admin: p.IsAdmin(), Quota: service.Quota(p.Quota)}
 }
 
 // rejectUnmatched answers requests the route table does not match with the
@@ -161,6 +178,7 @@ func (s *server) rejectUnmatched(mux *http.ServeMux) http.Handler {
 			mux.ServeHTTP(w, r) // not h: the mux sets the path values
 			return
 		}
+		httplimit.Deadline(w, s.timeout) // no route is a stream
 		// Let the mux decide between 404, 405 and a redirect (it cleans
 		// paths), then answer 404 and 405 in our shape.
 		probe := &statusProbe{header: http.Header{}}

@@ -10,8 +10,9 @@ import (
 
 // Tokens issues, lists and revokes API tokens; *auth.Issuer is one.
 type Tokens interface {
-	// Issue makes and stores a token and returns its plaintext, shown once.
-	Issue(ctx context.Context, role auth.Role, owner, name string) (plaintext string, rec auth.Record, err error)
+	// IssueWithQuota makes and stores a token whose owner may hold at most
+	// q, and returns its plaintext, shown once.
+	IssueWithQuota(ctx context.Context, role auth.Role, owner, name string, q auth.Quota) (plaintext string, rec auth.Record, err error)
 	// Active returns the tokens that are not revoked, oldest first.
 	Active(ctx context.Context) ([]auth.Record, error)
 	// Revoke revokes a token, idempotently; an id that never existed is
@@ -42,7 +43,11 @@ func (s *server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if err := checkLabel("owner", body.Owner, role == auth.RoleUser); err != nil {
 		return err
 	}
-	plaintext, rec, err := s.tokens.Issue(r.Context(), role, body.Owner, body.Name)
+	q, err := s.tokenQuota(role, body.Quota)
+	if err != nil {
+		return err
+	}
+	plaintext, rec, err := s.tokens.IssueWithQuota(r.Context(), role, body.Owner, body.Name, q)
 	if err != nil {
 		return err
 	}
@@ -79,7 +84,26 @@ func (s *server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 }
 
 func toTokenJSON(rec auth.Record) tokenJSON {
-	return tokenJSON{ID: rec.ID, Name: rec.Name, Role: string(rec.Role), Owner: rec.Owner, CreatedAt: rec.CreatedAt.UTC()}
+	return tokenJSON{ID: rec.ID, Name: rec.Name, Role: string(rec.Role), Owner: rec.Owner, Quota: toQuotaJSON(rec.Quota), CreatedAt: rec.CreatedAt.UTC()}
+}
+
+// tokenQuota is the quota a new token gets: the one asked for, else the
+// daemon's default; none for an admin token, which is never limited.
+func (s *server) tokenQuota(role auth.Role, asked *quotaJSON) (auth.Quota, error) {
+	if role == auth.RoleAdmin {
+		if asked != nil && asked.toAuth() != (auth.Quota{}) {
+			return auth.Quota{}, fieldError("quota", "admin tokens are not limited by a quota")
+		}
+		return auth.Quota{}, nil
+	}
+	if asked == nil {
+		return s.defaultQuota, nil
+	}
+	q := asked.toAuth()
+	if q.Sandboxes < 0 || q.MilliCPU < 0 || q.MemoryMB < 0 {
+		return auth.Quota{}, fieldError("quota", "sandboxes, cpu and memory_mb must not be negative (0 is unlimited)")
+	}
+	return q, nil
 }
 
 // checkLabel validates a token's name or owner: printable, at most

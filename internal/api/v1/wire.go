@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
@@ -21,6 +22,7 @@ type sandboxJSON struct {
 	Tags          map[string]string `json:"tags"`
 	Env           map[string]string `json:"env,omitempty"`
 	Network       bool              `json:"network"`
+	Runtime       string            `json:"runtime"`
 	Mounts        []mountJSON       `json:"mounts,omitempty"`
 	CreatedAt     time.Time         `json:"created_at"`
 	ExpiresAt     *time.Time        `json:"expires_at,omitempty"`
@@ -46,6 +48,7 @@ func toSandboxJSON(sb service.Sandbox) sandboxJSON {
 		Tags:         sb.Tags,
 		Env:          sb.Env,
 		Network:      sb.Network,
+		Runtime:      sb.Runtime,
 		CreatedAt:    sb.CreatedAt.UTC(),
 		SSHPublicKey: sb.SSHPublicKey,
 		ErrorReason:  sb.ErrorReason,
@@ -184,14 +187,36 @@ type tokenRequest struct {
 	Name  string `json:"name"`
 	Role  string `json:"role"`
 	Owner string `json:"owner"`
+	// Quota absent: the daemon's default quota for new user tokens.
+	Quota *quotaJSON `json:"quota"`
+}
+
+// quotaJSON is what a user token's owner may hold at once; 0 (or absent)
+// is unlimited.
+type quotaJSON struct {
+	Sandboxes int64   `json:"sandboxes,omitempty"`
+	CPU       float64 `json:"cpu,omitempty"`
+	MemoryMB  int64   `json:"memory_mb,omitempty"`
+}
+
+func (q quotaJSON) toAuth() auth.Quota {
+	return auth.Quota{Sandboxes: q.Sandboxes, MilliCPU: milliCPU(q.CPU), MemoryMB: q.MemoryMB}
+}
+
+func toQuotaJSON(q auth.Quota) *quotaJSON {
+	if q == (auth.Quota{}) {
+		return nil
+	}
+	return &quotaJSON{Sandboxes: q.Sandboxes, CPU: float64(q.MilliCPU) / 1000, MemoryMB: q.MemoryMB}
 }
 
 // tokenJSON describes a token; Token (the secret) only in the create answer.
 type tokenJSON struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	Role      string    `json:"role"`
-	Owner     string    `json:"owner"`
-	CreatedAt time.Time `json:"created_at"`
-	Token     string    `json:"token,omitempty"`
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	Owner     string     `json:"owner"`
+	Quota     *quotaJSON `json:"quota,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	Token     string     `json:"token,omitempty"`
 }

@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -87,8 +90,25 @@ func (b *boot) close() {
 // startAgent starts the sandbox's container with start and returns once
 // its agent answers, handing the agent its socket on the way. The caller
 // holds the sandbox's boot lock.
-func (r *Runtime) startAgent(ctx context.Context, sandboxID string, start func() error) error {
+//
+// Under gVisor there is no handoff: a socket passed from the host cannot
+// cross into gVisor's kernel, so the agent creates its socket itself (runsc
+// makes it on the host, in a socket directory left writable for that), and
+// every socket in that directory is made by runsc's file proxy, so the
+// peer check below can only tell that a connection is this sandbox's, not
+// that the agent answers it. The bounds on everything the daemon reads
+// from an agent (package agent) are what hold there.
+func (r *Runtime) startAgent(ctx context.Context, sandboxID string, gvisor bool, start func() error) error {
 	r.forgetPID(sandboxID)
+	if gvisor {
+		if err := start(); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		if pid, err := r.enginePID(ctx, sandboxID); err == nil {
+			r.setPID(sandboxID, pid)
+		}
+		return r.waitAgentReady(ctx, sandboxID)
+	}
 	b, err := prepareBoot(r.SocketDir(sandboxID))
 	if err != nil {
 		return err
@@ -178,11 +198,68 @@ func (r *Runtime) checkPeer(ctx context.Context, sandboxID string, conn net.Conn
 	case want:
 		return nil
 	case 0:
+	default:
+		if r.gvisorPeer(ctx, sandboxID, got, want) {
+			return nil
+		}
+	}
+	switch got {
+	case 0:
 		return fmt.Errorf("%w: the peer's pid is not visible here (sandboxd must share the engine's pid namespace)", runtime.ErrAgentImpostor)
 	}
 	r.log.Warn("agent socket answered by a process other than the sandbox's agent: refused",
 		"sandbox", sandboxID, "peer_pid", got, "agent_pid", want)
 	return fmt.Errorf("%w: peer pid %d, agent pid %d", runtime.ErrAgentImpostor, got, want)
+}
+
+// gvisorPeer reports whether peer is runsc's file proxy of sandbox id
+// (whose engine pid is want): the sandbox runs under gVisor and the two
+// are siblings. Only asked when the peer is not the engine's pid.
+func (r *Runtime) gvisorPeer(ctx context.Context, sandboxID string, peer, want int) bool {
+	gv, err := r.underGVisor(ctx, sandboxID)
+	return err == nil && gv && sameParent(peer, want)
+}
+
+// underGVisor reports whether the engine runs sandbox id under runsc.
+func (r *Runtime) underGVisor(ctx context.Context, sandboxID string) (bool, error) {
+	res, err := r.cli.ContainerInspect(ctx, sandboxID, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return false, runtime.ErrNotFound
+	}
+	if err != nil {
+		return false, err
+	}
+	return res.Container.HostConfig != nil && res.Container.HostConfig.Runtime == r.opts.GVisorRuntime, nil
+}
+
+// sameParent reports whether host processes a and b are children of one
+// process: under gVisor the engine reports runsc's sandbox process as the
+// container's pid, and the host sockets the sandbox makes belong to
+// runsc's file proxy, its sibling under the container's shim. Under runc
+// no process of the sandbox is a sibling of its init (they all descend
+// from it).
+func sameParent(a, b int) bool {
+	pa, errA := parentPID(a)
+	pb, errB := parentPID(b)
+	return errA == nil && errB == nil && pa == pb && pa > 1
+}
+
+// parentPID reads a host process's parent from /proc.
+func parentPID(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	return strconv.Atoi(f[1])
 }
 
 // mayLowerOOMScores reports whether this process holds CAP_SYS_RESOURCE,

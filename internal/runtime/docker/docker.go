@@ -39,6 +39,9 @@ const (
 	DefaultAgentReadyTimeout = 20 * time.Second
 	// DefaultNetwork is the network a sandbox with Spec.Network joins.
 	DefaultNetwork = "bridge"
+	// DefaultGVisorRuntime is the name scripts/setup-gvisor.sh registers
+	// runsc under in the engine's configuration.
+	DefaultGVisorRuntime = "runsc"
 
 	// cleanupTimeout bounds undo and diagnostics work done on a fresh
 	// context after the caller's context may have ended.
@@ -70,6 +73,9 @@ type Options struct {
 	AgentReadyTimeout time.Duration
 	// Logger receives debug and warning records (default: discard).
 	Logger *slog.Logger
+	// GVisorRuntime is the engine's name for runsc, used for sandboxes
+	// with runtime.IsolationGVisor (default DefaultGVisorRuntime).
+	GVisorRuntime string
 }
 
 // Runtime is the Docker implementation of runtime.Runtime.
@@ -114,6 +120,9 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Network == "" {
 		opts.Network = DefaultNetwork
 	}
+	if opts.GVisorRuntime == "" {
+		opts.GVisorRuntime = DefaultGVisorRuntime
+	}
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = DefaultStopTimeout
 	}
@@ -136,6 +145,21 @@ func New(opts Options) (*Runtime, error) {
 		r.cli, r.ownsClient = cli, true
 	}
 	return r, nil
+}
+
+// Isolations reports the isolations the engine offers: always
+// runtime.IsolationContainer, and runtime.IsolationGVisor when the engine
+// has runsc registered under Options.GVisorRuntime.
+func (r *Runtime) Isolations(ctx context.Context) ([]runtime.Isolation, error) {
+	info, err := r.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("engine info: %w", err)
+	}
+	out := []runtime.Isolation{runtime.IsolationContainer}
+	if _, ok := info.Info.Runtimes[r.opts.GVisorRuntime]; ok {
+		out = append(out, runtime.IsolationGVisor)
+	}
+	return out, nil
 }
 
 // Close releases the engine client if New created it. Sandboxes keep running.
@@ -248,7 +272,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	lock := r.bootLock(id)
 	lock.Lock()
 	defer lock.Unlock()
-	if err := r.startAgent(ctx, id, func() error {
+	if err := r.startAgent(ctx, id, spec.Isolation == runtime.IsolationGVisor, func() error {
 		_, err := r.cli.ContainerStart(ctx, containerID, client.ContainerStartOptions{})
 		return err
 	}); err != nil {
@@ -285,8 +309,10 @@ func (r *Runtime) containerConfig(spec runtime.Spec, attempt string) *container.
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
 	}
-	env = append(env, runtime.EnvAgentToken+"="+spec.AgentToken,
-		runtime.EnvAgentHandoff+"="+runtime.AgentSocketDir+"/"+runtime.AgentHandoffName)
+	env = append(env, runtime.EnvAgentToken+"="+spec.AgentToken)
+	if spec.Isolation != runtime.IsolationGVisor { // see startAgent
+		env = append(env, runtime.EnvAgentHandoff+"="+runtime.AgentSocketDir+"/"+runtime.AgentHandoffName)
+	}
 
 	labels := make(map[string]string, len(spec.Labels)+3)
 	maps.Copy(labels, spec.Labels)
@@ -324,12 +350,18 @@ func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostC
 		// Read-only: nothing in the sandbox may replace the agent's socket
 		// or write to the host's disk through it; the agent gets its
 		// socket from the daemon (boot.go) and connecting needs no write.
-		{Type: mount.TypeBind, Source: sockDir, Target: runtime.AgentSocketDir, ReadOnly: true},
+		// Under gVisor the agent makes its own (see startAgent).
+		{Type: mount.TypeBind, Source: sockDir, Target: runtime.AgentSocketDir, ReadOnly: spec.Isolation != runtime.IsolationGVisor},
 	}
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.HostPath, Target: m.Path, ReadOnly: m.ReadOnly})
 	}
+	var ociRuntime string // the engine's default (runc)
+	if spec.Isolation == runtime.IsolationGVisor {
+		ociRuntime = r.opts.GVisorRuntime
+	}
 	return &container.HostConfig{
+		Runtime:     ociRuntime,
 		NetworkMode: networkMode,
 		Privileged:  false,
 		Init:        &noInit, // the agent is PID 1 and reaps zombies
@@ -419,7 +451,11 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 	case st.State == runtime.StateRunning:
 		err = r.waitAgentReady(ctx, sandboxID)
 	default:
-		err = r.startAgent(ctx, sandboxID, func() error {
+		var gvisor bool
+		if gvisor, err = r.underGVisor(ctx, sandboxID); err != nil {
+			return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
+		}
+		err = r.startAgent(ctx, sandboxID, gvisor, func() error {
 			_, err := r.cli.ContainerStart(ctx, sandboxID, client.ContainerStartOptions{})
 			return notFound(err)
 		})

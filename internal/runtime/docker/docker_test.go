@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +133,44 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformance_GVisor runs the same suite with every sandbox under
+// gVisor (runsc, which make setup registers with the engine).
+func TestConformance_GVisor(t *testing.T) {
+	requireEnv(t)
+	requireGVisor(t)
+	anyRT := newRuntime(t, runtimetest.Options{NodeID: "conformance-gv-" + runtimetest.NewSandboxID()[3:]})
+	runtimetest.Run(t, runtimetest.Config{
+		New:         func(t *testing.T, o runtimetest.Options) runtime.Runtime { return newRuntime(t, o) },
+		Image:       testImage,
+		AgentBinary: env.agent,
+		Facts:       facts,
+		SocketDir:   anyRT.SocketDir,
+		Foreign:     foreign,
+		Isolation:   runtime.IsolationGVisor,
+		OCIRuntime:  docker.DefaultGVisorRuntime,
+		MemoryMB:    runtime.MinGVisorMemoryMB,
+		PidsLimit:   runtime.MinGVisorPidsLimit,
+	})
+}
+
+// requireGVisor skips t when the engine has no runsc, outside CI, and
+// fails it in CI (make setup registers it).
+func requireGVisor(t *testing.T) {
+	t.Helper()
+	rt := newRuntime(t, runtimetest.Options{NodeID: "gvisor-probe-" + runtimetest.NewSandboxID()[3:]})
+	isos, err := rt.Isolations(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(isos, runtime.IsolationGVisor) {
+		return
+	}
+	if testenv.CI() {
+		t.Fatal("the engine has no runsc runtime and CI is set (make setup registers it: scripts/setup-gvisor.sh)")
+	}
+	t.Skip("skipping: the engine has no runsc runtime (scripts/setup-gvisor.sh registers it)")
+}
+
 // facts reports the container as the engine sees it.
 func facts(t *testing.T, sandboxID string) runtimetest.Facts {
 	t.Helper()
@@ -152,6 +191,7 @@ func facts(t *testing.T, sandboxID string) runtimetest.Facts {
 		CgroupNS:        string(hc.CgroupnsMode),
 		SecurityOpt:     hc.SecurityOpt,
 		NetworkMode:     string(hc.NetworkMode),
+		OCIRuntime:      hc.Runtime,
 		Init:            hc.Init != nil && *hc.Init,
 		Entrypoint:      c.Config.Entrypoint,
 		Cmd:             c.Config.Cmd,

@@ -40,6 +40,14 @@ type Config struct {
 	// (no labels) and returns its name; ListOurs must not report it.
 	Foreign func(t *testing.T) string
 
+	// Isolation is set on every spec the suite creates; OCIRuntime, if
+	// set, is the engine runtime Facts must then report (e.g. "runsc").
+	Isolation  runtime.Isolation
+	OCIRuntime string
+	// MemoryMB and PidsLimit are every spec's limits (default 128 MiB and
+	// 64); gVisor's own kernel is charged to them and needs more.
+	MemoryMB, PidsLimit int64
+
 	// Lacks names the facts only a real engine has that this runtime does
 	// not provide, each with the reason; the subtests that check them
 	// skip, saying so. A real engine lacks nothing.
@@ -89,6 +97,9 @@ type Facts struct {
 	NetworkMode     string
 	// CgroupNS is the cgroup namespace mode ("private" wanted).
 	CgroupNS string
+	// OCIRuntime is the engine runtime that runs the sandbox ("" or
+	// "runc" for the engine's default).
+	OCIRuntime string
 	// Init reports an engine-injected init process (must be false).
 	Init       bool
 	Entrypoint []string
@@ -171,17 +182,32 @@ func (s *suite) newRuntime(t *testing.T) (runtime.Runtime, string) {
 	return s.cfg.New(t, Options{NodeID: node}), node
 }
 
+func (s *suite) memoryMB() int64 {
+	if s.cfg.MemoryMB > 0 {
+		return s.cfg.MemoryMB
+	}
+	return 128
+}
+
+func (s *suite) pidsLimit() int64 {
+	if s.cfg.PidsLimit > 0 {
+		return s.cfg.PidsLimit
+	}
+	return 64
+}
+
 func (s *suite) spec(id string) runtime.Spec {
 	return runtime.Spec{
 		SandboxID:   id,
 		Image:       s.cfg.Image,
 		CPU:         0.5,
-		MemoryMB:    128,
-		PidsLimit:   64,
+		MemoryMB:    s.memoryMB(),
+		PidsLimit:   s.pidsLimit(),
 		Env:         map[string]string{"SANDBOXD_TEST": "1"},
 		Labels:      map[string]string{"test": "runtimetest"},
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  "tok-" + id,
+		Isolation:   s.cfg.Isolation,
 	}
 }
 
@@ -336,8 +362,11 @@ func (s *suite) testCreateContract(t *testing.T) {
 		}
 	}
 	type limits struct{ NanoCPUs, Memory, MemorySwap, Pids int64 }
-	if diff := cmp.Diff(limits{5e8, 128 << 20, 128 << 20, 64}, limits{f.NanoCPUs, f.MemoryBytes, f.MemorySwapBytes, f.PidsLimit}); diff != "" {
+	if diff := cmp.Diff(limits{5e8, s.memoryMB() << 20, s.memoryMB() << 20, s.pidsLimit()}, limits{f.NanoCPUs, f.MemoryBytes, f.MemorySwapBytes, f.PidsLimit}); diff != "" {
 		t.Errorf("limits (-want +got):\n%s", diff)
+	}
+	if s.cfg.OCIRuntime != "" && f.OCIRuntime != s.cfg.OCIRuntime {
+		t.Errorf("engine runtime = %q, want %q", f.OCIRuntime, s.cfg.OCIRuntime)
 	}
 	if f.Privileged {
 		t.Errorf("privileged; want not")
@@ -370,11 +399,11 @@ func (s *suite) testCreateContract(t *testing.T) {
 	}
 	wantMounts := map[string]Mount{
 		runtime.AgentPath:      {Source: spec.AgentBinary, Target: runtime.AgentPath, ReadOnly: true},
-		runtime.AgentSocketDir: {Target: runtime.AgentSocketDir, ReadOnly: true},
+		runtime.AgentSocketDir: {Target: runtime.AgentSocketDir, ReadOnly: s.cfg.Isolation != runtime.IsolationGVisor},
 		"/mnt/data":            {Source: data, Target: "/mnt/data", ReadOnly: true},
 	}
 	if s.cfg.SocketDir != nil {
-		wantMounts[runtime.AgentSocketDir] = Mount{Source: s.cfg.SocketDir(id), Target: runtime.AgentSocketDir, ReadOnly: true}
+		wantMounts[runtime.AgentSocketDir] = Mount{Source: s.cfg.SocketDir(id), Target: runtime.AgentSocketDir, ReadOnly: s.cfg.Isolation != runtime.IsolationGVisor}
 	}
 	got := map[string]Mount{}
 	for _, m := range f.Mounts {
@@ -700,8 +729,8 @@ func (s *suite) testStats(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Stats: %v", err)
 	}
-	if first.MemoryLimit != 128<<20 {
-		t.Errorf("MemoryLimit = %d, want %d", first.MemoryLimit, 128<<20)
+	if first.MemoryLimit != uint64(s.memoryMB())<<20 {
+		t.Errorf("MemoryLimit = %d, want %d", first.MemoryLimit, s.memoryMB()<<20)
 	}
 	if first.MemoryUsed == 0 || first.MemoryUsed > first.MemoryLimit {
 		t.Errorf("MemoryUsed = %d, want in (0, %d]", first.MemoryUsed, first.MemoryLimit)

@@ -40,8 +40,16 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, fmt.Errorf("%w: %s is not a regular file", errBadRequest, p))
 		return
 	}
+	if onPseudoFS(p) { // its size is not its length; it may not seek
+		h.serveKernelFile(w, r, f, p)
+		return
+	}
+	setAttachment(w, p)
+	http.ServeContent(w, r, "", fi.ModTime(), f)
+}
+
+func setAttachment(w http.ResponseWriter, p string) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition",
 		mime.FormatMediaType("attachment", map[string]string{"filename": filepath.Base(p)}))
-	http.ServeContent(w, r, "", fi.ModTime(), f)
 }

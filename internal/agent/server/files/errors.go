@@ -33,7 +33,16 @@ func statusOf(err error) int {
 		errors.Is(err, account.ErrUnknownUser),
 		errors.Is(err, syscall.EISDIR),
 		errors.Is(err, syscall.ENOTDIR),
-		errors.Is(err, syscall.ENAMETOOLONG):
+		errors.Is(err, syscall.ENAMETOOLONG),
+		// The path names something that cannot be written: a read-only
+		// mount (the agent's binary, /sys), a mount point or running
+		// binary, a socket, an argument the kernel file refuses.
+		errors.Is(err, syscall.EROFS),
+		errors.Is(err, syscall.EBUSY),
+		errors.Is(err, syscall.ETXTBSY),
+		errors.Is(err, syscall.ENXIO),
+		errors.Is(err, syscall.EINVAL),
+		errors.Is(err, syscall.ELOOP):
 		return http.StatusBadRequest
 	case errors.Is(err, fs.ErrNotExist):
 		return http.StatusNotFound

@@ -304,6 +304,16 @@ func TestUpload_Errors(t *testing.T) {
 	dir := e.dir
 	fileInTheWay := filepath.Join(dir, "plain")
 	os.WriteFile(fileInTheWay, nil, 0o644)
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
 
 	for _, tc := range []struct {
 		name        string
@@ -321,6 +331,12 @@ func TestUpload_Errors(t *testing.T) {
 		{"bad gzip", "application/octet-stream", "gzip", url.Values{"path": {dir + "/z"}}, "not gzip", 400, "gzip"},
 		{"bad content type", "text/plain", "", url.Values{"path": {dir + "/t"}}, "x", 400, "Content-Type"},
 		{"multipart without boundary", "multipart/form-data", "", url.Values{"path": {dir + "/m"}}, "x", 400, "boundary"},
+		// Not plain files: a FIFO would block the open, a socket may be the
+		// agent's own, a kernel file is no file at all.
+		{"fifo", "application/octet-stream", "", url.Values{"path": {fifo}}, "x", 400, "not a regular file"},
+		{"socket", "application/octet-stream", "", url.Values{"path": {sock}}, "x", 400, "not a regular file"},
+		{"proc mem", "application/octet-stream", "", url.Values{"path": {"/proc/self/mem"}}, "x", 400, "kernel file"},
+		{"proc status", "application/octet-stream", "", url.Values{"path": {"/proc/self/status"}}, "x", 400, "kernel file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodPost, filesURL(tc.q), strings.NewReader(tc.body))
@@ -455,6 +471,8 @@ func TestDownload_Errors(t *testing.T) {
 		{"NUL", url.Values{"path": {e.dir + "/x\x00y"}}, 400},
 		{"unknown user", url.Values{"path": {e.dir}, "username": {"ghost"}}, 400},
 		{"fifo", url.Values{"path": {fifo}}, 400},
+		// Mapped at no offset the agent's first read reaches: EIO.
+		{"proc mem", url.Values{"path": {"/proc/self/mem"}}, 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, filesURL(tc.q), nil)
@@ -463,5 +481,26 @@ func TestDownload_Errors(t *testing.T) {
 				t.Errorf("got %d %+v, want %d", code, got, tc.wantCode)
 			}
 		})
+	}
+}
+
+// TestDownload_KernelFile: a /proc file (size 0, no seeking to its end)
+// streams its content (ServeContent fails on it: "seeker can't seek").
+func TestDownload_KernelFile(t *testing.T) {
+	e := newEnv(t)
+	resp, err := e.client.Get(filesURL(url.Values{"path": {"/proc/self/status"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "Pid:") {
+		t.Fatalf("got %d %q, want 200 with the status lines", resp.StatusCode, body)
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength != int64(len(body)) {
+		t.Errorf("Content-Length %d, body %d bytes", resp.ContentLength, len(body))
 	}
 }

@@ -66,7 +66,8 @@ func writeFile(u account.User, path string, src io.Reader) (err error) {
 
 // destination returns the file to write (path, or the target of a symlink
 // at path), the mode new content gets, and whether the file exists. A
-// directory is EISDIR.
+// directory is EISDIR; anything else but a plain file is refused (see
+// writableTarget).
 func destination(path string) (string, fs.FileMode, bool, error) {
 	if target, err := filepath.EvalSymlinks(path); err == nil {
 		path = target
@@ -79,9 +80,11 @@ func destination(path string) (string, fs.FileMode, bool, error) {
 		return "", 0, false, err
 	case fi.IsDir():
 		return "", 0, false, &fs.PathError{Op: "write", Path: path, Err: syscall.EISDIR}
-	default:
-		return path, fi.Mode().Perm(), true, nil
 	}
+	if err := writableTarget(path, fi); err != nil {
+		return "", 0, false, err
+	}
+	return path, fi.Mode().Perm(), true, nil
 }
 
 // bodyReader tags read errors as the client's, so a dropped connection is a

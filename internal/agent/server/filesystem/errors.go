@@ -53,7 +53,8 @@ func codeOf(err error) connect.Code {
 		errors.Is(err, syscall.EISDIR),
 		errors.Is(err, syscall.EINVAL), // e.g. moving a directory into itself
 		errors.Is(err, syscall.ENAMETOOLONG),
-		errors.Is(err, syscall.ELOOP):
+		errors.Is(err, syscall.ELOOP),
+		errors.Is(err, syscall.ENXIO): // a socket or device where a file is needed
 		return connect.CodeInvalidArgument
 	case errors.Is(err, ErrUnknownWatcher), errors.Is(err, fs.ErrNotExist):
 		return connect.CodeNotFound
@@ -66,7 +67,9 @@ func codeOf(err error) connect.Code {
 		errors.Is(err, syscall.EDQUOT),
 		errors.Is(err, syscall.EMFILE): // also inotify's max_user_instances
 		return connect.CodeResourceExhausted
-	case errors.Is(err, syscall.EXDEV), errors.Is(err, syscall.EROFS):
+	case errors.Is(err, syscall.EXDEV), errors.Is(err, syscall.EROFS),
+		errors.Is(err, syscall.EBUSY), // a mount point (the agent's binary, a volume)
+		errors.Is(err, syscall.ETXTBSY):
 		return connect.CodeFailedPrecondition
 	case errors.Is(err, ErrClosed):
 		return connect.CodeUnavailable

@@ -42,6 +42,10 @@ type Options struct {
 	WatcherIdle time.Duration
 	// MaxWatcherEvents: see DefaultMaxWatcherEvents.
 	MaxWatcherEvents int
+	// Protected are the agent's own paths (its socket directory, its
+	// binary): Remove and Move refuse a path that is, is under or is above
+	// one, so that no file call cuts the daemon off from the agent.
+	Protected []string
 	// Log receives unexpected failures; default discards.
 	Log *slog.Logger
 }
@@ -51,6 +55,7 @@ type Options struct {
 type Service struct {
 	users     *account.Directory
 	keepalive time.Duration
+	protected []string
 	log       *slog.Logger
 
 	// ctx ends every watch when the service closes.
@@ -87,6 +92,7 @@ func New(o Options) *Service {
 	return &Service{
 		users:     o.Users,
 		keepalive: o.Keepalive,
+		protected: cleanAll(o.Protected),
 		log:       o.Log,
 		ctx:       ctx,
 		cancel:    cancel,

@@ -80,6 +80,9 @@ func (s *Service) Move(_ context.Context, req *connect.Request[rpc.MoveRequest])
 	if _, err := os.Lstat(src); err != nil {
 		return nil, toConnect(err)
 	}
+	if err := errors.Join(s.guard(src), s.guard(dst)); err != nil {
+		return nil, toConnect(err)
+	}
 	if err := account.MkdirAll(u, filepath.Dir(dst), 0o755); err != nil {
 		return nil, toConnect(err)
 	}
@@ -156,7 +159,8 @@ func listDir(p string, depth int, names *account.Names) ([]*rpc.EntryInfo, error
 
 // Remove deletes a file, a symlink (not its target) or a directory tree. A
 // path that does not exist is success, as in envd, so retries are safe.
-// Removing "/" is invalid_argument.
+// Removing "/" or a path that holds the agent's (Options.Protected) is
+// invalid_argument.
 func (s *Service) Remove(_ context.Context, req *connect.Request[rpc.RemoveRequest]) (*connect.Response[rpc.RemoveResponse], error) {
 	_, p, err := s.target(req.Header(), req.Msg.GetPath())
 	if err != nil {
@@ -164,6 +168,9 @@ func (s *Service) Remove(_ context.Context, req *connect.Request[rpc.RemoveReque
 	}
 	if p == "/" {
 		return nil, toConnect(fmt.Errorf("%w: refusing to remove /", ErrInvalid))
+	}
+	if err := s.guard(p); err != nil {
+		return nil, toConnect(err)
 	}
 	if err := os.RemoveAll(p); err != nil {
 		return nil, toConnect(err)

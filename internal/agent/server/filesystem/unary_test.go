@@ -337,3 +337,42 @@ func owner(t *testing.T, p string) (uint32, uint32) {
 	st := fi.Sys().(*syscall.Stat_t)
 	return st.Uid, st.Gid
 }
+
+// TestRemoveAndMove_RefuseTheAgentsPaths: no file call takes the agent's
+// socket directory or binary with it — not naming them, a path under
+// them, a directory above them, or a symlinked parent — while their
+// neighbours stay removable.
+func TestRemoveAndMove_RefuseTheAgentsPaths(t *testing.T) {
+	root := t.TempDir()
+	run := filepath.Join(root, "run")
+	sockDir := filepath.Join(run, "sandboxd")
+	bin := filepath.Join(root, "opt", "sandboxd", "toolboxd")
+	mustWrite(t, filepath.Join(sockDir, "agent.sock"), "")
+	mustWrite(t, bin, "")
+	mustWrite(t, filepath.Join(run, "other"), "")
+	e := newEnv(t, filesystem.Options{Protected: []string{sockDir, bin}})
+	viaLink := filepath.Join(e.dir, "link")
+	if err := os.Symlink(sockDir, viaLink); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{
+		sockDir, filepath.Join(sockDir, "agent.sock"), run, root, bin, filepath.Dir(bin),
+		filepath.Join(viaLink, "agent.sock"),
+	} {
+		_, err := e.client.Remove(t.Context(), connect.NewRequest(&rpc.RemoveRequest{Path: p}))
+		wantCode(t, "remove "+p, err, connect.CodeInvalidArgument)
+		_, err = e.client.Move(t.Context(), connect.NewRequest(&rpc.MoveRequest{Source: p, Destination: filepath.Join(e.dir, "moved")}))
+		wantCode(t, "move "+p, err, connect.CodeInvalidArgument)
+	}
+	mustWrite(t, filepath.Join(e.dir, "f"), "")
+	_, err := e.client.Move(t.Context(), connect.NewRequest(&rpc.MoveRequest{Source: filepath.Join(e.dir, "f"), Destination: filepath.Join(sockDir, "agent.sock")}))
+	wantCode(t, "move over the socket", err, connect.CodeInvalidArgument)
+	for _, p := range []string{filepath.Join(sockDir, "agent.sock"), bin} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s is gone: %v", p, err)
+		}
+	}
+	if _, err := e.client.Remove(t.Context(), connect.NewRequest(&rpc.RemoveRequest{Path: filepath.Join(run, "other")})); err != nil {
+		t.Errorf("remove a neighbour of the socket directory: %v", err)
+	}
+}
