@@ -22,17 +22,27 @@
 //     naming the Create call that made it, so that a Create whose engine
 //     answer was lost removes its own container and never another's;
 //   - limits: CPU (NanoCPUs), memory (no extra swap) and pids, as the Spec says;
-//   - never privileged, no added capabilities, the engine's default seccomp
-//     profile, no init process injected by the engine (the agent is PID 1 and
-//     reaps zombies itself), no restart policy (the daemon decides);
+//   - never privileged; every capability dropped but [SandboxCapabilities];
+//     a private cgroup namespace; the engine's default seccomp profile (and
+//     no no-new-privileges: setuid programs such as sudo keep working); no
+//     init process injected by the engine (the agent is PID 1 and reaps
+//     zombies itself); no restart policy (the daemon decides);
+//   - the agent's oom_score_adj -1000 where the engine may lower scores (the
+//     daemon holds CAP_SYS_RESOURCE), else the engine's default; the agent
+//     keeps its children 1000 above itself;
 //   - network mode "none" unless [Spec.Network] is set: sandboxes have no
 //     route anywhere, not even to each other's agents or to the daemon;
 //   - the agent binary (a static executable on the host) bind-mounted
 //     read-only at [AgentPath] and used as the entrypoint, with no arguments;
 //   - a per-sandbox host directory <socket root>/<sandbox id>, created 0700
-//     by Create and removed by Destroy, bind-mounted at [AgentSocketDir]; the
-//     agent listens on the unix socket [AgentSocketPath] inside it, which is
-//     how the daemon reaches it (no TCP port, no network needed);
+//     by Create and removed by Destroy, bind-mounted read-only at
+//     [AgentSocketDir]; the agent listens on the unix socket
+//     [AgentSocketPath] inside it, which is how the daemon reaches it (no
+//     TCP port, no network needed). The daemon creates that socket and hands
+//     it to the agent over [AgentHandoffName] at every start (package
+//     agent/handoff; under gVisor the directory is writable and the agent
+//     makes its own), and refuses any connection whose peer is not the
+//     agent ([ErrAgentImpostor]);
 //   - the agent token in the environment as [EnvAgentToken]; the agent unsets
 //     it once read, so processes it starts never see it.
 //
