@@ -161,6 +161,10 @@ func (r *Runtime) agentHTTPClient(sandboxID string) *http.Client {
 			return r.dialAgent(ctx, sandboxID)
 		},
 		DisableKeepAlives: true,
+		// The probe reads 4 KiB of body at most (runtime.ProbeHealth) and
+		// the agent's headers are a few hundred bytes: bound them too.
+		MaxResponseHeaderBytes: 16 << 10,
+		DisableCompression:     true,
 	}}
 }
 
