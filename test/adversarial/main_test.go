@@ -67,21 +67,7 @@ func startDaemon(t *testing.T, name string, extraArgs ...string) *daemontest.Dae
 		}
 		t.Fatalf("Docker is unreachable and CI is set: %v", env.dockerErr)
 	}
-	d := env.dt.New(name, extraArgs...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("daemon %s log (tail):\n%s", d.NodeID(), d.LogTail(60))
-		}
-		if err := d.Close(); err != nil {
-			t.Errorf("daemon cleanup: %v", err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(t.Context(), daemontest.StartTimeout)
-	defer cancel()
-	if err := d.Start(ctx); err != nil {
-		t.Fatalf("start daemon: %v", err)
-	}
-	return d
+	return env.dt.Start(t, name, extraArgs...)
 }
 
 // adminClient is a Go SDK client of d with its admin token.

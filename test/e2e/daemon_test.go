@@ -21,21 +21,7 @@ func newDaemon(name string, extraArgs ...string) *daemonProcess {
 func startDaemon(t *testing.T, name string, extraArgs ...string) *daemonProcess {
 	t.Helper()
 	requireDocker(t)
-	d := newDaemon(name, extraArgs...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("daemon %s log (tail):\n%s", d.NodeID(), d.LogTail(60))
-		}
-		if err := d.Close(); err != nil {
-			t.Errorf("daemon cleanup: %v", err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(t.Context(), daemontest.StartTimeout)
-	defer cancel()
-	if err := d.Start(ctx); err != nil {
-		t.Fatalf("start daemon: %v", err)
-	}
-	return d
+	return env.dt.Start(t, name, extraArgs...)
 }
 
 // hermeticEnv is this process's environment without the variables the

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/testenv"
@@ -193,6 +194,28 @@ func (e *Env) New(name string, extraArgs ...string) *Daemon {
 			"--reconcile-every", "1h", // only the startup pass: tests decide when state is checked
 		}, extraArgs...),
 	}
+}
+
+// Start starts a daemon of t's own (New, then Start) and closes it at
+// the end of t (its containers removed), with the tail of its log when t
+// failed. The caller has checked that the engine is there.
+func (e *Env) Start(t testing.TB, name string, extraArgs ...string) *Daemon {
+	t.Helper()
+	d := e.New(name, extraArgs...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon %s log (tail):\n%s", d.NodeID(), d.LogTail(60))
+		}
+		if err := d.Close(); err != nil {
+			t.Errorf("daemon cleanup: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), StartTimeout)
+	defer cancel()
+	if err := d.Start(ctx); err != nil {
+		t.Fatalf("start daemon: %v", err)
+	}
+	return d
 }
 
 // NodeID is the daemon's --node-id, the value of its containers'
