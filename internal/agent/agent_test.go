@@ -294,3 +294,84 @@ func TestClient_Local(t *testing.T) {
 	c, _ := localClient(t)
 	commandSuite(t, c, t.TempDir())
 }
+
+// SetEnv's variables reach every process started after it, under what the
+// request sets; a second call replaces the first; a bad body changes
+// nothing.
+func TestClient_SetEnvReachesLaterProcesses(t *testing.T) {
+	c, sock := localClient(t)
+	echo := func(env map[string]string) string {
+		t.Helper()
+		res, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", `echo "${A-unset} ${B-unset}"`}, Env: env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Stdout)
+	}
+	if err := c.SetEnv(t.Context(), map[string]string{"A": "secret", "B": "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := echo(map[string]string{"B": "request"}); got != "secret request\n" {
+		t.Errorf("after SetEnv, with B in the request: %q", got)
+	}
+	if err := c.SetEnv(t.Context(), map[string]string{"B": "only"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := echo(nil); got != "unset only\n" {
+		t.Errorf("after a second SetEnv: %q, want it to replace the first", got)
+	}
+	for _, bad := range []map[string]string{{"A=B": "x"}, {"": "x"}, {"A": "nul\x00"}} {
+		var he *agent.HTTPError
+		if err := c.SetEnv(t.Context(), bad); !errors.As(err, &he) || he.StatusCode != http.StatusBadRequest {
+			t.Errorf("SetEnv(%q) = %v, want a 400", bad, err)
+		}
+	}
+	if got := echo(nil); got != "unset only\n" {
+		t.Errorf("after refused calls: %q, want them to change nothing", got)
+	}
+	if resp := rawRequest(t, sock, http.MethodPut, server.PathEnv, ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("PUT %s without the token = %d, want 401", server.PathEnv, resp.StatusCode)
+	}
+}
+
+// The Transport facades proxy through never reaches the daemon's own
+// routes, however the path is spelled: a caller of a facade cannot replace
+// a sandbox's secret env.
+func TestClient_TransportRefusesTheDaemonsRoutes(t *testing.T) {
+	c, _ := localClient(t)
+	if err := c.SetEnv(t.Context(), map[string]string{"A": "secret"}); err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: c.Transport()}
+	for _, p := range []string{server.PathEnv, "/sandboxd//env", "/x/../sandboxd/env", "/sandbox%64/env"} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, agent.BaseURL+p, strings.NewReader(`{"A":"mine"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("PUT %s through Transport = %d, want 404", p, resp.StatusCode)
+		}
+	}
+	res, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", `echo "$A"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Stdout) != "secret\n" {
+		t.Errorf("A = %q after the attempts, want the daemon's value", res.Stdout)
+	}
+	// Everything else still goes through.
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, agent.BaseURL+"/health", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("GET /health through Transport = %d", resp.StatusCode)
+	}
+}

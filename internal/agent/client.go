@@ -1,13 +1,16 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"net"
 	"net/http"
+	"path"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/internal/gen/envd/filesystem/filesystemconnect"
@@ -98,12 +101,64 @@ func (c *Client) Health(ctx context.Context) error {
 	return nil
 }
 
+// SetEnv hands the agent the variables every process it starts from now on
+// gets (the sandbox's secret env), replacing what an earlier call set.
+func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
+	body, err := json.Marshal(env)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, baseURL+pathEnv, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("agent env: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return httpError(resp)
+	}
+	return nil
+}
+
+// pathEnv is the agent's route for SetEnv (server.PathEnv); daemonPaths is
+// the prefix of the routes only the daemon calls.
+const (
+	pathEnv     = "/sandboxd/env"
+	daemonPaths = "/sandboxd/"
+)
+
 // Transport is the client's round tripper: it reaches this agent whatever
 // the request's host, and adds the agent token. A facade that forwards
 // envd requests unchanged proxies through it (any X-Access-Token the caller
-// sent is replaced). Reply headers are bounded; bodies are streams the
+// sent is replaced); the daemon's own routes (SetEnv's) answer 404 through
+// it without reaching the agent, so no caller of a facade can replace a
+// sandbox's secret env. Reply headers are bounded; bodies are streams the
 // proxy copies through, so they are not.
-func (c *Client) Transport() http.RoundTripper { return c.hc.Transport }
+func (c *Client) Transport() http.RoundTripper { return forwardTransport{c.hc.Transport} }
+
+// forwardTransport is Transport: the agent's routes but the daemon's.
+type forwardTransport struct{ base http.RoundTripper }
+
+func (t forwardTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if p := path.Clean("/" + r.URL.Path); strings.HasPrefix(p+"/", daemonPaths) {
+		if r.Body != nil {
+			_ = r.Body.Close()
+		}
+		const body = "404 page not found\n"
+		return &http.Response{
+			StatusCode: http.StatusNotFound, Status: "404 Not Found",
+			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header:  http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+			Body:    io.NopCloser(strings.NewReader(body)),
+			Request: r, ContentLength: int64(len(body)),
+		}, nil
+	}
+	return t.base.RoundTrip(r)
+}
 
 // BaseURL is the URL prefix requests through Transport use.
 const BaseURL = baseURL

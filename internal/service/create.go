@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -161,6 +162,18 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 	}
 	undo.push("destroy container", func(ctx context.Context) error { return s.Runtime.Destroy(ctx, id) })
 
+	// 9b. the secret env, over the agent's channel: never in the engine's
+	// configuration of the container.
+	if len(req.SecretEnv) > 0 {
+		if err := t.run("secret env", func() error {
+			c := agent.NewClient(s.dialer(id), sec.token)
+			defer c.Close()
+			return c.SetEnv(ctx, req.SecretEnv)
+		}); err != nil {
+			return nil, fmt.Errorf("hand the secret env to the agent: %w", err)
+		}
+	}
+
 	// 10. route.
 	if err := t.run("route", func() error { return s.Router.Install(ctx, id) }); err != nil {
 		return nil, fmt.Errorf("install route: %w", err)
@@ -244,21 +257,17 @@ func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets) store
 	}
 }
 
-// runtimeSpec is what the runtime is asked to start: the env with the
-// secret env merged in, the limits, the mounts and the agent.
+// runtimeSpec is what the runtime is asked to start: the env (the secret
+// env is not in it: the agent gets that once it runs, step 9b), the
+// limits, the mounts and the agent.
 func (s *Service) runtimeSpec(id string, req CreateRequest, token string, binds []runtime.Mount) runtime.Spec {
-	env := maps.Clone(req.Env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	maps.Copy(env, req.SecretEnv)
 	return runtime.Spec{
 		SandboxID:   id,
 		Image:       req.Image,
 		CPU:         float64(req.MilliCPU) / 1000,
 		MemoryMB:    req.MemoryMB,
 		PidsLimit:   defaultPidsLimit,
-		Env:         env,
+		Env:         maps.Clone(req.Env),
 		Network:     req.Network,
 		Mounts:      binds,
 		AgentBinary: s.cfg.AgentBinary,

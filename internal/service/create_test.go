@@ -39,6 +39,8 @@ func TestCreate_FailureAtEveryStepLeavesNothing(t *testing.T) {
 		{"runtime answer lost", func(h *harness) {
 			h.rt.Inject(runtimetest.Create, runtimetest.Fault{Err: errInjected, After: true})
 		}},
+		// The agent runs but cannot be handed the secret env.
+		{"secret env", func(h *harness) { h.rt.Inject(runtimetest.DialAgent, runtimetest.Fault{Err: errInjected}) }},
 		{"route", func(h *harness) { h.routes.failInstall = true }},
 		{"store mounts", func(h *harness) { h.store.inject("PutSandboxMounts") }},
 		{"commit", func(h *harness) { h.store.inject("CommitCreate") }},
@@ -306,4 +308,66 @@ func TestCreate_RefusedInputLeavesNothing(t *testing.T) {
 			h.assertNoVolumes(t)
 		})
 	}
+}
+
+// A started agent has lost the secret env with its memory: Start hands it
+// over again from the sealed row. When that fails the sandbox stays
+// stopped, its container stopped and its capacity released.
+func TestStart_HandsTheSecretEnvOverAgain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	c, err := h.svc.CreateSandbox(ctx, request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo := func() string {
+		t.Helper()
+		res, err := h.svc.Exec(ctx, admin, c.ID, service.ExecRequest{Command: "echo $API_KEY"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Stdout)
+	}
+	if _, err := h.svc.Stop(ctx, admin, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Start(ctx, admin, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := echo(); got != "s3cret\n" {
+		t.Errorf("after a stop and a start: API_KEY = %q", got)
+	}
+
+	if _, err := h.svc.Stop(ctx, admin, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.rt.Inject(runtimetest.DialAgent, runtimetest.Fault{Err: errInjected})
+	if _, err := h.svc.Start(ctx, admin, c.ID); !errors.Is(err, errInjected) {
+		t.Fatalf("start with the agent unreachable: %v, want the injected fault", err)
+	}
+	h.rt.Clear(runtimetest.DialAgent)
+	got, err := h.svc.Get(ctx, admin, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != store.StateStopped {
+		t.Errorf("after the failed start: state %s, want stopped", got.State)
+	}
+	if st, err := h.rt.Inspect(ctx, c.ID); err != nil || st.State == runtime.StateRunning {
+		t.Errorf("after the failed start: container %+v, %v; want it stopped", st, err)
+	}
+	if _, held := h.adm.Held(c.ID); held {
+		t.Error("after the failed start: its capacity is still reserved")
+	}
+	if _, err := h.svc.Start(ctx, admin, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := echo(); got != "s3cret\n" {
+		t.Errorf("after the retried start: API_KEY = %q", got)
+	}
+	if err := h.svc.Destroy(ctx, admin, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
 }

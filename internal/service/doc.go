@@ -24,6 +24,8 @@
 //  7. admission: reserve CPU and memory        → undo: release
 //  8. mounts: prepare volume directories       → undo: release
 //  9. runtime create + start, agent ready      → undo: destroy the container
+//     9b. with a secret env, hand it to the agent over its channel (it is
+//     never in the engine's configuration of the container)
 //  10. route install                           → undo: remove the route
 //  11. store the mounts; commit: the row goes running and its timeout
 //     starts (store.CommitCreate, one write)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -243,6 +244,16 @@ func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox
 		}
 		return Sandbox{}, fmt.Errorf("start %s: %w", row.ID, err)
 	}
+	// A started agent has lost the secret env with its memory.
+	if err := s.handOverSecretEnv(ctx, row); err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+		if serr := s.Runtime.Stop(sctx, row.ID); serr != nil {
+			s.Logger.Warn("start: stop after the secret env failed", "sandbox", row.ID, "err", serr)
+		}
+		cancel()
+		s.Admission.Release(row.ID)
+		return Sandbox{}, fmt.Errorf("start %s: hand the secret env to the agent: %w", row.ID, err)
+	}
 	updated, err := s.Store.UpdateSandboxState(ctx, row.ID, nil, store.StateRunning, "")
 	if err != nil {
 		return Sandbox{}, s.mapStoreErr(err, row.ID)
@@ -287,4 +298,25 @@ func (s *Service) UpdateSandbox(ctx context.Context, c Caller, idOrName string, 
 		return Sandbox{}, s.mapStoreErr(err, row.ID)
 	}
 	return fromRow(updated), nil
+}
+
+// handOverSecretEnv gives a sandbox's running agent its secret env, opened
+// from the row; a sandbox without one costs nothing.
+func (s *Service) handOverSecretEnv(ctx context.Context, row store.Sandbox) error {
+	if len(row.SealedSecrets) == 0 {
+		return nil
+	}
+	plain, err := s.Keyring.Open(row.SealedSecrets, secretEnvAD(row.ID))
+	if err != nil {
+		return fmt.Errorf("open the secret env: %w", err)
+	}
+	var env map[string]string
+	if err := json.Unmarshal(plain, &env); err != nil {
+		return fmt.Errorf("decode the secret env: %w", err)
+	}
+	c, err := s.Agent(ctx, row.ID)
+	if err != nil {
+		return err
+	}
+	return c.SetEnv(ctx, env)
 }

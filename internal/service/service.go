@@ -240,9 +240,13 @@ func (s *Service) Agent(ctx context.Context, sandboxID string) (*agent.Client, e
 	return s.cacheClient(sandboxID, string(token)), nil
 }
 
+// dialer dials a sandbox's agent.
+func (s *Service) dialer(sandboxID string) agent.DialFunc {
+	return func(ctx context.Context) (net.Conn, error) { return s.Runtime.DialAgent(ctx, sandboxID) }
+}
+
 func (s *Service) cacheClient(sandboxID, token string) *agent.Client {
-	dial := func(ctx context.Context) (net.Conn, error) { return s.Runtime.DialAgent(ctx, sandboxID) }
-	fresh := agent.NewClient(dial, token)
+	fresh := agent.NewClient(s.dialer(sandboxID), token)
 	c, loaded := s.clients.LoadOrStore(sandboxID, fresh)
 	if loaded {
 		fresh.Close() // another caller cached one first; theirs is as good
@@ -254,8 +258,7 @@ func (s *Service) cacheClient(sandboxID, token string) *agent.Client {
 // any client cached for that id before (one a racing lookup made from a
 // previous sandbox of the same id would carry a stale token).
 func (s *Service) replaceClient(sandboxID, token string) {
-	dial := func(ctx context.Context) (net.Conn, error) { return s.Runtime.DialAgent(ctx, sandboxID) }
-	if old, loaded := s.clients.Swap(sandboxID, agent.NewClient(dial, token)); loaded {
+	if old, loaded := s.clients.Swap(sandboxID, agent.NewClient(s.dialer(sandboxID), token)); loaded {
 		old.(*agent.Client).Close()
 	}
 }

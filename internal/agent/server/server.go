@@ -2,8 +2,11 @@ package server
 
 import (
 	"crypto/subtle"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/sandboxd/sandboxd/internal/agent/server/account"
 	"github.com/sandboxd/sandboxd/internal/agent/server/files"
@@ -14,6 +17,16 @@ import (
 
 // HeaderToken carries the agent token on every request but GET /health.
 const HeaderToken = "X-Access-Token"
+
+// PathEnv is the daemon's route for the sandbox's secret env: PUT a JSON
+// object of variables and every process started from then on gets them
+// (process.Service.SetEnv). Paths under /sandboxd/ are the daemon's own;
+// the client's Transport, which facades proxy through, never sends them.
+const PathEnv = "/sandboxd/env"
+
+// maxEnvBody bounds a PathEnv body: the daemon allows 256 variables of at
+// most 4 KiB each, and JSON may escape a byte in six.
+const maxEnvBody = 8 << 20
 
 // Config configures [NewHandler].
 type Config struct {
@@ -34,8 +47,8 @@ type Config struct {
 
 // NewHandler returns the agent's HTTP API on one mux: GET /health
 // (unauthenticated, 204), the Connect services /process.Process/* and
-// /filesystem.Filesystem/*, GET and POST /files, and CONNECT tunnels to
-// sandbox-local ports (package tunnel). Every request except GET /health
+// /filesystem.Filesystem/*, GET and POST /files, PUT [PathEnv], and
+// CONNECT tunnels to sandbox-local ports (package tunnel). Every request except GET /health
 // must carry [HeaderToken] equal to cfg.Token, or it is answered 401 with
 // a Connect error body whose code is "unauthenticated".
 //
@@ -57,10 +70,33 @@ func NewHandler(cfg Config) http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("PUT "+PathEnv, setEnv(cfg.Process))
 	cfg.Process.Handle(mux)
 	cfg.Filesystem.Handle(mux)
 	files.New(files.Options{Users: cfg.Users, Log: cfg.Log}).Handle(mux)
 	return authenticate(cfg.Token, mux, tunnel.Handler())
+}
+
+// setEnv serves PUT PathEnv: a JSON object of string values whose names
+// are valid variable names replaces what processes get after the agent's
+// own environment; anything else is 400 and changes nothing.
+func setEnv(procs *process.Service) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var env map[string]string
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxEnvBody))
+		if err := dec.Decode(&env); err != nil || dec.More() {
+			http.Error(w, "the body must be one JSON object of strings", http.StatusBadRequest)
+			return
+		}
+		for k, v := range env {
+			if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+				http.Error(w, fmt.Sprintf("variable %q: a name is non-empty without '=' or NUL, a value without NUL", k), http.StatusBadRequest)
+				return
+			}
+		}
+		procs.SetEnv(env)
+		w.WriteHeader(http.StatusNoContent)
+	}
 }
 
 // authenticate admits GET /health as is and every other request only with

@@ -44,8 +44,11 @@
 // The request's user (Authorization: Basic base64("user:"), root when
 // absent) is resolved with package account; the process runs with that
 // user's uid and gid, HOME, USER and LOGNAME, in its home directory unless
-// the request names a cwd. PATH comes from the agent. Nothing else of the
-// agent's environment is inherited (in particular not its token).
+// the request names a cwd. PATH comes from the agent; then come the
+// service's Env, what [Service.SetEnv] set last (the sandbox's secret env)
+// and the request's variables, a later one overriding an earlier one.
+// Nothing else of the agent's environment is inherited (in particular not
+// its token).
 //
 // # Lookup
 //

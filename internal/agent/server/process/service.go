@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -37,7 +38,8 @@ type Options struct {
 	Waiter interface {
 		Start(start func() (int, error)) (<-chan reaper.Exit, error)
 	}
-	// Env is added to every process's environment, before the request's.
+	// Env is added to every process's environment, before what SetEnv
+	// sets and the request's.
 	Env map[string]string
 	// OutputGrace: see DefaultOutputGrace.
 	OutputGrace time.Duration
@@ -67,6 +69,7 @@ type Service struct {
 	atExec    func(pid int)
 
 	mu     sync.Mutex
+	late   map[string]string // SetEnv's; replaced whole, never mutated
 	procs  map[uint32]*proc
 	seq    uint64
 	closed bool
@@ -96,6 +99,34 @@ func New(o Options) *Service {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	return s
+}
+
+// SetEnv replaces the variables every process started from now on gets
+// after the service's Env and before the request's: the daemon hands the
+// sandbox's secret env over this way once the agent runs, so that it never
+// sits in the engine's configuration of the container. Processes already
+// running keep the environment they started with.
+func (s *Service) SetEnv(env map[string]string) {
+	env = maps.Clone(env)
+	s.mu.Lock()
+	s.late = env
+	s.mu.Unlock()
+}
+
+// defaults is what a process gets before its request's variables.
+func (s *Service) defaults() map[string]string {
+	s.mu.Lock()
+	late := s.late
+	s.mu.Unlock()
+	if len(late) == 0 {
+		return s.env
+	}
+	merged := maps.Clone(s.env)
+	if merged == nil {
+		merged = make(map[string]string, len(late))
+	}
+	maps.Copy(merged, late)
+	return merged
 }
 
 // Handle registers the service's Connect handlers on mux.

@@ -33,7 +33,7 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[rpc.StartReque
 	if err != nil {
 		return toConnect(err)
 	}
-	l, err := launchFor(u, req.Msg, s.env)
+	l, err := launchFor(u, req.Msg, s.defaults())
 	if err != nil {
 		return toConnect(err)
 	}
