@@ -274,7 +274,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	defer lock.Unlock()
 	if err := r.startAgent(ctx, id, spec.Isolation == runtime.IsolationGVisor, func() error {
 		_, err := r.cli.ContainerStart(ctx, containerID, client.ContainerStartOptions{})
-		return err
+		return classifyStartErr(err)
 	}); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
@@ -409,6 +409,21 @@ func (r *Runtime) classifyCreateErr(ctx context.Context, image string, err error
 		return fmt.Errorf("%w: %w", runtime.ErrInvalidSpec, err)
 	}
 	return err
+}
+
+// classifyStartErr maps a ContainerStart error onto the runtime sentinels.
+// The engine answers 400 for a spec only the OCI runtime could check; the
+// one a request can cause is a mount over a file of the image, whose
+// message names host paths (the volume's directory): it is replaced.
+func classifyStartErr(err error) error {
+	switch {
+	case err == nil || !cerrdefs.IsInvalidArgument(err):
+		return err
+	case strings.Contains(err.Error(), "not a directory"):
+		return fmt.Errorf("%w: a mount's path is a file in the image; a volume needs a directory or a path that does not exist", runtime.ErrInvalidSpec)
+	default:
+		return fmt.Errorf("%w: the engine could not start the container: %w", runtime.ErrInvalidSpec, err)
+	}
 }
 
 // remove force-removes a container; already gone is success.
