@@ -24,9 +24,10 @@ const (
 	// answers (~200 bytes an entry: some 20,000 entries fit). Reading one
 	// costs up to ~3.5 times this in buffers, per call in flight.
 	MaxMessageBytes = 4 << 20
-	// maxHeaderBytes bounds a reply's status line and headers (the
-	// agent's are a few hundred bytes; net/http would allow 10 MiB).
-	maxHeaderBytes = 64 << 10
+	// MaxHeaderBytes bounds a reply's status line and headers (the
+	// agent's are a few hundred bytes; net/http would allow 10 MiB). The
+	// proxies to sandboxes' own servers apply it to their replies too.
+	MaxHeaderBytes = 64 << 10
 	// maxReplyBytes bounds a plain-HTTP reply that carries no data (the
 	// upload's answer, an error message).
 	maxReplyBytes = 64 << 10
@@ -64,7 +65,7 @@ func newTransport(dial DialFunc) *http.Transport {
 		},
 		MaxIdleConnsPerHost:    32,
 		DisableCompression:     true,
-		MaxResponseHeaderBytes: maxHeaderBytes,
+		MaxResponseHeaderBytes: MaxHeaderBytes,
 		ResponseHeaderTimeout:  responseHeaderTimeout,
 	}
 	tr.Protocols = new(http.Protocols)

@@ -18,6 +18,10 @@ import (
 const (
 	maxIdlePerPort  = 32
 	idleConnTimeout = 90 * time.Second
+	// maxReplyHeaderBytes bounds the reply headers of a sandbox's server,
+	// which is untrusted (net/http would allow 10 MiB); the agent client's
+	// bound is the same (agent.MaxHeaderBytes).
+	maxReplyHeaderBytes = 64 << 10
 )
 
 // Wrap returns a handler that serves requests addressed to a preview
@@ -80,10 +84,11 @@ func (r *Router) newProxy() (*http.Transport, *httputil.ReverseProxy) {
 			port, _ := strconv.Atoi(portStr)
 			return r.dial(ctx, id, port)
 		},
-		MaxIdleConnsPerHost:   maxIdlePerPort,
-		IdleConnTimeout:       idleConnTimeout,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // pass bodies through as the sandbox sent them
+		MaxIdleConnsPerHost:    maxIdlePerPort,
+		IdleConnTimeout:        idleConnTimeout,
+		ExpectContinueTimeout:  time.Second,
+		DisableCompression:     true, // pass bodies through as the sandbox sent them
+		MaxResponseHeaderBytes: maxReplyHeaderBytes,
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite:       r.rewrite,

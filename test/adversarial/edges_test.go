@@ -195,3 +195,67 @@ func TestEdges_PreviewHostsAndAPIHosts(t *testing.T) {
 		t.Errorf("GET /healthz on the API host: %d %s, want the API", code, body)
 	}
 }
+
+// endlessHeaders is a sandbox's HTTP server on port 8080 whose every reply
+// is a status line and then headers that never end.
+const endlessHeaders = `
+import socket, threading
+def serve(c):
+    try:
+        c.recv(65536)
+        c.sendall(b"HTTP/1.1 200 OK\r\n")
+        line = b"X-Junk: " + b"a" * 4000 + b"\r\n"
+        while True:
+            c.sendall(line)
+    except OSError:
+        pass
+    finally:
+        c.close()
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8080)); s.listen(16)
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+`
+
+// A sandbox's own server is as untrusted as its agent: reply headers that
+// never end fail that request (502) after a bounded read, the daemon's
+// memory stays bounded under requests in parallel, and another tenant's
+// sandbox keeps answering.
+func TestEdges_EndlessReplyHeadersFromASandboxAppAreBounded(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "edges-headers")
+	mallory := tenant(t, d, "mallory")
+	sb := sandbox(t, mallory, sandboxd.CreateRequest{Image: baseImage})
+	if _, err := mallory.ExposePort(t.Context(), sb.ID, sandboxd.ExposePortRequest{Port: 8080, Protocol: sandboxd.ProtocolHTTP, Public: true}); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, mallory, sb.ID, "cat >/tmp/headers.py <<'EOF'\n"+endlessHeaders+"EOF\nnohup python3 /tmp/headers.py >/dev/null 2>&1 &")
+	watch := watchBystander(t, d)
+	rss := watchRSS(t, d)
+	host := "8080-" + sb.ID + ".localhost"
+	waitFor(t, "the preview host answers 502", func() error {
+		if code, body := call(t, d, "GET", host, "/", ""); code != http.StatusBadGateway {
+			return fmt.Errorf("%d %.200s", code, body)
+		}
+		return nil
+	})
+	var wg sync.WaitGroup
+	codes := make([]int, 16)
+	for i := range codes {
+		wg.Go(func() { codes[i], _ = call(t, d, "GET", host, "/", "") })
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != http.StatusBadGateway {
+			t.Errorf("request %d: %d, want 502", i, c)
+		}
+	}
+	g := rss.Growth()
+	t.Logf("daemon RSS growth during the attack: %d KiB", g>>10)
+	if g > rssBound {
+		t.Errorf("daemon RSS grew by %d MiB, want at most %d MiB", g>>20, rssBound>>20)
+	}
+	if err := watch.Stop(); err != nil {
+		t.Error(err)
+	}
+}

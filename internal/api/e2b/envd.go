@@ -153,8 +153,9 @@ func (f *Facade) portTransport(id string, port int) http.RoundTripper {
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return f.svc.DialPort(ctx, id, port)
 		},
-		DisableKeepAlives:  true,
-		DisableCompression: true,
+		DisableKeepAlives:      true,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: agent.MaxHeaderBytes, // the sandbox's server is untrusted
 	}
 }
 
