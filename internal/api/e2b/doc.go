@@ -58,8 +58,17 @@
 //     can see the sandbox. Tokens are compared in constant time and removed
 //     before forwarding (the agent gets its own token).
 //
-// Signed /files URLs (sbx.uploadUrl(), sbx.downloadUrl()) carry no sandbox
-// id, so they cannot be routed on a shared listener: unsupported.
+// Signed /files URLs (sbx.uploadUrl(), sbx.downloadUrl() of a secure
+// sandbox) stand in for X-Access-Token on GET and POST /files: a request
+// there without the header must carry `signature` = "v1_" +
+// base64(sha256(path:operation:user:accessToken[:expiration])), "="
+// stripped (operation "read" or "write"; path, user and expiration the
+// `path`, `username` and `signature_expiration` parameters as sent), and,
+// with an expiration, arrive no later than it; else 401 in envd's body. A
+// signed request acts as the user it signs (its Authorization header is
+// dropped). The SDK builds these URLs on E2B_SANDBOX_URL, with no sandbox
+// id: they route only on the sandbox's envd host,
+// 49983-<id>.<Options.Domain> (or with E2b-Sandbox-Id added).
 //
 // # Users
 //

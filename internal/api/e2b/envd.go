@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -44,9 +45,15 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 		f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+id+" is not running")
 		return
 	}
-	if msg := f.authorizeEnvd(r, sb, port); msg != "" {
+	signed, msg := f.authorizeEnvd(r, sb, port)
+	if msg != "" {
 		f.envdError(w, r, http.StatusUnauthorized, "unauthenticated", msg)
 		return
+	}
+	if signed {
+		// The signature binds the user (the username parameter, or the
+		// default user when empty): no header may choose another.
+		r.Header.Del("Authorization")
 	}
 
 	var (
@@ -90,27 +97,37 @@ func (f *Facade) lookupEnvd(ctx context.Context, id string) (service.Sandbox, er
 
 // authorizeEnvd checks the token a request to sb's port needs, as E2B
 // does: the envd port wants the envd access token of a secure sandbox
-// (except GET /health); other ports are public unless the sandbox was
+// (except GET /health) in X-Access-Token, or, on GET and POST /files
+// without that header, a valid unexpired URL signature made with it
+// (signed is then true); other ports are public unless the sandbox was
 // created with network.allowPublicTraffic=false, and then want the traffic
-// access token. It returns "" when r may pass, else why not.
-func (f *Facade) authorizeEnvd(r *http.Request, sb service.Sandbox, port int) string {
+// access token. msg is "" when r may pass, else why not.
+func (f *Facade) authorizeEnvd(r *http.Request, sb service.Sandbox, port int) (signed bool, msg string) {
 	switch {
 	case port == envdPort:
 		health := r.Method == http.MethodGet && r.URL.Path == "/health"
-		if secure(sb) && !health && !f.validToken(accessTokenLabel, sb.ID, r.Header.Get("X-Access-Token")) {
-			return "missing or invalid X-Access-Token"
+		if !secure(sb) || health {
+			return false, ""
+		}
+		tok := r.Header.Get("X-Access-Token")
+		if tok == "" && fileOperation(r) != "" {
+			msg := f.checkSignature(r, sb.ID, time.Now())
+			return msg == "", msg
+		}
+		if !f.validToken(accessTokenLabel, sb.ID, tok) {
+			return false, "missing or invalid X-Access-Token"
 		}
 	case sb.Annotations[annTemplate] == "":
 		// Not an E2B sandbox (native API, Daytona): E2B's "other ports are
 		// public" does not apply. Its ports are reached through the
 		// ingress, which enforces exposure and private-port auth.
-		return "port " + strconv.Itoa(port) + " of a sandbox not created through the E2B API is reachable only through its exposed preview URL"
+		return false, "port " + strconv.Itoa(port) + " of a sandbox not created through the E2B API is reachable only through its exposed preview URL"
 	case private(sb):
 		if !f.validToken(trafficTokenLabel, sb.ID, r.Header.Get("E2B-Traffic-Access-Token")) {
-			return "missing or invalid E2B-Traffic-Access-Token"
+			return false, "missing or invalid E2B-Traffic-Access-Token"
 		}
 	}
-	return ""
+	return false, ""
 }
 
 // proxy forwards to target through rt and flushes every write, so Connect

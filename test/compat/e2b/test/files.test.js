@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test'
 
 import { FileNotFoundError, FileType, FilesystemEventType, Sandbox } from 'e2b'
 
-import { killQuietly, metadataFor, waitFor } from './helpers.js'
+import { killQuietly, metadataFor, requestAs, waitFor } from './helpers.js'
 
 const sha256 = (bytes) => createHash('sha256').update(bytes).digest('hex')
 
@@ -125,5 +125,47 @@ describe('files', { concurrency: true, timeout: 600_000 }, () => {
     } finally {
       await handle.stop()
     }
+  })
+
+  // uploadUrl()/downloadUrl() of a secure sandbox are signed with its envd
+  // access token. They carry no sandbox id (the SDK builds them on
+  // E2B_SANDBOX_URL), so they are sent the way a browser would reach the
+  // sandbox: to its envd host, 49983-<id>.<domain>.
+  it('signed upload and download URLs, with expiry', { timeout: 120_000 }, async () => {
+    const dir = await scratch()
+    const envdHost = sbx.getHost(49983)
+    const path = `${dir}/signed.txt`
+
+    const up = await sbx.uploadUrl(path, { useSignatureExpiration: 120 })
+    assert.match(up, /[?&]signature=v1_/)
+    assert.match(up, /[?&]signature_expiration=\d+/)
+    const form = new FormData()
+    form.append('file', new Blob(['signed upload']), path)
+    const posted = new Response(form)
+    const put = await requestAs(envdHost, up, {
+      method: 'POST',
+      headers: { 'Content-Type': posted.headers.get('content-type') },
+      body: Buffer.from(await posted.arrayBuffer()),
+    })
+    assert.equal(put.status, 200, put.body)
+    assert.equal(await sbx.files.read(path), 'signed upload')
+
+    const down = await requestAs(envdHost, await sbx.downloadUrl(path, { useSignatureExpiration: 120 }))
+    assert.equal(down.status, 200, down.body)
+    assert.equal(down.body, 'signed upload')
+    const forever = await requestAs(envdHost, await sbx.downloadUrl(path))
+    assert.equal(forever.status, 200, forever.body)
+
+    // Expired: signed for an expiration already past.
+    const expired = new URL(await sbx.downloadUrl(path, { useSignatureExpiration: -10 }))
+    const late = await requestAs(envdHost, expired.toString())
+    assert.equal(late.status, 401, late.body)
+    assert.equal(JSON.parse(late.body).code, 401)
+    // Tampered: the signature of one path does not open another.
+    const other = new URL(await sbx.downloadUrl(path))
+    other.searchParams.set('path', '/etc/passwd')
+    assert.equal((await requestAs(envdHost, other.toString())).status, 401)
+    // Unsigned and without the access token: refused.
+    assert.equal((await requestAs(envdHost, `/files?path=${encodeURIComponent(path)}`)).status, 401)
   })
 })
