@@ -12,7 +12,10 @@
 //     E2b-Sandbox-Port, default 49983), or whose Host is
 //     <port>-<sandbox-id>.<Options.Domain> with port 49983 or 49999 (other
 //     preview ports belong to the ingress, whatever the path or headers:
-//     /sandboxes on 8080-<id> is the sandbox app's). Port 49983 is reverse-proxied
+//     /sandboxes on 8080-<id> is the sandbox app's; the ingress hands a
+//     preview host whose port it has not exposed to [Facade.ServePort],
+//     which serves it for a running E2B sandbox, as E2B serves any port by
+//     host, and declines anything else). Port 49983 is reverse-proxied
 //     unchanged to the sandbox's agent, which speaks envd's wire natively
 //     (Connect JSON services, /files, /health); every other port is
 //     proxied to that port inside the sandbox through service.DialPort
@@ -49,7 +52,11 @@
 //     no X-Access-Token in @e2b/code-interpreter 2.8.0) are public, guarded
 //     only by the unguessable sandbox id, unless the sandbox was created
 //     with network.allowPublicTraffic=false: then they want its traffic
-//     access token in E2B-Traffic-Access-Token.
+//     access token in E2B-Traffic-Access-Token, else 403 as on E2B. Their
+//     requests keep the caller's Host, or, when the sandbox was created
+//     with network.maskRequestHost, go out with that host, ${PORT}
+//     replaced by the port (a mask that makes no valid host[:port] is
+//     502).
 //   - Both tokens are HMAC-SHA256(Options.AccessTokenKey, label || sandbox
 //     id), hex, with a distinct label per kind: derived, never stored, and
 //     recomputable after a restart with the same key. They are returned

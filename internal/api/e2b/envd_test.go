@@ -133,8 +133,8 @@ func TestEnvd_SecureSandboxNeedsItsAccessToken(t *testing.T) {
 		}
 		return doReq(t, req).status
 	}
-	if got := port(""); got != http.StatusUnauthorized {
-		t.Errorf("port 8080 without the traffic token: %d, want 401", got)
+	if got := port(""); got != http.StatusForbidden {
+		t.Errorf("port 8080 without the traffic token: %d, want 403 (E2B's)", got)
 	}
 	if got := port(*c.TrafficAccessToken); got != http.StatusBadGateway {
 		t.Errorf("port 8080 with the traffic token: %d, want 502", got)
