@@ -130,7 +130,10 @@
 //
 // # envdVersion
 //
-// Every sandbox reports envd 0.5.7: the agent implements what the SDKs
-// gate up to it (stdin control, closeStdin, octet-stream upload) but not
-// file metadata (0.6.2), so the SDK must not send it.
+// Every sandbox reports envd 0.6.4, the highest version the SDKs gate a
+// feature on (e2b 2.51.0 src/envd/versions.ts), because the agent
+// implements each of them: stdin control, closeStdin, octet-stream upload
+// (0.5.7), file metadata as user.e2b.* extended attributes (0.6.2; see
+// internal/agent/server/filemeta), entry info on watch events (0.6.3) and
+// watching network mounts only when asked (0.6.4).
 package e2b

@@ -374,3 +374,34 @@ func TestEnvd_SignedFileURLs(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvd_FileMetadataInARealSandbox (envd 0.6.2, reported since the
+// facade answers envdVersion 0.6.4): X-Metadata-* on an upload through the
+// facade lands as attributes the sandbox's file system keeps, and Stat
+// reports them, in /tmp and in the user's home alike.
+func TestEnvd_FileMetadataInARealSandbox(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base"})
+	if c.EnvdVersion != "0.6.4" {
+		t.Errorf("envdVersion %q, want 0.6.4", c.EnvdVersion)
+	}
+	_, fs := envdClients(h, c.SandboxID, c.EnvdAccessToken)
+	for _, path := range []string{"/tmp/meta.txt", "/home/user/meta.txt"} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url+"/files?path="+url.QueryEscape(path), strings.NewReader("x"))
+		req.Header.Set("E2b-Sandbox-Id", c.SandboxID)
+		req.Header.Set("X-Access-Token", c.EnvdAccessToken)
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("X-Metadata-Author", "alice")
+		resp := doReq(t, req)
+		if resp.status != http.StatusOK || !strings.Contains(string(resp.body), `"metadata":{"author":"alice"}`) {
+			t.Fatalf("upload %s: %d %s", path, resp.status, resp.body)
+		}
+		st, err := fs.Stat(t.Context(), connect.NewRequest(&fsrpc.StatRequest{Path: path}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Msg.GetEntry().GetMetadata(); got["author"] != "alice" || len(got) != 1 {
+			t.Errorf("Stat(%s) metadata %v, want author=alice", path, got)
+		}
+	}
+}

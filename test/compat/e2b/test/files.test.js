@@ -168,4 +168,67 @@ describe('files', { concurrency: true, timeout: 600_000 }, () => {
     // Unsigned and without the access token: refused.
     assert.equal((await requestAs(envdHost, `/files?path=${encodeURIComponent(path)}`)).status, 401)
   })
+
+  // envd 0.6.2: metadata on write, kept as user.e2b.* attributes, read back
+  // by getInfo, list and rename; an overwrite replaces it.
+  it('file metadata round-trips and is replaced on overwrite', { timeout: 120_000 }, async () => {
+    const dir = await scratch()
+    const path = `${dir}/report.txt`
+    const written = await sbx.files.write(path, 'hello', { metadata: { author: 'alice', purpose: 'demo' } })
+    assert.deepEqual(written.metadata, { author: 'alice', purpose: 'demo' })
+    const info = await sbx.files.getInfo(path)
+    assert.deepEqual(info.metadata, { author: 'alice', purpose: 'demo' })
+    // Every EntryInfo field the SDK maps, for a file the default user wrote.
+    assert.equal(info.type, FileType.FILE)
+    assert.equal(info.size, 5)
+    assert.equal(info.mode, 0o644)
+    assert.equal(info.permissions, '-rw-r--r--')
+    assert.equal(info.owner, 'user')
+    assert.equal(info.group, 'user')
+    assert.ok(info.modifiedTime instanceof Date && Math.abs(info.modifiedTime - Date.now()) < 120_000)
+    assert.equal(info.symlinkTarget, undefined)
+    const onDisk = await sbx.commands.run(`getfattr --only-values -n user.e2b.author ${path} 2>/dev/null || python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.e2b.author").decode(), end="")' ${path}`)
+    assert.equal(onDisk.stdout, 'alice')
+
+    await sbx.commands.run(`ln -s ${path} ${dir}/link`)
+    const listed = Object.fromEntries((await sbx.files.list(dir)).map((e) => [e.name, e]))
+    assert.deepEqual(listed['report.txt'].metadata, { author: 'alice', purpose: 'demo' })
+    assert.equal(listed.link.symlinkTarget, path)
+    const moved = await sbx.files.rename(path, `${dir}/renamed.txt`)
+    assert.deepEqual(moved.metadata, { author: 'alice', purpose: 'demo' })
+
+    await sbx.files.write(`${dir}/renamed.txt`, 'again', { metadata: { Source: 'import' } })
+    assert.deepEqual((await sbx.files.getInfo(`${dir}/renamed.txt`)).metadata, { source: 'import' })
+    await sbx.files.write(`${dir}/renamed.txt`, 'plain')
+    assert.equal((await sbx.files.getInfo(`${dir}/renamed.txt`)).metadata, undefined)
+  })
+
+  // envd 0.6.3: watch events with the entry.
+  it('watchDir with includeEntry gives each event its entry', { timeout: 120_000 }, async () => {
+    const dir = await scratch()
+    const events = []
+    const handle = await sbx.files.watchDir(dir, (event) => events.push(event), { includeEntry: true, timeoutMs: 60_000 })
+    try {
+      await sbx.files.write(`${dir}/seen.txt`, 'entry', { metadata: { tag: 'v1' } })
+      // The metadata is set after the content, so it shows on the later
+      // events (a write, or the attribute change's chmod).
+      await waitFor(() => events.some((e) => e.name === 'seen.txt' && e.entry?.metadata?.tag === 'v1'), {
+        what: `an event whose entry carries the metadata (got ${JSON.stringify(events)})`,
+      })
+      const ev = events.find((e) => e.name === 'seen.txt' && e.type === FilesystemEventType.WRITE)
+      assert.ok(ev?.entry, `a write event with its entry (got ${JSON.stringify(events)})`)
+      assert.equal(ev.entry.path, `${dir}/seen.txt`)
+      assert.equal(ev.entry.type, FileType.FILE)
+      assert.equal(ev.entry.size, 5)
+      assert.equal(ev.entry.owner, 'user')
+      await sbx.files.remove(`${dir}/seen.txt`)
+      const gone = await waitFor(
+        () => events.find((e) => e.name === 'seen.txt' && e.type === FilesystemEventType.REMOVE),
+        { what: 'a remove event for seen.txt' },
+      )
+      assert.equal(gone.entry, undefined, 'a removed entry has no entry info')
+    } finally {
+      await handle.stop()
+    }
+  })
 })
