@@ -18,6 +18,10 @@ import (
 const (
 	maxIdlePerPort  = 32
 	idleConnTimeout = 90 * time.Second
+	// maxResponseHeaderBytes bounds the status line and headers a sandbox
+	// port answers with: whatever listens there is hostile, and net/http
+	// would hold 10 MiB of them per request. nginx proxies with 4-8 KiB.
+	maxResponseHeaderBytes = 64 << 10
 )
 
 // Wrap returns a handler that serves requests addressed to a preview
@@ -102,10 +106,11 @@ func (r *Router) newProxy() (*http.Transport, *httputil.ReverseProxy) {
 			port, _ := strconv.Atoi(portStr)
 			return r.dial(ctx, id, port)
 		},
-		MaxIdleConnsPerHost:   maxIdlePerPort,
-		IdleConnTimeout:       idleConnTimeout,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // pass bodies through as the sandbox sent them
+		MaxIdleConnsPerHost:    maxIdlePerPort,
+		IdleConnTimeout:        idleConnTimeout,
+		ExpectContinueTimeout:  time.Second,
+		DisableCompression:     true, // pass bodies through as the sandbox sent them
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite:       r.rewrite,

@@ -330,3 +330,25 @@ func TestHTTP_FallbackServesUnexposedPreviewPorts(t *testing.T) {
 		t.Errorf("fallback asked about (-want +got):\n%s", diff)
 	}
 }
+
+// TestHTTP_HugeReplyHeadersAre502: a sandbox port answering with more than
+// 64 KiB of headers fails that request (502) instead of being held in the
+// daemon's memory; an honest answer beside it passes.
+func TestHTTP_HugeReplyHeadersAre502(t *testing.T) {
+	e := newEnv(t)
+	port := httpUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := 8 << 10
+		if r.URL.Path == "/huge" {
+			n = 200 << 10
+		}
+		w.Header().Set("X-Pad", strings.Repeat("a", n))
+		io.WriteString(w, "ok")
+	}))
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+	if code, body := e.get(t, e.url(sbA, port, "/huge"), nil); code != http.StatusBadGateway {
+		t.Errorf("200 KiB of reply headers: %d %.100s, want 502", code, body)
+	}
+	if code, body := e.get(t, e.url(sbA, port, "/fine"), nil); code != http.StatusOK || body != "ok" {
+		t.Errorf("8 KiB of reply headers: %d %.100s, want 200 ok", code, body)
+	}
+}

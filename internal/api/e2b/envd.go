@@ -258,16 +258,22 @@ func (f *Facade) proxy(target *url.URL, rt http.RoundTripper, user, host string)
 	}
 }
 
+// maxPortHeaderBytes bounds the status line and headers a server in a
+// sandbox answers with (whatever listens there is hostile; net/http would
+// hold 10 MiB of them). nginx proxies with 4-8 KiB.
+const maxPortHeaderBytes = 64 << 10
+
 // portTransport reaches port inside sandbox id through its agent, one
 // tunnel per request (no pooling: nothing to invalidate when the sandbox
-// goes away).
+// goes away). Bodies stream both ways; reply headers are bounded.
 func (f *Facade) portTransport(id string, port int) http.RoundTripper {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return f.svc.DialPort(ctx, id, port)
 		},
-		DisableKeepAlives:  true,
-		DisableCompression: true,
+		DisableKeepAlives:      true,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: maxPortHeaderBytes,
 	}
 }
 

@@ -23,6 +23,8 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         b = ("host=%s path=%s" % (self.headers.get("Host"), self.path)).encode()
         self.send_response(200)
+        if self.path == "/huge":
+            self.send_header("X-Pad", "a" * 200000)
         self.send_header("Content-Length", str(len(b)))
         self.end_headers()
         self.wfile.write(b)
@@ -96,6 +98,11 @@ func TestPortHost_AnyPortOfAnE2BSandboxWithoutExpose(t *testing.T) {
 	})
 	if want := "host=" + host + " path=/p?q=1"; body != want {
 		t.Errorf("the server got %q, want %q", body, want)
+	}
+	// Whatever listens in the sandbox is hostile: its reply headers are
+	// bounded (64 KiB), failing only that request.
+	if code, b := getAs(t, srv, host, "/huge", nil); code != http.StatusBadGateway {
+		t.Errorf("200 KB of reply headers: %d %.100s, want 502", code, b)
 	}
 }
 
