@@ -167,6 +167,11 @@ describe('files', { concurrency: true, timeout: 600_000 }, () => {
     assert.equal((await requestAs(envdHost, other.toString())).status, 401)
     // Unsigned and without the access token: refused.
     assert.equal((await requestAs(envdHost, `/files?path=${encodeURIComponent(path)}`)).status, 401)
+    // As the SDK built it, on E2B_SANDBOX_URL: no sandbox named, and the
+    // answer says where to send it.
+    const bare = await fetch(await sbx.downloadUrl(path))
+    assert.equal(bare.status, 400)
+    assert.match((await bare.json()).message, /49983-<sandbox-id>/)
   })
 
   // envd 0.6.2: metadata on write, kept as user.e2b.* attributes, read back
