@@ -368,9 +368,11 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 	// (<49983|49999>-<id>.<domain>) to the facade; every other preview host
 	// and every bound custom domain to the ingress, whatever the path or
 	// headers (a sandbox app's own /sandboxes or /daytona/api route is the
-	// app's). Requests for no sandbox host go by path and header: E2B
-	// (control plane, envd by E2b-Sandbox-Id), Daytona under /daytona/api,
-	// then the native API.
+	// app's); a preview host of a port the ingress has not exposed goes to
+	// the E2B facade, which serves any port of its own sandboxes by host
+	// (and declines the rest, left 404). Requests for no sandbox host go by
+	// path and header: E2B (control plane, envd by E2b-Sandbox-Id), Daytona
+	// under /daytona/api, then the native API.
 	byPath := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case e2bFacade.Match(r):
@@ -381,7 +383,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 			api.ServeHTTP(w, r)
 		}
 	})
-	ingressed := d.Router.Wrap(byPath)
+	ingressed := d.Router.WrapFallback(byPath, e2bFacade.ServePort)
 	d.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if e2bFacade.MatchHost(r.Host) {
 			e2bFacade.ServeHTTP(w, r)

@@ -18,10 +18,10 @@ import (
 const (
 	maxIdlePerPort  = 32
 	idleConnTimeout = 90 * time.Second
-	// maxReplyHeaderBytes bounds the reply headers of a sandbox's server,
-	// which is untrusted (net/http would allow 10 MiB); the agent client's
-	// bound is the same (agent.MaxHeaderBytes).
-	maxReplyHeaderBytes = 64 << 10
+	// maxResponseHeaderBytes bounds the status line and headers a sandbox
+	// port answers with: whatever listens there is hostile, and net/http
+	// would hold 10 MiB of them per request. nginx proxies with 4-8 KiB.
+	maxResponseHeaderBytes = 64 << 10
 )
 
 // Wrap returns a handler that serves requests addressed to a preview
@@ -43,6 +43,22 @@ func (r *Router) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// Fallback serves a request for a preview host "<port>-<sandbox-id>.<domain>"
+// whose port is not exposed as http. It reports whether it answered; when
+// it returns false it has written nothing, and the router answers the 404
+// it gives an unknown sandbox.
+type Fallback func(w http.ResponseWriter, req *http.Request, sandboxID string, port int) bool
+
+// WrapFallback is Wrap, with fallback asked first about preview hosts of
+// ports that are not exposed (the E2B facade serves any port of its
+// sandboxes by host). Exposed ports never reach it, so their routing costs
+// what it costs without one.
+func (r *Router) WrapFallback(next http.Handler, fallback Fallback) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.serveFallback(w, req, next, fallback)
+	})
+}
+
 // ServeHTTP serves ingress hosts like Wrap and answers 404 to any other
 // host.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -52,10 +68,16 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 type targetKey struct{}
 
 func (r *Router) serve(w http.ResponseWriter, req *http.Request, next http.Handler) {
+	r.serveFallback(w, req, next, nil)
+}
+
+func (r *Router) serveFallback(w http.ResponseWriter, req *http.Request, next http.Handler, fallback Fallback) {
 	t, v := r.resolve(req.Host, HTTP)
 	switch {
 	case v == notOurs && next != nil:
 		next.ServeHTTP(w, req)
+		return
+	case v == notFound && fallback != nil && t.SandboxID != "" && fallback(w, req, t.SandboxID, t.Port.Number):
 		return
 	case v != found:
 		writeError(w, http.StatusNotFound, "not_found", "no exposed http port behind this host", false)
@@ -88,7 +110,7 @@ func (r *Router) newProxy() (*http.Transport, *httputil.ReverseProxy) {
 		IdleConnTimeout:        idleConnTimeout,
 		ExpectContinueTimeout:  time.Second,
 		DisableCompression:     true, // pass bodies through as the sandbox sent them
-		MaxResponseHeaderBytes: maxReplyHeaderBytes,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite:       r.rewrite,

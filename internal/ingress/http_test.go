@@ -9,10 +9,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,4 +275,80 @@ func TestHTTP_CustomDomain(t *testing.T) {
 func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
+}
+
+// TestHTTP_FallbackServesUnexposedPreviewPorts: WrapFallback asks its
+// fallback about a preview host whose port has no http route (the E2B
+// facade serves any port of its sandboxes by host), never about an exposed
+// port or another host; a fallback that declines leaves the router's 404,
+// byte for byte the answer for an unknown sandbox.
+func TestHTTP_FallbackServesUnexposedPreviewPorts(t *testing.T) {
+	e := newEnv(t)
+	port := httpUpstream(t, http.HandlerFunc(headerEcho))
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+	e.expose(t, sbB, ingress.Port{Number: port, Protocol: ingress.TCP, Public: true})
+
+	type asked struct {
+		id   string
+		port int
+	}
+	var got []asked
+	api := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "api") })
+	h := e.r.WrapFallback(api, func(w http.ResponseWriter, _ *http.Request, id string, p int) bool {
+		got = append(got, asked{id, p})
+		if id == sbA {
+			io.WriteString(w, "fallback")
+			return true
+		}
+		return false
+	})
+	serve := func(host string) (int, string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/x", nil)
+		req.Host = host
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+
+	if code, body := serve(e.r.PreviewHost(sbA, port) + ":7070"); code != http.StatusOK || !strings.Contains(body, `"Path":"/x"`) {
+		t.Errorf("exposed port: %d %s, want the upstream", code, body)
+	}
+	if code, body := serve(e.r.PreviewHost(sbA, 3000)); code != http.StatusOK || body != "fallback" {
+		t.Errorf("unexposed port: %d %q, want the fallback's answer", code, body)
+	}
+	if code, body := serve("app.example.com"); code != http.StatusOK || body != "api" {
+		t.Errorf("another host: %d %q, want the API", code, body)
+	}
+	declined, declinedBody := serve(e.r.PreviewHost(sbB, port))
+	unknownCode, unknownBody := serve(e.r.PreviewHost("sb-00000000000000aa", 3000))
+	if declined != http.StatusNotFound || declinedBody != unknownBody || unknownCode != http.StatusNotFound {
+		t.Errorf("declined: %d %s; unknown: %d %s; want the same 404", declined, declinedBody, unknownCode, unknownBody)
+	}
+	want := []asked{{sbA, 3000}, {sbB, port}, {"sb-00000000000000aa", 3000}}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(asked{})); diff != "" {
+		t.Errorf("fallback asked about (-want +got):\n%s", diff)
+	}
+}
+
+// TestHTTP_HugeReplyHeadersAre502: a sandbox port answering with more than
+// 64 KiB of headers fails that request (502) instead of being held in the
+// daemon's memory; an honest answer beside it passes.
+func TestHTTP_HugeReplyHeadersAre502(t *testing.T) {
+	e := newEnv(t)
+	port := httpUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := 8 << 10
+		if r.URL.Path == "/huge" {
+			n = 200 << 10
+		}
+		w.Header().Set("X-Pad", strings.Repeat("a", n))
+		io.WriteString(w, "ok")
+	}))
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+	if code, body := e.get(t, e.url(sbA, port, "/huge"), nil); code != http.StatusBadGateway {
+		t.Errorf("200 KiB of reply headers: %d %.100s, want 502", code, body)
+	}
+	if code, body := e.get(t, e.url(sbA, port, "/fine"), nil); code != http.StatusOK || body != "ok" {
+		t.Errorf("8 KiB of reply headers: %d %.100s, want 200 ok", code, body)
+	}
 }

@@ -228,13 +228,14 @@ const (
 )
 
 // resolve maps a Host header or SNI name to an exposed port of protocol
-// proto.
+// proto. A preview host with no such port is notFound with the sandbox
+// and port it names in the Target (a custom domain's, with none).
 func (r *Router) resolve(hostport string, proto Protocol) (Target, verdict) {
 	host := naming.NormalizeHost(hostport)
 	if id, port, ok := naming.ParsePreviewHost(host, r.domain); ok {
 		p, ok := r.table.Lookup(id, port)
 		if !ok || p.Protocol != proto {
-			return Target{}, notFound
+			return Target{SandboxID: id, Port: Port{Number: port}}, notFound
 		}
 		return Target{SandboxID: id, Port: p}, found
 	}

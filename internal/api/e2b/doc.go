@@ -12,7 +12,10 @@
 //     E2b-Sandbox-Port, default 49983), or whose Host is
 //     <port>-<sandbox-id>.<Options.Domain> with port 49983 or 49999 (other
 //     preview ports belong to the ingress, whatever the path or headers:
-//     /sandboxes on 8080-<id> is the sandbox app's). Port 49983 is reverse-proxied
+//     /sandboxes on 8080-<id> is the sandbox app's; the ingress hands a
+//     preview host whose port it has not exposed to [Facade.ServePort],
+//     which serves it for a running E2B sandbox, as E2B serves any port by
+//     host, and declines anything else). Port 49983 is reverse-proxied
 //     unchanged to the sandbox's agent, which speaks envd's wire natively
 //     (Connect JSON services, /files, /health); every other port is
 //     proxied to that port inside the sandbox through service.DialPort
@@ -49,7 +52,11 @@
 //     no X-Access-Token in @e2b/code-interpreter 2.8.0) are public, guarded
 //     only by the unguessable sandbox id, unless the sandbox was created
 //     with network.allowPublicTraffic=false: then they want its traffic
-//     access token in E2B-Traffic-Access-Token.
+//     access token in E2B-Traffic-Access-Token, else 403 as on E2B. Their
+//     requests keep the caller's Host, or, when the sandbox was created
+//     with network.maskRequestHost, go out with that host, ${PORT}
+//     replaced by the port (a mask that makes no valid host[:port] is
+//     502).
 //   - Both tokens are HMAC-SHA256(Options.AccessTokenKey, label || sandbox
 //     id), hex, with a distinct label per kind: derived, never stored, and
 //     recomputable after a restart with the same key. They are returned
@@ -58,8 +65,17 @@
 //     can see the sandbox. Tokens are compared in constant time and removed
 //     before forwarding (the agent gets its own token).
 //
-// Signed /files URLs (sbx.uploadUrl(), sbx.downloadUrl()) carry no sandbox
-// id, so they cannot be routed on a shared listener: unsupported.
+// Signed /files URLs (sbx.uploadUrl(), sbx.downloadUrl() of a secure
+// sandbox) stand in for X-Access-Token on GET and POST /files: a request
+// there without the header must carry `signature` = "v1_" +
+// base64(sha256(path:operation:user:accessToken[:expiration])), "="
+// stripped (operation "read" or "write"; path, user and expiration the
+// `path`, `username` and `signature_expiration` parameters as sent), and,
+// with an expiration, arrive no later than it; else 401 in envd's body. A
+// signed request acts as the user it signs (its Authorization header is
+// dropped). The SDK builds these URLs on E2B_SANDBOX_URL, with no sandbox
+// id: they route only on the sandbox's envd host,
+// 49983-<id>.<Options.Domain> (or with E2b-Sandbox-Id added).
 //
 // # Users
 //
@@ -114,7 +130,10 @@
 //
 // # envdVersion
 //
-// Every sandbox reports envd 0.5.7: the agent implements what the SDKs
-// gate up to it (stdin control, closeStdin, octet-stream upload) but not
-// file metadata (0.6.2), so the SDK must not send it.
+// Every sandbox reports envd 0.6.4, the highest version the SDKs gate a
+// feature on (e2b 2.51.0 src/envd/versions.ts), because the agent
+// implements each of them: stdin control, closeStdin, octet-stream upload
+// (0.5.7), file metadata as user.e2b.* extended attributes (0.6.2; see
+// internal/agent/server/filemeta), entry info on watch events (0.6.3) and
+// watching network mounts only when asked (0.6.4).
 package e2b

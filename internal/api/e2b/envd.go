@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -11,8 +12,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
@@ -44,20 +47,60 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 		f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+id+" is not running")
 		return
 	}
-	if msg := f.authorizeEnvd(r, sb, port); msg != "" {
-		f.envdError(w, r, http.StatusUnauthorized, "unauthenticated", msg)
+	f.forward(w, r, sb, port)
+}
+
+// ServePort serves a request that reached the preview host
+// <port>-<id>.<domain> of a port the ingress has no http route for: E2B
+// serves every port of a sandbox by host, with no expose call first. It
+// answers only for a running sandbox created through the E2B API (the
+// port's traffic then goes as on the E2b-Sandbox-Id route: the traffic
+// token when allowPublicTraffic was false, the Host rewritten by
+// maskRequestHost). For anything else — no sandbox of that id, a sandbox
+// of the native API or Daytona, one that is not running — it writes
+// nothing and returns false, so the caller answers as it does for a host
+// it does not know, and no answer tells a sandbox of another kind, or of
+// another tenant, from none. Only a failed lookup (not a not-found) is
+// answered here, 502.
+func (f *Facade) ServePort(w http.ResponseWriter, r *http.Request, id string, port int) bool {
+	sb, err := f.lookupEnvd(r.Context(), id)
+	switch {
+	case errors.Is(err, service.ErrNotFound):
+		return false
+	case err != nil:
+		f.log.ErrorContext(r.Context(), "e2b: port host: look up sandbox", "sandbox", id, "err", err)
+		f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+id+" is not reachable right now")
+		return true
+	case sb.State != service.StateRunning || sb.Annotations[annTemplate] == "":
+		return false
+	}
+	f.forward(w, r, sb, port)
+	return true
+}
+
+// forward authorizes r for port of the running sandbox sb and proxies it.
+func (f *Facade) forward(w http.ResponseWriter, r *http.Request, sb service.Sandbox, port int) {
+	signed, status, msg := f.authorizeEnvd(r, sb, port)
+	if msg != "" {
+		f.envdError(w, r, status, "unauthenticated", msg)
 		return
+	}
+	if signed {
+		// The signature binds the user (the username parameter, or the
+		// default user when empty): no header may choose another.
+		r.Header.Del("Authorization")
 	}
 
 	var (
 		target = &url.URL{Scheme: "http", Host: "127.0.0.1"}
 		rt     http.RoundTripper
 		user   string
+		host   string
 	)
 	if port == envdPort {
 		ac, err := f.svc.Agent(r.Context(), sb.ID)
 		if err != nil {
-			f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+id+" is not running")
+			f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+sb.ID+" is not running")
 			return
 		}
 		target, rt = agentURL, ac.Transport()
@@ -65,6 +108,11 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 			user = sb.Annotations[annUser]
 		}
 	} else {
+		var ok bool
+		if host, ok = requestHost(sb, port, r.Host); !ok {
+			f.envdError(w, r, http.StatusBadGateway, "unavailable", "the sandbox's network.maskRequestHost is not a valid host")
+			return
+		}
 		rt = f.portTransport(sb.ID, port)
 	}
 	// Full duplex: without it the server drains and closes r.Body as soon
@@ -73,7 +121,52 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 	// fails the request write and the transport closes the connection to
 	// the sandbox under the response it is streaming (golang/go#40747).
 	_ = http.NewResponseController(w).EnableFullDuplex() // HTTP/2 always is
-	f.proxy(target, rt, user).ServeHTTP(w, r)
+	f.proxy(target, rt, user, host).ServeHTTP(w, r)
+}
+
+// maskPortPlaceholder is what maskRequestHost's template puts where the
+// port goes.
+const maskPortPlaceholder = "${PORT}"
+
+// requestHost is the Host a request to port of sb goes out with: the
+// sandbox's network.maskRequestHost with ${PORT} replaced by the port, as
+// E2B does, else the Host the caller used. ok is false when the mask does
+// not make a valid host[:port].
+func requestHost(sb service.Sandbox, port int, in string) (host string, ok bool) {
+	raw := sb.Annotations[annNetwork]
+	if raw == "" || !strings.Contains(raw, "maskRequestHost") {
+		return in, true
+	}
+	var n struct {
+		MaskRequestHost *string `json:"maskRequestHost"`
+	}
+	if err := json.Unmarshal([]byte(raw), &n); err != nil || n.MaskRequestHost == nil || *n.MaskRequestHost == "" {
+		return in, true
+	}
+	host = strings.ReplaceAll(*n.MaskRequestHost, maskPortPlaceholder, strconv.Itoa(port))
+	return host, validHostHeader(host)
+}
+
+// validHostHeader reports whether h is a host name or IP literal with an
+// optional port: nothing a Host header could smuggle a path, credentials
+// or another header in.
+func validHostHeader(h string) bool {
+	name := h
+	if hn, p, err := net.SplitHostPort(h); err == nil {
+		n, err := strconv.Atoi(p)
+		if err != nil || !naming.ValidPort(n) {
+			return false
+		}
+		name = hn
+	} else if strings.Contains(h, ":") && net.ParseIP(h) == nil {
+		return false
+	}
+	name = strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+	if net.ParseIP(name) != nil {
+		return true
+	}
+	name = strings.ToLower(name)
+	return name == "localhost" || naming.ValidHostname(name)
 }
 
 // lookupEnvd finds the sandbox an envd request names. E2B sandbox ids are
@@ -90,35 +183,52 @@ func (f *Facade) lookupEnvd(ctx context.Context, id string) (service.Sandbox, er
 
 // authorizeEnvd checks the token a request to sb's port needs, as E2B
 // does: the envd port wants the envd access token of a secure sandbox
-// (except GET /health); other ports are public unless the sandbox was
+// (except GET /health) in X-Access-Token, or, on GET and POST /files
+// without that header, a valid unexpired URL signature made with it
+// (signed is then true); other ports are public unless the sandbox was
 // created with network.allowPublicTraffic=false, and then want the traffic
-// access token. It returns "" when r may pass, else why not.
-func (f *Facade) authorizeEnvd(r *http.Request, sb service.Sandbox, port int) string {
+// access token in E2B-Traffic-Access-Token (403 without it, as on E2B).
+// msg is "" when r may pass, else why not, to answer with status.
+func (f *Facade) authorizeEnvd(r *http.Request, sb service.Sandbox, port int) (signed bool, status int, msg string) {
 	switch {
 	case port == envdPort:
 		health := r.Method == http.MethodGet && r.URL.Path == "/health"
-		if secure(sb) && !health && !f.validToken(accessTokenLabel, sb.ID, r.Header.Get("X-Access-Token")) {
-			return "missing or invalid X-Access-Token"
+		if !secure(sb) || health {
+			return false, 0, ""
+		}
+		tok := r.Header.Get("X-Access-Token")
+		if tok == "" && fileOperation(r) != "" {
+			if msg := f.checkSignature(r, sb.ID, time.Now()); msg != "" {
+				return false, http.StatusUnauthorized, msg
+			}
+			return true, 0, ""
+		}
+		if !f.validToken(accessTokenLabel, sb.ID, tok) {
+			return false, http.StatusUnauthorized, "missing or invalid X-Access-Token"
 		}
 	case sb.Annotations[annTemplate] == "":
 		// Not an E2B sandbox (native API, Daytona): E2B's "other ports are
 		// public" does not apply. Its ports are reached through the
 		// ingress, which enforces exposure and private-port auth.
-		return "port " + strconv.Itoa(port) + " of a sandbox not created through the E2B API is reachable only through its exposed preview URL"
+		return false, http.StatusUnauthorized, "port " + strconv.Itoa(port) + " of a sandbox not created through the E2B API is reachable only through its exposed preview URL"
 	case private(sb):
-		if !f.validToken(trafficTokenLabel, sb.ID, r.Header.Get("E2B-Traffic-Access-Token")) {
-			return "missing or invalid E2B-Traffic-Access-Token"
+		switch tok := r.Header.Get("E2B-Traffic-Access-Token"); {
+		case tok == "":
+			return false, http.StatusForbidden, "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing"
+		case !f.validToken(trafficTokenLabel, sb.ID, tok):
+			return false, http.StatusForbidden, "Sandbox is secured with traffic access token. Provided token in header 'e2b-traffic-access-token' is invalid"
 		}
 	}
-	return ""
+	return false, 0, ""
 }
 
 // proxy forwards to target through rt and flushes every write, so Connect
 // stream messages and NDJSON lines go out as they come. It removes the
 // facade's credentials and routing headers and any Authorization that is
 // not envd's Basic user selector; user, when set, becomes that selector.
+// host, when set, is the Host the request goes out with (else the target's).
 // A failure to reach the sandbox is 502.
-func (f *Facade) proxy(target *url.URL, rt http.RoundTripper, user string) *httputil.ReverseProxy {
+func (f *Facade) proxy(target *url.URL, rt http.RoundTripper, user, host string) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			h := pr.Out.Header
@@ -132,6 +242,9 @@ func (f *Facade) proxy(target *url.URL, rt http.RoundTripper, user string) *http
 				h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
 			}
 			pr.SetURL(target)
+			if host != "" {
+				pr.Out.Host = host
+			}
 		},
 		Transport:     rt,
 		FlushInterval: -1,
@@ -145,9 +258,14 @@ func (f *Facade) proxy(target *url.URL, rt http.RoundTripper, user string) *http
 	}
 }
 
+// maxPortHeaderBytes bounds the status line and headers a server in a
+// sandbox answers with (whatever listens there is hostile; net/http would
+// hold 10 MiB of them). nginx proxies with 4-8 KiB.
+const maxPortHeaderBytes = 64 << 10
+
 // portTransport reaches port inside sandbox id through its agent, one
 // tunnel per request (no pooling: nothing to invalidate when the sandbox
-// goes away).
+// goes away). Bodies stream both ways; reply headers are bounded.
 func (f *Facade) portTransport(id string, port int) http.RoundTripper {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -155,7 +273,7 @@ func (f *Facade) portTransport(id string, port int) http.RoundTripper {
 		},
 		DisableKeepAlives:      true,
 		DisableCompression:     true,
-		MaxResponseHeaderBytes: agent.MaxHeaderBytes, // the sandbox's server is untrusted
+		MaxResponseHeaderBytes: maxPortHeaderBytes,
 	}
 }
 

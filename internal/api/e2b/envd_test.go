@@ -3,10 +3,16 @@ package e2b_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -127,8 +133,8 @@ func TestEnvd_SecureSandboxNeedsItsAccessToken(t *testing.T) {
 		}
 		return doReq(t, req).status
 	}
-	if got := port(""); got != http.StatusUnauthorized {
-		t.Errorf("port 8080 without the traffic token: %d, want 401", got)
+	if got := port(""); got != http.StatusForbidden {
+		t.Errorf("port 8080 without the traffic token: %d, want 403 (E2B's)", got)
 	}
 	if got := port(*c.TrafficAccessToken); got != http.StatusBadGateway {
 		t.Errorf("port 8080 with the traffic token: %d, want 502", got)
@@ -290,6 +296,112 @@ func TestEnvd_AnotherTenantsNameAnswersLikeNoSandbox(t *testing.T) {
 		}
 		if held.status != http.StatusBadGateway {
 			t.Errorf("%s %s by a name: %d, want 502 like a sandbox that is not there", rq.method, rq.path, held.status)
+		}
+	}
+}
+
+// sdkSignature signs a /files URL as the SDK does (src/sandbox/signature.ts).
+func sdkSignature(path, op, user, token, exp string) string {
+	raw := path + ":" + op + ":" + user + ":" + token
+	if exp != "" {
+		raw += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(raw))
+	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
+}
+
+// TestEnvd_SignedFileURLs: uploadUrl()/downloadUrl() of a secure sandbox
+// carry a signature instead of X-Access-Token. A valid one passes, with the
+// user it signs (never one an Authorization header picks); an expired,
+// tampered or missing one is 401 in envd's shape.
+func TestEnvd_SignedFileURLs(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base"})
+	const path = "/tmp/signed.txt"
+	future := strconv.FormatInt(time.Now().Unix()+300, 10)
+	past := strconv.FormatInt(time.Now().Unix()-5, 10)
+	fileURL := func(op, path, user, exp, sig string) string {
+		q := url.Values{"path": {path}}
+		if user != "" {
+			q.Set("username", user)
+		}
+		if exp != "" {
+			q.Set("signature_expiration", exp)
+		}
+		if sig == "" {
+			sig = sdkSignature(path, op, user, c.EnvdAccessToken, exp)
+		}
+		q.Set("signature", sig)
+		return h.url + "/files?" + q.Encode()
+	}
+	send := func(method, u string, body io.Reader, hdr map[string]string) response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), method, u, body)
+		req.Header.Set("E2b-Sandbox-Id", c.SandboxID)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		return doReq(t, req)
+	}
+
+	up := send(http.MethodPost, fileURL("write", path, "", future, ""), strings.NewReader("signed"),
+		map[string]string{"Content-Type": "application/octet-stream", "Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("root:"))})
+	if up.status != http.StatusOK {
+		t.Fatalf("signed upload: %d %s", up.status, up.body)
+	}
+	if down := send(http.MethodGet, fileURL("read", path, "", "", ""), nil, nil); down.status != http.StatusOK || string(down.body) != "signed" {
+		t.Errorf("signed download: %d %q", down.status, down.body)
+	}
+	// The default user wrote it, whatever Authorization said.
+	_, fs := envdClients(h, c.SandboxID, c.EnvdAccessToken)
+	st, err := fs.Stat(t.Context(), connect.NewRequest(&fsrpc.StatRequest{Path: path}))
+	if err != nil || st.Msg.GetEntry().GetOwner() != "user" {
+		t.Errorf("owner of the signed upload: %v %v, want user", st.Msg.GetEntry(), err)
+	}
+
+	for name, u := range map[string]string{
+		"expired":        fileURL("read", path, "", past, ""),
+		"another path":   fileURL("read", "/etc/shadow", "", "", sdkSignature(path, "read", "", c.EnvdAccessToken, "")),
+		"another user":   fileURL("read", path, "root", "", sdkSignature(path, "read", "", c.EnvdAccessToken, "")),
+		"forged":         fileURL("read", path, "", "", sdkSignature(path, "read", "", "guess", "")),
+		"write for read": fileURL("read", path, "", "", sdkSignature(path, "write", "", c.EnvdAccessToken, "")),
+		"unsigned":       h.url + "/files?path=" + url.QueryEscape(path),
+	} {
+		resp := send(http.MethodGet, u, nil, nil)
+		wantError(t, resp, http.StatusUnauthorized)
+		if strings.Contains(string(resp.body), "signed") && !strings.Contains(string(resp.body), "message") {
+			t.Errorf("%s: leaked the file: %s", name, resp.body)
+		}
+	}
+}
+
+// TestEnvd_FileMetadataInARealSandbox (envd 0.6.2, reported since the
+// facade answers envdVersion 0.6.4): X-Metadata-* on an upload through the
+// facade lands as attributes the sandbox's file system keeps, and Stat
+// reports them, in /tmp and in the user's home alike.
+func TestEnvd_FileMetadataInARealSandbox(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base"})
+	if c.EnvdVersion != "0.6.4" {
+		t.Errorf("envdVersion %q, want 0.6.4", c.EnvdVersion)
+	}
+	_, fs := envdClients(h, c.SandboxID, c.EnvdAccessToken)
+	for _, path := range []string{"/tmp/meta.txt", "/home/user/meta.txt"} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url+"/files?path="+url.QueryEscape(path), strings.NewReader("x"))
+		req.Header.Set("E2b-Sandbox-Id", c.SandboxID)
+		req.Header.Set("X-Access-Token", c.EnvdAccessToken)
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("X-Metadata-Author", "alice")
+		resp := doReq(t, req)
+		if resp.status != http.StatusOK || !strings.Contains(string(resp.body), `"metadata":{"author":"alice"}`) {
+			t.Fatalf("upload %s: %d %s", path, resp.status, resp.body)
+		}
+		st, err := fs.Stat(t.Context(), connect.NewRequest(&fsrpc.StatRequest{Path: path}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Msg.GetEntry().GetMetadata(); got["author"] != "alice" || len(got) != 1 {
+			t.Errorf("Stat(%s) metadata %v, want author=alice", path, got)
 		}
 	}
 }

@@ -147,7 +147,15 @@ func (f *Facade) Match(r *http.Request) bool {
 	if _, _, ok := f.envdTarget(r); ok {
 		return true
 	}
-	return !f.previewHost(r.Host) && isControlPath(r.URL.Path)
+	return !f.previewHost(r.Host) && (isControlPath(r.URL.Path) || unroutedSignedFile(r))
+}
+
+// unroutedSignedFile reports a signed /files URL that reached the daemon
+// with no sandbox in its Host or headers: the SDK builds uploadUrl() and
+// downloadUrl() on E2B_SANDBOX_URL, which names no sandbox. ServeHTTP
+// answers it with what to do instead.
+func unroutedSignedFile(r *http.Request) bool {
+	return r.URL.Path == "/files" && r.URL.Query().Has("signature")
 }
 
 // MatchHost reports whether host is one of E2B's direct envd hosts,
@@ -171,6 +179,11 @@ func (f *Facade) previewHost(host string) bool {
 func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id, port, ok := f.envdTarget(r); ok {
 		f.serveEnvd(w, r, id, port)
+		return
+	}
+	if unroutedSignedFile(r) {
+		f.envdError(w, r, http.StatusBadRequest, "invalid_argument",
+			"this signed URL names no sandbox: send it to the sandbox's envd host, 49983-<sandbox-id>.<domain>")
 		return
 	}
 	httplimit.Deadline(w, f.timeout)

@@ -75,6 +75,8 @@ type harness struct {
 	rt    *runtimetest.Faulty
 	clock *storetest.Clock
 	url   string
+	// facade is the facade behind url.
+	facade *e2b.Facade
 	// volRoot is the volume directory on the host.
 	volRoot string
 	// admin and user are API keys: admin in our token form, user (another
@@ -177,7 +179,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		f.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	h.url = srv.URL
+	h.url, h.facade = srv.URL, f
 	return h
 }
 

@@ -63,7 +63,7 @@ func TestErrors_Shapes(t *testing.T) {
 func TestLifecycle_GetPauseConnectKill(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	c := h.create(t, map[string]any{"templateID": "base", "timeout": 120, "metadata": map[string]string{"team": "compat"}})
-	if c.TemplateID != "base" || c.EnvdVersion != "0.5.7" || c.EnvdAccessToken == "" || c.Domain == nil || *c.Domain != "e2b.test" {
+	if c.TemplateID != "base" || c.EnvdVersion != "0.6.4" || c.EnvdAccessToken == "" || c.Domain == nil || *c.Domain != "e2b.test" {
 		t.Errorf("create answered %+v", c)
 	}
 

@@ -9,7 +9,7 @@ import (
 
 // envdVersion is the envd version every sandbox reports: the highest whose
 // SDK-gated features the agent implements (see the package documentation).
-const envdVersion = "0.5.7"
+const envdVersion = "0.6.4"
 
 // clientID fills Sandbox.clientID, deprecated but required by the spec.
 const clientID = "sandboxd"

@@ -19,8 +19,11 @@
 // is written to a temporary file in the destination directory and renamed
 // into place, so readers see the old content or the new, never a torn
 // write. Missing parent directories are created; they and the file are owned
-// by the selected user. The answer is the JSON array of written files,
-// [{"name","type":"file","path"}], that E2B's SDKs require. The body is
+// by the selected user. X-Metadata-<key> headers (envd 0.6.2) become the
+// metadata of every file the upload writes, replacing what it had
+// (package filemeta); a key or value the SDK would not send is 400 before
+// anything is written. The answer is the JSON array of written files,
+// [{"name","type":"file","path","metadata"?}], that E2B's SDKs require. The body is
 // streamed part by part through a fixed buffer: memory use does not grow with
 // the upload size. Parts before a failed one stay written.
 //

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/agent/server/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/filemeta"
 )
 
 // errBadRequest marks errors caused by the request itself.
@@ -29,6 +30,7 @@ func statusOf(err error) int {
 		return http.StatusInsufficientStorage
 	case errors.As(err, &be),
 		errors.Is(err, errBadRequest),
+		errors.Is(err, filemeta.ErrInvalid),
 		errors.Is(err, account.ErrInvalid),
 		errors.Is(err, account.ErrUnknownUser),
 		errors.Is(err, syscall.EISDIR),

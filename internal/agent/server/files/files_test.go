@@ -504,3 +504,92 @@ func TestDownload_KernelFile(t *testing.T) {
 		t.Errorf("Content-Length %d, body %d bytes", resp.ContentLength, len(body))
 	}
 }
+
+// xattrs returns the user.e2b.* attributes of p, as the kernel has them.
+func xattrs(t *testing.T, p string) map[string]string {
+	t.Helper()
+	buf := make([]byte, 64<<10)
+	n, err := syscall.Listxattr(p, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, name := range strings.Split(string(buf[:n]), "\x00") {
+		if key, ok := strings.CutPrefix(name, "user.e2b."); ok {
+			v := make([]byte, 64<<10)
+			m, err := syscall.Getxattr(p, name, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[key] = string(v[:m])
+		}
+	}
+	return got
+}
+
+// TestUpload_MetadataBecomesXattrs (envd 0.6.2): X-Metadata-<key> headers
+// are kept as user.e2b.<lowercased key> attributes and answered back; an
+// upload over the file replaces them, none kept; bad keys or values are
+// 400 and write nothing.
+func TestUpload_MetadataBecomesXattrs(t *testing.T) {
+	e := newEnv(t)
+	dest := filepath.Join(e.dir, "meta.txt")
+	send := func(body string, header map[string]string, multipartUpload bool) (int, []written, apiError) {
+		t.Helper()
+		var req *http.Request
+		if multipartUpload {
+			rd, ct := multipartBody(t, part{"file", dest, body})
+			req, _ = http.NewRequest(http.MethodPost, filesURL(nil), rd)
+			req.Header.Set("Content-Type", ct)
+		} else {
+			req, _ = http.NewRequest(http.MethodPost, filesURL(url.Values{"path": {dest}}), strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/octet-stream")
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		return e.do(t, req)
+	}
+
+	code, got, apiErr := send("one", map[string]string{"X-Metadata-Author": "alice", "x-metadata-purpose": "demo run"}, true)
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %+v", code, apiErr)
+	}
+	want := map[string]string{"author": "alice", "purpose": "demo run"}
+	if diff := cmp.Diff([]written{{Name: "meta.txt", Type: "file", Path: dest, Metadata: want}}, got); diff != "" {
+		t.Errorf("answer (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, xattrs(t, dest)); diff != "" {
+		t.Errorf("attributes (-want +got):\n%s", diff)
+	}
+
+	// Another attribute, set outside the SDK's namespace, is left alone.
+	if err := syscall.Setxattr(dest, "user.other", []byte("kept"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, apiErr := send("two", map[string]string{"X-Metadata-Source": "import"}, false); code != http.StatusOK {
+		t.Fatalf("overwrite: %d %+v", code, apiErr)
+	}
+	if diff := cmp.Diff(map[string]string{"source": "import"}, xattrs(t, dest)); diff != "" {
+		t.Errorf("after an overwrite (-want +got):\n%s", diff)
+	}
+	if code, _, _ := send("three", nil, false); code != http.StatusOK || len(xattrs(t, dest)) != 0 {
+		t.Errorf("an overwrite without metadata kept %v", xattrs(t, dest))
+	}
+	v := make([]byte, 16)
+	if n, err := syscall.Getxattr(dest, "user.other", v); err != nil || string(v[:n]) != "kept" {
+		t.Errorf("user.other: %v, want kept", err)
+	}
+
+	for name, hdr := range map[string]map[string]string{
+		"non-ASCII value": {"X-Metadata-K": "caf\xc3\xa9"},
+		"a value too big": {"X-Metadata-K": strings.Repeat("v", 65<<10)},
+	} {
+		if code, _, _ := send("bad", hdr, false); code != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", name, code)
+		}
+		if got := readFile(t, dest); got != "three" {
+			t.Errorf("%s: the refused upload wrote %q", name, got)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/internal/agent/server/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/filemeta"
 )
 
 // WrittenFile is one element of the upload response.
@@ -17,6 +18,8 @@ type WrittenFile struct {
 	Name string `json:"name"`
 	Type string `json:"type"` // always "file"
 	Path string `json:"path"`
+	// Metadata is what the upload set (its X-Metadata-* headers).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // upload serves POST /files.
@@ -26,13 +29,18 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	meta, err := filemeta.FromHeader(r.Header)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var written []WrittenFile
 	switch ct {
 	case "multipart/form-data":
-		written, err = h.uploadMultipart(u, r)
+		written, err = h.uploadMultipart(u, r, meta)
 	case "application/octet-stream", "":
-		written, err = h.uploadRaw(u, r)
+		written, err = h.uploadRaw(u, r, meta)
 	default:
 		err = fmt.Errorf("%w: unsupported Content-Type %q", errBadRequest, ct)
 	}
@@ -43,8 +51,9 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, written)
 }
 
-// uploadMultipart writes every part named "file", streaming each one.
-func (h *Handler) uploadMultipart(u account.User, r *http.Request) ([]WrittenFile, error) {
+// uploadMultipart writes every part named "file", streaming each one, and
+// gives each file meta.
+func (h *Handler) uploadMultipart(u account.User, r *http.Request, meta map[string]string) ([]WrittenFile, error) {
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return nil, &bodyError{err}
@@ -74,12 +83,12 @@ func (h *Handler) uploadMultipart(u account.User, r *http.Request) ([]WrittenFil
 		if err != nil {
 			return written, err
 		}
-		err = writeFile(u, p, part)
+		err = writeFile(u, p, part, meta)
 		part.Close()
 		if err != nil {
 			return written, err
 		}
-		written = append(written, writtenFile(p))
+		written = append(written, writtenFile(p, meta))
 	}
 	if len(written) == 0 {
 		return nil, fmt.Errorf("%w: no multipart part named \"file\"", errBadRequest)
@@ -87,8 +96,8 @@ func (h *Handler) uploadMultipart(u account.User, r *http.Request) ([]WrittenFil
 	return written, nil
 }
 
-// uploadRaw writes the request body to the path parameter.
-func (h *Handler) uploadRaw(u account.User, r *http.Request) ([]WrittenFile, error) {
+// uploadRaw writes the request body to the path parameter, with meta.
+func (h *Handler) uploadRaw(u account.User, r *http.Request, meta map[string]string) ([]WrittenFile, error) {
 	dest := r.URL.Query().Get("path")
 	if dest == "" {
 		return nil, fmt.Errorf("%w: the path parameter is required for an octet-stream upload", errBadRequest)
@@ -110,14 +119,14 @@ func (h *Handler) uploadRaw(u account.User, r *http.Request) ([]WrittenFile, err
 	default:
 		return nil, fmt.Errorf("%w: unsupported Content-Encoding %q", errBadRequest, enc)
 	}
-	if err := writeFile(u, p, body); err != nil {
+	if err := writeFile(u, p, body, meta); err != nil {
 		return nil, err
 	}
-	return []WrittenFile{writtenFile(p)}, nil
+	return []WrittenFile{writtenFile(p, meta)}, nil
 }
 
-func writtenFile(p string) WrittenFile {
-	return WrittenFile{Name: filepath.Base(p), Type: "file", Path: p}
+func writtenFile(p string, meta map[string]string) WrittenFile {
+	return WrittenFile{Name: filepath.Base(p), Type: "file", Path: p, Metadata: meta}
 }
 
 // partFilename returns the filename parameter of a part's

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/agent/server/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/filemeta"
 )
 
 // copyBufferSize bounds the memory one upload uses.
@@ -20,7 +21,8 @@ const newFileMode = 0o644
 // writeFile writes src to path as u: missing parents are created and owned
 // by u, the file is created (or truncated) and written in place, and owned
 // by u. An existing file keeps its permission bits; a symlink at path is
-// written through to its target. Errors reading src are *bodyError.
+// written through to its target. The file's metadata becomes meta, none
+// kept from before (filemeta.Replace). Errors reading src are *bodyError.
 //
 // Writing in place, as envd does, is what file watchers expect to see: a
 // create and a write of path. (A temporary file renamed over path would be
@@ -28,7 +30,7 @@ const newFileMode = 0o644
 // wait for the write event — the E2B SDK's watchDir — would never see it.)
 // The cost: a failed upload that was replacing a file leaves it truncated
 // or partial; a failed upload of a new file removes it, leaving nothing.
-func writeFile(u account.User, path string, src io.Reader) (err error) {
+func writeFile(u account.User, path string, src io.Reader, meta map[string]string) (err error) {
 	path, mode, existed, err := destination(path)
 	if err != nil {
 		return err
@@ -59,6 +61,9 @@ func writeFile(u account.User, path string, src io.Reader) (err error) {
 		}
 	}
 	if _, err := io.CopyBuffer(onlyWriter{f}, bodyReader{src}, make([]byte, copyBufferSize)); err != nil {
+		return err
+	}
+	if err := filemeta.Replace(f, meta); err != nil {
 		return err
 	}
 	return f.Close()

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sandboxd/sandboxd/internal/agent/server/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/filemeta"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/filesystem"
 )
 
@@ -37,6 +38,7 @@ func entryInfo(path string, fi fs.FileInfo, names *account.Names) *rpc.EntryInfo
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		e.Owner, e.Group = names.User(st.Uid), names.Group(st.Gid)
 	}
+	e.Metadata = filemeta.Read(path)
 	if mode&fs.ModeSymlink != 0 {
 		e.Type = rpc.FileType_FILE_TYPE_SYMLINK
 		if target, err := filepath.EvalSymlinks(path); err == nil {

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test'
 
 import { FileNotFoundError, FileType, FilesystemEventType, Sandbox } from 'e2b'
 
-import { killQuietly, metadataFor, waitFor } from './helpers.js'
+import { killQuietly, metadataFor, requestAs, waitFor } from './helpers.js'
 
 const sha256 = (bytes) => createHash('sha256').update(bytes).digest('hex')
 
@@ -122,6 +122,116 @@ describe('files', { concurrency: true, timeout: 600_000 }, () => {
         () => events.some((e) => e.name === 'watched.txt' && e.type === FilesystemEventType.REMOVE),
         { what: 'a remove event for watched.txt' },
       )
+    } finally {
+      await handle.stop()
+    }
+  })
+
+  // uploadUrl()/downloadUrl() of a secure sandbox are signed with its envd
+  // access token. They carry no sandbox id (the SDK builds them on
+  // E2B_SANDBOX_URL), so they are sent the way a browser would reach the
+  // sandbox: to its envd host, 49983-<id>.<domain>.
+  it('signed upload and download URLs, with expiry', { timeout: 120_000 }, async () => {
+    const dir = await scratch()
+    const envdHost = sbx.getHost(49983)
+    const path = `${dir}/signed.txt`
+
+    const up = await sbx.uploadUrl(path, { useSignatureExpiration: 120 })
+    assert.match(up, /[?&]signature=v1_/)
+    assert.match(up, /[?&]signature_expiration=\d+/)
+    const form = new FormData()
+    form.append('file', new Blob(['signed upload']), path)
+    const posted = new Response(form)
+    const put = await requestAs(envdHost, up, {
+      method: 'POST',
+      headers: { 'Content-Type': posted.headers.get('content-type') },
+      body: Buffer.from(await posted.arrayBuffer()),
+    })
+    assert.equal(put.status, 200, put.body)
+    assert.equal(await sbx.files.read(path), 'signed upload')
+
+    const down = await requestAs(envdHost, await sbx.downloadUrl(path, { useSignatureExpiration: 120 }))
+    assert.equal(down.status, 200, down.body)
+    assert.equal(down.body, 'signed upload')
+    const forever = await requestAs(envdHost, await sbx.downloadUrl(path))
+    assert.equal(forever.status, 200, forever.body)
+
+    // Expired: signed for an expiration already past.
+    const expired = new URL(await sbx.downloadUrl(path, { useSignatureExpiration: -10 }))
+    const late = await requestAs(envdHost, expired.toString())
+    assert.equal(late.status, 401, late.body)
+    assert.equal(JSON.parse(late.body).code, 401)
+    // Tampered: the signature of one path does not open another.
+    const other = new URL(await sbx.downloadUrl(path))
+    other.searchParams.set('path', '/etc/passwd')
+    assert.equal((await requestAs(envdHost, other.toString())).status, 401)
+    // Unsigned and without the access token: refused.
+    assert.equal((await requestAs(envdHost, `/files?path=${encodeURIComponent(path)}`)).status, 401)
+    // As the SDK built it, on E2B_SANDBOX_URL: no sandbox named, and the
+    // answer says where to send it.
+    const bare = await fetch(await sbx.downloadUrl(path))
+    assert.equal(bare.status, 400)
+    assert.match((await bare.json()).message, /49983-<sandbox-id>/)
+  })
+
+  // envd 0.6.2: metadata on write, kept as user.e2b.* attributes, read back
+  // by getInfo, list and rename; an overwrite replaces it.
+  it('file metadata round-trips and is replaced on overwrite', { timeout: 120_000 }, async () => {
+    const dir = await scratch()
+    const path = `${dir}/report.txt`
+    const written = await sbx.files.write(path, 'hello', { metadata: { author: 'alice', purpose: 'demo' } })
+    assert.deepEqual(written.metadata, { author: 'alice', purpose: 'demo' })
+    const info = await sbx.files.getInfo(path)
+    assert.deepEqual(info.metadata, { author: 'alice', purpose: 'demo' })
+    // Every EntryInfo field the SDK maps, for a file the default user wrote.
+    assert.equal(info.type, FileType.FILE)
+    assert.equal(info.size, 5)
+    assert.equal(info.mode, 0o644)
+    assert.equal(info.permissions, '-rw-r--r--')
+    assert.equal(info.owner, 'user')
+    assert.equal(info.group, 'user')
+    assert.ok(info.modifiedTime instanceof Date && Math.abs(info.modifiedTime - Date.now()) < 120_000)
+    assert.equal(info.symlinkTarget, undefined)
+    const onDisk = await sbx.commands.run(`getfattr --only-values -n user.e2b.author ${path} 2>/dev/null || python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.e2b.author").decode(), end="")' ${path}`)
+    assert.equal(onDisk.stdout, 'alice')
+
+    await sbx.commands.run(`ln -s ${path} ${dir}/link`)
+    const listed = Object.fromEntries((await sbx.files.list(dir)).map((e) => [e.name, e]))
+    assert.deepEqual(listed['report.txt'].metadata, { author: 'alice', purpose: 'demo' })
+    assert.equal(listed.link.symlinkTarget, path)
+    const moved = await sbx.files.rename(path, `${dir}/renamed.txt`)
+    assert.deepEqual(moved.metadata, { author: 'alice', purpose: 'demo' })
+
+    await sbx.files.write(`${dir}/renamed.txt`, 'again', { metadata: { Source: 'import' } })
+    assert.deepEqual((await sbx.files.getInfo(`${dir}/renamed.txt`)).metadata, { source: 'import' })
+    await sbx.files.write(`${dir}/renamed.txt`, 'plain')
+    assert.equal((await sbx.files.getInfo(`${dir}/renamed.txt`)).metadata, undefined)
+  })
+
+  // envd 0.6.3: watch events with the entry.
+  it('watchDir with includeEntry gives each event its entry', { timeout: 120_000 }, async () => {
+    const dir = await scratch()
+    const events = []
+    const handle = await sbx.files.watchDir(dir, (event) => events.push(event), { includeEntry: true, timeoutMs: 60_000 })
+    try {
+      await sbx.files.write(`${dir}/seen.txt`, 'entry', { metadata: { tag: 'v1' } })
+      // The metadata is set after the content, so it shows on the later
+      // events (a write, or the attribute change's chmod).
+      await waitFor(() => events.some((e) => e.name === 'seen.txt' && e.entry?.metadata?.tag === 'v1'), {
+        what: `an event whose entry carries the metadata (got ${JSON.stringify(events)})`,
+      })
+      const ev = events.find((e) => e.name === 'seen.txt' && e.type === FilesystemEventType.WRITE)
+      assert.ok(ev?.entry, `a write event with its entry (got ${JSON.stringify(events)})`)
+      assert.equal(ev.entry.path, `${dir}/seen.txt`)
+      assert.equal(ev.entry.type, FileType.FILE)
+      assert.equal(ev.entry.size, 5)
+      assert.equal(ev.entry.owner, 'user')
+      await sbx.files.remove(`${dir}/seen.txt`)
+      const gone = await waitFor(
+        () => events.find((e) => e.name === 'seen.txt' && e.type === FilesystemEventType.REMOVE),
+        { what: 'a remove event for seen.txt' },
+      )
+      assert.equal(gone.entry, undefined, 'a removed entry has no entry info')
     } finally {
       await handle.stop()
     }

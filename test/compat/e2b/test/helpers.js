@@ -7,6 +7,7 @@
 // otherwise share one sandbox (and kill it under each other).
 
 import { randomUUID } from 'node:crypto'
+import { request } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 
 import { Sandbox } from 'e2b'
@@ -78,4 +79,39 @@ export async function listAll(opts) {
     items.push(...(await paginator.nextItems()))
   }
   return items
+}
+
+/**
+ * Sends one HTTP request to the daemon under test (E2B_SANDBOX_URL's
+ * address) with Host set to `host`, as a client that resolves
+ * `<port>-<id>.<domain>` to the daemon would (nothing here resolves
+ * `*.localhost`). `target` is a path with its query, or a URL whose path
+ * and query are used. Resolves to {status, headers, body} with the body as
+ * text, read to its end (the daemon bounds what a test sends back).
+ */
+export function requestAs(host, target, { method = 'GET', headers = {}, body } = {}) {
+  const daemon = new URL(process.env.E2B_SANDBOX_URL)
+  const u = new URL(target, daemon)
+  const withPort = host.includes(':') ? host : `${host}:${daemon.port}`
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: daemon.hostname,
+        port: daemon.port,
+        method,
+        path: u.pathname + u.search,
+        headers: { ...headers, Host: withPort },
+        timeout: 60_000,
+      },
+      (res) => {
+        const chunks = []
+        res.on('data', (c) => chunks.push(c))
+        res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }))
+        res.on('error', reject)
+      },
+    )
+    req.on('timeout', () => req.destroy(new Error(`request to ${withPort}${u.pathname} timed out`)))
+    req.on('error', reject)
+    req.end(body)
+  })
 }
