@@ -292,17 +292,39 @@ const maxListLimit = 100
 // list answers ListedSandbox[] for the query's filters: metadata (an
 // urlencoded k=v&… whose keys and values are urlencoded again, as the JS
 // SDK sends it; all pairs must match), state (running and/or paused, comma
-// separated or repeated), limit and nextToken. The next page's token goes
-// in the x-next-token response header.
+// separated or repeated), template (the template id the sandbox was
+// created from), startedAfter and startedBefore (RFC 3339, inclusive),
+// order (asc or desc by start time; E2B's default is desc, newest first),
+// limit and nextToken. The next page's token goes in the x-next-token
+// response header. One keyset over creation time covers running and paused
+// sandboxes alike, so a page never repeats or skips a sandbox that was
+// paused or resumed between pages.
 func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller, defaultStates []string) error {
 	q := r.URL.Query()
-	filter := service.ListFilter{PageToken: q.Get("nextToken"), Limit: maxListLimit}
+	filter := service.ListFilter{PageToken: q.Get("nextToken"), Limit: maxListLimit, NewestFirst: true}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			return badRequest("limit must be a positive integer")
 		}
 		filter.Limit = min(n, maxListLimit)
+	}
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		filter.NewestFirst = false
+	default:
+		return badRequest("order must be asc or desc, not %q", o)
+	}
+	var err error
+	if filter.CreatedFrom, err = parseTimeParam(q, "startedAfter"); err != nil {
+		return err
+	}
+	if filter.CreatedUntil, err = parseTimeParam(q, "startedBefore"); err != nil {
+		return err
+	}
+	if t := q.Get("template"); t != "" {
+		filter.Annotations = map[string]string{annTemplate: t}
 	}
 	tags, err := parseMetadataFilter(q.Get("metadata"))
 	if err != nil {
@@ -336,6 +358,20 @@ func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller, 
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// parseTimeParam reads query parameter name as an RFC 3339 time (what the
+// SDK's toISOString sends); absent is the zero time.
+func parseTimeParam(q url.Values, name string) (time.Time, error) {
+	v := q.Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, badRequest("%s must be an RFC 3339 time, not %q", name, v)
+	}
+	return t, nil
 }
 
 // parseMetadataFilter decodes the metadata query parameter. The JS SDK

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 )
@@ -244,5 +245,104 @@ func TestMetrics(t *testing.T) {
 	}
 	if used, _ := ms[0]["memUsed"].(float64); used <= 0 {
 		t.Errorf("memUsed %v, want real usage", ms[0]["memUsed"])
+	}
+}
+
+// TestList_OrderTimeTemplateAndPagingAcrossStates: GET /v2/sandboxes lists
+// newest first unless order=asc, honours template, startedAfter and
+// startedBefore, and pages one sandbox at a time across running and paused
+// sandboxes, including one paused between pages, with x-next-token absent
+// on the last page.
+func TestList_OrderTimeTemplateAndPagingAcrossStates(t *testing.T) {
+	h := newHarness(t, harnessOptions{noBodyDedupe: true})
+	meta := func(i string) map[string]string { return map[string]string{"run": "order", "i": i} }
+	a := h.create(t, map[string]any{"templateID": "base", "metadata": meta("a")})
+	h.clock.Advance(time.Second)
+	b := h.create(t, map[string]any{"templateID": "base", "metadata": meta("b")})
+	h.clock.Advance(time.Second)
+	c := h.create(t, map[string]any{"templateID": "sandboxd/base:bookworm", "metadata": meta("c")})
+
+	run := "metadata=" + url.QueryEscape("run=order")
+	type item struct {
+		SandboxID string    `json:"sandboxID"`
+		State     string    `json:"state"`
+		StartedAt time.Time `json:"startedAt"`
+	}
+	list := func(query string) ([]string, []item, string) {
+		t.Helper()
+		resp := h.do(t, h.admin, http.MethodGet, "/v2/sandboxes?"+run+"&"+query, nil)
+		if resp.status != http.StatusOK {
+			t.Fatalf("list %s: %d %s", query, resp.status, resp.body)
+		}
+		var items []item
+		decode(t, resp.body, &items)
+		var ids []string
+		for _, it := range items {
+			ids = append(ids, it.SandboxID)
+		}
+		return ids, items, resp.header.Get("X-Next-Token")
+	}
+	_, all, _ := list("order=asc")
+	if len(all) != 3 {
+		t.Fatalf("listed %v, want three", all)
+	}
+	bStart := all[1].StartedAt.Format(time.RFC3339Nano)
+	A, B, C := a.SandboxID, b.SandboxID, c.SandboxID
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"", []string{C, B, A}},
+		{"order=desc", []string{C, B, A}},
+		{"order=asc", []string{A, B, C}},
+		{"template=base", []string{B, A}},
+		{"template=" + url.QueryEscape("sandboxd/base:bookworm"), []string{C}},
+		{"template=code-interpreter-v1", nil},
+		{"startedAfter=" + url.QueryEscape(bStart), []string{C, B}},
+		{"startedBefore=" + url.QueryEscape(bStart), []string{B, A}},
+		{"startedAfter=" + url.QueryEscape(bStart) + "&startedBefore=" + url.QueryEscape(bStart), []string{B}},
+	} {
+		if got, _, _ := list(tc.query); !slices.Equal(got, tc.want) {
+			t.Errorf("list %q = %v, want %v", tc.query, got, tc.want)
+		}
+	}
+	wantError(t, h.do(t, h.admin, http.MethodGet, "/v2/sandboxes?order=sideways", nil), http.StatusBadRequest)
+	wantError(t, h.do(t, h.admin, http.MethodGet, "/v2/sandboxes?startedAfter=yesterday", nil), http.StatusBadRequest)
+
+	// Pages of one across states: b is paused before, a between pages.
+	pause := func(id string) {
+		t.Helper()
+		if resp := h.do(t, h.admin, http.MethodPost, "/sandboxes/"+id+"/pause", nil); resp.status != http.StatusNoContent {
+			t.Fatalf("pause: %d %s", resp.status, resp.body)
+		}
+	}
+	pause(B)
+	var got []string
+	var states []string
+	token := ""
+	for page := 0; page < 5; page++ {
+		q := "limit=1&state=running,paused"
+		if token != "" {
+			q += "&nextToken=" + url.QueryEscape(token)
+		}
+		ids, items, next := list(q)
+		if len(ids) != 1 {
+			t.Fatalf("page %d: %v, want one sandbox", page, ids)
+		}
+		got = append(got, ids...)
+		states = append(states, items[0].State)
+		if page == 0 {
+			pause(A)
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	if want := []string{C, B, A}; !slices.Equal(got, want) {
+		t.Errorf("pages = %v, want %v", got, want)
+	}
+	if want := []string{"running", "paused", "paused"}; !slices.Equal(states, want) {
+		t.Errorf("page states = %v, want %v", states, want)
 	}
 }
