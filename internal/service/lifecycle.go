@@ -267,6 +267,10 @@ func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox
 type Update struct {
 	SetTimeout bool
 	Timeout    time.Duration
+	// ExtendOnly, with SetTimeout, only ever moves the expiry later: a
+	// sandbox whose expiry is already past now+Timeout, or that has none,
+	// keeps it (decided under the writer).
+	ExtendOnly bool
 	Tags       map[string]string // nil: unchanged
 }
 
@@ -286,6 +290,7 @@ func (s *Service) UpdateSandbox(ctx context.Context, c Caller, idOrName string, 
 			exp = s.Clock().Add(u.Timeout)
 		}
 		su.ExpiresAt = &exp
+		su.ExtendOnly = u.ExtendOnly
 	}
 	if u.Tags != nil {
 		probe := CreateRequest{Tags: u.Tags, MilliCPU: defaultMilliCPU, MemoryMB: defaultMemoryMB, Image: "x"}

@@ -367,6 +367,10 @@ func (s *Store) UpdateSandboxState(ctx context.Context, id string, from []Sandbo
 type SandboxUpdate struct {
 	ExpiresAt *time.Time         // a pointer to the zero Time clears the expiry
 	Tags      *map[string]string // replaces all tags
+	// ExtendOnly makes ExpiresAt a lower bound: the expiry moves only
+	// when that is later, and a row without one keeps none. It is decided
+	// in the write, so no concurrent update is undone by a stale read.
+	ExtendOnly bool
 }
 
 // UpdateSandbox applies u to sandbox id and returns the updated row, or ErrNotFound (also
@@ -376,7 +380,11 @@ type SandboxUpdate struct {
 func (s *Store) UpdateSandbox(ctx context.Context, id string, u SandboxUpdate) (Sandbox, error) {
 	sets := []string{"updated_at = ?"}
 	args := []any{s.nowMillis()}
-	if u.ExpiresAt != nil {
+	switch {
+	case u.ExpiresAt != nil && u.ExtendOnly && !u.ExpiresAt.IsZero():
+		sets = append(sets, "expires_at = CASE WHEN expires_at IS NULL OR expires_at >= ? THEN expires_at ELSE ? END")
+		args = append(args, millis(*u.ExpiresAt), millis(*u.ExpiresAt))
+	case u.ExpiresAt != nil:
 		sets, args = append(sets, "expires_at = ?"), append(args, nullMillis(*u.ExpiresAt))
 	}
 	if u.Tags != nil {

@@ -382,6 +382,32 @@ func TestUpdateSandbox_ExpiryAndTags(t *testing.T) {
 	}
 }
 
+// TestUpdateSandbox_ExtendOnly: an extend-only expiry moves the expiry
+// later, never earlier, and leaves a sandbox without one without one.
+func TestUpdateSandbox_ExtendOnly(t *testing.T) {
+	s, _ := newStore(t)
+	createSandbox(t, s, sandboxID(1), "")
+	at := func(d time.Duration) *time.Time { e := storetest.Epoch.Add(d); return &e }
+	if got, err := s.UpdateSandbox(t.Context(), sandboxID(1), store.SandboxUpdate{ExpiresAt: at(time.Minute), ExtendOnly: true}); err != nil || !got.ExpiresAt.IsZero() {
+		t.Errorf("extend a sandbox that never expires: expires %v, %v; want never", got.ExpiresAt, err)
+	}
+	if _, err := s.UpdateSandbox(t.Context(), sandboxID(1), store.SandboxUpdate{ExpiresAt: at(5 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		to, want time.Duration
+	}{
+		{10 * time.Second, 5 * time.Minute}, // shorter: kept
+		{5 * time.Minute, 5 * time.Minute},  // equal: kept
+		{10 * time.Minute, 10 * time.Minute},
+	} {
+		got, err := s.UpdateSandbox(t.Context(), sandboxID(1), store.SandboxUpdate{ExpiresAt: at(tc.to), ExtendOnly: true})
+		if err != nil || !got.ExpiresAt.Equal(*at(tc.want)) {
+			t.Errorf("extend to +%v: expires %v, %v; want +%v", tc.to, got.ExpiresAt, err, tc.want)
+		}
+	}
+}
+
 func TestDeleteSandbox_CascadesAndFreesSlot(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := t.Context()

@@ -126,8 +126,9 @@ func timeoutOf(s *int64, def time.Duration) (time.Duration, error) {
 }
 
 // connect is POST /sandboxes/{id}/connect and its v2 twin: 200 with the
-// sandbox when it was running (the timeout, when given, becomes its new
-// expiry), 201 when it was paused and is now resumed.
+// sandbox when it was running (the timeout, when given, extends its
+// expiry to now+timeout if that is later; never shortens it), 201 when it
+// was paused and is now resumed (with the timeout, else 300 s).
 func (f *Facade) connect(w http.ResponseWriter, r *http.Request, c service.Caller) error {
 	var body connectBody
 	if err := f.decodeJSON(w, r, &body); err != nil {
@@ -168,8 +169,8 @@ func (f *Facade) resume(w http.ResponseWriter, r *http.Request, c service.Caller
 }
 
 // resumeSandbox starts the sandbox unless it is running and sets its
-// timeout: the given one, or, on resume, the default (a paused sandbox has
-// none). It restarts the interpreter server of a resumed code-interpreter
+// timeout: on resume the given one or the default (a paused sandbox has
+// none); on a running sandbox the given one, only if it extends. It restarts the interpreter server of a resumed code-interpreter
 // sandbox.
 func (f *Facade) resumeSandbox(ctx context.Context, c service.Caller, id string, timeout *int64) (sb service.Sandbox, resumed bool, err error) {
 	sb, err = f.svc.Get(ctx, c, id)
@@ -187,7 +188,11 @@ func (f *Facade) resumeSandbox(ctx context.Context, c service.Caller, id string,
 		if err != nil {
 			return sb, resumed, err
 		}
-		if sb, err = f.svc.UpdateSandbox(ctx, c, sb.ID, service.Update{SetTimeout: true, Timeout: d}); err != nil {
+		// On a running sandbox connect only ever extends: the SDK sends a
+		// timeout (5 min by default) on every connect, which must not cut a
+		// long-lived sandbox short. A resumed one had no expiry: it gets d.
+		u := service.Update{SetTimeout: true, Timeout: d, ExtendOnly: !resumed}
+		if sb, err = f.svc.UpdateSandbox(ctx, c, sb.ID, u); err != nil {
 			return sb, resumed, err
 		}
 	}

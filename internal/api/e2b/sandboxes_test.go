@@ -346,3 +346,42 @@ func TestList_OrderTimeTemplateAndPagingAcrossStates(t *testing.T) {
 		t.Errorf("page states = %v, want %v", states, want)
 	}
 }
+
+// TestConnect_RunningSandboxOnlyExtends: connect with a timeout on a
+// running sandbox moves its end later, never earlier (the SDK sends a
+// timeout on every connect); on a paused sandbox it sets it.
+func TestConnect_RunningSandboxOnlyExtends(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base", "timeout": 300})
+	endIn := func() time.Duration {
+		t.Helper()
+		resp := h.do(t, h.admin, http.MethodGet, "/sandboxes/"+c.SandboxID, nil)
+		var info struct {
+			EndAt time.Time `json:"endAt"`
+		}
+		decode(t, resp.body, &info)
+		return info.EndAt.Sub(h.clock.Now())
+	}
+	connect := func(timeout int, want int) {
+		t.Helper()
+		resp := h.do(t, h.admin, http.MethodPost, "/v2/sandboxes/"+c.SandboxID+"/connect", map[string]any{"timeout": timeout})
+		if resp.status != want {
+			t.Fatalf("connect %d: %d %s, want %d", timeout, resp.status, resp.body, want)
+		}
+	}
+	connect(10, http.StatusOK)
+	if d := endIn(); d < 290*time.Second || d > 300*time.Second {
+		t.Errorf("after connect with 10 s, the end is %v away, want the 300 s it had", d)
+	}
+	connect(900, http.StatusOK)
+	if d := endIn(); d < 890*time.Second || d > 900*time.Second {
+		t.Errorf("after connect with 900 s, the end is %v away, want 900 s", d)
+	}
+	if resp := h.do(t, h.admin, http.MethodPost, "/sandboxes/"+c.SandboxID+"/pause", nil); resp.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", resp.status, resp.body)
+	}
+	connect(10, http.StatusCreated)
+	if d := endIn(); d < 0 || d > 10*time.Second {
+		t.Errorf("after resume with 10 s, the end is %v away, want 10 s", d)
+	}
+}
