@@ -41,7 +41,7 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 		if err != nil && !errors.Is(err, service.ErrNotFound) {
 			f.log.ErrorContext(r.Context(), "e2b: envd: look up sandbox", "sandbox", id, "err", err)
 		}
-		f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+id+" is not running")
+		f.sandboxNotFound(w, r, id)
 		return
 	}
 	if msg := f.authorizeEnvd(r, sb, port); msg != "" {
@@ -57,7 +57,7 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 	if port == envdPort {
 		ac, err := f.svc.Agent(r.Context(), sb.ID)
 		if err != nil {
-			f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+id+" is not running")
+			f.sandboxNotFound(w, r, id)
 			return
 		}
 		target, rt = agentURL, ac.Transport()

@@ -16,8 +16,9 @@ import (
 // returns an error for writeError.
 type handler func(w http.ResponseWriter, r *http.Request, c service.Caller) error
 
-// routes is the control plane. Everything under the control paths that no
-// route matches is 404 (or 405) in the E2B shape.
+// routes is the control plane. What E2B has and the facade does not is 501
+// (unsupportedAPIs); everything else under the control paths that no route
+// matches is 404 in the E2B shape.
 func (f *Facade) routes() http.Handler {
 	mux := http.NewServeMux()
 	for pattern, h := range map[string]handler{
@@ -35,6 +36,9 @@ func (f *Facade) routes() http.Handler {
 		"GET /sandboxes/{id}/metrics":     f.metrics,
 	} {
 		mux.Handle(pattern, f.wrap(h))
+	}
+	for pattern, what := range unsupportedAPIs {
+		mux.Handle(pattern, f.wrap(f.unsupported(what)))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern == "" {
