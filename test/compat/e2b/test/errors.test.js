@@ -30,6 +30,12 @@ describe('errors', { concurrency: true }, () => {
     await assert.rejects(Sandbox.createSnapshot('sb-00000000deadbeef'), SandboxNotFoundError)
   })
 
+  it('updateNetwork is refused, saying there is no egress policy', { timeout: 120_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'errors-network')
+    await rejectsWith(sbx.updateNetwork({ allowOut: ['1.1.1.1'], denyOut: ['0.0.0.0/0'] }), /^501: .*network updates.*egress/)
+    await assert.rejects(Sandbox.updateNetwork('sb-00000000deadbeef', { allowOut: [] }), SandboxNotFoundError)
+  })
+
   it('envd traffic to a sandbox that is gone gets E2B\'s edge body', { timeout: 120_000 }, async (t) => {
     const sbx = await createSandbox(t, 'errors-gone')
     await sbx.kill()
