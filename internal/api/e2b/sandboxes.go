@@ -34,6 +34,7 @@ func (f *Facade) routes() http.Handler {
 		"POST /sandboxes/{id}/timeout":    f.setTimeout,
 		"POST /sandboxes/{id}/pause":      f.pause,
 		"GET /sandboxes/{id}/metrics":     f.metrics,
+		"GET /sandboxes/metrics":          f.batchMetrics,
 	} {
 		mux.Handle(pattern, f.wrap(h))
 	}
@@ -256,33 +257,127 @@ func (f *Facade) pause(w http.ResponseWriter, r *http.Request, c service.Caller)
 	return nil
 }
 
-// metrics is GET /sandboxes/{id}/metrics: one sample of the container's
-// statistics, taken now, for a running sandbox; none for a paused one.
-// start and end are accepted and ignored (no history is kept).
+// metrics is GET /sandboxes/{id}/metrics: the sandbox's statistics,
+// one sample taken now (no history is kept), for a running sandbox whose
+// [start, end] window (unix seconds, both optional) holds now; none for a
+// paused sandbox or a window in the past or future. end gets a second of
+// slack, since the SDK rounds it from milliseconds.
 func (f *Facade) metrics(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	start, err := unixParam(r.URL.Query(), "start")
+	if err != nil {
+		return err
+	}
+	end, err := unixParam(r.URL.Query(), "end")
+	if err != nil {
+		return err
+	}
+	if start > 0 && end > 0 && start > end {
+		return badRequest("start must not be after end")
+	}
 	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
 	out := []sandboxMetric{}
-	if sb.State == service.StateRunning {
-		st, err := f.svc.Stats(r.Context(), c, sb.ID)
+	now := time.Now().Unix()
+	inWindow := (start == 0 || start <= now) && (end == 0 || now <= end+1)
+	if sb.State == service.StateRunning && inWindow {
+		m, err := f.sample(r.Context(), c, sb)
 		if err != nil {
 			return err
 		}
-		cpus := max(1, (sb.MilliCPU+999)/1000)
-		out = append(out, sandboxMetric{
-			Timestamp:     st.At.UTC().Format(time.RFC3339Nano),
-			TimestampUnix: st.At.Unix(),
-			CPUCount:      cpus,
-			// E2B's percentage is of the sandbox's CPUs, ours of one core.
-			CPUUsedPct: st.CPUPercent / float64(cpus),
-			MemUsed:    st.MemoryUsed,
-			MemTotal:   st.MemoryLimit,
-		})
+		out = append(out, m)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// maxBatchMetrics bounds the sandboxes of one batch metrics call.
+const maxBatchMetrics = 100
+
+// batchMetrics is GET /sandboxes/metrics?sandbox_ids=a,b: a sample of each
+// running sandbox named, keyed by id; ids that are unknown, invisible to
+// the caller or not running are left out.
+func (f *Facade) batchMetrics(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	var ids []string
+	for _, v := range r.URL.Query()["sandbox_ids"] {
+		for id := range strings.SplitSeq(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return badRequest("sandbox_ids is required")
+	}
+	if len(ids) > maxBatchMetrics {
+		return badRequest("at most %d sandbox_ids", maxBatchMetrics)
+	}
+	out := map[string]sandboxMetric{}
+	for _, id := range ids {
+		sb, err := f.svc.Get(r.Context(), c, id)
+		if service.Is(err, service.ErrNotFound) || (err == nil && sb.State != service.StateRunning) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		m, err := f.sample(r.Context(), c, sb)
+		if service.Is(err, service.ErrNotFound) || service.Is(err, service.ErrConflict) {
+			continue // gone or stopped since
+		}
+		if err != nil {
+			return err
+		}
+		out[sb.ID] = m
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Sandboxes map[string]sandboxMetric `json:"sandboxes"`
+	}{out})
+	return nil
+}
+
+// sample takes one SandboxMetric of a running sandbox: CPU and memory from
+// the engine, disk from df in the sandbox. A disk that cannot be read (no
+// df in the image, a sandbox too busy) is reported as 0 and logged, rather
+// than failing the call.
+func (f *Facade) sample(ctx context.Context, c service.Caller, sb service.Sandbox) (sandboxMetric, error) {
+	st, err := f.svc.Stats(ctx, c, sb.ID)
+	if err != nil {
+		return sandboxMetric{}, err
+	}
+	disk, err := f.svc.DiskUsage(ctx, c, sb.ID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return sandboxMetric{}, ctx.Err()
+		}
+		f.log.DebugContext(ctx, "e2b: metrics: disk usage", "sandbox", sb.ID, "err", err)
+	}
+	cpus := max(1, (sb.MilliCPU+999)/1000)
+	return sandboxMetric{
+		Timestamp:     st.At.UTC().Format(time.RFC3339Nano),
+		TimestampUnix: st.At.Unix(),
+		CPUCount:      cpus,
+		// E2B's percentage is of the sandbox's CPUs, ours of one core.
+		CPUUsedPct: st.CPUPercent / float64(cpus),
+		MemUsed:    st.MemoryUsed,
+		MemTotal:   st.MemoryLimit,
+		DiskUsed:   disk.Used,
+		DiskTotal:  disk.Total,
+	}, nil
+}
+
+// unixParam reads query parameter name as unix seconds; absent is 0.
+func unixParam(q url.Values, name string) (int64, error) {
+	v := q.Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badRequest("%s must be unix seconds, not %q", name, v)
+	}
+	return n, nil
 }
 
 // listV1 is GET /sandboxes: the running sandboxes, all of them.

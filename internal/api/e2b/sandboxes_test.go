@@ -3,6 +3,7 @@ package e2b_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -245,6 +246,60 @@ func TestMetrics(t *testing.T) {
 	}
 	if used, _ := ms[0]["memUsed"].(float64); used <= 0 {
 		t.Errorf("memUsed %v, want real usage", ms[0]["memUsed"])
+	}
+	used, _ := ms[0]["diskUsed"].(float64)
+	total, _ := ms[0]["diskTotal"].(float64)
+	if used <= 0 || total < used {
+		t.Errorf("diskUsed %v, diskTotal %v: want real usage within a total", ms[0]["diskUsed"], ms[0]["diskTotal"])
+	}
+}
+
+// TestMetrics_StartEndWindow: the sample (taken now) is reported only when
+// [start, end] holds now; start after end is 400; the batch route keys
+// samples by id and leaves unknown ids out.
+func TestMetrics_StartEndWindow(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base"})
+	now := time.Now().Unix()
+	count := func(query string) int {
+		t.Helper()
+		resp := h.do(t, h.admin, http.MethodGet, "/sandboxes/"+c.SandboxID+"/metrics?"+query, nil)
+		if resp.status != http.StatusOK {
+			t.Fatalf("metrics?%s: %d %s", query, resp.status, resp.body)
+		}
+		var ms []map[string]any
+		decode(t, resp.body, &ms)
+		return len(ms)
+	}
+	q := func(start, end int64) string { return fmt.Sprintf("start=%d&end=%d", start, end) }
+	for _, tc := range []struct {
+		query string
+		want  int
+	}{
+		{"", 1},
+		{q(now-60, now+60), 1},
+		{fmt.Sprintf("start=%d", now-60), 1},
+		{fmt.Sprintf("end=%d", now+60), 1},
+		{q(now-3600, now-1800), 0}, // all in the past
+		{q(now+1800, now+3600), 0}, // all in the future
+		{fmt.Sprintf("start=%d", now+1800), 0},
+	} {
+		if got := count(tc.query); got != tc.want {
+			t.Errorf("metrics?%s: %d samples, want %d", tc.query, got, tc.want)
+		}
+	}
+	wantError(t, h.do(t, h.admin, http.MethodGet, "/sandboxes/"+c.SandboxID+"/metrics?"+q(now, now-10), nil), http.StatusBadRequest)
+	wantError(t, h.do(t, h.admin, http.MethodGet, "/sandboxes/"+c.SandboxID+"/metrics?start=yesterday", nil), http.StatusBadRequest)
+
+	resp := h.do(t, h.admin, http.MethodGet, "/sandboxes/metrics?sandbox_ids="+c.SandboxID+",sb-00000000deadbeef", nil)
+	var batch struct {
+		Sandboxes map[string]struct {
+			DiskTotal uint64 `json:"diskTotal"`
+		} `json:"sandboxes"`
+	}
+	decode(t, resp.body, &batch)
+	if resp.status != http.StatusOK || len(batch.Sandboxes) != 1 || batch.Sandboxes[c.SandboxID].DiskTotal == 0 {
+		t.Errorf("batch metrics: %d %s, want one sample with a disk", resp.status, resp.body)
 	}
 }
 

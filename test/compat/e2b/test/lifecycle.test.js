@@ -131,6 +131,19 @@ describe('lifecycle', { concurrency: true }, () => {
     assert.ok(left > 1_140_000 && left <= 1_205_000, `connect with 1200 s: end ${left} ms away, want about 1200 s`)
   })
 
+  it('getMetrics reports disk and honours start and end', { timeout: 120_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'metrics')
+    const [m] = await sbx.getMetrics()
+    assert.ok(m, 'a running sandbox has a sample')
+    assert.ok(m.memUsed > 0, `memUsed ${m.memUsed}`)
+    assert.ok(m.diskUsed > 0 && m.diskTotal >= m.diskUsed, `disk ${m.diskUsed} of ${m.diskTotal}`)
+    const hour = 3_600_000
+    const now = Date.now()
+    assert.equal((await sbx.getMetrics({ start: new Date(now - hour), end: new Date(now + hour) })).length, 1)
+    assert.deepEqual(await sbx.getMetrics({ start: new Date(now - 2 * hour), end: new Date(now - hour) }), [])
+    assert.deepEqual(await sbx.getMetrics({ start: new Date(now + hour) }), [])
+  })
+
   it('kill returns true once, then false; unknown ids give false', { timeout: 120_000 }, async (t) => {
     const sbx = await createSandbox(t, 'kill')
     assert.equal(await sbx.kill(), true)
