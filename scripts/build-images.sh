@@ -2,7 +2,8 @@
 # build-images.sh — build the local sandbox images; no registry involved.
 #
 #   sandboxd/base:bookworm   Debian bookworm minbase (debootstrap) + images/base/packages,
-#                            customized by images/base/customize.sh (user uid 1000, no docs)
+#                            customized by images/base/customize.sh (user uid 1000 with
+#                            passwordless sudo, as E2B's base template; no docs)
 #   sandboxd/busybox:latest  Debian's busybox-static with its applet symlinks; for fast tests
 #   sandboxd/code-interpreter:v1
 #                            sandboxd/base plus images/code-interpreter/server.py at

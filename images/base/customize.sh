@@ -10,6 +10,19 @@ if ! id -u user >/dev/null 2>&1; then
 	useradd --uid 1000 --gid 1000 --create-home --home-dir /home/user --shell /bin/bash user
 fi
 
+# Passwordless sudo for user, as in E2B's base template. The file is
+# checked before it is installed: a broken sudoers file would lock sudo.
+cat >/tmp/sudoers-user <<'SUDOERS'
+user ALL=(ALL:ALL) NOPASSWD: ALL
+SUDOERS
+visudo -cqf /tmp/sudoers-user
+install -m 0440 /tmp/sudoers-user /etc/sudoers.d/user
+rm -f /tmp/sudoers-user
+usermod -aG sudo user
+# The hostname resolves through myhostname (its package adds it; make sure).
+grep -q '^hosts:.*myhostname' /etc/nsswitch.conf ||
+	sed -i 's/^hosts:[[:space:]]*files/& myhostname/' /etc/nsswitch.conf
+
 # Future apt installs inside a sandbox skip docs too.
 cat >/etc/dpkg/dpkg.cfg.d/01-sandboxd-nodoc <<'CFG'
 path-exclude /usr/share/doc/*
