@@ -80,6 +80,12 @@
 // interpreter server (tag "code-interpreter", as `user`) after create and
 // after every resume, and waits until port 49999 accepts.
 //
+// MCP: a create with `mcp` servers (the SDK then names the template
+// `mcp-gateway`, which is the base image here) is accepted; the SDK then
+// runs `mcp-gateway --config …` in the sandbox, and the built-in images'
+// mcp-gateway exits 1 saying that sandboxd has no gateway, so the SDK
+// kills the sandbox and throws "Failed to start MCP gateway: …".
+//
 // The timeout is in seconds; when absent (the JS SDK omits it unless the
 // user set timeoutMs) it is 300 s for v1 and v2 alike (the infra spec's v1
 // default of 15 s would surprise Python users, whose SDK always sends it).

@@ -83,7 +83,13 @@ type Options struct {
 var DefaultImages = map[string]string{
 	"base":                  "",
 	codeInterpreterTemplate: "sandboxd/code-interpreter:v1",
+	// The SDK's template when a create names mcp servers and no template:
+	// the base image, whose mcp-gateway explains that there is none.
+	mcpGatewayTemplate: "",
 }
+
+// mcpGatewayTemplate is the SDK's defaultMcpTemplate.
+const mcpGatewayTemplate = "mcp-gateway"
 
 // Facade is the E2B edge. Mount it in front of the native API and send it
 // every request Match accepts.
