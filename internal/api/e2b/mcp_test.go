@@ -15,6 +15,7 @@ import (
 // gateway: …") after killing the sandbox. An mcp that is no object is 400.
 func TestCreate_MCPAnswersAsTheSDKExpects(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
+	needsBaseImageOfThisCheckout(t)
 	c := h.create(t, map[string]any{"templateID": "mcp-gateway", "mcp": map[string]any{"exa": map[string]any{"apiKey": "k"}}})
 	if c.TemplateID != "mcp-gateway" {
 		t.Errorf("templateID %q, want mcp-gateway", c.TemplateID)
