@@ -2,7 +2,8 @@
 # build-images.sh — build the local sandbox images; no registry involved.
 #
 #   sandboxd/base:bookworm   Debian bookworm minbase (debootstrap) + images/base/packages,
-#                            customized by images/base/customize.sh (user uid 1000, no docs)
+#                            customized by images/base/customize.sh (user uid 1000 with
+#                            passwordless sudo, as E2B's base template; no docs)
 #   sandboxd/busybox:latest  Debian's busybox-static with its applet symlinks; for fast tests
 #   sandboxd/code-interpreter:v1
 #                            sandboxd/base plus images/code-interpreter/server.py at
@@ -10,6 +11,8 @@
 #                            code-interpreter-v1 (the E2B facade starts the server)
 #
 # Usage: scripts/build-images.sh [base] [busybox] [code-interpreter]   (default: all three)
+#        scripts/build-images.sh --recipe base|busybox   print the recipe hash this checkout
+#                                                        would label the image with (no root)
 #
 # Cached twice:
 #   - each image carries LABEL sandboxd.recipe=<hash of this script + images/<name>/*>;
@@ -39,6 +42,21 @@ CODE_INTERPRETER_DIR=/opt/sandboxd/code-interpreter
 LABEL=sandboxd.recipe
 export PATH="$PATH:/usr/sbin:/sbin"
 
+# recipe_hash NAME: hash of this script and every file under images/NAME.
+recipe_hash() {
+	(
+		cd "$ROOT"
+		{ echo scripts/build-images.sh; find "images/$1" -type f | LC_ALL=C sort; } |
+			while read -r f; do printf '%s\n' "$f"; sha256sum <"$f"; done
+	) | sha256sum | cut -c1-16
+}
+
+if [[ ${1:-} == --recipe ]]; then
+	[[ ${2:-} == base || ${2:-} == busybox ]] || die "--recipe wants base or busybox"
+	recipe_hash "$2"
+	exit 0
+fi
+
 [[ $(id -u) -eq 0 ]] || die "must run as root (debootstrap and chroot)"
 docker info --format '{{.ServerVersion}}' >/dev/null 2>&1 || die "docker engine not reachable; run scripts/setup-docker.sh first"
 mkdir -p "$CACHE_DIR"
@@ -63,15 +81,6 @@ new_workdir() { # new_workdir VAR: make a scratch dir and store its path in VAR
 	d=$(mktemp -d "$CACHE_DIR/work.XXXXXX")
 	WORKDIRS+=("$d")
 	printf -v "$1" '%s' "$d"
-}
-
-# recipe_hash NAME: hash of this script and every file under images/NAME.
-recipe_hash() {
-	(
-		cd "$ROOT"
-		{ echo scripts/build-images.sh; find "images/$1" -type f | LC_ALL=C sort; } |
-			while read -r f; do printf '%s\n' "$f"; sha256sum <"$f"; done
-	) | sha256sum | cut -c1-16
 }
 
 image_label() { docker image inspect --format "{{index .Config.Labels \"$LABEL\"}}" "$1" 2>/dev/null || true; }

@@ -24,6 +24,10 @@ stop "$data_dir"
 nohup bin/sandboxd --data-dir "$data_dir" --listen "$listen" >>"$data_dir/sandboxd.log" 2>&1 &
 echo $! >"$data_dir/sandboxd.pid"
 
+# The E2B hint names the data dir only when it is not the checkout's.
+e2b_key="bin/sbx token e2b-key"
+[ "$(cd "$data_dir" && pwd)" = "$PWD/.sandboxd" ] || e2b_key="SBX_DATA_DIR=$data_dir $e2b_key"
+
 for _ in $(seq 100); do
   if curl -fsS "http://$listen/healthz" >/dev/null 2>&1; then
     cat <<MSG
@@ -33,6 +37,10 @@ Try next:
   bin/sbx create --image sandboxd/base:bookworm --name hello
   bin/sbx exec hello -- uname -a
   bin/sbx shell hello
+
+From the E2B SDKs (any version; the key is the admin token in its e2b_ form):
+  export E2B_API_URL=http://$listen E2B_SANDBOX_URL=http://$listen
+  export E2B_API_KEY=\$($e2b_key)
 
 Stop it with: make stop
 MSG

@@ -7,15 +7,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxd/sandboxd/internal/auth"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
 func (c *cli) tokenCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "token (create|ls|rm) …",
+		Use:     "token (create|ls|rm|e2b-key) …",
 		Aliases: []string{"tokens"},
 		Short:   "Manage API tokens (admin)",
-		Args:    args(0, 0, "a subcommand: create, ls or rm"),
+		Args:    args(0, 0, "a subcommand: create, ls, rm or e2b-key"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cmd.Help()
 		},
@@ -42,9 +43,42 @@ func (c *cli) tokenCmd() *cobra.Command {
 				return err
 			}
 			if c.jsonOut {
-				return c.printJSON(t)
+				return c.printJSON(struct {
+					*sandboxd.Token
+					E2BAPIKey string `json:"e2b_api_key"`
+				}{t, auth.E2BKey(t.Secret)})
 			}
+			// stdout stays the token alone, for scripts; the E2B form is
+			// for people (and `sbx token e2b-key` prints it for scripts).
 			fmt.Fprintln(c.stdout, t.Secret)
+			fmt.Fprintln(c.stderr, "for the E2B SDKs: E2B_API_KEY="+auth.E2BKey(t.Secret))
+			return nil
+		},
+	}
+	e2bKey := &cobra.Command{
+		Use:   "e2b-key [TOKEN]",
+		Short: "Print a token in the e2b_<hex> form every E2B SDK accepts as E2B_API_KEY",
+		Long: "Print TOKEN, or the token sbx uses (SBX_TOKEN, else .sandboxd/admin.token), in the\n" +
+			"form the E2B SDKs take as an API key: e2b_ and the token in hex. The daemon\n" +
+			"accepts both forms; SDKs that check the key's format before sending want this one.",
+		Args: args(0, 1, "at most one token"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			tok := ""
+			if len(a) == 1 {
+				tok = a[0]
+			} else {
+				var err error
+				if tok, err = c.token(); err != nil {
+					return err
+				}
+				if tok == "" {
+					return usagef(cmd, "no token: give one, set SBX_TOKEN, or run inside a checkout with .sandboxd/admin.token")
+				}
+			}
+			if _, err := auth.Parse(tok); err != nil {
+				return usagef(cmd, "not a sandboxd token: %v", err)
+			}
+			fmt.Fprintln(c.stdout, auth.E2BKey(tok))
 			return nil
 		},
 	}
@@ -56,6 +90,7 @@ func (c *cli) tokenCmd() *cobra.Command {
 	create.Flags().Int64Var(&quota.MemoryMB, "max-memory-mb", 0, "memory in MB the owner's sandboxes may hold at once")
 	cmd.AddCommand(
 		create,
+		e2bKey,
 		&cobra.Command{
 			Use:     "ls",
 			Aliases: []string{"list"},

@@ -10,6 +10,29 @@ if ! id -u user >/dev/null 2>&1; then
 	useradd --uid 1000 --gid 1000 --create-home --home-dir /home/user --shell /bin/bash user
 fi
 
+# Passwordless sudo for user, as in E2B's base template. The file is
+# checked before it is installed: a broken sudoers file would lock sudo.
+cat >/tmp/sudoers-user <<'SUDOERS'
+user ALL=(ALL:ALL) NOPASSWD: ALL
+SUDOERS
+visudo -cqf /tmp/sudoers-user
+install -m 0440 /tmp/sudoers-user /etc/sudoers.d/user
+rm -f /tmp/sudoers-user
+usermod -aG sudo user
+# The hostname resolves through myhostname (its package adds it; make sure).
+grep -q '^hosts:.*myhostname' /etc/nsswitch.conf ||
+	sed -i 's/^hosts:[[:space:]]*files/& myhostname/' /etc/nsswitch.conf
+
+# E2B's SDK starts an MCP gateway with `mcp-gateway --config <json>` (as
+# root) after creating a sandbox with the mcp option, and reports its
+# stderr when it exits non-zero. sandboxd has no gateway: say so clearly.
+cat >/usr/local/bin/mcp-gateway <<'STUB'
+#!/bin/sh
+echo "sandboxd: the MCP gateway is not available: sandboxd ships no mcp-gateway (E2B's runs in its hosted mcp-gateway template). Create the sandbox without the mcp option, or name a template image that provides an mcp-gateway command." >&2
+exit 1
+STUB
+chmod 0755 /usr/local/bin/mcp-gateway
+
 # Future apt installs inside a sandbox skip docs too.
 cat >/etc/dpkg/dpkg.cfg.d/01-sandboxd-nodoc <<'CFG'
 path-exclude /usr/share/doc/*

@@ -126,9 +126,12 @@ func TokenCommand(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		if *asJSON {
-			_ = json.NewEncoder(stdout).Encode(map[string]any{"id": t.ID, "name": t.Name, "role": string(t.Role), "owner": t.Owner, "quota": t.Quota, "token": plain})
+			_ = json.NewEncoder(stdout).Encode(map[string]any{"id": t.ID, "name": t.Name, "role": string(t.Role), "owner": t.Owner, "quota": t.Quota, "token": plain, "e2b_api_key": auth.E2BKey(plain)})
 		} else {
+			// stdout stays the token alone, for scripts; the e2b_ form,
+			// which every E2B SDK accepts as E2B_API_KEY, is for people.
 			fmt.Fprintln(stdout, plain)
+			fmt.Fprintln(stderr, "for the E2B SDKs: E2B_API_KEY="+auth.E2BKey(plain))
 		}
 	case "list":
 		ts, err := st.ListAPITokens(ctx)

@@ -104,17 +104,29 @@ func (s *Service) lookupName(ctx context.Context, c Caller, name string) (store.
 
 // ListFilter selects sandboxes for List.
 type ListFilter struct {
-	Name      string
-	Tags      map[string]string
-	States    []State
-	Limit     int
-	PageToken string
+	Name   string
+	Tags   map[string]string
+	States []State
+	// Annotations must all match the sandbox's (a facade's own data).
+	Annotations map[string]string
+	// CreatedFrom and CreatedUntil bound CreatedAt, inclusive; zero: none.
+	CreatedFrom, CreatedUntil time.Time
+	// NewestFirst lists newest first (default oldest first).
+	NewestFirst bool
+	Limit       int
+	PageToken   string
 }
 
-// List returns one page of the caller's sandboxes, oldest first, and the
-// token of the next page ("" on the last).
+// List returns one page of the caller's sandboxes, oldest first (newest
+// first with f.NewestFirst), and the token of the next page ("" on the
+// last). Pages are keyed by creation, so a sandbox that changes state
+// between pages is listed once.
 func (s *Service) List(ctx context.Context, c Caller, f ListFilter) ([]Sandbox, string, error) {
-	sf := store.ListFilter{Name: f.Name, Tags: f.Tags, States: f.States, Limit: f.Limit, PageToken: f.PageToken}
+	sf := store.ListFilter{
+		Name: f.Name, Tags: f.Tags, States: f.States, Annotations: f.Annotations,
+		CreatedFrom: f.CreatedFrom, CreatedUntil: f.CreatedUntil, NewestFirst: f.NewestFirst,
+		Limit: f.Limit, PageToken: f.PageToken,
+	}
 	if !c.Admin {
 		sf.Owner = c.Owner
 	}
@@ -266,6 +278,10 @@ func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox
 type Update struct {
 	SetTimeout bool
 	Timeout    time.Duration
+	// ExtendOnly, with SetTimeout, only ever moves the expiry later: a
+	// sandbox whose expiry is already past now+Timeout, or that has none,
+	// keeps it (decided under the writer).
+	ExtendOnly bool
 	Tags       map[string]string // nil: unchanged
 }
 
@@ -285,6 +301,7 @@ func (s *Service) UpdateSandbox(ctx context.Context, c Caller, idOrName string, 
 			exp = s.Clock().Add(u.Timeout)
 		}
 		su.ExpiresAt = &exp
+		su.ExtendOnly = u.ExtendOnly
 	}
 	if u.Tags != nil {
 		probe := CreateRequest{Tags: u.Tags, MilliCPU: defaultMilliCPU, MemoryMB: defaultMemoryMB, Image: "x"}

@@ -200,19 +200,28 @@ const (
 
 // ListFilter selects sandboxes. Zero fields do not filter.
 type ListFilter struct {
-	Owner     string
-	Name      string
-	Tags      map[string]string // every pair must match (AND)
-	States    []SandboxState    // any of (OR)
-	Limit     int               // <= 0: DefaultListLimit; capped at MaxListLimit
-	PageToken string            // from a previous call's nextPageToken
+	Owner  string
+	Name   string
+	Tags   map[string]string // every pair must match (AND)
+	States []SandboxState    // any of (OR)
+	// Annotations must each match the spec's annotations (AND).
+	Annotations map[string]string
+	// CreatedFrom and CreatedUntil bound CreatedAt, both inclusive; zero
+	// is no bound.
+	CreatedFrom, CreatedUntil time.Time
+	// NewestFirst orders by (CreatedAt, ID) descending. A page token keeps
+	// its place in either order, but only means something in the order it
+	// was made in.
+	NewestFirst bool
+	Limit       int    // <= 0: DefaultListLimit; capped at MaxListLimit
+	PageToken   string // from a previous call's nextPageToken
 	// IncludeDestroying lists rows whose destroy began, too (the
 	// reconciler's view); callers' listings leave them out.
 	IncludeDestroying bool
 }
 
-// ListSandboxes returns one page of sandboxes matching f, ordered by (CreatedAt, ID), and
-// the token for the next page ("" on the last page). Paging is keyset-based, so rows
+// ListSandboxes returns one page of sandboxes matching f, ordered by (CreatedAt, ID)
+// (descending with f.NewestFirst), and the token for the next page ("" on the last page). Paging is keyset-based, so rows
 // created or deleted between pages neither shift nor repeat the rows already returned.
 // A malformed PageToken is ErrInvalidArgument.
 func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, string, error) {
@@ -237,6 +246,17 @@ func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, str
 			"EXISTS (SELECT 1 FROM json_each(sandboxes.tags) WHERE key = ? AND value = ?)")
 		args = append(args, k, f.Tags[k])
 	}
+	for _, k := range sortedKeys(f.Annotations) {
+		where = append(where,
+			"EXISTS (SELECT 1 FROM json_each(sandboxes.spec, '$.annotations') WHERE key = ? AND value = ?)")
+		args = append(args, k, f.Annotations[k])
+	}
+	if !f.CreatedFrom.IsZero() {
+		where, args = append(where, "created_at >= ?"), append(args, millis(f.CreatedFrom))
+	}
+	if !f.CreatedUntil.IsZero() {
+		where, args = append(where, "created_at <= ?"), append(args, millis(f.CreatedUntil))
+	}
 	if len(f.States) > 0 {
 		where = append(where, "state IN ("+placeholders(len(f.States))+")")
 		for _, st := range f.States {
@@ -251,13 +271,21 @@ func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, str
 		if err != nil {
 			return nil, "", err
 		}
-		where, args = append(where, "(created_at, id) > (?, ?)"), append(args, created, id)
+		cmp := ">"
+		if f.NewestFirst {
+			cmp = "<"
+		}
+		where, args = append(where, "(created_at, id) "+cmp+" (?, ?)"), append(args, created, id)
 	}
 	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY created_at, id LIMIT ?"
+	if f.NewestFirst {
+		q += " ORDER BY created_at DESC, id DESC LIMIT ?"
+	} else {
+		q += " ORDER BY created_at, id LIMIT ?"
+	}
 	args = append(args, limit+1) // one extra row tells us whether there is a next page
 
 	items, err := queryAll(ctx, s.reader, scanSandbox, q, args...)
@@ -339,6 +367,10 @@ func (s *Store) UpdateSandboxState(ctx context.Context, id string, from []Sandbo
 type SandboxUpdate struct {
 	ExpiresAt *time.Time         // a pointer to the zero Time clears the expiry
 	Tags      *map[string]string // replaces all tags
+	// ExtendOnly makes ExpiresAt a lower bound: the expiry moves only
+	// when that is later, and a row without one keeps none. It is decided
+	// in the write, so no concurrent update is undone by a stale read.
+	ExtendOnly bool
 }
 
 // UpdateSandbox applies u to sandbox id and returns the updated row, or ErrNotFound (also
@@ -348,7 +380,11 @@ type SandboxUpdate struct {
 func (s *Store) UpdateSandbox(ctx context.Context, id string, u SandboxUpdate) (Sandbox, error) {
 	sets := []string{"updated_at = ?"}
 	args := []any{s.nowMillis()}
-	if u.ExpiresAt != nil {
+	switch {
+	case u.ExpiresAt != nil && u.ExtendOnly && !u.ExpiresAt.IsZero():
+		sets = append(sets, "expires_at = CASE WHEN expires_at IS NULL OR expires_at >= ? THEN expires_at ELSE ? END")
+		args = append(args, millis(*u.ExpiresAt), millis(*u.ExpiresAt))
+	case u.ExpiresAt != nil:
 		sets, args = append(sets, "expires_at = ?"), append(args, nullMillis(*u.ExpiresAt))
 	}
 	if u.Tags != nil {

@@ -216,6 +216,90 @@ func TestListSandboxes_KeysetPaging(t *testing.T) {
 	}
 }
 
+// TestListSandboxes_NewestFirstAcrossStates: NewestFirst pages newest
+// first with ties broken by id, across states, and a row changing state
+// between pages neither repeats nor goes missing (the keyset is
+// (created_at, id), not the state).
+func TestListSandboxes_NewestFirstAcrossStates(t *testing.T) {
+	s, clock := newStore(t)
+	var want []string
+	for i := range 10 {
+		if i%3 == 0 {
+			clock.Advance(time.Millisecond)
+		}
+		sb := store.Sandbox{ID: sandboxID(i), Image: "debian", State: store.StateRunning}
+		if i%2 == 1 {
+			sb.State = store.StateStopped
+		}
+		if err := s.CreateSandbox(t.Context(), &sb); err != nil {
+			t.Fatal(err)
+		}
+		want = append([]string{sandboxID(i)}, want...)
+	}
+	states := []store.SandboxState{store.StateRunning, store.StateStopped, store.StateError}
+	var got []string
+	token := ""
+	for page := 0; ; page++ {
+		items, next, err := s.ListSandboxes(t.Context(), store.ListFilter{States: states, NewestFirst: true, Limit: 3, PageToken: token})
+		if err != nil {
+			t.Fatalf("page %d: %v", page, err)
+		}
+		got = append(got, ids(items)...)
+		if page == 0 {
+			// A sandbox further down stops between pages.
+			if _, err := s.UpdateSandboxState(t.Context(), sandboxID(2), []store.SandboxState{store.StateRunning}, store.StateStopped, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("newest-first ids (-want +got):\n%s", diff)
+	}
+}
+
+func TestListSandboxes_AnnotationsAndCreatedBounds(t *testing.T) {
+	s, clock := newStore(t)
+	start := clock.Now()
+	for i, tpl := range []string{"base", "code-interpreter-v1", "base", ""} {
+		spec := `{}`
+		if tpl != "" {
+			spec = `{"annotations":{"e2b.template":"` + tpl + `","e2b.user":"user"}}`
+		}
+		sb := store.Sandbox{ID: sandboxID(i), Image: "debian", State: store.StateRunning, Spec: json.RawMessage(spec)}
+		if err := s.CreateSandbox(t.Context(), &sb); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+	}
+	for _, tt := range []struct {
+		name string
+		f    store.ListFilter
+		want []string
+	}{
+		{"annotation", store.ListFilter{Annotations: map[string]string{"e2b.template": "base"}}, []string{sandboxID(0), sandboxID(2)}},
+		{"annotations AND", store.ListFilter{Annotations: map[string]string{"e2b.template": "code-interpreter-v1", "e2b.user": "user"}}, []string{sandboxID(1)}},
+		{"annotation no match", store.ListFilter{Annotations: map[string]string{"e2b.template": "nope"}}, nil},
+		{"created from (inclusive)", store.ListFilter{CreatedFrom: start.Add(2 * time.Second)}, []string{sandboxID(2), sandboxID(3)}},
+		{"created until (inclusive)", store.ListFilter{CreatedUntil: start.Add(time.Second)}, []string{sandboxID(0), sandboxID(1)}},
+		{"created window", store.ListFilter{CreatedFrom: start.Add(time.Second), CreatedUntil: start.Add(2 * time.Second)}, []string{sandboxID(1), sandboxID(2)}},
+		{"newest first", store.ListFilter{NewestFirst: true, Annotations: map[string]string{"e2b.template": "base"}}, []string{sandboxID(2), sandboxID(0)}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			items, _, err := s.ListSandboxes(t.Context(), tt.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, ids(items)); diff != "" {
+				t.Errorf("ids (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestListSandboxes_BadPageToken(t *testing.T) {
 	s, _ := newStore(t)
 	for _, tok := range []string{"%%%", "bm9kb3Q", "eC55"} { // not base64; "nodot"; "x.y"
@@ -295,6 +379,32 @@ func TestUpdateSandbox_ExpiryAndTags(t *testing.T) {
 	}
 	if _, err := s.UpdateSandbox(t.Context(), "sb-missing", store.SandboxUpdate{}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("missing sandbox: %v, want ErrNotFound", err)
+	}
+}
+
+// TestUpdateSandbox_ExtendOnly: an extend-only expiry moves the expiry
+// later, never earlier, and leaves a sandbox without one without one.
+func TestUpdateSandbox_ExtendOnly(t *testing.T) {
+	s, _ := newStore(t)
+	createSandbox(t, s, sandboxID(1), "")
+	at := func(d time.Duration) *time.Time { e := storetest.Epoch.Add(d); return &e }
+	if got, err := s.UpdateSandbox(t.Context(), sandboxID(1), store.SandboxUpdate{ExpiresAt: at(time.Minute), ExtendOnly: true}); err != nil || !got.ExpiresAt.IsZero() {
+		t.Errorf("extend a sandbox that never expires: expires %v, %v; want never", got.ExpiresAt, err)
+	}
+	if _, err := s.UpdateSandbox(t.Context(), sandboxID(1), store.SandboxUpdate{ExpiresAt: at(5 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		to, want time.Duration
+	}{
+		{10 * time.Second, 5 * time.Minute}, // shorter: kept
+		{5 * time.Minute, 5 * time.Minute},  // equal: kept
+		{10 * time.Minute, 10 * time.Minute},
+	} {
+		got, err := s.UpdateSandbox(t.Context(), sandboxID(1), store.SandboxUpdate{ExpiresAt: at(tc.to), ExtendOnly: true})
+		if err != nil || !got.ExpiresAt.Equal(*at(tc.want)) {
+			t.Errorf("extend to +%v: expires %v, %v; want +%v", tc.to, got.ExpiresAt, err, tc.want)
+		}
 	}
 }
 

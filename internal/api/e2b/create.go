@@ -119,8 +119,11 @@ func (f *Facade) createRequest(owner string, body newSandboxBody) (service.Creat
 	if strings.ContainsAny(template, " \t\r\n\x00") {
 		return service.CreateRequest{}, badRequest("invalid templateID %q", template)
 	}
-	if len(body.MCP) > 0 && string(body.MCP) != "null" {
-		return service.CreateRequest{}, badRequest("mcp is not supported")
+	// mcp is the SDK's: after create it runs `mcp-gateway --config …` in
+	// the sandbox and, when that fails, kills it and reports the stderr.
+	// The built-in images' mcp-gateway says that sandboxd has none.
+	if len(body.MCP) > 0 && string(body.MCP) != "null" && body.MCP[0] != '{' {
+		return service.CreateRequest{}, badRequest("mcp must be an object of MCP servers")
 	}
 	if len(body.IAM) > 0 && string(body.IAM) != "null" && string(body.IAM) != "{}" {
 		return service.CreateRequest{}, badRequest("iam is not supported")

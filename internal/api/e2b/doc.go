@@ -21,18 +21,23 @@
 //     proxied to that port inside the sandbox through service.DialPort
 //     (49999 is the code-interpreter server). Responses are flushed per
 //     write, so Connect streams and NDJSON arrive message by message.
-//   - the control plane: /sandboxes… and /v2/sandboxes…, answered here
-//     with E2B's JSON shapes and its error body {"code": <status>,
-//     "message": …} on every failure (the SDKs read `code` from the body:
-//     kill() is false only on code 404, pause() only on 409).
+//   - the control plane: /sandboxes…, /v2/sandboxes… and every other
+//     top-level path of E2B's API (controlPrefixes), answered here with
+//     E2B's JSON shapes and its error body {"code": <status>, "message": …}
+//     on every failure (the SDKs read `code` from the body: kill() is false
+//     only on code 404, pause() only on 409). What E2B has and the facade
+//     does not (templates, snapshots, fork, logs, network updates, …:
+//     unsupported.go) is 501 naming it, never 404, which the SDK would read
+//     as "sandbox not found".
 //
 // The sandbox is named by its id only, never by a name (envd requests
 // carry no API key to scope a name by, and an answer that differed for
 // another tenant's name would tell it exists). An envd request for a
 // sandbox that does not exist or is not running, or that names it any
-// other way than by id, is 502, which the SDKs read as "sandbox not running" (isRunning() false,
-// SandboxNotFoundError on a command): a Connect error body
-// {"code":"unavailable"} on the Connect paths, the E2B body elsewhere.
+// other way than by id, is 502, which the SDKs read as "sandbox not
+// running" (isRunning() false, SandboxNotFoundError on a command), with
+// E2B's edge body {"sandboxId", "message": "The sandbox was not found",
+// "code": 502} (code "unavailable", Connect's, on the Connect paths).
 //
 // # Authentication
 //
@@ -95,6 +100,12 @@
 // there is none). In a code-interpreter sandbox the facade starts the
 // interpreter server (tag "code-interpreter", as `user`) after create and
 // after every resume, and waits until port 49999 accepts.
+//
+// MCP: a create with `mcp` servers (the SDK then names the template
+// `mcp-gateway`, which is the base image here) is accepted; the SDK then
+// runs `mcp-gateway --config …` in the sandbox, and the built-in images'
+// mcp-gateway exits 1 saying that sandboxd has no gateway, so the SDK
+// kills the sandbox and throws "Failed to start MCP gateway: …".
 //
 // The timeout is in seconds; when absent (the JS SDK omits it unless the
 // user set timeoutMs) it is 300 s for v1 and v2 alike (the infra spec's v1

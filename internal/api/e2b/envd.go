@@ -44,7 +44,7 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 		if err != nil && !errors.Is(err, service.ErrNotFound) {
 			f.log.ErrorContext(r.Context(), "e2b: envd: look up sandbox", "sandbox", id, "err", err)
 		}
-		f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+id+" is not running")
+		f.sandboxNotFound(w, r, id)
 		return
 	}
 	f.forward(w, r, sb, port)
@@ -100,7 +100,7 @@ func (f *Facade) forward(w http.ResponseWriter, r *http.Request, sb service.Sand
 	if port == envdPort {
 		ac, err := f.svc.Agent(r.Context(), sb.ID)
 		if err != nil {
-			f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+sb.ID+" is not running")
+			f.sandboxNotFound(w, r, sb.ID)
 			return
 		}
 		target, rt = agentURL, ac.Transport()

@@ -100,3 +100,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// sandboxNotFoundMessage is what E2B's edge says of a sandbox it cannot
+// route to; the SDKs show it (a TimeoutError "The sandbox was not found:
+// This error is likely due to sandbox timeout…").
+const sandboxNotFoundMessage = "The sandbox was not found"
+
+// sandboxNotFound answers an envd request for a sandbox that does not
+// exist, is not running or is not visible, as E2B's edge does: 502 with
+// {"sandboxId", "message", "code": 502} (isRunning() is false); on the
+// Connect paths a Connect error, code unavailable, with the same message
+// and id (the SDK raises SandboxNotFoundError or TimeoutError from it).
+func (f *Facade) sandboxNotFound(w http.ResponseWriter, r *http.Request, id string) {
+	type body struct {
+		SandboxID string `json:"sandboxId"`
+		Message   string `json:"message"`
+		Code      any    `json:"code"`
+	}
+	code := any(http.StatusBadGateway)
+	if isConnectPath(r.URL.Path) {
+		code = "unavailable"
+	}
+	writeJSON(w, http.StatusBadGateway, body{SandboxID: id, Message: sandboxNotFoundMessage, Code: code})
+}

@@ -31,6 +31,7 @@ type Service interface {
 	Stop(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
 	Stats(ctx context.Context, c service.Caller, idOrName string) (runtime.Stats, error)
+	DiskUsage(ctx context.Context, c service.Caller, idOrName string) (service.Disk, error)
 	DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error)
 	Agent(ctx context.Context, sandboxID string) (*agent.Client, error)
 }
@@ -82,7 +83,13 @@ type Options struct {
 var DefaultImages = map[string]string{
 	"base":                  "",
 	codeInterpreterTemplate: "sandboxd/code-interpreter:v1",
+	// The SDK's template when a create names mcp servers and no template:
+	// the base image, whose mcp-gateway explains that there is none.
+	mcpGatewayTemplate: "",
 }
+
+// mcpGatewayTemplate is the SDK's defaultMcpTemplate.
+const mcpGatewayTemplate = "mcp-gateway"
 
 // Facade is the E2B edge. Mount it in front of the native API and send it
 // every request Match accepts.
@@ -139,7 +146,8 @@ func New(opts Options) *Facade {
 
 // Match reports whether r belongs to the facade: envd traffic (the
 // E2b-Sandbox-Id header, or a Host <port>-<id>.<domain> with port 49983
-// or 49999) and the control plane (/sandboxes…, /v2/sandboxes…). A Host
+// or 49999) and the control plane (/sandboxes…, /v2/sandboxes… and E2B's
+// other top-level paths: controlPrefixes). A Host
 // <port>-<id>.<domain> with any other port is never the facade's, whatever
 // its path or headers: it is a sandbox's app, served by the ingress (an
 // app's own /sandboxes route must reach the app).
@@ -190,8 +198,18 @@ func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.control.ServeHTTP(w, r)
 }
 
+// controlPrefixes are the top-level paths of E2B's control-plane API
+// (the SDK's OpenAPI paths). All of them are the facade's, so that every
+// answer under them is in E2B's shape, served or not (unsupportedAPIs);
+// the native API lives under /v1 and shares none.
+var controlPrefixes = []string{
+	"/sandboxes", "/v2/sandboxes",
+	"/templates", "/v2/templates", "/v3/templates",
+	"/snapshots", "/teams", "/secrets", "/volumes",
+}
+
 func isControlPath(p string) bool {
-	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes"} {
+	for _, prefix := range controlPrefixes {
 		if rest, ok := strings.CutPrefix(p, prefix); ok && (rest == "" || rest[0] == '/') {
 			return true
 		}

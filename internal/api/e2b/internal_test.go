@@ -23,6 +23,15 @@ func TestMatch(t *testing.T) {
 		{"GET", "/sandboxesx", "", nil, false},
 		{"GET", "/v1/sandboxes", "", nil, false},
 		{"GET", "/healthz", "", nil, false},
+		// Every top-level path of E2B's API is the facade's, served or not.
+		{"POST", "/v3/templates", "", nil, true},
+		{"DELETE", "/templates/snap-1", "", nil, true},
+		{"GET", "/snapshots", "", nil, true},
+		{"GET", "/v2/templates/t", "", nil, true},
+		{"GET", "/volumes", "", nil, true},
+		{"GET", "/metrics", "", nil, false}, // the daemon's Prometheus
+		{"GET", "/v3/templatesx", "", nil, false},
+		{"GET", "/templates", "8080-sb-1.localhost", nil, false},
 		{"POST", "/process.Process/Start", "", map[string]string{"E2b-Sandbox-Id": "sb-1", "E2b-Sandbox-Port": "49983"}, true},
 		{"POST", "/execute", "", map[string]string{"E2b-Sandbox-Id": "sb-1", "E2b-Sandbox-Port": "49999"}, true},
 		{"POST", "/process.Process/Start", "", nil, false},

@@ -16,8 +16,9 @@ import (
 // returns an error for writeError.
 type handler func(w http.ResponseWriter, r *http.Request, c service.Caller) error
 
-// routes is the control plane. Everything under the control paths that no
-// route matches is 404 (or 405) in the E2B shape.
+// routes is the control plane. What E2B has and the facade does not is 501
+// (unsupportedAPIs); everything else under the control paths that no route
+// matches is 404 in the E2B shape.
 func (f *Facade) routes() http.Handler {
 	mux := http.NewServeMux()
 	for pattern, h := range map[string]handler{
@@ -33,8 +34,12 @@ func (f *Facade) routes() http.Handler {
 		"POST /sandboxes/{id}/timeout":    f.setTimeout,
 		"POST /sandboxes/{id}/pause":      f.pause,
 		"GET /sandboxes/{id}/metrics":     f.metrics,
+		"GET /sandboxes/metrics":          f.batchMetrics,
 	} {
 		mux.Handle(pattern, f.wrap(h))
+	}
+	for pattern, what := range unsupportedAPIs {
+		mux.Handle(pattern, f.wrap(f.unsupported(what)))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern == "" {
@@ -126,8 +131,9 @@ func timeoutOf(s *int64, def time.Duration) (time.Duration, error) {
 }
 
 // connect is POST /sandboxes/{id}/connect and its v2 twin: 200 with the
-// sandbox when it was running (the timeout, when given, becomes its new
-// expiry), 201 when it was paused and is now resumed.
+// sandbox when it was running (the timeout, when given, extends its
+// expiry to now+timeout if that is later; never shortens it), 201 when it
+// was paused and is now resumed (with the timeout, else 300 s).
 func (f *Facade) connect(w http.ResponseWriter, r *http.Request, c service.Caller) error {
 	var body connectBody
 	if err := f.decodeJSON(w, r, &body); err != nil {
@@ -168,8 +174,8 @@ func (f *Facade) resume(w http.ResponseWriter, r *http.Request, c service.Caller
 }
 
 // resumeSandbox starts the sandbox unless it is running and sets its
-// timeout: the given one, or, on resume, the default (a paused sandbox has
-// none). It restarts the interpreter server of a resumed code-interpreter
+// timeout: on resume the given one or the default (a paused sandbox has
+// none); on a running sandbox the given one, only if it extends. It restarts the interpreter server of a resumed code-interpreter
 // sandbox.
 func (f *Facade) resumeSandbox(ctx context.Context, c service.Caller, id string, timeout *int64) (sb service.Sandbox, resumed bool, err error) {
 	sb, err = f.svc.Get(ctx, c, id)
@@ -187,7 +193,11 @@ func (f *Facade) resumeSandbox(ctx context.Context, c service.Caller, id string,
 		if err != nil {
 			return sb, resumed, err
 		}
-		if sb, err = f.svc.UpdateSandbox(ctx, c, sb.ID, service.Update{SetTimeout: true, Timeout: d}); err != nil {
+		// On a running sandbox connect only ever extends: the SDK sends a
+		// timeout (5 min by default) on every connect, which must not cut a
+		// long-lived sandbox short. A resumed one had no expiry: it gets d.
+		u := service.Update{SetTimeout: true, Timeout: d, ExtendOnly: !resumed}
+		if sb, err = f.svc.UpdateSandbox(ctx, c, sb.ID, u); err != nil {
 			return sb, resumed, err
 		}
 	}
@@ -247,33 +257,127 @@ func (f *Facade) pause(w http.ResponseWriter, r *http.Request, c service.Caller)
 	return nil
 }
 
-// metrics is GET /sandboxes/{id}/metrics: one sample of the container's
-// statistics, taken now, for a running sandbox; none for a paused one.
-// start and end are accepted and ignored (no history is kept).
+// metrics is GET /sandboxes/{id}/metrics: the sandbox's statistics,
+// one sample taken now (no history is kept), for a running sandbox whose
+// [start, end] window (unix seconds, both optional) holds now; none for a
+// paused sandbox or a window in the past or future. end gets a second of
+// slack, since the SDK rounds it from milliseconds.
 func (f *Facade) metrics(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	start, err := unixParam(r.URL.Query(), "start")
+	if err != nil {
+		return err
+	}
+	end, err := unixParam(r.URL.Query(), "end")
+	if err != nil {
+		return err
+	}
+	if start > 0 && end > 0 && start > end {
+		return badRequest("start must not be after end")
+	}
 	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
 	out := []sandboxMetric{}
-	if sb.State == service.StateRunning {
-		st, err := f.svc.Stats(r.Context(), c, sb.ID)
+	now := time.Now().Unix()
+	inWindow := (start == 0 || start <= now) && (end == 0 || now <= end+1)
+	if sb.State == service.StateRunning && inWindow {
+		m, err := f.sample(r.Context(), c, sb)
 		if err != nil {
 			return err
 		}
-		cpus := max(1, (sb.MilliCPU+999)/1000)
-		out = append(out, sandboxMetric{
-			Timestamp:     st.At.UTC().Format(time.RFC3339Nano),
-			TimestampUnix: st.At.Unix(),
-			CPUCount:      cpus,
-			// E2B's percentage is of the sandbox's CPUs, ours of one core.
-			CPUUsedPct: st.CPUPercent / float64(cpus),
-			MemUsed:    st.MemoryUsed,
-			MemTotal:   st.MemoryLimit,
-		})
+		out = append(out, m)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// maxBatchMetrics bounds the sandboxes of one batch metrics call.
+const maxBatchMetrics = 100
+
+// batchMetrics is GET /sandboxes/metrics?sandbox_ids=a,b: a sample of each
+// running sandbox named, keyed by id; ids that are unknown, invisible to
+// the caller or not running are left out.
+func (f *Facade) batchMetrics(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	var ids []string
+	for _, v := range r.URL.Query()["sandbox_ids"] {
+		for id := range strings.SplitSeq(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return badRequest("sandbox_ids is required")
+	}
+	if len(ids) > maxBatchMetrics {
+		return badRequest("at most %d sandbox_ids", maxBatchMetrics)
+	}
+	out := map[string]sandboxMetric{}
+	for _, id := range ids {
+		sb, err := f.svc.Get(r.Context(), c, id)
+		if service.Is(err, service.ErrNotFound) || (err == nil && sb.State != service.StateRunning) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		m, err := f.sample(r.Context(), c, sb)
+		if service.Is(err, service.ErrNotFound) || service.Is(err, service.ErrConflict) {
+			continue // gone or stopped since
+		}
+		if err != nil {
+			return err
+		}
+		out[sb.ID] = m
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Sandboxes map[string]sandboxMetric `json:"sandboxes"`
+	}{out})
+	return nil
+}
+
+// sample takes one SandboxMetric of a running sandbox: CPU and memory from
+// the engine, disk from df in the sandbox. A disk that cannot be read (no
+// df in the image, a sandbox too busy) is reported as 0 and logged, rather
+// than failing the call.
+func (f *Facade) sample(ctx context.Context, c service.Caller, sb service.Sandbox) (sandboxMetric, error) {
+	st, err := f.svc.Stats(ctx, c, sb.ID)
+	if err != nil {
+		return sandboxMetric{}, err
+	}
+	disk, err := f.svc.DiskUsage(ctx, c, sb.ID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return sandboxMetric{}, ctx.Err()
+		}
+		f.log.DebugContext(ctx, "e2b: metrics: disk usage", "sandbox", sb.ID, "err", err)
+	}
+	cpus := max(1, (sb.MilliCPU+999)/1000)
+	return sandboxMetric{
+		Timestamp:     st.At.UTC().Format(time.RFC3339Nano),
+		TimestampUnix: st.At.Unix(),
+		CPUCount:      cpus,
+		// E2B's percentage is of the sandbox's CPUs, ours of one core.
+		CPUUsedPct: st.CPUPercent / float64(cpus),
+		MemUsed:    st.MemoryUsed,
+		MemTotal:   st.MemoryLimit,
+		DiskUsed:   disk.Used,
+		DiskTotal:  disk.Total,
+	}, nil
+}
+
+// unixParam reads query parameter name as unix seconds; absent is 0.
+func unixParam(q url.Values, name string) (int64, error) {
+	v := q.Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badRequest("%s must be unix seconds, not %q", name, v)
+	}
+	return n, nil
 }
 
 // listV1 is GET /sandboxes: the running sandboxes, all of them.
@@ -292,17 +396,39 @@ const maxListLimit = 100
 // list answers ListedSandbox[] for the query's filters: metadata (an
 // urlencoded k=v&… whose keys and values are urlencoded again, as the JS
 // SDK sends it; all pairs must match), state (running and/or paused, comma
-// separated or repeated), limit and nextToken. The next page's token goes
-// in the x-next-token response header.
+// separated or repeated), template (the template id the sandbox was
+// created from), startedAfter and startedBefore (RFC 3339, inclusive),
+// order (asc or desc by start time; E2B's default is desc, newest first),
+// limit and nextToken. The next page's token goes in the x-next-token
+// response header. One keyset over creation time covers running and paused
+// sandboxes alike, so a page never repeats or skips a sandbox that was
+// paused or resumed between pages.
 func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller, defaultStates []string) error {
 	q := r.URL.Query()
-	filter := service.ListFilter{PageToken: q.Get("nextToken"), Limit: maxListLimit}
+	filter := service.ListFilter{PageToken: q.Get("nextToken"), Limit: maxListLimit, NewestFirst: true}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			return badRequest("limit must be a positive integer")
 		}
 		filter.Limit = min(n, maxListLimit)
+	}
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		filter.NewestFirst = false
+	default:
+		return badRequest("order must be asc or desc, not %q", o)
+	}
+	var err error
+	if filter.CreatedFrom, err = parseTimeParam(q, "startedAfter"); err != nil {
+		return err
+	}
+	if filter.CreatedUntil, err = parseTimeParam(q, "startedBefore"); err != nil {
+		return err
+	}
+	if t := q.Get("template"); t != "" {
+		filter.Annotations = map[string]string{annTemplate: t}
 	}
 	tags, err := parseMetadataFilter(q.Get("metadata"))
 	if err != nil {
@@ -336,6 +462,20 @@ func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller, 
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// parseTimeParam reads query parameter name as an RFC 3339 time (what the
+// SDK's toISOString sends); absent is the zero time.
+func parseTimeParam(q url.Values, name string) (time.Time, error) {
+	v := q.Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, badRequest("%s must be an RFC 3339 time, not %q", name, v)
+	}
+	return t, nil
 }
 
 // parseMetadataFilter decodes the metadata query parameter. The JS SDK

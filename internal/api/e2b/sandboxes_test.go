@@ -3,9 +3,11 @@ package e2b_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 )
@@ -244,5 +246,197 @@ func TestMetrics(t *testing.T) {
 	}
 	if used, _ := ms[0]["memUsed"].(float64); used <= 0 {
 		t.Errorf("memUsed %v, want real usage", ms[0]["memUsed"])
+	}
+	used, _ := ms[0]["diskUsed"].(float64)
+	total, _ := ms[0]["diskTotal"].(float64)
+	if used <= 0 || total < used {
+		t.Errorf("diskUsed %v, diskTotal %v: want real usage within a total", ms[0]["diskUsed"], ms[0]["diskTotal"])
+	}
+}
+
+// TestMetrics_StartEndWindow: the sample (taken now) is reported only when
+// [start, end] holds now; start after end is 400; the batch route keys
+// samples by id and leaves unknown ids out.
+func TestMetrics_StartEndWindow(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base"})
+	now := time.Now().Unix()
+	count := func(query string) int {
+		t.Helper()
+		resp := h.do(t, h.admin, http.MethodGet, "/sandboxes/"+c.SandboxID+"/metrics?"+query, nil)
+		if resp.status != http.StatusOK {
+			t.Fatalf("metrics?%s: %d %s", query, resp.status, resp.body)
+		}
+		var ms []map[string]any
+		decode(t, resp.body, &ms)
+		return len(ms)
+	}
+	q := func(start, end int64) string { return fmt.Sprintf("start=%d&end=%d", start, end) }
+	for _, tc := range []struct {
+		query string
+		want  int
+	}{
+		{"", 1},
+		{q(now-60, now+60), 1},
+		{fmt.Sprintf("start=%d", now-60), 1},
+		{fmt.Sprintf("end=%d", now+60), 1},
+		{q(now-3600, now-1800), 0}, // all in the past
+		{q(now+1800, now+3600), 0}, // all in the future
+		{fmt.Sprintf("start=%d", now+1800), 0},
+	} {
+		if got := count(tc.query); got != tc.want {
+			t.Errorf("metrics?%s: %d samples, want %d", tc.query, got, tc.want)
+		}
+	}
+	wantError(t, h.do(t, h.admin, http.MethodGet, "/sandboxes/"+c.SandboxID+"/metrics?"+q(now, now-10), nil), http.StatusBadRequest)
+	wantError(t, h.do(t, h.admin, http.MethodGet, "/sandboxes/"+c.SandboxID+"/metrics?start=yesterday", nil), http.StatusBadRequest)
+
+	resp := h.do(t, h.admin, http.MethodGet, "/sandboxes/metrics?sandbox_ids="+c.SandboxID+",sb-00000000deadbeef", nil)
+	var batch struct {
+		Sandboxes map[string]struct {
+			DiskTotal uint64 `json:"diskTotal"`
+		} `json:"sandboxes"`
+	}
+	decode(t, resp.body, &batch)
+	if resp.status != http.StatusOK || len(batch.Sandboxes) != 1 || batch.Sandboxes[c.SandboxID].DiskTotal == 0 {
+		t.Errorf("batch metrics: %d %s, want one sample with a disk", resp.status, resp.body)
+	}
+}
+
+// TestList_OrderTimeTemplateAndPagingAcrossStates: GET /v2/sandboxes lists
+// newest first unless order=asc, honours template, startedAfter and
+// startedBefore, and pages one sandbox at a time across running and paused
+// sandboxes, including one paused between pages, with x-next-token absent
+// on the last page.
+func TestList_OrderTimeTemplateAndPagingAcrossStates(t *testing.T) {
+	h := newHarness(t, harnessOptions{noBodyDedupe: true})
+	meta := func(i string) map[string]string { return map[string]string{"run": "order", "i": i} }
+	a := h.create(t, map[string]any{"templateID": "base", "metadata": meta("a")})
+	h.clock.Advance(time.Second)
+	b := h.create(t, map[string]any{"templateID": "base", "metadata": meta("b")})
+	h.clock.Advance(time.Second)
+	c := h.create(t, map[string]any{"templateID": "sandboxd/base:bookworm", "metadata": meta("c")})
+
+	run := "metadata=" + url.QueryEscape("run=order")
+	type item struct {
+		SandboxID string    `json:"sandboxID"`
+		State     string    `json:"state"`
+		StartedAt time.Time `json:"startedAt"`
+	}
+	list := func(query string) ([]string, []item, string) {
+		t.Helper()
+		resp := h.do(t, h.admin, http.MethodGet, "/v2/sandboxes?"+run+"&"+query, nil)
+		if resp.status != http.StatusOK {
+			t.Fatalf("list %s: %d %s", query, resp.status, resp.body)
+		}
+		var items []item
+		decode(t, resp.body, &items)
+		var ids []string
+		for _, it := range items {
+			ids = append(ids, it.SandboxID)
+		}
+		return ids, items, resp.header.Get("X-Next-Token")
+	}
+	_, all, _ := list("order=asc")
+	if len(all) != 3 {
+		t.Fatalf("listed %v, want three", all)
+	}
+	bStart := all[1].StartedAt.Format(time.RFC3339Nano)
+	A, B, C := a.SandboxID, b.SandboxID, c.SandboxID
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"", []string{C, B, A}},
+		{"order=desc", []string{C, B, A}},
+		{"order=asc", []string{A, B, C}},
+		{"template=base", []string{B, A}},
+		{"template=" + url.QueryEscape("sandboxd/base:bookworm"), []string{C}},
+		{"template=code-interpreter-v1", nil},
+		{"startedAfter=" + url.QueryEscape(bStart), []string{C, B}},
+		{"startedBefore=" + url.QueryEscape(bStart), []string{B, A}},
+		{"startedAfter=" + url.QueryEscape(bStart) + "&startedBefore=" + url.QueryEscape(bStart), []string{B}},
+	} {
+		if got, _, _ := list(tc.query); !slices.Equal(got, tc.want) {
+			t.Errorf("list %q = %v, want %v", tc.query, got, tc.want)
+		}
+	}
+	wantError(t, h.do(t, h.admin, http.MethodGet, "/v2/sandboxes?order=sideways", nil), http.StatusBadRequest)
+	wantError(t, h.do(t, h.admin, http.MethodGet, "/v2/sandboxes?startedAfter=yesterday", nil), http.StatusBadRequest)
+
+	// Pages of one across states: b is paused before, a between pages.
+	pause := func(id string) {
+		t.Helper()
+		if resp := h.do(t, h.admin, http.MethodPost, "/sandboxes/"+id+"/pause", nil); resp.status != http.StatusNoContent {
+			t.Fatalf("pause: %d %s", resp.status, resp.body)
+		}
+	}
+	pause(B)
+	var got []string
+	var states []string
+	token := ""
+	for page := 0; page < 5; page++ {
+		q := "limit=1&state=running,paused"
+		if token != "" {
+			q += "&nextToken=" + url.QueryEscape(token)
+		}
+		ids, items, next := list(q)
+		if len(ids) != 1 {
+			t.Fatalf("page %d: %v, want one sandbox", page, ids)
+		}
+		got = append(got, ids...)
+		states = append(states, items[0].State)
+		if page == 0 {
+			pause(A)
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	if want := []string{C, B, A}; !slices.Equal(got, want) {
+		t.Errorf("pages = %v, want %v", got, want)
+	}
+	if want := []string{"running", "paused", "paused"}; !slices.Equal(states, want) {
+		t.Errorf("page states = %v, want %v", states, want)
+	}
+}
+
+// TestConnect_RunningSandboxOnlyExtends: connect with a timeout on a
+// running sandbox moves its end later, never earlier (the SDK sends a
+// timeout on every connect); on a paused sandbox it sets it.
+func TestConnect_RunningSandboxOnlyExtends(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base", "timeout": 300})
+	endIn := func() time.Duration {
+		t.Helper()
+		resp := h.do(t, h.admin, http.MethodGet, "/sandboxes/"+c.SandboxID, nil)
+		var info struct {
+			EndAt time.Time `json:"endAt"`
+		}
+		decode(t, resp.body, &info)
+		return info.EndAt.Sub(h.clock.Now())
+	}
+	connect := func(timeout int, want int) {
+		t.Helper()
+		resp := h.do(t, h.admin, http.MethodPost, "/v2/sandboxes/"+c.SandboxID+"/connect", map[string]any{"timeout": timeout})
+		if resp.status != want {
+			t.Fatalf("connect %d: %d %s, want %d", timeout, resp.status, resp.body, want)
+		}
+	}
+	connect(10, http.StatusOK)
+	if d := endIn(); d < 290*time.Second || d > 300*time.Second {
+		t.Errorf("after connect with 10 s, the end is %v away, want the 300 s it had", d)
+	}
+	connect(900, http.StatusOK)
+	if d := endIn(); d < 890*time.Second || d > 900*time.Second {
+		t.Errorf("after connect with 900 s, the end is %v away, want 900 s", d)
+	}
+	if resp := h.do(t, h.admin, http.MethodPost, "/sandboxes/"+c.SandboxID+"/pause", nil); resp.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", resp.status, resp.body)
+	}
+	connect(10, http.StatusCreated)
+	if d := endIn(); d < 0 || d > 10*time.Second {
+		t.Errorf("after resume with 10 s, the end is %v away, want 10 s", d)
 	}
 }

@@ -7,8 +7,8 @@
 #
 # The daemon under test:
 #   - SANDBOXD_URL and SANDBOXD_TOKEN set (the harness): that daemon. Its token
-#     goes to the SDK as E2B_API_KEY (sent as X-API-KEY); the URL serves as both
-#     E2B_API_URL and E2B_SANDBOX_URL.
+#     goes to the SDK as E2B_API_KEY in its e2b_<hex> form (sent as X-API-KEY);
+#     the URL serves as both E2B_API_URL and E2B_SANDBOX_URL.
 #   - SANDBOXD_URL unset: run.sh starts bin/sandboxd from this checkout (`make
 #     build`; SANDBOXD_BIN names another binary) on a free 127.0.0.1 port
 #     with a throwaway data dir, and at exit kills every sandbox it lists and
@@ -58,7 +58,10 @@ compat_start_daemon e2b
 unset E2B_DEBUG E2B_DOMAIN E2B_ACCESS_TOKEN
 export E2B_API_URL="${SANDBOXD_URL%/}"
 export E2B_SANDBOX_URL="${SANDBOXD_URL%/}"
-export E2B_API_KEY="$SANDBOXD_TOKEN"
+# The key in its e2b_<hex> form (what `sbx token e2b-key` prints), which
+# every SDK version accepts; the daemon maps it back to the token.
+E2B_API_KEY=e2b_$(printf %s "$SANDBOXD_TOKEN" | od -An -v -tx1 | tr -d ' \n')
+export E2B_API_KEY
 
 if [[ ${1:-} == --bench ]]; then
 	shift

@@ -115,6 +115,35 @@ describe('lifecycle', { concurrency: true }, () => {
     assert.equal((await sbx.commands.run('echo ok')).stdout, 'ok\n')
   })
 
+  it('connect to a running sandbox only extends its life', { timeout: 120_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'connect-extends', { timeoutMs: 600_000 })
+    const endIn = async () => (await Sandbox.getInfo(sbx.sandboxId)).endAt.getTime() - Date.now()
+
+    await Sandbox.connect(sbx.sandboxId, { timeoutMs: 10_000 })
+    let left = await endIn()
+    assert.ok(left > 540_000, `connect with 10 s cut the end to ${left} ms away; want the 600 s it had`)
+    await Sandbox.connect(sbx.sandboxId) // the SDK's default timeout, 300 s
+    left = await endIn()
+    assert.ok(left > 540_000, `a plain connect cut the end to ${left} ms away`)
+
+    await Sandbox.connect(sbx.sandboxId, { timeoutMs: 1_200_000 })
+    left = await endIn()
+    assert.ok(left > 1_140_000 && left <= 1_205_000, `connect with 1200 s: end ${left} ms away, want about 1200 s`)
+  })
+
+  it('getMetrics reports disk and honours start and end', { timeout: 120_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'metrics')
+    const [m] = await sbx.getMetrics()
+    assert.ok(m, 'a running sandbox has a sample')
+    assert.ok(m.memUsed > 0, `memUsed ${m.memUsed}`)
+    assert.ok(m.diskUsed > 0 && m.diskTotal >= m.diskUsed, `disk ${m.diskUsed} of ${m.diskTotal}`)
+    const hour = 3_600_000
+    const now = Date.now()
+    assert.equal((await sbx.getMetrics({ start: new Date(now - hour), end: new Date(now + hour) })).length, 1)
+    assert.deepEqual(await sbx.getMetrics({ start: new Date(now - 2 * hour), end: new Date(now - hour) }), [])
+    assert.deepEqual(await sbx.getMetrics({ start: new Date(now + hour) }), [])
+  })
+
   it('kill returns true once, then false; unknown ids give false', { timeout: 120_000 }, async (t) => {
     const sbx = await createSandbox(t, 'kill')
     assert.equal(await sbx.kill(), true)
