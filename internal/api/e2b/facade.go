@@ -60,9 +60,13 @@ type Options struct {
 	// the daemon's data, so tokens survive restarts. Empty: a random key
 	// per process (tokens handed out before a restart stop working).
 	AccessTokenKey []byte
-	// BodyDedupe turns on create dedupe by body fingerprint. An explicit
-	// Idempotency-Key header works either way.
-	BodyDedupe bool
+	// BodyDedupe is the rule for creates without an Idempotency-Key (an
+	// explicit key works either way). Default DedupeUndelivered.
+	BodyDedupe Dedupe
+	// ReplayWindow is how long an undelivered create stays adoptable
+	// (DedupeUndelivered) or an identical body is replayed (DedupeBody).
+	// Default 10 s.
+	ReplayWindow time.Duration
 	// Images maps templates to images; nil: DefaultImages.
 	Images map[string]string
 	// InterpreterReady bounds how long create and resume wait for the
@@ -87,16 +91,17 @@ var DefaultImages = map[string]string{
 // Facade is the E2B edge. Mount it in front of the native API and send it
 // every request Match accepts.
 type Facade struct {
-	svc        Service
-	auth       Authenticator
-	log        *slog.Logger
-	domain     string
-	tokenKey   []byte
-	bodyDedupe bool
-	images     map[string]string
-	ready      time.Duration
-	maxBody    int64
-	timeout    time.Duration
+	svc          Service
+	auth         Authenticator
+	log          *slog.Logger
+	domain       string
+	tokenKey     []byte
+	bodyDedupe   Dedupe
+	replayWindow time.Duration
+	images       map[string]string
+	ready        time.Duration
+	maxBody      int64
+	timeout      time.Duration
 
 	control     http.Handler
 	interpreter singleflight.Group // one interpreter start per sandbox at a time
@@ -121,17 +126,24 @@ func New(opts Options) *Facade {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
 	}
+	if opts.BodyDedupe == "" {
+		opts.BodyDedupe = DedupeUndelivered
+	}
+	if opts.ReplayWindow <= 0 {
+		opts.ReplayWindow = dedupeReplayWindow
+	}
 	f := &Facade{
-		svc:        opts.Service,
-		auth:       opts.Auth,
-		log:        opts.Logger,
-		domain:     strings.ToLower(opts.Domain),
-		tokenKey:   opts.AccessTokenKey,
-		bodyDedupe: opts.BodyDedupe,
-		images:     opts.Images,
-		ready:      opts.InterpreterReady,
-		maxBody:    opts.MaxBodyBytes,
-		timeout:    opts.RequestTimeout,
+		svc:          opts.Service,
+		auth:         opts.Auth,
+		log:          opts.Logger,
+		domain:       strings.ToLower(opts.Domain),
+		tokenKey:     opts.AccessTokenKey,
+		bodyDedupe:   opts.BodyDedupe,
+		replayWindow: opts.ReplayWindow,
+		images:       opts.Images,
+		ready:        opts.InterpreterReady,
+		maxBody:      opts.MaxBodyBytes,
+		timeout:      opts.RequestTimeout,
 	}
 	f.control = f.routes()
 	return f

@@ -83,7 +83,8 @@ type harness struct {
 }
 
 type harnessOptions struct {
-	noBodyDedupe bool
+	// dedupe is the facade's BodyDedupe; "" its default (undelivered).
+	dedupe e2b.Dedupe
 	// realClock uses time.Now instead of a settable clock.
 	realClock bool
 }
@@ -167,7 +168,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Auth:           auth.NewAuthenticator(lookup),
 		Domain:         "e2b.test",
 		AccessTokenKey: key,
-		BodyDedupe:     !opts.noBodyDedupe,
+		BodyDedupe:     opts.dedupe,
 	})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !f.Match(r) {
