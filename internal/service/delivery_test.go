@@ -336,3 +336,40 @@ func TestCreateOnce_Delivery_ReconcileExpires(t *testing.T) {
 	}
 	h.assertNothingLeft(t)
 }
+
+// TestCreateOnce_Delivery_HandOverRacesTheClientLeaving: a client leaving
+// just as the answer is handed over either gets it (and the sandbox is
+// never offered) or does not (and it is offered): never both, never
+// neither.
+func TestCreateOnce_Delivery_HandOverRacesTheClientLeaving(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	for i := range 8 {
+		fp := "fp-handover-" + string(rune('a'+i))
+		r := deliveryReq(fp, 10*time.Second)
+		ctx, cancel := context.WithCancel(t.Context())
+		c, err := h.svc.CreateOnce(ctx, alice, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var herr error
+		var wg sync.WaitGroup
+		wg.Go(func() { herr = c.Delivery.HandOver(ctx) })
+		wg.Go(cancel)
+		wg.Wait()
+		switch {
+		case herr == nil:
+			// Handed over: nothing may ever offer it.
+			if got := deliveredCreate(t, h.svc, r); got.ID == c.ID {
+				t.Fatalf("run %d: a handed-over sandbox was adopted", i)
+			}
+		case errors.Is(herr, service.ErrUndelivered):
+			h.waitUndelivered(t, fp)
+			if got := deliveredCreate(t, h.svc, r); got.ID != c.ID {
+				t.Fatalf("run %d: the undelivered sandbox %s was not adopted (got %s)", i, c.ID, got.ID)
+			}
+		default:
+			t.Fatalf("run %d: HandOver = %v", i, herr)
+		}
+	}
+}

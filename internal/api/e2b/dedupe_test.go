@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,4 +210,39 @@ func (h *harness) runningRows(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(rows)
+}
+
+// failingWriter passes the status line through and fails every body write,
+// like a connection that broke under the answer.
+type failingWriter struct{ http.ResponseWriter }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, errors.New("broken connection") }
+
+func (w failingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// TestCreate_FailedWriteIsAdoptedByTheRetry: an answer whose write fails
+// never reached its client: the identical retry gets that sandbox.
+func TestCreate_FailedWriteIsAdoptedByTheRetry(t *testing.T) {
+	var failed atomic.Bool
+	h := newHarness(t, harnessOptions{wrap: func(w http.ResponseWriter, r *http.Request) http.ResponseWriter {
+		if r.Method == http.MethodPost && failed.CompareAndSwap(false, true) {
+			return failingWriter{w}
+		}
+		return w
+	}})
+	body := map[string]any{"templateID": "base", "metadata": map[string]string{"test": "write"}}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url+"/v2/sandboxes", jsonBody(t, body))
+	req.Header.Set("X-API-KEY", h.admin)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Fatalf("the first answer arrived whole: %d", resp.StatusCode)
+		}
+	}
+	h.waitUndelivered(t, body)
+	retry := h.create(t, body)
+	if n := h.rows(t); n != 1 {
+		t.Fatalf("%d sandboxes after a failed answer and its retry (%s), want 1", n, retry.SandboxID)
+	}
 }

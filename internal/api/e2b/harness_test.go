@@ -87,6 +87,8 @@ type harnessOptions struct {
 	dedupe e2b.Dedupe
 	// realClock uses time.Now instead of a settable clock.
 	realClock bool
+	// wrap, when set, wraps each request's ResponseWriter (to fail writes).
+	wrap func(http.ResponseWriter, *http.Request) http.ResponseWriter
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -174,6 +176,9 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		if !f.Match(r) {
 			http.NotFound(w, r)
 			return
+		}
+		if opts.wrap != nil {
+			w = opts.wrap(w, r)
 		}
 		f.ServeHTTP(w, r)
 	}))
