@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -261,5 +263,44 @@ func TestDelivery_ReofferAndAbandonInflight(t *testing.T) {
 	}
 	if !seen[sandboxID(1)] || !seen[sandboxID(2)] {
 		t.Errorf("adopted %v, want both", seen)
+	}
+}
+
+// TestMigrate_0006KeepsClaims: the rebuild of request_idempotency keeps
+// every claim of a version-5 database, and the keyed rules still read them.
+func TestMigrate_0006KeepsClaims(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sandboxd.db")
+	db := rawDB(t, path)
+	files, err := filepath.Glob("migrations/000[1-5]_*.sql")
+	if err != nil || len(files) != 5 {
+		t.Fatalf("migrations 1-5: %v %v", files, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(string(b)); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	far := time.Now().Add(time.Hour).UnixMilli()
+	if _, err := db.Exec(`INSERT INTO request_idempotency (scope, fingerprint, state, token, request_hash, replay_until, target_id, created_at)
+		VALUES ('s', 'ready-fp', 'ready', 7, 'h', ?, 'sb-0000000000000001', 1)`, far); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`PRAGMA user_version = 5`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s, err := store.Open(t.Context(), path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := s.Claim(t.Context(), store.ClaimRequest{Scope: "s", Fingerprint: "ready-fp", RequestHash: "h", PendingTTL: time.Minute})
+	if err != nil || c.Outcome != store.ClaimReady || c.TargetID != "sb-0000000000000001" {
+		t.Fatalf("claim after the migration: %+v %v", c, err)
 	}
 }
