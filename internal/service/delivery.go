@@ -105,6 +105,11 @@ func (d *Delivery) HandOver(ctx context.Context) error {
 	if !d.stop() {
 		return ErrUndelivered // the watch fired: the client is gone
 	}
+	if ctx.Err() != nil {
+		// Gone, and the watch stopped before it could run: do its work.
+		d.abandon(context.WithoutCancel(ctx))
+		return ErrUndelivered
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.settled {
@@ -123,7 +128,9 @@ func (d *Delivery) HandOver(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w: record the hand-over of %s: %w", ErrUnavailable, d.cl.TargetID, err)
 	case !ok:
-		return ErrUndelivered // not ours any more: never give it out
+		// Not ours any more (nothing in this process takes an inflight row
+		// from its holder): never give it out; the client may retry.
+		return fmt.Errorf("%w: the claim of %s changed under its create", ErrUnavailable, d.cl.TargetID)
 	}
 	d.handedTo = true
 	return nil
