@@ -240,8 +240,10 @@ func (s *Store) ListExpiredUndelivered(ctx context.Context, limit int) ([]Claim,
 	if limit <= 0 {
 		limit = MaxListLimit
 	}
+	// The state is a literal so that the partial index applies (SQLite
+	// cannot prove a bound parameter implies the index's WHERE).
 	rows, err := s.reader.QueryContext(ctx, `SELECT scope, fingerprint, token, target_id FROM request_idempotency
-		WHERE state = ? AND replay_until <= ? ORDER BY replay_until LIMIT ?`, claimUndelivered, s.nowMillis(), limit)
+		WHERE state = '`+claimUndelivered+`' AND replay_until <= ? ORDER BY replay_until LIMIT ?`, s.nowMillis(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list expired undelivered creates: %w", err)
 	}
