@@ -95,7 +95,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 			Scope:        dedupeScope,
 			Fingerprint:  fp,
 			PendingTTL:   dedupePendingTTL,
-			ReplayWindow: f.replayWindow,
+			ReplayWindow: f.window,
 		}
 		once.DeriveID = true
 	case f.bodyDedupe == DedupeUndelivered:
@@ -103,7 +103,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 			Scope:        deliveryScope,
 			Fingerprint:  fp,
 			PendingTTL:   dedupePendingTTL,
-			ReplayWindow: f.replayWindow,
+			ReplayWindow: f.window,
 			Delivery:     true,
 		}
 	}

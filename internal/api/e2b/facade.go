@@ -91,17 +91,17 @@ var DefaultImages = map[string]string{
 // Facade is the E2B edge. Mount it in front of the native API and send it
 // every request Match accepts.
 type Facade struct {
-	svc          Service
-	auth         Authenticator
-	log          *slog.Logger
-	domain       string
-	tokenKey     []byte
-	bodyDedupe   Dedupe
-	replayWindow time.Duration
-	images       map[string]string
-	ready        time.Duration
-	maxBody      int64
-	timeout      time.Duration
+	svc        Service
+	auth       Authenticator
+	log        *slog.Logger
+	domain     string
+	tokenKey   []byte
+	bodyDedupe Dedupe
+	window     time.Duration
+	images     map[string]string
+	ready      time.Duration
+	maxBody    int64
+	timeout    time.Duration
 
 	control     http.Handler
 	interpreter singleflight.Group // one interpreter start per sandbox at a time
@@ -133,17 +133,17 @@ func New(opts Options) *Facade {
 		opts.ReplayWindow = dedupeReplayWindow
 	}
 	f := &Facade{
-		svc:          opts.Service,
-		auth:         opts.Auth,
-		log:          opts.Logger,
-		domain:       strings.ToLower(opts.Domain),
-		tokenKey:     opts.AccessTokenKey,
-		bodyDedupe:   opts.BodyDedupe,
-		replayWindow: opts.ReplayWindow,
-		images:       opts.Images,
-		ready:        opts.InterpreterReady,
-		maxBody:      opts.MaxBodyBytes,
-		timeout:      opts.RequestTimeout,
+		svc:        opts.Service,
+		auth:       opts.Auth,
+		log:        opts.Logger,
+		domain:     strings.ToLower(opts.Domain),
+		tokenKey:   opts.AccessTokenKey,
+		bodyDedupe: opts.BodyDedupe,
+		window:     opts.ReplayWindow,
+		images:     opts.Images,
+		ready:      opts.InterpreterReady,
+		maxBody:    opts.MaxBodyBytes,
+		timeout:    opts.RequestTimeout,
 	}
 	f.control = f.routes()
 	return f
