@@ -63,8 +63,15 @@ type Daemon struct {
 	// SandboxNetwork lets sandboxes have outbound network when they ask
 	// for it. Off by default: sandboxes have no route out.
 	SandboxNetwork bool
-	// E2BBodyDedupe turns on deduplication of identical E2B create bodies.
-	E2BBodyDedupe bool
+	// E2BBodyDedupe is the rule for E2B creates without an Idempotency-Key
+	// (README "Create dedupe"): "undelivered" (the default) adopts only a
+	// create whose client went away before its answer; "body" (also "true",
+	// the old behaviour) collapses identical bodies within the window;
+	// "off" (also "false") neither.
+	E2BBodyDedupe string
+	// E2BReplayWindow is how long an E2B create stays adoptable (undelivered)
+	// or replayable (body).
+	E2BReplayWindow time.Duration
 	// IdleTimeout closes a kept-alive connection that has had no request
 	// for that long.
 	IdleTimeout time.Duration
@@ -150,7 +157,10 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.Int64Var(&d.MilliCPU, "cpu-budget", d.MilliCPU, "CPU budget in millicores for all sandboxes")
 	fs.Int64Var(&d.MemoryMB, "memory-budget", d.MemoryMB, "memory budget in MB for all sandboxes")
 	fs.BoolVar(&d.SandboxNetwork, "sandbox-network", d.SandboxNetwork, "let sandboxes that ask for it have outbound network (env SANDBOXD_SANDBOX_NETWORK)")
-	fs.BoolVar(&d.E2BBodyDedupe, "e2b-body-dedupe", d.E2BBodyDedupe, "deduplicate identical E2B create bodies (env SANDBOXD_E2B_BODY_DEDUPE)")
+	fs.Var(dedupeFlag{&d.E2BBodyDedupe}, "e2b-body-dedupe",
+		"E2B creates without an Idempotency-Key: undelivered (adopt only a create whose client went away), body or true (collapse identical bodies, the old rule), off or false (env SANDBOXD_E2B_BODY_DEDUPE)")
+	fs.DurationVar(&d.E2BReplayWindow, "e2b-replay-window", d.E2BReplayWindow,
+		"how long an undelivered E2B create stays adoptable (or, with --e2b-body-dedupe=body, an identical body is replayed) (env SANDBOXD_E2B_REPLAY_WINDOW)")
 	fs.DurationVar(&d.IdleTimeout, "idle-timeout", d.IdleTimeout, "close a kept-alive connection idle this long (env SANDBOXD_IDLE_TIMEOUT)")
 	fs.DurationVar(&d.RequestTimeout, "request-timeout", d.RequestTimeout, "bound on a whole request to a route that is not a stream (env SANDBOXD_REQUEST_TIMEOUT)")
 	fs.IntVar(&d.MaxConns, "max-conns", d.MaxConns, "HTTP connections open at once; 0: a quarter of the open-file limit (env SANDBOXD_MAX_CONNS)")
@@ -221,7 +231,7 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		HostPortHi:     40999,
 		MilliCPU:       int64(runtime.NumCPU()) * 1000 * 4, // CPU is shared, so overcommit 4x
 		MemoryMB:       16 * 1024,
-		E2BBodyDedupe:  get("SANDBOXD_E2B_BODY_DEDUPE", "true") != "false",
+		E2BBodyDedupe:  get("SANDBOXD_E2B_BODY_DEDUPE", DedupeUndelivered),
 		SandboxNetwork: get("SANDBOXD_SANDBOX_NETWORK", "false") == "true",
 		ReconcileEvery: 30 * time.Second,
 		LogLevel:       get("SANDBOXD_LOG_LEVEL", "info"),
@@ -238,6 +248,12 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	if d.RequestTimeout, err = time.ParseDuration(get("SANDBOXD_REQUEST_TIMEOUT", "5m")); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_REQUEST_TIMEOUT: %w", err)
 	}
+	if d.E2BReplayWindow, err = time.ParseDuration(get("SANDBOXD_E2B_REPLAY_WINDOW", "10s")); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_REPLAY_WINDOW: %w", err)
+	}
+	if d.E2BBodyDedupe, err = parseDedupe(d.E2BBodyDedupe); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_BODY_DEDUPE: %w", err)
+	}
 	if d.MaxConns, err = strconv.Atoi(get("SANDBOXD_MAX_CONNS", "0")); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_MAX_CONNS: %w", err)
 	}
@@ -245,6 +261,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 }
 
 func (d Daemon) validate() error {
+	if d.E2BReplayWindow <= 0 {
+		return fmt.Errorf("--e2b-replay-window %v: must be positive", d.E2BReplayWindow)
+	}
 	if d.DefaultRuntime != "docker" && d.DefaultRuntime != "gvisor" {
 		return fmt.Errorf("--default-runtime %q: want docker or gvisor", d.DefaultRuntime)
 	}
@@ -306,3 +325,46 @@ func parseRange(s string) (lo, hi int, err error) {
 	}
 	return lo, hi, nil
 }
+
+// The values of --e2b-body-dedupe.
+const (
+	DedupeUndelivered = "undelivered"
+	DedupeBody        = "body"
+	DedupeOff         = "off"
+)
+
+// parseDedupe accepts the modes and the old boolean spellings: true was
+// the old body dedupe, false was none.
+func parseDedupe(v string) (string, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case DedupeUndelivered:
+		return DedupeUndelivered, nil
+	case DedupeBody, "true", "1":
+		return DedupeBody, nil
+	case DedupeOff, "false", "0":
+		return DedupeOff, nil
+	}
+	return "", fmt.Errorf("%q: want undelivered, body (or true) or off (or false)", v)
+}
+
+// dedupeFlag is --e2b-body-dedupe. It is a boolean flag to the parser, so
+// the old bare --e2b-body-dedupe still means true (body).
+type dedupeFlag struct{ p *string }
+
+func (f dedupeFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return *f.p
+}
+
+func (f dedupeFlag) Set(v string) error {
+	m, err := parseDedupe(v)
+	if err != nil {
+		return err
+	}
+	*f.p = m
+	return nil
+}
+
+func (dedupeFlag) IsBoolFlag() bool { return true }

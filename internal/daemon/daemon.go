@@ -354,7 +354,8 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		Logger:         d.logger,
 		Domain:         d.Config.Domain,
 		AccessTokenKey: e2bKey,
-		BodyDedupe:     d.Config.E2BBodyDedupe,
+		BodyDedupe:     e2b.Dedupe(d.Config.E2BBodyDedupe),
+		ReplayWindow:   d.Config.E2BReplayWindow,
 		RequestTimeout: d.Config.RequestTimeout,
 	})
 

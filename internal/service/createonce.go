@@ -26,8 +26,18 @@ type OnceKey struct {
 	// PendingTTL bounds how long a claim stays locked without its holder
 	// extending it; a claim whose holder died is retaken after it.
 	PendingTTL time.Duration
-	// ReplayWindow is how long a completed claim answers with its sandbox.
+	// ReplayWindow is how long a completed claim answers with its sandbox;
+	// with Delivery, how long an undelivered create stays adoptable.
 	ReplayWindow time.Duration
+	// Delivery selects the rule for creates that carry no key of their own
+	// (E2B's identical bodies, issue 12): the create is never collapsed with
+	// another. It is tracked until its answer is handed over
+	// (Created.Delivery); only a create whose client went away first is
+	// adopted, by one identical create (same Scope and Fingerprint) within
+	// ReplayWindow, and destroyed after it if nobody does. The work
+	// outlives the client, bounded by PendingTTL. DeriveID and RequestHash
+	// are ignored.
+	Delivery bool
 }
 
 // CreateOnceRequest is one call of CreateOnce.
@@ -65,6 +75,9 @@ func (s *Service) CreateOnce(ctx context.Context, c Caller, r CreateOnceRequest)
 	r.Create.Quota = c.Quota // the caller's token bounds what its owner holds
 	if r.Key.Scope == "" {
 		return s.createThen(ctx, r, nil)
+	}
+	if r.Key.Delivery {
+		return s.createDelivered(ctx, c, r)
 	}
 	req := store.ClaimRequest{Scope: r.Key.Scope, Fingerprint: r.Key.Fingerprint, RequestHash: r.Key.RequestHash, PendingTTL: r.Key.PendingTTL}
 	// mine is a sandbox this call made under a claim it then lost: it is the

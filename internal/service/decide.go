@@ -17,8 +17,11 @@ import (
 type Snapshot struct {
 	Containers  []runtime.Instance
 	StaleClaims []store.StaleClaim
-	Rows        []store.Sandbox // every row of this node, those being destroyed included
-	Now         time.Time
+	// ExpiredUndelivered are creates whose client went away and that nobody
+	// adopted within the window (store.ListExpiredUndelivered).
+	ExpiredUndelivered []store.Claim
+	Rows               []store.Sandbox // every row of this node, those being destroyed included
+	Now                time.Time
 	// Startup: the pass of a fresh process, before it serves. Every
 	// creating row and every marked destroy is then from a dead process.
 	Startup bool
@@ -52,6 +55,10 @@ type Plan struct {
 	// kept: a retry needs it to adopt that sandbox instead of making
 	// another.
 	PruneClaims []store.StaleClaim
+	// ExpireUndelivered are undelivered creates past their window: each is
+	// destroyed unless, re-checked under the writer, it was adopted or is
+	// still being made.
+	ExpireUndelivered []store.Claim
 }
 
 // Decide turns a snapshot into a plan. It is pure: every rule of the
@@ -105,6 +112,7 @@ func Decide(s Snapshot) Plan {
 			p.PruneClaims = append(p.PruneClaims, c)
 		}
 	}
+	p.ExpireUndelivered = s.ExpiredUndelivered
 	slices.Sort(p.DestroyOrphans)
 	return p
 }

@@ -132,6 +132,15 @@ func TestDecide(t *testing.T) {
 			},
 			want: service.Plan{PruneClaims: []store.StaleClaim{claim("sb-alive", false), claim("", true), claim("sb-gone", true)}},
 		},
+		{
+			name: "undelivered creates past their window are expired (the store re-checks each under the writer)",
+			snap: service.Snapshot{
+				Rows:               []store.Sandbox{row("sb-lost", store.StateRunning, time.Hour)},
+				Containers:         []runtime.Instance{running("sb-lost")},
+				ExpiredUndelivered: []store.Claim{{Scope: "s", Fingerprint: "fp/sb-lost", TargetID: "sb-lost"}},
+			},
+			want: service.Plan{ExpireUndelivered: []store.Claim{{Scope: "s", Fingerprint: "fp/sb-lost", TargetID: "sb-lost"}}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -161,6 +170,11 @@ func TestDecide(t *testing.T) {
 				return a.Fingerprint == b.Fingerprint && a.Pending == b.Pending && a.TargetID == b.TargetID
 			}) {
 				t.Errorf("PruneClaims = %v, want %v", got.PruneClaims, tt.want.PruneClaims)
+			}
+			if !slices.EqualFunc(got.ExpireUndelivered, tt.want.ExpireUndelivered, func(a, b store.Claim) bool {
+				return a.Fingerprint == b.Fingerprint && a.TargetID == b.TargetID
+			}) {
+				t.Errorf("ExpireUndelivered = %v, want %v", got.ExpireUndelivered, tt.want.ExpireUndelivered)
 			}
 		})
 	}

@@ -8,6 +8,10 @@
 // [Service.CreateOnce] is the one entry for creates that must not happen
 // twice (an idempotency key, E2B's body dedupe): it claims the key, runs
 // the chain under the claim and completes it (docs/design.md, section 4).
+// Under [OnceKey.Delivery] (E2B's creates without a key) nothing is
+// collapsed: each create has its own delivery claim, and only a create
+// whose client went away before its answer ([Delivery]) is adopted by an
+// identical one within the window, or destroyed after it.
 // Every create — a new sandbox, one with a chosen id, one under a claim —
 // runs through one private worker, [Service.create]. It is a chain of
 // steps; each step that succeeds pushes its undo onto a stack, and any

@@ -56,6 +56,7 @@ func (s *Service) reconcile(ctx context.Context, startup bool) error {
 		errors.Join(parallel(ctx, p.RollBack, s.rollBack)...),
 		errors.Join(parallel(ctx, p.FinishDestroy, s.finishInterrupted)...),
 		s.pruneClaims(ctx, p.PruneClaims),
+		s.expireUndeliveredErr(ctx, p.ExpireUndelivered),
 	)
 	lost, lostErr := s.markLost(ctx, p.CheckLost)
 	if !startup {
@@ -88,12 +89,16 @@ func (s *Service) snapshot(ctx context.Context, startup bool) (Snapshot, error) 
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("list stale claims: %w", err)
 	}
+	undelivered, err := s.Store.ListExpiredUndelivered(ctx, pruneBatch)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("list expired undelivered creates: %w", err)
+	}
 	rows, err := s.allRows(ctx)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("list rows: %w", err)
 	}
 	return Snapshot{
-		Containers: instances, StaleClaims: claims, Rows: rows,
+		Containers: instances, StaleClaims: claims, ExpiredUndelivered: undelivered, Rows: rows,
 		Now: s.Clock(), Startup: startup,
 		StuckCreating: s.cfg.StuckCreating, DestroyGrace: destroyGrace,
 	}, nil
@@ -219,6 +224,14 @@ func (s *Service) restore(ctx context.Context, p Plan, lost map[string]bool) err
 	if n > 0 {
 		s.Logger.Info("reconcile: released pending idempotency claims", "count", n)
 	}
+	// A create still inflight was cut short before its answer was handed
+	// over: offered to its client's retry for its window, then destroyed.
+	if n, err = s.Store.AbandonInflight(ctx); err != nil {
+		return err
+	}
+	if n > 0 {
+		s.Logger.Info("reconcile: creates of the last process that never answered are offered to their retries", "count", n)
+	}
 	routable := make(map[string]bool, len(p.Restore))
 	var errs []error
 	for _, id := range p.Restore {
@@ -313,6 +326,9 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 		case <-reap.C:
 			if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil {
 				s.Logger.Error("reaper", "err", err)
+			}
+			if _, err := s.ExpireUndelivered(ctx); err != nil && ctx.Err() == nil {
+				s.Logger.Error("expire undelivered creates", "err", err)
 			}
 		case <-rec.C:
 			if err := s.Reconcile(ctx, false); err != nil && ctx.Err() == nil {

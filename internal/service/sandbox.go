@@ -61,6 +61,9 @@ type Created struct {
 	Timings []StepTiming
 	// Replayed is true when an idempotent retry returned an earlier result.
 	Replayed bool
+	// Delivery, when set (OnceKey.Delivery), must be told before the
+	// answer is written (HandOver) and if writing it failed (Failed).
+	Delivery *Delivery
 }
 
 // StepTiming is how long one create step took.

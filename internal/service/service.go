@@ -59,6 +59,16 @@ type Store interface {
 	ReleasePendingClaims(ctx context.Context) (int64, error)
 	ListStaleClaims(ctx context.Context, limit int) ([]store.StaleClaim, error)
 	DeleteStaleClaim(ctx context.Context, c store.StaleClaim) (bool, error)
+
+	BeginDelivery(ctx context.Context, scope, fingerprint, target string, window time.Duration) (store.Claim, error)
+	HasUndelivered(ctx context.Context, scope, fingerprint string) (bool, error)
+	AdoptUndelivered(ctx context.Context, scope, fingerprint string) (store.Claim, bool, error)
+	Abandon(ctx context.Context, c store.Claim) (bool, error)
+	HandOver(ctx context.Context, c store.Claim) (bool, error)
+	Reoffer(ctx context.Context, c store.Claim, window time.Duration) error
+	AbandonInflight(ctx context.Context) (int64, error)
+	ExpireUndelivered(ctx context.Context, c store.Claim) (store.ExpireOutcome, error)
+	ListExpiredUndelivered(ctx context.Context, limit int) ([]store.Claim, error)
 }
 
 // Runtime is what the service needs of the sandbox runtime.

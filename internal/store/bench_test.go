@@ -69,3 +69,46 @@ func BenchmarkGetSandbox(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkE2BCreateClaims_Body is what the old E2B body dedupe added to a
+// create: Claim, AttachClaimTarget, Complete (three writes).
+func BenchmarkE2BCreateClaims_Body(b *testing.B) {
+	s := storetest.New(b, store.Options{Clock: time.Now})
+	i := 0
+	for b.Loop() {
+		req := store.ClaimRequest{Scope: "bench", Fingerprint: fmt.Sprintf("%064x", i), PendingTTL: time.Minute}
+		c, err := s.Claim(b.Context(), req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.AttachClaimTarget(b.Context(), c, sandboxID(i)); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Complete(b.Context(), c, sandboxID(i), 10*time.Second); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkE2BCreateClaims_Delivery is what the delivery rule adds to a
+// create with nothing to adopt: HasUndelivered (a read), BeginDelivery and
+// HandOver (two writes), all on one fingerprint, as identical creates are.
+func BenchmarkE2BCreateClaims_Delivery(b *testing.B) {
+	s := storetest.New(b, store.Options{Clock: time.Now})
+	fp := fmt.Sprintf("%064x", 1)
+	i := 0
+	for b.Loop() {
+		if _, err := s.HasUndelivered(b.Context(), "bench", fp); err != nil {
+			b.Fatal(err)
+		}
+		c, err := s.BeginDelivery(b.Context(), "bench", fp, sandboxID(i), 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ok, err := s.HandOver(b.Context(), c); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		i++
+	}
+}

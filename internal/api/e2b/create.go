@@ -17,9 +17,28 @@ import (
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
+// Dedupe is the rule for creates without an Idempotency-Key (see the
+// package documentation).
+type Dedupe string
+
+const (
+	// DedupeUndelivered (the default): every create makes a sandbox; only a
+	// create whose client went away before its answer is adopted, by one
+	// identical create within the window, and destroyed after it.
+	DedupeUndelivered Dedupe = "undelivered"
+	// DedupeBody is the old rule: identical bodies within the window give
+	// one sandbox, whether or not the first answer was delivered.
+	DedupeBody Dedupe = "body"
+	// DedupeOff: no dedupe; a create whose client went away lives until its
+	// timeout.
+	DedupeOff Dedupe = "off"
+)
+
 // Create dedupe (see the package documentation).
 const (
-	dedupeScope        = "e2b.create"
+	dedupeScope = "e2b.create"
+	// deliveryScope holds the claims of DedupeUndelivered, one per create.
+	deliveryScope      = "e2b.create.delivery"
 	keyScope           = "e2b.create.key"
 	dedupePendingTTL   = 2 * time.Minute
 	dedupeReplayWindow = 10 * time.Second
@@ -71,21 +90,63 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 			ReplayWindow: keyReplayWindow,
 		}
 		once.DeriveID = true
-	case f.bodyDedupe:
+	case f.bodyDedupe == DedupeBody:
 		once.Key = service.OnceKey{
 			Scope:        dedupeScope,
 			Fingerprint:  fp,
 			PendingTTL:   dedupePendingTTL,
-			ReplayWindow: dedupeReplayWindow,
+			ReplayWindow: f.window,
 		}
 		once.DeriveID = true
+	case f.bodyDedupe == DedupeUndelivered:
+		once.Key = service.OnceKey{
+			Scope:        deliveryScope,
+			Fingerprint:  fp,
+			PendingTTL:   dedupePendingTTL,
+			ReplayWindow: f.window,
+			Delivery:     true,
+		}
 	}
 	created, err := f.svc.CreateOnce(r.Context(), c, once)
 	if err != nil {
 		return templateErr(body.TemplateID, err)
 	}
-	writeJSON(w, http.StatusCreated, f.sandbox(created.Sandbox))
-	return nil
+	return f.deliver(w, r, created)
+}
+
+// deliver writes the create's answer and tells its Delivery (if any)
+// whether it reached the client: HandOver right before the write (a client
+// that went away gets nothing written, and its sandbox waits for its
+// retry), Failed when the write or the flush fails. The body goes out with
+// its length and is flushed before the handler returns, so "written without
+// error" means the whole answer left the process.
+func (f *Facade) deliver(w http.ResponseWriter, r *http.Request, created *service.Created) error {
+	b, err := json.Marshal(f.sandbox(created.Sandbox))
+	if err != nil {
+		return fmt.Errorf("encode sandbox: %w", err)
+	}
+	b = append(b, '\n')
+	switch err := created.Delivery.HandOver(r.Context()); {
+	case errors.Is(err, service.ErrUndelivered):
+		f.log.Info("e2b: create's client went away before its answer; the sandbox waits for its retry", "sandbox", created.ID)
+		return nil // nobody to answer
+	case err != nil:
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusCreated)
+	_, err = w.Write(b)
+	if err == nil {
+		if ferr := http.NewResponseController(w).Flush(); !errors.Is(ferr, http.ErrNotSupported) {
+			err = ferr
+		}
+	}
+	if err != nil {
+		created.Delivery.Failed(r.Context())
+		f.log.Info("e2b: create's answer was not delivered; the sandbox waits for its retry", "sandbox", created.ID, "err", err)
+	}
+	return nil // the status line is out; nothing more can be said
 }
 
 // afterCreate starts what a template needs beyond its container (the

@@ -7,12 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/api/e2b"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-func TestCreate_ConcurrentIdenticalBodiesMakeOneSandbox(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
+// TestCreate_BodyRule_ConcurrentIdenticalBodiesMakeOneSandbox: the old
+// rule, still what --e2b-body-dedupe=body selects.
+func TestCreate_BodyRule_ConcurrentIdenticalBodiesMakeOneSandbox(t *testing.T) {
+	h := newHarness(t, harnessOptions{dedupe: e2b.DedupeBody})
 	body := map[string]any{
 		"templateID": "base",
 		"metadata":   map[string]string{"test": "dedupe"},
@@ -86,7 +89,7 @@ func TestCreate_DifferentBodiesOrOwnersAreNotDeduped(t *testing.T) {
 }
 
 func TestCreate_BodyDedupeOff(t *testing.T) {
-	h := newHarness(t, harnessOptions{noBodyDedupe: true})
+	h := newHarness(t, harnessOptions{dedupe: e2b.DedupeOff})
 	body := map[string]any{"templateID": "base"}
 	a, b := h.create(t, body), h.create(t, body)
 	if a.SandboxID == b.SandboxID {
@@ -118,7 +121,7 @@ func TestCreate_RuntimeFailureLeavesNoClaim(t *testing.T) {
 }
 
 func TestCreate_IdempotencyKey(t *testing.T) {
-	h := newHarness(t, harnessOptions{noBodyDedupe: true})
+	h := newHarness(t, harnessOptions{dedupe: e2b.DedupeOff})
 	send := func(body map[string]any) response {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url+"/v2/sandboxes", jsonBody(t, body))
 		req.Header.Set("X-API-KEY", h.admin)
@@ -145,7 +148,7 @@ func TestCreate_IdempotencyKey(t *testing.T) {
 // kernel's paths a 400; none leaves a row, a container or a volume
 // directory.
 func TestCreate_HostileTemplateOrMountIs4xxAndLeavesNothing(t *testing.T) {
-	h := newHarness(t, harnessOptions{noBodyDedupe: true})
+	h := newHarness(t, harnessOptions{dedupe: e2b.DedupeOff})
 	body := func(template, path string) map[string]any {
 		return map[string]any{"templateID": template, "volumeMounts": []map[string]string{{"name": "v", "path": path}}}
 	}

@@ -121,23 +121,29 @@
 //
 // # Create dedupe
 //
-// Identical create bodies within a short window create one sandbox
-// (docs/design.md section 7). The fingerprint is the SHA-256 of the normalized
-// request — owner, template, sorted env, metadata, timeout, lifecycle
-// flags, network posture, secure — and nothing per-request. It claims the
-// idempotency scope "e2b.create" (pending lock 2 min, replay window 10 s):
-// a duplicate while the first is pending waits for it and answers the same
-// sandbox; a duplicate within the window answers it at once; after the
-// window the same body creates a new sandbox. A failed create deletes the
-// claim, so a retry starts fresh. The sandbox id is derived from the
-// fingerprint and the claim (its lock deadline), so duplicates that share a
-// claim share an id (and collide once claims are cluster-wide).
+// Identical create bodies are distinct intents (an SDK loop, a
+// Promise.all): by default (DedupeUndelivered, README "Create dedupe",
+// docs/design.md section 4) each makes its own sandbox, and only a create
+// whose client went away before its answer (the request's context ended,
+// or writing the answer failed) is shared: one identical create of the same
+// owner within the replay window (Options.ReplayWindow, 10 s) adopts it,
+// and if none does it is destroyed after the window. The fingerprint is the
+// SHA-256 of the normalized request — owner, template, sorted env,
+// metadata, timeout, lifecycle flags, network posture, secure — and
+// nothing per-request; each create holds its own delivery claim in scope
+// "e2b.create.delivery" under it. The handler hands the create over right
+// before writing the answer (with its Content-Length, flushed), and reports
+// a failed write; a client that left gets nothing written.
 //
-// An Idempotency-Key header takes precedence: scope "e2b.create.key", keyed
-// by (owner, key), replayable for 24 h, and the same key with another body
-// is 422. Options.BodyDedupe=false turns body dedupe off for fan-out
-// workloads that want several identical sandboxes at once; the cost is that
-// a client retry after a lost answer then makes a second sandbox.
+// DedupeBody is the old rule (scope "e2b.create", pending lock 2 min):
+// identical bodies within the window answer one sandbox whether or not its
+// first answer was delivered; the sandbox id is derived from the
+// fingerprint and the claim. DedupeOff dedupes nothing: a create whose
+// client went away lives until its timeout.
+//
+// An Idempotency-Key header takes precedence under every rule: scope
+// "e2b.create.key", keyed by (owner, key), replayable for 24 h, and the same
+// key with another body is 422.
 //
 // # envdVersion
 //

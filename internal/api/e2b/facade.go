@@ -61,9 +61,13 @@ type Options struct {
 	// the daemon's data, so tokens survive restarts. Empty: a random key
 	// per process (tokens handed out before a restart stop working).
 	AccessTokenKey []byte
-	// BodyDedupe turns on create dedupe by body fingerprint. An explicit
-	// Idempotency-Key header works either way.
-	BodyDedupe bool
+	// BodyDedupe is the rule for creates without an Idempotency-Key (an
+	// explicit key works either way). Default DedupeUndelivered.
+	BodyDedupe Dedupe
+	// ReplayWindow is how long an undelivered create stays adoptable
+	// (DedupeUndelivered) or an identical body is replayed (DedupeBody).
+	// Default 10 s.
+	ReplayWindow time.Duration
 	// Images maps templates to images; nil: DefaultImages.
 	Images map[string]string
 	// InterpreterReady bounds how long create and resume wait for the
@@ -99,7 +103,8 @@ type Facade struct {
 	log        *slog.Logger
 	domain     string
 	tokenKey   []byte
-	bodyDedupe bool
+	bodyDedupe Dedupe
+	window     time.Duration
 	images     map[string]string
 	ready      time.Duration
 	maxBody    int64
@@ -128,6 +133,12 @@ func New(opts Options) *Facade {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
 	}
+	if opts.BodyDedupe == "" {
+		opts.BodyDedupe = DedupeUndelivered
+	}
+	if opts.ReplayWindow <= 0 {
+		opts.ReplayWindow = dedupeReplayWindow
+	}
 	f := &Facade{
 		svc:        opts.Service,
 		auth:       opts.Auth,
@@ -135,6 +146,7 @@ func New(opts Options) *Facade {
 		domain:     strings.ToLower(opts.Domain),
 		tokenKey:   opts.AccessTokenKey,
 		bodyDedupe: opts.BodyDedupe,
+		window:     opts.ReplayWindow,
 		images:     opts.Images,
 		ready:      opts.InterpreterReady,
 		maxBody:    opts.MaxBodyBytes,

@@ -85,9 +85,12 @@ type harness struct {
 }
 
 type harnessOptions struct {
-	noBodyDedupe bool
+	// dedupe is the facade's BodyDedupe; "" its default (undelivered).
+	dedupe e2b.Dedupe
 	// realClock uses time.Now instead of a settable clock.
 	realClock bool
+	// wrap, when set, wraps each request's ResponseWriter (to fail writes).
+	wrap func(http.ResponseWriter, *http.Request) http.ResponseWriter
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -169,12 +172,15 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Auth:           auth.NewAuthenticator(lookup),
 		Domain:         "e2b.test",
 		AccessTokenKey: key,
-		BodyDedupe:     !opts.noBodyDedupe,
+		BodyDedupe:     opts.dedupe,
 	})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !f.Match(r) {
 			http.NotFound(w, r)
 			return
+		}
+		if opts.wrap != nil {
+			w = opts.wrap(w, r)
 		}
 		f.ServeHTTP(w, r)
 	}))

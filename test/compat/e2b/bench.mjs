@@ -27,7 +27,7 @@ async function native() {
 
 async function sdk(i) {
   const t0 = performance.now()
-  // A distinct body each time: identical bodies would be deduplicated.
+  // A distinct body each time, as under --e2b-body-dedupe=body identical bodies are deduplicated.
   const sbx = await Sandbox.create('base', { metadata: { bench: String(i) } })
   await sbx.commands.run('true')
   const ms = performance.now() - t0

@@ -51,6 +51,13 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# A daemon started here gets a short create replay window, so that the
+# dedupe tests see an unadopted create destroyed soon (an external daemon
+# keeps its own; COMPAT_E2B_REPLAY_WINDOW_MS tells the tests which).
+if [[ -z ${SANDBOXD_URL:-} ]]; then
+	export SANDBOXD_E2B_REPLAY_WINDOW="${SANDBOXD_E2B_REPLAY_WINDOW:-5s}"
+	export COMPAT_E2B_REPLAY_WINDOW_MS="${COMPAT_E2B_REPLAY_WINDOW_MS:-5000}"
+fi
 compat_start_daemon e2b
 
 # The SDK's configuration. No E2B_DEBUG (it skips the API), no E2B_DOMAIN

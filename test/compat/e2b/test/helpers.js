@@ -2,9 +2,10 @@
 // always cleans up, and bounded polling.
 //
 // Every sandbox is created with metadata {suite, run, test, nonce}. The nonce
-// matters: sandboxd dedupes identical create bodies for 10 s, so two tests that
-// created the same template with the same options at the same time would
-// otherwise share one sandbox (and kill it under each other).
+// lets a test list only what it made, and keeps bodies distinct for a daemon
+// run with --e2b-body-dedupe=body, where two tests creating the same template
+// with the same options at once would otherwise share one sandbox (and kill
+// it under each other).
 
 import { randomUUID } from 'node:crypto'
 import { request } from 'node:http'

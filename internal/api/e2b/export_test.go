@@ -1,0 +1,22 @@
+package e2b
+
+import "encoding/json"
+
+// DeliveryScope is the claim scope of DedupeUndelivered.
+const DeliveryScope = deliveryScope
+
+// BodyFingerprint is the fingerprint a v2 create of body (JSON) by owner
+// claims under, with the default templates.
+func BodyFingerprint(owner string, body []byte) (string, error) {
+	f := New(Options{AccessTokenKey: make([]byte, 32)})
+	var b newSandboxBody
+	if err := json.Unmarshal(body, &b); err != nil {
+		return "", err
+	}
+	b.Secure = nil
+	req, err := f.createRequest(owner, b)
+	if err != nil {
+		return "", err
+	}
+	return fingerprint(req), nil
+}
