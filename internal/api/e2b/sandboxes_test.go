@@ -309,7 +309,7 @@ func TestMetrics_StartEndWindow(t *testing.T) {
 // sandboxes, including one paused between pages, with x-next-token absent
 // on the last page.
 func TestList_OrderTimeTemplateAndPagingAcrossStates(t *testing.T) {
-	h := newHarness(t, harnessOptions{noBodyDedupe: true})
+	h := newHarness(t, harnessOptions{})
 	meta := func(i string) map[string]string { return map[string]string{"run": "order", "i": i} }
 	a := h.create(t, map[string]any{"templateID": "base", "metadata": meta("a")})
 	h.clock.Advance(time.Second)
