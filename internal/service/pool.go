@@ -82,6 +82,11 @@ type pool struct {
 	targets map[PoolClass]int
 	ready   map[PoolClass][]pooled
 	filling map[PoolClass]int
+	// claiming counts sandboxes take handed out whose claim has not ended:
+	// they still count as the class's, so that a claim that gives its
+	// sandbox back (a name conflict, a quota) never makes the refill add
+	// one more.
+	claiming map[PoolClass]int
 	backoff map[PoolClass]time.Time // no refill of the class before
 	fails   map[PoolClass]int
 
@@ -96,6 +101,7 @@ func newPool(concurrency int) *pool {
 		targets:     map[PoolClass]int{},
 		ready:       map[PoolClass][]pooled{},
 		filling:     map[PoolClass]int{},
+		claiming:    map[PoolClass]int{},
 		backoff:     map[PoolClass]time.Time{},
 		fails:       map[PoolClass]int{},
 		wake:        make(chan struct{}, 1),
@@ -121,7 +127,7 @@ func (p *pool) take(c PoolClass) (pooled, bool) {
 	// Oldest first: every idle sandbox gets used before it grows stale.
 	e := list[0]
 	p.ready[c] = slices.Delete(list, 0, 1)
-	p.poke()
+	p.claiming[c]++
 	return e, true
 }
 
@@ -129,7 +135,17 @@ func (p *pool) take(c PoolClass) (pooled, bool) {
 func (p *pool) giveBack(c PoolClass, e pooled) {
 	p.mu.Lock()
 	p.ready[c] = append([]pooled{e}, p.ready[c]...)
+	p.claiming[c]--
 	p.mu.Unlock()
+}
+
+// gone ends the claim of a sandbox take handed out that the pool no
+// longer has (claimed, or found dead): the refill replaces it.
+func (p *pool) gone(c PoolClass) {
+	p.mu.Lock()
+	p.claiming[c]--
+	p.mu.Unlock()
+	p.poke()
 }
 
 // remove drops id from the ready lists; it reports whether it was there.
@@ -183,10 +199,10 @@ func (p *pool) next(now time.Time) (PoolClass, bool, time.Duration) {
 	classes := slices.SortedFunc(maps.Keys(p.targets), func(a, b PoolClass) int { return cmp.Compare(a.String(), b.String()) })
 	// The emptiest class first, so one class's refill never starves another.
 	slices.SortStableFunc(classes, func(a, b PoolClass) int {
-		return cmp.Compare(len(p.ready[a])+p.filling[a]-p.targets[a], len(p.ready[b])+p.filling[b]-p.targets[b])
+		return cmp.Compare(p.supply(a)-p.targets[a], p.supply(b)-p.targets[b])
 	})
 	for _, c := range classes {
-		if len(p.ready[c])+p.filling[c] >= p.targets[c] {
+		if p.supply(c) >= p.targets[c] {
 			continue
 		}
 		if until := p.backoff[c]; now.Before(until) {
@@ -200,6 +216,9 @@ func (p *pool) next(now time.Time) (PoolClass, bool, time.Duration) {
 	}
 	return PoolClass{}, false, wait
 }
+
+// supply is what class c has or will have: idle, being made, being claimed.
+func (p *pool) supply(c PoolClass) int { return len(p.ready[c]) + p.filling[c] + p.claiming[c] }
 
 // filled ends a refill of c: e joins the ready list (when the refill
 // succeeded and the class still wants it) or the class backs off.

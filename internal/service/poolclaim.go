@@ -71,6 +71,7 @@ func (s *Service) fromPool(ctx context.Context, req CreateRequest, cl *store.Cla
 		if errors.Is(err, store.ErrNotFound) {
 			// Destroyed under the pool (a health check, an operator): it is
 			// not ours to give back.
+			s.pool.gone(class)
 			s.Metrics.poolMiss()
 			return nil, errPoolMiss
 		}
@@ -85,10 +86,12 @@ func (s *Service) fromPool(ctx context.Context, req CreateRequest, cl *store.Cla
 	if err != nil {
 		s.Logger.Warn("pool: the claimed sandbox's agent refused its configuration; creating cold", "sandbox", id, "err", err)
 		s.destroyDetached(ctx, id, "its claim from the pool failed")
+		s.pool.gone(class)
 		s.Metrics.poolMiss()
 		return nil, errPoolMiss
 	}
 	s.replaceClient(id, sec.token)
+	s.pool.gone(class)
 	d := time.Since(start)
 	t.timings = append(t.timings, StepTiming{Step: "pool", Desc: "hit", Duration: d})
 	s.Metrics.poolHit(d)
