@@ -65,6 +65,11 @@ type Daemon struct {
 	SandboxNetwork bool
 	// E2BBodyDedupe turns on deduplication of identical E2B create bodies.
 	E2BBodyDedupe bool
+	// Pool is how many started, idle sandboxes the warm pool keeps per
+	// image (default CPU, memory and runtime, no network); the default is
+	// two of DefaultImage. The admin API (PUT /v1/pools) changes it at
+	// run time, for any class.
+	Pool []PoolSize
 	// IdleTimeout closes a kept-alive connection that has had no request
 	// for that long.
 	IdleTimeout time.Duration
@@ -150,6 +155,11 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.Int64Var(&d.MilliCPU, "cpu-budget", d.MilliCPU, "CPU budget in millicores for all sandboxes")
 	fs.Int64Var(&d.MemoryMB, "memory-budget", d.MemoryMB, "memory budget in MB for all sandboxes")
 	fs.BoolVar(&d.SandboxNetwork, "sandbox-network", d.SandboxNetwork, "let sandboxes that ask for it have outbound network (env SANDBOXD_SANDBOX_NETWORK)")
+	pool := ""
+	if v, ok := env("SANDBOXD_POOL"); ok {
+		pool = v
+	}
+	fs.StringVar(&pool, "pool", pool, "warm pool: IMAGE=N[,IMAGE=N...] idle sandboxes per image, or none (env SANDBOXD_POOL; default: 2 of the default image)")
 	fs.BoolVar(&d.E2BBodyDedupe, "e2b-body-dedupe", d.E2BBodyDedupe, "deduplicate identical E2B create bodies (env SANDBOXD_E2B_BODY_DEDUPE)")
 	fs.DurationVar(&d.IdleTimeout, "idle-timeout", d.IdleTimeout, "close a kept-alive connection idle this long (env SANDBOXD_IDLE_TIMEOUT)")
 	fs.DurationVar(&d.RequestTimeout, "request-timeout", d.RequestTimeout, "bound on a whole request to a route that is not a stream (env SANDBOXD_REQUEST_TIMEOUT)")
@@ -170,6 +180,9 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		return Daemon{}, fmt.Errorf("--default-quota: %w", err)
 	}
 	d.DefaultQuota = q
+	if d.Pool, err = ParsePool(pool, d.DefaultImage); err != nil {
+		return Daemon{}, fmt.Errorf("--pool: %w", err)
+	}
 	lo, hi, err := parseRange(portRange)
 	if err != nil {
 		return Daemon{}, fmt.Errorf("--host-ports: %w", err)
@@ -305,4 +318,34 @@ func parseRange(s string) (lo, hi int, err error) {
 		return 0, 0, fmt.Errorf("range %q: want 1024 <= lo <= hi <= 65535", s)
 	}
 	return lo, hi, nil
+}
+
+// PoolSize is how many idle sandboxes of an image the warm pool keeps.
+type PoolSize struct {
+	Image string
+	Size  int
+}
+
+// maxPoolSize bounds one image's pool (the service's bound).
+const maxPoolSize = 64
+
+// ParsePool parses --pool: "IMAGE=N[,IMAGE=N...]", "none" (or "0") for no
+// pool, and "" for the default, two of defaultImage.
+func ParsePool(s, defaultImage string) ([]PoolSize, error) {
+	switch strings.TrimSpace(s) {
+	case "":
+		return []PoolSize{{Image: defaultImage, Size: 2}}, nil
+	case "none", "0":
+		return nil, nil
+	}
+	var out []PoolSize
+	for _, item := range splitList(s) {
+		img, n, ok := strings.Cut(item, "=")
+		size, err := strconv.Atoi(n)
+		if !ok || strings.TrimSpace(img) == "" || err != nil || size < 0 || size > maxPoolSize {
+			return nil, fmt.Errorf("%q: want IMAGE=N with N from 0 to %d", item, maxPoolSize)
+		}
+		out = append(out, PoolSize{Image: strings.TrimSpace(img), Size: size})
+	}
+	return out, nil
 }
