@@ -87,8 +87,8 @@ type pool struct {
 	// sandbox back (a name conflict, a quota) never makes the refill add
 	// one more.
 	claiming map[PoolClass]int
-	backoff map[PoolClass]time.Time // no refill of the class before
-	fails   map[PoolClass]int
+	backoff  map[PoolClass]time.Time // no refill of the class before
+	fails    map[PoolClass]int
 
 	// userCreates counts cold creates in flight: refill waits while any is.
 	userCreates atomic.Int64
