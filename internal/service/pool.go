@@ -53,6 +53,8 @@ type PoolStatus struct {
 	PoolTarget
 	Ready   int `json:"ready"`
 	Filling int `json:"filling"`
+	// IDs are the ready sandboxes, oldest first (the next claimed first).
+	IDs []string `json:"ids"`
 }
 
 // Pool bounds.
@@ -177,7 +179,11 @@ func (p *pool) status() []PoolStatus {
 	}
 	out := make([]PoolStatus, 0, len(classes))
 	for c := range classes {
-		out = append(out, PoolStatus{PoolTarget: PoolTarget{PoolClass: c, Size: p.targets[c]}, Ready: len(p.ready[c]), Filling: p.filling[c]})
+		ids := make([]string, len(p.ready[c]))
+		for i, e := range p.ready[c] {
+			ids[i] = e.id
+		}
+		out = append(out, PoolStatus{PoolTarget: PoolTarget{PoolClass: c, Size: p.targets[c]}, Ready: len(ids), Filling: p.filling[c], IDs: ids})
 	}
 	slices.SortFunc(out, func(a, b PoolStatus) int { return cmp.Compare(a.String(), b.String()) })
 	return out

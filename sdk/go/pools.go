@@ -19,6 +19,8 @@ type Pool struct {
 	Size     int     `json:"size"`
 	Ready    int     `json:"ready,omitempty"`
 	Filling  int     `json:"filling,omitempty"`
+	// SandboxIDs, in answers, are the idle sandboxes.
+	SandboxIDs []string `json:"sandbox_ids,omitempty"`
 }
 
 type poolList struct {
@@ -41,7 +43,7 @@ func (c *Client) ListPools(ctx context.Context) ([]Pool, error) {
 func (c *Client) SetPools(ctx context.Context, pools []Pool) ([]Pool, error) {
 	in := poolList{Pools: make([]Pool, len(pools))}
 	for i, p := range pools {
-		p.Ready, p.Filling = 0, 0
+		p.Ready, p.Filling, p.SandboxIDs = 0, 0, nil
 		in.Pools[i] = p
 	}
 	var out poolList

@@ -19,6 +19,9 @@ type poolJSON struct {
 	Size     int     `json:"size"`
 	Ready    int     `json:"ready"`
 	Filling  int     `json:"filling"`
+	// SandboxIDs are the idle sandboxes (no API call reaches them: they
+	// are nobody's until a create claims one).
+	SandboxIDs []string `json:"sandbox_ids"`
 }
 
 type poolsRequest struct {
@@ -41,7 +44,7 @@ func toPoolsJSON(st []service.PoolStatus) poolsJSON {
 	for i, p := range st {
 		out.Pools[i] = poolJSON{
 			Image: p.Image, Runtime: p.Runtime, CPU: float64(p.MilliCPU) / 1000, MemoryMB: p.MemoryMB,
-			Network: p.Network, Size: p.Size, Ready: p.Ready, Filling: p.Filling,
+			Network: p.Network, Size: p.Size, Ready: p.Ready, Filling: p.Filling, SandboxIDs: p.IDs,
 		}
 	}
 	return out
