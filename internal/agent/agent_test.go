@@ -295,10 +295,10 @@ func TestClient_Local(t *testing.T) {
 	commandSuite(t, c, t.TempDir())
 }
 
-// SetEnv's variables reach every process started after it, under what the
+// Configure's variables reach every process started after it, under what the
 // request sets; a second call replaces the first; a bad body changes
 // nothing.
-func TestClient_SetEnvReachesLaterProcesses(t *testing.T) {
+func TestClient_ConfigureEnvReachesLaterProcesses(t *testing.T) {
 	c, sock := localClient(t)
 	echo := func(env map[string]string) string {
 		t.Helper()
@@ -308,29 +308,32 @@ func TestClient_SetEnvReachesLaterProcesses(t *testing.T) {
 		}
 		return string(res.Stdout)
 	}
-	if err := c.SetEnv(t.Context(), map[string]string{"A": "secret", "B": "b"}); err != nil {
+	if err := c.Configure(t.Context(), agent.Configuration{Env: map[string]string{"A": "secret", "B": "b"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := echo(map[string]string{"B": "request"}); got != "secret request\n" {
 		t.Errorf("after SetEnv, with B in the request: %q", got)
 	}
-	if err := c.SetEnv(t.Context(), map[string]string{"B": "only"}); err != nil {
+	if err := c.Configure(t.Context(), agent.Configuration{Env: map[string]string{"B": "only"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := echo(nil); got != "unset only\n" {
 		t.Errorf("after a second SetEnv: %q, want it to replace the first", got)
 	}
-	for _, bad := range []map[string]string{{"A=B": "x"}, {"": "x"}, {"A": "nul\x00"}} {
+	for _, bad := range []agent.Configuration{
+		{Env: map[string]string{"A=B": "x"}}, {Env: map[string]string{"": "x"}},
+		{Env: map[string]string{"A": "nul\x00"}}, {NewToken: "short"},
+	} {
 		var he *agent.HTTPError
-		if err := c.SetEnv(t.Context(), bad); !errors.As(err, &he) || he.StatusCode != http.StatusBadRequest {
-			t.Errorf("SetEnv(%q) = %v, want a 400", bad, err)
+		if err := c.Configure(t.Context(), bad); !errors.As(err, &he) || he.StatusCode != http.StatusBadRequest {
+			t.Errorf("Configure(%+v) = %v, want a 400", bad, err)
 		}
 	}
 	if got := echo(nil); got != "unset only\n" {
 		t.Errorf("after refused calls: %q, want them to change nothing", got)
 	}
-	if resp := rawRequest(t, sock, http.MethodPut, server.PathEnv, ""); resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("PUT %s without the token = %d, want 401", server.PathEnv, resp.StatusCode)
+	if resp := rawRequest(t, sock, http.MethodPut, server.PathConfig, ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("PUT %s without the token = %d, want 401", server.PathConfig, resp.StatusCode)
 	}
 }
 
@@ -339,12 +342,12 @@ func TestClient_SetEnvReachesLaterProcesses(t *testing.T) {
 // a sandbox's secret env.
 func TestClient_TransportRefusesTheDaemonsRoutes(t *testing.T) {
 	c, _ := localClient(t)
-	if err := c.SetEnv(t.Context(), map[string]string{"A": "secret"}); err != nil {
+	if err := c.Configure(t.Context(), agent.Configuration{Env: map[string]string{"A": "secret"}}); err != nil {
 		t.Fatal(err)
 	}
 	hc := &http.Client{Transport: c.Transport()}
-	for _, p := range []string{server.PathEnv, "/sandboxd//env", "/x/../sandboxd/env", "/sandbox%64/env"} {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, agent.BaseURL+p, strings.NewReader(`{"A":"mine"}`))
+	for _, p := range []string{server.PathConfig, "/sandboxd//config", "/x/../sandboxd/config", "/sandbox%64/config"} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, agent.BaseURL+p, strings.NewReader(`{"env":{"A":"mine"}}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -373,5 +376,30 @@ func TestClient_TransportRefusesTheDaemonsRoutes(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
 		t.Errorf("GET /health through Transport = %d", resp.StatusCode)
+	}
+}
+
+// A new token takes over from the next request: the old one is refused,
+// processes keep their environment, and a client with the new token works.
+func TestClient_ConfigureRotatesTheToken(t *testing.T) {
+	c, sock := localClient(t)
+	const fresh = "fresh-token-0123456789abcdef"
+	if err := c.Configure(t.Context(), agent.Configuration{Env: map[string]string{"A": "a"}, NewToken: fresh}); err != nil {
+		t.Fatal(err)
+	}
+	if resp := rawRequest(t, sock, http.MethodPost, "/process.Process/List", testToken); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the old token after the rotation: %d, want 401", resp.StatusCode)
+	}
+	if _, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"true"}}); err == nil {
+		t.Error("a client with the old token still runs commands")
+	}
+	nc := agent.NewClient(agent.UnixDialer(sock), fresh)
+	t.Cleanup(nc.Close)
+	res, err := nc.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", `echo "$A"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Stdout) != "a\n" {
+		t.Errorf("with the new token: %q", res.Stdout)
 	}
 }

@@ -13,7 +13,10 @@ import (
 	"path"
 	"strings"
 
+	"connectrpc.com/connect"
+
 	"github.com/sandboxd/sandboxd/internal/gen/envd/filesystem/filesystemconnect"
+	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
 )
 
@@ -101,21 +104,32 @@ func (c *Client) Health(ctx context.Context) error {
 	return nil
 }
 
-// SetEnv hands the agent the variables every process it starts from now on
-// gets (the sandbox's secret env), replacing what an earlier call set.
-func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
-	body, err := json.Marshal(env)
+// Configuration is what the daemon hands an agent once it runs
+// (server.Configuration, the same JSON).
+type Configuration struct {
+	// Env replaces the variables every process the agent starts from now
+	// on gets after the agent's own environment: the sandbox's secret env
+	// (and, for a sandbox claimed from the pool, all of its env).
+	Env map[string]string `json:"env"`
+	// NewToken, when set, replaces the agent token from the agent's next
+	// request on: this client's token then stops working.
+	NewToken string `json:"token,omitempty"`
+}
+
+// Configure hands the agent cfg.
+func (c *Client) Configure(ctx context.Context, cfg Configuration) error {
+	body, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, baseURL+pathEnv, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, baseURL+pathConfig, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("agent env: %w", err)
+		return fmt.Errorf("agent configuration: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
@@ -124,17 +138,24 @@ func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
 	return nil
 }
 
-// pathEnv is the agent's route for SetEnv (server.PathEnv); daemonPaths is
-// the prefix of the routes only the daemon calls.
+// pathConfig is the agent's route for Configure (server.PathConfig);
+// daemonPaths is the prefix of the routes only the daemon calls.
 const (
-	pathEnv     = "/sandboxd/env"
+	pathConfig  = "/sandboxd/config"
 	daemonPaths = "/sandboxd/"
 )
+
+// Check makes one authenticated call that changes nothing (a process
+// list): nil when the agent answers and accepts this client's token.
+func (c *Client) Check(ctx context.Context) error {
+	_, err := c.proc.List(ctx, connect.NewRequest(&rpc.ListRequest{}))
+	return err
+}
 
 // Transport is the client's round tripper: it reaches this agent whatever
 // the request's host, and adds the agent token. A facade that forwards
 // envd requests unchanged proxies through it (any X-Access-Token the caller
-// sent is replaced); the daemon's own routes (SetEnv's) answer 404 through
+// sent is replaced); the daemon's own routes (Configure's) answer 404 through
 // it without reaching the agent, so no caller of a facade can replace a
 // sandbox's secret env. Reply headers are bounded; bodies are streams the
 // proxy copies through, so they are not.

@@ -72,6 +72,11 @@ type Daemon struct {
 	// E2BReplayWindow is how long an E2B create stays adoptable (undelivered)
 	// or replayable (body).
 	E2BReplayWindow time.Duration
+	// Pool is how many started, idle sandboxes the warm pool keeps per
+	// image (default CPU, memory and runtime, no network); the default is
+	// two of DefaultImage. The admin API (PUT /v1/pools) changes it at
+	// run time, for any class.
+	Pool []PoolSize
 	// IdleTimeout closes a kept-alive connection that has had no request
 	// for that long.
 	IdleTimeout time.Duration
@@ -161,6 +166,11 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"E2B creates without an Idempotency-Key: undelivered (adopt only a create whose client went away), body or true (collapse identical bodies, the old rule), off or false (env SANDBOXD_E2B_BODY_DEDUPE)")
 	fs.DurationVar(&d.E2BReplayWindow, "e2b-replay-window", d.E2BReplayWindow,
 		"how long an undelivered E2B create stays adoptable (or, with --e2b-body-dedupe=body, an identical body is replayed) (env SANDBOXD_E2B_REPLAY_WINDOW)")
+	pool := ""
+	if v, ok := env("SANDBOXD_POOL"); ok {
+		pool = v
+	}
+	fs.StringVar(&pool, "pool", pool, "warm pool: IMAGE=N[,IMAGE=N...] idle sandboxes per image, or none (env SANDBOXD_POOL; default: 2 of the default image)")
 	fs.DurationVar(&d.IdleTimeout, "idle-timeout", d.IdleTimeout, "close a kept-alive connection idle this long (env SANDBOXD_IDLE_TIMEOUT)")
 	fs.DurationVar(&d.RequestTimeout, "request-timeout", d.RequestTimeout, "bound on a whole request to a route that is not a stream (env SANDBOXD_REQUEST_TIMEOUT)")
 	fs.IntVar(&d.MaxConns, "max-conns", d.MaxConns, "HTTP connections open at once; 0: a quarter of the open-file limit (env SANDBOXD_MAX_CONNS)")
@@ -180,6 +190,9 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		return Daemon{}, fmt.Errorf("--default-quota: %w", err)
 	}
 	d.DefaultQuota = q
+	if d.Pool, err = ParsePool(pool, d.DefaultImage); err != nil {
+		return Daemon{}, fmt.Errorf("--pool: %w", err)
+	}
 	lo, hi, err := parseRange(portRange)
 	if err != nil {
 		return Daemon{}, fmt.Errorf("--host-ports: %w", err)
@@ -368,3 +381,33 @@ func (f dedupeFlag) Set(v string) error {
 }
 
 func (dedupeFlag) IsBoolFlag() bool { return true }
+
+// PoolSize is how many idle sandboxes of an image the warm pool keeps.
+type PoolSize struct {
+	Image string
+	Size  int
+}
+
+// maxPoolSize bounds one image's pool (the service's bound).
+const maxPoolSize = 64
+
+// ParsePool parses --pool: "IMAGE=N[,IMAGE=N...]", "none" (or "0") for no
+// pool, and "" for the default, two of defaultImage.
+func ParsePool(s, defaultImage string) ([]PoolSize, error) {
+	switch strings.TrimSpace(s) {
+	case "":
+		return []PoolSize{{Image: defaultImage, Size: 2}}, nil
+	case "none", "0":
+		return nil, nil
+	}
+	var out []PoolSize
+	for _, item := range splitList(s) {
+		img, n, ok := strings.Cut(item, "=")
+		size, err := strconv.Atoi(n)
+		if !ok || strings.TrimSpace(img) == "" || err != nil || size < 0 || size > maxPoolSize {
+			return nil, fmt.Errorf("%q: want IMAGE=N with N from 0 to %d", item, maxPoolSize)
+		}
+		out = append(out, PoolSize{Image: strings.TrimSpace(img), Size: size})
+	}
+	return out, nil
+}

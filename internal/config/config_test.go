@@ -37,6 +37,7 @@ func wantDefaults(t *testing.T) Daemon {
 		MemoryMB:        16 * 1024,
 		E2BBodyDedupe:   "undelivered",
 		E2BReplayWindow: 10 * time.Second,
+		Pool:            []PoolSize{{Image: "sandboxd/base:bookworm", Size: 2}},
 		IdleTimeout:     60 * time.Second,
 		RequestTimeout:  5 * time.Minute,
 		ReconcileEvery:  30 * time.Second,
@@ -79,8 +80,13 @@ func TestParse_Sources(t *testing.T) {
 		{"HTTPSListenFlagWithACME", nil, []string{"--https-listen", "localhost:443", "--acme-email", "ops@example.com"}, func(d *Daemon) {
 			d.HTTPSListen, d.ACMEEmail = "localhost:443", "ops@example.com"
 		}},
-		{"DefaultImageEnv", map[string]string{"SANDBOXD_DEFAULT_IMAGE": "sandboxd/busybox:latest"}, nil, func(d *Daemon) { d.DefaultImage = "sandboxd/busybox:latest" }},
-		{"DefaultImageFlag", nil, []string{"--default-image", "img:1"}, func(d *Daemon) { d.DefaultImage = "img:1" }},
+		{"DefaultImageEnv", map[string]string{"SANDBOXD_DEFAULT_IMAGE": "sandboxd/busybox:latest"}, nil, func(d *Daemon) {
+			d.DefaultImage, d.Pool = "sandboxd/busybox:latest", []PoolSize{{Image: "sandboxd/busybox:latest", Size: 2}}
+		}},
+		{"DefaultImageFlag", nil, []string{"--default-image", "img:1"}, func(d *Daemon) { d.DefaultImage, d.Pool = "img:1", []PoolSize{{Image: "img:1", Size: 2}} }},
+		{"PoolNone", nil, []string{"--pool", "none"}, func(d *Daemon) { d.Pool = nil }},
+		{"PoolEnv", map[string]string{"SANDBOXD_POOL": "a:1=3, b=0"}, nil, func(d *Daemon) { d.Pool = []PoolSize{{Image: "a:1", Size: 3}, {Image: "b", Size: 0}} }},
+		{"PoolFlagWins", map[string]string{"SANDBOXD_POOL": "a=3"}, []string{"--pool", "b=1"}, func(d *Daemon) { d.Pool = []PoolSize{{Image: "b", Size: 1}} }},
 		{"DefaultRuntimeEnv", map[string]string{"SANDBOXD_DEFAULT_RUNTIME": "gvisor"}, nil, func(d *Daemon) { d.DefaultRuntime = "gvisor" }},
 		{"HostPortsEnv", map[string]string{"SANDBOXD_HOST_PORTS": "50000-50010"}, nil, func(d *Daemon) { d.HostPortLo, d.HostPortHi = 50000, 50010 }},
 		{"HostPortsFlagWins", map[string]string{"SANDBOXD_HOST_PORTS": "50000-50010"}, []string{"--host-ports", "1024-65535"}, func(d *Daemon) {
@@ -152,6 +158,8 @@ func TestParse_Rejects(t *testing.T) {
 		{"DataDirEmpty", nil, []string{"--data-dir", ""}, "--data-dir is required"},
 		{"CPUBudgetZero", nil, []string{"--cpu-budget", "0"}, "--cpu-budget and --memory-budget must be positive"},
 		{"MemoryBudgetNegative", nil, []string{"--memory-budget", "-1"}, "--cpu-budget and --memory-budget must be positive"},
+		{"PoolNoSize", nil, []string{"--pool", "img"}, `--pool: "img": want IMAGE=N with N from 0 to 64`},
+		{"PoolTooBig", nil, []string{"--pool", "img=65"}, `--pool: "img=65": want IMAGE=N with N from 0 to 64`},
 		{"DefaultRuntimeUnknown", nil, []string{"--default-runtime", "kata"}, `--default-runtime "kata": want docker or gvisor`},
 		{"HostPortsEnvBad", map[string]string{"SANDBOXD_HOST_PORTS": "80-90"}, nil, `--host-ports: range "80-90": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsNoDash", nil, []string{"--host-ports", "40000"}, `--host-ports: range "40000": want lo-hi`},

@@ -271,6 +271,16 @@ func (d *Daemon) buildIngress(dialer *serviceDialer, previews *auth.PreviewToken
 	return nil
 }
 
+// poolTargets are --pool's sizes as the service's targets: each image in
+// the default class (default CPU, memory and runtime, no network).
+func poolTargets(sizes []config.PoolSize) []service.PoolTarget {
+	out := make([]service.PoolTarget, len(sizes))
+	for i, p := range sizes {
+		out[i] = service.PoolTarget{PoolClass: service.PoolClass{Image: p.Image}, Size: p.Size}
+	}
+	return out
+}
+
 // buildService builds the service over the parts made so far. Its public
 // URLs use the port of the daemon's listener.
 func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *volume.Dir, keyring *secrets.Keyring, clock func() time.Time) error {
@@ -289,6 +299,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		AllowNetwork:   cfg.SandboxNetwork,
 		GVisor:         d.gvisor,
 		DefaultRuntime: cfg.DefaultRuntime,
+		Pool:           poolTargets(cfg.Pool),
 		HostPortLo:     cfg.HostPortLo,
 		HostPortHi:     cfg.HostPortHi,
 		TLSPort:        tlsPortN,
@@ -511,7 +522,13 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		<-gctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return srv.Shutdown(shutdownCtx)
+		err := srv.Shutdown(shutdownCtx)
+		// A daemon that stops leaves no idle sandboxes (one that is killed
+		// leaves them for the next start to adopt).
+		drainCtx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer dcancel()
+		d.Service.DrainPool(drainCtx)
+		return err
 	})
 	return g.Wait()
 }

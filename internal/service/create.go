@@ -85,6 +85,24 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 		return nil, err
 	}
 
+	// 2b. the warm pool: a tenant's request of a pooled class, without
+	// mounts or a chosen id, is a claim of an idle sandbox (poolclaim.go).
+	// A miss runs the cold path below, which the refill then yields to.
+	if req.Owner != store.PoolOwner {
+		if idOverride == "" && len(req.Mounts) == 0 {
+			created, err := s.fromPool(ctx, req, cl, t)
+			if !errors.Is(err, errPoolMiss) {
+				return created, err
+			}
+		}
+		s.pool.userCreates.Add(1)
+		defer func() {
+			if s.pool.userCreates.Add(-1) == 0 {
+				s.pool.poke()
+			}
+		}()
+	}
+
 	// 3. choose the id (secrets are bound to it).
 	id := idOverride
 	if id == "" {
@@ -168,7 +186,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 		if err := t.run("secret env", func() error {
 			c := agent.NewClient(s.dialer(id), sec.token)
 			defer c.Close()
-			return c.SetEnv(ctx, req.SecretEnv)
+			return c.Configure(ctx, agentConfiguration(req.SecretEnv, ""))
 		}); err != nil {
 			return nil, fmt.Errorf("hand the secret env to the agent: %w", err)
 		}

@@ -70,12 +70,14 @@ type harness struct {
 	admFail *faultyAdmission
 	vols    *faultyVolumes
 	clock   *storetest.Clock
+	keyring *secrets.Keyring
 	nodeID  string
 	volRoot string // the volume directory's root on the host
 }
 
 type harnessOptions struct {
 	budget admission.Budget
+	pool   []service.PoolTarget // the warm pool's targets (none: no pool)
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -138,6 +140,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		adm:     admission.New(opts.budget),
 		vols:    &faultyVolumes{Dir: vols},
 		clock:   clk,
+		keyring: kr,
 		nodeID:  nodeID,
 		volRoot: volRoot,
 	}
@@ -147,6 +150,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		DefaultImage:  busybox,
 		AgentBinary:   agentBinary,
 		StuckCreating: time.Minute,
+		Pool:          opts.pool,
 	}, service.Deps{
 		Store:     h.store,
 		Runtime:   h.rt,

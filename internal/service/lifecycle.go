@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -28,7 +27,13 @@ type Caller struct {
 // CPU and their memory. A zero field is unlimited.
 type Quota = admission.Quota
 
-func (c Caller) canSee(owner string) bool { return c.Admin || c.Owner == owner }
+// canSee reports whether c may see a sandbox of owner. Nobody sees the
+// warm pool's idle sandboxes (store.PoolOwner's) through a lookup, admins
+// included: they belong to no tenant until a create claims one, and the
+// pool alone manages them.
+func (c Caller) canSee(owner string) bool {
+	return owner != store.PoolOwner && (c.Admin || c.Owner == owner)
+}
 
 // Get returns a sandbox by id or by name; names are per owner (lookupName).
 func (s *Service) Get(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
@@ -256,8 +261,8 @@ func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox
 		}
 		return Sandbox{}, fmt.Errorf("start %s: %w", row.ID, err)
 	}
-	// A started agent has lost the secret env with its memory.
-	if err := s.handOverSecretEnv(ctx, row); err != nil {
+	// A started agent has lost what the daemon handed it with its memory.
+	if err := s.configureAgent(ctx, row); err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 		if serr := s.Runtime.Stop(sctx, row.ID); serr != nil {
 			s.Logger.Warn("start: stop after the secret env failed", "sandbox", row.ID, "err", serr)
@@ -315,25 +320,4 @@ func (s *Service) UpdateSandbox(ctx context.Context, c Caller, idOrName string, 
 		return Sandbox{}, s.mapStoreErr(err, row.ID)
 	}
 	return fromRow(updated), nil
-}
-
-// handOverSecretEnv gives a sandbox's running agent its secret env, opened
-// from the row; a sandbox without one costs nothing.
-func (s *Service) handOverSecretEnv(ctx context.Context, row store.Sandbox) error {
-	if len(row.SealedSecrets) == 0 {
-		return nil
-	}
-	plain, err := s.Keyring.Open(row.SealedSecrets, secretEnvAD(row.ID))
-	if err != nil {
-		return fmt.Errorf("open the secret env: %w", err)
-	}
-	var env map[string]string
-	if err := json.Unmarshal(plain, &env); err != nil {
-		return fmt.Errorf("decode the secret env: %w", err)
-	}
-	c, err := s.Agent(ctx, row.ID)
-	if err != nil {
-		return err
-	}
-	return c.SetEnv(ctx, env)
 }

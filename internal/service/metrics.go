@@ -1,6 +1,8 @@
 package service
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -10,6 +12,11 @@ type Metrics struct {
 	createStep  *prometheus.HistogramVec
 	createTotal *prometheus.CounterVec
 	reconciled  *prometheus.CounterVec
+
+	poolSize   *prometheus.GaugeVec
+	poolClaims *prometheus.CounterVec
+	poolClaim  prometheus.Histogram
+	poolRefill prometheus.Histogram
 }
 
 // NewMetrics creates the instruments and registers them on reg; a nil reg
@@ -32,9 +39,31 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name:      "reconcile_actions_total",
 			Help:      "Repairs made by the reconciler and the reaper, by kind.",
 		}, []string{"action"}),
+		poolSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sandboxd",
+			Name:      "pool_ready",
+			Help:      "Idle sandboxes the warm pool holds, by class.",
+		}, []string{"class"}),
+		poolClaims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sandboxd",
+			Name:      "pool_claims_total",
+			Help:      "Creates the warm pool served (hit) or could not serve (miss: the cold path ran).",
+		}, []string{"outcome"}),
+		poolClaim: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "sandboxd",
+			Name:      "pool_claim_seconds",
+			Help:      "Latency of a claim from the warm pool (store write and agent call).",
+			Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
+		}),
+		poolRefill: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "sandboxd",
+			Name:      "pool_refill_seconds",
+			Help:      "Time to add one idle sandbox to the warm pool.",
+			Buckets:   []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.createStep, m.createTotal, m.reconciled)
+		reg.MustRegister(m.createStep, m.createTotal, m.reconciled, m.poolSize, m.poolClaims, m.poolClaim, m.poolRefill)
 	}
 	return m
 }
@@ -58,4 +87,14 @@ func (m *Metrics) observeCreate(timings []StepTiming, err error) {
 func (m *Metrics) reconcileAction(action string) { m.reconciled.WithLabelValues(action).Inc() }
 func (m *Metrics) reconcileActions(action string, n int) {
 	m.reconciled.WithLabelValues(action).Add(float64(n))
+}
+
+func (m *Metrics) poolHit(d time.Duration) {
+	m.poolClaims.WithLabelValues("hit").Inc()
+	m.poolClaim.Observe(d.Seconds())
+}
+func (m *Metrics) poolMiss()                    { m.poolClaims.WithLabelValues("miss").Inc() }
+func (m *Metrics) poolRefilled(d time.Duration) { m.poolRefill.Observe(d.Seconds()) }
+func (m *Metrics) poolReady(c PoolClass, ready int) {
+	m.poolSize.WithLabelValues(c.String()).Set(float64(ready))
 }

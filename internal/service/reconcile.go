@@ -257,7 +257,7 @@ func (s *Service) allRows(ctx context.Context) ([]store.Sandbox, error) {
 	var all []store.Sandbox
 	token := ""
 	for {
-		rows, next, err := s.Store.ListSandboxes(ctx, store.ListFilter{Limit: 1000, PageToken: token, IncludeDestroying: true})
+		rows, next, err := s.Store.ListSandboxes(ctx, store.ListFilter{Limit: 1000, PageToken: token, IncludeDestroying: true, IncludePool: true})
 		if err != nil {
 			return nil, err
 		}
@@ -302,8 +302,9 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 	return int(n.Load()), errors.Join(errs...)
 }
 
-// RunBackground makes the service ready, then runs the reaper (every
-// reapEvery) and the reconciler (every reconcileEvery) until ctx ends.
+// RunBackground makes the service ready, finishes the pool claims a crash
+// cut short, then runs the reaper (every reapEvery), the reconciler (every
+// reconcileEvery) and the warm pool (pool.go) until ctx ends.
 // While the startup repair fails it is retried with backoff (Ready reports
 // why it is not ready) and neither the reaper nor the periodic pass runs:
 // both would act on a host the service has not yet caught up with. Errors
@@ -315,6 +316,13 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 	if s.engineInFlight.Load() {
 		s.sweepLateOrphans(ctx)
 	}
+	s.finishClaims(ctx)
+	poolDone := make(chan struct{})
+	go func() {
+		defer close(poolDone)
+		s.runPool(ctx)
+	}()
+	defer func() { <-poolDone }()
 	reap := time.NewTicker(reapEvery)
 	defer reap.Stop()
 	rec := time.NewTicker(reconcileEvery)

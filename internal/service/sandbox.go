@@ -68,7 +68,9 @@ type Created struct {
 
 // StepTiming is how long one create step took.
 type StepTiming struct {
-	Step     string
+	Step string
+	// Desc says more of the step (the pool's is "hit").
+	Desc     string
 	Duration time.Duration
 }
 

@@ -1,10 +1,12 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -29,6 +31,7 @@ type Store interface {
 	UpdateSandboxState(ctx context.Context, id string, from []store.SandboxState, to store.SandboxState, reason string) (store.Sandbox, error)
 	UpdateSandbox(ctx context.Context, id string, u store.SandboxUpdate) (store.Sandbox, error)
 	CommitCreate(ctx context.Context, id string, expiresAt time.Time) (store.Sandbox, error)
+	ClaimPooled(ctx context.Context, c store.PoolClaim) (store.Sandbox, error)
 	BeginDestroy(ctx context.Context, id string) (store.Sandbox, error)
 	BeginReap(ctx context.Context, id string, now time.Time) (store.Sandbox, bool, error)
 	BeginRollBack(ctx context.Context, id string) (store.Sandbox, bool, error)
@@ -151,6 +154,10 @@ type Config struct {
 	// DefaultRuntime is the runtime of a create that names none: "docker"
 	// (the default) or "gvisor".
 	DefaultRuntime string
+	// Pool is what the warm pool keeps (SetPool changes it at run time);
+	// PoolConcurrency bounds its refill creates in flight (default 2).
+	Pool            []PoolTarget
+	PoolConcurrency int
 	// StuckCreating is how long a row may stay in state creating before the
 	// reconciler rolls it back.
 	StuckCreating time.Duration
@@ -182,6 +189,9 @@ type Service struct {
 	// connections to the agent socket, so an exec after the first costs no
 	// dial and no AEAD open of the token.
 	clients sync.Map // string → *agent.Client
+
+	// pool is the warm pool (pool.go): never nil, empty without targets.
+	pool *pool
 
 	// readiness is set by the startup repair (Reconcile with startup).
 	readiness atomic.Pointer[readiness]
@@ -228,7 +238,13 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = "sandboxd/base:bookworm"
 	}
-	s := &Service{cfg: cfg, Deps: deps}
+	s := &Service{cfg: cfg, Deps: deps, pool: newPool(cmp.Or(cfg.PoolConcurrency, 2))}
+	targets, err := s.normalizeTargets(cfg.Pool)
+	if err != nil {
+		return nil, fmt.Errorf("service: pool: %w", err)
+	}
+	maps.Copy(s.pool.targets, targets)
+	maps.DeleteFunc(s.pool.targets, func(_ PoolClass, n int) bool { return n == 0 })
 	s.setReady("the startup repair has not run yet")
 	return s, nil
 }

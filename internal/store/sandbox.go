@@ -60,12 +60,22 @@ type Sandbox struct {
 	// DestroyingSince is when a destroy of this sandbox began (zero: none
 	// has). Such a row is on its way out: see BeginDestroy.
 	DestroyingSince time.Time
+	// BootTokenSealed is the agent token the container's agent boots with,
+	// when that is not AgentTokenSealed: a sandbox claimed from the pool
+	// (see ClaimPooled). Nil for every other sandbox.
+	BootTokenSealed []byte
 }
+
+// PoolOwner owns the warm pool's idle sandboxes, which are running rows
+// like any other until a create claims one (ClaimPooled). No API token
+// can have it (the API refuses owners with the "sandboxd:" prefix), and
+// listings leave its sandboxes out unless they ask for it by owner.
+const PoolOwner = "sandboxd:pool"
 
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox order.
 const sandboxColumns = `id, name, owner, image, state, cpu_millis, memory_mb, tags, env,
 	sealed_secrets, spec, agent_token_sealed, ssh_public_key, node_id,
-	created_at, updated_at, expires_at, error_reason, destroying_since`
+	created_at, updated_at, expires_at, error_reason, destroying_since, boot_token_sealed`
 
 func scanSandbox(r rowScanner) (Sandbox, error) {
 	var (
@@ -76,7 +86,7 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 	)
 	err := r.Scan(&sb.ID, &sb.Name, &sb.Owner, &sb.Image, &sb.State, &sb.CPUMillis, &sb.MemoryMB,
 		&tags, &env, &sb.SealedSecrets, &spec, &sb.AgentTokenSealed, &sb.SSHPublicKey, &sb.NodeID,
-		&createdMs, &updatedMs, &expiresMs, &sb.ErrorReason, &destroyMs)
+		&createdMs, &updatedMs, &expiresMs, &sb.ErrorReason, &destroyMs, &sb.BootTokenSealed)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -138,10 +148,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`,
 			sb.ID, sb.Name, sb.Owner, sb.Image, sb.State, sb.CPUMillis, sb.MemoryMB, tags, env,
 			sb.SealedSecrets, spec, sb.AgentTokenSealed, sb.SSHPublicKey, sb.NodeID,
-			createdMs, createdMs, nullMillis(sb.ExpiresAt), sb.ErrorReason)
+			createdMs, createdMs, nullMillis(sb.ExpiresAt), sb.ErrorReason, sb.BootTokenSealed)
 		return err
 	})
 	switch {
@@ -218,6 +228,10 @@ type ListFilter struct {
 	// IncludeDestroying lists rows whose destroy began, too (the
 	// reconciler's view); callers' listings leave them out.
 	IncludeDestroying bool
+	// IncludePool lists the warm pool's idle sandboxes (PoolOwner's) too
+	// (the reconciler's view); other listings leave them out unless Owner
+	// is PoolOwner.
+	IncludePool bool
 }
 
 // ListSandboxes returns one page of sandboxes matching f, ordered by (CreatedAt, ID)
@@ -237,6 +251,8 @@ func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, str
 	)
 	if f.Owner != "" {
 		where, args = append(where, "owner = ?"), append(args, f.Owner)
+	} else if !f.IncludePool {
+		where, args = append(where, "owner <> ?"), append(args, PoolOwner)
 	}
 	if f.Name != "" {
 		where, args = append(where, "name = ?"), append(args, f.Name)
@@ -570,4 +586,78 @@ func (s *Store) BeginReap(ctx context.Context, id string, now time.Time) (sb San
 		return Sandbox{}, false, fmt.Errorf("begin reap of sandbox %s: %w", id, err)
 	}
 	return sb, true, nil
+}
+
+// PoolClaim is what a create sets on the warm pool's idle sandbox it
+// claims: everything that belongs to its owner.
+type PoolClaim struct {
+	ID                              string // the pooled sandbox
+	Owner, Name                     string
+	Tags, Env                       map[string]string
+	SealedSecrets, AgentTokenSealed []byte // sealed for ID
+	BootTokenSealed                 []byte // the token its agent booted with
+	SSHPublicKey                    string
+	Spec                            json.RawMessage
+	ExpiresAt                       time.Time // zero: none
+	// Claim, when not nil, is the idempotency claim the create runs
+	// under: its target is set to ID in the same transaction.
+	Claim *Claim
+}
+
+// ClaimPooled hands the warm pool's idle sandbox c.ID to its owner in one
+// write transaction: the row, running and owned by PoolOwner, takes the
+// owner, name, tags, env, secrets, tokens and spec of c, its life starts
+// now (CreatedAt) and its timeout with it. Two claims of one sandbox:
+// exactly one succeeds.
+//
+// Errors: ErrNotFound if the row is gone, no longer the pool's, not
+// running or being destroyed (nothing is written, and the caller takes
+// another); ErrNameConflict if c.Owner already has c.Name; ErrClaimLost if
+// c.Claim no longer holds its key. On error nothing is written.
+func (s *Store) ClaimPooled(ctx context.Context, c PoolClaim) (Sandbox, error) {
+	tags, err := encodeMap(c.Tags)
+	if err != nil {
+		return Sandbox{}, invalidf("claim pooled sandbox %s: tags: %v", c.ID, err)
+	}
+	env, err := encodeMap(c.Env)
+	if err != nil {
+		return Sandbox{}, invalidf("claim pooled sandbox %s: env: %v", c.ID, err)
+	}
+	spec := string(c.Spec)
+	if spec == "" {
+		spec = "{}"
+	}
+	var sb Sandbox
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if c.Claim != nil {
+			res, err := tx.ExecContext(ctx, `UPDATE request_idempotency SET target_id = ?
+				WHERE scope = ? AND fingerprint = ? AND token = ? AND state = ?`,
+				c.ID, c.Claim.Scope, c.Claim.Fingerprint, c.Claim.token, claimPending)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				return ErrClaimLost
+			}
+		}
+		now := s.nowMillis()
+		var err error
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
+			SET owner = ?, name = ?, tags = ?, env = ?, sealed_secrets = ?, agent_token_sealed = ?,
+				boot_token_sealed = ?, ssh_public_key = ?, spec = ?, expires_at = ?,
+				created_at = ?, updated_at = ?
+			WHERE id = ? AND owner = ? AND state = ? AND destroying_since IS NULL
+			RETURNING `+sandboxColumns,
+			c.Owner, c.Name, tags, env, c.SealedSecrets, c.AgentTokenSealed,
+			c.BootTokenSealed, c.SSHPublicKey, spec, nullMillis(c.ExpiresAt),
+			now, now, c.ID, PoolOwner, StateRunning))
+		return notFound(err)
+	})
+	switch {
+	case isUniqueViolation(err):
+		return Sandbox{}, fmt.Errorf("claim pooled sandbox %s: name %q: %w", c.ID, c.Name, ErrNameConflict)
+	case err != nil:
+		return Sandbox{}, fmt.Errorf("claim pooled sandbox %s: %w", c.ID, err)
+	}
+	return sb, nil
 }

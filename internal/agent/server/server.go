@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sandboxd/sandboxd/internal/agent/server/account"
 	"github.com/sandboxd/sandboxd/internal/agent/server/files"
@@ -18,15 +19,29 @@ import (
 // HeaderToken carries the agent token on every request but GET /health.
 const HeaderToken = "X-Access-Token"
 
-// PathEnv is the daemon's route for the sandbox's secret env: PUT a JSON
-// object of variables and every process started from then on gets them
-// (process.Service.SetEnv). Paths under /sandboxd/ are the daemon's own;
-// the client's Transport, which facades proxy through, never sends them.
-const PathEnv = "/sandboxd/env"
+// PathConfig is the daemon's route for what it hands the agent once it
+// runs: PUT a [Configuration]. Paths under /sandboxd/ are the daemon's
+// own; the client's Transport, which facades proxy through, never sends
+// them.
+const PathConfig = "/sandboxd/config"
 
-// maxEnvBody bounds a PathEnv body: the daemon allows 256 variables of at
-// most 4 KiB each, and JSON may escape a byte in six.
-const maxEnvBody = 8 << 20
+// Configuration is the body of PUT PathConfig.
+type Configuration struct {
+	// Env replaces what every process started from then on gets after the
+	// agent's own environment (process.Service.SetEnv): the sandbox's
+	// secret env, and all of its env for a sandbox claimed from the pool.
+	Env map[string]string `json:"env"`
+	// Token, when set, replaces the agent token from the next request on
+	// (the token a pooled sandbox booted with stops working).
+	Token string `json:"token,omitempty"`
+}
+
+// maxConfigBody bounds a PathConfig body: the daemon allows 2 × 256
+// variables of at most 4 KiB each, and JSON may escape a byte in six.
+const maxConfigBody = 16 << 20
+
+// minTokenLen is the shortest token PathConfig accepts.
+const minTokenLen = 16
 
 // Config configures [NewHandler].
 type Config struct {
@@ -47,7 +62,7 @@ type Config struct {
 
 // NewHandler returns the agent's HTTP API on one mux: GET /health
 // (unauthenticated, 204), the Connect services /process.Process/* and
-// /filesystem.Filesystem/*, GET and POST /files, PUT [PathEnv], and
+// /filesystem.Filesystem/*, GET and POST /files, PUT [PathConfig], and
 // CONNECT tunnels to sandbox-local ports (package tunnel). Every request except GET /health
 // must carry [HeaderToken] equal to cfg.Token, or it is answered 401 with
 // a Connect error body whose code is "unauthenticated".
@@ -70,31 +85,42 @@ func NewHandler(cfg Config) http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("PUT "+PathEnv, setEnv(cfg.Process))
+	token := new(atomic.Pointer[[]byte])
+	want := []byte(cfg.Token)
+	token.Store(&want)
+	mux.HandleFunc("PUT "+PathConfig, configure(cfg.Process, token))
 	cfg.Process.Handle(mux)
 	cfg.Filesystem.Handle(mux)
 	files.New(files.Options{Users: cfg.Users, Log: cfg.Log}).Handle(mux)
-	return authenticate(cfg.Token, mux, tunnel.Handler())
+	return authenticate(token, mux, tunnel.Handler())
 }
 
-// setEnv serves PUT PathEnv: a JSON object of string values whose names
-// are valid variable names replaces what processes get after the agent's
-// own environment; anything else is 400 and changes nothing.
-func setEnv(procs *process.Service) http.HandlerFunc {
+// configure serves PUT PathConfig: a Configuration whose variable names
+// are valid and whose token, if any, is long enough is applied; anything
+// else is 400 and changes nothing.
+func configure(procs *process.Service, token *atomic.Pointer[[]byte]) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var env map[string]string
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxEnvBody))
-		if err := dec.Decode(&env); err != nil || dec.More() {
-			http.Error(w, "the body must be one JSON object of strings", http.StatusBadRequest)
+		var c Configuration
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxConfigBody))
+		if err := dec.Decode(&c); err != nil || dec.More() {
+			http.Error(w, "the body must be one JSON configuration", http.StatusBadRequest)
 			return
 		}
-		for k, v := range env {
+		for k, v := range c.Env {
 			if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 				http.Error(w, fmt.Sprintf("variable %q: a name is non-empty without '=' or NUL, a value without NUL", k), http.StatusBadRequest)
 				return
 			}
 		}
-		procs.SetEnv(env)
+		if c.Token != "" && len(c.Token) < minTokenLen {
+			http.Error(w, fmt.Sprintf("a token has at least %d bytes", minTokenLen), http.StatusBadRequest)
+			return
+		}
+		procs.SetEnv(c.Env)
+		if c.Token != "" {
+			b := []byte(c.Token)
+			token.Store(&b)
+		}
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
@@ -102,14 +128,13 @@ func setEnv(procs *process.Service) http.HandlerFunc {
 // authenticate admits GET /health as is and every other request only with
 // the right token; authenticated CONNECT requests go to connect (a ServeMux
 // does not route CONNECT's authority-form targets).
-func authenticate(token string, next, connect http.Handler) http.Handler {
-	want := []byte(token)
+func authenticate(token *atomic.Pointer[[]byte], next, connect http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && r.URL.Path == "/health" {
 			next.ServeHTTP(w, r)
 			return
 		}
-		got := []byte(r.Header.Get(HeaderToken))
+		got, want := []byte(r.Header.Get(HeaderToken)), *token.Load()
 		if len(want) == 0 || subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)

@@ -91,6 +91,7 @@ func New(ctx context.Context, opts Options) (_ *Env, err error) {
 		"--default-image", BaseImage,
 		"--tls-listen", "127.0.0.1:0",
 		"--cpu-budget", "1000000", "--memory-budget", "1000000",
+		"--pool", "none", // the background work (the pool's refill) does not run here
 	}, func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, err

@@ -67,6 +67,9 @@ func routes() []route {
 		{http.MethodGet, "/v1/sandboxes/{id}/domains", user, jsonBody, (*server).listDomains},
 		{http.MethodDelete, "/v1/sandboxes/{id}/domains/{hostname}", user, jsonBody, (*server).removeDomain},
 
+		{http.MethodGet, "/v1/pools", adminOnly, jsonBody, (*server).listPools},
+		{http.MethodPut, "/v1/pools", adminOnly, jsonBody, (*server).setPools},
+
 		{http.MethodPost, "/v1/tokens", adminOnly, jsonBody, (*server).createToken},
 		{http.MethodGet, "/v1/tokens", adminOnly, jsonBody, (*server).listTokens},
 		{http.MethodDelete, "/v1/tokens/{id}", adminOnly, jsonBody, (*server).revokeToken},

@@ -114,7 +114,11 @@ func serverTiming(ts []service.StepTiming) string {
 	parts := make([]string, len(ts))
 	for i, t := range ts {
 		ms := strconv.FormatFloat(float64(t.Duration.Microseconds())/1000, 'f', -1, 64)
-		parts[i] = timingToken(t.Step) + ";dur=" + ms
+		parts[i] = timingToken(t.Step)
+		if t.Desc != "" {
+			parts[i] += ";desc=" + timingToken(t.Desc)
+		}
+		parts[i] += ";dur=" + ms
 	}
 	return strings.Join(parts, ", ")
 }

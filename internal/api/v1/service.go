@@ -38,6 +38,9 @@ type Service interface {
 	AddDomain(ctx context.Context, c service.Caller, idOrName, hostname string, port int) (service.Domain, error)
 	RemoveDomain(ctx context.Context, c service.Caller, idOrName, hostname string) error
 	ListDomains(ctx context.Context, c service.Caller, idOrName string) ([]service.Domain, error)
+
+	PoolStatus() []service.PoolStatus
+	SetPool(ctx context.Context, targets []service.PoolTarget) ([]service.PoolStatus, error)
 }
 
 var _ Service = (*service.Service)(nil)

@@ -3,6 +3,7 @@ package v1
 import (
 	"context"
 	"net/http"
+	"strings"
 	"unicode"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
@@ -21,6 +22,10 @@ type Tokens interface {
 }
 
 var _ Tokens = (*auth.Issuer)(nil)
+
+// reservedOwnerPrefix starts the owners no token can act as: the warm
+// pool's idle sandboxes belong to store.PoolOwner.
+const reservedOwnerPrefix = "sandboxd:"
 
 // maxTokenLabel bounds a token's name and owner.
 const maxTokenLabel = 128
@@ -42,6 +47,9 @@ func (s *server) createToken(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := checkLabel("owner", body.Owner, role == auth.RoleUser); err != nil {
 		return err
+	}
+	if strings.HasPrefix(body.Owner, reservedOwnerPrefix) {
+		return fieldError("owner", "the %q prefix is reserved for the daemon's own sandboxes (the warm pool's)", reservedOwnerPrefix)
 	}
 	q, err := s.tokenQuota(role, body.Quota)
 	if err != nil {

@@ -192,6 +192,7 @@ func (e *Env) New(name string, extraArgs ...string) *Daemon {
 		args: append([]string{
 			"--host-ports", fmt.Sprintf("%d-%d", lo, lo+39),
 			"--reconcile-every", "1h", // only the startup pass: tests decide when state is checked
+			"--pool", "none", // tests that want the warm pool pass --pool again
 		}, extraArgs...),
 	}
 }

@@ -1,0 +1,86 @@
+package v1
+
+import (
+	"math"
+	"net/http"
+
+	"github.com/sandboxd/sandboxd/internal/service"
+)
+
+// poolJSON is one class of the warm pool: what makes its sandboxes
+// interchangeable, how many idle ones it keeps (size), and, in answers,
+// how many it holds (ready) and is making (filling).
+type poolJSON struct {
+	Image    string  `json:"image"`
+	Runtime  string  `json:"runtime,omitempty"`
+	CPU      float64 `json:"cpu,omitempty"`
+	MemoryMB int64   `json:"memory_mb,omitempty"`
+	Network  bool    `json:"network,omitempty"`
+	Size     int     `json:"size"`
+	Ready    int     `json:"ready"`
+	Filling  int     `json:"filling"`
+	// SandboxIDs are the idle sandboxes (no API call reaches them: they
+	// are nobody's until a create claims one).
+	SandboxIDs []string `json:"sandbox_ids"`
+}
+
+type poolsRequest struct {
+	Pools []struct {
+		Image    string  `json:"image"`
+		Runtime  string  `json:"runtime"`
+		CPU      float64 `json:"cpu"`
+		MemoryMB int64   `json:"memory_mb"`
+		Network  bool    `json:"network"`
+		Size     int     `json:"size"`
+	} `json:"pools"`
+}
+
+type poolsJSON struct {
+	Pools []poolJSON `json:"pools"`
+}
+
+func toPoolsJSON(st []service.PoolStatus) poolsJSON {
+	out := poolsJSON{Pools: make([]poolJSON, len(st))}
+	for i, p := range st {
+		out.Pools[i] = poolJSON{
+			Image: p.Image, Runtime: p.Runtime, CPU: float64(p.MilliCPU) / 1000, MemoryMB: p.MemoryMB,
+			Network: p.Network, Size: p.Size, Ready: p.Ready, Filling: p.Filling, SandboxIDs: p.IDs,
+		}
+	}
+	return out
+}
+
+// listPools answers the warm pool's classes.
+func (s *server) listPools(w http.ResponseWriter, _ *http.Request) error {
+	writeJSON(w, http.StatusOK, toPoolsJSON(s.svc.PoolStatus()))
+	return nil
+}
+
+// setPools replaces the warm pool's targets (absent fields take a
+// create's defaults; a class left out is emptied) and answers the pool.
+// Repeating it is harmless.
+func (s *server) setPools(w http.ResponseWriter, r *http.Request) error {
+	var body poolsRequest
+	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
+	if body.Pools == nil {
+		return fieldError("pools", "is required (an empty list empties the pool)")
+	}
+	targets := make([]service.PoolTarget, len(body.Pools))
+	for i, p := range body.Pools {
+		if p.CPU < 0 || p.CPU > 1e6 || math.IsNaN(p.CPU) {
+			return fieldError("pools", "cpu must be a positive number of cores")
+		}
+		targets[i] = service.PoolTarget{PoolClass: service.PoolClass{
+			Image: p.Image, Runtime: p.Runtime, MilliCPU: int64(math.Round(p.CPU * 1000)),
+			MemoryMB: p.MemoryMB, Network: p.Network,
+		}, Size: p.Size}
+	}
+	st, err := s.svc.SetPool(r.Context(), targets)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toPoolsJSON(st))
+	return nil
+}

@@ -1,0 +1,353 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/secrets"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// poolOf is a pool target of n busybox sandboxes of the default class.
+func poolOf(n int) []service.PoolTarget {
+	return []service.PoolTarget{{PoolClass: service.PoolClass{Image: busybox}, Size: n}}
+}
+
+// runPool runs h's background work (the pool among it) until the test ends.
+func runPool(t *testing.T, h *harness) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.svc.RunBackground(ctx, time.Hour, time.Hour)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer dcancel()
+		h.svc.DrainPool(dctx)
+	})
+}
+
+// waitReady waits until the pool holds n idle sandboxes.
+func waitReady(t *testing.T, h *harness, n int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("the pool holds %d idle sandboxes", n), func() bool {
+		ready := 0
+		for _, st := range h.svc.PoolStatus() {
+			ready += st.Ready
+		}
+		return ready == n
+	})
+}
+
+// pooledIDs lists the pool's idle sandboxes from the store.
+func pooledIDs(t *testing.T, h *harness) []string {
+	t.Helper()
+	rows, _, err := h.store.ListSandboxes(t.Context(), store.ListFilter{Owner: store.PoolOwner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+func hit(c *service.Created) bool {
+	for _, st := range c.Timings {
+		if st.Step == "pool" && st.Desc == "hit" {
+			return true
+		}
+	}
+	return false
+}
+
+// 64 creates race for 8 idle sandboxes: each gets a sandbox of its own,
+// from the pool or cold, never one another create got.
+func TestPool_ConcurrentClaimsNeverShare(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(8)})
+	runPool(t, h)
+	waitReady(t, h, 8)
+
+	const n = 64
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		owners  = map[string]string{}
+		hits    int
+		created []*service.Created
+	)
+	for i := range n {
+		wg.Go(func() {
+			req := service.CreateRequest{Owner: fmt.Sprintf("tenant-%d", i), Image: busybox}
+			c, err := h.svc.CreateSandbox(t.Context(), req)
+			if err != nil {
+				t.Errorf("create %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if prev, dup := owners[c.ID]; dup {
+				t.Errorf("%s went to both %s and %s", c.ID, prev, req.Owner)
+			}
+			owners[c.ID] = req.Owner
+			if hit(c) {
+				hits++
+			}
+			created = append(created, c)
+		})
+	}
+	wg.Wait()
+	if hits == 0 {
+		t.Error("no create was served from the pool")
+	}
+	t.Logf("%d of %d creates served from the pool", hits, n)
+	for _, c := range created {
+		got, err := h.svc.Get(t.Context(), service.Caller{Owner: owners[c.ID]}, c.ID)
+		if err != nil || got.Owner != owners[c.ID] {
+			t.Errorf("%s as its owner: %+v, %v", c.ID, got.Owner, err)
+		}
+	}
+	var dwg sync.WaitGroup
+	for _, c := range created {
+		dwg.Go(func() {
+			if err := h.svc.Destroy(context.Background(), admin, c.ID); err != nil {
+				t.Errorf("destroy %s: %v", c.ID, err)
+			}
+		})
+	}
+	dwg.Wait()
+}
+
+// What one claim sets — env, secret env, its token — is its sandbox's
+// alone: the token the sandbox booted with stops working, and the next
+// claim of the class sees none of it. Idle sandboxes are nobody's: no
+// lookup or listing shows them, admins included.
+func TestPool_ClaimIsolatesEnvSecretsAndToken(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(2)})
+	runPool(t, h)
+	waitReady(t, h, 2)
+	ctx := t.Context()
+
+	idle := pooledIDs(t, h)
+	for _, id := range idle {
+		if _, err := h.svc.Get(ctx, admin, id); !errors.Is(err, service.ErrNotFound) {
+			t.Errorf("an admin's Get of idle %s: %v, want ErrNotFound", id, err)
+		}
+	}
+	items, _, err := h.svc.List(ctx, admin, service.ListFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 0 {
+		t.Errorf("an admin's listing shows %d idle sandboxes", len(items))
+	}
+
+	first, err := h.svc.CreateSandbox(ctx, service.CreateRequest{
+		Owner: "alice", Image: busybox, Name: "web", Tags: map[string]string{"team": "a"},
+		Env: map[string]string{"PLAIN": "alice"}, SecretEnv: map[string]string{"SECRET": "alice-secret"},
+		Timeout: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hit(first) {
+		t.Fatalf("the first create was not served from the pool: %+v", first.Timings)
+	}
+	alice := service.Caller{Owner: "alice"}
+	echo := func(c service.Caller, id string) string {
+		t.Helper()
+		res, err := h.svc.Exec(ctx, c, id, service.ExecRequest{Command: `echo "${PLAIN-none} ${SECRET-none}"`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Stdout)
+	}
+	if got := echo(alice, first.ID); got != "alice alice-secret\n" {
+		t.Errorf("alice's claimed sandbox sees %q", got)
+	}
+	got, err := h.svc.Get(ctx, alice, "web")
+	if err != nil || got.ID != first.ID || got.Tags["team"] != "a" || got.ExpiresAt.IsZero() {
+		t.Errorf("alice's sandbox by name: %+v, %v", got, err)
+	}
+	if _, leaked := got.Env["SECRET"]; leaked {
+		t.Error("the secret env shows in the sandbox's view")
+	}
+
+	// The token it booted with is refused now.
+	row, err := h.store.GetSandbox(ctx, first.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := h.keyring.Open(row.BootTokenSealed, secrets.AssociatedData("sandbox", first.ID, "agent-token"))
+	if err != nil {
+		t.Fatalf("open the boot token: %v", err)
+	}
+	old := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return h.rt.DialAgent(ctx, first.ID) }, string(boot))
+	defer old.Close()
+	if err := old.Check(ctx); err == nil {
+		t.Error("the token the pooled sandbox booted with still works after its claim")
+	}
+
+	// The next claim of the class: nothing of alice's.
+	second, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "bob", Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hit(second) || second.ID == first.ID {
+		t.Fatalf("the second create: hit %v, id %s (first %s)", hit(second), second.ID, first.ID)
+	}
+	if got := echo(service.Caller{Owner: "bob"}, second.ID); got != "none none\n" {
+		t.Errorf("bob's claimed sandbox sees %q", got)
+	}
+
+	// A stop and a start: the agent boots with its first token again and
+	// is handed the current one and the env.
+	if _, err := h.svc.Stop(ctx, alice, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Start(ctx, alice, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := echo(alice, first.ID); got != "alice alice-secret\n" {
+		t.Errorf("after a stop and a start alice's sandbox sees %q", got)
+	}
+	for _, c := range []*service.Created{first, second} {
+		if err := h.svc.Destroy(ctx, admin, c.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A name conflict or a quota costs no container, and the idle sandbox
+// stays in the pool; idle sandboxes count in no tenant's quota.
+func TestPool_RefusedClaimLeavesThePoolAlone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(1)})
+	runPool(t, h)
+	waitReady(t, h, 1)
+	ctx := t.Context()
+	quota := service.Quota{Sandboxes: 1}
+	c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Name: "web", Quota: quota})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hit(c) {
+		t.Fatalf("not served from the pool: %+v", c.Timings)
+	}
+	waitReady(t, h, 1)
+	idle := pooledIDs(t, h)
+	if _, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Name: "web"}); !errors.Is(err, service.ErrNameConflict) {
+		t.Errorf("a second sandbox named web: %v, want ErrNameConflict", err)
+	}
+	if _, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Quota: quota}); !errors.Is(err, service.ErrQuotaExceeded) {
+		t.Errorf("past alice's quota: %v, want ErrQuotaExceeded", err)
+	}
+	if after := pooledIDs(t, h); fmt.Sprint(after) != fmt.Sprint(idle) {
+		t.Errorf("idle sandboxes before the refused creates %v, after %v", idle, after)
+	}
+	if n := h.containers(t); n != 2 {
+		t.Errorf("%d containers, want alice's and the idle one", n)
+	}
+	if err := h.svc.Destroy(ctx, admin, c.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An idle sandbox that died under the pool: the create that takes it is
+// served cold (a miss answers like a create without the pool), the dead
+// one is destroyed, and the pool refills.
+func TestPool_DeadIdleSandboxIsAMissAndIsReplaced(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(1)})
+	runPool(t, h)
+	waitReady(t, h, 1)
+	ctx := t.Context()
+	dead := pooledIDs(t, h)[0]
+	if err := h.rt.Stop(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
+	c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hit(c) || c.ID == dead {
+		t.Errorf("the create got the dead sandbox: hit %v, id %s", hit(c), c.ID)
+	}
+	if res, err := h.svc.Exec(ctx, service.Caller{Owner: "alice"}, c.ID, service.ExecRequest{Command: "echo ok"}); err != nil || string(res.Stdout) != "ok\n" {
+		t.Errorf("exec in the cold sandbox: %+v, %v", res, err)
+	}
+	eventually(t, "the dead idle sandbox is destroyed and the pool refilled", func() bool {
+		ids := pooledIDs(t, h)
+		_, err := h.store.GetSandbox(ctx, dead)
+		return len(ids) == 1 && ids[0] != dead && errors.Is(err, store.ErrNotFound)
+	})
+	waitReady(t, h, 1)
+	if err := h.svc.Destroy(ctx, admin, c.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A restarted daemon adopts the idle sandboxes the last one left, and
+// destroys those beyond its targets; a drained pool leaves nothing.
+func TestPool_RestartAdoptsIdleSandboxes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(2)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.svc.RunBackground(ctx, time.Hour, time.Hour) }()
+	waitReady(t, h, 2)
+	cancel() // the daemon dies without draining
+	<-done
+	before := pooledIDs(t, h)
+
+	svc2, _, _, _ := restarted(t, h, 0)
+	if _, err := svc2.SetPool(t.Context(), poolOf(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc2.Reconcile(t.Context(), true); err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan struct{})
+	go func() { defer close(done2); svc2.RunBackground(ctx2, time.Hour, time.Hour) }()
+	eventually(t, "the restarted daemon keeps one idle sandbox of the last run's", func() bool {
+		st := svc2.PoolStatus()
+		ids := pooledIDs(t, h)
+		return len(st) == 1 && st[0].Ready == 1 && len(ids) == 1 && (ids[0] == before[0] || ids[0] == before[1])
+	})
+	c, err := svc2.CreateSandbox(t.Context(), service.CreateRequest{Owner: "alice", Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hit(c) || (c.ID != before[0] && c.ID != before[1]) {
+		t.Errorf("the restarted daemon's create: hit %v, %s; want one of %v", hit(c), c.ID, before)
+	}
+	if err := svc2.Destroy(t.Context(), admin, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	cancel2()
+	<-done2
+	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer dcancel()
+	svc2.DrainPool(dctx)
+	if ids := pooledIDs(t, h); len(ids) != 0 {
+		t.Errorf("idle sandboxes left after the drain: %v", ids)
+	}
+	if n := h.containers(t); n != 0 {
+		t.Errorf("%d containers left after the drain", n)
+	}
+}
