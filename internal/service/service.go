@@ -182,6 +182,10 @@ type Service struct {
 	// row to claim it. RunBackground then sweeps for such orphans soon
 	// after startup instead of waiting for the periodic pass.
 	engineInFlight atomic.Bool
+
+	// events fans lifecycle events out to subscribers (Subscribe); Store
+	// publishes to it.
+	events *eventHub
 }
 
 // New returns a Service. It does no I/O. It refuses creates until a
@@ -218,7 +222,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = "sandboxd/base:bookworm"
 	}
-	s := &Service{cfg: cfg, Deps: deps}
+	s := &Service{cfg: cfg, Deps: deps, events: &eventHub{}}
+	s.Store = publishingStore{Store: deps.Store, hub: s.events}
 	s.setReady("the startup repair has not run yet")
 	return s, nil
 }

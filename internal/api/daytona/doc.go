@@ -10,8 +10,25 @@
 // a preview host. The control plane is /daytona/api/sandbox…; the toolbox
 // (Daytona's in-sandbox daemon API) is /daytona/api/toolbox/{id}/…, which
 // is what every sandbox's toolboxProxyUrl points at (the SDK appends /<id>),
-// on the host the client reached. Anything else, the SDK's socket.io event
-// stream included, is a plain 404: the SDK then polls.
+// on the host the client reached. /daytona/api/socket.io/ is Daytona's
+// event stream (below). Anything else is a 404 in Daytona's shape.
+//
+// # Event stream
+//
+// The SDK's notification client (Socket.IO 5 over Engine.IO 4, WebSocket
+// transport only) connects to /daytona/api/socket.io/ and authenticates in
+// its CONNECT packet (auth {token}: the API key). It joins its owner's room:
+// the lifecycle events of that owner's sandboxes and no other's, from
+// service.Subscribe — sandbox.created (the DTO, state creating) and
+// sandbox.state.updated ({sandbox, oldState, newState}; a deleted sandbox
+// is newState destroyed). A served stream is what lets a script exit
+// promptly: the SDK unrefs a connected socket, while a refused one keeps
+// reconnect timers alive for minutes. Bounds: 16 KiB per client frame, 10 s
+// to send CONNECT, 10 s per frame written, 64 subscriptions per owner; a
+// client that falls service.EventBuffer events behind is disconnected (the
+// SDK reconnects, and polls meanwhile). Polling transport is refused
+// (Engine.IO's 400). In a cluster a client sees the events of the node it
+// reached only.
 //
 // # Authentication and errors
 //

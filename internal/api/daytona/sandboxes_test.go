@@ -81,7 +81,6 @@ func TestErrors_Shapes(t *testing.T) {
 		{"unknown sandbox", s.Admin, http.MethodGet, "/sandbox/no-such-sandbox", nil, http.StatusNotFound},
 		{"no token", "", http.MethodGet, "/sandbox", nil, http.StatusUnauthorized},
 		{"bad token", "not-a-token", http.MethodGet, "/sandbox/x", nil, http.StatusUnauthorized},
-		{"socket.io", s.Admin, http.MethodGet, "/socket.io/?EIO=4&transport=websocket", nil, http.StatusNotFound},
 		{"gpu", s.Admin, http.MethodPost, "/sandbox", map[string]any{"gpu": 1}, http.StatusBadRequest},
 		{"reserved label", s.Admin, http.MethodPost, "/sandbox", map[string]any{"labels": map[string]string{"daytona/auto-stop": "1"}}, http.StatusBadRequest},
 		{"bad name", s.Admin, http.MethodPost, "/sandbox", map[string]any{"name": "Not A Label"}, http.StatusBadRequest},
