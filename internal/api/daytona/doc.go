@@ -48,7 +48,11 @@
 // are the sandbox's tags (list filters on them, AND). cpu is in cores,
 // memory and disk in GiB; disk is recorded, not enforced. networkBlockAll
 // false (Daytona's default) gives the sandbox outbound network. gpu,
-// volumes and network allow lists are refused (400), never ignored. A
+// volumes and network allow lists are refused (400), never ignored, and so
+// is every other field set to anything but its zero value (linkedSandbox,
+// ttlMinutes, autoPauseInterval, secrets, kvm, spot, gpuType,
+// outboundProxyUrl, otelEndpointOverride, unknown fields): the 400 names
+// the field. A
 // snapshot names an image (Options.Images, else a locally present image);
 // an `image` the SDK sends as a one-line Dockerfile (FROM <ref>) uses that
 // image; building is refused. State names: running is "started"; creating,

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,9 +20,18 @@ import (
 // create is POST /sandbox: CreateSandbox → 200 with the Sandbox, already
 // started (the SDK then makes no further call). A duplicate name is 409.
 func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller) error {
-	var body createBody
-	if err := f.decodeJSON(w, r, &body); err != nil {
+	var raw json.RawMessage
+	if err := f.decodeJSON(w, r, &raw); err != nil {
 		return err
+	}
+	var body createBody
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &body); err != nil {
+			return badRequest("invalid JSON body: %v", err)
+		}
+		if err := refuseUnhonoured(raw); err != nil {
+			return err
+		}
 	}
 	req, err := f.createRequest(c.Owner, body)
 	if err != nil {
@@ -111,6 +121,59 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 		req.Annotations[annDisk] = strconv.FormatFloat(*b.Disk, 'f', -1, 64)
 	}
 	return req, nil
+}
+
+// honouredFields are the CreateSandbox fields createRequest acts on (or
+// refuses itself, with its own message, when set to what it cannot do).
+var honouredFields = map[string]bool{
+	"name": true, "snapshot": true, "user": true, "target": true, "public": true,
+	"env": true, "labels": true, "cpu": true, "gpu": true, "memory": true, "disk": true,
+	"autoStopInterval": true, "autoDeleteInterval": true,
+	"networkBlockAll": true, "networkAllowList": true, "domainAllowList": true,
+	"volumes": true, "buildInfo": true,
+}
+
+// refuseUnhonoured refuses a CreateSandbox body that sets a field the
+// facade does not honour (linkedSandbox, ttlMinutes, secrets, kvm, …, and
+// any field Daytona's API does not have), naming the field. A field set to
+// its zero value (null, false, 0, "", [], {}) asks for nothing and passes:
+// that is what the SDK sends for options left alone.
+func refuseUnhonoured(raw json.RawMessage) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return badRequest("invalid JSON body: %v", err)
+	}
+	names := slices.Sorted(maps.Keys(fields))
+	for _, name := range names {
+		if honouredFields[name] || zeroJSON(fields[name]) {
+			continue
+		}
+		return badRequest("%s: not supported by sandboxd's Daytona facade; leave it unset", name)
+	}
+	return nil
+}
+
+// zeroJSON reports whether v is null, false, 0, "", [] or {}.
+func zeroJSON(v json.RawMessage) bool {
+	var x any
+	if err := json.Unmarshal(v, &x); err != nil {
+		return false
+	}
+	switch x := x.(type) {
+	case nil:
+		return true
+	case bool:
+		return !x
+	case float64:
+		return x == 0
+	case string:
+		return x == ""
+	case []any:
+		return len(x) == 0
+	case map[string]any:
+		return len(x) == 0
+	}
+	return false
 }
 
 // image resolves the sandbox image: a buildInfo that is a single FROM line
