@@ -79,8 +79,12 @@
 // # One account
 //
 // Everything the toolbox does — execute, code-run, sessions, files, git —
-// runs as the sandbox's user (`user`, uid 1000, home /home/user; `root` on
-// request at create), which is the DTO's `user`. Its home is also the work
+// runs as the sandbox's user (Daytona's `daytona`, uid 1001, home
+// /home/daytona, with passwordless sudo; `user` or `root` on request at
+// create), which is the DTO's `user`. The base image has all three; a
+// sandbox whose image lacks daytona gets it at create (useradd, or lines
+// appended to /etc/passwd and /etc/group; one `id` as root, ~5 ms, when the
+// image has it). Its home is also the work
 // directory: relative paths and commands without a cwd start there. Only
 // chown (files/permissions with owner or group) runs as root.
 //

@@ -42,8 +42,43 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 	if err != nil {
 		return err
 	}
+	if userOf(created.Sandbox) == sandboxUser {
+		f.ensureAccount(r.Context(), c, created.ID)
+	}
 	writeJSON(w, http.StatusOK, dto(created.Sandbox, toolboxBase(r), true))
 	return nil
+}
+
+// ensureAccountScript gives a sandbox Daytona's account when its image has
+// none (a snapshot or FROM image, or a base image built from an older
+// recipe): daytona, home /home/daytona, passwordless sudo; with useradd,
+// else (busybox) by appending to /etc/passwd and /etc/group. An image that
+// has the account (the base image) costs one `id`.
+const ensureAccountScript = `id -u daytona >/dev/null 2>&1 && exit 0
+if command -v useradd >/dev/null 2>&1; then useradd -m -d /home/daytona -s /bin/bash -U daytona || exit 1
+else
+	uid=1001
+	while cut -d: -f3 /etc/passwd /etc/group | grep -qx "$uid"; do uid=$((uid + 1)); done
+	echo "daytona:x:$uid:$uid:daytona:/home/daytona:/bin/sh" >>/etc/passwd &&
+		echo "daytona:x:$uid:" >>/etc/group && mkdir -p /home/daytona && chown "$uid:$uid" /home/daytona || exit 1
+fi
+mkdir -p /etc/sudoers.d && echo 'daytona ALL=(ALL) NOPASSWD:ALL' >/etc/sudoers.d/daytona && chmod 0440 /etc/sudoers.d/daytona`
+
+// ensureAccount runs ensureAccountScript as root in a sandbox just
+// created. A failure is logged, not the caller's: the sandbox works as
+// root, and toolbox calls as daytona then say the user is unknown.
+func (f *Facade) ensureAccount(ctx context.Context, c service.Caller, id string) {
+	res, err := f.svc.Exec(ctx, c, id, service.ExecRequest{
+		Cmd: []string{"/bin/sh", "-c", ensureAccountScript}, User: "root",
+		Timeout: 30 * time.Second, MaxOutput: 4 << 10,
+	})
+	switch {
+	case err != nil:
+		f.log.WarnContext(ctx, "daytona: could not check the sandbox's daytona account", "sandbox", id, "err", err)
+	case res.ExitCode != 0:
+		f.log.WarnContext(ctx, "daytona: the sandbox's image has no daytona account and none could be added", "sandbox", id,
+			"exit_code", res.ExitCode, "stderr", string(res.Stderr))
+	}
 }
 
 // createRequest validates a CreateSandbox body and translates it. What
@@ -65,7 +100,7 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 	}
 	user := cmp.Or(b.User, sandboxUser)
 	if _, ok := homes[user]; !ok {
-		return service.CreateRequest{}, badRequest("user %q: the sandbox accounts are %q and %q", user, sandboxUser, "root")
+		return service.CreateRequest{}, badRequest("user %q: the sandbox accounts are %q, %q and %q", user, sandboxUser, legacyUser, "root")
 	}
 	autoStop, autoDelete := 0, -1
 	if b.AutoStopInterval != nil {

@@ -36,8 +36,8 @@ func TestCreate_DTOHasEveryRequiredField(t *testing.T) {
 	var sb sandbox
 	decode(t, resp.body, &sb)
 	t.Cleanup(func() { s.Service.Destroy(t.Context(), service.Caller{Admin: true}, sb.ID) })
-	if sb.State != "started" || sb.Name != sb.ID || sb.User != "user" {
-		t.Errorf("state %q, name %q (id %q), user %q: want started, the id, user", sb.State, sb.Name, sb.ID, sb.User)
+	if sb.State != "started" || sb.Name != sb.ID || sb.User != "daytona" {
+		t.Errorf("state %q, name %q (id %q), user %q: want started, the id, daytona", sb.State, sb.Name, sb.ID, sb.User)
 	}
 	if *sb.CPU != 2 || *sb.Memory != 1 || *sb.Disk != 5 || *sb.GPU != 0 {
 		t.Errorf("cpu %v memory %v disk %v gpu %v: want 2, 1, 5, 0", *sb.CPU, *sb.Memory, *sb.Disk, *sb.GPU)

@@ -32,9 +32,15 @@ const (
 )
 
 // sandboxUser is the one account everything Daytona does runs as by
-// default: execute, code-run, sessions, files and git. The base image has
-// it (uid 1000, home /home/user).
-const sandboxUser = "user"
+// default: execute, code-run, sessions, files and git. It is Daytona's own
+// (examples write to /home/daytona); the base image has it (uid 1001, home
+// /home/daytona, passwordless sudo).
+const sandboxUser = "daytona"
+
+// legacyUser is the account sandboxes of this facade ran as before they
+// ran as daytona (the base image's uid 1000, E2B's default), still valid
+// at create.
+const legacyUser = "user"
 
 // Daytona's defaults and the units it counts in.
 const (
