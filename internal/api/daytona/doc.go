@@ -76,6 +76,18 @@
 //     (none for -1, the default); auto-delete 0 destroys it at the stop.
 //     Starting it restores the auto-stop deadline.
 //
+// # Archive and auto-archive
+//
+// Daytona archives a stopped sandbox's filesystem to object storage; here
+// the stopped container keeps it. So POST archive stops the sandbox (if it
+// runs) and marks it archived, start (or recover) starts it and clears the
+// mark, and the state reads "archived" for a stopped sandbox that is
+// marked or that this facade stopped at least autoArchiveInterval minutes
+// ago (default 7 days; 0 is the maximum, 30 days). That is computed when
+// the sandbox is read, so auto-archive needs no reaper pass; a sandbox
+// stopped through another edge is archived only on request. list's states
+// filter knows archived.
+//
 // # One account
 //
 // Everything the toolbox does — execute, code-run, sessions, files, git —

@@ -209,6 +209,9 @@ func (f *Facade) routes() *http.ServeMux {
 		"PUT /sandbox/{id}/labels":                   f.setLabels,
 		"POST /sandbox/{id}/autostop/{minutes}":      f.setAutoStop,
 		"POST /sandbox/{id}/autodelete/{minutes}":    f.setAutoDelete,
+		"POST /sandbox/{id}/autoarchive/{minutes}":   f.setAutoArchive,
+		"POST /sandbox/{id}/archive":                 f.archive,
+		"POST /sandbox/{id}/recover":                 f.start,
 		"GET /sandbox/{id}/toolbox-proxy-url":        f.toolboxProxyURL,
 		"GET /sandbox/{id}/ports/{port}/preview-url": f.previewURL,
 

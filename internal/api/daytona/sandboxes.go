@@ -117,6 +117,12 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 		return service.CreateRequest{}, err
 	}
 	setIntervals(tags, autoStop, autoDelete)
+	if b.AutoArchiveInterval != nil {
+		if err := validAutoArchive(*b.AutoArchiveInterval); err != nil {
+			return service.CreateRequest{}, err
+		}
+		tags[tagAutoArchive] = strconv.Itoa(*b.AutoArchiveInterval)
+	}
 	req := service.CreateRequest{
 		Owner:   owner,
 		Image:   image,
@@ -163,7 +169,7 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 var honouredFields = map[string]bool{
 	"name": true, "snapshot": true, "user": true, "target": true, "public": true,
 	"env": true, "labels": true, "cpu": true, "gpu": true, "memory": true, "disk": true,
-	"autoStopInterval": true, "autoDeleteInterval": true,
+	"autoStopInterval": true, "autoDeleteInterval": true, "autoArchiveInterval": true,
 	"networkBlockAll": true, "networkAllowList": true, "domainAllowList": true,
 	"volumes": true, "buildInfo": true,
 }
@@ -332,13 +338,19 @@ func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller) 
 			return badRequest("labels must be a JSON object of strings: %v", err)
 		}
 	}
+	var states map[string]bool // Daytona's names asked for; nil: any
 	for _, v := range q["states"] {
 		for s := range strings.SplitSeq(v, ",") {
-			st, ok := serviceState(strings.TrimSpace(s))
+			s = strings.TrimSpace(s)
+			st, ok := serviceState(s)
 			if !ok {
 				return badRequest("unknown state %q", s)
 			}
 			filter.States = append(filter.States, st)
+			if states == nil {
+				states = map[string]bool{}
+			}
+			states[s] = true
 		}
 	}
 	items, next, err := f.svc.List(r.Context(), c, filter)
@@ -348,7 +360,11 @@ func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller) 
 	out := listResponse{Items: make([]sandboxDTO, 0, len(items))}
 	base := toolboxBase(r)
 	for _, sb := range items {
-		out.Items = append(out.Items, dto(sb, base, false))
+		d := dto(sb, base, false)
+		if states != nil && !states[d.State] {
+			continue // stopped and archived are one service state
+		}
+		out.Items = append(out.Items, d)
 	}
 	if next != "" {
 		out.NextCursor = &next
@@ -364,6 +380,8 @@ func serviceState(s string) (service.State, bool) {
 		return service.StateRunning, true
 	case "creating", "stopping", "stopped", "error":
 		return service.State(s), true
+	case "archived":
+		return service.StateStopped, true
 	}
 	return "", false
 }
@@ -385,8 +403,9 @@ func (f *Facade) delete(w http.ResponseWriter, r *http.Request, c service.Caller
 	return nil
 }
 
-// start is POST /sandbox/{id}/start: answers once the sandbox is started.
-// Its auto-stop clock restarts.
+// start is POST /sandbox/{id}/start (and /recover): answers once the
+// sandbox is started; an archived one is recovered. Its auto-stop clock
+// restarts.
 func (f *Facade) start(w http.ResponseWriter, r *http.Request, c service.Caller) error {
 	sb, err := f.svc.Start(r.Context(), c, r.PathValue("id"))
 	if err != nil {
@@ -404,34 +423,71 @@ func (f *Facade) start(w http.ResponseWriter, r *http.Request, c service.Caller)
 // (force is accepted and changes nothing: the stop is always final). With
 // auto-delete 0 the sandbox is then destroyed at once, as on Daytona.
 func (f *Facade) stop(w http.ResponseWriter, r *http.Request, c service.Caller) error {
-	sb, err := f.svc.Stop(r.Context(), c, r.PathValue("id"))
+	d, err := f.stopSandbox(r, c, r.PathValue("id"))
 	if err != nil {
 		return err
+	}
+	writeJSON(w, http.StatusOK, d)
+	return nil
+}
+
+// stopSandbox stops a sandbox for stop and archive and returns its view.
+func (f *Facade) stopSandbox(r *http.Request, c service.Caller, id string) (sandboxDTO, error) {
+	sb, err := f.svc.Stop(r.Context(), c, id)
+	if err != nil {
+		return sandboxDTO{}, err
 	}
 	f.dropSessions(sb.ID)
 	if autoDeleteOf(sb.Tags) == 0 {
 		if err := f.svc.Destroy(r.Context(), c, sb.ID); err != nil && !errors.Is(err, service.ErrNotFound) {
-			return err
+			return sandboxDTO{}, err
 		}
 		d := dto(sb, toolboxBase(r), true)
 		d.State, d.DesiredState = "destroyed", "destroyed"
-		writeJSON(w, http.StatusOK, d)
-		return nil
+		return d, nil
 	}
 	if sb, err = f.applyLifetime(r.Context(), c, sb); err != nil {
-		return err
+		return sandboxDTO{}, err
 	}
-	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))
-	return nil
+	return dto(sb, toolboxBase(r), true), nil
 }
 
-// applyLifetime sets sb's timeout from its intervals and state.
+// applyLifetime sets sb's timeout from its intervals and state, and its
+// archive marks: a stopped sandbox records when it stopped (auto-archive
+// counts from then), a running one drops both marks.
 func (f *Facade) applyLifetime(ctx context.Context, c service.Caller, sb service.Sandbox) (service.Sandbox, error) {
-	d := lifetime(sb.State == service.StateRunning, autoStopOf(sb.Tags), autoDeleteOf(sb.Tags))
-	if d == 0 && sb.ExpiresAt.IsZero() {
+	running := sb.State == service.StateRunning
+	d := lifetime(running, autoStopOf(sb.Tags), autoDeleteOf(sb.Tags))
+	u := service.Update{Tags: lifecycleTags(sb.Tags, running, time.Now())}
+	if d != 0 || !sb.ExpiresAt.IsZero() {
+		u.SetTimeout, u.Timeout = true, d
+	}
+	if u.Tags == nil && !u.SetTimeout {
 		return sb, nil
 	}
-	return f.svc.UpdateSandbox(ctx, c, sb.ID, service.Update{SetTimeout: true, Timeout: d})
+	return f.svc.UpdateSandbox(ctx, c, sb.ID, u)
+}
+
+// lifecycleTags is tags with the archive marks a sandbox in that state
+// should have, or nil when they need no change.
+func lifecycleTags(tags map[string]string, running bool, now time.Time) map[string]string {
+	_, stoppedAt := tags[tagStoppedAt]
+	_, marked := tags[tagArchived]
+	switch {
+	case running && (stoppedAt || marked):
+		out := maps.Clone(tags)
+		delete(out, tagStoppedAt)
+		delete(out, tagArchived)
+		return out
+	case !running && !stoppedAt:
+		out := maps.Clone(tags)
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[tagStoppedAt] = strconv.FormatInt(now.Unix(), 10)
+		return out
+	}
+	return nil
 }
 
 // setLabels is PUT /sandbox/{id}/labels {labels}: the labels are replaced.
