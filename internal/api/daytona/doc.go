@@ -58,6 +58,16 @@
 // image; building is refused. State names: running is "started"; creating,
 // stopping, stopped and error are themselves; a deleted sandbox is 404.
 //
+// # Refused features
+//
+// Snapshots (/snapshots…), sandbox snapshots and forks (/sandbox/{id}/
+// snapshot, fork, forks, ancestors, parent), declarative images with local
+// files (/object-storage/push-access) and network settings (/sandbox/{id}/
+// network-settings) answer 501 in Daytona's shape with a message saying
+// what is not supported (unsupported.go), never a 404, which the SDK
+// would report as a missing resource. At create, a declarative image
+// (buildInfo beyond one FROM line) and the network allow lists are 400s.
+//
 // # Auto-stop and auto-delete
 //
 // The intervals (minutes) are kept as reserved tags (prefix "daytona/",

@@ -253,6 +253,11 @@ func (f *Facade) routes() *http.ServeMux {
 		method, path, _ := strings.Cut(pattern, " ")
 		mux.Handle(method+" "+Prefix+path, f.wrap(h))
 	}
+	// Refused features (unsupported.go): 501 with why, never a 404.
+	for pattern, msg := range unsupportedRoutes {
+		method, path, _ := strings.Cut(pattern, " ")
+		mux.Handle(method+" "+Prefix+path, f.wrap(unsupported(msg)))
+	}
 	// The event stream authenticates in its CONNECT packet (events.go).
 	mux.HandleFunc(eventPattern, f.eventStream)
 	return mux

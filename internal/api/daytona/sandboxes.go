@@ -225,7 +225,7 @@ func (f *Facade) image(b createBody) (string, error) {
 	if b.BuildInfo != nil && strings.TrimSpace(b.BuildInfo.DockerfileContent) != "" {
 		ref, ok := singleFrom(b.BuildInfo.DockerfileContent)
 		if !ok {
-			return "", badRequest("image: only a plain base image (a single FROM line) is supported; build the image and pass it as snapshot")
+			return "", badRequest("image: declarative images (anything but a single FROM line) are not supported: sandboxd does not build images; build the image and pass it as snapshot")
 		}
 		return ref, nil
 	}
