@@ -33,6 +33,17 @@ exit 1
 STUB
 chmod 0755 /usr/local/bin/mcp-gateway
 
+# Daytona's account: sandboxes the Daytona facade creates run as daytona
+# (home /home/daytona), as on Daytona, with passwordless sudo (effective
+# wherever sudo is installed).
+if ! id -u daytona >/dev/null 2>&1; then
+	groupadd --gid 1001 daytona
+	useradd --uid 1001 --gid 1001 --create-home --home-dir /home/daytona --shell /bin/bash daytona
+fi
+mkdir -p /etc/sudoers.d
+echo 'daytona ALL=(ALL) NOPASSWD:ALL' >/etc/sudoers.d/daytona
+chmod 0440 /etc/sudoers.d/daytona
+
 # Future apt installs inside a sandbox skip docs too.
 cat >/etc/dpkg/dpkg.cfg.d/01-sandboxd-nodoc <<'CFG'
 path-exclude /usr/share/doc/*

@@ -202,6 +202,10 @@ type Service struct {
 	// row to claim it. RunBackground then sweeps for such orphans soon
 	// after startup instead of waiting for the periodic pass.
 	engineInFlight atomic.Bool
+
+	// events fans lifecycle events out to subscribers (Subscribe); Store
+	// publishes to it.
+	events *eventHub
 }
 
 // New returns a Service. It does no I/O. It refuses creates until a
@@ -238,7 +242,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = "sandboxd/base:bookworm"
 	}
-	s := &Service{cfg: cfg, Deps: deps, pool: newPool(cmp.Or(cfg.PoolConcurrency, 2))}
+	s := &Service{cfg: cfg, Deps: deps, pool: newPool(cmp.Or(cfg.PoolConcurrency, 2)), events: &eventHub{}}
+	s.Store = publishingStore{Store: deps.Store, hub: s.events}
 	targets, err := s.normalizeTargets(cfg.Pool)
 	if err != nil {
 		return nil, fmt.Errorf("service: pool: %w", err)

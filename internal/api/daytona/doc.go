@@ -10,8 +10,25 @@
 // a preview host. The control plane is /daytona/api/sandbox…; the toolbox
 // (Daytona's in-sandbox daemon API) is /daytona/api/toolbox/{id}/…, which
 // is what every sandbox's toolboxProxyUrl points at (the SDK appends /<id>),
-// on the host the client reached. Anything else, the SDK's socket.io event
-// stream included, is a plain 404: the SDK then polls.
+// on the host the client reached. /daytona/api/socket.io/ is Daytona's
+// event stream (below). Anything else is a 404 in Daytona's shape.
+//
+// # Event stream
+//
+// The SDK's notification client (Socket.IO 5 over Engine.IO 4, WebSocket
+// transport only) connects to /daytona/api/socket.io/ and authenticates in
+// its CONNECT packet (auth {token}: the API key). It joins its owner's room:
+// the lifecycle events of that owner's sandboxes and no other's, from
+// service.Subscribe — sandbox.created (the DTO, state creating) and
+// sandbox.state.updated ({sandbox, oldState, newState}; a deleted sandbox
+// is newState destroyed). A served stream is what lets a script exit
+// promptly: the SDK unrefs a connected socket, while a refused one keeps
+// reconnect timers alive for minutes. Bounds: 16 KiB per client frame, 10 s
+// to send CONNECT, 10 s per frame written, 64 subscriptions per owner; a
+// client that falls service.EventBuffer events behind is disconnected (the
+// SDK reconnects, and polls meanwhile). Polling transport is refused
+// (Engine.IO's 400). In a cluster a client sees the events of the node it
+// reached only.
 //
 // # Authentication and errors
 //
@@ -31,11 +48,25 @@
 // are the sandbox's tags (list filters on them, AND). cpu is in cores,
 // memory and disk in GiB; disk is recorded, not enforced. networkBlockAll
 // false (Daytona's default) gives the sandbox outbound network. gpu,
-// volumes and network allow lists are refused (400), never ignored. A
+// volumes and network allow lists are refused (400), never ignored, and so
+// is every other field set to anything but its zero value (linkedSandbox,
+// ttlMinutes, autoPauseInterval, secrets, kvm, spot, gpuType,
+// outboundProxyUrl, otelEndpointOverride, unknown fields): the 400 names
+// the field. A
 // snapshot names an image (Options.Images, else a locally present image);
 // an `image` the SDK sends as a one-line Dockerfile (FROM <ref>) uses that
 // image; building is refused. State names: running is "started"; creating,
 // stopping, stopped and error are themselves; a deleted sandbox is 404.
+//
+// # Refused features
+//
+// Snapshots (/snapshots…), sandbox snapshots and forks (/sandbox/{id}/
+// snapshot, fork, forks, ancestors, parent), declarative images with local
+// files (/object-storage/push-access) and network settings (/sandbox/{id}/
+// network-settings) answer 501 in Daytona's shape with a message saying
+// what is not supported (unsupported.go), never a 404, which the SDK
+// would report as a missing resource. At create, a declarative image
+// (buildInfo beyond one FROM line) and the network allow lists are 400s.
 //
 // # Auto-stop and auto-delete
 //
@@ -55,11 +86,27 @@
 //     (none for -1, the default); auto-delete 0 destroys it at the stop.
 //     Starting it restores the auto-stop deadline.
 //
+// # Archive and auto-archive
+//
+// Daytona archives a stopped sandbox's filesystem to object storage; here
+// the stopped container keeps it. So POST archive stops the sandbox (if it
+// runs) and marks it archived, start (or recover) starts it and clears the
+// mark, and the state reads "archived" for a stopped sandbox that is
+// marked or that this facade stopped at least autoArchiveInterval minutes
+// ago (default 7 days; 0 is the maximum, 30 days). That is computed when
+// the sandbox is read, so auto-archive needs no reaper pass; a sandbox
+// stopped through another edge is archived only on request. list's states
+// filter knows archived.
+//
 // # One account
 //
 // Everything the toolbox does — execute, code-run, sessions, files, git —
-// runs as the sandbox's user (`user`, uid 1000, home /home/user; `root` on
-// request at create), which is the DTO's `user`. Its home is also the work
+// runs as the sandbox's user (Daytona's `daytona`, uid 1001, home
+// /home/daytona, with passwordless sudo; `user` or `root` on request at
+// create), which is the DTO's `user`. The base image has all three; a
+// sandbox whose image lacks daytona gets it at create (useradd, or lines
+// appended to /etc/passwd and /etc/group; one `id` as root, ~5 ms, when the
+// image has it). Its home is also the work
 // directory: relative paths and commands without a cwd start there. Only
 // chown (files/permissions with owner or group) runs as root.
 //

@@ -33,6 +33,7 @@ type Service interface {
 	Download(ctx context.Context, c service.Caller, idOrName, path, user string) (io.ReadCloser, int64, error)
 	ExposePort(ctx context.Context, c service.Caller, idOrName string, port int, protocol string, public bool) (service.Exposure, error)
 	Agent(ctx context.Context, sandboxID string) (*agent.Client, error)
+	Subscribe(owner string) (*service.Subscription, error)
 }
 
 var _ Service = (*service.Service)(nil)
@@ -82,6 +83,9 @@ var DefaultImages = map[string]string{
 // Prefix is the path under which the facade serves; Match claims nothing
 // else.
 const Prefix = "/daytona/api"
+
+// eventPattern is the event stream's route (Socket.IO's default path).
+const eventPattern = "GET " + Prefix + "/socket.io/"
 
 // Facade is the Daytona edge. Mount it in front of the native API and send
 // it every request Match accepts. Close it when the daemon stops.
@@ -151,11 +155,11 @@ func (f *Facade) Match(r *http.Request) bool {
 }
 
 // ServeHTTP serves a request Match accepted. An unknown route is 404 in
-// Daytona's error shape (the SDK's socket.io probe gets exactly that, and
-// falls back to polling).
+// Daytona's error shape. Neither the toolbox nor the event stream has a
+// request deadline: they are streams.
 func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, pattern := f.mux.Handler(r)
-	if !strings.Contains(pattern, " "+Prefix+"/toolbox/") {
+	if !strings.Contains(pattern, " "+Prefix+"/toolbox/") && pattern != eventPattern {
 		httplimit.Deadline(w, f.timeout) // the control plane, or no route
 	}
 	if pattern == "" {
@@ -205,6 +209,9 @@ func (f *Facade) routes() *http.ServeMux {
 		"PUT /sandbox/{id}/labels":                   f.setLabels,
 		"POST /sandbox/{id}/autostop/{minutes}":      f.setAutoStop,
 		"POST /sandbox/{id}/autodelete/{minutes}":    f.setAutoDelete,
+		"POST /sandbox/{id}/autoarchive/{minutes}":   f.setAutoArchive,
+		"POST /sandbox/{id}/archive":                 f.archive,
+		"POST /sandbox/{id}/recover":                 f.start,
 		"GET /sandbox/{id}/toolbox-proxy-url":        f.toolboxProxyURL,
 		"GET /sandbox/{id}/ports/{port}/preview-url": f.previewURL,
 
@@ -246,6 +253,13 @@ func (f *Facade) routes() *http.ServeMux {
 		method, path, _ := strings.Cut(pattern, " ")
 		mux.Handle(method+" "+Prefix+path, f.wrap(h))
 	}
+	// Refused features (unsupported.go): 501 with why, never a 404.
+	for pattern, msg := range unsupportedRoutes {
+		method, path, _ := strings.Cut(pattern, " ")
+		mux.Handle(method+" "+Prefix+path, f.wrap(unsupported(msg)))
+	}
+	// The event stream authenticates in its CONNECT packet (events.go).
+	mux.HandleFunc(eventPattern, f.eventStream)
 	return mux
 }
 

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,9 +20,18 @@ import (
 // create is POST /sandbox: CreateSandbox → 200 with the Sandbox, already
 // started (the SDK then makes no further call). A duplicate name is 409.
 func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller) error {
-	var body createBody
-	if err := f.decodeJSON(w, r, &body); err != nil {
+	var raw json.RawMessage
+	if err := f.decodeJSON(w, r, &raw); err != nil {
 		return err
+	}
+	var body createBody
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &body); err != nil {
+			return badRequest("invalid JSON body: %v", err)
+		}
+		if err := refuseUnhonoured(raw); err != nil {
+			return err
+		}
 	}
 	req, err := f.createRequest(c.Owner, body)
 	if err != nil {
@@ -32,8 +42,43 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 	if err != nil {
 		return err
 	}
+	if userOf(created.Sandbox) == sandboxUser {
+		f.ensureAccount(r.Context(), c, created.ID)
+	}
 	writeJSON(w, http.StatusOK, dto(created.Sandbox, toolboxBase(r), true))
 	return nil
+}
+
+// ensureAccountScript gives a sandbox Daytona's account when its image has
+// none (a snapshot or FROM image, or a base image built from an older
+// recipe): daytona, home /home/daytona, passwordless sudo; with useradd,
+// else (busybox) by appending to /etc/passwd and /etc/group. An image that
+// has the account (the base image) costs one `id`.
+const ensureAccountScript = `id -u daytona >/dev/null 2>&1 && exit 0
+if command -v useradd >/dev/null 2>&1; then useradd -m -d /home/daytona -s /bin/bash -U daytona || exit 1
+else
+	uid=1001
+	while cut -d: -f3 /etc/passwd /etc/group | grep -qx "$uid"; do uid=$((uid + 1)); done
+	echo "daytona:x:$uid:$uid:daytona:/home/daytona:/bin/sh" >>/etc/passwd &&
+		echo "daytona:x:$uid:" >>/etc/group && mkdir -p /home/daytona && chown "$uid:$uid" /home/daytona || exit 1
+fi
+mkdir -p /etc/sudoers.d && echo 'daytona ALL=(ALL) NOPASSWD:ALL' >/etc/sudoers.d/daytona && chmod 0440 /etc/sudoers.d/daytona`
+
+// ensureAccount runs ensureAccountScript as root in a sandbox just
+// created. A failure is logged, not the caller's: the sandbox works as
+// root, and toolbox calls as daytona then say the user is unknown.
+func (f *Facade) ensureAccount(ctx context.Context, c service.Caller, id string) {
+	res, err := f.svc.Exec(ctx, c, id, service.ExecRequest{
+		Cmd: []string{"/bin/sh", "-c", ensureAccountScript}, User: "root",
+		Timeout: 30 * time.Second, MaxOutput: 4 << 10,
+	})
+	switch {
+	case err != nil:
+		f.log.WarnContext(ctx, "daytona: could not check the sandbox's daytona account", "sandbox", id, "err", err)
+	case res.ExitCode != 0:
+		f.log.WarnContext(ctx, "daytona: the sandbox's image has no daytona account and none could be added", "sandbox", id,
+			"exit_code", res.ExitCode, "stderr", string(res.Stderr))
+	}
 }
 
 // createRequest validates a CreateSandbox body and translates it. What
@@ -55,7 +100,7 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 	}
 	user := cmp.Or(b.User, sandboxUser)
 	if _, ok := homes[user]; !ok {
-		return service.CreateRequest{}, badRequest("user %q: the sandbox accounts are %q and %q", user, sandboxUser, "root")
+		return service.CreateRequest{}, badRequest("user %q: the sandbox accounts are %q, %q and %q", user, sandboxUser, legacyUser, "root")
 	}
 	autoStop, autoDelete := 0, -1
 	if b.AutoStopInterval != nil {
@@ -72,6 +117,12 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 		return service.CreateRequest{}, err
 	}
 	setIntervals(tags, autoStop, autoDelete)
+	if b.AutoArchiveInterval != nil {
+		if err := validAutoArchive(*b.AutoArchiveInterval); err != nil {
+			return service.CreateRequest{}, err
+		}
+		tags[tagAutoArchive] = strconv.Itoa(*b.AutoArchiveInterval)
+	}
 	req := service.CreateRequest{
 		Owner:   owner,
 		Image:   image,
@@ -113,6 +164,59 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 	return req, nil
 }
 
+// honouredFields are the CreateSandbox fields createRequest acts on (or
+// refuses itself, with its own message, when set to what it cannot do).
+var honouredFields = map[string]bool{
+	"name": true, "snapshot": true, "user": true, "target": true, "public": true,
+	"env": true, "labels": true, "cpu": true, "gpu": true, "memory": true, "disk": true,
+	"autoStopInterval": true, "autoDeleteInterval": true, "autoArchiveInterval": true,
+	"networkBlockAll": true, "networkAllowList": true, "domainAllowList": true,
+	"volumes": true, "buildInfo": true,
+}
+
+// refuseUnhonoured refuses a CreateSandbox body that sets a field the
+// facade does not honour (linkedSandbox, ttlMinutes, secrets, kvm, …, and
+// any field Daytona's API does not have), naming the field. A field set to
+// its zero value (null, false, 0, "", [], {}) asks for nothing and passes:
+// that is what the SDK sends for options left alone.
+func refuseUnhonoured(raw json.RawMessage) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return badRequest("invalid JSON body: %v", err)
+	}
+	names := slices.Sorted(maps.Keys(fields))
+	for _, name := range names {
+		if honouredFields[name] || zeroJSON(fields[name]) {
+			continue
+		}
+		return badRequest("%s: not supported by sandboxd's Daytona facade; leave it unset", name)
+	}
+	return nil
+}
+
+// zeroJSON reports whether v is null, false, 0, "", [] or {}.
+func zeroJSON(v json.RawMessage) bool {
+	var x any
+	if err := json.Unmarshal(v, &x); err != nil {
+		return false
+	}
+	switch x := x.(type) {
+	case nil:
+		return true
+	case bool:
+		return !x
+	case float64:
+		return x == 0
+	case string:
+		return x == ""
+	case []any:
+		return len(x) == 0
+	case map[string]any:
+		return len(x) == 0
+	}
+	return false
+}
+
 // image resolves the sandbox image: a buildInfo that is a single FROM line
 // (what the SDK sends for `image: "<ref>"`), else the snapshot (a name in
 // Options.Images or a locally present image), else the daemon's default.
@@ -121,7 +225,7 @@ func (f *Facade) image(b createBody) (string, error) {
 	if b.BuildInfo != nil && strings.TrimSpace(b.BuildInfo.DockerfileContent) != "" {
 		ref, ok := singleFrom(b.BuildInfo.DockerfileContent)
 		if !ok {
-			return "", badRequest("image: only a plain base image (a single FROM line) is supported; build the image and pass it as snapshot")
+			return "", badRequest("image: declarative images (anything but a single FROM line) are not supported: sandboxd does not build images; build the image and pass it as snapshot")
 		}
 		return ref, nil
 	}
@@ -234,13 +338,19 @@ func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller) 
 			return badRequest("labels must be a JSON object of strings: %v", err)
 		}
 	}
+	var states map[string]bool // Daytona's names asked for; nil: any
 	for _, v := range q["states"] {
 		for s := range strings.SplitSeq(v, ",") {
-			st, ok := serviceState(strings.TrimSpace(s))
+			s = strings.TrimSpace(s)
+			st, ok := serviceState(s)
 			if !ok {
 				return badRequest("unknown state %q", s)
 			}
 			filter.States = append(filter.States, st)
+			if states == nil {
+				states = map[string]bool{}
+			}
+			states[s] = true
 		}
 	}
 	items, next, err := f.svc.List(r.Context(), c, filter)
@@ -250,7 +360,11 @@ func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller) 
 	out := listResponse{Items: make([]sandboxDTO, 0, len(items))}
 	base := toolboxBase(r)
 	for _, sb := range items {
-		out.Items = append(out.Items, dto(sb, base, false))
+		d := dto(sb, base, false)
+		if states != nil && !states[d.State] {
+			continue // stopped and archived are one service state
+		}
+		out.Items = append(out.Items, d)
 	}
 	if next != "" {
 		out.NextCursor = &next
@@ -266,6 +380,8 @@ func serviceState(s string) (service.State, bool) {
 		return service.StateRunning, true
 	case "creating", "stopping", "stopped", "error":
 		return service.State(s), true
+	case "archived":
+		return service.StateStopped, true
 	}
 	return "", false
 }
@@ -287,8 +403,9 @@ func (f *Facade) delete(w http.ResponseWriter, r *http.Request, c service.Caller
 	return nil
 }
 
-// start is POST /sandbox/{id}/start: answers once the sandbox is started.
-// Its auto-stop clock restarts.
+// start is POST /sandbox/{id}/start (and /recover): answers once the
+// sandbox is started; an archived one is recovered. Its auto-stop clock
+// restarts.
 func (f *Facade) start(w http.ResponseWriter, r *http.Request, c service.Caller) error {
 	sb, err := f.svc.Start(r.Context(), c, r.PathValue("id"))
 	if err != nil {
@@ -306,34 +423,71 @@ func (f *Facade) start(w http.ResponseWriter, r *http.Request, c service.Caller)
 // (force is accepted and changes nothing: the stop is always final). With
 // auto-delete 0 the sandbox is then destroyed at once, as on Daytona.
 func (f *Facade) stop(w http.ResponseWriter, r *http.Request, c service.Caller) error {
-	sb, err := f.svc.Stop(r.Context(), c, r.PathValue("id"))
+	d, err := f.stopSandbox(r, c, r.PathValue("id"))
 	if err != nil {
 		return err
+	}
+	writeJSON(w, http.StatusOK, d)
+	return nil
+}
+
+// stopSandbox stops a sandbox for stop and archive and returns its view.
+func (f *Facade) stopSandbox(r *http.Request, c service.Caller, id string) (sandboxDTO, error) {
+	sb, err := f.svc.Stop(r.Context(), c, id)
+	if err != nil {
+		return sandboxDTO{}, err
 	}
 	f.dropSessions(sb.ID)
 	if autoDeleteOf(sb.Tags) == 0 {
 		if err := f.svc.Destroy(r.Context(), c, sb.ID); err != nil && !errors.Is(err, service.ErrNotFound) {
-			return err
+			return sandboxDTO{}, err
 		}
 		d := dto(sb, toolboxBase(r), true)
 		d.State, d.DesiredState = "destroyed", "destroyed"
-		writeJSON(w, http.StatusOK, d)
-		return nil
+		return d, nil
 	}
 	if sb, err = f.applyLifetime(r.Context(), c, sb); err != nil {
-		return err
+		return sandboxDTO{}, err
 	}
-	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))
-	return nil
+	return dto(sb, toolboxBase(r), true), nil
 }
 
-// applyLifetime sets sb's timeout from its intervals and state.
+// applyLifetime sets sb's timeout from its intervals and state, and its
+// archive marks: a stopped sandbox records when it stopped (auto-archive
+// counts from then), a running one drops both marks.
 func (f *Facade) applyLifetime(ctx context.Context, c service.Caller, sb service.Sandbox) (service.Sandbox, error) {
-	d := lifetime(sb.State == service.StateRunning, autoStopOf(sb.Tags), autoDeleteOf(sb.Tags))
-	if d == 0 && sb.ExpiresAt.IsZero() {
+	running := sb.State == service.StateRunning
+	d := lifetime(running, autoStopOf(sb.Tags), autoDeleteOf(sb.Tags))
+	u := service.Update{Tags: lifecycleTags(sb.Tags, running, time.Now())}
+	if d != 0 || !sb.ExpiresAt.IsZero() {
+		u.SetTimeout, u.Timeout = true, d
+	}
+	if u.Tags == nil && !u.SetTimeout {
 		return sb, nil
 	}
-	return f.svc.UpdateSandbox(ctx, c, sb.ID, service.Update{SetTimeout: true, Timeout: d})
+	return f.svc.UpdateSandbox(ctx, c, sb.ID, u)
+}
+
+// lifecycleTags is tags with the archive marks a sandbox in that state
+// should have, or nil when they need no change.
+func lifecycleTags(tags map[string]string, running bool, now time.Time) map[string]string {
+	_, stoppedAt := tags[tagStoppedAt]
+	_, marked := tags[tagArchived]
+	switch {
+	case running && (stoppedAt || marked):
+		out := maps.Clone(tags)
+		delete(out, tagStoppedAt)
+		delete(out, tagArchived)
+		return out
+	case !running && !stoppedAt:
+		out := maps.Clone(tags)
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[tagStoppedAt] = strconv.FormatInt(now.Unix(), 10)
+		return out
+	}
+	return nil
 }
 
 // setLabels is PUT /sandbox/{id}/labels {labels}: the labels are replaced.

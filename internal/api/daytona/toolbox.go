@@ -18,7 +18,8 @@ import (
 // homes are the sandbox accounts a Daytona sandbox may run as, with their
 // home directories (which are also the work directory).
 var homes = map[string]string{
-	sandboxUser: "/home/user",
+	sandboxUser: "/home/daytona",
+	legacyUser:  "/home/user",
 	"root":      "/root",
 }
 

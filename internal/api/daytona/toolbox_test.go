@@ -45,7 +45,7 @@ func TestExecute_OutputInOrderAsUser(t *testing.T) {
 		want execResult
 	}{
 		{"order", map[string]any{"command": "echo out1; echo err1 >&2; echo out2; echo err2 >&2; exit 3"}, execResult{3, "out1\nerr1\nout2\nerr2\n"}},
-		{"user and home", map[string]any{"command": `echo "$(whoami) $HOME $(pwd)"`}, execResult{0, "user /home/user /home/user\n"}},
+		{"user and home", map[string]any{"command": `echo "$(whoami) $HOME $(pwd)"`}, execResult{0, "daytona /home/daytona /home/daytona\n"}},
 		{"cwd and envs", map[string]any{"command": `echo "$(pwd) $X"`, "cwd": "/tmp", "envs": map[string]string{"X": "a b"}}, execResult{0, "/tmp a b\n"}},
 		{"missing program", map[string]any{"command": "no-such-program"}, execResult{127, "/bin/bash: line 1: no-such-program: command not found\n"}},
 	} {
@@ -94,7 +94,7 @@ func TestCodeRun(t *testing.T) {
 
 func TestInfoRoutes(t *testing.T) {
 	s, sb := sharedSandbox(t)
-	for path, want := range map[string]string{"/work-dir": "/home/user", "/user-home-dir": "/home/user"} {
+	for path, want := range map[string]string{"/work-dir": "/home/daytona", "/user-home-dir": "/home/daytona"} {
 		var d struct{ Dir string }
 		decode(t, s.do(t, s.Admin, http.MethodGet, "/toolbox/"+sb.ID+path, nil).body, &d)
 		if d.Dir != want {
@@ -136,7 +136,7 @@ func TestBulkUploadDownload_Framing(t *testing.T) {
 	if resp := s.do(t, s.Admin, http.MethodPost, "/toolbox/"+sb.ID+"/files/bulk-upload", body, ct); resp.status != http.StatusOK {
 		t.Fatalf("upload: %d %s", resp.status, resp.body)
 	}
-	if res := execute(t, s, sb.ID, map[string]any{"command": "stat -c '%U %a %s' " + dir + "/a.txt " + dir + "/sub/empty"}); res.Result != "user 644 6\nuser 644 0\n" {
+	if res := execute(t, s, sb.ID, map[string]any{"command": "stat -c '%U %a %s' " + dir + "/a.txt " + dir + "/sub/empty"}); res.Result != "daytona 644 6\ndaytona 644 0\n" {
 		t.Errorf("uploaded files: %q", res.Result)
 	}
 
@@ -199,7 +199,7 @@ func TestFiles_InfoListMoveDelete(t *testing.T) {
 		IsDir                          bool
 	}
 	decode(t, s.do(t, s.Admin, http.MethodGet, base+"/info?path="+dir+"/d", nil).body, &fi)
-	if fi.Name != "d" || !fi.IsDir || fi.Permissions != "0700" || fi.Mode != "drwx------" || fi.Owner != "user" {
+	if fi.Name != "d" || !fi.IsDir || fi.Permissions != "0700" || fi.Mode != "drwx------" || fi.Owner != "daytona" {
 		t.Errorf("info: %+v", fi)
 	}
 	if body := wantError(t, s.do(t, s.Admin, http.MethodGet, base+"/info?path="+dir+"/nope", nil), http.StatusNotFound); body.Code != "FILE_NOT_FOUND" {

@@ -29,12 +29,23 @@ const (
 	reservedTagPrefix = "daytona/"
 	tagAutoStop       = reservedTagPrefix + "auto-stop"   // minutes, "0": never
 	tagAutoDelete     = reservedTagPrefix + "auto-delete" // minutes, "-1": never
+	// Archive: the sandbox is stopped with its filesystem kept, and
+	// Daytona's view of it is "archived" (archive.go).
+	tagAutoArchive = reservedTagPrefix + "auto-archive" // minutes, "0": the maximum
+	tagArchived    = reservedTagPrefix + "archived"     // "true" once archived
+	tagStoppedAt   = reservedTagPrefix + "stopped-at"   // unix seconds of the facade's last stop
 )
 
 // sandboxUser is the one account everything Daytona does runs as by
-// default: execute, code-run, sessions, files and git. The base image has
-// it (uid 1000, home /home/user).
-const sandboxUser = "user"
+// default: execute, code-run, sessions, files and git. It is Daytona's own
+// (examples write to /home/daytona); the base image has it (uid 1001, home
+// /home/daytona, passwordless sudo).
+const sandboxUser = "daytona"
+
+// legacyUser is the account sandboxes of this facade ran as before they
+// ran as daytona (the base image's uid 1000, E2B's default), still valid
+// at create.
+const legacyUser = "user"
 
 // Daytona's defaults and the units it counts in.
 const (
@@ -89,6 +100,7 @@ type sandboxDTO struct {
 	ErrorReason        string            `json:"errorReason,omitempty"`
 	AutoStopInterval   int               `json:"autoStopInterval"`
 	AutoDeleteInterval int               `json:"autoDeleteInterval"`
+	AutoArchive        int               `json:"autoArchiveInterval"`
 	CreatedAt          string            `json:"createdAt"`
 	ToolboxProxyURL    string            `json:"toolboxProxyUrl"`
 	ExpiresAt          string            `json:"expiresAt,omitempty"`
@@ -141,11 +153,12 @@ func dto(sb service.Sandbox, toolboxURL string, full bool) sandboxDTO {
 		Target:             cmp.Or(sb.Annotations[annTarget], defaultTarget),
 		CPU:                float64(sb.MilliCPU) / 1000,
 		Memory:             round2(float64(sb.MemoryMB) / mibPerGiB),
-		State:              stateName(sb.State),
+		State:              daytonaState(sb, time.Now()),
 		DesiredState:       desiredState(sb.State),
 		ErrorReason:        sb.ErrorReason,
 		AutoStopInterval:   autoStopOf(sb.Tags),
 		AutoDeleteInterval: autoDeleteOf(sb.Tags),
+		AutoArchive:        autoArchiveOf(sb.Tags),
 		CreatedAt:          sb.CreatedAt.UTC().Format(time.RFC3339Nano),
 		ToolboxProxyURL:    toolboxURL,
 	}

@@ -1,0 +1,55 @@
+package daytona_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestUnsupported_RefusedInDaytonasShapeNeverA404: snapshots, forks,
+// sandbox snapshots, declarative images and network settings were 404s
+// (the SDK's "not found"); each is a 501 in Daytona's shape whose message
+// says what is not supported, after authentication.
+func TestUnsupported_RefusedInDaytonasShapeNeverA404(t *testing.T) {
+	s, sb := sharedSandbox(t)
+	for _, tc := range []struct{ method, path, want string }{
+		{http.MethodPost, "/snapshots", "snapshots"},
+		{http.MethodGet, "/snapshots?page=1&limit=10", "snapshots"},
+		{http.MethodGet, "/snapshots/my-snapshot", "snapshots"},
+		{http.MethodDelete, "/snapshots/my-snapshot", "snapshots"},
+		{http.MethodPost, "/snapshots/my-snapshot/activate", "snapshots"},
+		{http.MethodPost, "/sandbox/" + sb.ID + "/snapshot", "snapshots"},
+		{http.MethodPost, "/sandbox/" + sb.ID + "/fork", "forking"},
+		{http.MethodGet, "/object-storage/push-access", "declarative images"},
+		{http.MethodPost, "/sandbox/" + sb.ID + "/network-settings", "network settings"},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			body := wantError(t, s.do(t, s.Admin, tc.method, tc.path, map[string]any{}), http.StatusNotImplemented)
+			if !strings.Contains(body.Message, tc.want) {
+				t.Errorf("message %q does not mention %q", body.Message, tc.want)
+			}
+			wantError(t, s.do(t, "", tc.method, tc.path, map[string]any{}), http.StatusUnauthorized)
+		})
+	}
+}
+
+// TestCreate_NetworkListsAndDeclarativeImagesAre400s: what create cannot
+// do about the network or images is a 400 naming it, leaving nothing.
+func TestCreate_NetworkListsAndDeclarativeImagesAre400s(t *testing.T) {
+	s := need(t)
+	for want, body := range map[string]map[string]any{
+		"networkAllowList": {"networkAllowList": "10.0.0.0/8"},
+		"domainAllowList":  {"domainAllowList": "example.com"},
+		"image":            {"buildInfo": map[string]any{"dockerfileContent": "FROM sandboxd/base:bookworm\nRUN pip install requests\n"}},
+	} {
+		t.Run(want, func(t *testing.T) {
+			before := footprint(t, s)
+			if got := wantError(t, s.do(t, s.User, http.MethodPost, "/sandbox", body), http.StatusBadRequest); !strings.Contains(got.Message, want) {
+				t.Errorf("message %q does not name %s", got.Message, want)
+			}
+			if after := footprint(t, s); after != before {
+				t.Errorf("before %s, after %s", before, after)
+			}
+		})
+	}
+}

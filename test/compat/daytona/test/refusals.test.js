@@ -1,0 +1,70 @@
+// What the facade does not do is refused, clearly, in Daytona's error shape:
+// create fields it cannot honour are a 400 naming the field (never dropped);
+// snapshots, forks, declarative images and network settings are refused
+// with a message saying so (never a 404, which reads as "not found").
+
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+
+import { DaytonaBadRequestError, DaytonaError, DaytonaNotFoundError, Image } from '@daytonaio/sdk'
+
+import { createSandbox, labelsFor, listAll, newClient } from './helpers.js'
+
+/** Asserts that err is a refusal: not a 404, with a message matching re. */
+function refused(re, status = 501) {
+  return (err) => {
+    assert.ok(err instanceof DaytonaError, `got ${err?.name}: ${err?.message}`)
+    assert.ok(!(err instanceof DaytonaNotFoundError), `a 404: ${err.message}`)
+    assert.equal(err.statusCode, status, err.message)
+    assert.match(err.message, re)
+    return true
+  }
+}
+
+const daytona = newClient()
+
+describe('refusals', () => {
+  for (const [field, value] of [
+    ['linkedSandbox', 'some-other-sandbox'],
+    ['ttlMinutes', 30],
+    ['secrets', { TOKEN: 'vault-secret' }],
+  ]) {
+    it(`create with ${field} is a 400 that names it, and creates nothing`, { timeout: 60_000 }, async () => {
+      const labels = labelsFor(`refuse-${field}`)
+      await assert.rejects(daytona.create({ [field]: value, labels }, { timeout: 60 }), (err) => {
+        assert.ok(err instanceof DaytonaBadRequestError, `got ${err?.name}: ${err?.message}`)
+        assert.equal(err.statusCode, 400)
+        assert.match(err.message, new RegExp(field))
+        return true
+      })
+      assert.deepEqual(await listAll(daytona, { labels: { nonce: labels.nonce } }), [])
+    })
+  }
+
+  it('snapshot.create/list/get/delete are refused, not 404', { timeout: 60_000 }, async () => {
+    await assert.rejects(daytona.snapshot.list(), refused(/snapshots are not supported/))
+    await assert.rejects(daytona.snapshot.get('some-snapshot'), refused(/snapshots are not supported/))
+    await assert.rejects(daytona.snapshot.create({ name: 'some-snapshot', image: 'sandboxd/base:bookworm' }), refused(/snapshots are not supported/))
+    await assert.rejects(daytona.snapshot.delete({ id: 'some-snapshot', name: 'some-snapshot' }), refused(/snapshots are not supported/))
+  })
+
+  it('a declarative image is refused at create, and creates nothing', { timeout: 60_000 }, async () => {
+    const labels = labelsFor('refuse-image')
+    const image = Image.base('sandboxd/base:bookworm').runCommands('echo built > /built')
+    await assert.rejects(daytona.create({ image, labels }, { timeout: 60 }), refused(/declarative images/, 400))
+    assert.deepEqual(await listAll(daytona, { labels: { nonce: labels.nonce } }), [])
+  })
+
+  it('network allow lists are refused at create', { timeout: 60_000 }, async () => {
+    const labels = labelsFor('refuse-network')
+    await assert.rejects(daytona.create({ networkAllowList: '10.0.0.0/8', labels }, { timeout: 60 }), refused(/networkAllowList/, 400))
+  })
+
+  it('createSnapshot, fork and updateNetworkSettings on a sandbox are refused, not 404', { timeout: 180_000 }, async (t) => {
+    const sb = await createSandbox(t, daytona, 'refuse-sandbox-ops')
+    await assert.rejects(sb.createSnapshot('from-sandbox'), refused(/snapshots/))
+    await assert.rejects(sb.fork({ name: 'a-fork' }), refused(/forking/))
+    await assert.rejects(sb.updateNetworkSettings({ networkBlockAll: true }), refused(/network settings/))
+    assert.equal((await daytona.get(sb.id)).state, 'started', 'the sandbox is untouched')
+  })
+})
