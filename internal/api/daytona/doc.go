@@ -101,6 +101,25 @@
 // sessions (their shells are killed with the sandbox's next stop); stop,
 // start and delete drop a sandbox's sessions.
 //
+// # PTY sessions
+//
+// A PTY session (process/pty…, pty.go) is the sandbox user's bash -l on a
+// terminal, started through the agent (tag daytona-pty-<id>), TERM
+// xterm-256color unless the env says otherwise. create-connect creates and
+// attaches in one WebSocket (the env in the X-Daytona-Pty-Envs~
+// subprotocol); connect attaches to an existing one, which outlives its
+// clients. A client gets {"type":"control","status":"connected"}, then the
+// terminal's output as binary messages from then on (no backlog); every
+// message it sends is input. When the shell ends each client gets
+// {"status":"exited","exitCode","exitReason"} (when it offered
+// X-Daytona-Pty-Exit-Control, which the facade then answers) and a close
+// whose reason is {"exitCode","exitReason"}: 1000 for exit 0, else 1011; a
+// signal N is exit 128+N. Resize sets the terminal size (SIGWINCH); delete
+// kills the process group. Bounds: 32 terminals per sandbox, 8 clients per
+// terminal, 1 MiB of input per message, and 1 MiB of output queued per
+// client, past which the client is closed (1008 "slow consumer") and the
+// terminal goes on. Terminals are dropped with the sandbox's sessions.
+//
 // # Files and git
 //
 // File routes use the agent's filesystem service (stat, list, move,

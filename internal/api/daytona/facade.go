@@ -104,7 +104,8 @@ type Facade struct {
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
-	sessions map[string]map[string]*session // sandbox id → session id → session
+	sessions map[string]map[string]*session    // sandbox id → session id → session
+	ptys     map[string]map[string]*ptySession // sandbox id → PTY session id → terminal
 	// logs counts the output every session keeps.
 	logs *logBudget
 }
@@ -134,6 +135,7 @@ func New(opts Options) *Facade {
 		ctx:          ctx,
 		cancel:       cancel,
 		sessions:     map[string]map[string]*session{},
+		ptys:         map[string]map[string]*ptySession{},
 		logs:         newLogBudget(opts.SessionLogs),
 	}
 	f.mux = f.routes()
@@ -171,8 +173,15 @@ func (f *Facade) Close() error {
 	f.mu.Lock()
 	all := f.sessions
 	f.sessions = map[string]map[string]*session{}
+	ptys := f.ptys
+	f.ptys = map[string]map[string]*ptySession{}
 	f.mu.Unlock()
 	for _, byID := range all {
+		for _, s := range byID {
+			s.kill()
+		}
+	}
+	for _, byID := range ptys {
 		for _, s := range byID {
 			s.kill()
 		}
@@ -224,6 +233,15 @@ func (f *Facade) routes() *http.ServeMux {
 		"GET /toolbox/{id}/process/session/{sid}/command/{cid}":        f.toolbox(f.sessionCommand),
 		"GET /toolbox/{id}/process/session/{sid}/command/{cid}/logs":   f.toolbox(f.sessionLogs),
 		"POST /toolbox/{id}/process/session/{sid}/command/{cid}/input": f.toolbox(f.sessionInput),
+
+		// Toolbox: PTY sessions (pty.go).
+		"POST /toolbox/{id}/process/pty":               f.toolbox(f.createPTY),
+		"GET /toolbox/{id}/process/pty":                f.toolbox(f.listPTYs),
+		"GET /toolbox/{id}/process/pty/create-connect": f.toolbox(f.createConnectPTY),
+		"GET /toolbox/{id}/process/pty/{sid}":          f.toolbox(f.getPTY),
+		"DELETE /toolbox/{id}/process/pty/{sid}":       f.toolbox(f.deletePTY),
+		"POST /toolbox/{id}/process/pty/{sid}/resize":  f.toolbox(f.resizePTY),
+		"GET /toolbox/{id}/process/pty/{sid}/connect":  f.toolbox(f.connectPTY),
 
 		// Toolbox: files.
 		"GET /toolbox/{id}/files":                f.toolbox(f.listFiles),
