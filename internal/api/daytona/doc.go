@@ -69,8 +69,33 @@
 // `result` has stdout and stderr in the order they were written. A
 // timeout is the process group's lifetime on the agent: it is killed when
 // the timeout passes, even if the client is gone. process/code-run runs
-// python3 -u - with the code on stdin and argv appended. Output beyond
-// 16 MiB is dropped.
+// the code from stdin in its language, argv appended: python (python3 -u
+// -, the default), javascript (node, as a CommonJS module of the work
+// directory, process.argv [node, ...argv]) and typescript (transpiled by
+// the image's TypeScript compiler, Debian's node-typescript, without type
+// checking, as Daytona's ts-node -T; a syntax error is exit 1 with the
+// diagnostics). Bookworm's Node 18 has no built-in type stripping. Output
+// beyond 16 MiB is dropped.
+//
+// # Code interpreter
+//
+// An interpreter context (process/interpreter…, interpreter.go) is one
+// python3 worker started through the agent (tag
+// daytona-interpreter-<id>) whose namespace persists between executions;
+// "default" is made at first use and is neither listed nor deletable.
+// Executions run one at a time per context. The execute WebSocket takes
+// {code, contextId?, envs?, timeout?} as its first message and answers
+// {"type":"stdout"|"stderr","text"} as output arrives (valid UTF-8, at
+// most 64 KiB each), {"type":"error","name","value","traceback"} for an
+// exception, then {"type":"control","text":"completed"} and close 1000.
+// The timeout (seconds; none is 10 minutes, 0 none) is a SIGALRM in the
+// worker, answered with close 4008 (the SDK's DaytonaTimeoutError); the
+// namespace stays. A worker that does not interrupt within 5 s more is
+// killed and its context forgotten. The worker ends each execution with
+// markers \x1e<token>:E<error JSON>\x1e and \x1e<token>:D<status>\x1e (the
+// token random per context), which the facade reads off both streams,
+// holding at most 64 KiB of an unclosed marker. Contexts are python only,
+// 16 per sandbox, and dropped with the sandbox's sessions.
 //
 // # Sessions
 //

@@ -104,8 +104,9 @@ type Facade struct {
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
-	sessions map[string]map[string]*session    // sandbox id → session id → session
-	ptys     map[string]map[string]*ptySession // sandbox id → PTY session id → terminal
+	sessions map[string]map[string]*session       // sandbox id → session id → session
+	ptys     map[string]map[string]*ptySession    // sandbox id → PTY session id → terminal
+	contexts map[string]map[string]*interpContext // sandbox id → interpreter context id → context
 	// logs counts the output every session keeps.
 	logs *logBudget
 }
@@ -136,6 +137,7 @@ func New(opts Options) *Facade {
 		cancel:       cancel,
 		sessions:     map[string]map[string]*session{},
 		ptys:         map[string]map[string]*ptySession{},
+		contexts:     map[string]map[string]*interpContext{},
 		logs:         newLogBudget(opts.SessionLogs),
 	}
 	f.mux = f.routes()
@@ -175,7 +177,14 @@ func (f *Facade) Close() error {
 	f.sessions = map[string]map[string]*session{}
 	ptys := f.ptys
 	f.ptys = map[string]map[string]*ptySession{}
+	contexts := f.contexts
+	f.contexts = map[string]map[string]*interpContext{}
 	f.mu.Unlock()
+	for _, byID := range contexts {
+		for _, ic := range byID {
+			ic.kill()
+		}
+	}
 	for _, byID := range all {
 		for _, s := range byID {
 			s.kill()
@@ -242,6 +251,12 @@ func (f *Facade) routes() *http.ServeMux {
 		"DELETE /toolbox/{id}/process/pty/{sid}":       f.toolbox(f.deletePTY),
 		"POST /toolbox/{id}/process/pty/{sid}/resize":  f.toolbox(f.resizePTY),
 		"GET /toolbox/{id}/process/pty/{sid}/connect":  f.toolbox(f.connectPTY),
+
+		// Toolbox: the code interpreter (interpreter.go).
+		"GET /toolbox/{id}/process/interpreter/execute":          f.toolbox(f.interpreterExecute),
+		"POST /toolbox/{id}/process/interpreter/context":         f.toolbox(f.createContext),
+		"GET /toolbox/{id}/process/interpreter/context":          f.toolbox(f.listContexts),
+		"DELETE /toolbox/{id}/process/interpreter/context/{cid}": f.toolbox(f.deleteContext),
 
 		// Toolbox: files.
 		"GET /toolbox/{id}/files":                f.toolbox(f.listFiles),
