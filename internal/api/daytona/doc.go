@@ -31,7 +31,9 @@
 // are the sandbox's tags (list filters on them, AND). cpu is in cores,
 // memory and disk in GiB; disk is recorded, not enforced. networkBlockAll
 // false (Daytona's default) gives the sandbox outbound network. gpu,
-// volumes and network allow lists are refused (400), never ignored. A
+// network allow lists and a volume's subpath are refused (400), never
+// ignored. volumes [{volumeId, mountPath}] mount the caller's volumes
+// (below). A
 // snapshot names an image (Options.Images, else a locally present image);
 // an `image` the SDK sends as a one-line Dockerfile (FROM <ref>) uses that
 // image; building is refused. State names: running is "started"; creating,
@@ -125,6 +127,16 @@
 // Session state lives in the facade's memory: a daemon restart loses
 // sessions (their shells are killed with the sandbox's next stop); stop,
 // start and delete drop a sandbox's sessions.
+//
+// # Volumes
+//
+// /volumes (volumes.go) manages the caller's native volumes (per owner:
+// internal/volume). A volume's id is its name, a DNS label; it is ready
+// once created and gone once deleted. A duplicate name is 400 and an
+// unknown volume 404, as on Daytona; deleting a volume that a sandbox of
+// the owner mounts (running or stopped) is 409 naming the sandbox. A
+// create with volumes checks that each exists (404) and bind-mounts the
+// whole volume at mountPath; the DTO reports them back.
 //
 // # PTY sessions
 //

@@ -33,6 +33,12 @@ type Service interface {
 	Download(ctx context.Context, c service.Caller, idOrName, path, user string) (io.ReadCloser, int64, error)
 	ExposePort(ctx context.Context, c service.Caller, idOrName string, port int, protocol string, public bool) (service.Exposure, error)
 	Agent(ctx context.Context, sandboxID string) (*agent.Client, error)
+
+	// Volumes (volumes.go).
+	CreateVolume(ctx context.Context, c service.Caller, name string) (service.Volume, error)
+	GetVolume(ctx context.Context, c service.Caller, name string) (service.Volume, error)
+	ListVolumes(ctx context.Context, c service.Caller) ([]service.Volume, error)
+	DeleteVolume(ctx context.Context, c service.Caller, name string) error
 }
 
 var _ Service = (*service.Service)(nil)
@@ -225,6 +231,13 @@ func (f *Facade) routes() *http.ServeMux {
 		"POST /sandbox/{id}/autodelete/{minutes}":    f.setAutoDelete,
 		"GET /sandbox/{id}/toolbox-proxy-url":        f.toolboxProxyURL,
 		"GET /sandbox/{id}/ports/{port}/preview-url": f.previewURL,
+
+		// Control plane: volumes (volumes.go).
+		"POST /volumes":              f.createVolume,
+		"GET /volumes":               f.listVolumes,
+		"GET /volumes/{vid}":         f.getVolume,
+		"GET /volumes/by-name/{vid}": f.getVolume,
+		"DELETE /volumes/{vid}":      f.deleteVolume,
 
 		// Toolbox: info and processes.
 		"GET /toolbox/{id}/version":           f.toolbox(f.versionInfo),
