@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
@@ -113,6 +114,8 @@ type Facade struct {
 	sessions map[string]map[string]*session       // sandbox id → session id → session
 	ptys     map[string]map[string]*ptySession    // sandbox id → PTY session id → terminal
 	contexts map[string]map[string]*interpContext // sandbox id → interpreter context id → context
+	// ptyQueued counts the terminal output queued for clients (pty.go).
+	ptyQueued atomic.Int64
 	// logs counts the output every session keeps.
 	logs *logBudget
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +30,10 @@ const (
 	// falls this far behind is closed ("slow consumer"), so a terminal
 	// printing without end never grows the daemon's memory.
 	maxPTYQueue = 1 << 20
+	// maxPTYQueued bounds the output queued for all the clients of all
+	// terminals of the daemon: past it, the client whose push would cross
+	// it is closed as slow.
+	maxPTYQueued = 64 << 20
 	// maxPTYInput bounds one WebSocket message of input.
 	maxPTYInput = 1 << 20
 	// ptyWriteTimeout bounds one write to a client.
@@ -107,6 +112,7 @@ type ptyExit struct {
 type ptyClient struct {
 	conn        *websocket.Conn
 	exitControl bool
+	budget      *atomic.Int64 // the daemon's queued bytes (Facade.ptyQueued)
 
 	mu     sync.Mutex
 	queue  [][]byte
@@ -209,7 +215,7 @@ func (f *Facade) attachPTY(w http.ResponseWriter, r *http.Request, s *ptySession
 		refusePTY(ctx, conn, "Failed to start PTY session: "+classify(err).Message)
 		return nil
 	}
-	cl := &ptyClient{conn: conn, exitControl: conn.Subprotocol() == ptyExitControl, wake: make(chan struct{}, 1)}
+	cl := &ptyClient{conn: conn, exitControl: conn.Subprotocol() == ptyExitControl, budget: &f.ptyQueued, wake: make(chan struct{}, 1)}
 	// Attach first, so no output is lost between "connected" and the
 	// writer; the writer starts after "connected", so none precedes it.
 	if msg := s.attach(cl); msg != "" {
@@ -477,8 +483,12 @@ func (cl *ptyClient) push(data []byte) bool {
 	if cl.closed {
 		return false
 	}
-	if cl.queued+len(data) > maxPTYQueue {
-		cl.closed, cl.slow, cl.queue, cl.queued = true, true, nil, 0
+	if cl.queued+len(data) > maxPTYQueue || cl.budget.Add(int64(len(data))) > maxPTYQueued {
+		if cl.queued+len(data) <= maxPTYQueue {
+			cl.budget.Add(-int64(len(data))) // charged above: undo
+		}
+		cl.closed, cl.slow = true, true
+		cl.takeLocked()
 		cl.signal()
 		return false
 	}
@@ -486,6 +496,15 @@ func (cl *ptyClient) push(data []byte) bool {
 	cl.queued += len(data)
 	cl.signal()
 	return true
+}
+
+// takeLocked empties the queue, returning what it held to the daemon's
+// budget; the caller holds cl.mu.
+func (cl *ptyClient) takeLocked() [][]byte {
+	batch := cl.queue
+	cl.budget.Add(-int64(cl.queued))
+	cl.queue, cl.queued = nil, 0
+	return batch
 }
 
 // finish marks the end of output: the writer sends the exit and closes.
@@ -499,10 +518,13 @@ func (cl *ptyClient) finish() {
 // drop stops the client's output at once.
 func (cl *ptyClient) drop() {
 	cl.mu.Lock()
-	cl.closed, cl.queue, cl.queued = true, nil, 0
+	cl.closed = true
+	cl.takeLocked()
 	cl.signal()
 	cl.mu.Unlock()
-	cl.conn.CloseNow()
+	if cl.conn != nil {
+		cl.conn.CloseNow()
+	}
 }
 
 func (cl *ptyClient) signal() {
@@ -519,8 +541,8 @@ func (cl *ptyClient) write(ctx context.Context, s *ptySession) {
 	defer cl.conn.CloseNow()
 	for {
 		cl.mu.Lock()
-		batch, closed, slow := cl.queue, cl.closed, cl.slow
-		cl.queue, cl.queued = nil, 0
+		closed, slow := cl.closed, cl.slow
+		batch := cl.takeLocked()
 		cl.mu.Unlock()
 		for _, data := range batch {
 			wctx, cancel := context.WithTimeout(ctx, ptyWriteTimeout)

@@ -2,6 +2,7 @@ package daytona
 
 import (
 	"bytes"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
@@ -10,7 +11,8 @@ import (
 // A client that does not keep up is dropped once maxPTYQueue bytes wait
 // for it; what it held is freed, and nothing more is queued for it.
 func TestPTYClient_QueueIsBoundedAndDropsTheSlow(t *testing.T) {
-	cl := &ptyClient{wake: make(chan struct{}, 1)}
+	var budget atomic.Int64
+	cl := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
 	chunk := bytes.Repeat([]byte("x"), 32<<10)
 	pushed := 0
 	for cl.push(chunk) {
@@ -28,14 +30,43 @@ func TestPTYClient_QueueIsBoundedAndDropsTheSlow(t *testing.T) {
 	if cl.push([]byte("more")) {
 		t.Error("a dropped client took more output")
 	}
+	if n := budget.Load(); n != 0 {
+		t.Errorf("the daemon's budget holds %d bytes of a dropped client", n)
+	}
+}
+
+// Past the daemon-wide bound the client whose push crosses it is dropped,
+// even within its own bound; what the others queued stays counted until
+// their writers take it.
+func TestPTYClient_DaemonBudget(t *testing.T) {
+	var budget atomic.Int64
+	budget.Store(maxPTYQueued - 10)
+	a := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
+	if !a.push(make([]byte, 10)) {
+		t.Fatal("a push within the budget was refused")
+	}
+	b := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
+	if b.push([]byte("x")) || !b.slow {
+		t.Error("a push past the daemon's budget was taken")
+	}
+	if got := budget.Load(); got != maxPTYQueued {
+		t.Errorf("budget %d, want %d", got, maxPTYQueued)
+	}
+	a.mu.Lock()
+	batch := a.takeLocked()
+	a.mu.Unlock()
+	if len(batch) != 1 || budget.Load() != maxPTYQueued-10 {
+		t.Errorf("after a's writer took its batch: %d chunks, budget %d", len(batch), budget.Load())
+	}
 }
 
 // The broadcast never waits on a client: a full client is removed from the
 // terminal, the others keep their output.
 func TestPTYSession_BroadcastDropsOnlyTheFull(t *testing.T) {
 	s := &ptySession{clients: map[*ptyClient]struct{}{}}
-	full := &ptyClient{wake: make(chan struct{}, 1), queued: maxPTYQueue}
-	ok := &ptyClient{wake: make(chan struct{}, 1)}
+	var budget atomic.Int64
+	full := &ptyClient{budget: &budget, wake: make(chan struct{}, 1), queued: maxPTYQueue}
+	ok := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
 	s.clients[full], s.clients[ok] = struct{}{}, struct{}{}
 	s.broadcast([]byte("hello"))
 	if _, still := s.clients[full]; still {
