@@ -200,9 +200,7 @@ func (f *Facade) Close() error {
 		}
 	}
 	for _, byID := range ptys {
-		for _, s := range byID {
-			s.kill()
-		}
+		killAll(byID)
 	}
 	f.cancel()
 	return nil

@@ -738,7 +738,19 @@ func (f *Facade) dropPTYs(sandboxID string) {
 	byID := f.ptys[sandboxID]
 	delete(f.ptys, sandboxID)
 	f.mu.Unlock()
+	killAll(byID)
+}
+
+// killAll kills terminals in parallel (each waits up to 5 s for its shell
+// to end) and returns when all have.
+func killAll(byID map[string]*ptySession) {
+	var wg sync.WaitGroup
 	for _, s := range byID {
-		s.kill()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.kill()
+		}()
 	}
+	wg.Wait()
 }

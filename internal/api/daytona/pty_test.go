@@ -184,3 +184,36 @@ func TestPTY_KillEndsTheShellWithSIGKILL(t *testing.T) {
 	wantError(t, s.do(t, s.Admin, http.MethodGet, base+"/"+id, nil), http.StatusNotFound)
 	wantError(t, s.do(t, s.Admin, http.MethodPost, base, map[string]any{"id": id, "cols": 5000}), http.StatusBadRequest)
 }
+
+// A stop ends a sandbox's terminals and interpreter contexts with its
+// processes: after a start none is listed, and a client attached to a
+// terminal gets its close.
+func TestPTY_StopDropsTerminalsAndContexts(t *testing.T) {
+	s := need(t)
+	sb := s.create(t, s.Admin, nil)
+	base := "/toolbox/" + sb.ID + "/process"
+	if resp := s.do(t, s.Admin, http.MethodPost, base+"/pty", map[string]any{"id": "t1"}); resp.status != http.StatusCreated {
+		t.Fatalf("create pty: %d %s", resp.status, resp.body)
+	}
+	if resp := s.do(t, s.Admin, http.MethodPost, base+"/interpreter/context", map[string]any{}); resp.status != http.StatusOK {
+		t.Fatalf("create context: %d %s", resp.status, resp.body)
+	}
+	p := dialPTY(t, s, base+"/pty/t1/connect")
+	if err := p.until(func() bool { return len(p.ctl) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if resp := s.do(t, s.Admin, http.MethodPost, "/sandbox/"+sb.ID+"/stop", nil); resp.status/100 != 2 {
+		t.Fatalf("stop: %d %s", resp.status, resp.body)
+	}
+	if err := p.until(func() bool { return false }); p.ctx.Err() != nil {
+		t.Errorf("the client is still attached after the stop: %v", err)
+	}
+	if resp := s.do(t, s.Admin, http.MethodPost, "/sandbox/"+sb.ID+"/start", nil); resp.status/100 != 2 {
+		t.Fatalf("start: %d %s", resp.status, resp.body)
+	}
+	for path, want := range map[string]string{base + "/pty": `{"sessions":[]}`, base + "/interpreter/context": `{"contexts":[]}`} {
+		if got := strings.TrimSpace(string(s.do(t, s.Admin, http.MethodGet, path, nil).body)); got != want {
+			t.Errorf("GET %s after stop and start: %s, want %s", path, got, want)
+		}
+	}
+}
