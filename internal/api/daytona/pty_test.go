@@ -217,3 +217,40 @@ func TestPTY_StopDropsTerminalsAndContexts(t *testing.T) {
 		}
 	}
 }
+
+// lazyStart: the shell starts at the first connect, with the size the
+// terminal had then (a resize before it is kept).
+func TestPTY_LazyStartsAtTheFirstConnect(t *testing.T) {
+	s, sb := sharedSandbox(t)
+	base := "/toolbox/" + sb.ID + "/process/pty"
+	id := "lazy-" + time.Now().Format("150405.000000")
+	if resp := s.do(t, s.Admin, http.MethodPost, base, map[string]any{"id": id, "lazyStart": true}); resp.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", resp.status, resp.body)
+	}
+	var info struct {
+		Active    bool
+		LazyStart bool
+	}
+	decode(t, s.do(t, s.Admin, http.MethodGet, base+"/"+id, nil).body, &info)
+	if info.Active || !info.LazyStart {
+		t.Errorf("before the connect: %+v, want inactive and lazy", info)
+	}
+	if resp := s.do(t, s.Admin, http.MethodPost, base+"/"+id+"/resize", map[string]int{"cols": 33, "rows": 11}); resp.status != http.StatusOK {
+		t.Fatalf("resize: %d %s", resp.status, resp.body)
+	}
+	p := dialPTY(t, s, base+"/"+id+"/connect")
+	if err := p.until(func() bool { return len(p.ctl) > 0 }); err != nil || p.status(0) != "connected" {
+		t.Fatalf("connect: %v %v", p.ctl, err)
+	}
+	p.send("stty size\n")
+	if err := p.until(func() bool { return strings.Contains(p.out.String(), "11 33") }); err != nil {
+		t.Fatalf("output %q: %v", p.out.String(), err)
+	}
+	decode(t, s.do(t, s.Admin, http.MethodGet, base+"/"+id, nil).body, &info)
+	if !info.Active {
+		t.Errorf("after the connect: %+v, want active", info)
+	}
+	if resp := s.do(t, s.Admin, http.MethodDelete, base+"/"+id, nil); resp.status != http.StatusOK {
+		t.Errorf("delete: %d %s", resp.status, resp.body)
+	}
+}
