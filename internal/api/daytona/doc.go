@@ -48,11 +48,12 @@
 // are the sandbox's tags (list filters on them, AND). cpu is in cores,
 // memory and disk in GiB; disk is recorded, not enforced. networkBlockAll
 // false (Daytona's default) gives the sandbox outbound network. gpu,
-// volumes and network allow lists are refused (400), never ignored, and so
-// is every other field set to anything but its zero value (linkedSandbox,
-// ttlMinutes, autoPauseInterval, secrets, kvm, spot, gpuType,
-// outboundProxyUrl, otelEndpointOverride, unknown fields): the 400 names
-// the field. A
+// network allow lists and a volume's subpath are refused (400), never
+// ignored, and so is every other field set to anything but its zero value
+// (linkedSandbox, ttlMinutes, autoPauseInterval, secrets, kvm, spot,
+// gpuType, outboundProxyUrl, otelEndpointOverride, unknown fields): the
+// 400 names the field. volumes [{volumeId, mountPath}] mount the caller's
+// volumes (below). A
 // snapshot names an image (Options.Images, else a locally present image);
 // an `image` the SDK sends as a one-line Dockerfile (FROM <ref>) uses that
 // image; building is refused. State names: running is "started"; creating,
@@ -116,8 +117,33 @@
 // `result` has stdout and stderr in the order they were written. A
 // timeout is the process group's lifetime on the agent: it is killed when
 // the timeout passes, even if the client is gone. process/code-run runs
-// python3 -u - with the code on stdin and argv appended. Output beyond
-// 16 MiB is dropped.
+// the code from stdin in its language, argv appended: python (python3 -u
+// -, the default), javascript (node, as a CommonJS module of the work
+// directory, process.argv [node, ...argv]) and typescript (transpiled by
+// the image's TypeScript compiler, Debian's node-typescript, without type
+// checking, as Daytona's ts-node -T; a syntax error is exit 1 with the
+// diagnostics). Bookworm's Node 18 has no built-in type stripping. Output
+// beyond 16 MiB is dropped.
+//
+// # Code interpreter
+//
+// An interpreter context (process/interpreter…, interpreter.go) is one
+// python3 worker started through the agent (tag
+// daytona-interpreter-<id>) whose namespace persists between executions;
+// "default" is made at first use and is neither listed nor deletable.
+// Executions run one at a time per context. The execute WebSocket takes
+// {code, contextId?, envs?, timeout?} as its first message and answers
+// {"type":"stdout"|"stderr","text"} as output arrives (valid UTF-8, at
+// most 64 KiB each), {"type":"error","name","value","traceback"} for an
+// exception, then {"type":"control","text":"completed"} and close 1000.
+// The timeout (seconds; none is 10 minutes, 0 none) is a SIGALRM in the
+// worker, answered with close 4008 (the SDK's DaytonaTimeoutError); the
+// namespace stays. A worker that does not interrupt within 5 s more is
+// killed and its context forgotten. The worker ends each execution with
+// markers \x1e<token>:E<error JSON>\x1e and \x1e<token>:D<status>\x1e (the
+// token random per context), which the facade reads off both streams,
+// holding at most 64 KiB of an unclosed marker. Contexts are python only,
+// 16 per sandbox, and dropped with the sandbox's sessions.
 //
 // # Sessions
 //
@@ -147,6 +173,35 @@
 // Session state lives in the facade's memory: a daemon restart loses
 // sessions (their shells are killed with the sandbox's next stop); stop,
 // start and delete drop a sandbox's sessions.
+//
+// # Volumes
+//
+// /volumes (volumes.go) manages the caller's native volumes (per owner:
+// internal/volume). A volume's id is its name, a DNS label; it is ready
+// once created and gone once deleted. A duplicate name is 400 and an
+// unknown volume 404, as on Daytona; deleting a volume that a sandbox of
+// the owner mounts (running or stopped) is 409 naming the sandbox. A
+// create with volumes checks that each exists (404) and bind-mounts the
+// whole volume at mountPath; the DTO reports them back.
+//
+// # PTY sessions
+//
+// A PTY session (process/pty…, pty.go) is the sandbox user's bash -l on a
+// terminal, started through the agent (tag daytona-pty-<id>), TERM
+// xterm-256color unless the env says otherwise. create-connect creates and
+// attaches in one WebSocket (the env in the X-Daytona-Pty-Envs~
+// subprotocol); connect attaches to an existing one, which outlives its
+// clients. A client gets {"type":"control","status":"connected"}, then the
+// terminal's output as binary messages from then on (no backlog); every
+// message it sends is input. When the shell ends each client gets
+// {"status":"exited","exitCode","exitReason"} (when it offered
+// X-Daytona-Pty-Exit-Control, which the facade then answers) and a close
+// whose reason is {"exitCode","exitReason"}: 1000 for exit 0, else 1011; a
+// signal N is exit 128+N. Resize sets the terminal size (SIGWINCH); delete
+// kills the process group. Bounds: 32 terminals per sandbox, 8 clients per
+// terminal, 1 MiB of input per message, and 1 MiB of output queued per
+// client, past which the client is closed (1008 "slow consumer") and the
+// terminal goes on. Terminals are dropped with the sandbox's sessions.
 //
 // # Files and git
 //

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
@@ -34,6 +35,12 @@ type Service interface {
 	ExposePort(ctx context.Context, c service.Caller, idOrName string, port int, protocol string, public bool) (service.Exposure, error)
 	Agent(ctx context.Context, sandboxID string) (*agent.Client, error)
 	Subscribe(owner string) (*service.Subscription, error)
+
+	// Volumes (volumes.go).
+	CreateVolume(ctx context.Context, c service.Caller, name string) (service.Volume, error)
+	GetVolume(ctx context.Context, c service.Caller, name string) (service.Volume, error)
+	ListVolumes(ctx context.Context, c service.Caller) ([]service.Volume, error)
+	DeleteVolume(ctx context.Context, c service.Caller, name string) error
 }
 
 var _ Service = (*service.Service)(nil)
@@ -108,7 +115,11 @@ type Facade struct {
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
-	sessions map[string]map[string]*session // sandbox id → session id → session
+	sessions map[string]map[string]*session       // sandbox id → session id → session
+	ptys     map[string]map[string]*ptySession    // sandbox id → PTY session id → terminal
+	contexts map[string]map[string]*interpContext // sandbox id → interpreter context id → context
+	// ptyQueued counts the terminal output queued for clients (pty.go).
+	ptyQueued atomic.Int64
 	// logs counts the output every session keeps.
 	logs *logBudget
 }
@@ -138,6 +149,8 @@ func New(opts Options) *Facade {
 		ctx:          ctx,
 		cancel:       cancel,
 		sessions:     map[string]map[string]*session{},
+		ptys:         map[string]map[string]*ptySession{},
+		contexts:     map[string]map[string]*interpContext{},
 		logs:         newLogBudget(opts.SessionLogs),
 	}
 	f.mux = f.routes()
@@ -175,11 +188,23 @@ func (f *Facade) Close() error {
 	f.mu.Lock()
 	all := f.sessions
 	f.sessions = map[string]map[string]*session{}
+	ptys := f.ptys
+	f.ptys = map[string]map[string]*ptySession{}
+	contexts := f.contexts
+	f.contexts = map[string]map[string]*interpContext{}
 	f.mu.Unlock()
+	for _, byID := range contexts {
+		for _, ic := range byID {
+			ic.kill()
+		}
+	}
 	for _, byID := range all {
 		for _, s := range byID {
 			s.kill()
 		}
+	}
+	for _, byID := range ptys {
+		killAll(byID)
 	}
 	f.cancel()
 	return nil
@@ -215,6 +240,13 @@ func (f *Facade) routes() *http.ServeMux {
 		"GET /sandbox/{id}/toolbox-proxy-url":        f.toolboxProxyURL,
 		"GET /sandbox/{id}/ports/{port}/preview-url": f.previewURL,
 
+		// Control plane: volumes (volumes.go).
+		"POST /volumes":              f.createVolume,
+		"GET /volumes":               f.listVolumes,
+		"GET /volumes/{vid}":         f.getVolume,
+		"GET /volumes/by-name/{vid}": f.getVolume,
+		"DELETE /volumes/{vid}":      f.deleteVolume,
+
 		// Toolbox: info and processes.
 		"GET /toolbox/{id}/version":           f.toolbox(f.versionInfo),
 		"GET /toolbox/{id}/user-home-dir":     f.toolbox(f.homeDir),
@@ -231,6 +263,21 @@ func (f *Facade) routes() *http.ServeMux {
 		"GET /toolbox/{id}/process/session/{sid}/command/{cid}":        f.toolbox(f.sessionCommand),
 		"GET /toolbox/{id}/process/session/{sid}/command/{cid}/logs":   f.toolbox(f.sessionLogs),
 		"POST /toolbox/{id}/process/session/{sid}/command/{cid}/input": f.toolbox(f.sessionInput),
+
+		// Toolbox: PTY sessions (pty.go).
+		"POST /toolbox/{id}/process/pty":               f.toolbox(f.createPTY),
+		"GET /toolbox/{id}/process/pty":                f.toolbox(f.listPTYs),
+		"GET /toolbox/{id}/process/pty/create-connect": f.toolbox(f.createConnectPTY),
+		"GET /toolbox/{id}/process/pty/{sid}":          f.toolbox(f.getPTY),
+		"DELETE /toolbox/{id}/process/pty/{sid}":       f.toolbox(f.deletePTY),
+		"POST /toolbox/{id}/process/pty/{sid}/resize":  f.toolbox(f.resizePTY),
+		"GET /toolbox/{id}/process/pty/{sid}/connect":  f.toolbox(f.connectPTY),
+
+		// Toolbox: the code interpreter (interpreter.go).
+		"GET /toolbox/{id}/process/interpreter/execute":          f.toolbox(f.interpreterExecute),
+		"POST /toolbox/{id}/process/interpreter/context":         f.toolbox(f.createContext),
+		"GET /toolbox/{id}/process/interpreter/context":          f.toolbox(f.listContexts),
+		"DELETE /toolbox/{id}/process/interpreter/context/{cid}": f.toolbox(f.deleteContext),
 
 		// Toolbox: files.
 		"GET /toolbox/{id}/files":                f.toolbox(f.listFiles),

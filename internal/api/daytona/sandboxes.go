@@ -38,6 +38,9 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 		return err
 	}
 	req.Quota = c.Quota
+	if req.Mounts, err = f.volumeMounts(r.Context(), c, body.Volumes); err != nil {
+		return err
+	}
 	created, err := f.svc.CreateSandbox(r.Context(), req)
 	if err != nil {
 		return err
@@ -87,8 +90,6 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 	switch {
 	case b.GPU != nil && *b.GPU > 0:
 		return service.CreateRequest{}, badRequest("gpu: sandboxd has no GPUs")
-	case len(b.Volumes) > 0:
-		return service.CreateRequest{}, badRequest("volumes are not supported by the Daytona facade")
 	case b.NetworkAllowList != nil && *b.NetworkAllowList != "":
 		return service.CreateRequest{}, badRequest("networkAllowList is not supported; use networkBlockAll")
 	case len(b.DomainAllowList) > 0 && string(b.DomainAllowList) != "null" && string(b.DomainAllowList) != "[]":

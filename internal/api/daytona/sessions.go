@@ -243,9 +243,12 @@ func (f *Facade) forgetSession(sandboxID string, s *session) {
 	s.release()
 }
 
-// dropSessions kills every session of a sandbox (it stopped, restarted or
-// is being deleted: its shells are gone or about to be).
+// dropSessions kills every session, terminal and interpreter context of a
+// sandbox (it stopped, restarted or is being deleted: its shells are gone
+// or about to be).
 func (f *Facade) dropSessions(sandboxID string) {
+	f.dropPTYs(sandboxID)
+	f.dropContexts(sandboxID)
 	f.mu.Lock()
 	byID := f.sessions[sandboxID]
 	delete(f.sessions, sandboxID)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,22 +110,24 @@ func (f *Facade) execute(w http.ResponseWriter, r *http.Request, b box) error {
 	return nil
 }
 
-// codeRun is POST /process/code-run: Python code on python3's stdin
-// (`python3 -u -`, argv appended), with execute's env, output and timeout
-// rules. Charts are not captured.
+// codeRun is POST /process/code-run: the code in the language asked for
+// (python by default), with execute's env, output and timeout rules; argv
+// is appended (sys.argv[1:] in Python, process.argv.slice(1) in
+// JavaScript and TypeScript, as on Daytona). Charts are not captured.
 func (f *Facade) codeRun(w http.ResponseWriter, r *http.Request, b box) error {
 	var body codeRunBody
 	if err := f.decodeJSON(w, r, &body); err != nil {
 		return err
 	}
-	if l := strings.ToLower(body.Language); l != "" && l != "python" {
-		return badRequest("language %q is not supported (python only)", body.Language)
+	run, ok := codeRunners[strings.ToLower(body.Language)]
+	if !ok {
+		return badRequest("language %q is not supported (python, javascript or typescript)", body.Language)
 	}
 	timeout, err := seconds(body.Timeout)
 	if err != nil {
 		return err
 	}
-	cmd := append([]string{"/bin/sh", "-c", mergeStderr + `exec python3 -u - "$@"`, "python3"}, body.Argv...)
+	cmd := append(slices.Clip(run), body.Argv...)
 	res, err := f.run(r, b, service.ExecRequest{Cmd: cmd, Env: body.Envs, Stdin: []byte(body.Code), Timeout: timeout})
 	if err != nil {
 		return err
@@ -132,6 +136,55 @@ func (f *Facade) codeRun(w http.ResponseWriter, r *http.Request, b box) error {
 	out.Artifacts.Charts = []any{}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// codeRunners are the commands code-run runs per language, the code on
+// stdin and argv appended.
+var codeRunners = map[string][]string{
+	"":           {"/bin/sh", "-c", mergeStderr + `exec python3 -u - "$@"`, "python3"},
+	"python":     {"/bin/sh", "-c", mergeStderr + `exec python3 -u - "$@"`, "python3"},
+	"javascript": {"/bin/sh", "-c", mergeStderr + runNode, "node", nodeRunner("javascript")},
+	"typescript": {"/bin/sh", "-c", mergeStderr + runNode, "node", nodeRunner("typescript")},
+}
+
+// runNode runs the program in $1 with node, argv after it.
+const runNode = `command -v node >/dev/null || { echo "sandboxd: node is not installed in this sandbox's image" >&2; exit 127; }
+r=$1; shift; exec node -e "$r" -- "$@"`
+
+// nodeRunner is the program node runs for JavaScript and TypeScript: it
+// reads the code from stdin and runs it as a CommonJS module of the
+// working directory (require finds its node_modules, then the system's),
+// with process.argv [node, ...argv] as on Daytona. TypeScript is
+// transpiled first by the TypeScript compiler the image carries (Debian's
+// node-typescript), without type checking, as Daytona's ts-node -T does; a
+// syntax error is reported on stderr with exit code 1. (Node 18, bookworm's,
+// has no built-in type stripping.)
+func nodeRunner(lang string) string {
+	return `const lang = ` + strconv.Quote(lang) + `;
+const Module = require("module"), path = require("path");
+let code = require("fs").readFileSync(0, "utf8");
+const file = path.join(process.cwd(), lang === "typescript" ? "[code].ts" : "[code].js");
+if (lang === "typescript") {
+  let ts;
+  try { ts = require("typescript"); } catch (e) {
+    console.error("sandboxd: TypeScript needs the typescript module (Debian: node-typescript), which this sandbox's image lacks");
+    process.exit(127);
+  }
+  const out = ts.transpileModule(code, { fileName: file, reportDiagnostics: true, compilerOptions: {
+    module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2020, esModuleInterop: true } });
+  const errors = (out.diagnostics || []).filter((d) => d.category === ts.DiagnosticCategory.Error);
+  if (errors.length > 0) {
+    console.error(ts.formatDiagnostics(errors, { getCanonicalFileName: (f) => f,
+      getCurrentDirectory: () => process.cwd(), getNewLine: () => "\n" }));
+    process.exit(1);
+  }
+  code = out.outputText;
+}
+const m = new Module(file, null);
+m.filename = file;
+m.paths = Module._nodeModulePaths(process.cwd());
+m._compile(code, file);
+`
 }
 
 // run runs req to completion as the box's user. A timeout that passed

@@ -54,7 +54,7 @@ const (
 )
 
 // createBody is Daytona's CreateSandbox. Fields the facade cannot honour
-// are rejected (gpu, volumes, network allow lists) rather than ignored.
+// are rejected (gpu, network allow lists, a volume subpath) rather than ignored.
 type createBody struct {
 	Name                string            `json:"name"`
 	Snapshot            string            `json:"snapshot"`
@@ -104,6 +104,7 @@ type sandboxDTO struct {
 	CreatedAt          string            `json:"createdAt"`
 	ToolboxProxyURL    string            `json:"toolboxProxyUrl"`
 	ExpiresAt          string            `json:"expiresAt,omitempty"`
+	Volumes            []sandboxVolume   `json:"volumes,omitempty"`
 }
 
 // listResponse is Daytona's paginated list; nextCursor is null on the last
@@ -168,6 +169,7 @@ func dto(sb service.Sandbox, toolboxURL string, full bool) sandboxDTO {
 	if !sb.ExpiresAt.IsZero() {
 		d.ExpiresAt = sb.ExpiresAt.UTC().Format(time.RFC3339Nano)
 	}
+	d.Volumes = volumesOf(sb)
 	if full {
 		d.Env = sb.Env
 		if d.Env == nil {

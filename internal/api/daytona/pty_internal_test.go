@@ -1,0 +1,96 @@
+package daytona
+
+import (
+	"bytes"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+)
+
+// A client that does not keep up is dropped once maxPTYQueue bytes wait
+// for it; what it held is freed, and nothing more is queued for it.
+func TestPTYClient_QueueIsBoundedAndDropsTheSlow(t *testing.T) {
+	var budget atomic.Int64
+	cl := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
+	chunk := bytes.Repeat([]byte("x"), 32<<10)
+	pushed := 0
+	for cl.push(chunk) {
+		pushed += len(chunk)
+		if pushed > 2*maxPTYQueue {
+			t.Fatalf("queued %d bytes, past the %d bound", pushed, maxPTYQueue)
+		}
+	}
+	if pushed > maxPTYQueue {
+		t.Errorf("queued %d bytes before the drop, want at most %d", pushed, maxPTYQueue)
+	}
+	if !cl.slow || !cl.closed || cl.queued != 0 || cl.queue != nil {
+		t.Errorf("after the drop: slow %v closed %v queued %d", cl.slow, cl.closed, cl.queued)
+	}
+	if cl.push([]byte("more")) {
+		t.Error("a dropped client took more output")
+	}
+	if n := budget.Load(); n != 0 {
+		t.Errorf("the daemon's budget holds %d bytes of a dropped client", n)
+	}
+}
+
+// Past the daemon-wide bound the client whose push crosses it is dropped,
+// even within its own bound; what the others queued stays counted until
+// their writers take it.
+func TestPTYClient_DaemonBudget(t *testing.T) {
+	var budget atomic.Int64
+	budget.Store(maxPTYQueued - 10)
+	a := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
+	if !a.push(make([]byte, 10)) {
+		t.Fatal("a push within the budget was refused")
+	}
+	b := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
+	if b.push([]byte("x")) || !b.slow {
+		t.Error("a push past the daemon's budget was taken")
+	}
+	if got := budget.Load(); got != maxPTYQueued {
+		t.Errorf("budget %d, want %d", got, maxPTYQueued)
+	}
+	a.mu.Lock()
+	batch := a.takeLocked()
+	a.mu.Unlock()
+	if len(batch) != 1 || budget.Load() != maxPTYQueued-10 {
+		t.Errorf("after a's writer took its batch: %d chunks, budget %d", len(batch), budget.Load())
+	}
+}
+
+// The broadcast never waits on a client: a full client is removed from the
+// terminal, the others keep their output.
+func TestPTYSession_BroadcastDropsOnlyTheFull(t *testing.T) {
+	s := &ptySession{clients: map[*ptyClient]struct{}{}}
+	var budget atomic.Int64
+	full := &ptyClient{budget: &budget, wake: make(chan struct{}, 1), queued: maxPTYQueue}
+	ok := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
+	s.clients[full], s.clients[ok] = struct{}{}, struct{}{}
+	s.broadcast([]byte("hello"))
+	if _, still := s.clients[full]; still {
+		t.Error("the full client is still attached")
+	}
+	if _, still := s.clients[ok]; !still || ok.queued != 5 {
+		t.Errorf("the other client: attached %v, queued %d", still, ok.queued)
+	}
+}
+
+func TestExitOf(t *testing.T) {
+	for _, tc := range []struct {
+		st   agent.ExitStatus
+		want ptyExit
+	}{
+		{agent.ExitStatus{Code: 0, Exited: true, Status: "exit status 0"}, ptyExit{0, ""}},
+		{agent.ExitStatus{Code: 3, Exited: true, Status: "exit status 3"}, ptyExit{3, "non-zero exit"}},
+		{agent.ExitStatus{Code: -1, Status: "signal: killed"}, ptyExit{137, "SIGKILL"}},
+		{agent.ExitStatus{Code: -1, Status: "signal: terminated"}, ptyExit{143, "SIGTERM"}},
+		{agent.ExitStatus{Code: -1, Status: "signal: hangup"}, ptyExit{129, "signal 1"}},
+		{agent.ExitStatus{Code: -1, Status: "odd"}, ptyExit{-1, "non-zero exit"}},
+	} {
+		if got := exitOf(tc.st); got != tc.want {
+			t.Errorf("exitOf(%+v) = %+v, want %+v", tc.st, got, tc.want)
+		}
+	}
+}
