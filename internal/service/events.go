@@ -156,8 +156,12 @@ func (p publishingStore) CreateSandbox(ctx context.Context, sb *store.Sandbox) e
 // (the pool's idle sandboxes are nobody's: nobody subscribes to their owner).
 func (p publishingStore) ClaimPooled(ctx context.Context, c store.PoolClaim) (store.Sandbox, error) {
 	row, err := p.Store.ClaimPooled(ctx, c)
-	if err == nil {
-		p.hub.publish(Event{Sandbox: fromRow(row), Created: true})
+	if err == nil && p.hub.active() {
+		// As a cold create is seen: created while creating, then running.
+		creating := fromRow(row)
+		creating.State = StateCreating
+		p.hub.publish(Event{Sandbox: creating, Created: true})
+		p.hub.publish(Event{Sandbox: fromRow(row), OldState: StateCreating})
 	}
 	return row, err
 }

@@ -102,6 +102,8 @@ func newStack(ctx context.Context, dir, nodeID, agentBin string) (_ *stack, err 
 		"--agent-binary", agentBin,
 		"--default-image", apitest.BaseImage,
 		"--tls-listen", "127.0.0.1:0",
+		"--pool", "none", // the warm pool has tests of its own
+
 		"--cpu-budget", "1000000", "--memory-budget", "1000000",
 	}, func(string) (string, bool) { return "", false })
 	if err != nil {

@@ -92,7 +92,7 @@ func TestPTY_CreateConnectResizeReconnectExit(t *testing.T) {
 	p.send("echo \"foo=$PTY_FOO user=$(whoami)\"; stty size; tty\n")
 	if err := p.until(func() bool {
 		o := p.out.String()
-		return strings.Contains(o, "foo=bar user=user") && strings.Contains(o, "24 80") && strings.Contains(o, "/dev/pts/")
+		return strings.Contains(o, "foo=bar user=daytona") && strings.Contains(o, "24 80") && strings.Contains(o, "/dev/pts/")
 	}); err != nil {
 		t.Fatalf("output %q: %v", p.out.String(), err)
 	}
@@ -107,7 +107,7 @@ func TestPTY_CreateConnectResizeReconnectExit(t *testing.T) {
 		Cwd    string
 	}
 	decode(t, resp.body, &info)
-	if resp.status != http.StatusOK || info.Cols != 100 || info.Rows != 30 || !info.Active || info.Cwd != "/home/user" {
+	if resp.status != http.StatusOK || info.Cols != 100 || info.Rows != 30 || !info.Active || info.Cwd != "/home/daytona" {
 		t.Errorf("resize: %d %s", resp.status, resp.body)
 	}
 	p.send("stty size\n")

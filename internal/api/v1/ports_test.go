@@ -939,6 +939,7 @@ func startDaemon(t *testing.T, dataDir, listen, hostPorts string) *ownDaemon {
 		"--agent-binary", agent,
 		"--default-image", apitest.BaseImage,
 		"--tls-listen", "127.0.0.1:0",
+		"--pool", "none",
 		"--host-ports", hostPorts,
 		"--cpu-budget", "1000000", "--memory-budget", "1000000",
 	}, func(string) (string, bool) { return "", false })
