@@ -516,19 +516,19 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	g.Go(func() error {
 		d.Service.RunBackground(gctx, reapEvery, d.Config.ReconcileEvery)
+		// Once the pool's refills have ended: a daemon that stops leaves no
+		// idle sandboxes (one that is killed leaves them for the next start
+		// to adopt).
+		drainCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		d.Service.DrainPool(drainCtx)
 		return nil
 	})
 	g.Go(func() error {
 		<-gctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		err := srv.Shutdown(shutdownCtx)
-		// A daemon that stops leaves no idle sandboxes (one that is killed
-		// leaves them for the next start to adopt).
-		drainCtx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer dcancel()
-		d.Service.DrainPool(drainCtx)
-		return err
+		return srv.Shutdown(shutdownCtx)
 	})
 	return g.Wait()
 }

@@ -385,6 +385,11 @@ func (s *Service) runPool(ctx context.Context) {
 // refill makes one idle sandbox of class c through the create chain.
 func (s *Service) refill(ctx context.Context, c PoolClass) {
 	defer s.pool.poke()
+	// A refill is never cut short: an engine create abandoned mid-way can
+	// finish after its undo and leave a container behind. The daemon's stop
+	// waits for it (bounded), then drains the pool.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
 	start := time.Now()
 	created, err := s.create(ctx, CreateRequest{
 		Owner: store.PoolOwner, Image: c.Image, Runtime: c.Runtime,

@@ -313,16 +313,19 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 	if !s.repairUntilReady(ctx) {
 		return
 	}
-	if s.engineInFlight.Load() {
-		s.sweepLateOrphans(ctx)
-	}
 	s.finishClaims(ctx)
+	// The pool starts at once: the late-orphan sweeps below may take a
+	// minute, and its creates make rows before containers, so they never
+	// look like orphans to the sweeps.
 	poolDone := make(chan struct{})
 	go func() {
 		defer close(poolDone)
 		s.runPool(ctx)
 	}()
 	defer func() { <-poolDone }()
+	if s.engineInFlight.Load() {
+		s.sweepLateOrphans(ctx)
+	}
 	reap := time.NewTicker(reapEvery)
 	defer reap.Stop()
 	rec := time.NewTicker(reconcileEvery)
