@@ -153,7 +153,14 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 
 	// 7. admission.
 	if err := t.run("admission", func() error {
-		return s.Admission.ReserveWithin(id, admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, Owner: req.Owner}, req.Quota)
+		ask := admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, Owner: req.Owner}
+		err := s.Admission.ReserveWithin(id, ask, req.Quota)
+		// Idle sandboxes of the pool never keep a tenant out: while the
+		// host is full and the pool holds some, they make room.
+		for ex := (*admission.ExhaustedError)(nil); errors.As(err, &ex) && req.Owner != store.PoolOwner && s.evictIdle(ctx); {
+			err = s.Admission.ReserveWithin(id, ask, req.Quota)
+		}
+		return err
 	}); err != nil {
 		return nil, admissionErr(err)
 	}

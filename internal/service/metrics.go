@@ -93,6 +93,7 @@ func (m *Metrics) poolHit(d time.Duration) {
 	m.poolClaims.WithLabelValues("hit").Inc()
 	m.poolClaim.Observe(d.Seconds())
 }
+func (m *Metrics) poolEvicted()                 { m.poolClaims.WithLabelValues("evicted").Inc() }
 func (m *Metrics) poolMiss()                    { m.poolClaims.WithLabelValues("miss").Inc() }
 func (m *Metrics) poolRefilled(d time.Duration) { m.poolRefill.Observe(d.Seconds()) }
 func (m *Metrics) poolReady(c PoolClass, ready int) {

@@ -501,6 +501,33 @@ func (s *Service) checkPooled(ctx context.Context) {
 	s.observePool()
 }
 
+// evictIdle destroys one idle sandbox, the largest, to make room for a
+// tenant's create; false when the pool holds none.
+func (s *Service) evictIdle(ctx context.Context) bool {
+	s.pool.mu.Lock()
+	var (
+		victim pooled
+		from   PoolClass
+		found  bool
+	)
+	for c, list := range s.pool.ready {
+		if len(list) > 0 && (!found || c.MemoryMB > from.MemoryMB || (c.MemoryMB == from.MemoryMB && c.MilliCPU > from.MilliCPU)) {
+			victim, from, found = list[len(list)-1], c, true
+		}
+	}
+	if found {
+		l := s.pool.ready[from]
+		s.pool.ready[from] = l[:len(l)-1]
+	}
+	s.pool.mu.Unlock()
+	if !found {
+		return false
+	}
+	s.destroyPooled(ctx, victim.id, "a tenant's create needs its capacity")
+	s.Metrics.poolEvicted()
+	return true
+}
+
 // DrainPool destroys every idle sandbox and stops refilling (a daemon
 // that stops leaves no idle sandboxes; one that is killed leaves them for
 // the next start to adopt).

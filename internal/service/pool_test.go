@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -348,4 +349,24 @@ func TestPool_RestartAdoptsIdleSandboxes(t *testing.T) {
 		t.Errorf("idle sandboxes left after the drain: %v", ids)
 	}
 	eventually(t, "no container left after the drain", func() bool { return h.containers(t) == 0 })
+}
+
+// Idle sandboxes never keep a tenant out: a create the full host could not
+// admit destroys idle ones to make room.
+func TestPool_IdleSandboxesMakeRoomForTenants(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(2), budget: admission.Budget{MilliCPU: 2000, MemoryMB: 1024}})
+	runPool(t, h)
+	waitReady(t, h, 2)
+	// Another class: no idle sandbox serves it, and the pool holds the host.
+	c, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "alice", Image: busybox, MilliCPU: 500, MemoryMB: 64})
+	if err != nil {
+		t.Fatalf("a create on a host the pool fills: %v", err)
+	}
+	if hit(c) {
+		t.Error("served from the pool, which has no such class")
+	}
+	if err := h.svc.Destroy(t.Context(), admin, c.ID); err != nil {
+		t.Fatal(err)
+	}
 }
