@@ -29,7 +29,7 @@ async function listed(nonce) {
  */
 async function serverRows(nonce) {
   const res = await fetch(`${process.env.E2B_API_URL}/v1/sandboxes?tag.nonce=${encodeURIComponent(nonce)}`, {
-    headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` },
+    headers: { Authorization: `Bearer ${process.env.SANDBOXD_TOKEN}` },
   })
   if (!res.ok) throw new Error(`native list: ${res.status} ${await res.text()}`)
   return (await res.json()).items.map((s) => s.id)
