@@ -193,7 +193,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 		if err := t.run("secret env", func() error {
 			c := agent.NewClient(s.dialer(id), sec.token)
 			defer c.Close()
-			return c.Configure(ctx, agentConfiguration(req.SecretEnv, ""))
+			return c.Configure(ctx, agent.Configuration{Env: req.SecretEnv})
 		}); err != nil {
 			return nil, fmt.Errorf("hand the secret env to the agent: %w", err)
 		}

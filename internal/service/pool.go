@@ -272,7 +272,8 @@ func (p *pool) idle() []pooled {
 	return out
 }
 
-// drain takes out every ready sandbox and clears the targets.
+// drain takes out every ready sandbox and clears the targets, in one
+// locked step (a claim racing it gets either its sandbox or none).
 func (p *pool) drain() []pooled {
 	p.mu.Lock()
 	defer p.mu.Unlock()

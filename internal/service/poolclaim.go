@@ -79,7 +79,7 @@ func (s *Service) fromPool(ctx context.Context, req CreateRequest, cl *store.Cla
 		return nil, s.mapStoreErr(err, req.Name)
 	}
 	// The sandbox is its owner's now: from here a failure destroys it.
-	cfg := agentConfiguration(mergedEnv(req.Env, req.SecretEnv), sec.token)
+	cfg := agent.Configuration{Env: mergedEnv(req.Env, req.SecretEnv), NewToken: sec.token}
 	boot := agent.NewClient(s.dialer(id), e.token)
 	err = boot.Configure(ctx, cfg)
 	boot.Close()
@@ -105,10 +105,6 @@ func mergedEnv(env, secret map[string]string) map[string]string {
 	maps.Copy(out, env)
 	maps.Copy(out, secret)
 	return out
-}
-
-func agentConfiguration(env map[string]string, newToken string) agent.Configuration {
-	return agent.Configuration{Env: env, NewToken: newToken}
 }
 
 // configureAgent hands a sandbox's freshly started agent what it lost with
@@ -141,7 +137,7 @@ func (s *Service) configureAgent(ctx context.Context, row store.Sandbox) error {
 		if err != nil {
 			return err
 		}
-		return c.Configure(ctx, agentConfiguration(env, ""))
+		return c.Configure(ctx, agent.Configuration{Env: env})
 	}
 	bootToken, err := s.Keyring.Open(row.BootTokenSealed, agentTokenAD(row.ID))
 	if err != nil {
@@ -153,7 +149,7 @@ func (s *Service) configureAgent(ctx context.Context, row store.Sandbox) error {
 	}
 	boot := agent.NewClient(s.dialer(row.ID), string(bootToken))
 	defer boot.Close()
-	err = boot.Configure(ctx, agentConfiguration(env, current))
+	err = boot.Configure(ctx, agent.Configuration{Env: env, NewToken: current})
 	var he *agent.HTTPError
 	if errors.As(err, &he) && he.StatusCode == 401 {
 		// The agent has the current token already (it was not restarted
@@ -162,7 +158,7 @@ func (s *Service) configureAgent(ctx context.Context, row store.Sandbox) error {
 		if cerr != nil {
 			return cerr
 		}
-		return c.Configure(ctx, agentConfiguration(env, ""))
+		return c.Configure(ctx, agent.Configuration{Env: env})
 	}
 	return err
 }
