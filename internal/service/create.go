@@ -64,9 +64,26 @@ func (s *Service) createWithID(ctx context.Context, req CreateRequest, id string
 // cl, when not nil, is the idempotency claim the create runs under: the
 // row's id is attached to it before the row exists, so a crash mid-create
 // leaves a claim that a retry resolves (adopt the sandbox, or start over).
-func (s *Service) create(ctx context.Context, req CreateRequest, idOverride string, cl *store.Claim) (_ *Created, err error) {
+func (s *Service) create(ctx context.Context, req CreateRequest, idOverride string, cl *store.Claim) (*Created, error) {
+	return s.createAs(ctx, req, idOverride, nil, cl)
+}
+
+// createAs is create with an idle sandbox already reserved from the pool
+// (reservePooled) when reserved is not nil: the create claims it, and its
+// id is idOverride. A miss then answers errPoolMiss instead of going cold,
+// since the cold path cannot reuse the id (the caller gives up what it
+// keyed by the id and creates again cold).
+func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride string, reserved *pooled, cl *store.Claim) (_ *Created, err error) {
 	t := &stepTimer{}
 	defer func() { s.Metrics.observeCreate(t.timings, err) }()
+	if reserved != nil {
+		// Until claimPooled has it, a failure gives the reservation back.
+		defer func() {
+			if reserved != nil {
+				s.unreservePooled(req, *reserved)
+			}
+		}()
+	}
 
 	// 1. readiness, topology gate and role check.
 	if err := s.requireReady(); err != nil {
@@ -88,6 +105,11 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 	// 2b. the warm pool: a tenant's request of a pooled class, without
 	// mounts or a chosen id, is a claim of an idle sandbox (poolclaim.go).
 	// A miss runs the cold path below, which the refill then yields to.
+	if reserved != nil {
+		e := *reserved
+		reserved = nil
+		return s.claimPooled(ctx, req, e, cl, t)
+	}
 	if req.Owner != store.PoolOwner {
 		if idOverride == "" && len(req.Mounts) == 0 {
 			created, err := s.fromPool(ctx, req, cl, t)

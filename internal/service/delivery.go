@@ -206,17 +206,42 @@ func (s *Service) createDelivered(ctx context.Context, c Caller, r CreateOnceReq
 		// What it named was no answer; its row is gone. Look again.
 	}
 
-	id := newSandboxID()
-	cl, err := s.Store.BeginDelivery(ctx, k.Scope, k.Fingerprint, id, k.ReplayWindow)
-	if err != nil {
-		return nil, s.mapStoreErr(err, "")
-	}
-	d := s.watch(ctx, cl, k.ReplayWindow)
 	// The work outlives the client: a create whose client goes away is
 	// finished and offered to its retry instead of being thrown away.
 	work, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.PendingTTL)
 	defer cancel()
-	created, err := s.create(work, r.Create, id, nil)
+	var (
+		d       *Delivery
+		created *Created
+		err     error
+	)
+	for try := 0; try < 2; try++ {
+		// The delivery row is keyed by the sandbox's id, so the first try
+		// takes an idle sandbox of the pool before it, to know the id. A
+		// miss after that (the sandbox died) gives the row up, and the
+		// second try creates cold under a fresh id.
+		id, reserved := newSandboxID(), (*pooled)(nil)
+		if try == 0 {
+			if e, ok := s.reservePooled(r.Create); ok {
+				id, reserved = e.id, &e
+			}
+		}
+		cl, berr := s.Store.BeginDelivery(ctx, k.Scope, k.Fingerprint, id, k.ReplayWindow)
+		if berr != nil {
+			if reserved != nil {
+				s.unreservePooled(r.Create, *reserved)
+			}
+			return nil, s.mapStoreErr(berr, "")
+		}
+		d = s.watch(ctx, cl, k.ReplayWindow)
+		created, err = s.createAs(work, r.Create, id, reserved, nil)
+		if !errors.Is(err, errPoolMiss) {
+			break
+		}
+		if _, derr := d.release(ctx); derr != nil {
+			return nil, fmt.Errorf("create dedupe: give up the delivery of a dead pooled sandbox: %w", derr)
+		}
+	}
 	if err != nil {
 		// The chain rolled itself back.
 		if _, derr := d.release(ctx); derr != nil {

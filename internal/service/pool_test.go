@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -368,5 +369,69 @@ func TestPool_IdleSandboxesMakeRoomForTenants(t *testing.T) {
 	}
 	if err := h.svc.Destroy(t.Context(), admin, c.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Unkeyed E2B creates (the delivery rule) are served from the pool too:
+// the delivery row is keyed by the pooled sandbox's id. A delivered one is
+// never given out again, an abandoned one is adopted by its retry, and a
+// dead idle sandbox makes the create go cold under a fresh id, leaving no
+// delivery row behind for the dead one.
+func TestPool_DeliveryCreatesClaimFromThePool(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(2)})
+	runPool(t, h)
+	waitReady(t, h, 2)
+	ctx := t.Context()
+	var made []string
+	t.Cleanup(func() {
+		for _, id := range made {
+			_ = h.svc.Destroy(context.WithoutCancel(ctx), admin, id)
+		}
+	})
+
+	idle := pooledIDs(t, h)
+	r := deliveryReq("fp-pool-delivered", 10*time.Second)
+	c := deliveredCreate(t, h.svc, r)
+	made = append(made, c.ID)
+	if !hit(c) || !slices.Contains(idle, c.ID) {
+		t.Fatalf("delivered create: hit %v, id %s, want one of the idle %v", hit(c), c.ID, idle)
+	}
+	again := deliveredCreate(t, h.svc, r)
+	made = append(made, again.ID)
+	if again.ID == c.ID || again.Replayed {
+		t.Fatalf("an identical create after delivery answered %s (replayed %v) again", again.ID, again.Replayed)
+	}
+
+	waitReady(t, h, 2)
+	r = deliveryReq("fp-pool-abandoned", 10*time.Second)
+	left := abandonedCreate(t, h, r)
+	made = append(made, left.ID)
+	if !hit(left) {
+		t.Fatalf("the abandoned create did not come from the pool: %+v", left.Timings)
+	}
+	retry := deliveredCreate(t, h.svc, r)
+	if retry.ID != left.ID {
+		t.Fatalf("the retry got %s, want the abandoned %s", retry.ID, left.ID)
+	}
+
+	waitReady(t, h, 2)
+	idle = pooledIDs(t, h)
+	for _, id := range idle {
+		if err := h.rt.Stop(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = deliveryReq("fp-pool-dead", 10*time.Second)
+	cold := deliveredCreate(t, h.svc, r)
+	made = append(made, cold.ID)
+	if hit(cold) || slices.Contains(idle, cold.ID) {
+		t.Fatalf("the create got a dead idle sandbox: hit %v, id %s (dead %v)", hit(cold), cold.ID, idle)
+	}
+	if res, err := h.svc.Exec(ctx, alice, cold.ID, service.ExecRequest{Command: "echo ok"}); err != nil || string(res.Stdout) != "ok\n" {
+		t.Fatalf("exec in the cold sandbox: %+v, %v", res, err)
+	}
+	if ok, err := h.store.HasUndelivered(ctx, deliveryScope, r.Key.Fingerprint); err != nil || ok {
+		t.Fatalf("undelivered rows for the dead sandbox's create: %v, %v", ok, err)
 	}
 }

@@ -31,12 +31,41 @@ var errPoolMiss = errors.New("pool miss")
 // Any other error is the create's answer (a name conflict, a quota), and
 // the idle sandbox goes back to the pool untouched.
 func (s *Service) fromPool(ctx context.Context, req CreateRequest, cl *store.Claim, t *stepTimer) (*Created, error) {
-	class := poolClass(req)
-	e, ok := s.pool.take(class)
+	e, ok := s.pool.take(poolClass(req))
 	if !ok {
 		s.Metrics.poolMiss()
 		return nil, errPoolMiss
 	}
+	return s.claimPooled(ctx, req, e, cl, t)
+}
+
+// reservePooled takes an idle sandbox for req before its create runs, for
+// a caller that must know the sandbox's id first (the delivery claim of an
+// unkeyed E2B create is keyed by it). ok is false when req cannot be
+// served from the pool; the caller then creates cold. The caller passes
+// the sandbox to createAs, or gives it back with unreservePooled.
+func (s *Service) reservePooled(req CreateRequest) (pooled, bool) {
+	if req.Owner == store.PoolOwner || len(req.Mounts) > 0 {
+		return pooled{}, false
+	}
+	n, err := s.normalize(req)
+	if err != nil {
+		return pooled{}, false // the create answers the error itself
+	}
+	return s.pool.take(poolClass(n))
+}
+
+// unreservePooled gives back a sandbox reservePooled took and no create
+// claimed.
+func (s *Service) unreservePooled(req CreateRequest, e pooled) {
+	n, _ := s.normalize(req) // reservePooled normalized it without error
+	s.pool.giveBack(poolClass(n), e)
+}
+
+// claimPooled claims e, an idle sandbox of req's class that take handed
+// out, for req: see fromPool.
+func (s *Service) claimPooled(ctx context.Context, req CreateRequest, e pooled, cl *store.Claim, t *stepTimer) (*Created, error) {
+	class := poolClass(req)
 	start := time.Now()
 	id := e.id
 	sec, err := s.seal(id, req)

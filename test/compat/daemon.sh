@@ -28,14 +28,15 @@ compat_start_daemon() {
 	port=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })')
 	data_dir=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-compat-$1.XXXXXX")
 	log "starting $daemon on 127.0.0.1:$port (data in $data_dir)"
-	# SANDBOXD_COMPAT_POOL sets the daemon's --pool (default none): the
-	# dedupe cases abort creates mid-way, which a pool's millisecond claims
-	# never let happen; the pool has Go and e2e tests of its own. The CPU
+	# SANDBOXD_COMPAT_POOL sets the daemon's --pool; unset, the daemon's
+	# own default (two idle sandboxes of the default image, as `make run`
+	# has), so the SDKs run against pooled and cold creates alike (E2B's
+	# dedupe abort case empties the pool for itself). The CPU
 	# budget is raised past the default (4 × the host's cores, 1 core a
 	# sandbox): the suites run files in parallel, one of them eight creates
 	# at once, and their sandboxes sit idle.
 	"$daemon" --data-dir "$data_dir" --listen "127.0.0.1:$port" --tls-listen 127.0.0.1:0 \
-		--pool "${SANDBOXD_COMPAT_POOL:-none}" --cpu-budget 64000 >"$data_dir/sandboxd.log" 2>&1 &
+		--pool "${SANDBOXD_COMPAT_POOL:-}" --cpu-budget 64000 >"$data_dir/sandboxd.log" 2>&1 &
 	daemon_pid=$!
 	SANDBOXD_URL="http://127.0.0.1:$port"
 	for _ in $(seq 300); do # 30 s
