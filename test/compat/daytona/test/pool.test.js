@@ -11,18 +11,9 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 
 import { createSandbox, newClient, nonce, waitFor } from './helpers.js'
+import { idleIDs } from '../../native.js'
 
 const daytona = newClient()
-
-/** The idle sandboxes' ids, or null when the token may not read the pool. */
-async function idleIDs() {
-  const res = await fetch(`${process.env.SANDBOXD_URL}/v1/pools`, {
-    headers: { Authorization: `Bearer ${process.env.SANDBOXD_TOKEN}` },
-  })
-  if (res.status === 403) return null
-  if (!res.ok) throw new Error(`GET /v1/pools: ${res.status} ${await res.text()}`)
-  return (await res.json()).pools.flatMap((p) => p.sandbox_ids ?? [])
-}
 
 describe('warm pool', () => {
   it('daytona.create is a claim of an idle sandbox, with this create\'s env, labels and user', { timeout: 300_000 }, async (t) => {

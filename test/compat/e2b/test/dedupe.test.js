@@ -14,6 +14,7 @@ import { describe, it } from 'node:test'
 import { Sandbox } from 'e2b'
 
 import { BASE, RUN_ID, killQuietly, listAll, metadataFor, waitFor } from './helpers.js'
+import { withoutPool } from '../../native.js'
 
 const WINDOW_MS = Number(process.env.COMPAT_E2B_REPLAY_WINDOW_MS || 10_000)
 
@@ -65,29 +66,6 @@ async function abortAfterServerStarted(metadata) {
   return rows[0]
 }
 
-/**
- * Empties the daemon's warm pool until the test ends (the native admin
- * API; the harness's token is the admin's): a pooled create answers in
- * milliseconds, before any abort could reach it, so the abort cases need
- * cold creates. Other files' creates meanwhile go cold, which changes
- * nothing they check. Against a daemon whose token is not an admin's the
- * pool is left alone, and abortedCreate tries fresh bodies instead.
- */
-async function withoutPool(t) {
-  const url = `${process.env.E2B_API_URL}/v1/pools`
-  const headers = { Authorization: `Bearer ${process.env.SANDBOXD_TOKEN}`, 'Content-Type': 'application/json' }
-  const res = await fetch(url, { headers })
-  if (res.status === 403) return
-  if (!res.ok) throw new Error(`GET /v1/pools: ${res.status} ${await res.text()}`)
-  const { pools } = await res.json()
-  const put = async (body) => {
-    const r = await fetch(url, { method: 'PUT', headers, body: JSON.stringify({ pools: body }) })
-    if (!r.ok) throw new Error(`PUT /v1/pools: ${r.status} ${await r.text()}`)
-  }
-  await put([])
-  t.after(() => put(pools.map(({ image, runtime, cpu, memory_mb, network, size }) => ({ image, runtime, cpu, memory_mb, network, size }))))
-}
-
 /** abortAfterServerStarted with up to five fresh bodies. */
 async function abortedCreate(test, ids) {
   for (let attempt = 0; attempt < 5; attempt++) {
@@ -129,6 +107,9 @@ describe('create dedupe', () => {
     { timeout: 300_000 }, async (t) => {
       const ids = new Set()
       t.after(() => Promise.all([...ids].map(killQuietly)))
+      // Pooled creates answer before an abort can reach them; against a
+      // daemon whose token is not an admin's the pool stays, and
+      // abortedCreate tries fresh bodies instead.
       await withoutPool(t)
 
       const { metadata, id: abandoned } = await abortedCreate('dedupe-abort', ids)

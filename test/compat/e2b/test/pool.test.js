@@ -14,16 +14,7 @@ import { describe, it } from 'node:test'
 import { Sandbox } from 'e2b'
 
 import { BASE, createSandbox, waitFor } from './helpers.js'
-
-/** The idle sandboxes' ids, or null when the token may not read the pool. */
-async function idleIDs() {
-  const res = await fetch(`${process.env.SANDBOXD_URL}/v1/pools`, {
-    headers: { Authorization: `Bearer ${process.env.SANDBOXD_TOKEN}` },
-  })
-  if (res.status === 403) return null
-  if (!res.ok) throw new Error(`GET /v1/pools: ${res.status} ${await res.text()}`)
-  return (await res.json()).pools.flatMap((p) => p.sandbox_ids ?? [])
-}
+import { idleIDs } from '../../native.js'
 
 describe('warm pool', () => {
   it('Sandbox.create is a claim of an idle sandbox, with this create\'s env and metadata', { timeout: 300_000 }, async (t) => {
