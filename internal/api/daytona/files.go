@@ -151,7 +151,7 @@ func (f *Facade) createFolder(w http.ResponseWriter, r *http.Request, b box) err
 	if !octalMode.MatchString(mode) {
 		return badRequest("mode %q is not an octal permission mode", mode)
 	}
-	if err := f.shell(r, b, `mkdir -p -- "$1" && chmod -- "$2" "$1"`, path, mode); err != nil {
+	if err := f.shell(r, b, `mkdir -p -- "$1" && chmod -- "$2" "$1"`, b.resolve(path), mode); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusCreated)
@@ -201,7 +201,7 @@ func (f *Facade) findInFiles(w http.ResponseWriter, r *http.Request, b box) erro
 	if err != nil {
 		return err
 	}
-	res, err := f.run(r, b, service.ExecRequest{Cmd: []string{"grep", "-rnHIZ", "-e", pattern, "--", path}})
+	res, err := f.run(r, b, service.ExecRequest{Cmd: []string{"grep", "-rnHIZ", "-e", pattern, "--", b.resolve(path)}})
 	if err != nil {
 		return err
 	}
@@ -236,7 +236,7 @@ func (f *Facade) searchFiles(w http.ResponseWriter, r *http.Request, b box) erro
 	if _, err := f.stat(r, b, path); err != nil {
 		return err
 	}
-	res, err := f.run(r, b, service.ExecRequest{Cmd: []string{"find", path, "-mindepth", "1", "-name", pattern, "-print0"}})
+	res, err := f.run(r, b, service.ExecRequest{Cmd: []string{"find", b.resolve(path), "-mindepth", "1", "-name", pattern, "-print0"}})
 	if err != nil {
 		return err
 	}
@@ -318,7 +318,7 @@ func (f *Facade) setPermissions(w http.ResponseWriter, r *http.Request, b box) e
 		if !octalMode.MatchString(mode) {
 			return badRequest("mode %q is not an octal permission mode", mode)
 		}
-		if err := f.shell(r, b, `chmod -- "$2" "$1"`, path, mode); err != nil {
+		if err := f.shell(r, b, `chmod -- "$2" "$1"`, b.resolve(path), mode); err != nil {
 			return err
 		}
 	}
@@ -329,7 +329,7 @@ func (f *Facade) setPermissions(w http.ResponseWriter, r *http.Request, b box) e
 		}
 		root := b
 		root.user = "root"
-		if err := f.shell(r, root, `chown -- "$2" "$1"`, path, spec); err != nil {
+		if err := f.shell(r, root, `chown -- "$2" "$1"`, b.resolve(path), spec); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,39 @@
+// What Daytona's own TypeScript examples (daytonaio/daytona,
+// examples/typescript) do, each case the smallest form of a call sequence
+// that failed there against sandboxd. Written by us; the examples are not
+// copied.
+
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+
+import { createSandbox, newClient, sh } from './helpers.js'
+
+const daytona = newClient()
+
+describe('examples', () => {
+  // file-operations: every path is "~/project-files/…". createFolder made
+  // a directory literally named "~" under the home, searchFiles found
+  // nothing and setFilePermissions said the file did not exist, while
+  // uploads (which the agent resolves) went to the home.
+  it('"~" paths mean the home on every file and git route', { timeout: 180_000 }, async (t) => {
+    const sb = await createSandbox(t, daytona, 'examples-tilde')
+    await sb.fs.createFolder('~/project-files', '700')
+    await sb.fs.uploadFile(Buffer.from('{"debug": true}\n'), '~/project-files/config.json')
+    assert.equal(await sh(sb, 'test -e "$HOME/~" && echo stray || echo none'), 'none\n')
+    assert.equal(await sh(sb, 'stat -c %a /home/daytona/project-files'), '700\n')
+
+    const found = await sb.fs.searchFiles('~/project-files', '*.json')
+    assert.deepEqual(found.files, ['/home/daytona/project-files/config.json'])
+    const matches = await sb.fs.findFiles('~/project-files', 'debug')
+    assert.deepEqual(matches.map((m) => [m.file, m.line]), [['/home/daytona/project-files/config.json', 1]])
+
+    await sb.fs.setFilePermissions('~/project-files/config.json', { mode: '600' })
+    assert.equal(await sh(sb, 'stat -c %a /home/daytona/project-files/config.json'), '600\n')
+
+    await sh(sb, 'git init -q /home/daytona/repo && touch /home/daytona/repo/new.txt')
+    const status = await sb.git.status('~/repo')
+    assert.deepEqual(status.fileStatus.map((f) => f.name), ['new.txt'])
+    await sb.git.clone('/home/daytona/repo', '~/clone')
+    assert.equal(await sh(sb, 'test -d /home/daytona/clone/.git && echo cloned'), 'cloned\n')
+  })
+})
