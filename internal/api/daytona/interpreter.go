@@ -74,10 +74,15 @@ type interpMessage struct {
 // requests, its output on the worker's stdout and stderr, then prints
 // \x1e<token>:E<error JSON>\x1e (if it raised) on stdout and
 // \x1e<token>:D<status>\x1e on both streams. A timeout is a SIGALRM the
-// worker sets itself (status "interrupted").
+// worker sets itself (status "interrupted"). As Daytona's worker, its
+// output is line-buffered (print("x") is one "x\n" message, not "x" then
+// "\n") and an error's traceback has the cell's frames only, as
+// File "<stdin>", line N, with the line's text.
 const interpWorker = `
-import json, os, signal, sys, traceback
+import json, linecache, os, signal, sys, traceback
 tok = sys.argv[1]
+sys.stdout.reconfigure(line_buffering=True)
+sys.stderr.reconfigure(line_buffering=True)
 proto = os.fdopen(os.dup(0), "rb")
 null = os.open(os.devnull, os.O_RDONLY)
 os.dup2(null, 0)
@@ -88,6 +93,16 @@ class _Timeout(BaseException):
 def _alarm(*_):
     raise _Timeout()
 signal.signal(signal.SIGALRM, _alarm)
+def _tb(e):
+    out = ["Traceback (most recent call last):\n"]
+    for f in traceback.extract_tb(e.__traceback__):
+        if f.filename == "<cell>":
+            out.append('  File "<stdin>", line %d\n' % f.lineno)
+            if f.line:
+                out.append("    " + f.line + "\n")
+    if len(out) == 1:
+        out = []
+    return "".join(out + traceback.format_exception_only(type(e), e))
 def _mark(stream, text):
     stream.flush()
     stream.write("\x1e" + tok + ":" + text + "\x1e")
@@ -104,13 +119,15 @@ while True:
         t = req.get("timeout") or 0
         if t > 0:
             signal.setitimer(signal.ITIMER_REAL, t)
-        exec(compile(req["code"], "<cell>", "exec"), ns)
+        code = req["code"]
+        linecache.cache["<cell>"] = (len(code), None, code.splitlines(True), "<cell>")
+        exec(compile(code, "<cell>", "exec"), ns)
     except _Timeout:
         status = "interrupted"
     except KeyboardInterrupt:
         status = "interrupted"
     except BaseException as e:
-        err = {"name": type(e).__name__, "value": str(e)[:8192], "traceback": traceback.format_exc()[-32768:]}
+        err = {"name": type(e).__name__, "value": str(e)[:8192], "traceback": _tb(e)[-32768:]}
     finally:
         try:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -234,7 +251,7 @@ func (f *Facade) startContext(ctx context.Context, b box, id, cwd string) (*inte
 	streamCtx, cancel := context.WithCancel(f.ctx)
 	stopAfter := context.AfterFunc(ctx, cancel) // only the start is the request's
 	proc, err := ac.StartProcess(streamCtx, agent.StartRequest{
-		Cmd:   []string{"python3", "-u", "-c", interpWorker, hex.EncodeToString(tok[:])},
+		Cmd:   []string{"python3", "-c", interpWorker, hex.EncodeToString(tok[:])},
 		User:  b.user,
 		Cwd:   cwd,
 		Tag:   "daytona-interpreter-" + id,

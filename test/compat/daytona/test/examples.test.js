@@ -37,3 +37,25 @@ describe('examples', () => {
     assert.equal(await sh(sb, 'test -d /home/daytona/clone/.git && echo cloned'), 'cloned\n')
   })
 })
+
+describe('examples: interpreter', () => {
+  // exec-command's statefulCodeInterpreter prints each onStdout message
+  // behind a "[STDOUT] " prefix: print() came as "text" and then "\n", and
+  // a NameError's traceback showed the worker's own frame.
+  it('runCode output is line-buffered and tracebacks show the cell only', { timeout: 180_000 }, async (t) => {
+    const sb = await createSandbox(t, daytona, 'examples-interp')
+    const chunks = []
+    const r = await sb.codeInterpreter.runCode("print('one')\nprint('two')", { onStdout: (m) => chunks.push(m.output) })
+    assert.equal(r.stdout, 'one\ntwo\n')
+    assert.equal(chunks.join(''), 'one\ntwo\n')
+    for (const c of chunks) assert.match(c, /^(?:[^\n]+\n)+$/, `a message is whole lines: ${JSON.stringify(chunks)}`)
+
+    const failed = await sb.codeInterpreter.runCode('x = 1\nprint(undefined_name)')
+    assert.equal(failed.error?.name, 'NameError')
+    assert.equal(
+      failed.error?.traceback,
+      'Traceback (most recent call last):\n  File "<stdin>", line 2\n    print(undefined_name)\n' +
+        "NameError: name 'undefined_name' is not defined\n",
+    )
+  })
+})
