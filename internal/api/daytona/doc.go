@@ -63,8 +63,10 @@
 //
 // Snapshots (/snapshots…), sandbox snapshots and forks (/sandbox/{id}/
 // snapshot, fork, forks, ancestors, parent), declarative images with local
-// files (/object-storage/push-access) and network settings (/sandbox/{id}/
-// network-settings) answer 501 in Daytona's shape with a message saying
+// files (/object-storage/push-access), network settings (/sandbox/{id}/
+// network-settings), pause, resize, ttl, SSH access, signed preview URLs,
+// and in the toolbox LSP, computer use and the git operations beyond
+// clone and status answer 501 in Daytona's shape with a message saying
 // what is not supported (unsupported.go), never a 404, which the SDK
 // would report as a missing resource. At create, a declarative image
 // (buildInfo beyond one FROM line) and the network allow lists are 400s.

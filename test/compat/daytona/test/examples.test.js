@@ -6,6 +6,8 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 
+import { DaytonaError, DaytonaNotFoundError } from '@daytonaio/sdk'
+
 import { createSandbox, newClient, sh } from './helpers.js'
 
 const daytona = newClient()
@@ -57,5 +59,36 @@ describe('examples: interpreter', () => {
       'Traceback (most recent call last):\n  File "<stdin>", line 2\n    print(undefined_name)\n' +
         "NameError: name 'undefined_name' is not defined\n",
     )
+  })
+})
+
+/** Asserts that err is a 501 refusal whose message matches re, not a 404. */
+function refused(re) {
+  return (err) => {
+    assert.ok(err instanceof DaytonaError, `got ${err?.name}: ${err?.message}`)
+    assert.ok(!(err instanceof DaytonaNotFoundError), `a 404: ${err.message}`)
+    assert.equal(err.statusCode, 501, err.message)
+    assert.match(err.message, re)
+    return true
+  }
+}
+
+describe('examples: refusals', () => {
+  // git-lsp goes on to createLspServer(...).start(): that was a 404 "no
+  // route", which the SDK raises as DaytonaNotFoundError, as if the sandbox
+  // were gone. So were the other sandbox calls sandboxd does not serve.
+  it('LSP, computer use, other git calls, pause, resize, SSH and signed previews are 501s that say so', { timeout: 180_000 }, async (t) => {
+    const sb = await createSandbox(t, daytona, 'examples-refusals')
+    const lsp = await sb.createLspServer('typescript', 'project')
+    await assert.rejects(lsp.start(), refused(/language servers/))
+    await assert.rejects(lsp.documentSymbols('project/index.ts'), refused(/language servers/))
+    await assert.rejects(sb.computerUse.start(), refused(/computer use/))
+    await assert.rejects(sb.git.add('~/repo', ['a.txt']), refused(/git operation/))
+    await assert.rejects(sb.git.branches('~/repo'), refused(/git operation/))
+    await assert.rejects(sb.pause(), refused(/pausing/))
+    await assert.rejects(sb.resize({ cpu: 2 }), refused(/resizing/))
+    await assert.rejects(sb.createSshAccess(60), refused(/SSH/))
+    await assert.rejects(sb.getSignedPreviewUrl(3000), refused(/signed preview/))
+    assert.equal((await daytona.get(sb.id)).state, 'started', 'the sandbox is untouched')
   })
 })
