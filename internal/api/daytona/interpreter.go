@@ -329,30 +329,29 @@ func (f *Facade) dropContexts(sandboxID string) {
 // a bad request or unknown context is close 1008 with the reason, a worker
 // that died 1011.
 func (f *Facade) interpreterExecute(w http.ResponseWriter, r *http.Request, b box) error {
-	conn, err := websocket.Accept(w, r, nil)
-	if err != nil {
+	conn := acceptWS(w, r, f.maxBody)
+	if conn == nil {
 		return nil // Accept answered the client
 	}
 	defer conn.CloseNow()
-	conn.SetReadLimit(f.maxBody)
 	ctx := r.Context()
 	_, raw, err := conn.Read(ctx)
 	if err != nil {
-		_ = conn.Close(websocket.StatusProtocolError, "failed to read first message")
+		conn.end(websocket.StatusProtocolError, "failed to read first message")
 		return nil
 	}
 	var req interpExecuteBody
 	if err := json.Unmarshal(raw, &req); err != nil {
-		_ = conn.Close(websocket.StatusProtocolError, "invalid JSON payload")
+		conn.end(websocket.StatusProtocolError, "invalid JSON payload")
 		return nil
 	}
 	timeout := defaultInterpTimeout
 	switch {
 	case req.Code == "":
-		_ = conn.Close(websocket.StatusPolicyViolation, "code is required")
+		conn.end(websocket.StatusPolicyViolation, "code is required")
 		return nil
 	case req.Timeout != nil && (*req.Timeout < 0 || *req.Timeout > 24*3600):
-		_ = conn.Close(websocket.StatusPolicyViolation, "timeout must be between 0 and 86400 seconds")
+		conn.end(websocket.StatusPolicyViolation, "timeout must be between 0 and 86400 seconds")
 		return nil
 	case req.Timeout != nil:
 		timeout = time.Duration(*req.Timeout * float64(time.Second))
@@ -367,7 +366,7 @@ func (f *Facade) interpreterExecute(w http.ResponseWriter, r *http.Request, b bo
 		ic, err = f.lookupContext(b, req.ContextID)
 	}
 	if err != nil {
-		_ = conn.Close(websocket.StatusPolicyViolation, closeReason(classify(err).Message))
+		conn.end(websocket.StatusPolicyViolation, classify(err).Message)
 		return nil
 	}
 	ic.run(ctx, conn, req, timeout)
@@ -375,11 +374,11 @@ func (f *Facade) interpreterExecute(w http.ResponseWriter, r *http.Request, b bo
 }
 
 // run runs one execution in the context and answers on conn.
-func (ic *interpContext) run(ctx context.Context, conn *websocket.Conn, req interpExecuteBody, timeout time.Duration) {
+func (ic *interpContext) run(ctx context.Context, conn *wsConn, req interpExecuteBody, timeout time.Duration) {
 	select { // wait for the executions before this one
 	case <-ic.turn:
 	case <-ic.dead:
-		_ = conn.Close(websocket.StatusInternalError, "interpreter context is not active")
+		conn.end(websocket.StatusInternalError, "interpreter context is not active")
 		return
 	case <-ctx.Done():
 		return
@@ -392,10 +391,7 @@ func (ic *interpContext) run(ctx context.Context, conn *websocket.Conn, req inte
 		if gone {
 			return
 		}
-		raw, _ := json.Marshal(m)
-		wctx, cancel := context.WithTimeout(ctx, ptyWriteTimeout)
-		defer cancel()
-		if err := conn.Write(wctx, websocket.MessageText, raw); err != nil {
+		if err := conn.sendJSON(ctx, m); err != nil {
 			gone = true // the client left; the code runs on to its end
 		}
 	}
@@ -409,7 +405,7 @@ func (ic *interpContext) run(ctx context.Context, conn *websocket.Conn, req inte
 	cancel()
 	if err != nil {
 		ic.kill()
-		_ = conn.Close(websocket.StatusInternalError, "interpreter context is not active")
+		conn.end(websocket.StatusInternalError, "interpreter context is not active")
 		return
 	}
 	var deadline <-chan time.Time
@@ -422,22 +418,22 @@ func (ic *interpContext) run(ctx context.Context, conn *websocket.Conn, req inte
 	case <-ex.ended:
 		ic.turn <- struct{}{}
 	case <-ic.dead:
-		_ = conn.Close(websocket.StatusInternalError, "interpreter context died")
+		conn.end(websocket.StatusInternalError, "interpreter context died")
 		return
 	case <-deadline: // the worker did not interrupt the code: kill it
 		ic.kill()
-		_ = conn.Close(interpCloseTimeout, "execution timed out")
+		conn.end(interpCloseTimeout, "execution timed out")
 		return
 	}
 	ic.mu.Lock()
 	state := ex.state
 	ic.mu.Unlock()
 	if state == "interrupted" && timeout > 0 {
-		_ = conn.Close(interpCloseTimeout, "execution timed out")
+		conn.end(interpCloseTimeout, "execution timed out")
 		return
 	}
 	send(interpMessage{Type: "control", Text: state})
-	_ = conn.Close(websocket.StatusNormalClosure, "")
+	conn.end(websocket.StatusNormalClosure, "")
 }
 
 // read demultiplexes the worker's output into its executions until the
