@@ -92,3 +92,21 @@ describe('examples: refusals', () => {
     assert.equal((await daytona.get(sb.id)).state, 'started', 'the sandbox is untouched')
   })
 })
+
+describe('examples: streams', () => {
+  // file-operations' streamed download printed "downloaded 118 / ? bytes":
+  // a bulk-download part had no Content-Length, the SDK's totalBytes.
+  it('downloadFileStream reports the file size as totalBytes', { timeout: 180_000 }, async (t) => {
+    const sb = await createSandbox(t, daytona, 'examples-stream')
+    const content = Buffer.from('streamed '.repeat(1000))
+    await sb.fs.uploadFile(content, 'streamed.txt')
+    const progress = []
+    const stream = await sb.fs.downloadFileStream('streamed.txt', { onProgress: (p) => progress.push(p) })
+    const chunks = []
+    for await (const chunk of stream) chunks.push(chunk)
+    assert.ok(Buffer.concat(chunks).equals(content), 'the bytes are the file')
+    assert.ok(progress.length > 0, 'progress was reported')
+    for (const p of progress) assert.equal(p.totalBytes, content.length)
+    assert.equal(progress.at(-1).bytesReceived, content.length)
+  })
+})
