@@ -63,8 +63,10 @@
 //
 // Snapshots (/snapshots…), sandbox snapshots and forks (/sandbox/{id}/
 // snapshot, fork, forks, ancestors, parent), declarative images with local
-// files (/object-storage/push-access) and network settings (/sandbox/{id}/
-// network-settings) answer 501 in Daytona's shape with a message saying
+// files (/object-storage/push-access), network settings (/sandbox/{id}/
+// network-settings), pause, resize, ttl, SSH access, signed preview URLs,
+// and in the toolbox LSP, computer use and the git operations beyond
+// clone and status answer 501 in Daytona's shape with a message saying
 // what is not supported (unsupported.go), never a 404, which the SDK
 // would report as a missing resource. At create, a declarative image
 // (buildInfo beyond one FROM line) and the network allow lists are 400s.
@@ -133,9 +135,10 @@
 // "default" is made at first use and is neither listed nor deletable.
 // Executions run one at a time per context. The execute WebSocket takes
 // {code, contextId?, envs?, timeout?} as its first message and answers
-// {"type":"stdout"|"stderr","text"} as output arrives (valid UTF-8, at
-// most 64 KiB each), {"type":"error","name","value","traceback"} for an
-// exception, then {"type":"control","text":"completed"} and close 1000.
+// {"type":"stdout"|"stderr","text"} as output arrives (line-buffered as
+// on Daytona, valid UTF-8, at most 64 KiB each),
+// {"type":"error","name","value","traceback"} for an exception (the
+// traceback has the cell's frames only, as File "<stdin>", line N), then {"type":"control","text":"completed"} and close 1000.
 // The timeout (seconds; none is 10 minutes, 0 none) is a SIGALRM in the
 // worker, answered with close 4008 (the SDK's DaytonaTimeoutError); the
 // namespace stays. A worker that does not interrupt within 5 s more is

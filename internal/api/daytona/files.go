@@ -151,7 +151,7 @@ func (f *Facade) createFolder(w http.ResponseWriter, r *http.Request, b box) err
 	if !octalMode.MatchString(mode) {
 		return badRequest("mode %q is not an octal permission mode", mode)
 	}
-	if err := f.shell(r, b, `mkdir -p -- "$1" && chmod -- "$2" "$1"`, path, mode); err != nil {
+	if err := f.shell(r, b, `mkdir -p -- "$1" && chmod -- "$2" "$1"`, b.resolve(path), mode); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusCreated)
@@ -201,7 +201,7 @@ func (f *Facade) findInFiles(w http.ResponseWriter, r *http.Request, b box) erro
 	if err != nil {
 		return err
 	}
-	res, err := f.run(r, b, service.ExecRequest{Cmd: []string{"grep", "-rnHIZ", "-e", pattern, "--", path}})
+	res, err := f.run(r, b, service.ExecRequest{Cmd: []string{"grep", "-rnHIZ", "-e", pattern, "--", b.resolve(path)}})
 	if err != nil {
 		return err
 	}
@@ -236,7 +236,7 @@ func (f *Facade) searchFiles(w http.ResponseWriter, r *http.Request, b box) erro
 	if _, err := f.stat(r, b, path); err != nil {
 		return err
 	}
-	res, err := f.run(r, b, service.ExecRequest{Cmd: []string{"find", path, "-mindepth", "1", "-name", pattern, "-print0"}})
+	res, err := f.run(r, b, service.ExecRequest{Cmd: []string{"find", b.resolve(path), "-mindepth", "1", "-name", pattern, "-print0"}})
 	if err != nil {
 		return err
 	}
@@ -318,7 +318,7 @@ func (f *Facade) setPermissions(w http.ResponseWriter, r *http.Request, b box) e
 		if !octalMode.MatchString(mode) {
 			return badRequest("mode %q is not an octal permission mode", mode)
 		}
-		if err := f.shell(r, b, `chmod -- "$2" "$1"`, path, mode); err != nil {
+		if err := f.shell(r, b, `chmod -- "$2" "$1"`, b.resolve(path), mode); err != nil {
 			return err
 		}
 	}
@@ -329,7 +329,7 @@ func (f *Facade) setPermissions(w http.ResponseWriter, r *http.Request, b box) e
 		}
 		root := b
 		root.user = "root"
-		if err := f.shell(r, root, `chown -- "$2" "$1"`, path, spec); err != nil {
+		if err := f.shell(r, root, `chown -- "$2" "$1"`, b.resolve(path), spec); err != nil {
 			return err
 		}
 	}
@@ -460,6 +460,8 @@ type partError struct {
 // with one part per path, in order, whose filename is the path exactly as
 // requested (the SDK matches parts by it): name "file" with the bytes, or
 // name "error" with a JSON error (404 FILE_NOT_FOUND for a missing file).
+// A file part carries its Content-Length, which the SDK reports as
+// downloadFileStream's totalBytes.
 // A failure after the first part can only cut the body short.
 func (f *Facade) bulkDownload(w http.ResponseWriter, r *http.Request, b box) error {
 	var body bulkDownloadBody
@@ -486,7 +488,7 @@ func (f *Facade) bulkDownload(w http.ResponseWriter, r *http.Request, b box) err
 // the response is returned; a file that cannot be read becomes an error
 // part.
 func (f *Facade) downloadPart(r *http.Request, b box, mw *multipart.Writer, path string) error {
-	rc, _, err := f.svc.Download(r.Context(), b.c, b.sb.ID, path, b.user)
+	rc, size, err := f.svc.Download(r.Context(), b.c, b.sb.ID, path, b.user)
 	if err != nil {
 		e := classify(fileError(err, path))
 		part, werr := mw.CreatePart(partHeader("error", path, "application/json"))
@@ -496,7 +498,11 @@ func (f *Facade) downloadPart(r *http.Request, b box, mw *multipart.Writer, path
 		return json.NewEncoder(part).Encode(partError{Message: e.Message, StatusCode: e.StatusCode, Code: e.Code})
 	}
 	defer rc.Close()
-	part, err := mw.CreatePart(partHeader("file", path, "application/octet-stream"))
+	h := partHeader("file", path, "application/octet-stream")
+	if size >= 0 { // the agent's length, which its stream keeps to
+		h.Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+	part, err := mw.CreatePart(h)
 	if err != nil {
 		return err
 	}

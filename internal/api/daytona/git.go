@@ -59,12 +59,13 @@ func (f *Facade) gitClone(w http.ResponseWriter, r *http.Request, b box) error {
 	if body.Depth > 0 {
 		args = append(args, "--depth", strconv.Itoa(body.Depth))
 	}
-	args = append(args, "--", body.URL, body.Path)
+	dir := b.resolve(body.Path)
+	args = append(args, "--", body.URL, dir)
 	if err := f.git(r, b, env, args...); err != nil {
 		return err
 	}
 	if body.CommitID != "" {
-		if err := f.git(r, b, gitEnv, "git", "-C", body.Path, "checkout", "--quiet", body.CommitID); err != nil {
+		if err := f.git(r, b, gitEnv, "git", "-C", dir, "checkout", "--quiet", body.CommitID); err != nil {
 			return err
 		}
 	}
@@ -108,7 +109,7 @@ func (f *Facade) gitStatus(w http.ResponseWriter, r *http.Request, b box) error 
 		return err
 	}
 	res, err := f.run(r, b, service.ExecRequest{
-		Cmd: []string{"git", "-C", path, "status", "--porcelain=v1", "--branch", "-z"},
+		Cmd: []string{"git", "-C", b.resolve(path), "status", "--porcelain=v1", "--branch", "-z"},
 		Env: gitEnv,
 	})
 	if err != nil {

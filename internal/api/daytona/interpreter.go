@@ -74,10 +74,15 @@ type interpMessage struct {
 // requests, its output on the worker's stdout and stderr, then prints
 // \x1e<token>:E<error JSON>\x1e (if it raised) on stdout and
 // \x1e<token>:D<status>\x1e on both streams. A timeout is a SIGALRM the
-// worker sets itself (status "interrupted").
+// worker sets itself (status "interrupted"). As Daytona's worker, its
+// output is line-buffered (print("x") is one "x\n" message, not "x" then
+// "\n") and an error's traceback has the cell's frames only, as
+// File "<stdin>", line N, with the line's text.
 const interpWorker = `
-import json, os, signal, sys, traceback
+import json, linecache, os, signal, sys, traceback
 tok = sys.argv[1]
+sys.stdout.reconfigure(line_buffering=True)
+sys.stderr.reconfigure(line_buffering=True)
 proto = os.fdopen(os.dup(0), "rb")
 null = os.open(os.devnull, os.O_RDONLY)
 os.dup2(null, 0)
@@ -88,6 +93,16 @@ class _Timeout(BaseException):
 def _alarm(*_):
     raise _Timeout()
 signal.signal(signal.SIGALRM, _alarm)
+def _tb(e):
+    out = ["Traceback (most recent call last):\n"]
+    for f in traceback.extract_tb(e.__traceback__):
+        if f.filename == "<cell>":
+            out.append('  File "<stdin>", line %d\n' % f.lineno)
+            if f.line:
+                out.append("    " + f.line + "\n")
+    if len(out) == 1:
+        out = []
+    return "".join(out + traceback.format_exception_only(type(e), e))
 def _mark(stream, text):
     stream.flush()
     stream.write("\x1e" + tok + ":" + text + "\x1e")
@@ -104,13 +119,15 @@ while True:
         t = req.get("timeout") or 0
         if t > 0:
             signal.setitimer(signal.ITIMER_REAL, t)
-        exec(compile(req["code"], "<cell>", "exec"), ns)
+        code = req["code"]
+        linecache.cache["<cell>"] = (len(code), None, code.splitlines(True), "<cell>")
+        exec(compile(code, "<cell>", "exec"), ns)
     except _Timeout:
         status = "interrupted"
     except KeyboardInterrupt:
         status = "interrupted"
     except BaseException as e:
-        err = {"name": type(e).__name__, "value": str(e)[:8192], "traceback": traceback.format_exc()[-32768:]}
+        err = {"name": type(e).__name__, "value": str(e)[:8192], "traceback": _tb(e)[-32768:]}
     finally:
         try:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -234,7 +251,7 @@ func (f *Facade) startContext(ctx context.Context, b box, id, cwd string) (*inte
 	streamCtx, cancel := context.WithCancel(f.ctx)
 	stopAfter := context.AfterFunc(ctx, cancel) // only the start is the request's
 	proc, err := ac.StartProcess(streamCtx, agent.StartRequest{
-		Cmd:   []string{"python3", "-u", "-c", interpWorker, hex.EncodeToString(tok[:])},
+		Cmd:   []string{"python3", "-c", interpWorker, hex.EncodeToString(tok[:])},
 		User:  b.user,
 		Cwd:   cwd,
 		Tag:   "daytona-interpreter-" + id,
@@ -312,30 +329,29 @@ func (f *Facade) dropContexts(sandboxID string) {
 // a bad request or unknown context is close 1008 with the reason, a worker
 // that died 1011.
 func (f *Facade) interpreterExecute(w http.ResponseWriter, r *http.Request, b box) error {
-	conn, err := websocket.Accept(w, r, nil)
-	if err != nil {
+	conn := acceptWS(w, r, f.maxBody)
+	if conn == nil {
 		return nil // Accept answered the client
 	}
 	defer conn.CloseNow()
-	conn.SetReadLimit(f.maxBody)
 	ctx := r.Context()
 	_, raw, err := conn.Read(ctx)
 	if err != nil {
-		_ = conn.Close(websocket.StatusProtocolError, "failed to read first message")
+		conn.end(websocket.StatusProtocolError, "failed to read first message")
 		return nil
 	}
 	var req interpExecuteBody
 	if err := json.Unmarshal(raw, &req); err != nil {
-		_ = conn.Close(websocket.StatusProtocolError, "invalid JSON payload")
+		conn.end(websocket.StatusProtocolError, "invalid JSON payload")
 		return nil
 	}
 	timeout := defaultInterpTimeout
 	switch {
 	case req.Code == "":
-		_ = conn.Close(websocket.StatusPolicyViolation, "code is required")
+		conn.end(websocket.StatusPolicyViolation, "code is required")
 		return nil
 	case req.Timeout != nil && (*req.Timeout < 0 || *req.Timeout > 24*3600):
-		_ = conn.Close(websocket.StatusPolicyViolation, "timeout must be between 0 and 86400 seconds")
+		conn.end(websocket.StatusPolicyViolation, "timeout must be between 0 and 86400 seconds")
 		return nil
 	case req.Timeout != nil:
 		timeout = time.Duration(*req.Timeout * float64(time.Second))
@@ -350,7 +366,7 @@ func (f *Facade) interpreterExecute(w http.ResponseWriter, r *http.Request, b bo
 		ic, err = f.lookupContext(b, req.ContextID)
 	}
 	if err != nil {
-		_ = conn.Close(websocket.StatusPolicyViolation, closeReason(classify(err).Message))
+		conn.end(websocket.StatusPolicyViolation, classify(err).Message)
 		return nil
 	}
 	ic.run(ctx, conn, req, timeout)
@@ -358,11 +374,11 @@ func (f *Facade) interpreterExecute(w http.ResponseWriter, r *http.Request, b bo
 }
 
 // run runs one execution in the context and answers on conn.
-func (ic *interpContext) run(ctx context.Context, conn *websocket.Conn, req interpExecuteBody, timeout time.Duration) {
+func (ic *interpContext) run(ctx context.Context, conn *wsConn, req interpExecuteBody, timeout time.Duration) {
 	select { // wait for the executions before this one
 	case <-ic.turn:
 	case <-ic.dead:
-		_ = conn.Close(websocket.StatusInternalError, "interpreter context is not active")
+		conn.end(websocket.StatusInternalError, "interpreter context is not active")
 		return
 	case <-ctx.Done():
 		return
@@ -375,10 +391,7 @@ func (ic *interpContext) run(ctx context.Context, conn *websocket.Conn, req inte
 		if gone {
 			return
 		}
-		raw, _ := json.Marshal(m)
-		wctx, cancel := context.WithTimeout(ctx, ptyWriteTimeout)
-		defer cancel()
-		if err := conn.Write(wctx, websocket.MessageText, raw); err != nil {
+		if err := conn.sendJSON(ctx, m); err != nil {
 			gone = true // the client left; the code runs on to its end
 		}
 	}
@@ -392,7 +405,7 @@ func (ic *interpContext) run(ctx context.Context, conn *websocket.Conn, req inte
 	cancel()
 	if err != nil {
 		ic.kill()
-		_ = conn.Close(websocket.StatusInternalError, "interpreter context is not active")
+		conn.end(websocket.StatusInternalError, "interpreter context is not active")
 		return
 	}
 	var deadline <-chan time.Time
@@ -405,22 +418,22 @@ func (ic *interpContext) run(ctx context.Context, conn *websocket.Conn, req inte
 	case <-ex.ended:
 		ic.turn <- struct{}{}
 	case <-ic.dead:
-		_ = conn.Close(websocket.StatusInternalError, "interpreter context died")
+		conn.end(websocket.StatusInternalError, "interpreter context died")
 		return
 	case <-deadline: // the worker did not interrupt the code: kill it
 		ic.kill()
-		_ = conn.Close(interpCloseTimeout, "execution timed out")
+		conn.end(interpCloseTimeout, "execution timed out")
 		return
 	}
 	ic.mu.Lock()
 	state := ex.state
 	ic.mu.Unlock()
 	if state == "interrupted" && timeout > 0 {
-		_ = conn.Close(interpCloseTimeout, "execution timed out")
+		conn.end(interpCloseTimeout, "execution timed out")
 		return
 	}
 	send(interpMessage{Type: "control", Text: state})
-	_ = conn.Close(websocket.StatusNormalClosure, "")
+	conn.end(websocket.StatusNormalClosure, "")
 }
 
 // read demultiplexes the worker's output into its executions until the

@@ -36,8 +36,6 @@ const (
 	maxPTYQueued = 64 << 20
 	// maxPTYInput bounds one WebSocket message of input.
 	maxPTYInput = 1 << 20
-	// ptyWriteTimeout bounds one write to a client.
-	ptyWriteTimeout = 30 * time.Second
 )
 
 // Subprotocols of the PTY WebSocket (Sec-WebSocket-Protocol): the SDK
@@ -110,7 +108,7 @@ type ptyExit struct {
 
 // ptyClient is one attached WebSocket: its queued output, bounded.
 type ptyClient struct {
-	conn        *websocket.Conn
+	conn        *wsConn
 	exitControl bool
 	budget      *atomic.Int64 // the daemon's queued bytes (Facade.ptyQueued)
 
@@ -172,8 +170,8 @@ func (f *Facade) createConnectPTY(w http.ResponseWriter, r *http.Request, b box)
 func (f *Facade) connectPTY(w http.ResponseWriter, r *http.Request, b box) error {
 	s, err := f.lookupPTY(b, r.PathValue("sid"))
 	if err != nil {
-		conn, aerr := acceptPTY(w, r)
-		if aerr != nil {
+		conn := acceptPTY(w, r)
+		if conn == nil {
 			return nil // Accept answered the client
 		}
 		refusePTY(r.Context(), conn, "Failed to connect to PTY session: "+err.Error())
@@ -182,31 +180,23 @@ func (f *Facade) connectPTY(w http.ResponseWriter, r *http.Request, b box) error
 	return f.attachPTY(w, r, s)
 }
 
-func acceptPTY(w http.ResponseWriter, r *http.Request) (*websocket.Conn, error) {
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{ptyExitControl}})
-	if err != nil {
-		return nil, err
-	}
-	conn.SetReadLimit(maxPTYInput)
-	return conn, nil
+// acceptPTY upgrades a PTY WebSocket (nil when Accept refused it).
+func acceptPTY(w http.ResponseWriter, r *http.Request) *wsConn {
+	return acceptWS(w, r, maxPTYInput, ptyExitControl)
 }
 
 // refusePTY sends an error control message and closes the connection.
-func refusePTY(ctx context.Context, conn *websocket.Conn, msg string) {
+func refusePTY(ctx context.Context, conn *wsConn, msg string) {
 	defer conn.CloseNow()
-	wctx, cancel := context.WithTimeout(ctx, ptyWriteTimeout)
-	defer cancel()
-	if raw, err := json.Marshal(ptyControl{Type: "control", Status: "error", Error: msg}); err == nil {
-		_ = conn.Write(wctx, websocket.MessageText, raw)
-	}
-	_ = conn.Close(websocket.StatusPolicyViolation, closeReason(msg))
+	_ = conn.sendJSON(ctx, ptyControl{Type: "control", Status: "error", Error: msg})
+	conn.end(websocket.StatusPolicyViolation, msg)
 }
 
 // attachPTY upgrades the request and serves it as a client of s until
 // either side ends.
 func (f *Facade) attachPTY(w http.ResponseWriter, r *http.Request, s *ptySession) error {
-	conn, err := acceptPTY(w, r)
-	if err != nil {
+	conn := acceptPTY(w, r)
+	if conn == nil {
 		return nil // Accept answered the client
 	}
 	defer conn.CloseNow()
@@ -223,7 +213,7 @@ func (f *Facade) attachPTY(w http.ResponseWriter, r *http.Request, s *ptySession
 		return nil
 	}
 	defer s.detach(cl)
-	if err := writeControl(ctx, conn, ptyControl{Type: "control", Status: "connected"}); err != nil {
+	if err := conn.sendJSON(ctx, ptyControl{Type: "control", Status: "connected"}); err != nil {
 		return nil
 	}
 	go cl.write(ctx, s)
@@ -545,15 +535,12 @@ func (cl *ptyClient) write(ctx context.Context, s *ptySession) {
 		batch := cl.takeLocked()
 		cl.mu.Unlock()
 		for _, data := range batch {
-			wctx, cancel := context.WithTimeout(ctx, ptyWriteTimeout)
-			err := cl.conn.Write(wctx, websocket.MessageBinary, data)
-			cancel()
-			if err != nil {
+			if err := cl.conn.send(ctx, websocket.MessageBinary, data); err != nil {
 				return
 			}
 		}
 		if slow {
-			_ = cl.conn.Close(websocket.StatusPolicyViolation, "slow consumer")
+			cl.conn.end(websocket.StatusPolicyViolation, "slow consumer")
 			return
 		}
 		if closed {
@@ -567,7 +554,7 @@ func (cl *ptyClient) write(ctx context.Context, s *ptySession) {
 			s.mu.Unlock()
 			code := exit.code
 			if cl.exitControl {
-				_ = writeControl(ctx, cl.conn, ptyControl{Type: "control", Status: "exited", ExitCode: &code, ExitReason: exit.reason})
+				_ = cl.conn.sendJSON(ctx, ptyControl{Type: "control", Status: "exited", ExitCode: &code, ExitReason: exit.reason})
 			}
 			status := websocket.StatusNormalClosure
 			if code != 0 {
@@ -577,7 +564,7 @@ func (cl *ptyClient) write(ctx context.Context, s *ptySession) {
 				ExitCode   int    `json:"exitCode"`
 				ExitReason string `json:"exitReason,omitempty"`
 			}{code, exit.reason})
-			_ = cl.conn.Close(status, string(reason))
+			cl.conn.end(status, string(reason))
 			return
 		}
 		select {
@@ -586,24 +573,6 @@ func (cl *ptyClient) write(ctx context.Context, s *ptySession) {
 			return
 		}
 	}
-}
-
-func writeControl(ctx context.Context, conn *websocket.Conn, m ptyControl) error {
-	raw, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, ptyWriteTimeout)
-	defer cancel()
-	return conn.Write(wctx, websocket.MessageText, raw)
-}
-
-// closeReason fits msg in a close frame's reason (123 bytes).
-func closeReason(msg string) string {
-	if len(msg) > 120 {
-		msg = msg[:120]
-	}
-	return strings.ToValidUTF8(msg, "")
 }
 
 // ptyEnvs decodes the X-Daytona-Pty-Envs~<base64url JSON> subprotocol.

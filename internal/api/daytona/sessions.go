@@ -33,6 +33,9 @@ const (
 	// command id, a kind and an exit code): output that opens a marker and
 	// never closes it is output, not a reason to buffer without end.
 	maxMarkerLen = 64
+	// maxSessionLogsInput bounds a client message on the follow
+	// WebSocket, where the client sends nothing (any message ends it).
+	maxSessionLogsInput = 1 << 10
 )
 
 // Prefixes of the follow WebSocket's frames: the SDK demultiplexes stdout
@@ -380,8 +383,8 @@ func (f *Facade) sessionLogs(w http.ResponseWriter, r *http.Request, b box) erro
 		writeJSON(w, http.StatusOK, s.logs(cmd))
 		return nil
 	}
-	conn, err := websocket.Accept(w, r, nil)
-	if err != nil {
+	conn := acceptWS(w, r, maxSessionLogsInput)
+	if conn == nil {
 		return nil // Accept answered the client
 	}
 	defer conn.CloseNow()
@@ -395,7 +398,7 @@ func (f *Facade) sessionLogs(w http.ResponseWriter, r *http.Request, b box) erro
 		if skipped {
 			// Output dropped before it was sent (the limits): say so.
 			mark := append(slices.Clip(stdoutPrefix), "[sandboxd: output dropped]\n"...)
-			if err := conn.Write(ctx, websocket.MessageBinary, mark); err != nil {
+			if err := conn.send(ctx, websocket.MessageBinary, mark); err != nil {
 				return nil
 			}
 		}
@@ -404,13 +407,13 @@ func (f *Facade) sessionLogs(w http.ResponseWriter, r *http.Request, b box) erro
 			if c.stderr {
 				prefix = stderrPrefix
 			}
-			if err := conn.Write(ctx, websocket.MessageBinary, append(append([]byte{}, prefix...), c.data...)); err != nil {
+			if err := conn.send(ctx, websocket.MessageBinary, append(append([]byte{}, prefix...), c.data...)); err != nil {
 				return nil
 			}
 		}
 		next += len(pending)
 		if done {
-			conn.Close(websocket.StatusNormalClosure, "")
+			conn.end(websocket.StatusNormalClosure, "")
 			return nil
 		}
 		select {

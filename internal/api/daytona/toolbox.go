@@ -34,6 +34,17 @@ type box struct {
 	home string // its home: the work directory
 }
 
+// resolve is path as the agent's file routes read it: "~" is the home and
+// "~/x" is under it. Routes that hand a path to a command (mkdir, chmod,
+// grep, find, git) resolve it first, since no shell expands it there;
+// relative paths need nothing, commands start in the home.
+func (b box) resolve(path string) string {
+	if path == "~" || strings.HasPrefix(path, "~/") {
+		return b.home + path[1:]
+	}
+	return path
+}
+
 // toolboxHandler is a toolbox route's handler.
 type toolboxHandler func(w http.ResponseWriter, r *http.Request, b box) error
 

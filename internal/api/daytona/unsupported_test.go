@@ -7,7 +7,9 @@ import (
 )
 
 // TestUnsupported_RefusedInDaytonasShapeNeverA404: snapshots, forks,
-// sandbox snapshots, declarative images and network settings were 404s
+// sandbox snapshots, declarative images, network settings, pause, resize,
+// SSH access, signed preview URLs, LSP, computer use and the git
+// operations beyond clone and status were 404s
 // (the SDK's "not found"); each is a 501 in Daytona's shape whose message
 // says what is not supported, after authentication.
 func TestUnsupported_RefusedInDaytonasShapeNeverA404(t *testing.T) {
@@ -22,6 +24,17 @@ func TestUnsupported_RefusedInDaytonasShapeNeverA404(t *testing.T) {
 		{http.MethodPost, "/sandbox/" + sb.ID + "/fork", "forking"},
 		{http.MethodGet, "/object-storage/push-access", "declarative images"},
 		{http.MethodPost, "/sandbox/" + sb.ID + "/network-settings", "network settings"},
+		{http.MethodPost, "/sandbox/" + sb.ID + "/pause", "pausing"},
+		{http.MethodPost, "/sandbox/" + sb.ID + "/resize", "resizing"},
+		{http.MethodPost, "/sandbox/" + sb.ID + "/ssh-access?expiresInMinutes=60", "SSH"},
+		{http.MethodGet, "/sandbox/ssh-access/validate?token=x", "SSH"},
+		{http.MethodGet, "/sandbox/" + sb.ID + "/ports/3000/signed-preview-url", "signed preview"},
+		{http.MethodPost, "/toolbox/" + sb.ID + "/lsp/start", "language servers"},
+		{http.MethodGet, "/toolbox/" + sb.ID + "/lsp/document-symbols?languageId=typescript", "language servers"},
+		{http.MethodPost, "/toolbox/" + sb.ID + "/computeruse/start", "computer use"},
+		{http.MethodGet, "/toolbox/" + sb.ID + "/computeruse/screenshot", "computer use"},
+		{http.MethodPost, "/toolbox/" + sb.ID + "/git/add", "git operation"},
+		{http.MethodGet, "/toolbox/" + sb.ID + "/git/branches", "git operation"},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
 			body := wantError(t, s.do(t, s.Admin, tc.method, tc.path, map[string]any{}), http.StatusNotImplemented)
