@@ -79,8 +79,10 @@
 // with an expiration, arrive no later than it; else 401 in envd's body. A
 // signed request acts as the user it signs (its Authorization header is
 // dropped). The SDK builds these URLs on E2B_SANDBOX_URL, with no sandbox
-// id: they route only on the sandbox's envd host,
-// 49983-<id>.<Options.Domain> (or with E2b-Sandbox-Id added).
+// id: such a URL goes to the running sandbox whose access token signed it
+// (one HMAC and one hash per running E2B sandbox); on the sandbox's envd
+// host, 49983-<id>.<Options.Domain>, or with E2b-Sandbox-Id, it is
+// checked against that sandbox only.
 //
 // # Users
 //

@@ -375,6 +375,55 @@ func TestEnvd_SignedFileURLs(t *testing.T) {
 	}
 }
 
+// TestEnvd_SignedFileURLsNameNoSandbox: the SDK builds uploadUrl() and
+// downloadUrl() on E2B_SANDBOX_URL, with no sandbox id in the Host or the
+// headers. Such a URL goes to the sandbox whose access token signed it,
+// among several; one no sandbox signed, or an expired one, is 401.
+func TestEnvd_SignedFileURLsNameNoSandbox(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	other := h.create(t, map[string]any{"templateID": "base"})
+	c := h.create(t, map[string]any{"templateID": "base"})
+	const path = "/tmp/bare.txt"
+	signed := func(op, path, exp, token string) string {
+		q := url.Values{"path": {path}, "signature": {sdkSignature(path, op, "", token, exp)}}
+		if exp != "" {
+			q.Set("signature_expiration", exp)
+		}
+		return h.url + "/files?" + q.Encode()
+	}
+	send := func(method, u string, body io.Reader) response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), method, u, body)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/octet-stream")
+		}
+		return doReq(t, req)
+	}
+
+	if up := send(http.MethodPost, signed("write", path, "", c.EnvdAccessToken), strings.NewReader("bare")); up.status != http.StatusOK {
+		t.Fatalf("signed upload without a sandbox id: %d %s", up.status, up.body)
+	}
+	future := strconv.FormatInt(time.Now().Unix()+300, 10)
+	if down := send(http.MethodGet, signed("read", path, future, c.EnvdAccessToken), nil); down.status != http.StatusOK || string(down.body) != "bare" {
+		t.Errorf("signed download without a sandbox id: %d %q, want 200 \"bare\"", down.status, down.body)
+	}
+	// The other sandbox's token opens the other sandbox, which has no such file.
+	if down := send(http.MethodGet, signed("read", path, "", other.EnvdAccessToken), nil); down.status != http.StatusNotFound {
+		t.Errorf("download signed by the other sandbox: %d %s, want 404 (its own file system)", down.status, down.body)
+	}
+	past := strconv.FormatInt(time.Now().Unix()-5, 10)
+	for name, u := range map[string]string{
+		"forged":  signed("read", path, "", "guess"),
+		"expired": signed("read", path, past, c.EnvdAccessToken),
+	} {
+		resp := send(http.MethodGet, u, nil)
+		wantError(t, resp, http.StatusUnauthorized)
+		if strings.Contains(string(resp.body), "bare") {
+			t.Errorf("%s: leaked the file: %s", name, resp.body)
+		}
+	}
+}
+
 // TestEnvd_FileMetadataInARealSandbox (envd 0.6.2, reported since the
 // facade answers envdVersion 0.6.4): X-Metadata-* on an upload through the
 // facade lands as attributes the sandbox's file system keeps, and Stat

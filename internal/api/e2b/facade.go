@@ -173,7 +173,7 @@ func (f *Facade) Match(r *http.Request) bool {
 // unroutedSignedFile reports a signed /files URL that reached the daemon
 // with no sandbox in its Host or headers: the SDK builds uploadUrl() and
 // downloadUrl() on E2B_SANDBOX_URL, which names no sandbox. ServeHTTP
-// answers it with what to do instead.
+// routes it by its signature (serveSignedFile).
 func unroutedSignedFile(r *http.Request) bool {
 	return r.URL.Path == "/files" && r.URL.Query().Has("signature")
 }
@@ -202,8 +202,7 @@ func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if unroutedSignedFile(r) {
-		f.envdError(w, r, http.StatusBadRequest, "invalid_argument",
-			"this signed URL names no sandbox: send it to the sandbox's envd host, 49983-<sandbox-id>.<domain>")
+		f.serveSignedFile(w, r)
 		return
 	}
 	httplimit.Deadline(w, f.timeout)

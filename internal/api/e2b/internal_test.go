@@ -47,7 +47,7 @@ func TestMatch(t *testing.T) {
 		{"GET", "/", "49983-sb-1.example.com", nil, false},
 		{"GET", "/", "49983-.localhost", nil, false},
 		// A signed /files URL built on E2B_SANDBOX_URL names no sandbox:
-		// the facade answers it (with what to do), other /files are not its.
+		// the facade routes it by its signature, other /files are not its.
 		{"GET", "/files?path=%2Fa&signature=v1_x", "127.0.0.1:7070", nil, true},
 		{"GET", "/files?path=%2Fa", "127.0.0.1:7070", nil, false},
 		{"GET", "/files?signature=v1_x", "8080-sb-1.localhost", nil, false},

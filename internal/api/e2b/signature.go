@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/service"
 )
 
 // Signed /files URLs (sbx.uploadUrl(), sbx.downloadUrl()). The SDK signs
@@ -71,4 +73,55 @@ func (f *Facade) checkSignature(r *http.Request, id string, now time.Time) strin
 		return "invalid signature"
 	}
 	return ""
+}
+
+// signedBy reports whether sandbox id's access token made the signature of
+// the /files request r, whatever its expiration (checkSignature judges
+// that once the request is routed).
+func (f *Facade) signedBy(r *http.Request, id string) bool {
+	op := fileOperation(r)
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if op == "" || sig == "" {
+		return false
+	}
+	want := fileSignature(q.Get("path"), op, q.Get("username"), f.token(accessTokenLabel, id), q.Get("signature_expiration"))
+	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+}
+
+// signedFilePage is how many running sandboxes serveSignedFile reads at a
+// time: one bounded read of the store per page.
+const signedFilePage = 500
+
+// serveSignedFile serves a signed /files URL that names no sandbox, which
+// is what sbx.uploadUrl() and sbx.downloadUrl() build on E2B_SANDBOX_URL:
+// it goes to the running secure E2B sandbox whose access token made the
+// signature, and is then checked (expiry, user) and forwarded like a
+// routed one. Only the holder of a sandbox's token can sign for it, so
+// the match tells nothing a routed URL's check would not; it costs one
+// HMAC and one SHA-256 per running E2B sandbox of the host, and only such
+// URLs pay it. A signature no sandbox made is 401, as a bad one is on
+// E2B; a failed listing is 502.
+func (f *Facade) serveSignedFile(w http.ResponseWriter, r *http.Request) {
+	filter := service.ListFilter{States: []service.State{service.StateRunning}, Limit: signedFilePage}
+	for {
+		page, next, err := f.svc.List(r.Context(), envdCaller, filter)
+		if err != nil {
+			f.log.ErrorContext(r.Context(), "e2b: signed file URL: list sandboxes", "err", err)
+			f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandboxes cannot be listed right now")
+			return
+		}
+		for _, sb := range page {
+			if sb.Annotations[annTemplate] != "" && secure(sb) && f.signedBy(r, sb.ID) {
+				f.forward(w, r, sb, envdPort)
+				return
+			}
+		}
+		if next == "" {
+			break
+		}
+		filter.PageToken = next
+	}
+	f.envdError(w, r, http.StatusUnauthorized, "unauthenticated",
+		"invalid signature: no running sandbox's access token signs this URL")
 }

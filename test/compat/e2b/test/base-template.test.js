@@ -41,6 +41,19 @@ describe('base template', { concurrency: true }, () => {
     assert.equal(env.stdout, 'yes 0\n')
   })
 
+  // E2B's own suite runs `python -m http.server` and sets file metadata
+  // with setfattr (user.e2b.* attributes, which getInfo reports).
+  it('python is python3, and setfattr sets metadata getInfo reports', { timeout: 120_000 }, async (t) => {
+    const mismatch = baseImageMismatch()
+    if (mismatch) return t.skip(mismatch)
+    const sbx = await createSandbox(t, 'base-python-attr')
+    const py = await sbx.commands.run('python -c "import sys; print(sys.version_info[0])"')
+    assert.equal(py.stdout, '3\n')
+    await sbx.files.write('attr.txt', 'x')
+    await sbx.commands.run('setfattr -n user.e2b.author -v alice "$HOME/attr.txt"')
+    assert.deepEqual((await sbx.files.getInfo('attr.txt')).metadata, { author: 'alice' })
+  })
+
   it('create with mcp fails as the SDK reports a gateway that cannot start, leaving nothing', { timeout: 120_000 }, async (t) => {
     const mismatch = baseImageMismatch()
     if (mismatch) return t.skip(mismatch)

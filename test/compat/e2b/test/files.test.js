@@ -167,11 +167,35 @@ describe('files', { concurrency: true, timeout: 600_000 }, () => {
     assert.equal((await requestAs(envdHost, other.toString())).status, 401)
     // Unsigned and without the access token: refused.
     assert.equal((await requestAs(envdHost, `/files?path=${encodeURIComponent(path)}`)).status, 401)
-    // As the SDK built it, on E2B_SANDBOX_URL: no sandbox named, and the
-    // answer says where to send it.
-    const bare = await fetch(await sbx.downloadUrl(path))
-    assert.equal(bare.status, 400)
-    assert.match((await bare.json()).message, /49983-<sandbox-id>/)
+  })
+
+  // As the SDK builds them, on E2B_SANDBOX_URL, with no sandbox named: the
+  // daemon finds the sandbox whose access token signed the URL (E2B's own
+  // suite fetches sbx.downloadUrl() as it is).
+  it('signed URLs work as the SDK builds them, on E2B_SANDBOX_URL', { timeout: 120_000 }, async () => {
+    const dir = await scratch()
+    const path = `${dir}/bare.txt`
+
+    const up = await sbx.uploadUrl(path)
+    assert.ok(up.startsWith(process.env.E2B_SANDBOX_URL), up)
+    const form = new FormData()
+    form.append('file', new Blob(['bare upload']), path)
+    const put = await fetch(up, { method: 'POST', body: form })
+    assert.equal(put.status, 200, await put.text())
+    assert.equal(await sbx.files.read(path), 'bare upload')
+
+    const down = await fetch(await sbx.downloadUrl(path, { useSignatureExpiration: 120 }))
+    assert.equal(down.status, 200)
+    assert.equal(await down.text(), 'bare upload')
+
+    // A signature no sandbox made, or one past its expiration: 401.
+    const other = new URL(await sbx.downloadUrl(path))
+    other.searchParams.set('path', '/etc/passwd')
+    const forged = await fetch(other)
+    assert.equal(forged.status, 401)
+    assert.equal((await forged.json()).code, 401)
+    const late = await fetch(await sbx.downloadUrl(path, { useSignatureExpiration: -10 }))
+    assert.equal(late.status, 401)
   })
 
   // envd 0.6.2: metadata on write, kept as user.e2b.* attributes, read back
