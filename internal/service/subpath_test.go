@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -153,5 +154,57 @@ func TestReconcile_SweepsAStaleStagedMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.vols.Release(ctx, gone)
+	h.assertNothingLeft(t)
+}
+
+// TestStart_StagesAgainWhatARebootTook: the staged mount of a stopped
+// sandbox is gone (a host reboot): Start stages it again, so the sandbox
+// sees its data, not an empty directory; a subpath that became a link to
+// the host meanwhile makes the Start fail, never mounts the host.
+func TestStart_StagesAgainWhatARebootTook(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb, err := h.svc.CreateSandbox(ctx, subpathRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sh(t, sb.ID, "echo kept > /mnt/cache/f")
+	reboot := func() {
+		t.Helper()
+		if _, err := h.svc.Stop(ctx, admin, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range h.stagedMounts(t) {
+			if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reboot()
+	if _, err := h.svc.Start(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sh(t, sb.ID, "cat /mnt/cache/f"); got != "kept\n" {
+		t.Errorf("after the restage the sandbox reads %q", got)
+	}
+
+	reboot()
+	vol := filepath.Join(h.volumeDir(t, "alice", "cache"), "users")
+	if err := os.Rename(filepath.Join(vol, "alice"), filepath.Join(vol, "alice.old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/", filepath.Join(vol, "alice")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Start(ctx, admin, sb.ID); !errors.Is(err, service.ErrInvalidArgument) {
+		t.Errorf("start with the subpath now a link to /: %v, want ErrInvalidArgument", err)
+	}
+	if got := h.stagedMounts(t); len(got) != 0 {
+		t.Errorf("staged after the refused start: %v", got)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
 	h.assertNothingLeft(t)
 }

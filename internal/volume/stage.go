@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -258,8 +259,67 @@ func unstageOne(target string) error {
 			return fmt.Errorf("unmount %s: %w", target, err)
 		}
 	}
-	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+	err := os.Remove(target)
+	if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+		// Not a mount, yet written to: a container started on it while
+		// its mount was gone (a host reboot, a start behind the daemon's
+		// back). What is there is the container's own, never the volume's,
+		// unless something is mounted below it, which is checked first.
+		if below := mountsBelow(target); len(below) > 0 {
+			return fmt.Errorf("remove staging %s: mounts below it: %v", target, below)
+		}
+		err = os.RemoveAll(target)
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove staging %s: %w", target, err)
+	}
+	return nil
+}
+
+// mountsBelow lists the mount points at or under dir in this mount
+// namespace.
+func mountsBelow(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return []string{"(mountinfo unreadable: " + err.Error() + ")"}
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// isMountRoot reports whether p is the root of a mount.
+func isMountRoot(p string) bool {
+	var st unix.Statx_t
+	return unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS, &st) == nil &&
+		st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+}
+
+// Restage stages again every subpath mount of sandboxID whose staged mount
+// is gone (a host reboot takes them; the container's configuration still
+// names the staging path), the same way Prepare stages them: a subpath
+// that became a link since is refused. A staged mount that is there is
+// kept. Start calls it before the container starts, so a container never
+// starts on an empty staging directory.
+func (d *Dir) Restage(_ context.Context, owner, sandboxID string, mounts []service.Mount) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, m := range mounts {
+		if m.Subpath == "" || isMountRoot(filepath.Join(d.stagingDir(sandboxID), strconv.Itoa(i))) {
+			continue
+		}
+		vol := filepath.Join(d.ownerDir(owner), m.Volume)
+		if _, err := stat(vol, m.Volume); err != nil {
+			return err
+		}
+		if _, _, err := d.stage(m.Volume, vol, m.Subpath, sandboxID, i); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -326,10 +386,7 @@ func (d *Dir) Staged(sandboxID string) []string {
 	entries, _ := os.ReadDir(d.stagingDir(sandboxID))
 	var out []string
 	for _, e := range entries {
-		p := filepath.Join(d.stagingDir(sandboxID), e.Name())
-		var st unix.Statx_t
-		if unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS, &st) == nil &&
-			st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		if p := filepath.Join(d.stagingDir(sandboxID), e.Name()); isMountRoot(p) {
 			out = append(out, p)
 		}
 	}
