@@ -1,7 +1,9 @@
 // Package volume keeps named volumes: directories under the daemon's data
 // directory that sandboxes bind-mount and that outlive any one sandbox.
 // Volumes belong to an owner: <root>/<hash of owner>/<name>, so a tenant
-// can never mount another tenant's volume by naming it.
+// can never mount another tenant's volume by naming it. A mount of a
+// subpath of a volume is staged by the daemon (stage.go) so that no
+// sandbox sharing the volume can turn it into a mount of the host.
 package volume
 
 import (
