@@ -281,3 +281,39 @@ func TestStage_RaceWithALinkSwapNeverMountsTheHost(t *testing.T) {
 		t.Errorf("mounts left: %v", got)
 	}
 }
+
+// TestAbandon_KeepsADirectoryAnotherSandboxStaged: a failed create made
+// the subpath's directories, another sandbox staged the same subpath
+// since; the failed create's undo keeps them, so the other sandbox's
+// writes still land in the volume.
+func TestAbandon_KeepsADirectoryAnotherSandboxStaged(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	m := []service.Mount{{Volume: "data", Path: "/p", Subpath: "a/b"}}
+	if _, err := f.d.Prepare(ctx, "alice", "sb-0000000000000007", m); err != nil {
+		t.Fatal(err)
+	}
+	binds, err := f.d.Prepare(ctx, "alice", "sb-0000000000000008", m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.d.Abandon(ctx, "sb-0000000000000007"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(binds[0].HostPath, "f"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vol := filepath.Join(f.base, "volumes")
+	found := false
+	for _, e := range entries(t, vol) {
+		if strings.HasSuffix(e, "/data/a/b/f") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the other sandbox's write is not in the volume: %v", entries(t, vol))
+	}
+	if err := f.d.Release(ctx, "sb-0000000000000008"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/sandboxd/sandboxd/internal/naming"
@@ -44,6 +45,11 @@ type Dir struct {
 	// subdirs lists, per sandbox whose create is in flight, the
 	// directories its subpaths made inside volumes, for Abandon.
 	subdirs map[string][]madeSubdir
+	// staged lists, per sandbox of this process, the directories its
+	// subpath mounts staged (<volume dir>/<subpath>), so that a failed
+	// create never removes a directory it made that another sandbox has
+	// staged since.
+	staged map[string][]string
 }
 
 // madeSubdir is a directory a subpath mount made inside a volume.
@@ -65,7 +71,7 @@ func New(root string) (*Dir, error) {
 	return &Dir{
 		root: root, staging: staging,
 		made: map[string][]string{}, users: map[string]int{}, binds: map[string][]string{},
-		subdirs: map[string][]madeSubdir{},
+		subdirs: map[string][]madeSubdir{}, staged: map[string][]string{},
 	}, nil
 }
 
@@ -83,20 +89,19 @@ func (d *Dir) Prepare(_ context.Context, owner, sandboxID string, mounts []servi
 	ownerDir := filepath.Join(d.root, hex.EncodeToString(sum[:8]))
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var made, used []string
+	var made, used, staged []string
 	var subdirs []madeSubdir
 	defer func() {
 		if err != nil {
 			if uerr := d.unstage(sandboxID); uerr != nil {
 				err = errors.Join(err, uerr)
 			}
-			for _, m := range slices.Backward(subdirs) {
-				removeMade(m.vol, m.rel)
-			}
+			d.removeSubdirs(sandboxID, subdirs)
 			removeEmpty(made)
 			return
 		}
 		d.subdirs[sandboxID] = append(d.subdirs[sandboxID], subdirs...)
+		d.staged[sandboxID] = append(d.staged[sandboxID], staged...)
 		d.made[sandboxID] = append(d.made[sandboxID], made...)
 		for _, p := range used {
 			d.users[p]++
@@ -121,12 +126,13 @@ func (d *Dir) Prepare(_ context.Context, owner, sandboxID string, mounts []servi
 		used = append(used, ownerDir, host)
 		source := host
 		if m.Subpath != "" {
-			staged, rel, err := d.stage(m.Volume, host, m.Subpath, sandboxID, i)
+			target, rel, err := d.stage(m.Volume, host, m.Subpath, sandboxID, i)
 			if err != nil {
 				return nil, err
 			}
 			subdirs = append(subdirs, madeSubdir{vol: host, rel: rel})
-			source = staged
+			staged = append(staged, filepath.Join(host, m.Subpath))
+			source = target
 		}
 		binds = append(binds, runtime.Mount{HostPath: source, Path: m.Path, ReadOnly: m.ReadOnly})
 	}
@@ -157,9 +163,8 @@ func (d *Dir) Abandon(_ context.Context, sandboxID string) error {
 	if err := d.unstage(sandboxID); err != nil {
 		return err // kept: a retry of the undo (or the startup sweep) finishes it
 	}
-	for _, m := range slices.Backward(d.subdirs[sandboxID]) {
-		removeMade(m.vol, m.rel)
-	}
+	delete(d.staged, sandboxID)
+	d.removeSubdirs(sandboxID, d.subdirs[sandboxID])
 	delete(d.subdirs, sandboxID)
 	d.dropUsers(sandboxID)
 	made := d.made[sandboxID]
@@ -186,9 +191,32 @@ func (d *Dir) Release(_ context.Context, sandboxID string) error {
 		return err
 	}
 	delete(d.subdirs, sandboxID)
+	delete(d.staged, sandboxID)
 	d.dropUsers(sandboxID)
 	delete(d.made, sandboxID)
 	return nil
+}
+
+// removeSubdirs removes the directories a failed create of sandboxID made
+// inside volumes (subdirs, in the order made), except those another
+// sandbox of this process staged since: at or above one of its subpaths.
+func (d *Dir) removeSubdirs(sandboxID string, subdirs []madeSubdir) {
+	for _, m := range slices.Backward(subdirs) {
+		var free []string
+		for _, rel := range m.rel {
+			dir := filepath.Join(m.vol, rel)
+			inUse := false
+			for id, paths := range d.staged {
+				if id != sandboxID && slices.ContainsFunc(paths, func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }) {
+					inUse = true
+				}
+			}
+			if !inUse {
+				free = append(free, rel)
+			}
+		}
+		removeMade(m.vol, free)
+	}
 }
 
 func (d *Dir) dropUsers(sandboxID string) {
