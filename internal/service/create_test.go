@@ -45,22 +45,39 @@ func TestCreate_FailureAtEveryStepLeavesNothing(t *testing.T) {
 		{"store mounts", func(h *harness) { h.store.inject("PutSandboxMounts") }},
 		{"commit", func(h *harness) { h.store.inject("CommitCreate") }},
 	}
-	for _, step := range steps {
-		t.Run(step.name, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t, harnessOptions{})
-			step.inject(h)
-			_, err := h.svc.CreateSandbox(t.Context(), request())
-			if err == nil {
-				t.Fatal("create succeeded despite the injected fault")
-			}
-			if !errors.Is(err, errInjected) {
-				t.Fatalf("got %v, want the injected fault", err)
-			}
-			h.assertNothingLeft(t)
-			h.assertNoVolumes(t)
-		})
+	// Each step fails a create with a whole volume, and one with a
+	// subpath: every step after "mounts" then fails after its staged
+	// mount, which must go too (assertNothingLeft reads mountinfo).
+	variants := map[string]func() service.CreateRequest{
+		"whole":   request,
+		"subpath": subpathRequest,
 	}
+	for _, step := range steps {
+		for vname, req := range variants {
+			t.Run(step.name+"/"+vname, func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, harnessOptions{})
+				step.inject(h)
+				_, err := h.svc.CreateSandbox(t.Context(), req())
+				if err == nil {
+					t.Fatal("create succeeded despite the injected fault")
+				}
+				if !errors.Is(err, errInjected) {
+					t.Fatalf("got %v, want the injected fault", err)
+				}
+				h.assertNothingLeft(t)
+				h.assertNoVolumes(t)
+			})
+		}
+	}
+}
+
+// subpathRequest is request with its volume mounted by a subpath that the
+// create makes.
+func subpathRequest() service.CreateRequest {
+	req := request()
+	req.Mounts[0].Subpath = "users/alice"
+	return req
 }
 
 func TestCreate_ThenDestroyTwice(t *testing.T) {

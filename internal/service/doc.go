@@ -26,7 +26,11 @@
 //  6. under a claim, attach the id to it; insert the row
 //     in state creating, with no expiry yet   → undo: delete the row
 //  7. admission: reserve CPU and memory        → undo: release
-//  8. mounts: prepare volume directories       → undo: release
+//  8. mounts: prepare volume directories, and stage each subpath mount
+//     (internal/volume: opened beneath the volume without following
+//     links, bind-mounted from the fd at a daemon-owned staging path the
+//     runtime gets as the source)           → undo: abandon (detach the
+//     staged mounts, remove what this create made)
 //  9. runtime create + start, agent ready      → undo: destroy the container
 //     9b. with a secret env, hand it to the agent over its channel (it is
 //     never in the engine's configuration of the container)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -202,6 +203,33 @@ func (h *harness) assertNothingLeft(t *testing.T) {
 	if n := h.vols.prepared(); n != 0 {
 		t.Errorf("mounts left prepared: %d", n)
 	}
+	if m := h.stagedMounts(t); len(m) != 0 {
+		t.Errorf("staged mounts left: %v", m)
+	}
+}
+
+// stagingRoot is where the volume directory stages subpath mounts.
+func (h *harness) stagingRoot() string {
+	return filepath.Join(filepath.Dir(h.volRoot), "mounts")
+}
+
+// stagedMounts lists the mount points under the staging root, as
+// /proc/self/mountinfo (the engine's mount namespace too) has them.
+func (h *harness) stagedMounts(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := h.stagingRoot()
+	var out []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], root+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
 }
 
 // assertNoVolumes checks that no volume directory exists on the host: a
@@ -211,6 +239,9 @@ func (h *harness) assertNoVolumes(t *testing.T) {
 	t.Helper()
 	if left, err := os.ReadDir(h.volRoot); err != nil || len(left) != 0 {
 		t.Errorf("volume directories left on the host: %v (%v)", left, err)
+	}
+	if left, err := os.ReadDir(h.stagingRoot()); err != nil || len(left) != 0 {
+		t.Errorf("staging directories left on the host: %v (%v)", left, err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -254,6 +255,13 @@ func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox
 	if err := s.Admission.ReserveWithin(row.ID, req, c.Quota); err != nil {
 		return Sandbox{}, admissionErr(err)
 	}
+	// A host reboot took the staged subpath mounts the container's
+	// configuration names: staged again before it starts, never an empty
+	// directory in their place.
+	if err := s.restage(ctx, row); err != nil {
+		s.Admission.Release(row.ID)
+		return Sandbox{}, fmt.Errorf("start %s: stage its mounts: %w", row.ID, err)
+	}
 	if err := s.Runtime.Start(ctx, row.ID); err != nil {
 		s.Admission.Release(row.ID)
 		if errors.Is(err, runtime.ErrNotFound) {
@@ -276,6 +284,26 @@ func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox
 		return Sandbox{}, s.mapStoreErr(err, row.ID)
 	}
 	return fromRow(updated), nil
+}
+
+// VolumeRestager is what a Volumes that stages subpath mounts outside the
+// runtime offers Start: staging again those that are gone.
+type VolumeRestager interface {
+	Restage(ctx context.Context, owner, sandboxID string, mounts []Mount) error
+}
+
+// restage stages again the gone subpath mounts of row's sandbox; a
+// sandbox without subpath mounts costs a scan of its mounts, no I/O.
+func (s *Service) restage(ctx context.Context, row store.Sandbox) error {
+	rs, ok := s.Volumes.(VolumeRestager)
+	if !ok {
+		return nil
+	}
+	mounts := fromRow(row).Mounts
+	if !slices.ContainsFunc(mounts, func(m Mount) bool { return m.Subpath != "" }) {
+		return nil
+	}
+	return rs.Restage(ctx, row.Owner, row.ID, mounts)
 }
 
 // Update changes a sandbox's timeout and tags. A timeout counts from now;

@@ -68,6 +68,9 @@ func (s *Service) reconcile(ctx context.Context, startup bool) error {
 	if lostErr != nil {
 		return fmt.Errorf("startup reconcile: %w", lostErr)
 	}
+	if err := s.sweepVolumes(snap.Rows); err != nil {
+		s.Logger.Warn("reconcile: staged mounts of gone sandboxes left; the next start retries", "err", err)
+	}
 	for id := range lost {
 		delete(p.Live, id)
 	}
@@ -251,6 +254,37 @@ func (s *Service) restore(ctx context.Context, p Plan, lost map[string]bool) err
 		s.Logger.Error("reconcile: some routes could not be restored", "err", err)
 	}
 	return nil
+}
+
+// VolumeSweeper is what a Volumes that keeps host state of its own per
+// sandbox (the staged subpath mounts of internal/volume) offers the
+// startup pass, to settle what a killed daemon left.
+type VolumeSweeper interface {
+	// Sweep removes what it holds for every sandbox live does not know,
+	// and says how many it settled.
+	Sweep(live func(sandboxID string) bool) (int, error)
+}
+
+// sweepVolumes settles, at startup, the staged mounts of sandboxes that
+// have no row any more (a daemon killed between a destroy's teardown and
+// the end of its undo). rows are the snapshot's, destroying ones included:
+// the cleanup phases before it released those they settled, and no create
+// runs before the startup pass (creates wait for readiness).
+func (s *Service) sweepVolumes(rows []store.Sandbox) error {
+	sw, ok := s.Volumes.(VolumeSweeper)
+	if !ok {
+		return nil
+	}
+	live := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		live[r.ID] = true
+	}
+	n, err := sw.Sweep(func(id string) bool { return live[id] })
+	if n > 0 {
+		s.Logger.Info("reconcile: removed staged mounts of gone sandboxes", "count", n)
+		s.Metrics.reconcileActions("stale_staged_mount", n)
+	}
+	return err
 }
 
 func (s *Service) allRows(ctx context.Context) ([]store.Sandbox, error) {

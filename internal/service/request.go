@@ -2,6 +2,8 @@ package service
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"path"
 	"regexp"
 	"strings"
@@ -67,11 +69,49 @@ type CreateRequest struct {
 }
 
 // Mount binds a named volume (a directory the daemon keeps) into the
-// sandbox at Path.
+// sandbox at Path: the whole volume, or only the directory Subpath inside
+// it (created when missing).
 type Mount struct {
 	Volume   string `json:"volume"`
 	Path     string `json:"path"`
 	ReadOnly bool   `json:"read_only,omitempty"`
+	// Subpath is a clean relative path inside the volume (CheckSubpath);
+	// empty mounts the whole volume.
+	Subpath string `json:"subpath,omitempty"`
+}
+
+// Bounds of a mount's subpath: the kernel's own limits for one name and
+// well under PATH_MAX for the whole (the volume's own path comes first).
+const (
+	maxSubpathLen       = 1024
+	maxSubpathComponent = 255
+)
+
+// CheckSubpath reports why sub is not a subpath a mount may name: it must
+// be relative, clean (no "." or empty components, no trailing slash), free
+// of ".." and NUL, at most 1024 bytes with names of at most 255. Whether it resolves to a directory inside the
+// volume without following a symbolic link is only known when it is
+// opened (internal/volume); this is the part that needs no file system.
+func CheckSubpath(sub string) error {
+	switch {
+	case len(sub) > maxSubpathLen:
+		return fmt.Errorf("subpath is longer than %d bytes", maxSubpathLen)
+	case strings.ContainsRune(sub, 0):
+		return errors.New("subpath contains NUL")
+	case path.IsAbs(sub):
+		return fmt.Errorf("subpath %q must be relative to the volume", sub)
+	case sub == "." || path.Clean(sub) != sub:
+		return fmt.Errorf("subpath %q must be a clean relative path (no '.', '//' or trailing '/')", sub)
+	}
+	for c := range strings.SplitSeq(sub, "/") {
+		switch {
+		case c == "..":
+			return fmt.Errorf("subpath %q must not contain '..'", sub)
+		case len(c) > maxSubpathComponent:
+			return fmt.Errorf("subpath %q has a name longer than %d bytes", sub, maxSubpathComponent)
+		}
+	}
+	return nil
 }
 
 var (
@@ -189,6 +229,11 @@ func validateMounts(mounts []Mount) error {
 		for _, r := range reservedTargets {
 			if nested(m.Path, r) || nested(r, m.Path) {
 				return invalid("mounts", "mount %d: path %q overlaps %s, which the sandbox needs", i, m.Path, r)
+			}
+		}
+		if m.Subpath != "" {
+			if err := CheckSubpath(m.Subpath); err != nil {
+				return invalid("mounts", "mount %d: %v", i, err)
 			}
 		}
 		if seen[m.Path] {

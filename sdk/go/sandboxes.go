@@ -51,6 +51,9 @@ type Mount struct {
 	Volume   string `json:"volume"`
 	Path     string `json:"path"`
 	ReadOnly bool   `json:"read_only,omitempty"`
+	// Subpath mounts only this directory of the volume (a clean relative
+	// path, made when missing); empty mounts the whole volume.
+	Subpath string `json:"subpath,omitempty"`
 }
 
 // CreateRequest describes a sandbox to create. Zero fields take the

@@ -118,8 +118,10 @@ func (f *Facade) deleteVolume(w http.ResponseWriter, r *http.Request, c service.
 const maxSandboxVolumes = 8
 
 // volumeMounts turns a create's volumes into mounts. Each volume must
-// exist (404 "Volume '<id>' not found"), its mountPath be absolute, and
-// subpath (mounting part of a volume) is refused.
+// exist (404 "Volume '<id>' not found") and its mountPath be absolute; a
+// subpath mounts only that directory of the volume (the service checks
+// its text and internal/volume opens it without following links: see
+// service.CheckSubpath).
 func (f *Facade) volumeMounts(ctx context.Context, c service.Caller, raw []json.RawMessage) ([]service.Mount, error) {
 	if len(raw) > maxSandboxVolumes {
 		return nil, badRequest("volumes: at most %d", maxSandboxVolumes)
@@ -135,8 +137,11 @@ func (f *Facade) volumeMounts(ctx context.Context, c service.Caller, raw []json.
 			return nil, badRequest("volumes[%d]: volumeId is required", i)
 		case !path.IsAbs(v.MountPath) || path.Clean(v.MountPath) == "/":
 			return nil, badRequest("volumes[%d]: mountPath must be an absolute path other than /", i)
-		case v.Subpath != "":
-			return nil, badRequest("volumes[%d]: subpath is not supported (the whole volume is mounted)", i)
+		}
+		if v.Subpath != "" {
+			if err := service.CheckSubpath(v.Subpath); err != nil {
+				return nil, badRequest("volumes[%d]: %v", i, err)
+			}
 		}
 		if _, err := f.svc.GetVolume(ctx, c, v.VolumeID); err != nil {
 			if errors.Is(err, service.ErrNotFound) {
@@ -144,7 +149,7 @@ func (f *Facade) volumeMounts(ctx context.Context, c service.Caller, raw []json.
 			}
 			return nil, err
 		}
-		mounts = append(mounts, service.Mount{Volume: v.VolumeID, Path: path.Clean(v.MountPath)})
+		mounts = append(mounts, service.Mount{Volume: v.VolumeID, Path: path.Clean(v.MountPath), Subpath: v.Subpath})
 	}
 	return mounts, nil
 }
@@ -153,7 +158,7 @@ func (f *Facade) volumeMounts(ctx context.Context, c service.Caller, raw []json.
 func volumesOf(sb service.Sandbox) []sandboxVolume {
 	var out []sandboxVolume
 	for _, m := range sb.Mounts {
-		out = append(out, sandboxVolume{VolumeID: m.Volume, MountPath: m.Path})
+		out = append(out, sandboxVolume{VolumeID: m.Volume, MountPath: m.Path, Subpath: m.Subpath})
 	}
 	return out
 }

@@ -84,7 +84,9 @@ func TestVolumes_CreateWithAnUnknownOrPartialVolumeIsRefused(t *testing.T) {
 		t.Fatalf("create: %d %s", resp.status, resp.body)
 	}
 	for _, v := range []map[string]string{
-		{"volumeId": name, "mountPath": "/data", "subpath": "part"},
+		{"volumeId": name, "mountPath": "/data", "subpath": "../part"},
+		{"volumeId": name, "mountPath": "/data", "subpath": "/etc"},
+		{"volumeId": name, "mountPath": "/data", "subpath": strings.Repeat("a/", 600) + "a"},
 		{"volumeId": name, "mountPath": "relative"},
 		{"volumeId": name, "mountPath": "/"},
 	} {

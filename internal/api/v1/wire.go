@@ -35,6 +35,7 @@ type mountJSON struct {
 	Volume   string `json:"volume"`
 	Path     string `json:"path"`
 	ReadOnly bool   `json:"read_only,omitempty"`
+	Subpath  string `json:"subpath,omitempty"`
 }
 
 func toSandboxJSON(sb service.Sandbox) sandboxJSON {

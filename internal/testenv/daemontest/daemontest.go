@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -430,10 +431,36 @@ func (d *Daemon) Close() error {
 	if rerr := RemoveContainers(ctx, d.nodeID); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
+	// Staged subpath mounts a test left (its sandboxes removed behind the
+	// daemon's back): detached first, so the removal never reaches through
+	// one and no mount outlives the data directory.
+	if left := MountsUnder(d.dataDir); len(left) > 0 {
+		for _, m := range slices.Backward(left) {
+			_ = syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+		err = errors.Join(err, fmt.Errorf("daemon %s left mounts under its data dir: %v", d.nodeID, left))
+	}
 	if rerr := os.RemoveAll(d.dataDir); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	return err
+}
+
+// MountsUnder lists the mount points under dir in this process's mount
+// namespace (the engine's too), from /proc/self/mountinfo, in its order.
+func MountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
 }
 
 // LogTail returns the last n lines of the daemon's log (stdout and

@@ -1,12 +1,13 @@
 // Volumes (/volumes): create, get (by name, with create), list, a sandbox
 // created with volumes [{volumeId, mountPath}] writing data another sandbox
 // reads, deleting a volume in use refused with DaytonaConflictError, and
-// delete.
+// delete; a sandbox mounting a subpath of a volume ({volumeId, mountPath,
+// subpath}) sees only that directory, and bad or linked subpaths are refused.
 
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 
-import { DaytonaConflictError, DaytonaNotFoundError } from '@daytonaio/sdk'
+import { DaytonaConflictError, DaytonaError, DaytonaNotFoundError } from '@daytonaio/sdk'
 
 import { createSandbox, deleteQuietly, newClient, nonce } from './helpers.js'
 
@@ -41,6 +42,42 @@ describe('volumes', () => {
     await deleteQuietly(b)
     await daytona.volume.delete(vol)
     await assert.rejects(daytona.volume.get(name), DaytonaNotFoundError)
+  })
+
+  it('mounts a subpath: only that directory, written through it into the volume', { timeout: 240_000 }, async (t) => {
+    const vol = await daytona.volume.create(`vsub-${nonce()}`)
+    t.after(async () => {
+      try { await daytona.volume.delete(vol) } catch { /* deleted by the test */ }
+    })
+    const whole = await createSandbox(t, daytona, 'volumes-whole', { volumes: [{ volumeId: vol.id, mountPath: '/mnt/v' }] })
+    assert.equal((await whole.process.executeCommand('echo top > /mnt/v/top.txt')).exitCode, 0)
+    // users/alice does not exist yet: the daemon makes it, writable by the
+    // sandbox's unprivileged user.
+    const part = await createSandbox(t, daytona, 'volumes-subpath', {
+      volumes: [{ volumeId: vol.id, mountPath: '/mnt/part', subpath: 'users/alice' }],
+    })
+    assert.deepEqual(part.volumes, [{ volumeId: vol.id, mountPath: '/mnt/part', subpath: 'users/alice' }])
+    const w = await part.process.executeCommand('echo via-subpath > /mnt/part/note.txt && ls -A /mnt/part')
+    assert.equal(w.exitCode, 0, w.result)
+    assert.equal(w.result, 'note.txt\n', 'the subpath shows only its own directory')
+    assert.equal((await whole.process.executeCommand('cat /mnt/v/users/alice/note.txt')).result, 'via-subpath\n')
+    assert.equal((await part.fs.downloadFile('/mnt/part/note.txt')).toString(), 'via-subpath\n')
+
+    for (const subpath of ['../escape', '/etc', 'a//b']) {
+      await assert.rejects(
+        daytona.create({ volumes: [{ volumeId: vol.id, mountPath: '/data', subpath }] }),
+        (err) => err instanceof DaytonaError && !(err instanceof DaytonaNotFoundError),
+        `subpath ${subpath} is refused`,
+      )
+    }
+    // A link planted by the whole-volume sandbox is refused, never followed.
+    assert.equal((await whole.process.executeCommand('ln -s /etc /mnt/v/etc-link')).exitCode, 0)
+    await assert.rejects(
+      daytona.create({ volumes: [{ volumeId: vol.id, mountPath: '/data', subpath: 'etc-link' }] }),
+      DaytonaError,
+    )
+    await deleteQuietly(part)
+    await deleteQuietly(whole)
   })
 
   it('a sandbox with an unknown volume is refused', { timeout: 60_000 }, async () => {
