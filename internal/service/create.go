@@ -70,17 +70,16 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 
 // createAs is create with an idle sandbox already reserved from the pool
 // (reservePooled) when reserved is not nil: the create claims it, and its
-// id is idOverride. A miss then answers errPoolMiss instead of going cold,
-// since the cold path cannot reuse the id (the caller gives up what it
-// keyed by the id and creates again cold).
-func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride string, reserved *pooled, cl *store.Claim) (_ *Created, err error) {
+// id is idOverride. A miss then answers errPoolMiss instead of going cold:
+// the caller creates again cold, under an id of its choosing.
+func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim) (_ *Created, err error) {
 	t := &stepTimer{}
 	defer func() { s.Metrics.observeCreate(t.timings, err) }()
 	if reserved != nil {
 		// Until claimPooled has it, a failure gives the reservation back.
 		defer func() {
 			if reserved != nil {
-				s.unreservePooled(req, *reserved)
+				s.unreservePooled(req, reserved.pooled)
 			}
 		}()
 	}
@@ -106,9 +105,9 @@ func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride st
 	// mounts or a chosen id, is a claim of an idle sandbox (poolclaim.go).
 	// A miss runs the cold path below, which the refill then yields to.
 	if reserved != nil {
-		e := *reserved
+		r := *reserved
 		reserved = nil
-		return s.claimPooled(ctx, req, e, cl, t)
+		return s.claimPooled(ctx, req, r, cl, t)
 	}
 	if req.Owner != store.PoolOwner {
 		if idOverride == "" && len(req.Mounts) == 0 {

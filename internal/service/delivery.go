@@ -210,38 +210,30 @@ func (s *Service) createDelivered(ctx context.Context, c Caller, r CreateOnceReq
 	// finished and offered to its retry instead of being thrown away.
 	work, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.PendingTTL)
 	defer cancel()
-	var (
-		d       *Delivery
-		created *Created
-		err     error
-	)
-	for try := 0; try < 2; try++ {
-		// The delivery row is keyed by the sandbox's id, so the first try
-		// takes an idle sandbox of the pool before it, to know the id. A
-		// miss after that (the sandbox died) gives the row up, and the
-		// second try creates cold under a fresh id.
-		id, reserved := newSandboxID(), (*pooled)(nil)
-		if try == 0 {
-			if e, ok := s.reservePooled(r.Create); ok {
-				id, reserved = e.id, &e
-			}
+	// An idle sandbox of the pool is reserved first, to know the id the
+	// delivery row is keyed by; the claim's store write writes that row.
+	// A miss (the sandbox died) creates cold under a fresh id.
+	if e, ok := s.reservePooled(r.Create); ok {
+		dcl, err := store.NewDelivery(k.Scope, k.Fingerprint, e.id)
+		if err != nil {
+			s.unreservePooled(r.Create, e)
+			return nil, s.mapStoreErr(err, "")
 		}
-		cl, berr := s.Store.BeginDelivery(ctx, k.Scope, k.Fingerprint, id, k.ReplayWindow)
-		if berr != nil {
-			if reserved != nil {
-				s.unreservePooled(r.Create, *reserved)
-			}
-			return nil, s.mapStoreErr(berr, "")
-		}
-		d = s.watch(ctx, cl, k.ReplayWindow)
-		created, err = s.createAs(work, r.Create, id, reserved, nil)
+		created, err := s.createAs(work, r.Create, e.id, &reservation{pooled: e, delivery: &dcl, window: k.ReplayWindow}, nil)
 		if !errors.Is(err, errPoolMiss) {
-			break
-		}
-		if _, derr := d.release(ctx); derr != nil {
-			return nil, fmt.Errorf("create dedupe: give up the delivery of a dead pooled sandbox: %w", derr)
+			if err != nil {
+				return nil, err // the claim deleted its delivery row
+			}
+			return s.delivered(ctx, r, work, s.watch(ctx, dcl, k.ReplayWindow), created)
 		}
 	}
+	id := newSandboxID()
+	cl, err := s.Store.BeginDelivery(ctx, k.Scope, k.Fingerprint, id, k.ReplayWindow)
+	if err != nil {
+		return nil, s.mapStoreErr(err, "")
+	}
+	d := s.watch(ctx, cl, k.ReplayWindow)
+	created, err := s.create(work, r.Create, id, nil)
 	if err != nil {
 		// The chain rolled itself back.
 		if _, derr := d.release(ctx); derr != nil {
@@ -249,6 +241,12 @@ func (s *Service) createDelivered(ctx context.Context, c Caller, r CreateOnceReq
 		}
 		return nil, err
 	}
+	return s.delivered(ctx, r, work, d, created)
+}
+
+// delivered finishes a create made under the delivery d: it is offered to
+// retries at once if its client already went away, and runs r.After.
+func (s *Service) delivered(ctx context.Context, r CreateOnceRequest, work context.Context, d *Delivery, created *Created) (*Created, error) {
 	d.abandonIfGone(ctx)
 	if r.After != nil {
 		if aerr := r.After(work, created.Sandbox); aerr != nil {

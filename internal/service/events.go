@@ -152,16 +152,13 @@ func (p publishingStore) CreateSandbox(ctx context.Context, sb *store.Sandbox) e
 	return nil
 }
 
-// ClaimPooled is, to its new owner, the creation of a running sandbox
-// (the pool's idle sandboxes are nobody's: nobody subscribes to their owner).
+// ClaimPooled is, to its new owner, the creation of a sandbox (the pool's
+// idle sandboxes are nobody's: nobody subscribes to their owner); its
+// CommitCreate then says it runs, as a cold create's does.
 func (p publishingStore) ClaimPooled(ctx context.Context, c store.PoolClaim) (store.Sandbox, error) {
 	row, err := p.Store.ClaimPooled(ctx, c)
-	if err == nil && p.hub.active() {
-		// As a cold create is seen: created while creating, then running.
-		creating := fromRow(row)
-		creating.State = StateCreating
-		p.hub.publish(Event{Sandbox: creating, Created: true})
-		p.hub.publish(Event{Sandbox: fromRow(row), OldState: StateCreating})
+	if err == nil {
+		p.hub.publish(Event{Sandbox: fromRow(row), Created: true})
 	}
 	return row, err
 }

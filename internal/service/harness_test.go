@@ -346,6 +346,13 @@ func (f *faultyStore) UpdateSandboxState(ctx context.Context, id string, from []
 	return f.Store.UpdateSandboxState(ctx, id, from, to, reason)
 }
 
+func (f *faultyStore) ClaimPooled(ctx context.Context, c store.PoolClaim) (store.Sandbox, error) {
+	if err := f.check("ClaimPooled"); err != nil {
+		return store.Sandbox{}, err
+	}
+	return f.Store.ClaimPooled(ctx, c)
+}
+
 func (f *faultyStore) CommitCreate(ctx context.Context, id string, expiresAt time.Time) (store.Sandbox, error) {
 	if err := f.check("CommitCreate"); err != nil {
 		return store.Sandbox{}, err

@@ -134,11 +134,19 @@ func (p *pool) take(c PoolClass) (pooled, bool) {
 }
 
 // giveBack returns an untouched sandbox that take handed out.
-func (p *pool) giveBack(c PoolClass, e pooled) {
+//
+// It reports false, keeping nothing, when the class no longer wants it
+// (drained, or its target shrank while the claim ran): the caller then
+// destroys the sandbox.
+func (p *pool) giveBack(c PoolClass, e pooled) bool {
 	p.mu.Lock()
-	p.ready[c] = append([]pooled{e}, p.ready[c]...)
+	defer p.mu.Unlock()
 	p.claiming[c]--
-	p.mu.Unlock()
+	if p.supply(c) >= p.targets[c] {
+		return false
+	}
+	p.ready[c] = append([]pooled{e}, p.ready[c]...)
+	return true
 }
 
 // gone ends the claim of a sandbox take handed out that the pool no
@@ -358,7 +366,11 @@ func (s *Service) runPool(ctx context.Context) {
 	defer check.Stop()
 	for {
 		// Refill yields to tenants: nothing starts while a cold create is
-		// in flight (it is poked when the last one ends).
+		// in flight (it is poked when the last one ends). A refill holds
+		// capacity that no eviction can free until it is done, so running
+		// one beside cold creates could turn a tenant's create into a 429;
+		// under a steady stream of cold creates the pool waits instead,
+		// which costs only latency (those creates would miss it anyway).
 		var wait time.Duration
 		for s.pool.userCreates.Load() == 0 {
 			c, ok, w := s.pool.next(s.Clock())

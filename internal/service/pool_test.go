@@ -435,3 +435,89 @@ func TestPool_DeliveryCreatesClaimFromThePool(t *testing.T) {
 		t.Fatalf("undelivered rows for the dead sandbox's create: %v, %v", ok, err)
 	}
 }
+
+// An unkeyed E2B create whose client goes away in the middle of its claim
+// is offered to its retry once the claim is done, and the retry adopts
+// that very sandbox: the delivery row is written with the claim, so it
+// never names a sandbox that is still the pool's (which a retry could not
+// adopt, and would replace with a second sandbox, leaving the first
+// running for nobody).
+func TestPool_DeliveryAbortedMidClaimIsAdoptedByItsRetry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(1)})
+	runPool(t, h)
+	waitReady(t, h, 1)
+	ctx := t.Context()
+	idle := pooledIDs(t, h)
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.store.on("ClaimPooled", func() error {
+		once.Do(func() {
+			close(reached)
+			<-release
+		})
+		return nil
+	})
+	r := deliveryReq("fp-pool-abort-mid-claim", 10*time.Second)
+	cctx, cancel := context.WithCancel(ctx)
+	type result struct {
+		c   *service.Created
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := h.svc.CreateOnce(cctx, alice, r)
+		done <- result{c, err}
+	}()
+	<-reached
+	cancel()
+	if ok, err := h.store.HasUndelivered(ctx, deliveryScope, r.Key.Fingerprint); err != nil || ok {
+		t.Fatalf("before the claim's write an undelivered row exists (%v, %v): it names the pool's sandbox", ok, err)
+	}
+	close(release)
+	out := <-done
+	if out.err != nil {
+		t.Fatalf("the aborted create: %v", out.err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(ctx), admin, out.c.ID) })
+	if out.c.ID != idle[0] {
+		t.Fatalf("the create got %s, want the idle %s", out.c.ID, idle[0])
+	}
+	if err := out.c.Delivery.HandOver(cctx); !errors.Is(err, service.ErrUndelivered) {
+		t.Fatalf("HandOver after the client left = %v, want ErrUndelivered", err)
+	}
+	h.waitUndelivered(t, r.Key.Fingerprint)
+	retry := deliveredCreate(t, h.svc, r)
+	if retry.ID != out.c.ID {
+		_ = h.svc.Destroy(context.WithoutCancel(ctx), admin, retry.ID)
+		t.Fatalf("the retry got %s, want the aborted create's %s", retry.ID, out.c.ID)
+	}
+}
+
+// An idle sandbox that failed in the pool (the reconciler marked it) and
+// that a claim takes before the health check is destroyed, with its
+// capacity released; the create goes cold.
+func TestPool_FailedIdleSandboxTakenByAClaimIsDestroyed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(1)})
+	runPool(t, h)
+	waitReady(t, h, 1)
+	ctx := t.Context()
+	failed := pooledIDs(t, h)[0]
+	if _, err := h.store.UpdateSandboxState(ctx, failed, []store.SandboxState{store.StateRunning}, store.StateError, "its container vanished"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(ctx), admin, c.ID) })
+	if c.ID == failed || hit(c) {
+		t.Fatalf("the create got the failed sandbox: id %s, hit %v", c.ID, hit(c))
+	}
+	eventually(t, "the failed idle sandbox is destroyed and its capacity released", func() bool {
+		_, err := h.store.GetSandbox(ctx, failed)
+		_, held := h.adm.Held(failed)
+		return errors.Is(err, store.ErrNotFound) && !held
+	})
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
@@ -18,12 +17,7 @@ import (
 var errPoolMiss = errors.New("pool miss")
 
 // fromPool serves a normalized create from the warm pool: it takes an idle
-// sandbox of the request's class and claims it. The claim is one store
-// write (store.ClaimPooled: owner, name, tags, env, sealed secrets, fresh
-// tokens and the timeout, with the idempotency claim's target in the same
-// transaction), then one agent call that hands over the env and the
-// secret env and rotates the agent token (the token the sandbox booted
-// with stops working). Nothing is restarted.
+// sandbox of the request's class and claims it (claimPooled).
 //
 // errPoolMiss means the pool could not serve it (no idle sandbox, or the
 // one taken turned out dead, which is then destroyed): the caller runs
@@ -36,14 +30,24 @@ func (s *Service) fromPool(ctx context.Context, req CreateRequest, cl *store.Cla
 		s.Metrics.poolMiss()
 		return nil, errPoolMiss
 	}
-	return s.claimPooled(ctx, req, e, cl, t)
+	return s.claimPooled(ctx, req, reservation{pooled: e}, cl, t)
 }
 
-// reservePooled takes an idle sandbox for req before its create runs, for
-// a caller that must know the sandbox's id first (the delivery claim of an
-// unkeyed E2B create is keyed by it). ok is false when req cannot be
-// served from the pool; the caller then creates cold. The caller passes
-// the sandbox to createAs, or gives it back with unreservePooled.
+// reservation is an idle sandbox taken from the pool before its create
+// runs (reservePooled), for a caller that must know the sandbox's id
+// first: an unkeyed E2B create, whose delivery claim is keyed by it.
+type reservation struct {
+	pooled
+	// delivery is the create's delivery claim (store.NewDelivery), which
+	// the claim's store write writes too, so that no delivery row ever
+	// names a sandbox that is still the pool's; window is its window.
+	delivery *store.Claim
+	window   time.Duration
+}
+
+// reservePooled takes an idle sandbox for req: ok is false when req cannot
+// be served from the pool, and the caller creates cold. The caller passes
+// the reservation to createAs, or gives it back with unreservePooled.
 func (s *Service) reservePooled(req CreateRequest) (pooled, bool) {
 	if req.Owner == store.PoolOwner || len(req.Mounts) > 0 {
 		return pooled{}, false
@@ -59,18 +63,46 @@ func (s *Service) reservePooled(req CreateRequest) (pooled, bool) {
 // claimed.
 func (s *Service) unreservePooled(req CreateRequest, e pooled) {
 	n, _ := s.normalize(req) // reservePooled normalized it without error
-	s.pool.giveBack(poolClass(n), e)
+	s.returnPooled(context.Background(), poolClass(n), e)
 }
 
-// claimPooled claims e, an idle sandbox of req's class that take handed
-// out, for req: see fromPool.
-func (s *Service) claimPooled(ctx context.Context, req CreateRequest, e pooled, cl *store.Claim, t *stepTimer) (*Created, error) {
+// returnPooled gives an untouched idle sandbox back to its class, or
+// destroys it when the class no longer wants it (a stop drained the pool,
+// or its target shrank, while a claim held it).
+func (s *Service) returnPooled(ctx context.Context, class PoolClass, e pooled) {
+	if !s.pool.giveBack(class, e) {
+		s.destroyPooled(ctx, e.id, "the pool no longer wants it")
+	}
+}
+
+// poolConfigureTimeout bounds a claim's agent call: an idle agent on a
+// local socket answers in a millisecond, so one that takes seconds is
+// dead or hostile, and the create goes cold instead of waiting on it.
+const poolConfigureTimeout = 5 * time.Second
+
+// claimPooled claims r, an idle sandbox of req's class that take handed
+// out, for req, in the steps of a cold create:
+//
+//  1. one store write (store.ClaimPooled): the row takes its owner, name,
+//     tags, env, sealed secrets, fresh tokens and spec, and goes back to
+//     creating; the idempotency claim's target (cl) and the delivery row
+//     (r.delivery) are written in the same transaction;
+//  2. one agent call that hands over the env and the secret env and
+//     rotates the agent token (the token the sandbox booted with stops
+//     working), bounded by poolConfigureTimeout;
+//  3. the commit (store.CommitCreate): running, its timeout from now.
+//
+// Nothing is restarted. Before step 1 a refusal gives the sandbox back to
+// the pool untouched; after it a failure destroys the sandbox (and deletes
+// the delivery row), and a crash leaves a creating row that the startup
+// pass rolls back, as it does a cold create's.
+func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservation, cl *store.Claim, t *stepTimer) (*Created, error) {
 	class := poolClass(req)
 	start := time.Now()
-	id := e.id
+	id := r.id
 	sec, err := s.seal(id, req)
 	if err != nil {
-		s.pool.giveBack(class, e)
+		s.returnPooled(ctx, class, r.pooled)
 		return nil, err
 	}
 	// The host's budget already counts the sandbox (under the pool's
@@ -79,48 +111,66 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, e pooled, 
 	own := size
 	own.Owner = req.Owner
 	if err := s.Admission.ReserveWithin(id, own, req.Quota); err != nil {
-		s.pool.giveBack(class, e)
+		s.returnPooled(ctx, class, r.pooled)
 		return nil, admissionErr(err)
 	}
-	back := func() {
+	row, err := s.Store.ClaimPooled(ctx, store.PoolClaim{
+		ID: id, Owner: req.Owner, Name: req.Name, Tags: req.Tags, Env: req.Env,
+		SealedSecrets: sec.sealedEnv, AgentTokenSealed: sec.sealedToken, BootTokenSealed: r.sealedToken,
+		SSHPublicKey: sec.keys.Public, Spec: s.newRow(id, req, sec).Spec, Claim: cl,
+		Delivery: r.delivery, DeliveryWindow: r.window,
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		// No longer the pool's running sandbox: destroyed under the pool
+		// (a health check, an eviction), or failed (the reconciler marked
+		// it). It is not ours to give back: a failed one is destroyed, and
+		// its reservation goes (a destroy that already ran released it
+		// before ours was made).
+		s.pool.gone(class)
+		s.Admission.Release(id)
+		if _, gerr := s.Store.GetSandbox(ctx, id); gerr == nil {
+			s.destroyDetached(ctx, id, "it failed in the pool")
+		}
+		s.Metrics.poolMiss()
+		return nil, errPoolMiss
+	}
+	if err != nil {
 		size.Owner = store.PoolOwner
-		_ = s.Admission.ReserveWithin(id, size, admission.Quota{}) // same size: always fits
+		_ = s.Admission.ReserveWithin(id, size, admission.Quota{}) // same size, back to the pool's owner: always fits
+		s.returnPooled(ctx, class, r.pooled)
+		return nil, s.mapStoreErr(err, req.Name)
+	}
+	s.pool.gone(class)
+
+	// The sandbox is its owner's now: from here a failure destroys it.
+	fail := func(why string, err error) {
+		s.Logger.Warn("pool: "+why, "sandbox", id, "err", err)
+		if r.delivery != nil {
+			if _, derr := s.Store.DeleteClaim(context.WithoutCancel(ctx), *r.delivery); derr != nil {
+				s.Logger.Warn("pool: delete the delivery claim of a failed claim", "sandbox", id, "err", derr)
+			}
+		}
+		s.destroyDetached(ctx, id, "its claim from the pool failed")
+	}
+	cctx, cancel := context.WithTimeout(ctx, poolConfigureTimeout)
+	boot := agent.NewClient(s.dialer(id), r.token)
+	err = boot.Configure(cctx, agent.Configuration{Env: mergedEnv(req.Env, req.SecretEnv), NewToken: sec.token})
+	boot.Close()
+	cancel()
+	if err != nil {
+		fail("the claimed sandbox's agent refused its configuration; creating cold", err)
+		s.Metrics.poolMiss()
+		return nil, errPoolMiss
 	}
 	var expires time.Time
 	if req.Timeout > 0 {
 		expires = s.Clock().Add(req.Timeout)
 	}
-	row, err := s.Store.ClaimPooled(ctx, store.PoolClaim{
-		ID: id, Owner: req.Owner, Name: req.Name, Tags: req.Tags, Env: req.Env,
-		SealedSecrets: sec.sealedEnv, AgentTokenSealed: sec.sealedToken, BootTokenSealed: e.sealedToken,
-		SSHPublicKey: sec.keys.Public, Spec: s.newRow(id, req, sec).Spec, ExpiresAt: expires, Claim: cl,
-	})
-	if err != nil {
-		back()
-		if errors.Is(err, store.ErrNotFound) {
-			// Destroyed under the pool (a health check, an operator): it is
-			// not ours to give back.
-			s.pool.gone(class)
-			s.Metrics.poolMiss()
-			return nil, errPoolMiss
-		}
-		s.pool.giveBack(class, e)
-		return nil, s.mapStoreErr(err, req.Name)
-	}
-	// The sandbox is its owner's now: from here a failure destroys it.
-	cfg := agent.Configuration{Env: mergedEnv(req.Env, req.SecretEnv), NewToken: sec.token}
-	boot := agent.NewClient(s.dialer(id), e.token)
-	err = boot.Configure(ctx, cfg)
-	boot.Close()
-	if err != nil {
-		s.Logger.Warn("pool: the claimed sandbox's agent refused its configuration; creating cold", "sandbox", id, "err", err)
-		s.destroyDetached(ctx, id, "its claim from the pool failed")
-		s.pool.gone(class)
-		s.Metrics.poolMiss()
-		return nil, errPoolMiss
+	if row, err = s.Store.CommitCreate(ctx, id, expires); err != nil {
+		fail("commit a claimed sandbox", err)
+		return nil, s.mapStoreErr(err, id)
 	}
 	s.replaceClient(id, sec.token)
-	s.pool.gone(class)
 	d := time.Since(start)
 	t.timings = append(t.timings, StepTiming{Step: "pool", Desc: "hit", Duration: d})
 	s.Metrics.poolHit(d)
@@ -190,33 +240,4 @@ func (s *Service) configureAgent(ctx context.Context, row store.Sandbox) error {
 		return c.Configure(ctx, agent.Configuration{Env: env})
 	}
 	return err
-}
-
-// finishClaims configures the agents of sandboxes claimed from the pool
-// whose claim a crash may have cut between its store write and its agent
-// call (the agent then still has its boot token and no env). It runs once
-// after the startup repair; a sandbox that cannot be configured is
-// destroyed, since its owner could not use it.
-func (s *Service) finishClaims(ctx context.Context) {
-	for token := ""; ; {
-		rows, next, err := s.Store.ListSandboxes(ctx, store.ListFilter{States: []store.SandboxState{store.StateRunning}, Limit: store.MaxListLimit, PageToken: token})
-		if err != nil {
-			if ctx.Err() == nil {
-				s.Logger.Error("pool: list sandboxes to finish their claims", "err", err)
-			}
-			return
-		}
-		for _, row := range slices.DeleteFunc(rows, func(r store.Sandbox) bool { return r.BootTokenSealed == nil }) {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := s.configureAgent(cctx, row)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				s.Logger.Warn("pool: a claimed sandbox's agent cannot be configured; destroying it", "sandbox", row.ID, "err", err)
-				s.destroyDetached(ctx, row.ID, "its claim cannot be finished")
-			}
-		}
-		if token = next; token == "" {
-			return
-		}
-	}
 }

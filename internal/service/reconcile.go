@@ -347,7 +347,6 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 	if !s.repairUntilReady(ctx) {
 		return
 	}
-	s.finishClaims(ctx)
 	// The pool starts at once: the late-orphan sweeps below may take a
 	// minute, and its creates make rows before containers, so they never
 	// look like orphans to the sweeps.

@@ -47,17 +47,35 @@ func deliveryRange(fingerprint string) (lo, hi string) { return fingerprint + "/
 // it inflight, and the next start turns it undelivered (AbandonInflight).
 // window is how long the row stays adoptable once undelivered.
 func (s *Store) BeginDelivery(ctx context.Context, scope, fingerprint, target string, window time.Duration) (Claim, error) {
-	if scope == "" || fingerprint == "" || target == "" || window <= 0 {
-		return Claim{}, invalidf("begin delivery: scope %q, fingerprint %q, target %q, window %v", scope, fingerprint, target, window)
-	}
-	c := Claim{Scope: scope, Fingerprint: deliveryKey(fingerprint, target), Outcome: ClaimAcquired, TargetID: target, token: newToken()}
-	_, err := s.exec(ctx, `INSERT INTO request_idempotency
-		(scope, fingerprint, state, token, target_id, window_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		c.Scope, c.Fingerprint, claimInflight, c.token, target, window.Milliseconds(), s.nowMillis())
+	c, err := NewDelivery(scope, fingerprint, target)
 	if err != nil {
-		return Claim{}, fmt.Errorf("begin delivery of %s: %w", target, err)
+		return Claim{}, err
+	}
+	if err := s.write(ctx, func(tx *sql.Tx) error { return insertDelivery(ctx, tx, c, window, s.nowMillis()) }); err != nil {
+		return Claim{}, err
 	}
 	return c, nil
+}
+
+// NewDelivery is the inflight delivery claim of target that BeginDelivery
+// would write, not yet written: ClaimPooled writes it with its claim.
+func NewDelivery(scope, fingerprint, target string) (Claim, error) {
+	if scope == "" || fingerprint == "" || target == "" {
+		return Claim{}, invalidf("begin delivery: scope %q, fingerprint %q, target %q", scope, fingerprint, target)
+	}
+	return Claim{Scope: scope, Fingerprint: deliveryKey(fingerprint, target), Outcome: ClaimAcquired, TargetID: target, token: newToken()}, nil
+}
+
+func insertDelivery(ctx context.Context, tx *sql.Tx, c Claim, window time.Duration, now int64) error {
+	if window <= 0 {
+		return invalidf("begin delivery of %s: window %v", c.TargetID, window)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO request_idempotency
+		(scope, fingerprint, state, token, target_id, window_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		c.Scope, c.Fingerprint, claimInflight, c.token, c.TargetID, window.Milliseconds(), now); err != nil {
+		return fmt.Errorf("begin delivery of %s: %w", c.TargetID, err)
+	}
+	return nil
 }
 
 // HasUndelivered reports, from the read pool, whether fingerprint has an
@@ -205,15 +223,20 @@ func (s *Store) ExpireUndelivered(ctx context.Context, c Claim) (ExpireOutcome, 
 		if err != nil {
 			return err
 		}
-		var state string
+		var state, owner string
 		var destroying sql.NullInt64
-		err = tx.QueryRowContext(ctx, `SELECT state, destroying_since FROM sandboxes WHERE id = ?`, target).Scan(&state, &destroying)
+		err = tx.QueryRowContext(ctx, `SELECT state, owner, destroying_since FROM sandboxes WHERE id = ?`, target).Scan(&state, &owner, &destroying)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			out = ExpireGone
 		case err != nil:
 			return err
 		case destroying.Valid:
+			out = ExpireGone
+		case owner == PoolOwner:
+			// Never this create's: a claim writes its delivery row with
+			// the claim, so this row is no answer (the row goes, the idle
+			// sandbox stays the pool's).
 			out = ExpireGone
 		case state == string(StateCreating):
 			out = ExpireBusy

@@ -598,17 +598,24 @@ type PoolClaim struct {
 	BootTokenSealed                 []byte // the token its agent booted with
 	SSHPublicKey                    string
 	Spec                            json.RawMessage
-	ExpiresAt                       time.Time // zero: none
 	// Claim, when not nil, is the idempotency claim the create runs
 	// under: its target is set to ID in the same transaction.
 	Claim *Claim
+	// Delivery, when not nil, is a delivery claim of ID (NewDelivery),
+	// written in the same transaction with DeliveryWindow: a delivery row
+	// never names a sandbox that is still the pool's.
+	Delivery       *Claim
+	DeliveryWindow time.Duration
 }
 
 // ClaimPooled hands the warm pool's idle sandbox c.ID to its owner in one
 // write transaction: the row, running and owned by PoolOwner, takes the
-// owner, name, tags, env, secrets, tokens and spec of c, its life starts
-// now (CreatedAt) and its timeout with it. Two claims of one sandbox:
-// exactly one succeeds.
+// owner, name, tags, env, secrets, tokens and spec of c and goes back to
+// creating, with no expiry and its life starting now (CreatedAt), until
+// the caller has configured its agent and commits it (CommitCreate), as a
+// cold create does. A crash in between leaves a creating row, which the
+// startup pass rolls back. Two claims of one sandbox: exactly one
+// succeeds.
 //
 // Errors: ErrNotFound if the row is gone, no longer the pool's, not
 // running or being destroyed (nothing is written, and the caller takes
@@ -644,14 +651,23 @@ func (s *Store) ClaimPooled(ctx context.Context, c PoolClaim) (Sandbox, error) {
 		var err error
 		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
 			SET owner = ?, name = ?, tags = ?, env = ?, sealed_secrets = ?, agent_token_sealed = ?,
-				boot_token_sealed = ?, ssh_public_key = ?, spec = ?, expires_at = ?,
+				boot_token_sealed = ?, ssh_public_key = ?, spec = ?, state = ?, expires_at = NULL,
 				created_at = ?, updated_at = ?
 			WHERE id = ? AND owner = ? AND state = ? AND destroying_since IS NULL
 			RETURNING `+sandboxColumns,
 			c.Owner, c.Name, tags, env, c.SealedSecrets, c.AgentTokenSealed,
-			c.BootTokenSealed, c.SSHPublicKey, spec, nullMillis(c.ExpiresAt),
+			c.BootTokenSealed, c.SSHPublicKey, spec, StateCreating,
 			now, now, c.ID, PoolOwner, StateRunning))
-		return notFound(err)
+		if err = notFound(err); err != nil {
+			return err
+		}
+		if c.Delivery != nil {
+			if c.Delivery.TargetID != c.ID {
+				return invalidf("the delivery claim names %s", c.Delivery.TargetID)
+			}
+			return insertDelivery(ctx, tx, *c.Delivery, c.DeliveryWindow, now)
+		}
+		return nil
 	})
 	switch {
 	case isUniqueViolation(err):
