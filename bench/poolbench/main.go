@@ -44,6 +44,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -70,6 +71,7 @@ type config struct {
 	image, binDir           string
 	build                   bool
 	cpuProfile              string
+	sections                map[string]bool
 }
 
 func main() {
@@ -82,7 +84,12 @@ func main() {
 	flag.StringVar(&c.binDir, "bin", "", "directory holding sandboxd and toolboxd (default: bin/ of this checkout when both are there)")
 	flag.BoolVar(&c.build, "build", false, "build sandboxd and toolboxd from this checkout even when -bin has them")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the daemon during an exec loop to this file")
+	sections := flag.String("sections", "create,burst,exec", "which sections to run: create (1, 2), burst (3, 4), exec (5)")
 	flag.Parse()
+	c.sections = map[string]bool{}
+	for _, s := range strings.Split(*sections, ",") {
+		c.sections[strings.TrimSpace(s)] = true
+	}
 	if c.n < 1 || c.rounds < 1 || c.execN < 1 || c.burst < 1 || c.burst > 64 {
 		fmt.Fprintln(os.Stderr, "poolbench: -n, -rounds and -exec-n must be at least 1, -burst from 1 to 64")
 		os.Exit(2)
@@ -131,14 +138,20 @@ func run(ctx context.Context, c config) (err error) {
 	fmt.Printf("poolbench: image %s; %d CPUs; docker %s; sandboxd %s\n",
 		c.image, goruntime.NumCPU(), benchd.DockerVersion(ctx), d.Version)
 	fmt.Printf("pooled: the pool keeps the image's default class (1 CPU, 512 MB); cold: memory_mb %d, a class it does not keep\n", coldMemoryMB)
-	if err := b.creates(ctx, c.n); err != nil {
-		return fmt.Errorf("creates: %w", err)
+	if c.sections["create"] {
+		if err := b.creates(ctx, c.n); err != nil {
+			return fmt.Errorf("creates: %w", err)
+		}
 	}
-	if err := b.bursts(ctx, c.burst, c.rounds); err != nil {
-		return fmt.Errorf("bursts: %w", err)
+	if c.sections["burst"] {
+		if err := b.bursts(ctx, c.burst, c.rounds); err != nil {
+			return fmt.Errorf("bursts: %w", err)
+		}
 	}
-	if err := b.execs(ctx, c.execN, pprofAddr, c.cpuProfile); err != nil {
-		return fmt.Errorf("exec: %w", err)
+	if c.sections["exec"] {
+		if err := b.execs(ctx, c.execN, pprofAddr, c.cpuProfile); err != nil {
+			return fmt.Errorf("exec: %w", err)
+		}
 	}
 	return nil
 }
