@@ -74,14 +74,7 @@ func run(ctx context.Context, images []string, n int, binDir string, forceBuild 
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if cerr := d.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "daemon log (tail):\n%s\n", d.LogTail(20))
-		}
-	}()
+	defer d.Finish(&err)
 
 	fmt.Printf("createbench: n=%d per side, interleaved; no warm pool; %d CPUs; docker %s; sandboxd %s\n",
 		n, goruntime.NumCPU(), benchd.DockerVersion(ctx), d.Version)

@@ -126,14 +126,7 @@ func run(ctx context.Context, c config) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if cerr := d.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "daemon log (tail):\n%s\n", d.LogTail(20))
-		}
-	}()
+	defer d.Finish(&err)
 	b := &bench{d: d, image: c.image}
 	fmt.Printf("poolbench: image %s; %d CPUs; docker %s; sandboxd %s\n",
 		c.image, goruntime.NumCPU(), benchd.DockerVersion(ctx), d.Version)

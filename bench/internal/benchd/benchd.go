@@ -154,6 +154,18 @@ func (d *Daemon) Close() error {
 	return RemoveLabelled(ctx, "sandboxd.node="+d.NodeID, d.BaselineLabel())
 }
 
+// Finish is Close for a deferred call in a function whose error *errp
+// names: a Close error becomes the function's when it had none, and a
+// failed run shows the daemon log's tail.
+func (d *Daemon) Finish(errp *error) {
+	if cerr := d.Close(); cerr != nil && *errp == nil {
+		*errp = cerr
+	}
+	if *errp != nil {
+		fmt.Fprintf(os.Stderr, "daemon log (tail):\n%s\n", d.LogTail(20))
+	}
+}
+
 // BaselineLabel is the label of the containers a benchmark starts itself
 // (docker run baselines): not the daemon's node label, so that its
 // reconciler never takes them for orphans, and removed by Close.
