@@ -103,7 +103,7 @@ export function pooling(api, token) {
     } finally {
       await set(0).catch(() => {})
     }
-    const w = 52
+    const w = 54
     const row = (name, xs, note = '') => console.log(`${name.padEnd(w)} ${String(xs.length).padStart(3)} ${pct(xs, 50).toFixed(0).padStart(8)} ${pct(xs, 95).toFixed(0).padStart(8)}  ${note}`)
     console.log(`pool class ${JSON.stringify(cls)}; pooled: the pool toggled on (${poolSize} idle, full) before each sample, cold: toggled off (PUT /v1/pools)`)
     console.log(`${title.padEnd(w)}   n      p50      p95`)
