@@ -224,7 +224,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 	}); err != nil {
 		return nil, s.mapStoreErr(err, id)
 	}
-	s.replaceClient(id, sec.token)
+	s.replaceClient(id, agent.NewClient(s.dialer(id), sec.token))
 
 	return &Created{Sandbox: fromRow(row), SSHPrivateKey: sec.keys.Private, Timings: t.timings}, nil
 }

@@ -81,16 +81,17 @@ func (s *Service) fromPool(ctx context.Context, req CreateRequest, cl *store.Cla
 	// The sandbox is its owner's now: from here a failure destroys it.
 	cfg := agent.Configuration{Env: mergedEnv(req.Env, req.SecretEnv), NewToken: sec.token}
 	boot := agent.NewClient(s.dialer(id), e.token)
-	err = boot.Configure(ctx, cfg)
-	boot.Close()
-	if err != nil {
+	if err = boot.Configure(ctx, cfg); err != nil {
+		boot.Close()
 		s.Logger.Warn("pool: the claimed sandbox's agent refused its configuration; creating cold", "sandbox", id, "err", err)
 		s.destroyDetached(ctx, id, "its claim from the pool failed")
 		s.pool.gone(class)
 		s.Metrics.poolMiss()
 		return nil, errPoolMiss
 	}
-	s.replaceClient(id, sec.token)
+	// The sandbox's client keeps the claim's connection: its first call
+	// (the owner's first exec, say) dials nothing.
+	s.replaceClient(id, boot.WithToken(sec.token))
 	s.pool.gone(class)
 	d := time.Since(start)
 	t.timings = append(t.timings, StepTiming{Step: "pool", Desc: "hit", Duration: d})
