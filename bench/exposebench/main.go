@@ -115,7 +115,9 @@ type exposeStats struct{ expose, again, unexpose stats }
 // port with protocol proto.
 func exposeSeries(ctx context.Context, api *client, base, proto string, n int) (exposeStats, error) {
 	const port = 8080
-	body := fmt.Sprintf(`{"port":%d,"protocol":%q}`, port, proto)
+	// tcp and tls carry no credential, so only a public exposure of them is
+	// allowed; http keeps its default.
+	body := fmt.Sprintf(`{"port":%d,"protocol":%q,"public":%v}`, port, proto, proto != "http")
 	var expose, again, unexpose []time.Duration
 	for range n {
 		for _, step := range []struct {

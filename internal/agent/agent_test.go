@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -401,5 +402,37 @@ func TestClient_ConfigureRotatesTheToken(t *testing.T) {
 	}
 	if string(res.Stdout) != "a\n" {
 		t.Errorf("with the new token: %q", res.Stdout)
+	}
+}
+
+// WithToken's client takes the new token over the old client's
+// connection: after a rotation it runs commands without dialing, and the
+// old client stays refused.
+func TestClient_WithTokenKeepsTheConnection(t *testing.T) {
+	sock := localAgent(t)
+	var dials atomic.Int64
+	dial := agent.UnixDialer(sock)
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { dials.Add(1); return dial(ctx) }, testToken)
+	const fresh = "fresh-token-0123456789abcdef"
+	if err := c.Configure(t.Context(), agent.Configuration{Env: map[string]string{"A": "a"}, NewToken: fresh}); err != nil {
+		t.Fatal(err)
+	}
+	nc := c.WithToken(fresh)
+	t.Cleanup(nc.Close)
+	res, err := nc.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", `echo "$A"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Stdout) != "a\n" {
+		t.Errorf("with the new token: %q", res.Stdout)
+	}
+	if got := dials.Load(); got != 1 {
+		t.Errorf("dials = %d, want 1 (the configuration's connection, reused)", got)
+	}
+	if nc.Token() != fresh {
+		t.Errorf("Token() = %q, want the new one", nc.Token())
+	}
+	if _, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"true"}}); err == nil {
+		t.Error("the old client still runs commands over the shared connection")
 	}
 }

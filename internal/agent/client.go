@@ -52,7 +52,21 @@ type Client struct {
 // NewClient returns a client of the agent reached through dial and
 // authenticated with token.
 func NewClient(dial DialFunc, token string) *Client {
-	hc := &http.Client{Transport: &tokenTransport{token: token, base: newTransport(dial)}}
+	return newClient(newTransport(dial), token)
+}
+
+// WithToken returns a client of the same agent authenticated with token
+// that shares c's connections (the idle ones included: its first call
+// dials nothing when c has one). It is for a token the agent was just
+// told to take (Configuration.NewToken), so that the first call after a
+// pool claim rides the claim's connection. Closing either client closes
+// the idle connections of both.
+func (c *Client) WithToken(token string) *Client {
+	return newClient(c.hc.Transport.(*tokenTransport).base, token)
+}
+
+func newClient(base http.RoundTripper, token string) *Client {
+	hc := &http.Client{Transport: &tokenTransport{token: token, base: base}}
 	// The generated clients read through rpcTransport, which bounds
 	// message bodies (see limits.go); downloads through hc stay streams.
 	rpc := &http.Client{Transport: rpcTransport{base: hc.Transport}}

@@ -40,6 +40,11 @@ type Daemon struct {
 	// route the API's own traffic into a tenant's sandbox. Normalized
 	// (lowercase, no port, no trailing dot).
 	APIHosts []string
+	// PprofListen, when set, serves net/http/pprof on this loopback
+	// address (profiling a benchmark: `go run ./bench/poolbench
+	// -cpuprofile`). Off by default; never a non-loopback address, since
+	// profiles show memory and command lines.
+	PprofListen string
 	// HTTPSListen, when set, serves preview URLs (and the API) over TLS
 	// too: with certificates from ACME when ACMEEmail is set, else from a
 	// local CA whose certificate is written to <data-dir>/preview-ca.pem.
@@ -150,6 +155,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.Func("api-host", "a host name clients reach the API by, never bindable as a custom domain; repeatable (env SANDBOXD_API_HOSTS, comma-separated)",
 		func(v string) error { apiHosts = append(apiHosts, v); return nil })
 	fs.StringVar(&d.HTTPSListen, "https-listen", d.HTTPSListen, "also serve over TLS on this address (env SANDBOXD_HTTPS_LISTEN; default off)")
+	fs.StringVar(&d.PprofListen, "pprof-listen", d.PprofListen, "serve net/http/pprof on this loopback address (default off)")
 	fs.StringVar(&d.ACMEEmail, "acme-email", d.ACMEEmail, "ACME account email: certificates for --https-listen from ACME instead of a local CA")
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
@@ -280,20 +286,17 @@ func (d Daemon) validate() error {
 	if d.DefaultRuntime != "docker" && d.DefaultRuntime != "gvisor" {
 		return fmt.Errorf("--default-runtime %q: want docker or gvisor", d.DefaultRuntime)
 	}
-	host, _, err := net.SplitHostPort(d.Listen)
-	if err != nil {
-		return fmt.Errorf("--listen %q: %w", d.Listen, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("--listen %q: only loopback addresses are allowed in local mode", d.Listen)
+	if err := loopbackOnly("--listen", d.Listen); err != nil {
+		return err
 	}
 	if d.HTTPSListen != "" {
-		host, _, err := net.SplitHostPort(d.HTTPSListen)
-		if err != nil {
-			return fmt.Errorf("--https-listen %q: %w", d.HTTPSListen, err)
+		if err := loopbackOnly("--https-listen", d.HTTPSListen); err != nil {
+			return err
 		}
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return fmt.Errorf("--https-listen %q: only loopback addresses are allowed in local mode", d.HTTPSListen)
+	}
+	if d.PprofListen != "" {
+		if err := loopbackOnly("--pprof-listen", d.PprofListen); err != nil {
+			return err
 		}
 	}
 	if d.DataDir == "" {
@@ -307,6 +310,19 @@ func (d Daemon) validate() error {
 	}
 	if d.MaxConns < 0 {
 		return errors.New("--max-conns must be 0 (automatic) or positive")
+	}
+	return nil
+}
+
+// loopbackOnly refuses a listen address that is not on loopback (local
+// mode serves nothing beyond the host).
+func loopbackOnly(flag, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("%s %q: only loopback addresses are allowed in local mode", flag, addr)
 	}
 	return nil
 }

@@ -155,6 +155,8 @@ func TestParse_Rejects(t *testing.T) {
 		{"ListenNoPort", nil, []string{"--listen", "127.0.0.1"}, `--listen "127.0.0.1": address 127.0.0.1: missing port in address`},
 		{"HTTPSListenPublic", nil, []string{"--https-listen", "0.0.0.0:443"}, `--https-listen "0.0.0.0:443": only loopback addresses are allowed in local mode`},
 		{"HTTPSListenNoPort", nil, []string{"--https-listen", "localhost"}, `--https-listen "localhost": address localhost: missing port in address`},
+		{"PprofListenPublic", nil, []string{"--pprof-listen", "0.0.0.0:6060"}, `--pprof-listen "0.0.0.0:6060": only loopback addresses are allowed in local mode`},
+		{"PprofListenAllInterfaces", nil, []string{"--pprof-listen", ":6060"}, `--pprof-listen ":6060": only loopback addresses are allowed in local mode`},
 		{"DataDirEmpty", nil, []string{"--data-dir", ""}, "--data-dir is required"},
 		{"CPUBudgetZero", nil, []string{"--cpu-budget", "0"}, "--cpu-budget and --memory-budget must be positive"},
 		{"MemoryBudgetNegative", nil, []string{"--memory-budget", "-1"}, "--cpu-budget and --memory-budget must be positive"},

@@ -245,7 +245,7 @@ func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride st
 	}); err != nil {
 		return nil, s.mapStoreErr(err, id)
 	}
-	s.replaceClient(id, sec.token)
+	s.replaceClient(id, agent.NewClient(s.dialer(id), sec.token))
 
 	return &Created{Sandbox: fromRow(row), SSHPrivateKey: sec.keys.Private, Timings: t.timings}, nil
 }

@@ -155,9 +155,9 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 	cctx, cancel := context.WithTimeout(ctx, poolConfigureTimeout)
 	boot := agent.NewClient(s.dialer(id), r.token)
 	err = boot.Configure(cctx, agent.Configuration{Env: mergedEnv(req.Env, req.SecretEnv), NewToken: sec.token})
-	boot.Close()
 	cancel()
 	if err != nil {
+		boot.Close()
 		fail("the claimed sandbox's agent refused its configuration; creating cold", err)
 		s.Metrics.poolMiss()
 		return nil, errPoolMiss
@@ -167,10 +167,13 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		expires = s.Clock().Add(req.Timeout)
 	}
 	if row, err = s.Store.CommitCreate(ctx, id, expires); err != nil {
+		boot.Close()
 		fail("commit a claimed sandbox", err)
 		return nil, s.mapStoreErr(err, id)
 	}
-	s.replaceClient(id, sec.token)
+	// The sandbox's client keeps the claim's connection: its first call
+	// (the owner's first exec, say) dials nothing.
+	s.replaceClient(id, boot.WithToken(sec.token))
 	d := time.Since(start)
 	t.timings = append(t.timings, StepTiming{Step: "pool", Desc: "hit", Duration: d})
 	s.Metrics.poolHit(d)

@@ -285,11 +285,12 @@ func (s *Service) cacheClient(sandboxID, token string) *agent.Client {
 	return c.(*agent.Client)
 }
 
-// replaceClient caches a fresh client for a sandbox just created, closing
-// any client cached for that id before (one a racing lookup made from a
-// previous sandbox of the same id would carry a stale token).
-func (s *Service) replaceClient(sandboxID, token string) {
-	if old, loaded := s.clients.Swap(sandboxID, agent.NewClient(s.dialer(sandboxID), token)); loaded {
+// replaceClient caches c, the client of a sandbox just created or
+// claimed, closing any client cached for that id before (one a racing
+// lookup made from a previous sandbox of the same id would carry a stale
+// token).
+func (s *Service) replaceClient(sandboxID string, c *agent.Client) {
+	if old, loaded := s.clients.Swap(sandboxID, c); loaded {
 		old.(*agent.Client).Close()
 	}
 }

@@ -168,10 +168,12 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	return nil
 }
 
+// getSandboxSQL is prepared at Open (hotReads).
+const getSandboxSQL = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
+
 // GetSandbox returns the sandbox with id, or ErrNotFound.
 func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
-	sb, err := scanSandbox(s.reader.QueryRowContext(ctx,
-		`SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
+	sb, err := scanSandbox(s.hot.getSandbox.QueryRowContext(ctx, id))
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, notFound(err))
 	}

@@ -51,6 +51,35 @@ type Store struct {
 	writer *sql.DB // exactly one connection; every transaction is BEGIN IMMEDIATE
 	reader *sql.DB // read-only pool
 	now    func() time.Time
+	// hot are the reads every API call makes, prepared once (per reader
+	// connection, by database/sql) instead of parsed per call: see
+	// prepareHot.
+	hot hotReads
+}
+
+// hotReads are the statements prepared at Open: the token lookup of every
+// authenticated request and the sandbox lookup of every call that names
+// one. Parsing them was a fifth of the daemon's CPU in an exec loop
+// (go run ./bench/poolbench -cpuprofile).
+type hotReads struct {
+	getSandbox, lookupToken *sql.Stmt
+}
+
+func prepareHot(ctx context.Context, reader *sql.DB) (hotReads, error) {
+	var h hotReads
+	var err error
+	if h.getSandbox, err = reader.PrepareContext(ctx, getSandboxSQL); err != nil {
+		return hotReads{}, fmt.Errorf("prepare get sandbox: %w", err)
+	}
+	if h.lookupToken, err = reader.PrepareContext(ctx, lookupTokenSQL); err != nil {
+		h.getSandbox.Close()
+		return hotReads{}, fmt.Errorf("prepare lookup token: %w", err)
+	}
+	return h, nil
+}
+
+func (h hotReads) close() error {
+	return errors.Join(h.getSandbox.Close(), h.lookupToken.Close())
 }
 
 // Open opens (creating if needed) the database at path, applies pending migrations and
@@ -90,12 +119,19 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		writer.Close()
 		return nil, fmt.Errorf("store: open reader: %w", err)
 	}
-	return &Store{writer: writer, reader: reader, now: opts.Clock}, nil
+	hot, err := prepareHot(ctx, reader)
+	if err != nil {
+		reader.Close()
+		writer.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return &Store{writer: writer, reader: reader, now: opts.Clock, hot: hot}, nil
 }
 
 // Close closes both pools. The last connection to close checkpoints the WAL.
 func (s *Store) Close() error {
-	rerr := s.reader.Close()
+	herr := s.hot.close()
+	rerr := errors.Join(herr, s.reader.Close())
 	werr := s.writer.Close()
 	return errors.Join(rerr, werr)
 }

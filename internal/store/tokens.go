@@ -97,11 +97,13 @@ func (s *Store) CreateAPIToken(ctx context.Context, t *APIToken, secretSHA256 [3
 	return nil
 }
 
+// lookupTokenSQL is prepared at Open (hotReads).
+const lookupTokenSQL = `SELECT ` + apiTokenColumns + ` FROM api_tokens WHERE secret_sha256 = ? AND revoked_at IS NULL`
+
 // LookupAPITokenByHash returns the active token whose secret hashes to secretSHA256, or
 // ErrNotFound (also for a revoked token).
 func (s *Store) LookupAPITokenByHash(ctx context.Context, secretSHA256 [32]byte) (APIToken, error) {
-	t, err := scanAPIToken(s.reader.QueryRowContext(ctx, `SELECT `+apiTokenColumns+
-		` FROM api_tokens WHERE secret_sha256 = ? AND revoked_at IS NULL`, secretSHA256[:]))
+	t, err := scanAPIToken(s.hot.lookupToken.QueryRowContext(ctx, secretSHA256[:]))
 	if err != nil {
 		return APIToken{}, fmt.Errorf("lookup api token: %w", notFound(err))
 	}
