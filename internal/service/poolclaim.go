@@ -153,12 +153,11 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		s.destroyDetached(ctx, id, "its claim from the pool failed")
 	}
 	cctx, cancel := context.WithTimeout(ctx, poolConfigureTimeout)
-	boot := agent.NewClient(s.dialer(id), r.token)
+	boot := s.bootClient(id, r.token)
 	err = boot.Configure(cctx, agent.Configuration{Env: mergedEnv(req.Env, req.SecretEnv), NewToken: sec.token})
 	cancel()
 	if err != nil {
-		boot.Close()
-		fail("the claimed sandbox's agent refused its configuration; creating cold", err)
+		fail("the claimed sandbox's agent refused its configuration; creating cold", err) // its destroy closes boot
 		s.Metrics.poolMiss()
 		return nil, errPoolMiss
 	}
@@ -167,17 +166,30 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		expires = s.Clock().Add(req.Timeout)
 	}
 	if row, err = s.Store.CommitCreate(ctx, id, expires); err != nil {
-		boot.Close()
 		fail("commit a claimed sandbox", err)
 		return nil, s.mapStoreErr(err, id)
 	}
 	// The sandbox's client keeps the claim's connection: its first call
-	// (the owner's first exec, say) dials nothing.
-	s.replaceClient(id, boot.WithToken(sec.token))
+	// (the owner's first exec, say) dials nothing. The boot token's client
+	// shares it, so it is dropped without closing.
+	if old, loaded := s.clients.Swap(id, boot.WithToken(sec.token)); loaded && old.(*agent.Client) != boot {
+		old.(*agent.Client).Close()
+	}
 	d := time.Since(start)
 	t.timings = append(t.timings, StepTiming{Step: "pool", Desc: "hit", Duration: d})
 	s.Metrics.poolHit(d)
 	return &Created{Sandbox: fromRow(row), SSHPrivateKey: sec.keys.Private, Timings: t.timings}, nil
+}
+
+// bootClient is the client of an idle sandbox's agent under its boot
+// token: the one its health checks cached, whose connection is warm (a
+// dial and the agent's first answer on it cost milliseconds on a busy
+// host), else a new one.
+func (s *Service) bootClient(id, token string) *agent.Client {
+	if c, ok := s.clients.Load(id); ok && c.(*agent.Client).Token() == token {
+		return c.(*agent.Client)
+	}
+	return s.cacheClient(id, token)
 }
 
 // mergedEnv is what a pooled sandbox's processes get from the daemon: its
