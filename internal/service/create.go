@@ -172,6 +172,15 @@ func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride st
 		return nil
 	})
 
+	// 6b. cluster mode: the placement and the name cluster-wide, local
+	// first (the row above), then the cluster, before anything costly.
+	if s.Cluster != nil && req.Owner != store.PoolOwner {
+		if err := t.run("cluster", func() error { return s.claimCluster(ctx, id, req) }); err != nil {
+			return nil, err
+		}
+		undo.push("release cluster keys", func(ctx context.Context) error { return s.releaseCluster(ctx, id) })
+	}
+
 	// 7. admission.
 	if err := t.run("admission", func() error {
 		ask := admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, Owner: req.Owner}

@@ -79,6 +79,8 @@ type harness struct {
 type harnessOptions struct {
 	budget admission.Budget
 	pool   []service.PoolTarget // the warm pool's targets (none: no pool)
+	// cluster, when set, is the service's cluster (cluster mode).
+	cluster service.Cluster
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -105,7 +107,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	sockRoot := filepath.Join(os.TempDir(), "sbt-"+suffix)
 	t.Cleanup(func() { os.RemoveAll(sockRoot) })
 	testenv.TrackNode(t, nodeID) // runs after the cleanup below: removes what it missed
-	drt, err := docker.New(docker.Options{NodeID: nodeID, SocketRoot: sockRoot})
+	drt, err := docker.New(docker.Options{NodeID: nodeID, SocketRoot: sockRoot, QualifyNames: opts.cluster != nil})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +162,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Volumes:   h.vols,
 		Keyring:   kr,
 		Clock:     clk.Now,
+		Cluster:   opts.cluster,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -197,6 +197,11 @@ func (s *Service) finishDestroy(ctx context.Context, id string) error {
 	if err := s.Volumes.Release(ctx, id); err != nil {
 		return fmt.Errorf("release mounts of %s: %w", id, err)
 	}
+	// The cluster's keys before the row: a destroy the cluster cannot
+	// finish leaves a marked row that the reconciler finishes later.
+	if err := s.releaseCluster(ctx, id); err != nil {
+		return err
+	}
 	s.forgetClient(id)
 	if err := s.Store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return s.mapStoreErr(err, id)

@@ -152,6 +152,12 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		}
 		s.destroyDetached(ctx, id, "its claim from the pool failed")
 	}
+	// Cluster mode: the claimed sandbox's placement and name, as a cold
+	// create's (a conflict destroys it: its row is its owner's already).
+	if err := s.claimCluster(ctx, id, req); err != nil {
+		fail("the cluster refused the claimed sandbox's keys", err)
+		return nil, err
+	}
 	cctx, cancel := context.WithTimeout(ctx, poolConfigureTimeout)
 	boot := s.bootClient(id, r.token)
 	err = boot.Configure(cctx, agent.Configuration{Env: mergedEnv(req.Env, req.SecretEnv), NewToken: sec.token})

@@ -349,8 +349,16 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 	if port < 1 || port > 65535 {
 		return Domain{}, invalid("port", "must be between 1 and 65535")
 	}
+	// Cluster mode: the hostname cluster-wide first, so that two nodes
+	// binding it race in one place; a repeat by the same sandbox succeeds.
+	if s.Cluster != nil {
+		if err := s.Cluster.ClaimHostname(ctx, hostname, row.ID); err != nil {
+			return Domain{}, clusterErr(err, "")
+		}
+	}
 	created, token, err := s.Store.PutCustomDomain(ctx, hostname, row.ID, port)
 	if err != nil {
+		s.releaseHostname(ctx, hostname, row.ID)
 		if errors.Is(err, store.ErrHostnameConflict) {
 			return Domain{}, fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
 		}
@@ -370,6 +378,7 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 			}
 			cancel()
 		}
+		s.releaseHostname(ctx, hostname, row.ID)
 		return Domain{}, err
 	}
 	return Domain{Hostname: hostname, SandboxID: row.ID, Port: port}, nil
@@ -398,7 +407,29 @@ func (s *Service) RemoveDomain(ctx context.Context, c Caller, idOrName, hostname
 	if _, err := s.Store.RemoveCustomDomain(ctx, row.ID, hostname); err != nil {
 		return s.mapStoreErr(err, row.ID)
 	}
+	if s.Cluster != nil {
+		if err := s.Cluster.ReleaseHostname(ctx, hostname, row.ID); err != nil {
+			return clusterErr(err, "")
+		}
+	}
 	return nil
+}
+
+// releaseHostname gives back a hostname claimed cluster-wide for id by an
+// AddDomain that failed, unless the sandbox still holds it locally (a
+// repeat of a binding that exists, read again from the store).
+func (s *Service) releaseHostname(ctx context.Context, hostname, id string) {
+	if s.Cluster == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	if ds, err := s.Store.ListCustomDomains(rctx, id); err != nil || slices.ContainsFunc(ds, func(d store.CustomDomain) bool { return d.Hostname == hostname }) {
+		return // bound (or unknown): keep the cluster's key
+	}
+	if err := s.Cluster.ReleaseHostname(rctx, hostname, id); err != nil {
+		s.Logger.Warn("release a cluster hostname after a failed bind", "hostname", hostname, "sandbox", id, "err", err)
+	}
 }
 
 // ListDomains lists a sandbox's custom hostnames.

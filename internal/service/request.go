@@ -66,6 +66,10 @@ type CreateRequest struct {
 	// Annotations are opaque facade data kept with the sandbox (the E2B
 	// template, Daytona's fields); never interpreted by the service.
 	Annotations map[string]string
+	// Failover is what a cluster does when the sandbox's node is lost:
+	// FailoverNone or FailoverRecreate (cluster.go). A single node has
+	// nothing to fail over to and only records it.
+	Failover string
 }
 
 // Mount binds a named volume (a directory the daemon keeps) into the
@@ -184,6 +188,15 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 	}
 	if err := validateMounts(req.Mounts); err != nil {
 		return req, err
+	}
+	switch req.Failover {
+	case FailoverNone:
+	case FailoverRecreate:
+		if len(req.Mounts) > 0 {
+			return req, invalid("failover", "a sandbox with mounts cannot be recreated elsewhere (volumes are directories of one host)")
+		}
+	default:
+		return req, invalid("failover", "must be %q or empty, not %q", FailoverRecreate, req.Failover)
 	}
 	return req, nil
 }

@@ -178,6 +178,9 @@ type Deps struct {
 	// Gate, when set, is asked before every local create (cluster topology
 	// and role check); an error refuses the create with no side effects.
 	Gate func(ctx context.Context) error
+	// Cluster keeps the cluster-wide keys of this node's sandboxes
+	// (cluster.go); nil on a single node.
+	Cluster Cluster
 }
 
 // Service is sandboxd's domain layer. It is safe for concurrent use.

@@ -188,7 +188,7 @@ func (r *Runtime) notReady(ctx context.Context, sandboxID string, start time.Tim
 
 // logsTail returns the last lines of the container's output, best effort.
 func (r *Runtime) logsTail(ctx context.Context, sandboxID string) string {
-	rc, err := r.cli.ContainerLogs(ctx, sandboxID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: logsTailLines})
+	rc, err := r.cli.ContainerLogs(ctx, r.name(sandboxID), client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: logsTailLines})
 	if err != nil {
 		if !cerrdefs.IsNotFound(err) {
 			r.log.Debug("agent logs", "sandbox", sandboxID, "err", err)

@@ -144,7 +144,7 @@ func (r *Runtime) offer(ctx context.Context, sandboxID string, b *boot, pid int)
 // enginePID is the host pid of the sandbox's init process (the agent), as
 // the engine reports it; an error when the container is not running.
 func (r *Runtime) enginePID(ctx context.Context, sandboxID string) (int, error) {
-	res, err := r.cli.ContainerInspect(ctx, sandboxID, client.ContainerInspectOptions{})
+	res, err := r.cli.ContainerInspect(ctx, r.name(sandboxID), client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
 		return 0, runtime.ErrNotFound
 	}
@@ -222,7 +222,7 @@ func (r *Runtime) gvisorPeer(ctx context.Context, sandboxID string, peer, want i
 
 // underGVisor reports whether the engine runs sandbox id under runsc.
 func (r *Runtime) underGVisor(ctx context.Context, sandboxID string) (bool, error) {
-	res, err := r.cli.ContainerInspect(ctx, sandboxID, client.ContainerInspectOptions{})
+	res, err := r.cli.ContainerInspect(ctx, r.name(sandboxID), client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
 		return false, runtime.ErrNotFound
 	}

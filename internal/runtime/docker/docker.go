@@ -24,6 +24,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 )
 
@@ -76,6 +77,13 @@ type Options struct {
 	// GVisorRuntime is the engine's name for runsc, used for sandboxes
 	// with runtime.IsolationGVisor (default DefaultGVisorRuntime).
 	GVisorRuntime string
+	// QualifyNames names each container "<sandbox id>.<node id>" instead
+	// of "<sandbox id>". Cluster mode sets it: a sandbox that failed over
+	// keeps its id on its new node, and where two nodes share an engine
+	// (tests, a node restarted on the host it left) the stale node's
+	// container and the new owner's must not collide, nor may the stale
+	// node's cleanup reach the new owner's.
+	QualifyNames bool
 }
 
 // Runtime is the Docker implementation of runtime.Runtime.
@@ -104,6 +112,10 @@ var _ runtime.Runtime = (*Runtime)(nil)
 func New(opts Options) (*Runtime, error) {
 	if opts.NodeID == "" {
 		return nil, errors.New("docker runtime: NodeID is required")
+	}
+	if opts.QualifyNames && !naming.ValidLabel(opts.NodeID) {
+		// It becomes part of every container's name.
+		return nil, fmt.Errorf("docker runtime: node id %q is not a DNS label (lowercase letters, digits and '-')", opts.NodeID)
 	}
 	if !filepath.IsAbs(opts.SocketRoot) {
 		return nil, fmt.Errorf("docker runtime: SocketRoot %q must be an absolute path", opts.SocketRoot)
@@ -248,7 +260,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 
 	attempt := newAttemptID()
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name:       id,
+		Name:       r.name(id),
 		Config:     r.containerConfig(spec, attempt),
 		HostConfig: r.hostConfig(spec, sockDir),
 	})
@@ -263,7 +275,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 			// saw its answer (a cancelled context, a dropped connection): if
 			// a container by this name carries this call's attempt label, it
 			// is ours to undo.
-			containerID = r.findAttempt(ctx, id, attempt)
+			containerID = r.findAttempt(ctx, r.name(id), attempt)
 		}
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
@@ -290,6 +302,14 @@ func newAttemptID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand contract)
 	return hex.EncodeToString(b[:])
+}
+
+// name is the engine's name of a sandbox's container (Options.QualifyNames).
+func (r *Runtime) name(sandboxID string) string {
+	if r.opts.QualifyNames {
+		return sandboxID + "." + r.opts.NodeID
+	}
+	return sandboxID
 }
 
 // findAttempt returns the id of the container named name if this Create
@@ -471,7 +491,7 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 			return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
 		}
 		err = r.startAgent(ctx, sandboxID, gvisor, func() error {
-			_, err := r.cli.ContainerStart(ctx, sandboxID, client.ContainerStartOptions{})
+			_, err := r.cli.ContainerStart(ctx, r.name(sandboxID), client.ContainerStartOptions{})
 			return notFound(err)
 		})
 	}
@@ -487,7 +507,7 @@ func (r *Runtime) Stop(ctx context.Context, sandboxID string) error {
 		return err
 	}
 	timeout := int(math.Ceil(r.opts.StopTimeout.Seconds()))
-	_, err := r.cli.ContainerStop(ctx, sandboxID, client.ContainerStopOptions{Timeout: &timeout})
+	_, err := r.cli.ContainerStop(ctx, r.name(sandboxID), client.ContainerStopOptions{Timeout: &timeout})
 	r.forgetPID(sandboxID) // whatever happened, the next pid comes from the engine
 	if err != nil {
 		return fmt.Errorf("stop sandbox %s: %w", sandboxID, notFound(err))
@@ -500,7 +520,7 @@ func (r *Runtime) Destroy(ctx context.Context, sandboxID string) error {
 	if err := checkID(sandboxID); err != nil {
 		return err
 	}
-	if err := r.remove(ctx, sandboxID); err != nil {
+	if err := r.remove(ctx, r.name(sandboxID)); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", sandboxID, err)
 	}
 	r.mu.Lock()
@@ -518,7 +538,7 @@ func (r *Runtime) Inspect(ctx context.Context, sandboxID string) (runtime.Status
 	if err := checkID(sandboxID); err != nil {
 		return runtime.Status{}, err
 	}
-	res, err := r.cli.ContainerInspect(ctx, sandboxID, client.ContainerInspectOptions{})
+	res, err := r.cli.ContainerInspect(ctx, r.name(sandboxID), client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
 		return runtime.Status{State: runtime.StateMissing}, nil
 	}

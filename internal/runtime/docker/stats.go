@@ -24,7 +24,7 @@ func (r *Runtime) Stats(ctx context.Context, sandboxID string) (runtime.Stats, e
 	if err := checkID(sandboxID); err != nil {
 		return runtime.Stats{}, err
 	}
-	res, err := r.cli.ContainerStats(ctx, sandboxID, client.ContainerStatsOptions{Stream: false})
+	res, err := r.cli.ContainerStats(ctx, r.name(sandboxID), client.ContainerStatsOptions{Stream: false})
 	if err != nil {
 		return runtime.Stats{}, fmt.Errorf("stats of sandbox %s: %w", sandboxID, notFound(err))
 	}

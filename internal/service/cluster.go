@@ -1,0 +1,179 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// Failover policies of a sandbox (CreateRequest.Failover): what a cluster
+// does with it when its node is lost.
+const (
+	// FailoverNone (the default) leaves a sandbox whose node was lost
+	// "lost": reads say so, its owner's quota stops counting it.
+	FailoverNone = ""
+	// FailoverRecreate makes it again on a live node with the same id,
+	// name, env and secret env, its port intents and custom domains
+	// replayed. Its filesystem and processes are not carried over.
+	FailoverRecreate = "recreate"
+)
+
+// Cluster is what the service needs of cluster mode (docs/cluster.md):
+// the cluster-wide keys of the sandboxes this node owns. It is nil on a
+// single node. Every call is bounded; a cluster that cannot answer is an
+// error matching ErrUnavailable, and the caller undoes its local work.
+type Cluster interface {
+	// ClaimSandbox records that this node owns p.ID and takes p.Name for
+	// p.Owner cluster-wide, in one transaction: an error matching
+	// ErrNameConflict when another sandbox holds the name. Repeating it
+	// for the same sandbox on the same node succeeds.
+	ClaimSandbox(ctx context.Context, p Placement) error
+	// ReleaseSandbox removes the placement and the name of id, each only
+	// while it still names id on this node: a node that lost a sandbox to
+	// a failover never releases the new owner's keys. Absent keys are not
+	// an error.
+	ReleaseSandbox(ctx context.Context, id string) error
+	// ClaimHostname takes hostname for id cluster-wide (ErrHostnameConflict
+	// when another sandbox holds it); ReleaseHostname gives it back while
+	// it still names id.
+	ClaimHostname(ctx context.Context, hostname, id string) error
+	ReleaseHostname(ctx context.Context, hostname, id string) error
+}
+
+// Placement is what the cluster keeps of a sandbox this node creates.
+type Placement struct {
+	ID, Owner, Name string
+	// Failover is FailoverNone or FailoverRecreate.
+	Failover string
+	// Recovery is the normalized create request (Recovery), in the clear:
+	// the cluster seals it with a key every node can open, since the node
+	// that recreates it is another one.
+	Recovery []byte
+}
+
+// recovery is what a failover needs to make a sandbox again: its request
+// as this node normalized it, secret env included (sealed by the cluster,
+// never stored in the clear). Mounts are never part of it: volumes are
+// directories of one host, and a create that has them cannot ask for
+// FailoverRecreate.
+type recovery struct {
+	Owner       string            `json:"owner"`
+	Image       string            `json:"image"`
+	Name        string            `json:"name,omitempty"`
+	MilliCPU    int64             `json:"milli_cpu"`
+	MemoryMB    int64             `json:"memory_mb"`
+	Env         map[string]string `json:"env,omitempty"`
+	SecretEnv   map[string]string `json:"secret_env,omitempty"`
+	Tags        map[string]string `json:"tags,omitempty"`
+	TimeoutMS   int64             `json:"timeout_ms,omitempty"`
+	Network     bool              `json:"network,omitempty"`
+	Runtime     string            `json:"runtime,omitempty"`
+	Quota       Quota             `json:"quota"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// placementOf is the placement a create of id records, with its recovery
+// spec when the request asks to be recreated (a sandbox that is not
+// recreated needs none, and its secret env then never leaves the node).
+func placementOf(id string, req CreateRequest) (Placement, error) {
+	p := Placement{ID: id, Owner: req.Owner, Name: req.Name, Failover: req.Failover}
+	if req.Failover != FailoverRecreate {
+		return p, nil
+	}
+	spec, err := json.Marshal(recovery{
+		Owner: req.Owner, Image: req.Image, Name: req.Name, MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB,
+		Env: req.Env, SecretEnv: req.SecretEnv, Tags: req.Tags, TimeoutMS: req.Timeout.Milliseconds(),
+		Network: req.Network, Runtime: req.Runtime, Quota: req.Quota, Annotations: req.Annotations,
+	})
+	if err != nil {
+		return Placement{}, fmt.Errorf("recovery spec of %s: %w", id, err)
+	}
+	p.Recovery = spec
+	return p, nil
+}
+
+// requestOf is the inverse of placementOf's recovery spec.
+func requestOf(spec []byte) (CreateRequest, error) {
+	var r recovery
+	if err := json.Unmarshal(spec, &r); err != nil {
+		return CreateRequest{}, fmt.Errorf("recovery spec: %w", err)
+	}
+	return CreateRequest{
+		Owner: r.Owner, Image: r.Image, Name: r.Name, MilliCPU: r.MilliCPU, MemoryMB: r.MemoryMB,
+		Env: maps.Clone(r.Env), SecretEnv: maps.Clone(r.SecretEnv), Tags: maps.Clone(r.Tags),
+		Timeout: time.Duration(r.TimeoutMS) * time.Millisecond, Network: r.Network, Runtime: r.Runtime,
+		Quota: r.Quota, Annotations: maps.Clone(r.Annotations), Failover: FailoverRecreate,
+	}, nil
+}
+
+// claimCluster is the create chain's cluster step: after the row's insert
+// (so a local name conflict costs nothing cluster-wide), before anything
+// costly (so a cluster-wide conflict costs no container). The idle
+// sandboxes of the pool have no placement: they are the node's, not a
+// tenant's, until claimed.
+func (s *Service) claimCluster(ctx context.Context, id string, req CreateRequest) error {
+	if s.Cluster == nil || req.Owner == store.PoolOwner {
+		return nil
+	}
+	p, err := placementOf(id, req)
+	if err != nil {
+		return err
+	}
+	if err := s.Cluster.ClaimSandbox(ctx, p); err != nil {
+		return clusterErr(err, req.Name)
+	}
+	return nil
+}
+
+// releaseCluster undoes claimCluster, and ends a destroyed sandbox's
+// cluster-wide keys.
+func (s *Service) releaseCluster(ctx context.Context, id string) error {
+	if s.Cluster == nil {
+		return nil
+	}
+	domains, err := s.Store.ListCustomDomains(ctx, id)
+	if err != nil {
+		return s.mapStoreErr(err, id)
+	}
+	for _, d := range domains {
+		if err := s.Cluster.ReleaseHostname(ctx, d.Hostname, id); err != nil {
+			return fmt.Errorf("release the cluster hostname %s of %s: %w", d.Hostname, id, clusterErr(err, ""))
+		}
+	}
+	if err := s.Cluster.ReleaseSandbox(ctx, id); err != nil {
+		return fmt.Errorf("release the cluster keys of %s: %w", id, clusterErr(err, ""))
+	}
+	return nil
+}
+
+// clusterErr makes sure a cluster failure reads as the domain's error: a
+// name held elsewhere is the same conflict as on one node, and anything
+// else that is not already a domain error is the cluster being unable to
+// answer (retryable).
+func clusterErr(err error, name string) error {
+	switch {
+	case errors.Is(err, ErrNameConflict):
+		return fmt.Errorf("name %q: %w", name, ErrNameConflict)
+	case errors.Is(err, ErrHostnameConflict), errors.Is(err, ErrUnavailable):
+		return err
+	}
+	return fmt.Errorf("%w: cluster: %w", ErrUnavailable, err)
+}
+
+// Recreate makes a sandbox of a lost node again on this one (cluster
+// failover), under the same id, from the recovery spec its placement
+// kept; ports and domains are the caller's to replay (ReplayExposure,
+// AddDomain). The caller has won the placement for this node. A sandbox
+// of that id already here (a retry) is returned as it is.
+func (s *Service) Recreate(ctx context.Context, id string, spec []byte) (*Created, error) {
+	req, err := requestOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	return s.CreateSandboxWithID(ctx, id, req)
+}

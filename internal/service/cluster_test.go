@@ -1,0 +1,258 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandboxd/sandboxd/internal/service"
+)
+
+// keysCluster is the cluster's keys as a map, for service tests that
+// inject the cluster's failures (a name held by another node, no quorum).
+// The real keys are etcd's (internal/cluster), whose own tests prove its
+// transactions; the multi-process tests drive both together.
+type keysCluster struct {
+	mu         sync.Mutex
+	placements map[string]service.Placement
+	names      map[string]string // owner/name → id
+	hostnames  map[string]string // hostname → id
+	fail       error             // every call fails with it when set
+}
+
+func newKeysCluster() *keysCluster {
+	return &keysCluster{placements: map[string]service.Placement{}, names: map[string]string{}, hostnames: map[string]string{}}
+}
+
+func (c *keysCluster) ClaimSandbox(_ context.Context, p service.Placement) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail != nil {
+		return c.fail
+	}
+	if p.Name != "" {
+		if id, ok := c.names[p.Owner+"/"+p.Name]; ok && id != p.ID {
+			return fmt.Errorf("held by %s: %w", id, service.ErrNameConflict)
+		}
+		c.names[p.Owner+"/"+p.Name] = p.ID
+	}
+	c.placements[p.ID] = p
+	return nil
+}
+
+func (c *keysCluster) ReleaseSandbox(_ context.Context, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail != nil {
+		return c.fail
+	}
+	if p, ok := c.placements[id]; ok && c.names[p.Owner+"/"+p.Name] == id {
+		delete(c.names, p.Owner+"/"+p.Name)
+	}
+	delete(c.placements, id)
+	return nil
+}
+
+func (c *keysCluster) ClaimHostname(_ context.Context, host, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail != nil {
+		return c.fail
+	}
+	if held, ok := c.hostnames[host]; ok && held != id {
+		return service.ErrHostnameConflict
+	}
+	c.hostnames[host] = id
+	return nil
+}
+
+func (c *keysCluster) ReleaseHostname(_ context.Context, host, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail != nil {
+		return c.fail
+	}
+	if c.hostnames[host] == id {
+		delete(c.hostnames, host)
+	}
+	return nil
+}
+
+func (c *keysCluster) snapshot() (placements int, names, hostnames map[string]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.placements), maps.Clone(c.names), maps.Clone(c.hostnames)
+}
+
+// A name another node holds is the same 409 as a local one, and the create
+// that lost it leaves nothing: no container, row, route, capacity or key.
+func TestCluster_NameHeldElsewhereIsAConflictThatLeavesNothing(t *testing.T) {
+	t.Parallel()
+	kc := newKeysCluster()
+	kc.names["alice/web"] = "sb-00000000000000aa" // another node's
+	h := newHarness(t, harnessOptions{cluster: kc})
+
+	_, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "alice", Name: "web"})
+	if !errors.Is(err, service.ErrNameConflict) {
+		t.Fatalf("create: %v, want ErrNameConflict", err)
+	}
+	h.assertNothingLeft(t)
+	n, names, _ := kc.snapshot()
+	if n != 0 || !cmp.Equal(names, map[string]string{"alice/web": "sb-00000000000000aa"}) {
+		t.Errorf("cluster after the refusal: %d placements, names %v", n, names)
+	}
+}
+
+// A cluster that cannot answer refuses the create as unavailable
+// (retryable), with nothing left behind; so does a destroy, which leaves
+// the sandbox marked for the reconciler to finish once the cluster is back.
+func TestCluster_UnavailableRefusesAndLeavesNothing(t *testing.T) {
+	t.Parallel()
+	kc := newKeysCluster()
+	h := newHarness(t, harnessOptions{cluster: kc})
+	ctx := t.Context()
+
+	sb, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc.mu.Lock()
+	kc.fail = fmt.Errorf("no quorum: %w", service.ErrUnavailable)
+	kc.mu.Unlock()
+
+	if _, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Name: "two"}); !errors.Is(err, service.ErrUnavailable) {
+		t.Fatalf("create without quorum: %v, want ErrUnavailable", err)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); !errors.Is(err, service.ErrUnavailable) {
+		t.Fatalf("destroy without quorum: %v, want ErrUnavailable", err)
+	}
+	if _, err := h.svc.Get(ctx, admin, sb.ID); !errors.Is(err, service.ErrNotFound) {
+		t.Errorf("a sandbox whose destroy began still reads: %v", err)
+	}
+
+	kc.mu.Lock()
+	kc.fail = nil
+	kc.mu.Unlock()
+	h.clock.Advance(2 * time.Minute) // past the grace of a destroy in progress
+	if err := h.svc.Reconcile(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+	if n, names, _ := kc.snapshot(); n != 0 || len(names) != 0 {
+		t.Errorf("cluster keys left: %d placements, names %v", n, names)
+	}
+}
+
+// A sandbox's cluster keys live as long as it does: its placement and name
+// from the create, a custom hostname from its binding; a destroy gives
+// them all back. A hostname another node's sandbox holds is a conflict.
+func TestCluster_KeysFollowTheSandbox(t *testing.T) {
+	t.Parallel()
+	kc := newKeysCluster()
+	kc.hostnames["taken.example.com"] = "sb-00000000000000bb"
+	h := newHarness(t, harnessOptions{cluster: kc})
+	ctx := t.Context()
+
+	sb, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Name: "web", Failover: service.FailoverRecreate,
+		SecretEnv: map[string]string{"K": "v"}, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := service.Caller{Owner: "alice"}
+	if _, err := h.svc.AddDomain(ctx, alice, "web", "app.example.com", 8080); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.AddDomain(ctx, alice, "web", "taken.example.com", 8080); !errors.Is(err, service.ErrHostnameConflict) {
+		t.Errorf("a hostname held elsewhere: %v, want ErrHostnameConflict", err)
+	}
+	n, names, hosts := kc.snapshot()
+	if n != 1 || names["alice/web"] != sb.ID || hosts["app.example.com"] != sb.ID {
+		t.Fatalf("cluster after create and bind: %d placements, names %v, hostnames %v", n, names, hosts)
+	}
+	kc.mu.Lock()
+	p := kc.placements[sb.ID]
+	kc.mu.Unlock()
+	if p.Failover != service.FailoverRecreate || len(p.Recovery) == 0 {
+		t.Errorf("placement %+v: want a recovery spec for failover", p)
+	}
+
+	if err := h.svc.Destroy(ctx, alice, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	n, names, hosts = kc.snapshot()
+	if n != 0 || len(names) != 0 || !cmp.Equal(hosts, map[string]string{"taken.example.com": "sb-00000000000000bb"}) {
+		t.Errorf("cluster after destroy: %d placements, names %v, hostnames %v", n, names, hosts)
+	}
+	h.assertNothingLeft(t)
+}
+
+// A create served from the warm pool takes its keys as a cold one does; a
+// name held elsewhere refuses it the same way.
+func TestCluster_PoolClaimTakesTheKeys(t *testing.T) {
+	t.Parallel()
+	kc := newKeysCluster()
+	kc.names["alice/held"] = "sb-00000000000000cc"
+	h := newHarness(t, harnessOptions{pool: poolOf(2), cluster: kc})
+	runPool(t, h)
+	waitReady(t, h, 2)
+	ctx := t.Context()
+
+	sb, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hit(sb) {
+		t.Fatalf("not served from the pool: %+v", sb.Timings)
+	}
+	if _, names, _ := kc.snapshot(); names["alice/web"] != sb.ID {
+		t.Errorf("names after a pool claim: %v", names)
+	}
+	if _, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Name: "held"}); !errors.Is(err, service.ErrNameConflict) {
+		t.Errorf("a pool claim of a name held elsewhere: %v, want ErrNameConflict", err)
+	}
+}
+
+// Recreate makes the sandbox again under its id from the recovery spec:
+// same name, env and secret env.
+func TestCluster_RecreateFromTheRecoverySpec(t *testing.T) {
+	t.Parallel()
+	kc := newKeysCluster()
+	h := newHarness(t, harnessOptions{cluster: kc})
+	ctx := t.Context()
+	sb, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Name: "web", Failover: service.FailoverRecreate,
+		Env: map[string]string{"PLAIN": "p"}, SecretEnv: map[string]string{"SECRET": "s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc.mu.Lock()
+	spec := kc.placements[sb.ID].Recovery
+	kc.mu.Unlock()
+
+	// As on the node that lost it: the sandbox is gone here, its keys kept.
+	other := newHarness(t, harnessOptions{cluster: kc})
+	got, err := other.svc.Recreate(ctx, sb.ID, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != sb.ID || got.Name != "web" {
+		t.Errorf("recreated %s %q, want %s \"web\"", got.ID, got.Name, sb.ID)
+	}
+	res, err := other.svc.Exec(ctx, service.Caller{Owner: "alice"}, "web", service.ExecRequest{Command: `echo "$PLAIN $SECRET"`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Stdout) != "p s\n" {
+		t.Errorf("the recreated sandbox sees %q", res.Stdout)
+	}
+	// A failover cannot carry volumes.
+	if _, err := other.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Failover: service.FailoverRecreate,
+		Mounts: []service.Mount{{Volume: "v", Path: "/data"}}}); !errors.Is(err, service.ErrInvalidArgument) {
+		t.Errorf("failover with mounts: %v, want ErrInvalidArgument", err)
+	}
+}
