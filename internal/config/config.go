@@ -100,6 +100,11 @@ type Daemon struct {
 	// DefaultQuota is the quota of user tokens created through the API
 	// without one (zero: unlimited).
 	DefaultQuota Quota
+	// AdvertiseURL is the base URL other cluster nodes reach this node's
+	// API by (forwarded calls). Empty: http://<Listen>. Cluster mode is on
+	// when the data directory holds the cluster file that `sandboxd
+	// cluster init|join` writes (docs/cluster.md).
+	AdvertiseURL string
 }
 
 // Quota bounds what one owner holds at once; a zero field is unlimited.
@@ -182,6 +187,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.IntVar(&d.MaxConns, "max-conns", d.MaxConns, "HTTP connections open at once; 0: a quarter of the open-file limit (env SANDBOXD_MAX_CONNS)")
 	fs.DurationVar(&d.ReconcileEvery, "reconcile-every", d.ReconcileEvery, "period of the reconciler")
 	fs.StringVar(&d.LogLevel, "log-level", d.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&d.AdvertiseURL, "advertise-url", d.AdvertiseURL, "cluster mode: the URL other nodes reach this node's API by (env SANDBOXD_ADVERTISE_URL; default http://<listen>)")
 	defaultQuota := ""
 	if v, ok := env("SANDBOXD_DEFAULT_QUOTA"); ok {
 		defaultQuota = v
@@ -254,6 +260,7 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		SandboxNetwork: get("SANDBOXD_SANDBOX_NETWORK", "false") == "true",
 		ReconcileEvery: 30 * time.Second,
 		LogLevel:       get("SANDBOXD_LOG_LEVEL", "info"),
+		AdvertiseURL:   get("SANDBOXD_ADVERTISE_URL", ""),
 	}
 	if d.AgentBinary == "" {
 		if exe, err := os.Executable(); err == nil {

@@ -43,6 +43,9 @@ type Cluster interface {
 	// it still names id.
 	ClaimHostname(ctx context.Context, hostname, id string) error
 	ReleaseHostname(ctx context.Context, hostname, id string) error
+	// SetIntents records id's exposures and custom domains on its
+	// placement, for a failover to replay.
+	SetIntents(ctx context.Context, id string, in Intents) error
 }
 
 // Placement is what the cluster keeps of a sandbox this node creates.
@@ -176,4 +179,124 @@ func (s *Service) Recreate(ctx context.Context, id string, spec []byte) (*Create
 		return nil, err
 	}
 	return s.CreateSandboxWithID(ctx, id, req)
+}
+
+// ExposePort is exposePort (ports.go), recorded on the sandbox's placement
+// in cluster mode so that a failover replays it.
+func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, port int, protocol string, public bool) (Exposure, error) {
+	e, err := s.exposePort(ctx, c, idOrName, port, protocol, public)
+	if err == nil {
+		s.recordIntentsOf(ctx, c, idOrName)
+	}
+	return e, err
+}
+
+// UnexposePort is unexposePort (ports.go), recorded as ExposePort is.
+func (s *Service) UnexposePort(ctx context.Context, c Caller, idOrName string, port int) error {
+	err := s.unexposePort(ctx, c, idOrName, port)
+	if err == nil {
+		s.recordIntentsOf(ctx, c, idOrName)
+	}
+	return err
+}
+
+// AddDomain is addDomain (ports.go), recorded as ExposePort is.
+func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname string, port int) (Domain, error) {
+	d, err := s.addDomain(ctx, c, idOrName, hostname, port)
+	if err == nil {
+		s.recordIntents(ctx, d.SandboxID)
+	}
+	return d, err
+}
+
+// RemoveDomain is removeDomain (ports.go), recorded as ExposePort is.
+func (s *Service) RemoveDomain(ctx context.Context, c Caller, idOrName, hostname string) error {
+	err := s.removeDomain(ctx, c, idOrName, hostname)
+	if err == nil {
+		s.recordIntentsOf(ctx, c, idOrName)
+	}
+	return err
+}
+
+func (s *Service) recordIntentsOf(ctx context.Context, c Caller, idOrName string) {
+	if s.Cluster == nil {
+		return
+	}
+	if row, err := s.lookup(ctx, c, idOrName); err == nil {
+		s.recordIntents(ctx, row.ID)
+	}
+}
+
+// recordIntents writes the sandbox's exposures and custom domains, as the
+// store has them now, on its placement. It is best effort: the exposure
+// itself is this node's and already works; a failure only means a
+// failover would not replay it, and is logged.
+func (s *Service) recordIntents(ctx context.Context, id string) {
+	if s.Cluster == nil {
+		return
+	}
+	eps, err := s.Store.ListExposedPorts(ctx, id)
+	if err == nil {
+		var ds []store.CustomDomain
+		if ds, err = s.Store.ListCustomDomains(ctx, id); err == nil {
+			in := Intents{}
+			for _, ep := range eps {
+				in.Ports = append(in.Ports, PortIntent{Port: ep.Port, Protocol: string(ep.Protocol), Public: ep.Public})
+			}
+			for _, d := range ds {
+				in.Domains = append(in.Domains, DomainIntent{Hostname: d.Hostname, Port: d.Port})
+			}
+			err = s.Cluster.SetIntents(ctx, id, in)
+		}
+	}
+	if err != nil {
+		s.Logger.Warn("cluster: record the ports and domains a failover replays", "sandbox", id, "err", err)
+	}
+}
+
+// Intents are what a failover replays of a sandbox: its exposed ports and
+// custom domains.
+type Intents struct {
+	Ports   []PortIntent
+	Domains []DomainIntent
+}
+
+// PortIntent is one exposure to replay.
+type PortIntent struct {
+	Port     int
+	Protocol string
+	Public   bool
+}
+
+// DomainIntent is one custom domain to replay.
+type DomainIntent struct {
+	Hostname string
+	Port     int
+}
+
+// LocalSandboxIDs lists the ids of every tenant sandbox this node has
+// (the pool's idle ones and those being destroyed left out).
+func (s *Service) LocalSandboxIDs(ctx context.Context) ([]string, error) {
+	var ids []string
+	token := ""
+	for {
+		rows, next, err := s.Store.ListSandboxes(ctx, store.ListFilter{Limit: 1000, PageToken: token})
+		if err != nil {
+			return nil, s.mapStoreErr(err, "")
+		}
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		if next == "" {
+			return ids, nil
+		}
+		token = next
+	}
+}
+
+// DestroyLocal destroys sandbox id on this node, whoever owns it: a
+// cluster node's stale copy of a sandbox another node has now. Its
+// cluster keys are released only while they are still this node's.
+func (s *Service) DestroyLocal(ctx context.Context, id string) error {
+	return s.destroy(ctx, id)
 }

@@ -23,7 +23,8 @@ type keysCluster struct {
 	placements map[string]service.Placement
 	names      map[string]string // owner/name → id
 	hostnames  map[string]string // hostname → id
-	fail       error             // every call fails with it when set
+	intents    map[string]service.Intents
+	fail       error // every call fails with it when set
 }
 
 func newKeysCluster() *keysCluster {
@@ -81,6 +82,19 @@ func (c *keysCluster) ReleaseHostname(_ context.Context, host, id string) error 
 	if c.hostnames[host] == id {
 		delete(c.hostnames, host)
 	}
+	return nil
+}
+
+func (c *keysCluster) SetIntents(_ context.Context, id string, in service.Intents) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail != nil {
+		return c.fail
+	}
+	if c.intents == nil {
+		c.intents = map[string]service.Intents{}
+	}
+	c.intents[id] = in
 	return nil
 }
 

@@ -70,7 +70,7 @@ type Exposure struct {
 // Exposes and unexposes of one (sandbox, port) are serialised from the
 // store write to the router update (portLocks), so the router always holds
 // what the last of them left in the row.
-func (s *Service) ExposePort(ctx context.Context, c Caller, idOrName string, port int, protocol string, public bool) (Exposure, error) {
+func (s *Service) exposePort(ctx context.Context, c Caller, idOrName string, port int, protocol string, public bool) (Exposure, error) {
 	if err := s.requireReady(); err != nil {
 		return Exposure{}, err
 	}
@@ -259,7 +259,7 @@ func (s *Service) portErr(err error, sandboxID string, port int) error {
 // UnexposePort removes an exposure: its route, its listener, its row.
 // Unexposing a port that is not exposed succeeds, so it is safe to repeat.
 // It is serialised with the exposes of the same port, like ExposePort.
-func (s *Service) UnexposePort(ctx context.Context, c Caller, idOrName string, port int) error {
+func (s *Service) unexposePort(ctx context.Context, c Caller, idOrName string, port int) error {
 	if err := s.requireReady(); err != nil {
 		return err
 	}
@@ -327,7 +327,7 @@ type Domain struct {
 // since (the store fences the delete with this call's token): an identical
 // call that found the row may already have reported success. A delete that
 // fails is returned joined with the route's error.
-func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname string, port int) (Domain, error) {
+func (s *Service) addDomain(ctx context.Context, c Caller, idOrName, hostname string, port int) (Domain, error) {
 	if err := s.requireReady(); err != nil {
 		return Domain{}, err
 	}
@@ -392,7 +392,7 @@ func (s *Service) reservedHost(hostname string) bool {
 
 // RemoveDomain unbinds a hostname from a sandbox. Removing a binding that
 // does not exist succeeds.
-func (s *Service) RemoveDomain(ctx context.Context, c Caller, idOrName, hostname string) error {
+func (s *Service) removeDomain(ctx context.Context, c Caller, idOrName, hostname string) error {
 	if err := s.requireReady(); err != nil {
 		return err
 	}
