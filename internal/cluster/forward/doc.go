@@ -1,0 +1,70 @@
+// Package forward is the HTTP side of cluster mode (docs/cluster.md,
+// "Placement and forwarding"): it decides, before the API edges run,
+// whether a request is served by this node or by another, and carries it
+// there. It sees the cluster only through Locator; it imports no etcd.
+//
+// # What is forwarded
+//
+// RefOf reads what a request names from its Host, its E2b-Sandbox-Id
+// header and its path, in the order the daemon's own handler routes one
+// listener (preview host, custom domain, E2B header, then the native,
+// E2B and Daytona paths). Middleware then:
+//
+//   - places a create (POST /v1/sandboxes, POST /sandboxes,
+//     POST /v2/sandboxes, POST /daytona/api/sandbox) on the node
+//     Locator.Place picks (PowerOfTwo is the pure choice it can use);
+//   - forwards a call that names a sandbox (by id or name in the path,
+//     by E2b-Sandbox-Id, by preview host) or a custom domain to the node
+//     Locator.Locate names;
+//   - serves everything else here: lists, tokens, health, metrics, and
+//     whatever the Locator says is this node's, unknown or unknowable.
+//
+// Forwarding is a reverse proxy: the method, path, query, body (streamed,
+// never buffered or read here), Host header and the caller's credentials
+// travel as they came; responses stream back flushed write by write; a
+// WebSocket (any Upgrade) is spliced through. The owner authenticates the
+// caller like any node would (tokens are cluster-wide), so forwarding
+// grants nothing the caller's own credentials do not. A node that cannot
+// be reached answers 503 (Options.OnError) within the dial timeout (5 s),
+// never a hang; once connected there is no overall deadline, since exec
+// streams and WebSockets last as long as the caller keeps them.
+//
+// Known gaps: a list is served from this node's view only; an E2B signed
+// /files URL names no sandbox, so it works only when it reaches the
+// sandbox's own node.
+//
+// # The node MAC
+//
+// A forwarded request carries X-Sandboxd-Node (the sender's id) and
+// X-Sandboxd-Node-Auth, "t=<unix seconds>,mac=<hex>", where mac is
+// HMAC-SHA256 keyed by the cluster secret over
+// "<node>|<unix seconds>|<method>|<request URI>". The verifier refuses a
+// timestamp more than MaxSkew (60 s) off its clock, a MAC naming itself
+// (a node never forwards to itself), and anything malformed; the MAC is
+// compared in constant time. The secret is the cluster's, never a user's
+// token.
+//
+// The MAC does not cover the body, the Host or any other header. That is
+// acceptable because of what a valid MAC grants: only that the request is
+// served here rather than forwarded again, and that the node headers are
+// believed. It grants no access to any sandbox: the caller's own
+// credentials, which travel with the request, are checked by the owner as
+// on any node. Someone who captured a signed request could, within its
+// minute, replay its method and URI with another body; but they then also
+// hold whatever credentials it carried, which work on any node without a
+// MAC, so the replay gains nothing but not being forwarded. Covering the body would mean
+// buffering uploads and streams (gigabytes, or unbounded for a Connect
+// stream) before the first byte goes out. Node-to-node links should still
+// run over TLS (an https Target URL), which protects bodies and
+// credentials alike.
+//
+// # The loop guard
+//
+// A request with a valid MAC is never forwarded again: it goes straight
+// to the edges, so a node that does not own what it was sent answers from
+// its own view (404, or 503 while a placement moves), and two nodes with
+// stale views cannot bounce a request between them. Every request without
+// a valid MAC has all X-Sandboxd-Node* headers stripped before anything
+// reads them, so no client can pose as a node, and the forwarding node
+// strips them again before signing its own.
+package forward

@@ -1,0 +1,249 @@
+package forward
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+)
+
+// Target is the node a request goes to.
+type Target struct {
+	Node string // the node's id
+	URL  string // the node's API base URL, "http://10.0.0.2:7070"
+}
+
+// Locator is what the middleware needs of the cluster: its view of who
+// serves what. Both methods are called on the request path, so they should
+// answer from memory (a watch-fed cache); they may read r's headers (to
+// authenticate a name's owner, or find the node an Idempotency-Key is
+// bound to) and must leave r.Body unread or replace it.
+type Locator interface {
+	// Locate says which node serves ref (Kind Sandbox or Host). For Kind
+	// Host, ref.ID or ref.Name, when set, is what the request names should
+	// ref.Host be bound to no sandbox (it is then an API host the operator
+	// did not list). A Name is per owner: resolve it for the caller r
+	// authenticates as. ok=false means serve locally: this node owns it,
+	// it is unknown, or the cluster cannot say. A non-nil err means it
+	// must not be served here either (say, its placement is moving): the
+	// caller answers Options.OnError.
+	Locate(ctx context.Context, r *http.Request, ref Ref) (t Target, ok bool, err error)
+	// Place picks the node for a create (Kind Create). ok=false: create
+	// locally. err as for Locate.
+	Place(ctx context.Context, r *http.Request) (t Target, ok bool, err error)
+}
+
+// Options configures Middleware.
+type Options struct {
+	// Self is this node's id; a Target naming it is served locally.
+	// Default: Signer.Node.
+	Self string
+	// Signer signs forwarded requests and verifies incoming ones; its
+	// Node is this node's id (Self), so a MAC naming this node is refused.
+	Signer Signer
+	// Locator finds owners and places creates. Nil: nothing is forwarded
+	// (node headers are still verified or stripped).
+	Locator Locator
+	// Domain is the preview domain and APIHosts the daemon's own host
+	// names (its reserved hosts): RefOf's arguments.
+	Domain   string
+	APIHosts []string
+	// Logger receives a warning per failed forward, a debug line per
+	// forward. Default: discard.
+	Logger *slog.Logger
+	// Transport carries forwarded requests. Nil: NewTransport().
+	Transport http.RoundTripper
+	// OnError answers a request that cannot be forwarded: the Locator
+	// failed, the target's URL is unusable, or the target did not answer.
+	// It is not called when the caller has gone. Nil: 503
+	// {"error":{"code":"unavailable","message":…,"retryable":true}}.
+	OnError func(w http.ResponseWriter, r *http.Request, err error)
+}
+
+// Dial and TLS handshake bounds for a node: an unreachable node fails
+// fast instead of hanging the caller. There is no overall bound: exec
+// streams, WebSockets and downloads last as long as the caller wants.
+const (
+	dialTimeout      = 5 * time.Second
+	handshakeTimeout = 5 * time.Second
+)
+
+// NewTransport returns the transport Middleware uses when
+// Options.Transport is nil: no environment proxy, a 5 s dial and TLS
+// handshake timeout, a warm pool per node, bodies passed through
+// uncompressed, response headers capped at 1 MiB. Pass your own to close
+// its idle connections at shutdown.
+func NewTransport() *http.Transport {
+	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                  nil, // node to node, never through an environment proxy
+		DialContext:            d.DialContext,
+		TLSHandshakeTimeout:    handshakeTimeout,
+		MaxIdleConns:           256,
+		MaxIdleConnsPerHost:    64,
+		IdleConnTimeout:        90 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		DisableCompression:     true, // pass bodies through as the owner sent them
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+}
+
+// Middleware puts cluster forwarding in front of next (the daemon's
+// edges). For each request it:
+//
+//  1. Verifies the node MAC (Signer.Verify). A request with a valid MAC
+//     came from another node and goes to next untouched, headers and all:
+//     it is never forwarded again (the loop guard), so a node that does
+//     not own what it was sent answers from its own view. Any other
+//     request has every node header stripped before anything reads it.
+//  2. Asks RefOf what it names. Create goes to Locator.Place; Sandbox and
+//     Host go to Locator.Locate; List and None go to next.
+//  3. Serves locally (next) when the Locator says so or names this node;
+//     answers Options.OnError when the Locator fails; else reverse-proxies
+//     the request to the target's URL.
+//
+// A forwarded request keeps its method, path, query, body (streamed, not
+// read here), Host header (preview hosts and custom domains route by it)
+// and the caller's credentials; it gains X-Forwarded-For/-Host/-Proto and
+// the node headers of Signer.Sign. The response streams back as it comes
+// (every write flushed), and an Upgrade (WebSocket) becomes a spliced
+// connection. A target that cannot be reached is Options.OnError.
+func Middleware(next http.Handler, o Options) http.Handler {
+	if o.Self == "" {
+		o.Self = o.Signer.Node
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Transport == nil {
+		o.Transport = NewTransport()
+	}
+	if o.OnError == nil {
+		o.OnError = unavailable
+	}
+	m := &middleware{next: next, o: o, log: o.Logger}
+	m.proxy = &httputil.ReverseProxy{
+		Rewrite:       m.rewrite,
+		Transport:     o.Transport,
+		FlushInterval: -1, // flush every write: exec output, Connect streams, SSE
+		ErrorHandler:  m.proxyError,
+		ErrorLog:      slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	return m
+}
+
+type middleware struct {
+	next  http.Handler
+	o     Options
+	log   *slog.Logger
+	proxy *httputil.ReverseProxy
+}
+
+// target is a resolved Target, carried to rewrite and proxyError in the
+// request's context.
+type target struct {
+	Target
+	url *url.URL
+}
+
+type targetKey struct{}
+
+func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, ok := m.o.Signer.Verify(r); ok {
+		m.next.ServeHTTP(w, r) // loop guard: a node sent it here
+		return
+	}
+	StripNodeHeaders(r.Header)
+	if m.o.Locator == nil {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+
+	ref := RefOf(r, m.o.Domain, m.o.APIHosts)
+	var (
+		t   Target
+		ok  bool
+		err error
+	)
+	switch ref.Kind {
+	case Create:
+		t, ok, err = m.o.Locator.Place(r.Context(), r)
+	case Sandbox, Host:
+		t, ok, err = m.o.Locator.Locate(r.Context(), r, ref)
+	}
+	if err != nil {
+		if r.Context().Err() == nil {
+			m.log.Warn("forward: locate", "kind", ref.Kind, "id", ref.ID, "name", ref.Name, "host", ref.Host, "err", err)
+			m.o.OnError(w, r, fmt.Errorf("locate %s: %w", ref.Kind, err))
+		}
+		return
+	}
+	if !ok || t.Node == m.o.Self {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	u, err := url.Parse(t.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if err == nil {
+			err = errors.New("not an http(s) base URL")
+		}
+		m.log.Warn("forward: bad node URL", "node", t.Node, "url", t.URL, "err", err)
+		m.o.OnError(w, r, fmt.Errorf("node %s URL %q: %w", t.Node, t.URL, err))
+		return
+	}
+	m.log.Debug("forward", "kind", ref.Kind, "id", ref.ID, "name", ref.Name, "host", ref.Host, "node", t.Node, "method", r.Method, "path", r.URL.Path)
+	// Full duplex: without it an HTTP/1 server closes the request body as
+	// soon as the response starts, and a stream that still sends (a
+	// Connect stream, an upload answered early) breaks (golang/go#40747).
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	m.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target{t, u})))
+}
+
+// rewrite points the outgoing request at the target node, keeping the
+// path and query (under the base URL's path, if it has one), the caller's
+// Host and credentials, and signs it last, once its URL is final.
+func (m *middleware) rewrite(pr *httputil.ProxyRequest) {
+	t := pr.In.Context().Value(targetKey{}).(target)
+	pr.SetURL(t.url)
+	pr.Out.Host = pr.In.Host
+	// Keep the chain a load balancer in front of this node started
+	// (ReverseProxy drops inbound X-Forwarded-* before Rewrite);
+	// SetXForwarded appends the caller's address.
+	if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+		pr.Out.Header["X-Forwarded-For"] = append([]string(nil), xff...)
+	}
+	pr.SetXForwarded()
+	StripNodeHeaders(pr.Out.Header)
+	m.o.Signer.Sign(pr.Out)
+}
+
+func (m *middleware) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the caller went away; nobody reads an answer
+	}
+	t, _ := r.Context().Value(targetKey{}).(target)
+	m.log.Warn("forward: node did not answer", "node", t.Node, "url", t.URL, "method", r.Method, "path", r.URL.Path, "err", err)
+	m.o.OnError(w, r, fmt.Errorf("forward to node %s: %w", t.Node, err))
+}
+
+// unavailable is the default OnError: 503 in the native API's error shape,
+// retryable. err stays in the log: it names internal addresses.
+func unavailable(w http.ResponseWriter, _ *http.Request, _ error) {
+	type body struct {
+		Code      string `json:"code"`
+		Message   string `json:"message"`
+		Retryable bool   `json:"retryable"`
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_ = json.NewEncoder(w).Encode(struct {
+		Error body `json:"error"`
+	}{body{"unavailable", "the cluster node that serves this request cannot be reached; retry", true}})
+}
