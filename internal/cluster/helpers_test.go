@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -130,12 +129,6 @@ func waitDeparted(t *testing.T, n *Node, id string, timeout time.Duration) {
 			t.Fatalf("after %s: %s never departed", timeout, id)
 		}
 	}
-}
-
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func clientCountOnly() []clientv3.OpOption {

@@ -210,6 +210,7 @@ func TestHostname_ClaimAndFencedRelease(t *testing.T) {
 }
 
 func TestBindKey_FirstBinderWinsUntilExpiry(t *testing.T) {
+	t.Parallel() // mostly waiting on etcd: overlap it with the other tests
 	m := startSingle(t)
 	a := openNode(t, "a", []string{m.ClientURL()})
 	b := openNode(t, "b", []string{m.ClientURL()})

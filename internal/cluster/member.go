@@ -9,10 +9,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap/zapcore"
 )
 
 const (
@@ -42,6 +46,7 @@ type Member struct {
 	etcd      *embed.Etcd
 	clientURL string
 	closeOnce sync.Once
+	quiet     *atomic.Bool // silences etcd's log while it closes
 }
 
 // StartMember starts an embedded etcd member and returns once it serves
@@ -90,7 +95,8 @@ func StartMember(ctx context.Context, cfg MemberConfig, logger *slog.Logger) (*M
 	ec.AutoCompactionRetention = "1h"
 	ec.Logger = "zap"
 	ec.LogLevel = "warn"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapToSlog(logger))
+	quiet := new(atomic.Bool)
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapToSlog(logger, zapcore.WarnLevel, quiet))
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
@@ -100,14 +106,17 @@ func StartMember(ctx context.Context, cfg MemberConfig, logger *slog.Logger) (*M
 	defer timer.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
-		return &Member{etcd: e, clientURL: cfg.ClientURL}, nil
+		return &Member{etcd: e, clientURL: cfg.ClientURL, quiet: quiet}, nil
 	case err := <-e.Err():
+		quiet.Store(true)
 		e.Close()
 		return nil, fmt.Errorf("start etcd member %s: %w", cfg.Name, err)
 	case <-timer.C:
+		quiet.Store(true)
 		e.Close()
 		return nil, fmt.Errorf("start etcd member %s: not ready after %s: %w", cfg.Name, memberReadyTimeout, ErrUnavailable)
 	case <-ctx.Done():
+		quiet.Store(true)
 		e.Close()
 		return nil, fmt.Errorf("start etcd member %s: %w", cfg.Name, ctx.Err())
 	}
@@ -120,7 +129,10 @@ func (m *Member) ClientURL() string { return m.clientURL }
 // no state behind but its data directory; it stays in the cluster's member
 // list until [RemoveMember] removes it. It is idempotent.
 func (m *Member) Close() error {
-	m.closeOnce.Do(m.etcd.Close)
+	m.closeOnce.Do(func() {
+		m.quiet.Store(true)
+		m.etcd.Close()
+	})
 	return nil
 }
 
@@ -141,7 +153,7 @@ func adminClient(endpoints []string) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: adminDialTimeout,
-		Logger:      zapToSlog(nil),
+		Logger:      zapToSlog(nil, zapcore.ErrorLevel, nil),
 	})
 	if err != nil {
 		return nil, unavailable("dial "+strings.Join(endpoints, ","), err)
@@ -176,7 +188,10 @@ func AddMember(ctx context.Context, endpoints []string, name, peerURL string) (i
 	ctx, cancel := withAdminTimeout(ctx)
 	defer cancel()
 
-	list, err := cli.MemberList(ctx)
+	// A serializable list: once a member is added and not yet started, a
+	// two-member cluster has no quorum until it starts, and a retry must
+	// still find it.
+	list, err := cli.MemberList(ctx, clientv3.WithSerializable())
 	if err != nil {
 		return "", unavailable("add member "+name+": list members", err)
 	}
@@ -211,8 +226,10 @@ func AddMember(ctx context.Context, endpoints []string, name, peerURL string) (i
 }
 
 // RemoveMember removes the member named name from the cluster that
-// endpoints reach. An unknown name is ErrNotFound. Removing a member that
-// still runs stops it from taking part; close it too.
+// endpoints reach. An unknown name is ErrNotFound. etcd refuses to remove a
+// running member until the others have been connected to it for 5 s; it
+// retries that refusal until ctx (or 10 s) runs out. A removed member that
+// still runs stops itself; close it too.
 func RemoveMember(ctx context.Context, endpoints []string, name string) error {
 	cli, err := adminClient(endpoints)
 	if err != nil {
@@ -226,20 +243,31 @@ func RemoveMember(ctx context.Context, endpoints []string, name string) error {
 	if err != nil {
 		return unavailable("remove member "+name+": list members", err)
 	}
-	for _, m := range list.Members {
-		if m.Name == name {
-			if _, err := cli.MemberRemove(ctx, m.ID); err != nil {
-				return unknownOutcome("remove member "+name, err)
-			}
-			return nil
+	i := slices.IndexFunc(list.Members, func(m *etcdserverpb.Member) bool { return m.Name == name })
+	if i < 0 {
+		return fmt.Errorf("remove member %s: %w", name, ErrNotFound)
+	}
+	for {
+		_, err := cli.MemberRemove(ctx, list.Members[i].ID)
+		if err == nil || errors.Is(err, rpctypes.ErrMemberNotFound) {
+			return nil // a retry of a removal that went through
+		}
+		// etcd refuses to remove a voting member until the others have
+		// been connected for a while (5 s): wait that out within ctx.
+		if !errors.Is(err, rpctypes.ErrUnhealthy) {
+			return unknownOutcome("remove member "+name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return unknownOutcome("remove member "+name, err)
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("remove member %s: %w", name, ErrNotFound)
 }
 
 // ListMembers returns the members of the cluster that endpoints reach,
-// sorted by name, marking the leader (as the first endpoint that answers
-// sees it; none when there is no leader).
+// sorted by name, marking the leader, as the first member that answers
+// sees them (it answers without quorum too; then no member leads).
 func ListMembers(ctx context.Context, endpoints []string) ([]MemberInfo, error) {
 	cli, err := adminClient(endpoints)
 	if err != nil {
@@ -249,7 +277,9 @@ func ListMembers(ctx context.Context, endpoints []string) ([]MemberInfo, error) 
 	ctx, cancel := withAdminTimeout(ctx)
 	defer cancel()
 
-	list, err := cli.MemberList(ctx)
+	// Serializable: the list answers from the first member that
+	// answers, also without quorum (when it matters most to see it).
+	list, err := cli.MemberList(ctx, clientv3.WithSerializable())
 	if err != nil {
 		return nil, unavailable("list members", err)
 	}

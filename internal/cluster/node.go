@@ -12,6 +12,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap/zapcore"
 )
 
 // prefix is the root of every key sandboxd keeps in etcd. The version lets
@@ -136,7 +137,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.OpTimeout,
-		Logger:      zapToSlog(log),
+		Logger:      zapToSlog(log, zapcore.ErrorLevel, nil),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open cluster node: %w", unavailable("dial "+strings.Join(cfg.Endpoints, ","), err))

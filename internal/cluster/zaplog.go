@@ -5,31 +5,42 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
 
 // zapToSlog returns a zap logger, as etcd's server and client want, that
-// passes warnings and errors to l and drops the rest: etcd logs every
-// raft step at info, which would drown the daemon's own log.
-func zapToSlog(l *slog.Logger) *zap.Logger {
+// passes entries at min and above to l and drops the rest: etcd logs every
+// raft step at info, which would drown the daemon's own log (the server
+// passes warn; the client, which warns of every failed call it retries,
+// passes error: the caller sees the failure as an error anyway).
+//
+// While quiet is set, nothing passes: a member that is being closed
+// logs its listeners' shutdown as errors, which are not.
+func zapToSlog(l *slog.Logger, min zapcore.Level, quiet *atomic.Bool) *zap.Logger {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return zap.New(slogCore{l: l})
+	if quiet == nil {
+		quiet = new(atomic.Bool)
+	}
+	return zap.New(slogCore{l: l, min: min, quiet: quiet})
 }
 
 // slogCore is a zapcore.Core that writes to a slog.Logger.
 type slogCore struct {
 	l      *slog.Logger
+	min    zapcore.Level
+	quiet  *atomic.Bool
 	fields []zapcore.Field
 }
 
-func (c slogCore) Enabled(lvl zapcore.Level) bool { return lvl >= zapcore.WarnLevel }
+func (c slogCore) Enabled(lvl zapcore.Level) bool { return lvl >= c.min && !c.quiet.Load() }
 
 func (c slogCore) With(fs []zapcore.Field) zapcore.Core {
-	return slogCore{l: c.l, fields: append(slices.Clip(c.fields), fs...)}
+	return slogCore{l: c.l, min: c.min, quiet: c.quiet, fields: append(slices.Clip(c.fields), fs...)}
 }
 
 func (c slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
