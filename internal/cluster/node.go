@@ -153,6 +153,13 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if err := n.open(ctx); err != nil {
 		cancel()
+		n.wg.Wait()
+		if lease := n.currentLease(); lease != 0 {
+			// Best effort: without it nodes/<id> lingers for LeaseTTL.
+			rctx, rcancel := context.WithTimeout(context.Background(), cfg.OpTimeout)
+			_, _ = cli.Revoke(rctx, lease)
+			rcancel()
+		}
 		cli.Close()
 		return nil, fmt.Errorf("open cluster node %s: %w", cfg.NodeID, err)
 	}
