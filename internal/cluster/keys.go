@@ -1,0 +1,430 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Placement states and failover policies.
+const (
+	StateCreating = "creating" // claimed; the owner's create chain (or a failover's recreate) is running
+	StateRunning  = "running"  // the owner serves it
+	StateLost     = "lost"     // its node departed and it was not recreated
+
+	FailoverNone     = ""         // a departed node's sandbox becomes lost
+	FailoverRecreate = "recreate" // a departed node's sandbox is recreated elsewhere
+)
+
+// updateAttempts bounds the read-modify-write retries of UpdatePlacement
+// and ReleasePlacement when the placement changes between the read and the
+// write: a placement has one owner, so more than a couple of losses in a
+// row means something is wrong.
+const updateAttempts = 5
+
+// Placement is where a sandbox lives, and what another node needs to
+// recreate it: placements/<id>.
+type Placement struct {
+	ID       string       `json:"id"`                 // sandbox id
+	Node     string       `json:"node"`               // owning node id
+	Owner    string       `json:"owner"`              // tenant
+	Name     string       `json:"name,omitempty"`     // "" when unnamed
+	State    string       `json:"state"`              // "creating", "running", "lost"
+	Failover string       `json:"failover,omitempty"` // "" (none) or "recreate"
+	Spec     []byte       `json:"spec,omitempty"`     // sealed recovery spec (opaque here; Seal/Open)
+	Ports    []PortIntent `json:"ports,omitempty"`
+	Domains  []string     `json:"domains,omitempty"`
+	Revision int64        `json:"-"` // etcd ModRevision when read (ignored on write)
+}
+
+// PortIntent is a port the sandbox exposes, to be exposed again after a
+// failover.
+type PortIntent struct {
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol"`
+	Public   bool   `json:"public,omitempty"`
+}
+
+// ref is the value of names/ and hostnames/ keys: the sandbox they name.
+// Fencing compares these bytes, so encodeRef must stay deterministic.
+type ref struct {
+	ID string `json:"id"`
+}
+
+func encodeRef(id string) string {
+	b, _ := json.Marshal(ref{ID: id}) // a struct of one string: never fails
+	return string(b)
+}
+
+func decodeRef(b []byte) (string, error) {
+	var r ref
+	if err := json.Unmarshal(b, &r); err != nil {
+		return "", err
+	}
+	return r.ID, nil
+}
+
+// binding is the value of idem/ keys: the node that took the first
+// attempt.
+type binding struct {
+	Node string `json:"node"`
+}
+
+func decodePlacement(kv *kv) (Placement, error) {
+	var p Placement
+	if err := json.Unmarshal(kv.Value, &p); err != nil {
+		return Placement{}, err
+	}
+	p.ID = strings.TrimPrefix(string(kv.Key), placementsPrefix)
+	p.Revision = kv.ModRevision
+	return p, nil
+}
+
+func placementKey(id string) string  { return placementsPrefix + id }
+func hostnameKey(host string) string { return hostnamesPrefix + host }
+
+// nameKey escapes owner and name, so that neither can reach into the
+// other's part of the key ("a/b" + "c" is not "a" + "b/c").
+func nameKey(owner, name string) string {
+	return namesPrefix + url.PathEscape(owner) + "/" + url.PathEscape(name)
+}
+
+// segment checks that s can be one key segment: not empty, no "/".
+func segment(what, s string) error {
+	if s == "" || strings.Contains(s, "/") {
+		return fmt.Errorf("%w: %s %q", ErrInvalidArgument, what, s)
+	}
+	return nil
+}
+
+// ClaimPlacement creates placements/<id> and, when p.Name is set,
+// names/<owner>/<name> naming p.ID, in one transaction that writes only if
+// both are absent. A name another sandbox holds is ErrNameTaken; a
+// placement of p.ID held by another node (or for another owner or name) is
+// ErrConflict. A retry of a claim that succeeded (same id, node, owner and
+// name) is nil. An empty p.State is written as "creating". Failure modes:
+// ErrUnavailable (no quorum, OpTimeout passed; the claim may have been
+// applied: retry it, or release it).
+func (n *Node) ClaimPlacement(ctx context.Context, p Placement) error {
+	if err := segment("sandbox id", p.ID); err != nil {
+		return fmt.Errorf("claim placement: %w", err)
+	}
+	if p.Node == "" || p.Owner == "" {
+		return fmt.Errorf("claim placement %s: %w: node and owner are required", p.ID, ErrInvalidArgument)
+	}
+	if p.State == "" {
+		p.State = StateCreating
+	}
+	val, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("claim placement %s: %w", p.ID, err)
+	}
+	pk := placementKey(p.ID)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(pk), "=", 0)}
+	then := []clientv3.Op{clientv3.OpPut(pk, string(val))}
+	els := []clientv3.Op{clientv3.OpGet(pk)}
+	if p.Name != "" {
+		nk := nameKey(p.Owner, p.Name)
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(nk), "=", 0))
+		then = append(then, clientv3.OpPut(nk, encodeRef(p.ID)))
+		els = append(els, clientv3.OpGet(nk))
+	}
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	resp, err := n.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	if err != nil {
+		return unknownOutcome("claim placement "+p.ID, err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	if p.Name != "" {
+		kvs := resp.Responses[1].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			// The placement exists and the name is free: not our claim,
+			// which writes both.
+			return fmt.Errorf("claim placement %s: %w: the placement exists without its name", p.ID, ErrConflict)
+		}
+		if id, _ := decodeRef(kvs[0].Value); id != p.ID {
+			return fmt.Errorf("claim placement %s: name %q of %s: %w", p.ID, p.Name, p.Owner, ErrNameTaken)
+		}
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return fmt.Errorf("claim placement %s: %w: the name names it but the placement is absent", p.ID, ErrConflict)
+	}
+	cur, err := decodePlacement(kvs[0])
+	if err != nil {
+		return fmt.Errorf("claim placement %s: %w: undecodable placement: %w", p.ID, ErrConflict, err)
+	}
+	if cur.Node != p.Node || cur.Owner != p.Owner || cur.Name != p.Name {
+		return fmt.Errorf("claim placement %s: %w: held by node %s", p.ID, ErrConflict, cur.Node)
+	}
+	return nil
+}
+
+// ReleasePlacement deletes placements/<id> and its names/ key, the name
+// only while it still names id (fenced), in one transaction that holds
+// only if the placement has not changed since it was read (retried a few
+// times otherwise; ErrConflict if it keeps changing). An absent placement
+// is nil: releasing is idempotent. It does not check which node owns the
+// placement: the caller does. Failure modes: ErrUnavailable (the release
+// may have been applied: retry).
+func (n *Node) ReleasePlacement(ctx context.Context, id string) error {
+	if err := segment("sandbox id", id); err != nil {
+		return fmt.Errorf("release placement: %w", err)
+	}
+	pk := placementKey(id)
+	for range updateAttempts {
+		cur, ok, err := n.getPlacement(ctx, id)
+		if err != nil {
+			return fmt.Errorf("release placement: %w", err)
+		}
+		if !ok {
+			return nil
+		}
+		then := []clientv3.Op{clientv3.OpDelete(pk)}
+		if cur.Name != "" {
+			nk := nameKey(cur.Owner, cur.Name)
+			then = append(then, clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.Value(nk), "=", encodeRef(id))},
+				[]clientv3.Op{clientv3.OpDelete(nk)}, nil))
+		}
+		tctx, cancel := n.op(ctx)
+		resp, err := n.cli.Txn(tctx).
+			If(clientv3.Compare(clientv3.ModRevision(pk), "=", cur.Revision)).
+			Then(then...).Commit()
+		cancel()
+		if err != nil {
+			return unknownOutcome("release placement "+id, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("release placement %s: %w: it kept changing", id, ErrConflict)
+}
+
+// getPlacement reads placements/<id> from etcd (linearizable).
+func (n *Node) getPlacement(ctx context.Context, id string) (Placement, bool, error) {
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	resp, err := n.cli.Get(ctx, placementKey(id))
+	if err != nil {
+		return Placement{}, false, unavailable("get placement "+id, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Placement{}, false, nil
+	}
+	p, err := decodePlacement(resp.Kvs[0])
+	if err != nil {
+		return Placement{}, false, fmt.Errorf("placement %s: %w", id, err)
+	}
+	return p, true, nil
+}
+
+// UpdatePlacement reads placements/<id>, applies f, and writes the result
+// if the placement has not changed since the read; otherwise it reads and
+// applies f again (so f may run more than once, and must only change its
+// argument), up to a few times, then fails with ErrConflict. f may not
+// change the id, owner or name (ErrInvalidArgument): the names/ key stays
+// as claimed. An error from f is returned as is and writes nothing. An
+// absent placement is ErrNotFound. It returns the placement as written,
+// with its new Revision. Failure modes: ErrUnavailable (the write may have
+// been applied).
+func (n *Node) UpdatePlacement(ctx context.Context, id string, f func(*Placement) error) (Placement, error) {
+	if err := segment("sandbox id", id); err != nil {
+		return Placement{}, fmt.Errorf("update placement: %w", err)
+	}
+	pk := placementKey(id)
+	for range updateAttempts {
+		cur, ok, err := n.getPlacement(ctx, id)
+		if err != nil {
+			return Placement{}, fmt.Errorf("update placement: %w", err)
+		}
+		if !ok {
+			return Placement{}, fmt.Errorf("update placement %s: %w", id, ErrNotFound)
+		}
+		p := clonePlacement(cur)
+		if err := f(&p); err != nil {
+			return Placement{}, err
+		}
+		if p.ID != cur.ID || p.Owner != cur.Owner || p.Name != cur.Name {
+			return Placement{}, fmt.Errorf("update placement %s: %w: id, owner and name cannot change", id, ErrInvalidArgument)
+		}
+		val, err := json.Marshal(p)
+		if err != nil {
+			return Placement{}, fmt.Errorf("update placement %s: %w", id, err)
+		}
+		tctx, cancel := n.op(ctx)
+		resp, err := n.cli.Txn(tctx).
+			If(clientv3.Compare(clientv3.ModRevision(pk), "=", cur.Revision)).
+			Then(clientv3.OpPut(pk, string(val))).Commit()
+		cancel()
+		if err != nil {
+			return Placement{}, unknownOutcome("update placement "+id, err)
+		}
+		if resp.Succeeded {
+			p.Revision = resp.Header.Revision
+			return p, nil
+		}
+	}
+	return Placement{}, fmt.Errorf("update placement %s: %w: it kept changing", id, ErrConflict)
+}
+
+// TakeOver moves placement p to newNode in state "creating", if and only
+// if placements/<p.ID> is still at p.Revision (as read from the directory
+// or etcd): of racing callers holding the same p, exactly one gets true.
+// false means another change came first (re-read before trying again).
+// Failure modes: ErrUnavailable (the move may have been applied: read the
+// placement to learn whether newNode holds it).
+func (n *Node) TakeOver(ctx context.Context, p Placement, newNode string) (bool, error) {
+	if err := segment("sandbox id", p.ID); err != nil {
+		return false, fmt.Errorf("take over: %w", err)
+	}
+	if p.Revision == 0 || newNode == "" {
+		return false, fmt.Errorf("take over %s: %w: a read placement (revision) and a node are required", p.ID, ErrInvalidArgument)
+	}
+	q := clonePlacement(p)
+	q.Node, q.State = newNode, StateCreating
+	val, err := json.Marshal(q)
+	if err != nil {
+		return false, fmt.Errorf("take over %s: %w", p.ID, err)
+	}
+	pk := placementKey(p.ID)
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	resp, err := n.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(pk), "=", p.Revision)).
+		Then(clientv3.OpPut(pk, string(val))).Commit()
+	if err != nil {
+		return false, unknownOutcome("take over "+p.ID, err)
+	}
+	return resp.Succeeded, nil
+}
+
+// ClaimHostname binds hostnames/<host> to sandbox id if no sandbox holds
+// it. A hostname id already holds is nil (a retry); one another sandbox
+// holds is ErrHostnameTaken. The caller normalizes host (lowercase, no
+// port). Failure modes: ErrUnavailable (the claim may have been applied:
+// retry it, or release it).
+func (n *Node) ClaimHostname(ctx context.Context, host, id string) error {
+	if err := segment("hostname", host); err != nil {
+		return fmt.Errorf("claim hostname: %w", err)
+	}
+	if err := segment("sandbox id", id); err != nil {
+		return fmt.Errorf("claim hostname: %w", err)
+	}
+	hk := hostnameKey(host)
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	resp, err := n.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
+		Then(clientv3.OpPut(hk, encodeRef(id))).
+		Else(clientv3.OpGet(hk)).Commit()
+	if err != nil {
+		return unknownOutcome("claim hostname "+host, err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		if cur, _ := decodeRef(kvs[0].Value); cur == id {
+			return nil
+		}
+	}
+	return fmt.Errorf("claim hostname %s: %w", host, ErrHostnameTaken)
+}
+
+// ReleaseHostname deletes hostnames/<host> only while it names id
+// (fenced): an absent hostname, or one another sandbox holds, is left as
+// it is and the call returns nil. Failure modes: ErrUnavailable (the
+// release may have been applied: retry).
+func (n *Node) ReleaseHostname(ctx context.Context, host, id string) error {
+	if err := segment("hostname", host); err != nil {
+		return fmt.Errorf("release hostname: %w", err)
+	}
+	hk := hostnameKey(host)
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	_, err := n.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(hk), "=", encodeRef(id))).
+		Then(clientv3.OpDelete(hk)).Commit()
+	return unknownOutcome("release hostname "+host, err)
+}
+
+// BindKey binds idem/<scope>/<owner>/<hex sha256(key)> to node, if no node
+// is bound to it yet, under a lease of ttl (rounded up to whole seconds;
+// etcd may raise a very short one to its minimum), and returns the node
+// bound: node when this call bound it, or the node an earlier call bound
+// (which may be node itself: a retry). Failure modes: ErrUnavailable (the
+// binding may have been applied: retry, which returns it).
+func (n *Node) BindKey(ctx context.Context, scope, owner, key, node string, ttl time.Duration) (bound string, err error) {
+	if err := segment("scope", scope); err != nil {
+		return "", fmt.Errorf("bind key: %w", err)
+	}
+	if owner == "" || node == "" || ttl <= 0 {
+		return "", fmt.Errorf("bind key: %w: owner, node and a positive ttl are required", ErrInvalidArgument)
+	}
+	sum := sha256.Sum256([]byte(key))
+	k := idemPrefix + scope + "/" + url.PathEscape(owner) + "/" + hex.EncodeToString(sum[:])
+	val, err := json.Marshal(binding{Node: node})
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	g, err := n.cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+	if err != nil {
+		return "", unavailable("bind key: grant lease", err)
+	}
+	resp, err := n.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, string(val), clientv3.WithLease(g.ID))).
+		Else(clientv3.OpGet(k)).Commit()
+	if err != nil {
+		return "", unknownOutcome("bind key", err)
+	}
+	if resp.Succeeded {
+		return node, nil
+	}
+	// The lease holds nothing: revoke it rather than keep it for ttl. A
+	// failure here costs nothing but etcd's memory until it expires.
+	_, _ = n.cli.Revoke(ctx, g.ID)
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return "", fmt.Errorf("bind key: %w: the binding vanished", ErrConflict)
+	}
+	var b binding
+	if err := json.Unmarshal(kvs[0].Value, &b); err != nil {
+		return "", fmt.Errorf("bind key: %w", err)
+	}
+	return b.Node, nil
+}
+
+// LookupName returns the id of the sandbox that names/<owner>/<name>
+// names, from etcd (a linearizable read), or ErrNotFound. Failure modes:
+// ErrUnavailable.
+func (n *Node) LookupName(ctx context.Context, owner, name string) (string, error) {
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	resp, err := n.cli.Get(ctx, nameKey(owner, name))
+	if err != nil {
+		return "", unavailable("lookup name", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", fmt.Errorf("lookup name %q of %s: %w", name, owner, ErrNotFound)
+	}
+	id, err := decodeRef(resp.Kvs[0].Value)
+	if err != nil {
+		return "", fmt.Errorf("lookup name %q of %s: %w", name, owner, err)
+	}
+	return id, nil
+}

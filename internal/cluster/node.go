@@ -1,0 +1,430 @@
+package cluster
+
+import (
+	"context"
+	"crypto/cipher"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap/zapcore"
+)
+
+// prefix is the root of every key sandboxd keeps in etcd. The version lets
+// a later layout live beside this one during an upgrade.
+const prefix = "/sandboxd/v1/"
+
+// Key prefixes under [prefix].
+const (
+	nodesPrefix      = prefix + "nodes/"
+	placementsPrefix = prefix + "placements/"
+	namesPrefix      = prefix + "names/"
+	hostnamesPrefix  = prefix + "hostnames/"
+	idemPrefix       = prefix + "idem/"
+	tokensPrefix     = prefix + "tokens/"
+	tokenHashPrefix  = prefix + "tokenhash/"
+)
+
+const (
+	defaultOpTimeout = 2 * time.Second
+	defaultLeaseTTL  = 5 * time.Second
+	// minSecret is the cluster secret's minimum length: 256 bits.
+	minSecret = 32
+	// headroomInterval is the least time between two puts of nodes/<id>
+	// for a changed headroom: placement tolerates a second-old figure, and
+	// every put is a raft round on every member.
+	headroomInterval = time.Second
+	// departedBuffer is Departed's capacity. A departure beyond it drops
+	// the oldest unread one: the watch never waits on a slow reader.
+	departedBuffer = 1024
+	// retryBackoff is the wait between two attempts of a background loop
+	// (re-grant, re-Get) that failed, so a cluster without quorum is not
+	// spun on.
+	retryBackoff = 500 * time.Millisecond
+)
+
+// Config is a node's membership in the cluster.
+type Config struct {
+	NodeID    string
+	Endpoints []string // etcd client URLs
+	APIURL    string   // this node's API base URL, e.g. http://127.0.0.1:7071
+	Secret    []byte   // the cluster secret (≥ 32 bytes): keys derived from it seal recovery specs
+	Logger    *slog.Logger
+	OpTimeout time.Duration // per etcd call; default 2 s
+	LeaseTTL  time.Duration // membership lease; default 5 s (tests may pass 2 s)
+}
+
+// Headroom is a node's capacity and what is free of it.
+type Headroom struct {
+	MilliCPU     int64 `json:"milli_cpu"`
+	MemoryMB     int64 `json:"memory_mb"`
+	FreeMilliCPU int64 `json:"free_milli_cpu"`
+	FreeMemoryMB int64 `json:"free_memory_mb"`
+}
+
+// NodeInfo is a live node as nodes/<id> describes it.
+type NodeInfo struct {
+	ID       string   `json:"id"`
+	APIURL   string   `json:"api_url"`
+	Headroom Headroom `json:"headroom"`
+}
+
+// Node is this daemon's membership in the cluster: its lease and nodes/
+// key, the watch-fed directory of nodes, placements and hostnames, and the
+// key transactions. It is safe for concurrent use.
+type Node struct {
+	cfg  Config
+	cli  *clientv3.Client
+	log  *slog.Logger
+	aead cipher.AEAD
+
+	ctx    context.Context // the node's lifetime; cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+
+	mu       sync.Mutex
+	lease    clientv3.LeaseID
+	headroom Headroom
+	putRoom  Headroom // the headroom last put on nodes/<id>
+
+	dirMu      sync.RWMutex
+	nodes      map[string]NodeInfo
+	placements map[string]Placement
+	hostnames  map[string]string
+
+	departed chan string
+}
+
+// Open joins the cluster that cfg.Endpoints reach: it grants the
+// membership lease, puts nodes/<id> under it, reads the nodes, placements
+// and hostnames into the directory and starts the watches that keep it
+// current, and keeps the lease alive until Close. A cluster that does not
+// answer fails with ErrUnavailable (each step is bounded by OpTimeout).
+//
+// A lease that is lost (the node was cut off for longer than LeaseTTL) is
+// granted again and nodes/<id> put again, with a warning: meanwhile the
+// other nodes saw this node depart and may have taken over its placements,
+// which the caller learns from the directory.
+func Open(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.NodeID == "" || strings.Contains(cfg.NodeID, "/") {
+		return nil, fmt.Errorf("open cluster node: %w: node id %q", ErrInvalidArgument, cfg.NodeID)
+	}
+	if len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("open cluster node: %w: no endpoints", ErrInvalidArgument)
+	}
+	aead, err := sealer(cfg.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("open cluster node: %w", err)
+	}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = defaultOpTimeout
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = defaultLeaseTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	log := cfg.Logger.With("component", "cluster", "node", cfg.NodeID)
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		DialTimeout: cfg.OpTimeout,
+		Logger:      zapToSlog(log, zapcore.ErrorLevel, nil),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open cluster node: %w", unavailable("dial "+strings.Join(cfg.Endpoints, ","), err))
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	n := &Node{
+		cfg: cfg, cli: cli, log: log, aead: aead,
+		ctx: lctx, cancel: cancel,
+		nodes:      map[string]NodeInfo{},
+		placements: map[string]Placement{},
+		hostnames:  map[string]string{},
+		departed:   make(chan string, departedBuffer),
+	}
+	if err := n.open(ctx); err != nil {
+		cancel()
+		n.wg.Wait()
+		if lease := n.currentLease(); lease != 0 {
+			// Best effort: without it nodes/<id> lingers for LeaseTTL.
+			rctx, rcancel := context.WithTimeout(context.Background(), cfg.OpTimeout)
+			_, _ = cli.Revoke(rctx, lease)
+			rcancel()
+		}
+		cli.Close()
+		return nil, fmt.Errorf("open cluster node %s: %w", cfg.NodeID, err)
+	}
+	return n, nil
+}
+
+// open grants the lease, puts nodes/<id>, fills the directory and starts
+// the background loops.
+func (n *Node) open(ctx context.Context) error {
+	if err := n.register(ctx); err != nil {
+		return err
+	}
+	watches := []struct {
+		prefix string
+		reset  func([]*kv)
+		apply  func(*kv, bool)
+	}{
+		{nodesPrefix, n.resetNodes, n.applyNode},
+		{placementsPrefix, n.resetPlacements, n.applyPlacement},
+		{hostnamesPrefix, n.resetHostnames, n.applyHostname},
+	}
+	revs := make([]int64, len(watches))
+	for i, w := range watches {
+		rev, err := n.load(ctx, w.prefix, w.reset)
+		if err != nil {
+			return err
+		}
+		revs[i] = rev
+	}
+	for i, w := range watches {
+		n.wg.Go(func() { n.follow(w.prefix, revs[i], w.reset, w.apply) })
+	}
+	n.wg.Go(n.keepAlive)
+	n.wg.Go(n.putHeadroomLoop)
+	return nil
+}
+
+// register grants a fresh membership lease and puts nodes/<id> under it.
+func (n *Node) register(ctx context.Context) error {
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	ttl := int64((n.cfg.LeaseTTL + time.Second - 1) / time.Second)
+	g, err := n.cli.Grant(ctx, ttl)
+	if err != nil {
+		return unavailable("grant membership lease", err)
+	}
+	n.mu.Lock()
+	room := n.headroom
+	n.mu.Unlock()
+	if err := n.putSelf(ctx, g.ID, room); err != nil {
+		// The lease expires by itself; revoking it is a courtesy.
+		return err
+	}
+	n.mu.Lock()
+	n.lease, n.putRoom = g.ID, room
+	n.mu.Unlock()
+	return nil
+}
+
+// putSelf puts nodes/<id> with room under lease.
+func (n *Node) putSelf(ctx context.Context, lease clientv3.LeaseID, room Headroom) error {
+	v, err := json.Marshal(NodeInfo{ID: n.cfg.NodeID, APIURL: n.cfg.APIURL, Headroom: room})
+	if err != nil {
+		return err
+	}
+	if _, err := n.cli.Put(ctx, nodesPrefix+n.cfg.NodeID, string(v), clientv3.WithLease(lease)); err != nil {
+		return unknownOutcome("put "+nodesPrefix+n.cfg.NodeID, err)
+	}
+	return nil
+}
+
+// keepAlive keeps the membership lease alive and, when it is lost, grants
+// a new one and puts nodes/<id> again, until the node closes.
+func (n *Node) keepAlive() {
+	for {
+		n.mu.Lock()
+		lease := n.lease
+		n.mu.Unlock()
+		ch, err := n.cli.KeepAlive(n.ctx, lease)
+		if err == nil {
+			for range ch {
+			}
+		}
+		if n.ctx.Err() != nil {
+			return
+		}
+		n.log.Warn("cluster membership lease lost; granting a new one", "lease", int64(lease), "err", err)
+		for {
+			err := n.register(n.ctx)
+			if err == nil {
+				n.log.Warn("cluster membership restored", "lease", int64(n.currentLease()))
+				break
+			}
+			if !n.sleep(retryBackoff) {
+				return
+			}
+		}
+	}
+}
+
+func (n *Node) currentLease() clientv3.LeaseID {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lease
+}
+
+// putHeadroomLoop puts nodes/<id> again when the headroom changed, at most
+// once per headroomInterval.
+func (n *Node) putHeadroomLoop() {
+	t := time.NewTicker(headroomInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.mu.Lock()
+		room, put, lease := n.headroom, n.putRoom, n.lease
+		n.mu.Unlock()
+		if room == put {
+			continue
+		}
+		ctx, cancel := n.op(n.ctx)
+		err := n.putSelf(ctx, lease, room)
+		cancel()
+		if err != nil {
+			n.log.Debug("put headroom", "err", err)
+			continue // the next tick tries again
+		}
+		n.mu.Lock()
+		if n.lease == lease {
+			n.putRoom = room
+		}
+		n.mu.Unlock()
+	}
+}
+
+// sleep waits d or until the node closes; it reports whether to go on.
+func (n *Node) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-n.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// op bounds one etcd call by OpTimeout.
+func (n *Node) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, n.cfg.OpTimeout)
+}
+
+// Close stops the watches and the keepalive, and revokes the membership
+// lease, so that other nodes see this node leave at once (a Close that
+// cannot reach the cluster leaves the lease to expire: the node departs
+// after LeaseTTL). It is idempotent.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.cancel()
+		n.wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.OpTimeout)
+		defer cancel()
+		if _, err := n.cli.Revoke(ctx, n.currentLease()); err != nil {
+			n.closeErr = unavailable("revoke membership lease", err)
+		}
+		if err := n.cli.Close(); err != nil && n.closeErr == nil {
+			n.closeErr = err
+		}
+	})
+	return n.closeErr
+}
+
+// abandon stops the node as a crash would: no revoke, the lease expires.
+// Tests use it.
+func (n *Node) abandon() {
+	n.closeOnce.Do(func() {
+		n.cancel()
+		n.wg.Wait()
+		n.cli.Close()
+	})
+}
+
+// ID is this node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Client is the node's etcd client, for callers with needs beyond this
+// package's (it closes with the node).
+func (n *Node) Client() *clientv3.Client { return n.cli }
+
+// SetHeadroom records this node's headroom; nodes/<id> carries it within
+// about a second (puts are coalesced, at most one per second).
+func (n *Node) SetHeadroom(h Headroom) {
+	n.mu.Lock()
+	n.headroom = h
+	n.mu.Unlock()
+}
+
+// Healthy reports whether the cluster answers a linearizable read within
+// OpTimeout (a member without quorum cannot); ErrUnavailable otherwise.
+func (n *Node) Healthy(ctx context.Context) error {
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	_, err := n.cli.Get(ctx, nodesPrefix+n.cfg.NodeID, clientv3.WithCountOnly())
+	return unavailable("health read", err)
+}
+
+// Departed delivers the ids of nodes whose nodes/ key was deleted (their
+// lease expired or was revoked), never this node's own. The channel holds
+// up to 1024 ids; past that the oldest unread id is dropped, so the watch
+// never waits on the reader (a reader that falls that far behind should
+// rescan [Node.Nodes] and the placements).
+func (n *Node) Departed() <-chan string { return n.departed }
+
+// Nodes returns the live nodes in the directory, this one included,
+// sorted by id.
+func (n *Node) Nodes() []NodeInfo {
+	n.dirMu.RLock()
+	defer n.dirMu.RUnlock()
+	out := make([]NodeInfo, 0, len(n.nodes))
+	for _, ni := range n.nodes {
+		out = append(out, ni)
+	}
+	slices.SortFunc(out, func(a, b NodeInfo) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Placement returns placement id from the directory (no etcd call: it
+// answers during a quorum loss, with what was last seen).
+func (n *Node) Placement(id string) (Placement, bool) {
+	n.dirMu.RLock()
+	defer n.dirMu.RUnlock()
+	p, ok := n.placements[id]
+	return clonePlacement(p), ok
+}
+
+// PlacementsOf returns the placements the directory shows on node,
+// sorted by id.
+func (n *Node) PlacementsOf(node string) []Placement {
+	n.dirMu.RLock()
+	var out []Placement
+	for _, p := range n.placements {
+		if p.Node == node {
+			out = append(out, clonePlacement(p))
+		}
+	}
+	n.dirMu.RUnlock()
+	slices.SortFunc(out, func(a, b Placement) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// HostnameTarget returns the sandbox id that hostnames/<host> names, from
+// the directory.
+func (n *Node) HostnameTarget(host string) (string, bool) {
+	n.dirMu.RLock()
+	defer n.dirMu.RUnlock()
+	id, ok := n.hostnames[host]
+	return id, ok
+}
+
+func clonePlacement(p Placement) Placement {
+	p.Spec = slices.Clone(p.Spec)
+	p.Ports = slices.Clone(p.Ports)
+	p.Domains = slices.Clone(p.Domains)
+	return p
+}
