@@ -4,6 +4,7 @@
 //
 //	sandboxd [flags]                 run the daemon
 //	sandboxd token create|list|revoke   manage API tokens (operators)
+//	sandboxd cluster init|join|members|leave   cluster mode (docs/cluster.md)
 package main
 
 import (
@@ -23,6 +24,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "token" {
 		os.Exit(daemon.TokenCommand(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "cluster" {
+		os.Exit(daemon.ClusterCommand(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	cfg, err := config.Parse(os.Args[1:], os.LookupEnv)
 	if err != nil {

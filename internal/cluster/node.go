@@ -335,8 +335,13 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
+// Stop ends the node's part without leaving the cluster: no revoke, so
+// the lease runs out after LeaseTTL. A daemon that stops to restart uses
+// it, so that coming back within LeaseTTL is no departure (no failover of
+// its sandboxes). It is idempotent, and a later Close does nothing.
+func (n *Node) Stop() { n.abandon() }
+
 // abandon stops the node as a crash would: no revoke, the lease expires.
-// Tests use it.
 func (n *Node) abandon() {
 	n.closeOnce.Do(func() {
 		n.cancel()

@@ -33,6 +33,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/api/e2b"
 	v1 "github.com/sandboxd/sandboxd/internal/api/v1"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/cluster"
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/ingress"
@@ -84,6 +85,13 @@ type Daemon struct {
 	httpsLn net.Listener
 	// gvisor: the engine runs sandboxes under gVisor (checked at start).
 	gvisor bool
+	// cluster is this node's part in a cluster (cluster.go); nil on a
+	// single node.
+	cluster *clusterNode
+	// dataDir is the absolute data directory.
+	dataDir string
+	// admission is the host's capacity (the cluster's headroom reads it).
+	admission *admission.Controller
 }
 
 // New builds every part in order on the listener ln (whose address names
@@ -101,8 +109,12 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	if err != nil {
 		return nil, err
 	}
+	d.dataDir = dataDir
 	keyring, err := d.openStore(ctx, dataDir, opts.Clock)
 	if err != nil {
+		return nil, err
+	}
+	if d.cluster, err = d.openCluster(ctx, dataDir); err != nil {
 		return nil, err
 	}
 	rt, volumes, err := d.openRuntime(dataDir, opts.WrapRuntime)
@@ -133,8 +145,20 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	if err := d.Service.Reconcile(ctx, true); err != nil {
 		logger.Warn("startup repair failed; serving not ready (/readyz) and retrying with backoff", "err", err)
 	}
+	if d.cluster != nil {
+		// A node back from the dead: sandboxes moved elsewhere meanwhile,
+		// or declared lost, are stale here.
+		if err := d.cluster.dropStale(ctx, d.Service); err != nil {
+			logger.Warn("cluster: look for stale sandboxes", "err", err)
+		}
+	}
 	if d.AdminTokenFile, err = ensureAdminToken(ctx, d.Store, dataDir); err != nil {
 		return nil, fmt.Errorf("admin token: %w", err)
+	}
+	if d.cluster != nil {
+		if err := d.cluster.shareAdminToken(ctx, d.AdminTokenFile); err != nil {
+			return nil, fmt.Errorf("admin token: %w", err)
+		}
 	}
 
 	if err := d.buildHandler(dataDir, previews); err != nil {
@@ -209,7 +233,7 @@ func (d *Daemon) probeGVisor(drt *docker.Runtime) bool {
 // when set, and opens the volume directory under dataDir.
 func (d *Daemon) openRuntime(dataDir string, wrap func(runtime.Runtime) runtime.Runtime) (runtime.Runtime, *volume.Dir, error) {
 	sockets := socketRoot(dataDir)
-	drt, err := docker.New(docker.Options{NodeID: d.Config.NodeID, SocketRoot: sockets, Logger: d.logger})
+	drt, err := docker.New(docker.Options{NodeID: d.Config.NodeID, SocketRoot: sockets, Logger: d.logger, QualifyNames: d.cluster != nil})
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker.New: %w", err)
 	}
@@ -243,8 +267,12 @@ func metricsRegistry(reg *prometheus.Registry) *prometheus.Registry {
 // openAuth sets up the API token authenticator over the store and returns
 // the preview-token signer, whose key is loaded or created in dataDir.
 func (d *Daemon) openAuth(dataDir string) (*auth.PreviewTokens, error) {
-	d.Auth = auth.NewAuthenticator(tokenLookup{d.Store})
-	previewKey, err := loadOrCreateKey(filepath.Join(dataDir, "preview.key"))
+	var tokens auth.TokenLookup = tokenLookup{d.Store}
+	if d.cluster != nil {
+		tokens = clusterTokens{cluster: cluster.NewTokenStore(d.cluster.node), local: tokens}
+	}
+	d.Auth = auth.NewAuthenticator(tokens)
+	previewKey, err := d.key(dataDir, "preview.key")
 	if err != nil {
 		return nil, fmt.Errorf("preview key: %w", err)
 	}
@@ -289,6 +317,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 	_, tlsPort, _ := net.SplitHostPort(cfg.TLSListen)
 	tlsPortN, _ := strconv.Atoi(tlsPort)
 	var err error
+	d.admission = admission.New(admission.Budget{MilliCPU: cfg.MilliCPU, MemoryMB: cfg.MemoryMB})
 	d.Service, err = service.New(service.Config{
 		NodeID:         cfg.NodeID,
 		DefaultImage:   cfg.DefaultImage,
@@ -308,12 +337,13 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Store:     d.Store,
 		Runtime:   rt,
 		Router:    d.Router,
-		Admission: admission.New(admission.Budget{MilliCPU: cfg.MilliCPU, MemoryMB: cfg.MemoryMB}),
+		Admission: d.admission,
 		Volumes:   volumes,
 		Keyring:   keyring,
 		Logger:    d.logger,
 		Clock:     clock,
 		Metrics:   service.NewMetrics(d.Registry),
+		Cluster:   d.clusterKeys(),
 	})
 	if err != nil {
 		return fmt.Errorf("service.New: %w", err)
@@ -344,7 +374,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 	api, err := v1.New(v1.Options{
 		Service:        d.Service,
 		Auth:           d.Auth,
-		Tokens:         auth.NewIssuer(tokenStore{d.Store}),
+		Tokens:         auth.NewIssuer(d.tokenStore()),
 		Logger:         d.logger,
 		Registry:       d.Registry,
 		Version:        version.Version,
@@ -355,7 +385,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 	if err != nil {
 		return fmt.Errorf("v1.New: %w", err)
 	}
-	e2bKey, err := loadOrCreateKey(filepath.Join(dataDir, "e2b-access.key"))
+	e2bKey, err := d.key(dataDir, "e2b-access.key")
 	if err != nil {
 		return fmt.Errorf("e2b access key: %w", err)
 	}
@@ -403,6 +433,9 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		}
 		ingressed.ServeHTTP(w, r)
 	})
+	if d.cluster != nil {
+		d.Handler = d.cluster.handler(d.Handler, d.Auth, d.Config.Domain, reservedHosts(d.Config, d.ln.Addr()))
+	}
 	return nil
 }
 
@@ -524,6 +557,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		d.Service.DrainPool(drainCtx)
 		return nil
 	})
+	if d.cluster != nil {
+		g.Go(func() error { d.cluster.run(gctx, d.Service, d.admission); return nil })
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

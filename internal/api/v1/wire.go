@@ -83,6 +83,9 @@ type createRequest struct {
 	Network   bool              `json:"network,omitempty"`
 	Mounts    []mountJSON       `json:"mounts,omitempty"`
 	Runtime   string            `json:"runtime,omitempty"`
+	// Failover is what a cluster does when the sandbox's node is lost:
+	// "recreate", or empty (it becomes lost).
+	Failover string `json:"failover,omitempty"`
 }
 
 func (c createRequest) toService(owner string) service.CreateRequest {
@@ -98,6 +101,7 @@ func (c createRequest) toService(owner string) service.CreateRequest {
 		Timeout:   seconds(c.TimeoutS),
 		Network:   c.Network,
 		Runtime:   c.Runtime,
+		Failover:  c.Failover,
 	}
 	for _, m := range c.Mounts {
 		req.Mounts = append(req.Mounts, service.Mount(m))

@@ -1,0 +1,589 @@
+package daemon
+
+import (
+	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/cluster"
+	"github.com/sandboxd/sandboxd/internal/cluster/forward"
+	"github.com/sandboxd/sandboxd/internal/naming"
+	"github.com/sandboxd/sandboxd/internal/service"
+)
+
+// Cluster mode's bounds.
+const (
+	// clusterStartTimeout bounds the embedded member's start and the
+	// node's first answer from the cluster.
+	clusterStartTimeout = 90 * time.Second
+	// headroomEvery is how often the node publishes its free capacity.
+	headroomEvery = time.Second
+	// healthEvery is how often /readyz's view of the cluster is refreshed.
+	healthEvery = 2 * time.Second
+	// idempotencyTTL is how long an Idempotency-Key stays bound to the
+	// node that has its first attempt: the native API's replay window.
+	idempotencyTTL = 24 * time.Hour
+	// failoverTimeout bounds one sandbox's recreate.
+	failoverTimeout = 2 * time.Minute
+	// leaseTTL is how long a silent node counts as alive: a restart
+	// shorter than this is no departure; a crash is noticed after it.
+	leaseTTL = 10 * time.Second
+)
+
+// clusterNode is this daemon's part in a cluster: the embedded etcd
+// member (if it runs one), the node's membership and keys, and the node
+// MAC's signer.
+type clusterNode struct {
+	member *cluster.Member
+	node   *cluster.Node
+	signer forward.Signer
+	self   string
+	logger *slog.Logger
+	// healthy is the last /readyz view of the cluster: "" when it
+	// answers, else why not.
+	health atomic.Pointer[string]
+}
+
+// openCluster joins the cluster that dataDir's cluster file names, or
+// returns nil when there is none (a single node).
+func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode, error) {
+	f, err := loadClusterFile(dataDir)
+	if err != nil || f == nil {
+		return nil, err
+	}
+	if !naming.ValidLabel(d.Config.NodeID) {
+		return nil, fmt.Errorf("node id %q is not a DNS label; cluster nodes need one", d.Config.NodeID)
+	}
+	secret, err := loadClusterSecret(filepath.Join(dataDir, clusterSecretName))
+	if err != nil {
+		return nil, fmt.Errorf("cluster secret: %w", err)
+	}
+	c := &clusterNode{self: d.Config.NodeID, logger: d.logger, signer: forward.Signer{Node: d.Config.NodeID, Secret: secret}}
+	ok := ""
+	c.health.Store(&ok)
+	sctx, cancel := context.WithTimeout(ctx, clusterStartTimeout)
+	defer cancel()
+	if m := f.Member; m != nil {
+		c.member, err = cluster.StartMember(sctx, cluster.MemberConfig{
+			Name: d.Config.NodeID, DataDir: filepath.Join(dataDir, "etcd"),
+			ClientURL: m.ClientURL, PeerURL: m.PeerURL, InitialCluster: m.InitialCluster, State: m.State,
+		}, d.logger)
+		if err != nil {
+			return nil, fmt.Errorf("cluster.StartMember: %w", err)
+		}
+		d.closers = append(d.closers, c.member.Close)
+	}
+	apiURL := d.Config.AdvertiseURL
+	if apiURL == "" {
+		apiURL = "http://" + d.ln.Addr().String()
+	}
+	c.node, err = cluster.Open(sctx, cluster.Config{
+		NodeID: d.Config.NodeID, Endpoints: f.Endpoints, APIURL: apiURL, Secret: secret, Logger: d.logger,
+		LeaseTTL: leaseTTL,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster.Open: %w", err)
+	}
+	// Stopped before the member (closers run in reverse), without
+	// revoking its lease: a restart within the lease is no departure.
+	d.closers = append(d.closers, func() error { c.node.Stop(); return nil })
+	d.logger.Info("cluster node", "node", d.Config.NodeID, "api", apiURL, "etcd", strings.Join(f.Endpoints, ","))
+	return c, nil
+}
+
+// keys adapts the node's keys to service.Cluster.
+type clusterKeys struct{ c *clusterNode }
+
+var _ service.Cluster = clusterKeys{}
+
+// recoveryAD binds a sealed recovery spec to its sandbox.
+func recoveryAD(id string) []byte { return []byte("sandboxd recovery spec " + id) }
+
+func (k clusterKeys) ClaimSandbox(ctx context.Context, p service.Placement) error {
+	var sealed []byte
+	if len(p.Recovery) > 0 {
+		var err error
+		if sealed, err = k.c.node.Seal(p.Recovery, recoveryAD(p.ID)); err != nil {
+			return err
+		}
+	}
+	err := k.c.node.ClaimPlacement(ctx, cluster.Placement{
+		ID: p.ID, Node: k.c.self, Owner: p.Owner, Name: p.Name, State: cluster.StateRunning, Failover: p.Failover, Spec: sealed,
+	})
+	return serviceErr(err)
+}
+
+// ours reports whether id's placement is still this node's: a node that
+// lost a sandbox to a failover never releases the new owner's keys.
+func (k clusterKeys) ours(id string) bool {
+	p, ok := k.c.node.Placement(id)
+	return !ok || p.Node == k.c.self
+}
+
+func (k clusterKeys) ReleaseSandbox(ctx context.Context, id string) error {
+	if !k.ours(id) {
+		return nil
+	}
+	return serviceErr(k.c.node.ReleasePlacement(ctx, id))
+}
+
+func (k clusterKeys) SetIntents(ctx context.Context, id string, in service.Intents) error {
+	if !k.ours(id) {
+		return nil
+	}
+	_, err := k.c.node.UpdatePlacement(ctx, id, func(p *cluster.Placement) error {
+		p.Ports = p.Ports[:0]
+		for _, port := range in.Ports {
+			p.Ports = append(p.Ports, cluster.PortIntent{Port: port.Port, Protocol: port.Protocol, Public: port.Public})
+		}
+		p.Domains = p.Domains[:0]
+		for _, d := range in.Domains {
+			p.Domains = append(p.Domains, d.Hostname+":"+strconv.Itoa(d.Port))
+		}
+		return nil
+	})
+	return serviceErr(err)
+}
+
+func (k clusterKeys) ClaimHostname(ctx context.Context, host, id string) error {
+	return serviceErr(k.c.node.ClaimHostname(ctx, host, id))
+}
+
+func (k clusterKeys) ReleaseHostname(ctx context.Context, host, id string) error {
+	if !k.ours(id) {
+		return nil
+	}
+	return serviceErr(k.c.node.ReleaseHostname(ctx, host, id))
+}
+
+// serviceErr maps the cluster's errors onto the service's.
+func serviceErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, cluster.ErrNameTaken):
+		return fmt.Errorf("%w: %w", service.ErrNameConflict, err)
+	case errors.Is(err, cluster.ErrHostnameTaken):
+		return fmt.Errorf("%w: %w", service.ErrHostnameConflict, err)
+	}
+	return fmt.Errorf("%w: %w", service.ErrUnavailable, err)
+}
+
+// tokens are the cluster's API tokens first, then the node's own (a token
+// made with `sandboxd token create` on this node, which works here only).
+type clusterTokens struct {
+	cluster *cluster.TokenStore
+	local   auth.TokenLookup
+}
+
+func (t clusterTokens) LookupAPITokenByHash(ctx context.Context, hash [32]byte) (auth.StoredToken, error) {
+	st, err := t.cluster.LookupAPITokenByHash(ctx, hash)
+	if errors.Is(err, auth.ErrTokenNotFound) {
+		return t.local.LookupAPITokenByHash(ctx, hash)
+	}
+	return st, err
+}
+
+// locator answers the forwarding middleware from the node's directory:
+// no etcd call on the path of a call that names a sandbox.
+type locator struct {
+	c    *clusterNode
+	auth *auth.Authenticator
+}
+
+var _ forward.Locator = locator{}
+
+func (l locator) target(id string) (forward.Target, bool, error) {
+	p, ok := l.c.node.Placement(id)
+	if !ok || p.Node == l.c.self {
+		return forward.Target{}, false, nil
+	}
+	if p.State == cluster.StateLost {
+		return forward.Target{}, false, nil // answered here: not found
+	}
+	for _, n := range l.c.node.Nodes() {
+		if n.ID == p.Node {
+			return forward.Target{Node: n.ID, URL: n.APIURL}, true, nil
+		}
+	}
+	// Its node is gone and the failover has not moved it yet.
+	return forward.Target{}, false, fmt.Errorf("%w: sandbox %s: its node %s is down", service.ErrUnavailable, id, p.Node)
+}
+
+func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (forward.Target, bool, error) {
+	switch {
+	case ref.ID != "":
+		return l.target(ref.ID)
+	case ref.Host != "":
+		id, ok := l.c.node.HostnameTarget(naming.NormalizeHost(ref.Host))
+		if !ok {
+			return forward.Target{}, false, nil
+		}
+		return l.target(id)
+	case ref.Name != "":
+		owner, ok := l.owner(ctx, r)
+		if !ok {
+			return forward.Target{}, false, nil // the edge answers 401
+		}
+		id, err := l.c.node.LookupName(ctx, owner, ref.Name)
+		if errors.Is(err, cluster.ErrNotFound) {
+			return forward.Target{}, false, nil
+		}
+		if err != nil {
+			return forward.Target{}, false, err
+		}
+		return l.target(id)
+	}
+	return forward.Target{}, false, nil
+}
+
+// owner is the tenant of r's credential (native and Daytona bearer, E2B
+// API key), when it has a valid one.
+func (l locator) owner(ctx context.Context, r *http.Request) (string, bool) {
+	if p, err := l.auth.Authenticate(ctx, r); err == nil {
+		return p.Owner, true
+	}
+	if key := r.Header.Get("X-API-Key"); key != "" {
+		if plain, err := auth.FromE2BKey(key); err == nil {
+			key = plain
+		}
+		if p, err := l.auth.AuthenticateToken(ctx, key); err == nil {
+			return p.Owner, true
+		}
+	}
+	return "", false
+}
+
+// Place picks the node of a create: the node an Idempotency-Key is bound
+// to (bound now, to the chosen node, by the key's first attempt), else two
+// random live nodes, the one with more free memory.
+func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bool, error) {
+	nodes := l.c.node.Nodes()
+	cands := make([]forward.Candidate, 0, len(nodes))
+	urls := map[string]string{}
+	for _, n := range nodes {
+		cands = append(cands, forward.Candidate{Node: n.ID, URL: n.APIURL, FreeMilliCPU: n.Headroom.FreeMilliCPU, FreeMemoryMB: n.Headroom.FreeMemoryMB})
+		urls[n.ID] = n.APIURL
+	}
+	chosen, ok := forward.PowerOfTwo(cands, rand.IntN)
+	if !ok {
+		return forward.Target{}, false, nil
+	}
+	if key := r.Header.Get("Idempotency-Key"); key != "" {
+		owner, ok := l.owner(ctx, r)
+		if !ok {
+			return forward.Target{}, false, nil // the edge answers 401
+		}
+		bound, err := l.c.node.BindKey(ctx, scopeOf(r), owner, key, chosen.Node, idempotencyTTL)
+		if err != nil {
+			return forward.Target{}, false, err
+		}
+		url, live := urls[bound]
+		if !live {
+			return forward.Target{}, false, fmt.Errorf("%w: the node %s that has this key's first attempt is down", service.ErrUnavailable, bound)
+		}
+		chosen = forward.Candidate{Node: bound, URL: url}
+	}
+	if chosen.Node == l.c.self {
+		return forward.Target{}, false, nil
+	}
+	return forward.Target{Node: chosen.Node, URL: chosen.URL}, true, nil
+}
+
+// scopeOf names the API a create came through, so a key means one thing
+// per API, as on one node.
+func scopeOf(r *http.Request) string {
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/v1/"):
+		return "v1"
+	case strings.HasPrefix(r.URL.Path, "/daytona/"):
+		return "daytona"
+	}
+	return "e2b"
+}
+
+// publishHeadroom keeps the node's free capacity current in the cluster,
+// for placement.
+func (c *clusterNode) publishHeadroom(ctx context.Context, adm interface {
+	Usage() (admission.Request, admission.Budget)
+}) {
+	t := time.NewTicker(headroomEvery)
+	defer t.Stop()
+	for {
+		used, budget := adm.Usage()
+		c.node.SetHeadroom(cluster.Headroom{
+			MilliCPU: budget.MilliCPU, MemoryMB: budget.MemoryMB,
+			FreeMilliCPU: budget.MilliCPU - used.MilliCPU, FreeMemoryMB: budget.MemoryMB - used.MemoryMB,
+		})
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// watchHealth refreshes the cluster's part of /readyz.
+func (c *clusterNode) watchHealth(ctx context.Context) {
+	t := time.NewTicker(healthEvery)
+	defer t.Stop()
+	for {
+		why := ""
+		if err := c.node.Healthy(ctx); err != nil && ctx.Err() == nil {
+			why = "cluster: " + err.Error()
+		}
+		c.health.Store(&why)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// failover recreates, on this node, the sandboxes of nodes that left
+// (their lease expired) whose policy asks for it, one winner per sandbox
+// across the cluster; it marks the others lost.
+func (c *clusterNode) failover(ctx context.Context, svc *service.Service) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case gone := <-c.node.Departed():
+			if gone == c.self {
+				continue
+			}
+			for _, p := range c.node.PlacementsOf(gone) {
+				c.failOne(ctx, svc, p)
+			}
+		}
+	}
+}
+
+func (c *clusterNode) failOne(ctx context.Context, svc *service.Service, p cluster.Placement) {
+	log := c.logger.With("sandbox", p.ID, "lost_node", p.Node)
+	if c.live(p.Node) {
+		// Back already (a restart whose old lease ran out after the new
+		// one was granted): nothing departed.
+		return
+	}
+	if p.Failover != service.FailoverRecreate || len(p.Spec) == 0 {
+		if p.State == cluster.StateLost {
+			return
+		}
+		_, err := c.node.UpdatePlacement(ctx, p.ID, func(q *cluster.Placement) error {
+			if q.Node != p.Node {
+				return cluster.ErrConflict // moved meanwhile
+			}
+			q.State = cluster.StateLost
+			return nil
+		})
+		if err != nil && !errors.Is(err, cluster.ErrConflict) && !errors.Is(err, cluster.ErrNotFound) {
+			log.Warn("failover: mark lost", "err", err)
+		}
+		return
+	}
+	won, err := c.node.TakeOver(ctx, p, c.self)
+	if err != nil || !won {
+		if err != nil {
+			log.Warn("failover: take over", "err", err)
+		}
+		return
+	}
+	spec, err := c.node.Open(p.Spec, recoveryAD(p.ID))
+	if err != nil {
+		log.Error("failover: open the recovery spec", "err", err)
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, failoverTimeout)
+	defer cancel()
+	start := time.Now()
+	if _, err := svc.Recreate(rctx, p.ID, spec); err != nil {
+		log.Error("failover: recreate", "err", err)
+		return
+	}
+	caller := service.Caller{Owner: p.Owner}
+	for _, port := range p.Ports {
+		if _, err := svc.ExposePort(rctx, caller, p.ID, port.Port, port.Protocol, port.Public); err != nil {
+			log.Warn("failover: replay a port", "port", port.Port, "err", err)
+		}
+	}
+	for _, d := range p.Domains {
+		host, port, _ := strings.Cut(d, ":")
+		n, _ := strconv.Atoi(port)
+		if _, err := svc.AddDomain(rctx, caller, p.ID, host, n); err != nil {
+			log.Warn("failover: replay a domain", "hostname", host, "err", err)
+		}
+	}
+	if _, err := c.node.UpdatePlacement(rctx, p.ID, func(q *cluster.Placement) error { q.State = cluster.StateRunning; return nil }); err != nil {
+		log.Warn("failover: mark running", "err", err)
+	}
+	log.Info("failover: recreated here", "took", time.Since(start).Round(time.Millisecond))
+}
+
+// live reports whether node holds a membership lease now.
+func (c *clusterNode) live(node string) bool {
+	for _, n := range c.node.Nodes() {
+		if n.ID == node {
+			return true
+		}
+	}
+	return false
+}
+
+// dropStale destroys, at startup, the local sandboxes whose placement
+// another node holds now (moved by a failover while this node was away).
+// Their containers carry this node's name and label; the new owner's are
+// never touched, nor its keys (clusterKeys releases only this node's).
+// Those the cluster declared lost while the node was away, and that are
+// still here, are running again: their placement says so.
+func (c *clusterNode) dropStale(ctx context.Context, svc *service.Service) error {
+	ids, err := svc.LocalSandboxIDs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		p, ok := c.node.Placement(id)
+		if !ok {
+			continue
+		}
+		if p.Node == c.self {
+			if p.State == cluster.StateLost {
+				_, err := c.node.UpdatePlacement(ctx, id, func(q *cluster.Placement) error {
+					if q.Node != c.self {
+						return cluster.ErrConflict
+					}
+					q.State = cluster.StateRunning
+					return nil
+				})
+				if err != nil {
+					c.logger.Warn("cluster: revive a sandbox declared lost", "sandbox", id, "err", err)
+				}
+			}
+			continue
+		}
+		c.logger.Info("cluster: destroying a stale sandbox", "sandbox", id, "owner_node", p.Node, "state", p.State)
+		if err := svc.DestroyLocal(ctx, id); err != nil {
+			c.logger.Warn("cluster: destroy a stale sandbox", "sandbox", id, "err", err)
+		}
+	}
+	return nil
+}
+
+// clusterKeys is the service's Cluster: nil (no interface value) on a
+// single node.
+func (d *Daemon) clusterKeys() service.Cluster {
+	if d.cluster == nil {
+		return nil
+	}
+	return clusterKeys{d.cluster}
+}
+
+// tokenStore is where API tokens made through the API live: etcd in a
+// cluster (a token works on every node), else the node's database.
+func (d *Daemon) tokenStore() auth.TokenStore {
+	if d.cluster != nil {
+		return cluster.NewTokenStore(d.cluster.node)
+	}
+	return tokenStore{d.Store}
+}
+
+// key is the 32-byte key called name: in a cluster derived from the
+// cluster secret, so that every node checks what any node signed (a
+// preview token, an E2B envd access token) and a sandbox that failed over
+// keeps working with the tokens its clients hold; else kept in dataDir.
+func (d *Daemon) key(dataDir, name string) ([]byte, error) {
+	if d.cluster == nil {
+		return loadOrCreateKey(filepath.Join(dataDir, name))
+	}
+	return hkdf.Key(sha256.New, d.cluster.signer.Secret, nil, "sandboxd "+name, 32)
+}
+
+// shareAdminToken registers the node's local admin token in the cluster,
+// so it works on every node (the forwarded calls it makes are checked by
+// their owner).
+func (c *clusterNode) shareAdminToken(ctx context.Context, file string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	plain := strings.TrimSpace(string(b))
+	id, err := auth.Parse(plain)
+	if err != nil {
+		return err
+	}
+	_, err = cluster.NewTokenStore(c.node).CreateAPIToken(ctx, auth.Record{Token: auth.Token{
+		ID: id, Role: auth.RoleAdmin, Owner: "admin", Name: "local admin of " + c.self,
+	}}, auth.Hash(plain))
+	if errors.Is(err, auth.ErrTokenIDTaken) {
+		return nil
+	}
+	return err
+}
+
+// handler puts the forwarding middleware in front of next, and the
+// cluster's health into /readyz.
+func (c *clusterNode) handler(next http.Handler, authn *auth.Authenticator, domain string, apiHosts []string) http.Handler {
+	fwd := forward.Middleware(next, forward.Options{
+		Self: c.self, Signer: c.signer, Locator: locator{c: c, auth: authn},
+		Domain: domain, APIHosts: apiHosts, Logger: c.logger,
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			if why := *c.health.Load(); why != "" {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, "{\"status\":\"not ready\",\"reason\":%q}\n", why)
+				return
+			}
+		}
+		fwd.ServeHTTP(w, r)
+	})
+}
+
+// run keeps the node's part going until ctx ends: headroom, health and
+// failover.
+func (c *clusterNode) run(ctx context.Context, svc *service.Service, adm *admission.Controller) {
+	done := make(chan struct{}, 3)
+	go func() { c.publishHeadroom(ctx, adm); done <- struct{}{} }()
+	go func() { c.watchHealth(ctx); done <- struct{}{} }()
+	go func() { c.sweepStale(ctx, svc); done <- struct{}{} }()
+	c.failover(ctx, svc)
+	<-done
+	<-done
+	<-done
+}
+
+// staleEvery is how often a running node looks for local sandboxes that
+// the cluster moved elsewhere (it was cut off from the cluster for longer
+// than its lease while its sandboxes ran on).
+const staleEvery = 10 * time.Second
+
+// sweepStale runs dropStale every staleEvery until ctx ends.
+func (c *clusterNode) sweepStale(ctx context.Context, svc *service.Service) {
+	t := time.NewTicker(staleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := c.dropStale(ctx, svc); err != nil && ctx.Err() == nil {
+				c.logger.Warn("cluster: look for stale sandboxes", "err", err)
+			}
+		}
+	}
+}
