@@ -47,8 +47,8 @@
 // name index; a sandbox created without a name is named by its id. Labels
 // are the sandbox's tags (list filters on them, AND). cpu is in cores,
 // memory and disk in GiB; disk is recorded, not enforced. networkBlockAll
-// false (Daytona's default) gives the sandbox outbound network. gpu,
-// network allow lists and a volume's subpath are refused (400), never
+// false (Daytona's default) gives the sandbox outbound network. gpu and
+// network allow lists are refused (400), never
 // ignored, and so is every other field set to anything but its zero value
 // (linkedSandbox, ttlMinutes, autoPauseInterval, secrets, kvm, spot,
 // gpuType, outboundProxyUrl, otelEndpointOverride, unknown fields): the
