@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/hkdf"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -202,6 +204,8 @@ func (t clusterTokens) LookupAPITokenByHash(ctx context.Context, hash [32]byte) 
 type locator struct {
 	c    *clusterNode
 	auth *auth.Authenticator
+	// e2bKey is the E2B facade's CreateRouteKey.
+	e2bKey func(r *http.Request, owner string, body []byte) (scope, key string, ttl time.Duration, ok bool)
 }
 
 var _ forward.Locator = locator{}
@@ -282,12 +286,8 @@ func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bo
 	if !ok {
 		return forward.Target{}, false, nil
 	}
-	if key := r.Header.Get("Idempotency-Key"); key != "" {
-		owner, ok := l.owner(ctx, r)
-		if !ok {
-			return forward.Target{}, false, nil // the edge answers 401
-		}
-		bound, err := l.c.node.BindKey(ctx, scopeOf(r), owner, key, chosen.Node, idempotencyTTL)
+	if owner, scope, key, ttl, ok := l.routeKey(ctx, r); ok {
+		bound, err := l.c.node.BindKey(ctx, scope, owner, key, chosen.Node, ttl)
 		if err != nil {
 			return forward.Target{}, false, err
 		}
@@ -303,16 +303,46 @@ func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bo
 	return forward.Target{Node: chosen.Node, URL: chosen.URL}, true, nil
 }
 
-// scopeOf names the API a create came through, so a key means one thing
-// per API, as on one node.
-func scopeOf(r *http.Request) string {
+// maxRouteBody bounds what Place reads of an E2B create's body to find
+// its fingerprint; a larger body is placed without a binding (the facade
+// refuses bodies that large anyway).
+const maxRouteBody = 1 << 20
+
+// routeKey is what binds a create to one node across the cluster: an
+// Idempotency-Key (per API, as on one node), or for the E2B facade what
+// it dedupes on (its key or, within its window, the body's fingerprint),
+// so that a retry reaches the node that has the first attempt.
+// A caller without a valid credential gets no binding: the node it
+// reached answers 401.
+func (l locator) routeKey(ctx context.Context, r *http.Request) (owner, scope, key string, ttl time.Duration, ok bool) {
+	v1 := strings.HasPrefix(r.URL.Path, "/v1/")
 	switch {
-	case strings.HasPrefix(r.URL.Path, "/v1/"):
-		return "v1"
 	case strings.HasPrefix(r.URL.Path, "/daytona/"):
-		return "daytona"
+		return "", "", "", 0, false // Daytona creates carry no key
+	case v1 && r.Header.Get("Idempotency-Key") == "":
+		return "", "", "", 0, false
+	case !v1 && l.e2bKey == nil:
+		return "", "", "", 0, false
 	}
-	return "e2b"
+	if owner, ok = l.owner(ctx, r); !ok {
+		return "", "", "", 0, false
+	}
+	if v1 {
+		return owner, "v1", r.Header.Get("Idempotency-Key"), idempotencyTTL, true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRouteBody+1))
+	r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	if err != nil || len(body) > maxRouteBody {
+		return "", "", "", 0, false
+	}
+	scope, key, ttl, ok = l.e2bKey(r, owner, body)
+	return owner, scope, key, ttl, ok
+}
+
+// readCloser reads what Place already read of a body, then the rest.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // publishHeadroom keeps the node's free capacity current in the cluster,
@@ -536,9 +566,9 @@ func (c *clusterNode) shareAdminToken(ctx context.Context, file string) error {
 
 // handler puts the forwarding middleware in front of next, and the
 // cluster's health into /readyz.
-func (c *clusterNode) handler(next http.Handler, authn *auth.Authenticator, domain string, apiHosts []string) http.Handler {
+func (c *clusterNode) handler(next http.Handler, authn *auth.Authenticator, e2bKey func(*http.Request, string, []byte) (string, string, time.Duration, bool), domain string, apiHosts []string) http.Handler {
 	fwd := forward.Middleware(next, forward.Options{
-		Self: c.self, Signer: c.signer, Locator: locator{c: c, auth: authn},
+		Self: c.self, Signer: c.signer, Locator: locator{c: c, auth: authn, e2bKey: e2bKey},
 		Domain: domain, APIHosts: apiHosts, Logger: c.logger,
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

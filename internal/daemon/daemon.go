@@ -434,7 +434,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		ingressed.ServeHTTP(w, r)
 	})
 	if d.cluster != nil {
-		d.Handler = d.cluster.handler(d.Handler, d.Auth, d.Config.Domain, reservedHosts(d.Config, d.ln.Addr()))
+		d.Handler = d.cluster.handler(d.Handler, d.Auth, e2bFacade.CreateRouteKey, d.Config.Domain, reservedHosts(d.Config, d.ln.Addr()))
 	}
 	return nil
 }
