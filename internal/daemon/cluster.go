@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/hkdf"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -572,6 +573,10 @@ func (c *clusterNode) handler(next http.Handler, authn *auth.Authenticator, e2bK
 		Domain: domain, APIHosts: apiHosts, Logger: c.logger,
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/cluster/nodes" {
+			c.serveNodes(w, r, authn)
+			return
+		}
 		if r.URL.Path == "/readyz" {
 			if why := *c.health.Load(); why != "" {
 				w.Header().Set("Content-Type", "application/json")
@@ -616,4 +621,45 @@ func (c *clusterNode) sweepStale(ctx context.Context, svc *service.Service) {
 			}
 		}
 	}
+}
+
+// serveNodes answers GET /v1/cluster/nodes (admins): the live nodes, their
+// API address and headroom, this node marked.
+func (c *clusterNode) serveNodes(w http.ResponseWriter, r *http.Request, authn *auth.Authenticator) {
+	w.Header().Set("Content-Type", "application/json")
+	fail := func(status int, code, msg string) {
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": code, "message": msg, "retryable": false}})
+	}
+	p, err := authn.Authenticate(r.Context(), r)
+	switch {
+	case errors.Is(err, auth.ErrUnauthenticated):
+		fail(http.StatusUnauthorized, "unauthenticated", "a valid API token is required")
+		return
+	case err != nil:
+		fail(http.StatusServiceUnavailable, "unavailable", "token lookup failed")
+		return
+	case !p.IsAdmin():
+		fail(http.StatusForbidden, "permission_denied", "admins only")
+		return
+	case r.Method != http.MethodGet:
+		w.Header().Set("Allow", http.MethodGet)
+		fail(http.StatusMethodNotAllowed, "invalid_argument", "GET only")
+		return
+	}
+	type node struct {
+		ID           string `json:"id"`
+		APIURL       string `json:"api_url"`
+		Self         bool   `json:"self"`
+		MilliCPU     int64  `json:"milli_cpu"`
+		MemoryMB     int64  `json:"memory_mb"`
+		FreeMilliCPU int64  `json:"free_milli_cpu"`
+		FreeMemoryMB int64  `json:"free_memory_mb"`
+	}
+	items := []node{}
+	for _, n := range c.node.Nodes() {
+		items = append(items, node{ID: n.ID, APIURL: n.APIURL, Self: n.ID == c.self, MilliCPU: n.Headroom.MilliCPU,
+			MemoryMB: n.Headroom.MemoryMB, FreeMilliCPU: n.Headroom.FreeMilliCPU, FreeMemoryMB: n.Headroom.FreeMemoryMB})
+	}
+	json.NewEncoder(w).Encode(map[string]any{"items": items})
 }
