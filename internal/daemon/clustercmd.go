@@ -88,12 +88,19 @@ func ClusterCommand(args []string, stdout, stderr io.Writer) int {
 }
 
 // memberURLs turns the --etcd-client and --etcd-peer addresses into URLs,
-// checking them.
+// checking them. Both must be loopback addresses: the embedded member
+// speaks plain HTTP without client authentication, and whoever can write
+// its keys can mint API tokens and redirect forwarded calls. Nodes on
+// several hosts use an external etcd secured by its operator
+// (--etcd-endpoints).
 func memberURLs(client, peer string) (clientURL, peerURL string, err error) {
 	for _, a := range []struct{ flag, addr string }{{"--etcd-client", client}, {"--etcd-peer", peer}} {
 		host, port, err := net.SplitHostPort(a.addr)
 		if err != nil || host == "" || port == "" {
 			return "", "", fmt.Errorf("%s %q: want HOST:PORT", a.flag, a.addr)
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			return "", "", fmt.Errorf("%s %q: the embedded etcd member listens on loopback addresses only (it has no TLS or authentication); across hosts, use an external etcd with --etcd-endpoints", a.flag, a.addr)
 		}
 	}
 	return "http://" + client, "http://" + peer, nil
