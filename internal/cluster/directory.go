@@ -202,3 +202,70 @@ func (n *Node) applyHostname(kv *kv, deleted bool) {
 		n.hostnames[host] = id
 	}
 }
+
+func (n *Node) resetTokens(kvs []*kv) {
+	fresh := make(map[string]tokenRecord, len(kvs))
+	for _, kv := range kvs {
+		var tr tokenRecord
+		if json.Unmarshal(kv.Value, &tr) == nil {
+			fresh[strings.TrimPrefix(string(kv.Key), tokenHashPrefix)] = tr
+		}
+	}
+	n.dirMu.Lock()
+	n.tokens = fresh
+	n.dirMu.Unlock()
+}
+
+func (n *Node) applyToken(kv *kv, deleted bool) {
+	h := strings.TrimPrefix(string(kv.Key), tokenHashPrefix)
+	n.dirMu.Lock()
+	defer n.dirMu.Unlock()
+	if deleted {
+		delete(n.tokens, h)
+		return
+	}
+	var tr tokenRecord
+	if json.Unmarshal(kv.Value, &tr) == nil {
+		n.tokens[h] = tr
+	}
+}
+
+func (n *Node) resetNames(kvs []*kv) {
+	fresh := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		if id, err := decodeRef(kv.Value); err == nil {
+			fresh[string(kv.Key)] = id
+		}
+	}
+	n.dirMu.Lock()
+	n.names = fresh
+	n.dirMu.Unlock()
+}
+
+func (n *Node) applyName(kv *kv, deleted bool) {
+	n.dirMu.Lock()
+	defer n.dirMu.Unlock()
+	if deleted {
+		delete(n.names, string(kv.Key))
+		return
+	}
+	if id, err := decodeRef(kv.Value); err == nil {
+		n.names[string(kv.Key)] = id
+	}
+}
+
+// token is the directory's record of a token hash.
+func (n *Node) token(hexHash string) (tokenRecord, bool) {
+	n.dirMu.RLock()
+	defer n.dirMu.RUnlock()
+	tr, ok := n.tokens[hexHash]
+	return tr, ok
+}
+
+// nameTarget is the directory's id of owner's name.
+func (n *Node) nameTarget(owner, name string) (string, bool) {
+	n.dirMu.RLock()
+	defer n.dirMu.RUnlock()
+	id, ok := n.names[nameKey(owner, name)]
+	return id, ok
+}

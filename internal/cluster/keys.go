@@ -410,21 +410,12 @@ func (n *Node) BindKey(ctx context.Context, scope, owner, key, node string, ttl 
 }
 
 // LookupName returns the id of the sandbox that names/<owner>/<name>
-// names, from etcd (a linearizable read), or ErrNotFound. Failure modes:
-// ErrUnavailable.
-func (n *Node) LookupName(ctx context.Context, owner, name string) (string, error) {
-	ctx, cancel := n.op(ctx)
-	defer cancel()
-	resp, err := n.cli.Get(ctx, nameKey(owner, name))
-	if err != nil {
-		return "", unavailable("lookup name", err)
-	}
-	if len(resp.Kvs) == 0 {
+// names, from the node's watch-fed copy of names/ (no etcd call on the
+// request path), or ErrNotFound.
+func (n *Node) LookupName(_ context.Context, owner, name string) (string, error) {
+	id, ok := n.nameTarget(owner, name)
+	if !ok {
 		return "", fmt.Errorf("lookup name %q of %s: %w", name, owner, ErrNotFound)
-	}
-	id, err := decodeRef(resp.Kvs[0].Value)
-	if err != nil {
-		return "", fmt.Errorf("lookup name %q of %s: %w", name, owner, err)
 	}
 	return id, nil
 }

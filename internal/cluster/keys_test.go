@@ -40,9 +40,7 @@ func TestClaimPlacement_NameUniqueAndRetrySafe(t *testing.T) {
 	if err := n.ClaimPlacement(ctx, Placement{ID: "a/b", Node: "a", Owner: "alice"}); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("ClaimPlacement of id a/b: got %v, want ErrInvalidArgument", err)
 	}
-	if id, err := n.LookupName(ctx, "alice", "web"); err != nil || id != "sb1" {
-		t.Errorf("LookupName: got %q, %v; want sb1", id, err)
-	}
+	waitName(t, n, "alice", "web", "sb1")
 
 	waitFor(t, 10*time.Second, "sb1 in the directory", func() bool { _, ok := n.Placement("sb1"); return ok })
 	got, _ := n.Placement("sb1")
@@ -61,9 +59,7 @@ func TestClaimPlacement_NameUniqueAndRetrySafe(t *testing.T) {
 	if err := n.ReleasePlacement(ctx, "sb1"); err != nil {
 		t.Errorf("ReleasePlacement again: got %v, want nil", err)
 	}
-	if _, err := n.LookupName(ctx, "alice", "web"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("LookupName after release: got %v, want ErrNotFound", err)
-	}
+	waitName(t, n, "alice", "web", "")
 	if err := n.ClaimPlacement(ctx, Placement{ID: "sb4", Node: "a", Owner: "alice", Name: "web"}); err != nil {
 		t.Errorf("ClaimPlacement of a released name: %v", err)
 	}
@@ -95,9 +91,7 @@ func TestReleasePlacement_FencedOnName(t *testing.T) {
 	if err := n.ReleasePlacement(ctx, "sb1"); err != nil {
 		t.Fatalf("ReleasePlacement: %v", err)
 	}
-	if id, err := n.LookupName(ctx, "alice", "web"); err != nil || id != "sb9" {
-		t.Errorf("LookupName after the fenced release: got %q, %v; want sb9", id, err)
-	}
+	waitName(t, n, "alice", "web", "sb9")
 	if _, ok, err := n.getPlacement(ctx, "sb1"); ok || err != nil {
 		t.Errorf("placement sb1 after release: present %v, err %v; want absent", ok, err)
 	}
@@ -314,4 +308,17 @@ func TestTakeOver_RaceOneWinner(t *testing.T) {
 	if ok, err := n.TakeOver(ctx, seen, "late"); ok || err != nil {
 		t.Errorf("TakeOver with a stale revision: got %v, %v; want false, nil", ok, err)
 	}
+}
+
+// waitName waits until the node's directory names want for owner's name
+// ("" for none): LookupName reads the watch-fed copy.
+func waitName(t *testing.T, n *Node, owner, name, want string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("%s/%s naming %q", owner, name, want), func() bool {
+		id, err := n.LookupName(t.Context(), owner, name)
+		if want == "" {
+			return errors.Is(err, ErrNotFound)
+		}
+		return err == nil && id == want
+	})
 }

@@ -99,6 +99,11 @@ type Node struct {
 	nodes      map[string]NodeInfo
 	placements map[string]Placement
 	hostnames  map[string]string
+	// tokens is tokenhash/ (hex hash → record), names is names/ (key →
+	// id): authentication and name lookups on the request path read these,
+	// never etcd.
+	tokens map[string]tokenRecord
+	names  map[string]string
 
 	departed chan string
 }
@@ -180,6 +185,8 @@ func (n *Node) open(ctx context.Context) error {
 		{nodesPrefix, n.resetNodes, n.applyNode},
 		{placementsPrefix, n.resetPlacements, n.applyPlacement},
 		{hostnamesPrefix, n.resetHostnames, n.applyHostname},
+		{tokenHashPrefix, n.resetTokens, n.applyToken},
+		{namesPrefix, n.resetNames, n.applyName},
 	}
 	revs := make([]int64, len(watches))
 	for i, w := range watches {

@@ -185,19 +185,31 @@ func serviceErr(err error) error {
 	return fmt.Errorf("%w: %w", service.ErrUnavailable, err)
 }
 
-// tokens are the cluster's API tokens first, then the node's own (a token
-// made with `sandboxd token create` on this node, which works here only).
+// clusterTokens are the cluster's API tokens (etcd, read from the node's
+// watch-fed copy) and the node's own (its database: the admin token, and
+// tokens made with `sandboxd token create` on this node, which work here
+// only). A token revoked in either is revoked: `sandboxd token revoke`
+// on a node reaches its copy of the admin token in the cluster too.
 type clusterTokens struct {
 	cluster *cluster.TokenStore
 	local   auth.TokenLookup
 }
 
 func (t clusterTokens) LookupAPITokenByHash(ctx context.Context, hash [32]byte) (auth.StoredToken, error) {
-	st, err := t.cluster.LookupAPITokenByHash(ctx, hash)
-	if errors.Is(err, auth.ErrTokenNotFound) {
-		return t.local.LookupAPITokenByHash(ctx, hash)
+	st, cerr := t.cluster.LookupAPITokenByHash(ctx, hash)
+	lt, lerr := t.local.LookupAPITokenByHash(ctx, hash)
+	switch {
+	case cerr == nil && lerr == nil:
+		st.Revoked = st.Revoked || lt.Revoked
+		return st, nil
+	case cerr == nil && errors.Is(lerr, auth.ErrTokenNotFound):
+		return st, nil
+	case lerr == nil && errors.Is(cerr, auth.ErrTokenNotFound):
+		return lt, nil
+	case cerr != nil && !errors.Is(cerr, auth.ErrTokenNotFound):
+		return auth.StoredToken{}, cerr
 	}
-	return st, err
+	return auth.StoredToken{}, lerr
 }
 
 // locator answers the forwarding middleware from the node's directory:

@@ -174,11 +174,14 @@ func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride st
 
 	// 6b. cluster mode: the placement and the name cluster-wide, local
 	// first (the row above), then the cluster, before anything costly.
+	// The undo comes first: a claim whose outcome is unknown (the cluster
+	// answered too late) may have been applied, and the release is fenced
+	// on this id and node, so it never takes another sandbox's name.
 	if s.Cluster != nil && req.Owner != store.PoolOwner {
+		undo.push("release cluster keys", func(ctx context.Context) error { return s.releaseCluster(ctx, id) })
 		if err := t.run("cluster", func() error { return s.claimCluster(ctx, id, req) }); err != nil {
 			return nil, err
 		}
-		undo.push("release cluster keys", func(ctx context.Context) error { return s.releaseCluster(ctx, id) })
 	}
 
 	// 7. admission.
