@@ -40,7 +40,7 @@ type Options struct {
 	Sandboxd, Toolboxd string
 	// Dir holds the data directory and the log; the caller removes it.
 	Dir string
-	// Name prefixes the node id (Name-<pid>).
+	// Name prefixes the node id (NodeID(Name)).
 	Name string
 	// Args are more flags for sandboxd (say --pool none).
 	Args []string
@@ -73,14 +73,14 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	d := &Daemon{
 		URL:     "http://127.0.0.1:" + strconv.Itoa(port),
-		NodeID:  fmt.Sprintf("%s-%d", o.Name, os.Getpid()),
+		NodeID:  NodeID(o.Name),
 		logPath: filepath.Join(o.Dir, "sandboxd.log"),
 		exited:  make(chan struct{}),
 		// Connections are reused across calls, as an SDK's are; enough
 		// idle ones are kept for a burst.
 		hc: &http.Client{Timeout: RequestTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
 	}
-	dataDir := filepath.Join(o.Dir, "data")
+	dataDir := DataDir(o.Dir)
 	logf, err := os.Create(d.logPath)
 	if err != nil {
 		return nil, err
@@ -117,6 +117,14 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 	return d, nil
 }
 
+// NodeID is the node id of a daemon that Start starts with Options.Name
+// name: name-<pid>, a DNS label when name is one.
+func NodeID(name string) string { return fmt.Sprintf("%s-%d", name, os.Getpid()) }
+
+// DataDir is the data directory of a daemon that Start starts with
+// Options.Dir dir; a caller may prepare it first (a cluster's files).
+func DataDir(dir string) string { return filepath.Join(dir, "data") }
+
 func (d *Daemon) waitHealthy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
@@ -152,6 +160,13 @@ func (d *Daemon) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	return RemoveLabelled(ctx, "sandboxd.node="+d.NodeID, d.BaselineLabel())
+}
+
+// Kill stops the daemon with SIGKILL, as a crash would (no shutdown, no
+// cleanup), and waits for it to exit. Close still removes its containers.
+func (d *Daemon) Kill() {
+	_ = d.cmd.Process.Kill()
+	<-d.exited
 }
 
 // Finish is Close for a deferred call in a function whose error *errp
