@@ -175,9 +175,18 @@ func (n *Node) ClaimPlacement(ctx context.Context, p Placement) error {
 // only if the placement has not changed since it was read (retried a few
 // times otherwise; ErrConflict if it keeps changing). An absent placement
 // is nil: releasing is idempotent. It does not check which node owns the
-// placement: the caller does. Failure modes: ErrUnavailable (the release
-// may have been applied: retry).
+// placement (ReleasePlacementOf does). Failure modes: ErrUnavailable (the
+// release may have been applied: retry).
 func (n *Node) ReleasePlacement(ctx context.Context, id string) error {
+	return n.ReleasePlacementOf(ctx, id, "")
+}
+
+// ReleasePlacementOf is ReleasePlacement, done only while the placement
+// names node (any node when node is ""): the check and the delete are one
+// transaction, so a node that lost a sandbox to a failover, however stale
+// its directory, never releases the new owner's placement or name. A
+// placement another node holds is left, and nil is returned.
+func (n *Node) ReleasePlacementOf(ctx context.Context, id, node string) error {
 	if err := segment("sandbox id", id); err != nil {
 		return fmt.Errorf("release placement: %w", err)
 	}
@@ -187,7 +196,7 @@ func (n *Node) ReleasePlacement(ctx context.Context, id string) error {
 		if err != nil {
 			return fmt.Errorf("release placement: %w", err)
 		}
-		if !ok {
+		if !ok || (node != "" && cur.Node != node) {
 			return nil
 		}
 		then := []clientv3.Op{clientv3.OpDelete(pk)}

@@ -440,3 +440,15 @@ func clonePlacement(p Placement) Placement {
 	p.Domains = slices.Clone(p.Domains)
 	return p
 }
+
+// PlacementNodes returns the set of nodes that some placement in the
+// directory names (live or not).
+func (n *Node) PlacementNodes() map[string]bool {
+	n.dirMu.RLock()
+	defer n.dirMu.RUnlock()
+	out := map[string]bool{}
+	for _, p := range n.placements {
+		out[p.Node] = true
+	}
+	return out
+}

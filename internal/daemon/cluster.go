@@ -55,6 +55,8 @@ type clusterNode struct {
 	signer forward.Signer
 	self   string
 	logger *slog.Logger
+	// started is when the node joined (failoverMissed's grace).
+	started time.Time
 	// healthy is the last /readyz view of the cluster: "" when it
 	// answers, else why not.
 	health atomic.Pointer[string]
@@ -74,7 +76,7 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 	if err != nil {
 		return nil, fmt.Errorf("cluster secret: %w", err)
 	}
-	c := &clusterNode{self: d.Config.NodeID, logger: d.logger, signer: forward.Signer{Node: d.Config.NodeID, Secret: secret}}
+	c := &clusterNode{self: d.Config.NodeID, logger: d.logger, signer: forward.Signer{Node: d.Config.NodeID, Secret: secret}, started: time.Now()}
 	ok := ""
 	c.health.Store(&ok)
 	sctx, cancel := context.WithTimeout(ctx, clusterStartTimeout)
@@ -140,7 +142,7 @@ func (k clusterKeys) ReleaseSandbox(ctx context.Context, id string) error {
 	if !k.ours(id) {
 		return nil
 	}
-	return serviceErr(k.c.node.ReleasePlacement(ctx, id))
+	return serviceErr(k.c.node.ReleasePlacementOf(ctx, id, k.c.self))
 }
 
 func (k clusterKeys) SetIntents(ctx context.Context, id string, in service.Intents) error {
@@ -241,15 +243,20 @@ func (l locator) target(id string) (forward.Target, bool, error) {
 }
 
 func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (forward.Target, bool, error) {
+	if ref.Kind == forward.Host {
+		// A bound custom domain is its sandbox's, whatever the path.
+		if id, ok := l.c.node.HostnameTarget(naming.NormalizeHost(ref.Host)); ok {
+			return l.target(id)
+		}
+		// Bound to nothing: an API host this node was not told of
+		// (--api-host); the request is the API's, routed by its path.
+		if ref.PathKind == forward.Create {
+			return l.Place(ctx, r)
+		}
+	}
 	switch {
 	case ref.ID != "":
 		return l.target(ref.ID)
-	case ref.Host != "":
-		id, ok := l.c.node.HostnameTarget(naming.NormalizeHost(ref.Host))
-		if !ok {
-			return forward.Target{}, false, nil
-		}
-		return l.target(id)
 	case ref.Name != "":
 		owner, ok := l.owner(ctx, r)
 		if !ok {
@@ -423,20 +430,11 @@ func (c *clusterNode) failOne(ctx context.Context, svc *service.Service, p clust
 		// one was granted): nothing departed.
 		return
 	}
+	if p.State == cluster.StateLost {
+		return
+	}
 	if p.Failover != service.FailoverRecreate || len(p.Spec) == 0 {
-		if p.State == cluster.StateLost {
-			return
-		}
-		_, err := c.node.UpdatePlacement(ctx, p.ID, func(q *cluster.Placement) error {
-			if q.Node != p.Node {
-				return cluster.ErrConflict // moved meanwhile
-			}
-			q.State = cluster.StateLost
-			return nil
-		})
-		if err != nil && !errors.Is(err, cluster.ErrConflict) && !errors.Is(err, cluster.ErrNotFound) {
-			log.Warn("failover: mark lost", "err", err)
-		}
+		c.markLost(ctx, log, p.ID, p.Node)
 		return
 	}
 	won, err := c.node.TakeOver(ctx, p, c.self)
@@ -448,14 +446,16 @@ func (c *clusterNode) failOne(ctx context.Context, svc *service.Service, p clust
 	}
 	spec, err := c.node.Open(p.Spec, recoveryAD(p.ID))
 	if err != nil {
-		log.Error("failover: open the recovery spec", "err", err)
+		log.Error("failover: open the recovery spec; the sandbox is lost", "err", err)
+		c.markLost(ctx, log, p.ID, c.self)
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, failoverTimeout)
 	defer cancel()
 	start := time.Now()
 	if _, err := svc.Recreate(rctx, p.ID, spec); err != nil {
-		log.Error("failover: recreate", "err", err)
+		log.Error("failover: recreate; the sandbox is lost", "err", err)
+		c.markLost(ctx, log, p.ID, c.self)
 		return
 	}
 	caller := service.Caller{Owner: p.Owner}
@@ -475,6 +475,20 @@ func (c *clusterNode) failOne(ctx context.Context, svc *service.Service, p clust
 		log.Warn("failover: mark running", "err", err)
 	}
 	log.Info("failover: recreated here", "took", time.Since(start).Round(time.Millisecond))
+}
+
+// markLost marks id's placement lost while node still holds it.
+func (c *clusterNode) markLost(ctx context.Context, log *slog.Logger, id, node string) {
+	_, err := c.node.UpdatePlacement(ctx, id, func(q *cluster.Placement) error {
+		if q.Node != node {
+			return cluster.ErrConflict // moved meanwhile
+		}
+		q.State = cluster.StateLost
+		return nil
+	})
+	if err != nil && !errors.Is(err, cluster.ErrConflict) && !errors.Is(err, cluster.ErrNotFound) {
+		log.Warn("failover: mark lost", "err", err)
+	}
 }
 
 // live reports whether node holds a membership lease now.
@@ -498,7 +512,9 @@ func (c *clusterNode) dropStale(ctx context.Context, svc *service.Service) error
 	if err != nil {
 		return err
 	}
+	local := make(map[string]bool, len(ids))
 	for _, id := range ids {
+		local[id] = true
 		p, ok := c.node.Placement(id)
 		if !ok {
 			continue
@@ -521,6 +537,23 @@ func (c *clusterNode) dropStale(ctx context.Context, svc *service.Service) error
 		c.logger.Info("cluster: destroying a stale sandbox", "sandbox", id, "owner_node", p.Node, "state", p.State)
 		if err := svc.DestroyLocal(ctx, id); err != nil {
 			c.logger.Warn("cluster: destroy a stale sandbox", "sandbox", id, "err", err)
+		}
+	}
+	// Placements of this node with no sandbox behind them: a create or a
+	// destroy whose release the cluster did not answer. A create claims
+	// after its row exists and a destroy releases before deleting it, so
+	// a running placement without a row is nobody's work in progress (a
+	// failover's is "creating" until its sandbox exists).
+	for _, p := range c.node.PlacementsOf(c.self) {
+		if local[p.ID] || p.State != cluster.StateRunning {
+			continue
+		}
+		if _, err := svc.Get(ctx, service.Caller{Admin: true}, p.ID); !errors.Is(err, service.ErrNotFound) {
+			continue // there after all (a create that finished since the list), or unknown
+		}
+		c.logger.Info("cluster: releasing the keys of a sandbox this node does not have", "sandbox", p.ID)
+		if err := c.node.ReleasePlacementOf(ctx, p.ID, c.self); err != nil {
+			c.logger.Warn("cluster: release orphaned keys", "sandbox", p.ID, "err", err)
 		}
 	}
 	return nil
@@ -614,12 +647,19 @@ func (c *clusterNode) run(ctx context.Context, svc *service.Service, adm *admiss
 	<-done
 }
 
+// missedGrace is how long a node waits after its start before it fails
+// over sandboxes of nodes it never saw depart: after a restart of the
+// whole cluster the other nodes are simply not up yet.
+const missedGrace = time.Minute
+
 // staleEvery is how often a running node looks for local sandboxes that
 // the cluster moved elsewhere (it was cut off from the cluster for longer
 // than its lease while its sandboxes ran on).
 const staleEvery = 10 * time.Second
 
-// sweepStale runs dropStale every staleEvery until ctx ends.
+// sweepStale runs dropStale every staleEvery until ctx ends, and fails
+// over the sandboxes of nodes that are gone but whose departure this node
+// did not act on (it was missed, or a failover attempt failed).
 func (c *clusterNode) sweepStale(ctx context.Context, svc *service.Service) {
 	t := time.NewTicker(staleEvery)
 	defer t.Stop()
@@ -630,6 +670,30 @@ func (c *clusterNode) sweepStale(ctx context.Context, svc *service.Service) {
 		case <-t.C:
 			if err := c.dropStale(ctx, svc); err != nil && ctx.Err() == nil {
 				c.logger.Warn("cluster: look for stale sandboxes", "err", err)
+			}
+			c.failoverMissed(ctx, svc)
+		}
+	}
+}
+
+// failoverMissed runs failOne for every placement whose node holds no
+// lease and that is not lost yet. It only runs while the cluster answers
+// (a node cut off from it sees every other node as gone).
+func (c *clusterNode) failoverMissed(ctx context.Context, svc *service.Service) {
+	if *c.health.Load() != "" || time.Since(c.started) < missedGrace {
+		return
+	}
+	live := map[string]bool{}
+	for _, n := range c.node.Nodes() {
+		live[n.ID] = true
+	}
+	for node := range c.node.PlacementNodes() {
+		if live[node] {
+			continue
+		}
+		for _, p := range c.node.PlacementsOf(node) {
+			if p.State != cluster.StateLost {
+				c.failOne(ctx, svc, p)
 			}
 		}
 	}

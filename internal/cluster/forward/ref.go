@@ -53,6 +53,11 @@ type Ref struct {
 	// Port is the sandbox port when the ref came from a preview host
 	// "<port>-<id>.<domain>"; else 0.
 	Port int
+	// PathKind is, for Kind Host, what the path alone names (Create,
+	// Sandbox with ID or Name, List, None): a Host that no sandbox has
+	// bound is an API host the node was not told of, and the request is
+	// the API's, routed by its path.
+	PathKind RefKind
 }
 
 // E2B's single-host routing header (internal/api/e2b).
@@ -102,7 +107,7 @@ func RefOf(r *http.Request, domain string, apiHosts []string) Ref {
 	}
 	ref := pathRef(r)
 	if customDomain(host, domain, apiHosts) {
-		h := Ref{Kind: Host, Host: host}
+		h := Ref{Kind: Host, Host: host, PathKind: ref.Kind}
 		if ref.Kind == Sandbox {
 			h.ID, h.Name = ref.ID, ref.Name
 		}

@@ -107,10 +107,11 @@ func TestRefOf(t *testing.T) {
 		// Custom domains: a Host that is none of the API's wins over the
 		// path; what the path names rides along for an unbound host.
 		{"GET", "app.example.org", "/", nil, forward.Ref{Kind: forward.Host, Host: "app.example.org"}},
-		{"GET", "App.Example.org.:443", "/v1/sandboxes", nil, forward.Ref{Kind: forward.Host, Host: "app.example.org"}},
-		{"GET", "app.example.org", "/v1/sandboxes/" + id, nil, forward.Ref{Kind: forward.Host, Host: "app.example.org", ID: id}},
-		{"GET", "app.example.org", "/daytona/api/sandbox/my-box", nil, forward.Ref{Kind: forward.Host, Host: "app.example.org", Name: "my-box"}},
-		{"GET", "app.example.org", "/", map[string]string{"E2b-Sandbox-Id": id}, forward.Ref{Kind: forward.Host, Host: "app.example.org", ID: id}},
+		{"POST", "app.example.org", "/v1/sandboxes", nil, forward.Ref{Kind: forward.Host, Host: "app.example.org", PathKind: forward.Create}},
+		{"GET", "App.Example.org.:443", "/v1/sandboxes", nil, forward.Ref{Kind: forward.Host, Host: "app.example.org", PathKind: forward.List}},
+		{"GET", "app.example.org", "/v1/sandboxes/" + id, nil, forward.Ref{Kind: forward.Host, Host: "app.example.org", ID: id, PathKind: forward.Sandbox}},
+		{"GET", "app.example.org", "/daytona/api/sandbox/my-box", nil, forward.Ref{Kind: forward.Host, Host: "app.example.org", Name: "my-box", PathKind: forward.Sandbox}},
+		{"GET", "app.example.org", "/", map[string]string{"E2b-Sandbox-Id": id}, forward.Ref{Kind: forward.Host, Host: "app.example.org", ID: id, PathKind: forward.Sandbox}},
 		{"GET", "API.example.com:8443", "/v1/sandboxes/" + id, nil, sbID}, // a listed API host
 		{"GET", "10.0.0.2:7070", "/v1/sandboxes/" + id, nil, sbID},        // any IP literal
 		{"GET", "node-b", "/v1/sandboxes/" + id, nil, sbID},               // one label: never a custom domain
