@@ -231,7 +231,7 @@ func (l locator) target(id string) (forward.Target, bool, error) {
 		return forward.Target{}, false, nil
 	}
 	if p.State == cluster.StateLost {
-		return forward.Target{}, false, nil // answered here: not found
+		return forward.Target{}, false, &lostError{p}
 	}
 	for _, n := range l.c.node.Nodes() {
 		if n.ID == p.Node {
@@ -613,9 +613,17 @@ func (c *clusterNode) shareAdminToken(ctx context.Context, file string) error {
 // handler puts the forwarding middleware in front of next, and the
 // cluster's health into /readyz.
 func (c *clusterNode) handler(next http.Handler, authn *auth.Authenticator, e2bKey func(*http.Request, string, []byte) (string, string, time.Duration, bool), domain string, apiHosts []string) http.Handler {
+	l := locator{c: c, auth: authn, e2bKey: e2bKey}
 	fwd := forward.Middleware(next, forward.Options{
-		Self: c.self, Signer: c.signer, Locator: locator{c: c, auth: authn, e2bKey: e2bKey},
+		Self: c.self, Signer: c.signer, Locator: l,
 		Domain: domain, APIHosts: apiHosts, Logger: c.logger,
+		OnError: func(w http.ResponseWriter, r *http.Request, err error) {
+			if lost := (*lostError)(nil); errors.As(err, &lost) {
+				c.serveLost(w, r, l, next, lost.p)
+				return
+			}
+			writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error(), true)
+		},
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/cluster/nodes" {
@@ -704,8 +712,7 @@ func (c *clusterNode) failoverMissed(ctx context.Context, svc *service.Service) 
 func (c *clusterNode) serveNodes(w http.ResponseWriter, r *http.Request, authn *auth.Authenticator) {
 	w.Header().Set("Content-Type", "application/json")
 	fail := func(status int, code, msg string) {
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": code, "message": msg, "retryable": false}})
+		writeError(w, status, code, msg, status == http.StatusServiceUnavailable)
 	}
 	p, err := authn.Authenticate(r.Context(), r)
 	switch {
@@ -738,4 +745,51 @@ func (c *clusterNode) serveNodes(w http.ResponseWriter, r *http.Request, authn *
 			MemoryMB: n.Headroom.MemoryMB, FreeMilliCPU: n.Headroom.FreeMilliCPU, FreeMemoryMB: n.Headroom.FreeMemoryMB})
 	}
 	json.NewEncoder(w).Encode(map[string]any{"items": items})
+}
+
+// lostError is a call for a sandbox whose node was lost and that was not
+// recreated.
+type lostError struct{ p cluster.Placement }
+
+func (e *lostError) Error() string {
+	return fmt.Sprintf("sandbox %s was lost with its node %s", e.p.ID, e.p.Node)
+}
+
+// serveLost answers a call for a lost sandbox. To its owner (or an admin)
+// the native API says so: a DELETE frees its keys (its name can be used
+// again) and answers 204, anything else is 410 "lost". Everyone else, and
+// the facades, get what this node has of it: not found, in their shape.
+func (c *clusterNode) serveLost(w http.ResponseWriter, r *http.Request, l locator, next http.Handler, p cluster.Placement) {
+	owner, ok := l.owner(r.Context(), r)
+	admin := false
+	if pr, err := l.auth.Authenticate(r.Context(), r); err == nil {
+		admin = pr.IsAdmin()
+	}
+	if !ok || (owner != p.Owner && !admin) || !strings.HasPrefix(r.URL.Path, "/v1/sandboxes/") {
+		next.ServeHTTP(w, r)
+		return
+	}
+	if r.Method == http.MethodDelete && strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 2 {
+		for _, d := range p.Domains {
+			host, _, _ := strings.Cut(d, ":")
+			if err := c.node.ReleaseHostname(r.Context(), host, p.ID); err != nil {
+				writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error(), true)
+				return
+			}
+		}
+		if err := c.node.ReleasePlacementOf(r.Context(), p.ID, p.Node); err != nil {
+			writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error(), true)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeError(w, http.StatusGone, "lost", fmt.Sprintf("sandbox %s was lost with its node %s (it had no failover policy); DELETE it to free its name", p.ID, p.Node), false)
+}
+
+// writeError writes the native API's error body.
+func writeError(w http.ResponseWriter, status int, code, msg string, retryable bool) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": code, "message": msg, "retryable": retryable}})
 }
