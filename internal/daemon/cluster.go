@@ -183,7 +183,11 @@ func serviceErr(err error) error {
 }
 
 // tokens are the cluster's API tokens first, then the node's own (a token
-// made with `sandboxd token create` on this node, which works here only).
+// made with `sandboxd token create` on this node, which works here only,
+// and the node's admin token). The node's own tokens are also the answer
+// while the cluster cannot be read (no quorum): they need no cluster, and
+// calls on this node's sandboxes keep working then (docs/cluster.md,
+// "Quorum loss").
 type clusterTokens struct {
 	cluster *cluster.TokenStore
 	local   auth.TokenLookup
@@ -191,8 +195,14 @@ type clusterTokens struct {
 
 func (t clusterTokens) LookupAPITokenByHash(ctx context.Context, hash [32]byte) (auth.StoredToken, error) {
 	st, err := t.cluster.LookupAPITokenByHash(ctx, hash)
+	if err == nil {
+		return st, nil
+	}
 	if errors.Is(err, auth.ErrTokenNotFound) {
 		return t.local.LookupAPITokenByHash(ctx, hash)
+	}
+	if local, lerr := t.local.LookupAPITokenByHash(ctx, hash); lerr == nil {
+		return local, nil
 	}
 	return st, err
 }
