@@ -207,7 +207,7 @@ func TestCluster_QuorumLossRefusesCreatesButKeepsExec(t *testing.T) {
 	const prompt = 30 * time.Second
 	for i := range 4 {
 		start := time.Now()
-		a, err := call(ctx, survivor, http.MethodPost, "/v1/sandboxes", createBody("", nil, ""))
+		a, err := callWith(ctx, freshConns, survivor, http.MethodPost, "/v1/sandboxes", createBody("", nil, ""))
 		took := time.Since(start)
 		if err != nil {
 			t.Fatalf("create %d without quorum: %v", i, err)
