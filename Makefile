@@ -37,6 +37,14 @@ run: setup build ## start a local daemon in the background (data in .sandboxd/)
 stop: ## stop the local daemon started by `make run`
 	@scripts/run-local.sh --stop "$(DATA_DIR)"
 
+.PHONY: cluster
+cluster: setup build ## start a 3-node cluster on loopback (API on 7071-7073, data in .sandboxd-cluster/)
+	@scripts/cluster.sh
+
+.PHONY: cluster-stop
+cluster-stop: ## stop the cluster started by `make cluster`
+	@scripts/cluster.sh --stop
+
 .PHONY: test
 test: setup build ## run every test (unit, integration on real Docker, SDK compatibility)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...

@@ -191,7 +191,9 @@ func serviceErr(err error) error {
 // watch-fed copy) and the node's own (its database: the admin token, and
 // tokens made with `sandboxd token create` on this node, which work here
 // only). A token revoked in either is revoked: `sandboxd token revoke`
-// on a node reaches its copy of the admin token in the cluster too.
+// on a node reaches its copy of the admin token in the cluster too. The
+// cluster's are read from the directory, so authentication works through
+// a quorum loss (docs/cluster.md, "Quorum loss").
 type clusterTokens struct {
 	cluster *cluster.TokenStore
 	local   auth.TokenLookup

@@ -1,0 +1,222 @@
+package daemontest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testenv"
+)
+
+// joinTimeout bounds `sandboxd cluster join`'s retries: etcd refuses a new
+// member for a few seconds after the previous one joined ("unhealthy
+// cluster"), longer on a busy machine.
+const joinTimeout = 90 * time.Second
+
+// Cluster is daemons that form one cluster, each running an embedded etcd
+// member on 127.0.0.1 (docs/cluster.md). Its nodes are ordinary Daemons:
+// Kill, Stop and Restart them one by one; a restart rejoins with the
+// cluster files in its data directory.
+type Cluster struct {
+	// Nodes are the cluster's daemons, in the order they joined; Nodes[0]
+	// ran `cluster init`.
+	Nodes []*Daemon
+	// etcdClients are the members' etcd client URLs, by node.
+	etcdClients []string
+}
+
+// ClusterNode describes one node of NewCluster.
+type ClusterNode struct {
+	// Name is part of the node id (Env.New).
+	Name string
+	// Args are appended to the daemon's flags, e.g. a --memory-budget
+	// that makes placement prefer the node.
+	Args []string
+}
+
+// Nodes are ClusterNodes with the given names and no extra flags.
+func Nodes(names ...string) []ClusterNode {
+	out := make([]ClusterNode, len(names))
+	for i, n := range names {
+		out[i] = ClusterNode{Name: n}
+	}
+	return out
+}
+
+// NewCluster starts daemons that form one cluster: the first runs
+// `sandboxd cluster init`, each other `sandboxd cluster join` through the
+// members already there (retried while etcd refuses a new member so soon
+// after the last), and each daemon is started right after its init or
+// join (a new member counts toward the quorum at once). It returns once
+// every node answers /readyz 200 and sees all the others live. On error
+// the nodes started so far are closed.
+func (e *Env) NewCluster(ctx context.Context, nodes []ClusterNode) (_ *Cluster, err error) {
+	c := &Cluster{}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Close())
+		}
+	}()
+	for i, n := range nodes {
+		d := e.New(n.Name, n.Args...)
+		c.Nodes = append(c.Nodes, d)
+		// The cluster commands take the node id from the data dir; the
+		// daemon's --node-id must be the same (it names the etcd member).
+		if err := os.WriteFile(filepath.Join(d.DataDir(), "node-id"), []byte(d.NodeID()+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		client, peer, err := freePair()
+		if err != nil {
+			return nil, err
+		}
+		args := []string{"--data-dir", d.DataDir(), "--etcd-client", client, "--etcd-peer", peer}
+		if i == 0 {
+			if out, err := e.clusterCmd(ctx, append([]string{"init"}, args...)...); err != nil {
+				return nil, fmt.Errorf("cluster init %s: %w\n%s", d.NodeID(), err, out)
+			}
+		} else {
+			args = append(args,
+				"--secret-file", filepath.Join(c.Nodes[0].DataDir(), "cluster.secret"),
+				"--via", strings.Join(c.etcdClients, ","))
+			err := testenv.Poll(ctx, joinTimeout, func() error {
+				out, err := e.clusterCmd(ctx, append([]string{"join"}, args...)...)
+				if err != nil {
+					return fmt.Errorf("%w: %s", err, out)
+				}
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("cluster join %s: %w", d.NodeID(), err)
+			}
+		}
+		c.etcdClients = append(c.etcdClients, "http://"+client)
+		sctx, cancel := context.WithTimeout(ctx, StartTimeout)
+		err = d.Start(sctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := c.WaitReady(ctx, c.Nodes...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// StartCluster is NewCluster for t: the cluster is closed (its nodes'
+// containers removed) at the end of t, with the tail of each node's log
+// when t failed.
+func (e *Env) StartCluster(t testing.TB, nodes []ClusterNode) *Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Duration(len(nodes)+1)*StartTimeout)
+	defer cancel()
+	c, err := e.NewCluster(ctx, nodes)
+	if err != nil {
+		t.Fatalf("start cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, d := range c.Nodes {
+				t.Logf("node %s log (tail):\n%s", d.NodeID(), d.LogTail(60))
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("cluster cleanup: %v", err)
+		}
+	})
+	return c
+}
+
+// clusterCmd runs `sandboxd cluster args...` and returns its output.
+func (e *Env) clusterCmd(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, e.Bins.Sandboxd, append([]string{"cluster"}, args...)...)
+	cmd.Env = HermeticEnv()
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// Members is `sandboxd cluster members` run on d's data directory: the
+// cluster's etcd members and the live nodes, as a table.
+func (c *Cluster) Members(ctx context.Context, d *Daemon) (string, error) {
+	return d.env.clusterCmd(ctx, "members", "--data-dir", d.DataDir())
+}
+
+// WaitReady waits until every one of nodes answers /readyz 200 and lists
+// every running node of c as live (`sandboxd cluster members`
+// shows their API URLs), or ctx ends.
+func (c *Cluster) WaitReady(ctx context.Context, nodes ...*Daemon) error {
+	return testenv.Poll(ctx, StartTimeout, func() error {
+		for _, d := range nodes {
+			if err := ready(ctx, d.URL()); err != nil {
+				return fmt.Errorf("node %s: %w", d.NodeID(), err)
+			}
+		}
+		for _, d := range nodes {
+			table, err := c.Members(ctx, d)
+			if err != nil {
+				return fmt.Errorf("cluster members on %s: %w: %s", d.NodeID(), err, table)
+			}
+			for _, n := range c.Nodes {
+				if n.PID() != 0 && !strings.Contains(table, n.URL()) {
+					return fmt.Errorf("node %s does not list %s (%s) as live yet:\n%s", d.NodeID(), n.NodeID(), n.URL(), table)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// Close closes every node at once (Daemon.Close: stop, remove its
+// containers and data directory). It is safe to call more than once.
+func (c *Cluster) Close() error {
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i, d := range c.Nodes {
+		wg.Go(func() { errs[i] = d.Close() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ready is one GET /readyz: nil on 200.
+func ready(ctx context.Context, baseURL string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("readyz: %s", resp.Status)
+	}
+	return nil
+}
+
+// freePair returns two 127.0.0.1 addresses whose ports were free a moment
+// ago, for an etcd member's client and peer listeners.
+func freePair() (client, peer string, err error) {
+	a, err := FreePort()
+	if err != nil {
+		return "", "", err
+	}
+	b, err := FreePort()
+	for err == nil && b == a {
+		b, err = FreePort()
+	}
+	if err != nil {
+		return "", "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(a), "127.0.0.1:" + strconv.Itoa(b), nil
+}

@@ -1,0 +1,128 @@
+// Package cluster_test drives cluster mode (docs/cluster.md) end to end:
+// real sandboxd processes on 127.0.0.1, each running an embedded etcd
+// member, joined with `sandboxd cluster init|join` (daemontest.NewCluster),
+// on a real Docker engine.
+//
+// Tests that do not kill nodes share one 3-node cluster (sharedCluster)
+// and run in parallel where they can; a test that kills nodes starts a
+// cluster of its own. Every node is stopped at the end and every container
+// labelled with its node id is removed, whatever the outcome.
+//
+// Without a reachable Docker engine the tests skip, unless CI is set, in
+// which case they fail; under -short they skip.
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testenv"
+	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
+)
+
+// Images built by scripts/build-images.sh.
+const (
+	busyboxImage = "sandboxd/busybox:latest"
+	baseImage    = "sandboxd/base:bookworm"
+)
+
+// env is what TestMain prepared for every test.
+var env struct {
+	dt        *daemontest.Env
+	dockerErr error // non-nil when Docker is unreachable
+
+	sharedOnce sync.Once
+	shared     *daemontest.Cluster
+	sharedErr  error
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if !testenv.HasDocker() {
+		return m.Run() // tests skip one by one (requireDocker); no point building
+	}
+	env.dockerErr = daemontest.PingDocker(busyboxImage, baseImage)
+	if env.dockerErr != nil && !testenv.CI() {
+		return m.Run()
+	}
+	var err error
+	// Host ports 50000 and up: test/e2e and test/adversarial use the
+	// ranges below.
+	if env.dt, err = daemontest.Setup("cluster", 50000); err != nil {
+		fmt.Fprintln(os.Stderr, "cluster:", err)
+		return 1
+	}
+	code := m.Run()
+	if env.shared != nil {
+		// Every test destroys what it made on the shared cluster: a
+		// container still there is a leak, which Close's sweep would hide.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		for _, d := range env.shared.Nodes {
+			left, err := testenv.NodeContainers(ctx, d.NodeID())
+			if err != nil || len(left) > 0 {
+				fmt.Fprintf(os.Stderr, "FAIL: cluster: the tests left %d container(s) on shared node %s: %v\n\t%s\n",
+					len(left), d.NodeID(), err, strings.Join(left, "\n\t"))
+				code = 1
+			}
+		}
+		cancel()
+		if code != 0 {
+			for _, d := range env.shared.Nodes {
+				fmt.Fprintf(os.Stderr, "node %s log (tail):\n%s\n", d.NodeID(), d.LogTail(40))
+			}
+		}
+		if err := env.shared.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "cluster: shared cluster cleanup:", err)
+			code = 1
+		}
+	}
+	code = testenv.Exit(code)
+	env.dt.Close(code != 0)
+	return code
+}
+
+// requireDocker skips t under -short or when Docker (or a test image) is
+// missing outside CI, and fails it in CI.
+func requireDocker(t *testing.T) {
+	t.Helper()
+	testenv.NeedsDocker(t)
+	if env.dockerErr == nil {
+		return
+	}
+	if !testenv.CI() {
+		t.Skipf("skipping: Docker is unreachable (%v); these tests need a Docker engine (set CI=1 to make this a failure)", env.dockerErr)
+	}
+	t.Fatalf("Docker is unreachable and CI is set: %v", env.dockerErr)
+}
+
+// sharedCluster returns the 3-node cluster shared by the tests that kill
+// no node, starting it on first use. TestMain closes it.
+func sharedCluster(t *testing.T) *daemontest.Cluster {
+	t.Helper()
+	requireDocker(t)
+	env.sharedOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*daemontest.StartTimeout)
+		defer cancel()
+		env.shared, env.sharedErr = env.dt.NewCluster(ctx, daemontest.Nodes("s1", "s2", "s3"))
+	})
+	if env.sharedErr != nil {
+		t.Fatalf("start the shared cluster: %v", env.sharedErr)
+	}
+	return env.shared
+}
+
+// testContext returns t's context bounded by d.
+func testContext(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
