@@ -624,7 +624,11 @@ func (c *clusterNode) handler(next http.Handler, authn *auth.Authenticator, e2bK
 				c.serveLost(w, r, l, next, lost.p)
 				return
 			}
-			writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error(), true)
+			msg := "the node that has this sandbox did not answer; retry"
+			if errors.Is(err, service.ErrUnavailable) || errors.Is(err, cluster.ErrUnavailable) {
+				msg = err.Error() // the locator's own words: node ids, no addresses
+			}
+			writeError(w, http.StatusServiceUnavailable, "unavailable", msg, true)
 		},
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

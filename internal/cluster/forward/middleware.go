@@ -229,6 +229,13 @@ func (m *middleware) proxyError(w http.ResponseWriter, r *http.Request, err erro
 	}
 	t, _ := r.Context().Value(targetKey{}).(target)
 	m.log.Warn("forward: node did not answer", "node", t.Node, "url", t.URL, "method", r.Method, "path", r.URL.Path, "err", err)
+	if r.ContentLength != 0 {
+		// The transport closed the body it did not send, and with full
+		// duplex on the server does not drain it: it would close the
+		// connection after this answer without saying so, and the
+		// client's next request on it would fail. Say so.
+		w.Header().Set("Connection", "close")
+	}
 	m.o.OnError(w, r, fmt.Errorf("forward to node %s: %w", t.Node, err))
 }
 
