@@ -114,7 +114,7 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		s.returnPooled(ctx, class, r.pooled)
 		return nil, admissionErr(err)
 	}
-	row, err := s.Store.ClaimPooled(ctx, store.PoolClaim{
+	_, err = s.Store.ClaimPooled(ctx, store.PoolClaim{
 		ID: id, Owner: req.Owner, Name: req.Name, Tags: req.Tags, Env: req.Env,
 		SealedSecrets: sec.sealedEnv, AgentTokenSealed: sec.sealedToken, BootTokenSealed: r.sealedToken,
 		SSHPublicKey: sec.keys.Public, Spec: s.newRow(id, req, sec).Spec, Claim: cl,
@@ -171,7 +171,8 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 	if req.Timeout > 0 {
 		expires = s.Clock().Add(req.Timeout)
 	}
-	if row, err = s.Store.CommitCreate(ctx, id, expires); err != nil {
+	row, err := s.Store.CommitCreate(ctx, id, expires)
+	if err != nil {
 		fail("commit a claimed sandbox", err)
 		return nil, s.mapStoreErr(err, id)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -289,8 +288,3 @@ func wantPreview(ctx context.Context, d *daemontest.Daemon, id, body string) err
 	})
 }
 
-// isStatus reports whether err is an API error with that status.
-func isStatus(err error, status int) bool {
-	var e *sandboxd.APIError
-	return errors.As(err, &e) && e.Status == status
-}

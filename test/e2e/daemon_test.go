@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
@@ -28,7 +27,3 @@ func startDaemon(t *testing.T, name string, extraArgs ...string) *daemonProcess 
 // daemon and the CLI read.
 func hermeticEnv() []string { return daemontest.HermeticEnv() }
 
-// removeContainers force-removes every container labelled with nodeID.
-func removeContainers(ctx context.Context, nodeID string) error {
-	return daemontest.RemoveContainers(ctx, nodeID)
-}
