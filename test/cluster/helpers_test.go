@@ -287,4 +287,3 @@ func wantPreview(ctx context.Context, d *daemontest.Daemon, id, body string) err
 		return nil
 	})
 }
-

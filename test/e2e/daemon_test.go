@@ -26,4 +26,3 @@ func startDaemon(t *testing.T, name string, extraArgs ...string) *daemonProcess 
 // hermeticEnv is this process's environment without the variables the
 // daemon and the CLI read.
 func hermeticEnv() []string { return daemontest.HermeticEnv() }
-
