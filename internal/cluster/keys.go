@@ -418,6 +418,49 @@ func (n *Node) BindKey(ctx context.Context, scope, owner, key, node string, ttl 
 	return b.Node, nil
 }
 
+// RebindKey moves the binding of BindKey's key from node from (a node
+// that departed: the first attempt died with it) to node to, keeping its
+// lease, in one transaction that holds only while the key still names
+// from: of racing callers one moves it and every one returns the node it
+// names now. An absent binding is bound to to afresh (as BindKey).
+// Failure modes: ErrUnavailable.
+func (n *Node) RebindKey(ctx context.Context, scope, owner, key, from, to string, ttl time.Duration) (bound string, err error) {
+	if err := segment("scope", scope); err != nil {
+		return "", fmt.Errorf("rebind key: %w", err)
+	}
+	sum := sha256.Sum256([]byte(key))
+	k := idemPrefix + scope + "/" + url.PathEscape(owner) + "/" + hex.EncodeToString(sum[:])
+	oldVal, err := json.Marshal(binding{Node: from})
+	if err != nil {
+		return "", err
+	}
+	newVal, err := json.Marshal(binding{Node: to})
+	if err != nil {
+		return "", err
+	}
+	tctx, cancel := n.op(ctx)
+	resp, err := n.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.Value(k), "=", string(oldVal))).
+		Then(clientv3.OpPut(k, string(newVal), clientv3.WithIgnoreLease())).
+		Else(clientv3.OpGet(k)).Commit()
+	cancel()
+	if err != nil {
+		return "", unknownOutcome("rebind key", err)
+	}
+	if resp.Succeeded {
+		return to, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return n.BindKey(ctx, scope, owner, key, to, ttl)
+	}
+	var b binding
+	if err := json.Unmarshal(kvs[0].Value, &b); err != nil {
+		return "", fmt.Errorf("rebind key: %w", err)
+	}
+	return b.Node, nil
+}
+
 // LookupName returns the id of the sandbox that names/<owner>/<name>
 // names, from the node's watch-fed copy of names/ (no etcd call on the
 // request path), or ErrNotFound.

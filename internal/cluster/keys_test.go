@@ -231,6 +231,41 @@ func TestBindKey_FirstBinderWinsUntilExpiry(t *testing.T) {
 	})
 }
 
+// A key bound to a node that departed moves to exactly one live node,
+// whoever races for it; a key bound elsewhere is left as it is.
+func TestRebindKey_OneWinnerFromTheDepartedNode(t *testing.T) {
+	t.Parallel()
+	m := startSingle(t)
+	a := openNode(t, "a", []string{m.ClientURL()})
+	ctx := t.Context()
+	if _, err := a.BindKey(ctx, "v1", "alice", "k", "dead", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, 8)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() {
+			b, err := a.RebindKey(ctx, "v1", "alice", "k", "dead", fmt.Sprintf("n%d", i), time.Minute)
+			if err != nil {
+				t.Errorf("RebindKey %d: %v", i, err)
+			}
+			got[i] = b
+		})
+	}
+	wg.Wait()
+	for _, b := range got[1:] {
+		if b != got[0] || b == "dead" {
+			t.Fatalf("racing rebinds answered %v: want one live node for all", got)
+		}
+	}
+	if b, err := a.BindKey(ctx, "v1", "alice", "k", "other", time.Minute); err != nil || b != got[0] {
+		t.Errorf("BindKey after the rebind: %q, %v; want %q", b, err, got[0])
+	}
+	if b, err := a.RebindKey(ctx, "v1", "alice", "k", "dead", "late", time.Minute); err != nil || b != got[0] {
+		t.Errorf("a late rebind from the dead node: %q, %v; want %q kept", b, err, got[0])
+	}
+}
+
 func TestClaimPlacement_RaceOneWinner(t *testing.T) {
 	m := startSingle(t)
 	n := openNode(t, "a", []string{m.ClientURL()})

@@ -313,6 +313,15 @@ func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bo
 		if err != nil {
 			return forward.Target{}, false, err
 		}
+		if _, live := urls[bound]; !live && *l.c.health.Load() == "" {
+			// The node of the first attempt departed, and its attempt with
+			// it (a sandbox that asked for failover is recreated under its
+			// id; the key's local claim died with that node's database):
+			// the retry is the key's create now, on a live node.
+			if bound, err = l.c.node.RebindKey(ctx, scope, owner, key, bound, chosen.Node, ttl); err != nil {
+				return forward.Target{}, false, err
+			}
+		}
 		url, live := urls[bound]
 		if !live {
 			return forward.Target{}, false, fmt.Errorf("%w: the node %s that has this key's first attempt is down", service.ErrUnavailable, bound)
