@@ -179,27 +179,39 @@ func (n *Node) decodePlacement(kv *kv) (Placement, bool) {
 }
 
 func (n *Node) resetHostnames(kvs []*kv) {
-	fresh := make(map[string]string, len(kvs))
-	for _, kv := range kvs {
-		if id, err := decodeRef(kv.Value); err == nil {
-			fresh[strings.TrimPrefix(string(kv.Key), hostnamesPrefix)] = id
-		}
-	}
+	fresh := refs(kvs, hostnamesPrefix)
 	n.dirMu.Lock()
 	n.hostnames = fresh
 	n.dirMu.Unlock()
 }
 
 func (n *Node) applyHostname(kv *kv, deleted bool) {
-	host := strings.TrimPrefix(string(kv.Key), hostnamesPrefix)
 	n.dirMu.Lock()
 	defer n.dirMu.Unlock()
+	applyRef(n.hostnames, hostnamesPrefix, kv, deleted)
+}
+
+// refs maps each key of kvs, without prefix, to the sandbox its value
+// names (names/ and hostnames/ hold refs); undecodable values are left out.
+func refs(kvs []*kv, prefix string) map[string]string {
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		if id, err := decodeRef(kv.Value); err == nil {
+			m[strings.TrimPrefix(string(kv.Key), prefix)] = id
+		}
+	}
+	return m
+}
+
+// applyRef applies one watch event of a ref prefix to m (under dirMu).
+func applyRef(m map[string]string, prefix string, kv *kv, deleted bool) {
+	k := strings.TrimPrefix(string(kv.Key), prefix)
 	if deleted {
-		delete(n.hostnames, host)
+		delete(m, k)
 		return
 	}
 	if id, err := decodeRef(kv.Value); err == nil {
-		n.hostnames[host] = id
+		m[k] = id
 	}
 }
 
@@ -231,12 +243,7 @@ func (n *Node) applyToken(kv *kv, deleted bool) {
 }
 
 func (n *Node) resetNames(kvs []*kv) {
-	fresh := make(map[string]string, len(kvs))
-	for _, kv := range kvs {
-		if id, err := decodeRef(kv.Value); err == nil {
-			fresh[string(kv.Key)] = id
-		}
-	}
+	fresh := refs(kvs, namesPrefix)
 	n.dirMu.Lock()
 	n.names = fresh
 	n.dirMu.Unlock()
@@ -245,13 +252,7 @@ func (n *Node) resetNames(kvs []*kv) {
 func (n *Node) applyName(kv *kv, deleted bool) {
 	n.dirMu.Lock()
 	defer n.dirMu.Unlock()
-	if deleted {
-		delete(n.names, string(kv.Key))
-		return
-	}
-	if id, err := decodeRef(kv.Value); err == nil {
-		n.names[string(kv.Key)] = id
-	}
+	applyRef(n.names, namesPrefix, kv, deleted)
 }
 
 // token is the directory's record of a token hash.
@@ -266,6 +267,6 @@ func (n *Node) token(hexHash string) (tokenRecord, bool) {
 func (n *Node) nameTarget(owner, name string) (string, bool) {
 	n.dirMu.RLock()
 	defer n.dirMu.RUnlock()
-	id, ok := n.names[nameKey(owner, name)]
+	id, ok := n.names[strings.TrimPrefix(nameKey(owner, name), namesPrefix)]
 	return id, ok
 }

@@ -139,22 +139,21 @@ func clusterNodeID(dataDir string) (string, error) {
 	return id, nil
 }
 
-func refuseIfClustered(dataDir string) error {
+// unclusteredNodeID is clusterNodeID of a data directory that is in no
+// cluster yet (init and join refuse one that is).
+func unclusteredNodeID(dataDir string) (string, error) {
 	f, err := loadClusterFile(dataDir)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if f != nil {
-		return fmt.Errorf("%s is in a cluster already (%s); `sandboxd cluster leave` first", dataDir, clusterFileName)
+		return "", fmt.Errorf("%s is in a cluster already (%s); `sandboxd cluster leave` first", dataDir, clusterFileName)
 	}
-	return nil
+	return clusterNodeID(dataDir)
 }
 
 func clusterInit(dataDir, client, peer, endpoints string, stdout io.Writer) error {
-	if err := refuseIfClustered(dataDir); err != nil {
-		return err
-	}
-	id, err := clusterNodeID(dataDir)
+	id, err := unclusteredNodeID(dataDir)
 	if err != nil {
 		return err
 	}
@@ -185,10 +184,7 @@ func clusterInit(dataDir, client, peer, endpoints string, stdout io.Writer) erro
 }
 
 func clusterJoin(ctx context.Context, dataDir, client, peer, endpoints, via, secretFile string, stdout io.Writer) error {
-	if err := refuseIfClustered(dataDir); err != nil {
-		return err
-	}
-	id, err := clusterNodeID(dataDir)
+	id, err := unclusteredNodeID(dataDir)
 	if err != nil {
 		return err
 	}
