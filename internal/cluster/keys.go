@@ -18,6 +18,7 @@ const (
 	StateCreating = "creating" // claimed; the owner's create chain (or a failover's recreate) is running
 	StateRunning  = "running"  // the owner serves it
 	StateLost     = "lost"     // its node departed and it was not recreated
+	StateDeleted  = "deleted"  // lost, then deleted by its owner: its name is free, and its node destroys its copy when it returns
 
 	FailoverNone     = ""         // a departed node's sandbox becomes lost
 	FailoverRecreate = "recreate" // a departed node's sandbox is recreated elsewhere
@@ -286,6 +287,55 @@ func (n *Node) UpdatePlacement(ctx context.Context, id string, f func(*Placement
 		}
 	}
 	return Placement{}, fmt.Errorf("update placement %s: %w: it kept changing", id, ErrConflict)
+}
+
+// Tombstone marks a lost placement deleted and frees its name, in one
+// transaction that holds only while the placement is unchanged since read
+// and still names node: the sandbox's owner deleted it while its node was
+// away. The placement stays, as a tombstone, until that node comes back
+// and destroys its copy (releasing it); the name can be taken at once.
+// Failure modes: ErrNotFound, ErrConflict (it changed: re-read),
+// ErrUnavailable.
+func (n *Node) Tombstone(ctx context.Context, id, node string) error {
+	if err := segment("sandbox id", id); err != nil {
+		return fmt.Errorf("tombstone: %w", err)
+	}
+	cur, ok, err := n.getPlacement(ctx, id)
+	if err != nil {
+		return fmt.Errorf("tombstone: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("tombstone %s: %w", id, ErrNotFound)
+	}
+	if cur.Node != node {
+		return fmt.Errorf("tombstone %s: %w: it moved to %s", id, ErrConflict, cur.Node)
+	}
+	p := clonePlacement(cur)
+	p.State = StateDeleted
+	val, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("tombstone %s: %w", id, err)
+	}
+	pk := placementKey(id)
+	then := []clientv3.Op{clientv3.OpPut(pk, string(val))}
+	if cur.Name != "" {
+		nk := nameKey(cur.Owner, cur.Name)
+		then = append(then, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(nk), "=", encodeRef(id))},
+			[]clientv3.Op{clientv3.OpDelete(nk)}, nil))
+	}
+	tctx, cancel := n.op(ctx)
+	resp, err := n.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.ModRevision(pk), "=", cur.Revision)).
+		Then(then...).Commit()
+	cancel()
+	if err != nil {
+		return unknownOutcome("tombstone "+id, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("tombstone %s: %w: it changed", id, ErrConflict)
+	}
+	return nil
 }
 
 // TakeOver moves placement p to newNode in state "creating", if and only

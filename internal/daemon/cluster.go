@@ -232,8 +232,11 @@ func (l locator) target(id string) (forward.Target, bool, error) {
 	if !ok || p.Node == l.c.self {
 		return forward.Target{}, false, nil
 	}
-	if p.State == cluster.StateLost {
+	switch p.State {
+	case cluster.StateLost:
 		return forward.Target{}, false, &lostError{p}
+	case cluster.StateDeleted:
+		return forward.Target{}, false, nil // answered here: not found
 	}
 	for _, n := range l.c.node.Nodes() {
 		if n.ID == p.Node {
@@ -441,7 +444,7 @@ func (c *clusterNode) failOne(ctx context.Context, svc *service.Service, p clust
 		// one was granted): nothing departed.
 		return
 	}
-	if p.State == cluster.StateLost {
+	if p.State == cluster.StateLost || p.State == cluster.StateDeleted {
 		return
 	}
 	if p.Failover != service.FailoverRecreate || len(p.Spec) == 0 {
@@ -528,6 +531,14 @@ func (c *clusterNode) dropStale(ctx context.Context, svc *service.Service) error
 		local[id] = true
 		p, ok := c.node.Placement(id)
 		if !ok {
+			continue
+		}
+		if p.Node == c.self && p.State == cluster.StateDeleted {
+			// Deleted by its owner while this node was away.
+			c.logger.Info("cluster: destroying a sandbox deleted while this node was away", "sandbox", id)
+			if err := svc.DestroyLocal(ctx, id); err != nil {
+				c.logger.Warn("cluster: destroy a deleted sandbox", "sandbox", id, "err", err)
+			}
 			continue
 		}
 		if p.Node == c.self {
@@ -715,7 +726,7 @@ func (c *clusterNode) failoverMissed(ctx context.Context, svc *service.Service) 
 			continue
 		}
 		for _, p := range c.node.PlacementsOf(node) {
-			if p.State != cluster.StateLost {
+			if p.State != cluster.StateLost && p.State != cluster.StateDeleted {
 				c.failOne(ctx, svc, p)
 			}
 		}
@@ -792,8 +803,10 @@ func (c *clusterNode) serveLost(w http.ResponseWriter, r *http.Request, l locato
 				return
 			}
 		}
-		if err := c.node.ReleasePlacementOf(r.Context(), p.ID, p.Node); err != nil {
-			writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error(), true)
+		// A tombstone, not a release: the lost node may come back with its
+		// copy, and must then know to destroy it.
+		if err := c.node.Tombstone(r.Context(), p.ID, p.Node); err != nil && !errors.Is(err, cluster.ErrNotFound) {
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "the cluster did not record the delete; retry", true)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)

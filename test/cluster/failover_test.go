@@ -43,7 +43,8 @@ func landOn(ctx context.Context, t *testing.T, c *daemontest.Cluster, d *daemont
 
 // When a node dies (SIGKILL), its sandboxes with failover "recreate" come
 // back on another node with the same ids and env, and their exposed port
-// routes again; the others read as not found. When the dead node comes
+// routes again; the others read as lost (410), and one its owner deletes
+// frees its name. When the dead node comes
 // back it destroys its stale copies of the moved sandboxes (and only
 // those: the new owners' containers keep running), and the sandboxes the
 // cluster had declared lost, still running there, are its again
@@ -118,14 +119,27 @@ func TestCluster_FailoverRecreatesOnAnotherNode(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if a.Status == http.StatusNotFound || strings.Contains(string(a.Body), "lost") {
+			if a.Status == http.StatusGone && a.code() == "lost" {
 				return nil
 			}
-			return fmt.Errorf("GET %s: %v, want 404 or lost", sb.ID, a)
+			return fmt.Errorf("GET %s: %v, want 410 lost", sb.ID, a)
 		})
 		if err != nil {
 			t.Errorf("sandbox %s without failover after its node died: %v", sb.ID, err)
 		}
+	}
+	// Its owner deletes one lost sandbox: 204, and its name is free at
+	// once (a new sandbox takes it); the node's copy goes when it returns.
+	deleted, kept := plain[0], plain[1:]
+	if a, err := call(ctx, survivors[0], http.MethodDelete, "/v1/sandboxes/"+deleted.ID, nil); err != nil || a.Status != http.StatusNoContent {
+		t.Fatalf("DELETE of lost %s: %v, %v; want 204", deleted.ID, a, err)
+	}
+	if a, err := call(ctx, survivors[1], http.MethodGet, "/v1/sandboxes/"+deleted.ID, nil); err != nil || a.Status != http.StatusNotFound {
+		t.Errorf("GET of deleted %s: %v, %v; want 404", deleted.ID, a, err)
+	}
+	reuse := create(ctx, t, c, survivors[1], createBody(deleted.Name, nil, ""))
+	if reuse.ID == deleted.ID {
+		t.Errorf("the freed name %q names the deleted sandbox again", deleted.Name)
 	}
 
 	sctx, cancel := context.WithTimeout(ctx, daemontest.StartTimeout)
@@ -155,7 +169,25 @@ func TestCluster_FailoverRecreatesOnAnotherNode(t *testing.T) {
 			t.Errorf("exec in %s through the restarted %s: %q, %v", sb.ID, victim.NodeID(), out, err)
 		}
 	}
-	for _, sb := range plain {
+	// The deleted one's copy on the returned node is destroyed; its name
+	// still names the new sandbox.
+	err = testenv.Poll(ctx, testenv.Deadline, func() error {
+		cs, err := containersOf(ctx, deleted.ID)
+		if err != nil {
+			return err
+		}
+		if len(cs) != 0 {
+			return fmt.Errorf("containers of deleted %s: %+v, want none", deleted.ID, cs)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	if a, err := call(ctx, victim, http.MethodGet, "/v1/sandboxes/"+deleted.Name, nil); err != nil || !strings.Contains(string(a.Body), reuse.ID) {
+		t.Errorf("GET %s through the returned node: %v, %v; want %s", deleted.Name, a, err, reuse.ID)
+	}
+	for _, sb := range kept {
 		err := testenv.Poll(ctx, testenv.Deadline, func() error {
 			out, err := sh(ctx, survivors[0], sb.ID, `echo "$ROLE"`)
 			if err == nil && out != sb.Env["ROLE"]+"\n" {
