@@ -134,8 +134,16 @@ func TestCluster_FailoverRecreatesOnAnotherNode(t *testing.T) {
 	if a, err := call(ctx, survivors[0], http.MethodDelete, "/v1/sandboxes/"+deleted.ID, nil); err != nil || a.Status != http.StatusNoContent {
 		t.Fatalf("DELETE of lost %s: %v, %v; want 204", deleted.ID, a, err)
 	}
-	if a, err := call(ctx, survivors[1], http.MethodGet, "/v1/sandboxes/"+deleted.ID, nil); err != nil || a.Status != http.StatusNotFound {
-		t.Errorf("GET of deleted %s: %v, %v; want 404", deleted.ID, a, err)
+	// Another node's directory learns of the delete through its watch.
+	err := testenv.Poll(ctx, testenv.Deadline, func() error {
+		a, err := call(ctx, survivors[1], http.MethodGet, "/v1/sandboxes/"+deleted.ID, nil)
+		if err == nil && a.Status != http.StatusNotFound {
+			err = fmt.Errorf("GET of deleted %s: %v; want 404", deleted.ID, a)
+		}
+		return err
+	})
+	if err != nil {
+		t.Error(err)
 	}
 	reuse := create(ctx, t, c, survivors[1], createBody(deleted.Name, nil, ""))
 	if reuse.ID == deleted.ID {
@@ -143,7 +151,7 @@ func TestCluster_FailoverRecreatesOnAnotherNode(t *testing.T) {
 	}
 
 	sctx, cancel := context.WithTimeout(ctx, daemontest.StartTimeout)
-	err := victim.Start(sctx)
+	err = victim.Start(sctx)
 	cancel()
 	if err != nil {
 		t.Fatalf("restart %s: %v", victim.NodeID(), err)
