@@ -73,6 +73,7 @@ func (d *Delivery) abandon(ctx context.Context) {
 		d.s.Logger.Warn("create dedupe: could not mark an abandoned create undelivered; it lives until its timeout", "sandbox", d.cl.TargetID, "err", err)
 	case ok:
 		d.settled = true
+		d.s.Metrics.createUndelivered()
 		d.s.Logger.Debug("create dedupe: a client went away before its answer; offered to its retry", "sandbox", d.cl.TargetID)
 	}
 }

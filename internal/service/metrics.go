@@ -17,6 +17,10 @@ type Metrics struct {
 	poolClaims *prometheus.CounterVec
 	poolClaim  prometheus.Histogram
 	poolRefill prometheus.Histogram
+
+	// undelivered counts creates whose client went away before the
+	// answer and that were offered to an identical retry.
+	undelivered prometheus.Counter
 }
 
 // NewMetrics creates the instruments and registers them on reg; a nil reg
@@ -61,9 +65,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:      "Time to add one idle sandbox to the warm pool.",
 			Buckets:   []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
+		undelivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "sandboxd",
+			Name:      "creates_undelivered_total",
+			Help:      "Creates whose client went away before the answer, kept for an identical retry to adopt (E2B dedupe).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.createStep, m.createTotal, m.reconciled, m.poolSize, m.poolClaims, m.poolClaim, m.poolRefill)
+		reg.MustRegister(m.createStep, m.createTotal, m.reconciled, m.poolSize, m.poolClaims, m.poolClaim, m.poolRefill, m.undelivered)
 	}
 	return m
 }
@@ -95,6 +104,7 @@ func (m *Metrics) poolHit(d time.Duration) {
 }
 func (m *Metrics) poolEvicted()                 { m.poolClaims.WithLabelValues("evicted").Inc() }
 func (m *Metrics) poolMiss()                    { m.poolClaims.WithLabelValues("miss").Inc() }
+func (m *Metrics) createUndelivered()           { m.undelivered.Inc() }
 func (m *Metrics) poolRefilled(d time.Duration) { m.poolRefill.Observe(d.Seconds()) }
 func (m *Metrics) poolReady(c PoolClass, ready int) {
 	m.poolSize.WithLabelValues(c.String()).Set(float64(ready))

@@ -37,6 +37,17 @@ async function serverRows(nonce) {
 }
 
 /**
+ * How many creates the daemon has marked undelivered so far
+ * (sandboxd_creates_undelivered_total on /metrics).
+ */
+async function undeliveredCount() {
+  const res = await fetch(`${process.env.E2B_API_URL}/metrics`)
+  if (!res.ok) throw new Error(`metrics: ${res.status}`)
+  const line = (await res.text()).split('\n').find((l) => l.startsWith('sandboxd_creates_undelivered_total '))
+  return line ? Number(line.split(' ')[1]) : 0
+}
+
+/**
  * Sends Sandbox.create(BASE, {metadata}) and aborts it once the daemon has
  * started on it (its row exists), before the answer; returns the id of the
  * sandbox the daemon is making. Returns null when the answer came first
@@ -58,11 +69,17 @@ async function abortAfterServerStarted(metadata) {
     const r = await serverRows(metadata.nonce)
     return r.length > 0 && r
   }, { timeoutMs: 60_000, intervalMs: 10, what: 'the daemon to start on the create' })
+  const before = await undeliveredCount()
   ac.abort()
   const err = await settled
   if (answered) return null
   assert.ok(err, 'the aborted create failed')
   assert.equal(rows.length, 1)
+  // The daemon learns that its client went away when it sees the
+  // connection close: a retry sent before that is a create of its own.
+  // Wait until it has marked the create undelivered.
+  await waitFor(async () => (await undeliveredCount()) > before,
+    { timeoutMs: 60_000, intervalMs: 10, what: 'the daemon to mark the aborted create undelivered' })
   return rows[0]
 }
 
