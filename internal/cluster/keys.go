@@ -200,22 +200,11 @@ func (n *Node) ReleasePlacementOf(ctx context.Context, id, node string) error {
 		if !ok || (node != "" && cur.Node != node) {
 			return nil
 		}
-		then := []clientv3.Op{clientv3.OpDelete(pk)}
-		if cur.Name != "" {
-			nk := nameKey(cur.Owner, cur.Name)
-			then = append(then, clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.Value(nk), "=", encodeRef(id))},
-				[]clientv3.Op{clientv3.OpDelete(nk)}, nil))
-		}
-		tctx, cancel := n.op(ctx)
-		resp, err := n.cli.Txn(tctx).
-			If(clientv3.Compare(clientv3.ModRevision(pk), "=", cur.Revision)).
-			Then(then...).Commit()
-		cancel()
+		ok, err = n.changePlacement(ctx, cur, clientv3.OpDelete(pk))
 		if err != nil {
 			return unknownOutcome("release placement "+id, err)
 		}
-		if resp.Succeeded {
+		if ok {
 			return nil
 		}
 	}
@@ -316,26 +305,37 @@ func (n *Node) Tombstone(ctx context.Context, id, node string) error {
 	if err != nil {
 		return fmt.Errorf("tombstone %s: %w", id, err)
 	}
-	pk := placementKey(id)
-	then := []clientv3.Op{clientv3.OpPut(pk, string(val))}
-	if cur.Name != "" {
-		nk := nameKey(cur.Owner, cur.Name)
-		then = append(then, clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(nk), "=", encodeRef(id))},
-			[]clientv3.Op{clientv3.OpDelete(nk)}, nil))
-	}
-	tctx, cancel := n.op(ctx)
-	resp, err := n.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.ModRevision(pk), "=", cur.Revision)).
-		Then(then...).Commit()
-	cancel()
+	changed, err := n.changePlacement(ctx, cur, clientv3.OpPut(placementKey(id), string(val)))
 	if err != nil {
 		return unknownOutcome("tombstone "+id, err)
 	}
-	if !resp.Succeeded {
+	if !changed {
 		return fmt.Errorf("tombstone %s: %w: it changed", id, ErrConflict)
 	}
 	return nil
+}
+
+// changePlacement applies op to cur's placement key and frees cur's name
+// (only while it still names cur.ID), in one transaction that holds only
+// while the placement is still at cur.Revision; it reports whether it
+// held. ReleasePlacementOf (a delete) and Tombstone (a put) share it.
+func (n *Node) changePlacement(ctx context.Context, cur Placement, op clientv3.Op) (bool, error) {
+	then := []clientv3.Op{op}
+	if cur.Name != "" {
+		nk := nameKey(cur.Owner, cur.Name)
+		then = append(then, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(nk), "=", encodeRef(cur.ID))},
+			[]clientv3.Op{clientv3.OpDelete(nk)}, nil))
+	}
+	tctx, cancel := n.op(ctx)
+	defer cancel()
+	resp, err := n.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.ModRevision(placementKey(cur.ID)), "=", cur.Revision)).
+		Then(then...).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
 }
 
 // TakeOver moves placement p to newNode in state "creating", if and only

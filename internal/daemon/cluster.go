@@ -279,21 +279,27 @@ func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (
 	return forward.Target{}, false, nil
 }
 
-// owner is the tenant of r's credential (native and Daytona bearer, E2B
-// API key), when it has a valid one.
-func (l locator) owner(ctx context.Context, r *http.Request) (string, bool) {
+// principal is who r's credential (native and Daytona bearer, E2B API
+// key) stands for, when it has a valid one.
+func (l locator) principal(ctx context.Context, r *http.Request) (auth.Principal, bool) {
 	if p, err := l.auth.Authenticate(ctx, r); err == nil {
-		return p.Owner, true
+		return p, true
 	}
 	if key := r.Header.Get("X-API-Key"); key != "" {
 		if plain, err := auth.FromE2BKey(key); err == nil {
 			key = plain
 		}
 		if p, err := l.auth.AuthenticateToken(ctx, key); err == nil {
-			return p.Owner, true
+			return p, true
 		}
 	}
-	return "", false
+	return auth.Principal{}, false
+}
+
+// owner is the tenant of r's credential, when it has a valid one.
+func (l locator) owner(ctx context.Context, r *http.Request) (string, bool) {
+	p, ok := l.principal(ctx, r)
+	return p.Owner, ok
 }
 
 // Place picks the node of a create: the node an Idempotency-Key is bound
@@ -786,12 +792,8 @@ func (e *lostError) Error() string {
 // again) and answers 204, anything else is 410 "lost". Everyone else, and
 // the facades, get what this node has of it: not found, in their shape.
 func (c *clusterNode) serveLost(w http.ResponseWriter, r *http.Request, l locator, next http.Handler, p cluster.Placement) {
-	owner, ok := l.owner(r.Context(), r)
-	admin := false
-	if pr, err := l.auth.Authenticate(r.Context(), r); err == nil {
-		admin = pr.IsAdmin()
-	}
-	if !ok || (owner != p.Owner && !admin) || !strings.HasPrefix(r.URL.Path, "/v1/sandboxes/") {
+	who, ok := l.principal(r.Context(), r)
+	if !ok || (who.Owner != p.Owner && !who.IsAdmin()) || !strings.HasPrefix(r.URL.Path, "/v1/sandboxes/") {
 		next.ServeHTTP(w, r)
 		return
 	}
