@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -66,6 +67,11 @@ const (
 	poolCheckEvery = 15 * time.Second
 	// poolBackoffMax bounds the wait after a class's refill failed.
 	poolBackoffMax = time.Minute
+	// refillQuiet is how long refills wait after a claim. A claim's caller
+	// usually execs right after it, and a refill is a container create
+	// and start (hundreds of milliseconds of the engine's CPU): on a small
+	// host, started at once it would double that first exec's latency.
+	refillQuiet = 250 * time.Millisecond
 )
 
 // pooled is one idle sandbox: its id and the agent token it booted with.
@@ -91,6 +97,9 @@ type pool struct {
 	claiming map[PoolClass]int
 	backoff  map[PoolClass]time.Time // no refill of the class before
 	fails    map[PoolClass]int
+	// quietUntil is when the last claim's refillQuiet ends (wall time, not
+	// the service's clock: it paces work, it decides nothing).
+	quietUntil time.Time
 
 	// userCreates counts cold creates in flight: refill waits while any is.
 	userCreates atomic.Int64
@@ -154,6 +163,7 @@ func (p *pool) giveBack(c PoolClass, e pooled) bool {
 func (p *pool) gone(c PoolClass) {
 	p.mu.Lock()
 	p.claiming[c]--
+	p.quietUntil = time.Now().Add(refillQuiet)
 	p.mu.Unlock()
 	p.poke()
 }
@@ -198,7 +208,8 @@ func (p *pool) status() []PoolStatus {
 }
 
 // next picks a class to refill now and counts its refill as started, or
-// reports when to look again (zero: when poked).
+// reports when to look again (zero: when poked). Nothing starts within
+// refillQuiet of the last claim.
 func (p *pool) next(now time.Time) (PoolClass, bool, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -208,6 +219,9 @@ func (p *pool) next(now time.Time) (PoolClass, bool, time.Duration) {
 	}
 	if inFlight >= p.concurrency {
 		return PoolClass{}, false, 0
+	}
+	if d := time.Until(p.quietUntil); d > 0 {
+		return PoolClass{}, false, d
 	}
 	var wait time.Duration
 	classes := slices.SortedFunc(maps.Keys(p.targets), func(a, b PoolClass) int { return cmp.Compare(a.String(), b.String()) })
@@ -428,10 +442,28 @@ func (s *Service) refill(ctx context.Context, c PoolClass) {
 		return
 	}
 	s.Metrics.poolRefilled(time.Since(start))
+	s.warmUp(ctx, e)
 	if !s.pool.filled(c, e, nil, s.Clock()) {
 		s.destroyPooled(ctx, e.id, "the pool's target shrank")
 	}
 	s.observePool()
+}
+
+// warmUpTimeout bounds warmUp.
+const warmUpTimeout = 5 * time.Second
+
+// warmUp runs `true` once in a new idle sandbox, so that its owner's first
+// command is not the first the agent starts: that one pays for what the
+// agent and the container have not touched yet (about 2 ms here). The
+// process is gone when the call returns (the agent keeps no record of an
+// ended process), and an image without `true` just goes without. A dead
+// agent is the health check's business, not this.
+func (s *Service) warmUp(ctx context.Context, e pooled) {
+	wctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+	defer cancel()
+	if _, err := s.cacheClient(e.id, e.token).Exec(wctx, agent.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		s.Logger.Debug("pool: warm-up exec", "sandbox", e.id, "err", err)
+	}
 }
 
 // openToken opens a row's agent token.

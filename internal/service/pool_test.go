@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -520,4 +521,45 @@ func TestPool_FailedIdleSandboxTakenByAClaimIsDestroyed(t *testing.T) {
 		_, held := h.adm.Held(failed)
 		return errors.Is(err, store.ErrNotFound) && !held
 	})
+}
+
+// A claim configures the idle sandbox's agent before its store write: when
+// that write fails, the sandbox has seen the owner's env and new token, so
+// it is destroyed, never given back to the pool for the next owner; the
+// create answers the error and the pool refills with another sandbox.
+func TestPool_ClaimWriteFailureDestroysTheConfiguredSandbox(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(1)})
+	runPool(t, h)
+	waitReady(t, h, 1)
+	ctx := t.Context()
+	seen := pooledIDs(t, h)[0]
+	var once sync.Once
+	h.store.on("ClaimPooled", func() error {
+		err := error(nil)
+		once.Do(func() { err = errors.New("injected: the disk is full") })
+		return err
+	})
+	_, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, SecretEnv: map[string]string{"KEY": "alice's"}})
+	if err == nil || !strings.Contains(err.Error(), "the disk is full") {
+		t.Fatalf("the create whose claim write failed: %v, want the write's error", err)
+	}
+	eventually(t, "the configured sandbox is destroyed and the pool refilled with another", func() bool {
+		_, gerr := h.store.GetSandbox(ctx, seen)
+		ids := pooledIDs(t, h)
+		return errors.Is(gerr, store.ErrNotFound) && len(ids) == 1 && ids[0] != seen
+	})
+	waitReady(t, h, 1)
+	c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "bob", Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(ctx), admin, c.ID) })
+	if !hit(c) || c.ID == seen {
+		t.Fatalf("bob's create: hit %v, id %s (alice's failed claim had %s)", hit(c), c.ID, seen)
+	}
+	res, err := h.svc.Exec(ctx, service.Caller{Owner: "bob"}, c.ID, service.ExecRequest{Command: `printf %s "$KEY"`})
+	if err != nil || len(res.Stdout) != 0 {
+		t.Errorf("bob sees KEY=%q (%v)", res.Stdout, err)
+	}
 }

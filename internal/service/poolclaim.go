@@ -83,19 +83,27 @@ const poolConfigureTimeout = 5 * time.Second
 // claimPooled claims r, an idle sandbox of req's class that take handed
 // out, for req, in the steps of a cold create:
 //
-//  1. one store write (store.ClaimPooled): the row takes its owner, name,
-//     tags, env, sealed secrets, fresh tokens and spec, and goes back to
-//     creating; the idempotency claim's target (cl) and the delivery row
-//     (r.delivery) are written in the same transaction;
-//  2. one agent call that hands over the env and the secret env and
+//  1. one agent call that hands over the env and the secret env and
 //     rotates the agent token (the token the sandbox booted with stops
 //     working), bounded by poolConfigureTimeout;
-//  3. the commit (store.CommitCreate): running, its timeout from now.
+//  2. one store write (store.ClaimPooled): the row takes its owner, name,
+//     tags, env, sealed secrets, fresh tokens and spec, and is running,
+//     its timeout counted from now; the idempotency claim's target (cl)
+//     and the delivery row (r.delivery) are written in the same
+//     transaction. In cluster mode the row goes back to creating instead,
+//     the cluster claims its keys, and the commit (store.CommitCreate)
+//     ends the claim, as a cold create's does.
 //
-// Nothing is restarted. Before step 1 a refusal gives the sandbox back to
-// the pool untouched; after it a failure destroys the sandbox (and deletes
-// the delivery row), and a crash leaves a creating row that the startup
-// pass rolls back, as it does a cold create's.
+// Nothing is restarted. The write is the claim's commit point: before it
+// the row is still the pool's, and a crash leaves an idle sandbox whose
+// agent no longer takes its boot token, which the next start destroys
+// (adoptPooled). The agent is configured first so that the claim costs
+// one write, not two.
+//
+// Before step 1 a refusal (the quota, a name the owner already has) gives
+// the sandbox back to the pool untouched. From step 1 on the sandbox has
+// seen the owner's secrets and is never given back: a failure destroys it
+// (and deletes the delivery row).
 func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservation, cl *store.Claim, t *stepTimer) (*Created, error) {
 	class := poolClass(req)
 	start := time.Now()
@@ -114,35 +122,24 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		s.returnPooled(ctx, class, r.pooled)
 		return nil, admissionErr(err)
 	}
-	_, err = s.Store.ClaimPooled(ctx, store.PoolClaim{
-		ID: id, Owner: req.Owner, Name: req.Name, Tags: req.Tags, Env: req.Env,
-		SealedSecrets: sec.sealedEnv, AgentTokenSealed: sec.sealedToken, BootTokenSealed: r.sealedToken,
-		SSHPublicKey: sec.keys.Public, Spec: s.newRow(id, req, sec).Spec, Claim: cl,
-		Delivery: r.delivery, DeliveryWindow: r.window,
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		// No longer the pool's running sandbox: destroyed under the pool
-		// (a health check, an eviction), or failed (the reconciler marked
-		// it). It is not ours to give back: a failed one is destroyed, and
-		// its reservation goes (a destroy that already ran released it
-		// before ours was made).
-		s.pool.gone(class)
-		s.Admission.Release(id)
-		if _, gerr := s.Store.GetSandbox(ctx, id); gerr == nil {
-			s.destroyDetached(ctx, id, "it failed in the pool")
-		}
-		s.Metrics.poolMiss()
-		return nil, errPoolMiss
-	}
-	if err != nil {
+	back := func() {
 		size.Owner = store.PoolOwner
 		_ = s.Admission.ReserveWithin(id, size, admission.Quota{}) // same size, back to the pool's owner: always fits
 		s.returnPooled(ctx, class, r.pooled)
-		return nil, s.mapStoreErr(err, req.Name)
 	}
-	s.pool.gone(class)
+	// A name the owner has already costs no idle sandbox (a create racing
+	// for the name past this read costs this one: the write refuses it).
+	if req.Name != "" {
+		if _, err := s.Store.GetSandboxByName(ctx, req.Owner, req.Name); !errors.Is(err, store.ErrNotFound) {
+			back()
+			if err == nil {
+				err = fmt.Errorf("claim pooled sandbox %s: %w", id, store.ErrNameConflict)
+			}
+			return nil, s.mapStoreErr(err, req.Name)
+		}
+	}
 
-	// The sandbox is its owner's now: from here a failure destroys it.
+	// From here the sandbox is never given back.
 	fail := func(why string, err error) {
 		s.Logger.Warn("pool: "+why, "sandbox", id, "err", err)
 		if r.delivery != nil {
@@ -152,17 +149,12 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		}
 		s.destroyDetached(ctx, id, "its claim from the pool failed")
 	}
-	// Cluster mode: the claimed sandbox's placement and name, as a cold
-	// create's (a conflict destroys it: its row is its owner's already).
-	if err := s.claimCluster(ctx, id, req); err != nil {
-		fail("the cluster refused the claimed sandbox's keys", err)
-		return nil, err
-	}
 	cctx, cancel := context.WithTimeout(ctx, poolConfigureTimeout)
 	boot := s.bootClient(id, r.token)
 	err = boot.Configure(cctx, agent.Configuration{Env: mergedEnv(req.Env, req.SecretEnv), NewToken: sec.token})
 	cancel()
 	if err != nil {
+		s.pool.gone(class)
 		fail("the claimed sandbox's agent refused its configuration; creating cold", err) // its destroy closes boot
 		s.Metrics.poolMiss()
 		return nil, errPoolMiss
@@ -171,10 +163,43 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 	if req.Timeout > 0 {
 		expires = s.Clock().Add(req.Timeout)
 	}
-	row, err := s.Store.CommitCreate(ctx, id, expires)
+	commit := s.Cluster == nil
+	row, err := s.Store.ClaimPooled(ctx, store.PoolClaim{
+		ID: id, Owner: req.Owner, Name: req.Name, Tags: req.Tags, Env: req.Env,
+		SealedSecrets: sec.sealedEnv, AgentTokenSealed: sec.sealedToken, BootTokenSealed: r.sealedToken,
+		SSHPublicKey: sec.keys.Public, Spec: s.newRow(id, req, sec).Spec, Claim: cl,
+		Delivery: r.delivery, DeliveryWindow: r.window,
+		Commit: commit, ExpiresAt: expires,
+	})
+	s.pool.gone(class)
+	if errors.Is(err, store.ErrNotFound) {
+		// No longer the pool's running sandbox: destroyed under the pool
+		// (a health check, an eviction), or failed (the reconciler marked
+		// it). Its delivery row was not written, and a destroy that
+		// already ran released its reservation before ours was made.
+		s.Admission.Release(id)
+		if _, gerr := s.Store.GetSandbox(ctx, id); gerr == nil {
+			s.destroyDetached(ctx, id, "it failed in the pool")
+		}
+		s.Metrics.poolMiss()
+		return nil, errPoolMiss
+	}
 	if err != nil {
-		fail("commit a claimed sandbox", err)
-		return nil, s.mapStoreErr(err, id)
+		s.Logger.Warn("pool: the claim's write failed; destroying the configured sandbox", "sandbox", id, "err", err)
+		s.destroyDetached(ctx, id, "its claim from the pool failed") // its delivery row was not written
+		return nil, s.mapStoreErr(err, req.Name)
+	}
+	if !commit {
+		// Cluster mode: the claimed sandbox's placement and name, as a
+		// cold create's (a conflict destroys it: its row is its owner's).
+		if err := s.claimCluster(ctx, id, req); err != nil {
+			fail("the cluster refused the claimed sandbox's keys", err)
+			return nil, err
+		}
+		if row, err = s.Store.CommitCreate(ctx, id, expires); err != nil {
+			fail("commit a claimed sandbox", err)
+			return nil, s.mapStoreErr(err, id)
+		}
 	}
 	// The sandbox's client keeps the claim's connection: its first call
 	// (the owner's first exec, say) dials nothing. The boot token's client

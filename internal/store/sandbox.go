@@ -608,16 +608,20 @@ type PoolClaim struct {
 	// never names a sandbox that is still the pool's.
 	Delivery       *Claim
 	DeliveryWindow time.Duration
+	// Commit ends the claim in this write: the row stays running and
+	// expires at ExpiresAt (zero: never).
+	Commit    bool
+	ExpiresAt time.Time
 }
 
 // ClaimPooled hands the warm pool's idle sandbox c.ID to its owner in one
 // write transaction: the row, running and owned by PoolOwner, takes the
-// owner, name, tags, env, secrets, tokens and spec of c and goes back to
-// creating, with no expiry and its life starting now (CreatedAt), until
-// the caller has configured its agent and commits it (CommitCreate), as a
-// cold create does. A crash in between leaves a creating row, which the
-// startup pass rolls back. Two claims of one sandbox: exactly one
-// succeeds.
+// owner, name, tags, env, secrets, tokens and spec of c, its life starting
+// now (CreatedAt). With c.Commit it stays running, expiring at c.ExpiresAt
+// (zero: never): the claim is done. Without, it goes back to creating with
+// no expiry until the caller commits it (CommitCreate), as a cold create
+// does, and a crash in between leaves a creating row, which the startup
+// pass rolls back. Two claims of one sandbox: exactly one succeeds.
 //
 // Errors: ErrNotFound if the row is gone, no longer the pool's, not
 // running or being destroyed (nothing is written, and the caller takes
@@ -650,15 +654,19 @@ func (s *Store) ClaimPooled(ctx context.Context, c PoolClaim) (Sandbox, error) {
 			}
 		}
 		now := s.nowMillis()
+		state, expires := StateCreating, sql.NullInt64{}
+		if c.Commit {
+			state, expires = StateRunning, nullMillis(c.ExpiresAt)
+		}
 		var err error
 		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
 			SET owner = ?, name = ?, tags = ?, env = ?, sealed_secrets = ?, agent_token_sealed = ?,
-				boot_token_sealed = ?, ssh_public_key = ?, spec = ?, state = ?, expires_at = NULL,
+				boot_token_sealed = ?, ssh_public_key = ?, spec = ?, state = ?, expires_at = ?,
 				created_at = ?, updated_at = ?
 			WHERE id = ? AND owner = ? AND state = ? AND destroying_since IS NULL
 			RETURNING `+sandboxColumns,
 			c.Owner, c.Name, tags, env, c.SealedSecrets, c.AgentTokenSealed,
-			c.BootTokenSealed, c.SSHPublicKey, spec, StateCreating,
+			c.BootTokenSealed, c.SSHPublicKey, spec, state, expires,
 			now, now, c.ID, PoolOwner, StateRunning))
 		if err = notFound(err); err != nil {
 			return err
