@@ -74,7 +74,7 @@ ready() {
 start() {
   local n=$1 d; d=$(dir "$n")
   nohup "$bin" --data-dir "$d" --listen "$(api "$n")" --tls-listen "$(tls "$n")" \
-    --host-ports "$(hostports "$n")" --pool none >>"$d/sandboxd.log" 2>&1 &
+    --host-ports "$(hostports "$n")" >>"$d/sandboxd.log" 2>&1 &
   echo $! >"$d/sandboxd.pid"
 }
 

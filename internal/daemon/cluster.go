@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,6 +61,11 @@ type clusterNode struct {
 	// healthy is the last /readyz view of the cluster: "" when it
 	// answers, else why not.
 	health atomic.Pointer[string]
+	// fwd is the forwarding middleware (handler), for elsewhere.
+	fwd http.Handler
+	// stopping is closed when the node stops (run's ctx ended): the event
+	// streams it serves end then, rather than hold the server's shutdown.
+	stopping chan struct{}
 }
 
 // openCluster joins the cluster that dataDir's cluster file names, or
@@ -76,7 +82,7 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 	if err != nil {
 		return nil, fmt.Errorf("cluster secret: %w", err)
 	}
-	c := &clusterNode{self: d.Config.NodeID, logger: d.logger, signer: forward.Signer{Node: d.Config.NodeID, Secret: secret}, started: time.Now()}
+	c := &clusterNode{self: d.Config.NodeID, logger: d.logger, signer: forward.Signer{Node: d.Config.NodeID, Secret: secret}, started: time.Now(), stopping: make(chan struct{})}
 	ok := ""
 	c.health.Store(&ok)
 	sctx, cancel := context.WithTimeout(ctx, clusterStartTimeout)
@@ -302,10 +308,14 @@ func (l locator) owner(ctx context.Context, r *http.Request) (string, bool) {
 	return p.Owner, ok
 }
 
-// Place picks the node of a create: the node an Idempotency-Key is bound
-// to (bound now, to the chosen node, by the key's first attempt), else two
-// random live nodes, the one with more free memory.
+// Place picks the node of a create: this node when the create mounts
+// volumes (they are this node's), else the node an Idempotency-Key is
+// bound to (bound now, to the chosen node, by the key's first attempt),
+// else two random live nodes, the one with more free memory.
 func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bool, error) {
+	if mountsVolumes(r) {
+		return forward.Target{}, false, nil
+	}
 	nodes := l.c.node.Nodes()
 	cands := make([]forward.Candidate, 0, len(nodes))
 	urls := map[string]string{}
@@ -343,10 +353,41 @@ func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bo
 	return forward.Target{Node: chosen.Node, URL: chosen.URL}, true, nil
 }
 
-// maxRouteBody bounds what Place reads of an E2B create's body to find
-// its fingerprint; a larger body is placed without a binding (the facade
-// refuses bodies that large anyway).
+// maxRouteBody bounds what Place reads of a create's body (to find an
+// E2B create's fingerprint, or whether it mounts volumes); a larger body
+// is placed as if it had neither (the facades refuse bodies that large).
 const maxRouteBody = 1 << 20
+
+// peekBody reads r's body up to maxRouteBody and puts it back for the
+// edge; ok is false when it is larger or unreadable.
+func peekBody(r *http.Request) (body []byte, ok bool) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRouteBody+1))
+	r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	return body, err == nil && len(body) <= maxRouteBody
+}
+
+// mountsVolumes reports whether a create's body mounts volumes, in any
+// API's field for them (native mounts, Daytona volumes, E2B
+// volumeMounts). Volumes are node-local, so such a create runs on the
+// node that was asked, where its caller made them.
+func mountsVolumes(r *http.Request) bool {
+	body, ok := peekBody(r)
+	if !ok || len(body) == 0 {
+		return false
+	}
+	var b struct {
+		Mounts       []json.RawMessage `json:"mounts"`
+		Volumes      []json.RawMessage `json:"volumes"`
+		VolumeMounts []json.RawMessage `json:"volumeMounts"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return false // the edge answers what is wrong with it
+	}
+	return len(b.Mounts)+len(b.Volumes)+len(b.VolumeMounts) > 0
+}
 
 // routeKey is what binds a create to one node across the cluster: an
 // Idempotency-Key (per API, as on one node), or for the E2B facade what
@@ -370,9 +411,8 @@ func (l locator) routeKey(ctx context.Context, r *http.Request) (owner, scope, k
 	if v1 {
 		return owner, "v1", r.Header.Get("Idempotency-Key"), idempotencyTTL, true
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRouteBody+1))
-	r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
-	if err != nil || len(body) > maxRouteBody {
+	body, ok := peekBody(r)
+	if !ok {
 		return "", "", "", 0, false
 	}
 	scope, key, ttl, ok = l.e2bKey(r, owner, body)
@@ -640,7 +680,7 @@ func (c *clusterNode) shareAdminToken(ctx context.Context, file string) error {
 
 // handler puts the forwarding middleware in front of next, and the
 // cluster's health into /readyz.
-func (c *clusterNode) handler(next http.Handler, authn *auth.Authenticator, e2bKey func(*http.Request, string, []byte) (string, string, time.Duration, bool), domain string, apiHosts []string) http.Handler {
+func (c *clusterNode) handler(next http.Handler, svc *service.Service, authn *auth.Authenticator, e2bKey func(*http.Request, string, []byte) (string, string, time.Duration, bool), domain string, apiHosts []string) http.Handler {
 	l := locator{c: c, auth: authn, e2bKey: e2bKey}
 	fwd := forward.Middleware(next, forward.Options{
 		Self: c.self, Signer: c.signer, Locator: l,
@@ -657,9 +697,20 @@ func (c *clusterNode) handler(next http.Handler, authn *auth.Authenticator, e2bK
 			writeError(w, http.StatusServiceUnavailable, "unavailable", msg, true)
 		},
 	})
+	c.fwd = fwd
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/cluster/nodes" {
+		switch r.URL.Path {
+		case "/v1/cluster/nodes":
 			c.serveNodes(w, r, authn)
+			return
+		case peerListPath:
+			c.servePeerList(w, r, svc)
+			return
+		case peerPoolsPath:
+			c.servePeerPools(w, r, svc)
+			return
+		case peerEventsPath:
+			c.servePeerEvents(w, r, svc)
 			return
 		}
 		if r.URL.Path == "/readyz" {
@@ -674,17 +725,30 @@ func (c *clusterNode) handler(next http.Handler, authn *auth.Authenticator, e2bK
 	})
 }
 
-// run keeps the node's part going until ctx ends: headroom, health and
-// failover.
+// elsewhere is the E2B facade's Elsewhere: a request that names no
+// sandbox but turned out to be for id (a signed /files URL) is forwarded
+// when id is another node's, as if it had named id in the E2b-Sandbox-Id
+// header (which it now does, so the owner routes it there).
+func (c *clusterNode) elsewhere(w http.ResponseWriter, r *http.Request, id string) bool {
+	if p, ok := c.node.Placement(id); !ok || p.Node == c.self || c.fwd == nil {
+		return false
+	}
+	r.Header.Set("E2b-Sandbox-Id", id)
+	c.fwd.ServeHTTP(w, r)
+	return true
+}
+
+// run keeps the node's part going until ctx ends: headroom, health,
+// failover and the relay of other nodes' events.
 func (c *clusterNode) run(ctx context.Context, svc *service.Service, adm *admission.Controller) {
-	done := make(chan struct{}, 3)
-	go func() { c.publishHeadroom(ctx, adm); done <- struct{}{} }()
-	go func() { c.watchHealth(ctx); done <- struct{}{} }()
-	go func() { c.sweepStale(ctx, svc); done <- struct{}{} }()
+	var wg sync.WaitGroup
+	wg.Go(func() { c.publishHeadroom(ctx, adm) })
+	wg.Go(func() { c.watchHealth(ctx) })
+	wg.Go(func() { c.sweepStale(ctx, svc) })
+	wg.Go(func() { c.relayEvents(ctx, svc) })
+	wg.Go(func() { <-ctx.Done(); close(c.stopping) })
 	c.failover(ctx, svc)
-	<-done
-	<-done
-	<-done
+	wg.Wait()
 }
 
 // missedGrace is how long a node waits after its start before it fails

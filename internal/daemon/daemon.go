@@ -344,11 +344,20 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Clock:     clock,
 		Metrics:   service.NewMetrics(d.Registry),
 		Cluster:   d.clusterKeys(),
+		Peers:     d.peerLister(),
 	})
 	if err != nil {
 		return fmt.Errorf("service.New: %w", err)
 	}
 	return nil
+}
+
+// elsewhere is the E2B facade's Elsewhere: nil on a single node.
+func (d *Daemon) elsewhere() func(http.ResponseWriter, *http.Request, string) bool {
+	if d.cluster == nil {
+		return nil
+	}
+	return d.cluster.elsewhere
 }
 
 // reservedHosts are the host names that reach the daemon's API: those
@@ -398,6 +407,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		BodyDedupe:     e2b.Dedupe(d.Config.E2BBodyDedupe),
 		ReplayWindow:   d.Config.E2BReplayWindow,
 		RequestTimeout: d.Config.RequestTimeout,
+		Elsewhere:      d.elsewhere(),
 	})
 
 	daytonaFacade := daytona.New(daytona.Options{
@@ -434,7 +444,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		ingressed.ServeHTTP(w, r)
 	})
 	if d.cluster != nil {
-		d.Handler = d.cluster.handler(d.Handler, d.Auth, e2bFacade.CreateRouteKey, d.Config.Domain, reservedHosts(d.Config, d.ln.Addr()))
+		d.Handler = d.cluster.handler(d.Handler, d.Service, d.Auth, e2bFacade.CreateRouteKey, d.Config.Domain, reservedHosts(d.Config, d.ln.Addr()))
 	}
 	return nil
 }

@@ -67,6 +67,31 @@ func (s *Service) Subscribe(owner string) (*Subscription, error) {
 	return s.events.add(owner)
 }
 
+// SubscribeAll returns a subscription to the events of every sandbox of
+// this node, whoever owns it, and of none relayed from other nodes: what
+// a cluster node streams to another that has subscribers. Close it when
+// done; it is dropped, like any, when it falls behind.
+func (s *Service) SubscribeAll() *Subscription {
+	sub, _ := s.events.add(allOwners) // never refused
+	return sub
+}
+
+// Relay hands ev, an event of another node's sandbox, to this node's
+// subscribers of its owner.
+func (s *Service) Relay(ev Event) {
+	if ev.Sandbox.Owner != allOwners {
+		s.events.deliver(ev, false)
+	}
+}
+
+// Subscribed reports whether this node has subscribers (SubscribeAll's
+// left out), and returns a channel that is closed when that changes.
+func (s *Service) Subscribed() (bool, <-chan struct{}) { return s.events.subscribed() }
+
+// allOwners is the owner key of SubscribeAll's subscriptions; no owner
+// has an empty name.
+const allOwners = ""
+
 // eventHub fans events out per owner. Its lock is held only for map
 // updates and non-blocking sends.
 type eventHub struct {
@@ -75,6 +100,29 @@ type eventHub struct {
 	// n counts the subscriptions: with none, publishing costs nothing
 	// (no extra reads of old states).
 	n atomic.Int64
+	// owners counts the subscriptions of owners (not SubscribeAll's);
+	// changed is closed, and replaced, when owners goes from or to zero.
+	owners  int
+	changed chan struct{}
+}
+
+func (h *eventHub) subscribed() (bool, <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.changed == nil {
+		h.changed = make(chan struct{})
+	}
+	return h.owners > 0, h.changed
+}
+
+// countOwnersLocked adds d to owners and signals a change from or to zero.
+func (h *eventHub) countOwnersLocked(d int) {
+	before := h.owners
+	h.owners += d
+	if (before == 0) != (h.owners == 0) && h.changed != nil {
+		close(h.changed)
+		h.changed = make(chan struct{})
+	}
 }
 
 func (h *eventHub) add(owner string) (*Subscription, error) {
@@ -83,7 +131,7 @@ func (h *eventHub) add(owner string) (*Subscription, error) {
 	if h.subs == nil {
 		h.subs = map[string]map[*Subscription]struct{}{}
 	}
-	if len(h.subs[owner]) >= MaxSubscriptions {
+	if owner != allOwners && len(h.subs[owner]) >= MaxSubscriptions {
 		return nil, fmt.Errorf("%w (%d)", ErrTooManySubscriptions, MaxSubscriptions)
 	}
 	sub := &Subscription{hub: h, owner: owner, c: make(chan Event, EventBuffer)}
@@ -92,6 +140,9 @@ func (h *eventHub) add(owner string) (*Subscription, error) {
 	}
 	h.subs[owner][sub] = struct{}{}
 	h.n.Add(1)
+	if owner != allOwners {
+		h.countOwnersLocked(1)
+	}
 	return sub, nil
 }
 
@@ -112,25 +163,41 @@ func (h *eventHub) removeLocked(sub *Subscription, dropped bool) {
 		delete(h.subs, sub.owner)
 	}
 	h.n.Add(-1)
+	if sub.owner != allOwners {
+		h.countOwnersLocked(-1)
+	}
 	close(sub.c)
 }
 
 // active reports whether anyone subscribes at all.
 func (h *eventHub) active() bool { return h.n.Load() > 0 }
 
-// publish hands ev to every subscriber of its sandbox's owner without
-// waiting; a subscriber with a full buffer is dropped.
-func (h *eventHub) publish(ev Event) {
+// publish hands ev, an event of this node, to every subscriber of its
+// sandbox's owner and to SubscribeAll's, without waiting; a subscriber
+// with a full buffer is dropped.
+func (h *eventHub) publish(ev Event) { h.deliver(ev, true) }
+
+// deliver is publish; SubscribeAll's subscribers get ev only when it is
+// local (a relayed event goes no further, so nodes never echo).
+func (h *eventHub) deliver(ev Event, local bool) {
 	if !h.active() {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for sub := range h.subs[ev.Sandbox.Owner] {
+	send := func(sub *Subscription) {
 		select {
 		case sub.c <- ev:
 		default:
 			h.removeLocked(sub, true)
+		}
+	}
+	for sub := range h.subs[ev.Sandbox.Owner] {
+		send(sub)
+	}
+	if local && ev.Sandbox.Owner != store.PoolOwner { // the pool's are nobody's concern
+		for sub := range h.subs[allOwners] {
+			send(sub)
 		}
 	}
 }

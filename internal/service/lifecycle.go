@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -127,7 +128,25 @@ type ListFilter struct {
 // first with f.NewestFirst), and the token of the next page ("" on the
 // last). Pages are keyed by creation, so a sandbox that changes state
 // between pages is listed once.
+//
+// In cluster mode the page is the cluster's: every other live node lists
+// its own page of f (Peers), and the pages are merged in the same order
+// (see mergePages). A node that does not answer is left out of the page
+// (and logged): a list shows what can be reached rather than failing
+// while a node is down.
 func (s *Service) List(ctx context.Context, c Caller, f ListFilter) ([]Sandbox, string, error) {
+	local, next, err := s.ListLocal(ctx, c, f)
+	if err != nil || s.Peers == nil {
+		return local, next, err
+	}
+	pages := append(s.Peers.ListPeers(ctx, c, f), Page{Items: local, Next: next})
+	items, next := mergePages(f, pages)
+	return items, next, nil
+}
+
+// ListLocal is List of this node's sandboxes only: what a node answers
+// another's List with.
+func (s *Service) ListLocal(ctx context.Context, c Caller, f ListFilter) ([]Sandbox, string, error) {
 	sf := store.ListFilter{
 		Name: f.Name, Tags: f.Tags, States: f.States, Annotations: f.Annotations,
 		CreatedFrom: f.CreatedFrom, CreatedUntil: f.CreatedUntil, NewestFirst: f.NewestFirst,
@@ -145,6 +164,67 @@ func (s *Service) List(ctx context.Context, c Caller, f ListFilter) ([]Sandbox, 
 		out[i] = fromRow(r)
 	}
 	return out, next, nil
+}
+
+// Page is one node's page of a listing.
+type Page struct {
+	Items []Sandbox `json:"items"`
+	Next  string    `json:"next,omitempty"`
+}
+
+// PeerLister lists what the cluster's other nodes have (cluster mode).
+type PeerLister interface {
+	// ListPeers returns the page of f for c (ListLocal) of every other
+	// live node that answered; the others are left out.
+	ListPeers(ctx context.Context, c Caller, f ListFilter) []Page
+	// PeerPools returns the warm pool (PoolStatus) of every other live
+	// node that answered, by node id.
+	PeerPools(ctx context.Context) []NodePools
+}
+
+// NodePools is one node's warm pool.
+type NodePools struct {
+	Node  string       `json:"node"`
+	Pools []PoolStatus `json:"pools"`
+}
+
+// mergePages merges pages listed with the same filter on several nodes
+// into the cluster's page. Paging is keyset-based on (created, id) on
+// every node, so the merge is exact: each node's page holds its first
+// rows after the token, the merged page is the first Limit of their
+// union in the listing's order, and the next token is the last row's
+// position, from which every node goes on. An id listed by two nodes (a
+// failed-over sandbox whose old node has not dropped its copy yet) is
+// listed once.
+func mergePages(f ListFilter, pages []Page) ([]Sandbox, string) {
+	limit := store.ListLimit(f.Limit)
+	more := false
+	var all []Sandbox
+	for _, p := range pages {
+		all = append(all, p.Items...)
+		more = more || p.Next != ""
+	}
+	slices.SortFunc(all, func(a, b Sandbox) int {
+		c := cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+		if f.NewestFirst {
+			return -c
+		}
+		return c
+	})
+	seen := make(map[string]bool, len(all))
+	all = slices.DeleteFunc(all, func(sb Sandbox) bool {
+		dup := seen[sb.ID]
+		seen[sb.ID] = true
+		return dup
+	})
+	if len(all) > limit {
+		all, more = all[:limit], true
+	}
+	if !more || len(all) == 0 {
+		return all, ""
+	}
+	last := all[len(all)-1]
+	return all, store.PageTokenAfter(last.CreatedAt, last.ID)
 }
 
 // Destroy removes a sandbox: its route, container, mounts, row (and with it

@@ -369,6 +369,15 @@ func (s *Service) SetPool(ctx context.Context, targets []PoolTarget) ([]PoolStat
 // PoolStatus reports every class the pool keeps.
 func (s *Service) PoolStatus() []PoolStatus { return s.pool.status() }
 
+// PeerPools reports the pools of the cluster's other nodes (each node
+// keeps its own); nil on a single node.
+func (s *Service) PeerPools(ctx context.Context) []NodePools {
+	if s.Peers == nil {
+		return nil
+	}
+	return s.Peers.PeerPools(ctx)
+}
+
 // runPool refills the pool, health-checks its idle sandboxes and replaces
 // the ones that failed, until ctx ends. It first adopts the idle sandboxes
 // a previous process left (their rows), destroying those it cannot use.

@@ -181,6 +181,8 @@ type Deps struct {
 	// Cluster keeps the cluster-wide keys of this node's sandboxes
 	// (cluster.go); nil on a single node.
 	Cluster Cluster
+	// Peers lists the other nodes' sandboxes (List); nil on a single node.
+	Peers PeerLister
 }
 
 // Service is sandboxd's domain layer. It is safe for concurrent use.

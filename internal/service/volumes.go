@@ -108,7 +108,7 @@ func (s *Service) DeleteVolume(ctx context.Context, c Caller, name string) error
 	}
 	owner := Caller{Owner: c.Owner}
 	for page := ""; ; {
-		sbs, next, err := s.List(ctx, owner, ListFilter{PageToken: page, Limit: 200})
+		sbs, next, err := s.ListLocal(ctx, owner, ListFilter{PageToken: page, Limit: 200}) // volumes are this node's
 		if err != nil {
 			return err
 		}

@@ -241,11 +241,7 @@ type ListFilter struct {
 // created or deleted between pages neither shift nor repeat the rows already returned.
 // A malformed PageToken is ErrInvalidArgument.
 func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, string, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	limit = min(limit, MaxListLimit)
+	limit := ListLimit(f.Limit)
 
 	var (
 		where []string
@@ -316,6 +312,22 @@ func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, str
 	items = items[:limit]
 	last := items[len(items)-1]
 	return items, encodePageToken(millis(last.CreatedAt), last.ID), nil
+}
+
+// ListLimit is the page size ListSandboxes uses for a requested limit.
+func ListLimit(limit int) int {
+	if limit <= 0 {
+		return DefaultListLimit
+	}
+	return min(limit, MaxListLimit)
+}
+
+// PageTokenAfter is the page token of a listing whose last row was created
+// at createdAt with id: what ListSandboxes returns after that row, for a
+// caller that merges pages of several stores (cluster mode) and ends its
+// page there.
+func PageTokenAfter(createdAt time.Time, id string) string {
+	return encodePageToken(millis(createdAt), id)
 }
 
 func encodePageToken(createdMs int64, id string) string {

@@ -292,3 +292,59 @@ func TestCluster_SandboxOfAnotherNodeWorksThroughThisOne(t *testing.T) {
 		}
 	}
 }
+
+// A list is the cluster's: through any node, sandboxes placed on all of
+// them are listed once each, in creation order, across pages of 2 (each
+// node pages by the same keys, so the merged pages neither skip nor
+// repeat), filtered by tag.
+func TestCluster_ListThroughAnyNodeShowsEveryNodesSandboxes(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	ctx := testContext(t, 5*time.Minute)
+	tag := randomName("list")
+	var made []string
+	owners := map[string]bool{}
+	// Placement is by headroom: six creates land on two nodes or more
+	// almost always; a few more make sure of it.
+	for i := 0; i < 12 && (i < 6 || len(owners) < 2); i++ {
+		body := createBody("", nil, "")
+		body["tags"] = map[string]string{"list": tag}
+		sb := create(ctx, t, c, c.Nodes[i%len(c.Nodes)], body)
+		made = append(made, sb.ID)
+		owners[ownerOf(ctx, t, c, sb.ID).NodeID()] = true
+	}
+	if len(owners) < 2 {
+		t.Fatalf("%d creates all landed on one node: the test needs two", len(made))
+	}
+	list := func(d *daemontest.Daemon, query string) []string {
+		t.Helper()
+		var ids []string
+		for token, pages := "", 0; ; pages++ {
+			if pages > len(made) {
+				t.Fatalf("through %s: more pages than sandboxes (%v so far)", d.NodeID(), ids)
+			}
+			a, err := call(ctx, d, http.MethodGet, "/v1/sandboxes?limit=2&tag.list="+tag+query+"&page_token="+token, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var page struct {
+				Items []sandbox `json:"items"`
+				Next  string    `json:"next_page_token"`
+			}
+			if a.Status != http.StatusOK || json.Unmarshal(a.Body, &page) != nil {
+				t.Fatalf("list through %s: %v", d.NodeID(), a)
+			}
+			for _, sb := range page.Items {
+				ids = append(ids, sb.ID)
+			}
+			if token = page.Next; token == "" {
+				return ids
+			}
+		}
+	}
+	for _, d := range c.Nodes {
+		if got := list(d, ""); fmt.Sprint(got) != fmt.Sprint(made) {
+			t.Errorf("list through %s: %v, want %v (creation order)", d.NodeID(), got, made)
+		}
+	}
+}

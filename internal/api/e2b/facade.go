@@ -79,6 +79,11 @@ type Options struct {
 	// answer). envd traffic has none: its Connect streams last as long as
 	// the SDK keeps them. 0: no bound.
 	RequestTimeout time.Duration
+	// Elsewhere, in cluster mode, serves r on the node that has sandbox
+	// id when that is another node, and reports whether it did. It is
+	// asked for what no Host, header or path names (a signed /files URL on
+	// E2B_SANDBOX_URL, matched by its signature).
+	Elsewhere func(w http.ResponseWriter, r *http.Request, id string) bool
 }
 
 // DefaultImages are the built-in templates (scripts/build-images.sh). An
@@ -109,6 +114,7 @@ type Facade struct {
 	ready      time.Duration
 	maxBody    int64
 	timeout    time.Duration
+	elsewhere  func(w http.ResponseWriter, r *http.Request, id string) bool
 
 	control     http.Handler
 	interpreter singleflight.Group // one interpreter start per sandbox at a time
@@ -151,6 +157,7 @@ func New(opts Options) *Facade {
 		ready:      opts.InterpreterReady,
 		maxBody:    opts.MaxBodyBytes,
 		timeout:    opts.RequestTimeout,
+		elsewhere:  opts.Elsewhere,
 	}
 	f.control = f.routes()
 	return f

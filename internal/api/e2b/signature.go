@@ -101,7 +101,8 @@ const signedFilePage = 500
 // the match tells nothing a routed URL's check would not; it costs one
 // HMAC and one SHA-256 per running E2B sandbox of the host, and only such
 // URLs pay it. A signature no sandbox made is 401, as a bad one is on
-// E2B; a failed listing is 502.
+// E2B; a failed listing is 502. In cluster mode the listing is the
+// cluster's, and a URL of another node's sandbox is served there.
 func (f *Facade) serveSignedFile(w http.ResponseWriter, r *http.Request) {
 	filter := service.ListFilter{States: []service.State{service.StateRunning}, Limit: signedFilePage}
 	for {
@@ -113,6 +114,9 @@ func (f *Facade) serveSignedFile(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, sb := range page {
 			if sb.Annotations[annTemplate] != "" && secure(sb) && f.signedBy(r, sb.ID) {
+				if f.elsewhere != nil && f.elsewhere(w, r, sb.ID) {
+					return // served by its node, which checks it again
+				}
 				f.forward(w, r, sb, envdPort)
 				return
 			}

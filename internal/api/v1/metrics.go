@@ -83,7 +83,7 @@ func (s *server) countByState(ctx context.Context) (map[service.State]int, error
 	n := map[service.State]int{}
 	f := service.ListFilter{Limit: service.MaxListLimit}
 	for {
-		page, next, err := s.svc.List(ctx, admin, f)
+		page, next, err := s.svc.ListLocal(ctx, admin, f) // this node's gauge, also in a cluster
 		if err != nil {
 			return nil, err
 		}

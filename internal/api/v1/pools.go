@@ -37,6 +37,14 @@ type poolsRequest struct {
 
 type poolsJSON struct {
 	Pools []poolJSON `json:"pools"`
+	// Nodes, in cluster mode, are the other nodes' pools (each node keeps
+	// its own, and a PUT sets the pool of the node it reaches).
+	Nodes []nodePoolsJSON `json:"nodes,omitempty"`
+}
+
+type nodePoolsJSON struct {
+	Node  string     `json:"node"`
+	Pools []poolJSON `json:"pools"`
 }
 
 func toPoolsJSON(st []service.PoolStatus) poolsJSON {
@@ -50,9 +58,14 @@ func toPoolsJSON(st []service.PoolStatus) poolsJSON {
 	return out
 }
 
-// listPools answers the warm pool's classes.
-func (s *server) listPools(w http.ResponseWriter, _ *http.Request) error {
-	writeJSON(w, http.StatusOK, toPoolsJSON(s.svc.PoolStatus()))
+// listPools answers the warm pool's classes, and in cluster mode the
+// other nodes'.
+func (s *server) listPools(w http.ResponseWriter, r *http.Request) error {
+	out := toPoolsJSON(s.svc.PoolStatus())
+	for _, n := range s.svc.PeerPools(r.Context()) {
+		out.Nodes = append(out.Nodes, nodePoolsJSON{Node: n.Node, Pools: toPoolsJSON(n.Pools).Pools})
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

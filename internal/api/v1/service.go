@@ -19,6 +19,8 @@ type Service interface {
 	Ready() (ok bool, reason string)
 	Get(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	List(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
+	// ListLocal is List of this node's sandboxes only (the same in a single node).
+	ListLocal(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
 	Destroy(ctx context.Context, c service.Caller, idOrName string) error
 	Start(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	Stop(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
@@ -40,6 +42,7 @@ type Service interface {
 	ListDomains(ctx context.Context, c service.Caller, idOrName string) ([]service.Domain, error)
 
 	PoolStatus() []service.PoolStatus
+	PeerPools(ctx context.Context) []service.NodePools
 	SetPool(ctx context.Context, targets []service.PoolTarget) ([]service.PoolStatus, error)
 }
 

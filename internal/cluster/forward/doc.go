@@ -29,9 +29,10 @@
 // never a hang; once connected there is no overall deadline, since exec
 // streams and WebSockets last as long as the caller keeps them.
 //
-// Known gaps: a list is served from this node's view only; an E2B signed
-// /files URL names no sandbox, so it works only when it reaches the
-// sandbox's own node.
+// A list is served here; the service asks the other nodes for their pages
+// itself (docs/cluster.md, "Listings are the cluster's"). An E2B signed
+// /files URL names no sandbox: the facade finds it and forwards it through
+// this middleware with the sandbox named in E2b-Sandbox-Id.
 //
 // # The node MAC
 //
