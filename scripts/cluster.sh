@@ -10,19 +10,28 @@
 # n1    127.0.0.1:7071  127.0.0.1:7444  41000-41099  23791/23801
 # n2    127.0.0.1:7072  127.0.0.1:7445  41100-41199  23792/23802
 # n3    127.0.0.1:7073  127.0.0.1:7446  41200-41299  23793/23803
+#
+# SANDBOXD_CLUSTER_DIR puts the data elsewhere, and SANDBOXD_CLUSTER_PORTS
+# adds an offset to every port above (scripts/test-compat.sh runs its own
+# cluster beside one `make cluster` left running), and
+# SANDBOXD_CLUSTER_NODE_PREFIX replaces the "n" of the node ids (n1..n3) so
+# that two clusters on one engine never take each other's containers for
+# their own. Extra arguments of every node's daemon: SANDBOXD_CLUSTER_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-root=.sandboxd-cluster
+root=${SANDBOXD_CLUSTER_DIR:-.sandboxd-cluster}
+off=${SANDBOXD_CLUSTER_PORTS:-0}
+prefix=${SANDBOXD_CLUSTER_NODE_PREFIX:-n}
 nodes=(1 2 3)
 bin=bin/sandboxd
 
 dir()  { echo "$root/n$1"; }
-api()  { echo "127.0.0.1:$((7070 + $1))"; }
-tls()  { echo "127.0.0.1:$((7443 + $1))"; }
-hostports() { local lo=$((41000 + ($1 - 1) * 100)); echo "$lo-$((lo + 99))"; }
-etcd_client() { echo "127.0.0.1:$((23790 + $1))"; }
-etcd_peer()   { echo "127.0.0.1:$((23800 + $1))"; }
+api()  { echo "127.0.0.1:$((7070 + off + $1))"; }
+tls()  { echo "127.0.0.1:$((7443 + off + $1))"; }
+hostports() { local lo=$((41000 + off + ($1 - 1) * 100)); echo "$lo-$((lo + 99))"; }
+etcd_client() { echo "127.0.0.1:$((23790 + off + $1))"; }
+etcd_peer()   { echo "127.0.0.1:$((23800 + off + $1))"; }
 
 # pid of node $1 when it runs, else nothing.
 running() {
@@ -56,6 +65,7 @@ stop() {
 
 if [ "${1:-}" = "--stop" ]; then stop; exit 0; fi
 [ $# -eq 0 ] || { echo "usage: $0 [--stop]" >&2; exit 2; }
+read -r -a extra <<<"${SANDBOXD_CLUSTER_ARGS:-}"
 [ -x "$bin" ] || { echo "$bin is missing: run make build (or make cluster)" >&2; exit 1; }
 
 # ready waits for node $1's /readyz.
@@ -74,7 +84,7 @@ ready() {
 start() {
   local n=$1 d; d=$(dir "$n")
   nohup "$bin" --data-dir "$d" --listen "$(api "$n")" --tls-listen "$(tls "$n")" \
-    --host-ports "$(hostports "$n")" >>"$d/sandboxd.log" 2>&1 &
+    --host-ports "$(hostports "$n")" "${extra[@]}" >>"$d/sandboxd.log" 2>&1 &
   echo $! >"$d/sandboxd.pid"
 }
 
@@ -100,7 +110,7 @@ for n in "${nodes[@]}"; do
   if [ ! -f "$d/cluster.json" ]; then
     # A node never started: a node id (a DNS label) first, then init or join.
     mkdir -p "$d"
-    [ -f "$d/node-id" ] || echo "n$n" >"$d/node-id"
+    [ -f "$d/node-id" ] || echo "$prefix$n" >"$d/node-id"
     if [ "$n" -eq 1 ]; then
       "$bin" cluster init --data-dir "$d" --etcd-client "$(etcd_client 1)" --etcd-peer "$(etcd_peer 1)" >/dev/null
     else

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs the SDK compatibility suites under test/compat/*: each is a Node project
 # with its SDK versions pinned in a committed lockfile, run with Node's test
-# runner against a live sandboxd on the real Docker engine.
+# runner against a live sandboxd on the real Docker engine. Each suite runs
+# twice: against a single daemon, then against node 1 of a throwaway 3-node
+# cluster (scripts/cluster.sh), whose creates are placed on all three nodes
+# (cluster mode, docs/cluster.md). SANDBOXD_COMPAT_CLUSTER=0 skips the second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,4 +15,40 @@ for pkg in "${suites[@]}"; do
   dir=$(dirname "$pkg")
   echo "== compat: $dir"
   "$dir/run.sh"
+done
+
+[ "${SANDBOXD_COMPAT_CLUSTER:-1}" != 0 ] || exit 0
+
+# The cluster: its own data dir, ports 10000 above `make cluster`'s and node
+# ids of its own, so it runs beside one; the suites' sandbox budget (as
+# their single daemon has) and a short E2B replay window (as run.sh gives
+# the daemon it starts).
+export SANDBOXD_CLUSTER_DIR SANDBOXD_CLUSTER_PORTS=${SANDBOXD_COMPAT_CLUSTER_PORTS:-10000}
+export SANDBOXD_CLUSTER_NODE_PREFIX="compat$$n" SANDBOXD_CLUSTER_ARGS="--cpu-budget 64000"
+SANDBOXD_CLUSTER_DIR=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-compat-cluster.XXXXXX")
+stop_cluster() {
+  local status=$?
+  scripts/cluster.sh --stop >/dev/null || true
+  if [ "$status" -ne 0 ]; then
+    for n in 1 2 3; do
+      echo "--- node $n log (tail)"; tail -20 "$SANDBOXD_CLUSTER_DIR/n$n/sandboxd.log" 2>/dev/null || true
+    done
+  fi
+  # What a failed run left: this cluster's containers, by their node label.
+  for n in 1 2 3; do
+    ids=$(docker ps -aq --filter "label=sandboxd.node=$SANDBOXD_CLUSTER_NODE_PREFIX$n")
+    [ -z "$ids" ] || docker rm -f $ids >/dev/null || true
+  done
+  rm -rf "$SANDBOXD_CLUSTER_DIR"
+  exit "$status"
+}
+trap stop_cluster EXIT
+echo "== compat: starting a 3-node cluster (data in $SANDBOXD_CLUSTER_DIR)"
+SANDBOXD_E2B_REPLAY_WINDOW=5s scripts/cluster.sh >/dev/null
+for pkg in "${suites[@]}"; do
+  dir=$(dirname "$pkg")
+  echo "== compat: $dir against a 3-node cluster"
+  SANDBOXD_URL="http://127.0.0.1:$((7071 + SANDBOXD_CLUSTER_PORTS))" \
+    SANDBOXD_TOKEN=$(<"$SANDBOXD_CLUSTER_DIR/n1/admin.token") \
+    COMPAT_E2B_REPLAY_WINDOW_MS=5000 "$dir/run.sh"
 done

@@ -20,7 +20,7 @@ async function pools(method = 'GET', body, { base = process.env.SANDBOXD_URL, al
 }
 
 /** The API URLs of every node (a cluster's), or just SANDBOXD_URL's on a single node. */
-async function nodeURLs() {
+export async function nodeURLs() {
   const res = await fetch(`${process.env.SANDBOXD_URL}/v1/cluster/nodes`, {
     headers: { Authorization: `Bearer ${process.env.SANDBOXD_TOKEN}` },
   })

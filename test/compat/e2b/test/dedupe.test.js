@@ -14,7 +14,7 @@ import { describe, it } from 'node:test'
 import { Sandbox } from 'e2b'
 
 import { BASE, RUN_ID, killQuietly, listAll, metadataFor, waitFor } from './helpers.js'
-import { withoutPool } from '../../native.js'
+import { nodeURLs, withoutPool } from '../../native.js'
 
 const WINDOW_MS = Number(process.env.COMPAT_E2B_REPLAY_WINDOW_MS || 10_000)
 
@@ -38,13 +38,18 @@ async function serverRows(nonce) {
 
 /**
  * How many creates the daemon has marked undelivered so far
- * (sandboxd_creates_undelivered_total on /metrics).
+ * (sandboxd_creates_undelivered_total on /metrics; in a cluster, the sum
+ * over its nodes, since the create may run on any).
  */
 async function undeliveredCount() {
-  const res = await fetch(`${process.env.E2B_API_URL}/metrics`)
-  if (!res.ok) throw new Error(`metrics: ${res.status}`)
-  const line = (await res.text()).split('\n').find((l) => l.startsWith('sandboxd_creates_undelivered_total '))
-  return line ? Number(line.split(' ')[1]) : 0
+  let n = 0
+  for (const base of await nodeURLs()) {
+    const res = await fetch(`${base}/metrics`)
+    if (!res.ok) throw new Error(`metrics: ${res.status}`)
+    const line = (await res.text()).split('\n').find((l) => l.startsWith('sandboxd_creates_undelivered_total '))
+    n += line ? Number(line.split(' ')[1]) : 0
+  }
+  return n
 }
 
 /**
