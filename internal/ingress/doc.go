@@ -45,6 +45,17 @@
 // server name like a preview host, and replays the bytes it read to the
 // sandbox port; TLS ends inside the sandbox.
 //
+// In cluster mode (Options.Remote and Options.Peers) a server name this
+// node does not route is asked of Remote, which names the SNI listener of
+// the node that owns the sandbox; the connection goes there, the
+// ClientHello behind one preamble line that Peers signs with the cluster
+// secret. A connection that starts with a byte other than 0x16 (a
+// handshake record's) must start with such a line, at most MaxPreambleLen
+// bytes read under the hello deadline, which must verify for the
+// ClientHello's server name; it was forwarded, so it is routed here or
+// closed, never forwarded again. Anything else is closed, and without
+// Peers every preamble is.
+//
 // The L4 machinery starts lazily, on the first TCP or TLS exposure, with
 // the lazy latch: an atomic fast path, a mutex slow
 // path with a double check, latched only on success. A failed start fails

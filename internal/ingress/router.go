@@ -46,7 +46,33 @@ type Options struct {
 	TLSAddr string
 	// Logger receives proxy and listener errors. Default: discard.
 	Logger *slog.Logger
+	// Remote, in cluster mode, names the SNI listener (host:port) of the
+	// node that serves a server name this node does not route: the SNI
+	// listener carries the ClientHello there behind a preamble Peers
+	// signs. Nil (a single node): such a connection is closed.
+	Remote func(serverName string) (addr string, ok bool)
+	// Peers signs the preamble of the connections this node forwards and
+	// verifies that of the connections it is forwarded. Required with
+	// Remote. Nil: a connection that starts with a preamble is closed.
+	Peers PeerSigner
 }
+
+// PeerSigner authenticates TLS connections that cluster nodes forward to
+// each other's SNI listener (forward.Signer implements it). A preamble is
+// one line, at most MaxPreambleLen bytes with its newline, whose first
+// byte is not 0x16 (a TLS handshake record's): the receiver tells it from
+// a ClientHello by that byte.
+type PeerSigner interface {
+	// SignTLS returns the preamble for a connection to serverName.
+	SignTLS(serverName string) []byte
+	// VerifyTLS reports whether line, newline included, is a valid
+	// preamble for serverName, and from which node.
+	VerifyTLS(line []byte, serverName string) (from string, ok bool)
+}
+
+// MaxPreambleLen bounds the preamble line the SNI listener reads before a
+// forwarded ClientHello (forward.MaxPreambleLen).
+const MaxPreambleLen = 256
 
 // dialTimeout bounds one dial of a sandbox port for the L4 listeners
 // (HTTP dials are bounded by the request's context).
@@ -65,6 +91,8 @@ type Router struct {
 	bindAddr  string
 	tlsAddr   string
 	log       *slog.Logger
+	remote    func(string) (string, bool)
+	peers     PeerSigner
 
 	proxy     *httputil.ReverseProxy
 	transport *http.Transport
@@ -90,6 +118,9 @@ func New(opts Options) (*Router, error) {
 	if opts.Dialer == nil {
 		return nil, errors.New("ingress.New: Dialer is required")
 	}
+	if opts.Remote != nil && opts.Peers == nil {
+		return nil, errors.New("ingress.New: Remote needs Peers")
+	}
 	domain := naming.NormalizeHost(opts.Domain)
 	if domain != "localhost" && !naming.ValidHostname(domain) {
 		return nil, fmt.Errorf("ingress.New: invalid domain %q", opts.Domain)
@@ -103,6 +134,8 @@ func New(opts Options) (*Router, error) {
 		bindAddr:  opts.BindAddr,
 		tlsAddr:   opts.TLSAddr,
 		log:       opts.Logger,
+		remote:    opts.Remote,
+		peers:     opts.Peers,
 		tcp:       map[int]*tcpListener{},
 		tcpBySbx:  map[string]map[int]*tcpListener{},
 	}

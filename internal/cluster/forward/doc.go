@@ -59,12 +59,31 @@
 // run over TLS (an https Target URL), which protects bodies and
 // credentials alike.
 //
+// # The TLS preamble
+//
+// A TLS exposure is served by the SNI listener, which never terminates
+// TLS, so a ClientHello for another node's sandbox carries no header: the
+// forwarding node writes one line before replaying it to the owner's SNI
+// listener (SignTLS), "SANDBOXD-PEER <node> <unix seconds> <hex mac>\n",
+// where mac is HMAC-SHA256 keyed by the cluster secret over
+// "tls\x00<node>|<unix seconds>|<server name>". The NUL byte keeps it
+// apart from a request's MAC input, which starts with a node id from a
+// header. VerifyTLS applies Verify's rules (MaxSkew, not this node,
+// constant-time compare) to a line of at most MaxPreambleLen bytes and the
+// server name of the ClientHello that follows. A valid preamble grants
+// only that the connection is not forwarded again: the sandbox's TLS
+// server sees the client's own handshake, as on any node, and a replayed
+// line gains nothing a client connecting to the owner directly does not
+// have.
+//
 // # The loop guard
 //
 // A request with a valid MAC is never forwarded again: it goes straight
 // to the edges, so a node that does not own what it was sent answers from
 // its own view (404, or 503 while a placement moves), and two nodes with
-// stale views cannot bounce a request between them. Every request without
+// stale views cannot bounce a request between them. A TLS connection
+// with a valid preamble is likewise routed by the receiving node's own
+// table or closed. Every request without
 // a valid MAC has all X-Sandboxd-Node* headers stripped before anything
 // reads them, so no client can pose as a node, and the forwarding node
 // strips them again before signing its own.
