@@ -53,6 +53,7 @@ type Config struct {
 	NodeID    string
 	Endpoints []string // etcd client URLs
 	APIURL    string   // this node's API base URL, e.g. http://127.0.0.1:7071
+	TLSAddr   string   // this node's SNI listener (host:port) for TLS exposures; "" for none (see SetTLSAddr)
 	Secret    []byte   // the cluster secret (≥ 32 bytes): keys derived from it seal recovery specs
 	Logger    *slog.Logger
 	OpTimeout time.Duration // per etcd call; default 2 s
@@ -69,8 +70,11 @@ type Headroom struct {
 
 // NodeInfo is a live node as nodes/<id> describes it.
 type NodeInfo struct {
-	ID       string   `json:"id"`
-	APIURL   string   `json:"api_url"`
+	ID     string `json:"id"`
+	APIURL string `json:"api_url"`
+	// TLSAddr is where other nodes carry TLS connections for this node's
+	// sandboxes (its SNI listener, host:port); empty when it has none.
+	TLSAddr  string   `json:"tls_addr,omitempty"`
 	Headroom Headroom `json:"headroom"`
 }
 
@@ -94,6 +98,8 @@ type Node struct {
 	lease    clientv3.LeaseID
 	headroom Headroom
 	putRoom  Headroom // the headroom last put on nodes/<id>
+	tlsAddr  string
+	putTLS   string // the TLS address last put on nodes/<id>
 
 	dirMu      sync.RWMutex
 	nodes      map[string]NodeInfo
@@ -155,6 +161,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		placements: map[string]Placement{},
 		hostnames:  map[string]string{},
 		departed:   make(chan string, departedBuffer),
+		tlsAddr:    cfg.TLSAddr,
 	}
 	if err := n.open(ctx); err != nil {
 		cancel()
@@ -214,21 +221,21 @@ func (n *Node) register(ctx context.Context) error {
 		return unavailable("grant membership lease", err)
 	}
 	n.mu.Lock()
-	room := n.headroom
+	room, tlsAddr := n.headroom, n.tlsAddr
 	n.mu.Unlock()
-	if err := n.putSelf(ctx, g.ID, room); err != nil {
+	if err := n.putSelf(ctx, g.ID, room, tlsAddr); err != nil {
 		// The lease expires by itself; revoking it is a courtesy.
 		return err
 	}
 	n.mu.Lock()
-	n.lease, n.putRoom = g.ID, room
+	n.lease, n.putRoom, n.putTLS = g.ID, room, tlsAddr
 	n.mu.Unlock()
 	return nil
 }
 
-// putSelf puts nodes/<id> with room under lease.
-func (n *Node) putSelf(ctx context.Context, lease clientv3.LeaseID, room Headroom) error {
-	v, err := json.Marshal(NodeInfo{ID: n.cfg.NodeID, APIURL: n.cfg.APIURL, Headroom: room})
+// putSelf puts nodes/<id> with room and tlsAddr under lease.
+func (n *Node) putSelf(ctx context.Context, lease clientv3.LeaseID, room Headroom, tlsAddr string) error {
+	v, err := json.Marshal(NodeInfo{ID: n.cfg.NodeID, APIURL: n.cfg.APIURL, TLSAddr: tlsAddr, Headroom: room})
 	if err != nil {
 		return err
 	}
@@ -273,8 +280,8 @@ func (n *Node) currentLease() clientv3.LeaseID {
 	return n.lease
 }
 
-// putHeadroomLoop puts nodes/<id> again when the headroom changed, at most
-// once per headroomInterval.
+// putHeadroomLoop puts nodes/<id> again when the headroom or the TLS
+// address changed, at most once per headroomInterval.
 func (n *Node) putHeadroomLoop() {
 	t := time.NewTicker(headroomInterval)
 	defer t.Stop()
@@ -286,12 +293,13 @@ func (n *Node) putHeadroomLoop() {
 		}
 		n.mu.Lock()
 		room, put, lease := n.headroom, n.putRoom, n.lease
+		tlsAddr, putTLS := n.tlsAddr, n.putTLS
 		n.mu.Unlock()
-		if room == put {
+		if room == put && tlsAddr == putTLS {
 			continue
 		}
 		ctx, cancel := n.op(n.ctx)
-		err := n.putSelf(ctx, lease, room)
+		err := n.putSelf(ctx, lease, room, tlsAddr)
 		cancel()
 		if err != nil {
 			n.log.Debug("put headroom", "err", err)
@@ -299,7 +307,7 @@ func (n *Node) putHeadroomLoop() {
 		}
 		n.mu.Lock()
 		if n.lease == lease {
-			n.putRoom = room
+			n.putRoom, n.putTLS = room, tlsAddr
 		}
 		n.mu.Unlock()
 	}
@@ -369,6 +377,15 @@ func (n *Node) Client() *clientv3.Client { return n.cli }
 func (n *Node) SetHeadroom(h Headroom) {
 	n.mu.Lock()
 	n.headroom = h
+	n.mu.Unlock()
+}
+
+// SetTLSAddr records this node's SNI listener address (host:port; "" for
+// none); nodes/<id> carries it within about a second, like the headroom.
+// Open publishes Config.TLSAddr until it is called.
+func (n *Node) SetTLSAddr(addr string) {
+	n.mu.Lock()
+	n.tlsAddr = addr
 	n.mu.Unlock()
 }
 

@@ -182,6 +182,28 @@ func TestNode_HeadroomReachesOtherNodes(t *testing.T) {
 	}
 }
 
+// TestNode_TLSAddrReachesOtherNodes: Config.TLSAddr is published at Open,
+// SetTLSAddr replaces it, and a node without one publishes none.
+func TestNode_TLSAddrReachesOtherNodes(t *testing.T) {
+	m := startSingle(t)
+	a := openNode(t, "a", []string{m.ClientURL()})
+	b := openNode(t, "b", []string{m.ClientURL()}, func(c *Config) { c.TLSAddr = "127.0.0.1:7443" })
+	tlsOf := func(id string) string {
+		for _, ni := range a.Nodes() {
+			if ni.ID == id {
+				return ni.TLSAddr
+			}
+		}
+		return "missing"
+	}
+	waitFor(t, 10*time.Second, "a sees b's TLS address", func() bool { return tlsOf("b") == "127.0.0.1:7443" })
+	if got := tlsOf("a"); got != "" {
+		t.Errorf("a's TLS address %q, want none", got)
+	}
+	b.SetTLSAddr("10.0.0.2:443")
+	waitFor(t, 10*time.Second, "a sees b's new TLS address", func() bool { return tlsOf("b") == "10.0.0.2:443" })
+}
+
 func TestNode_LostLeaseIsGrantedAgain(t *testing.T) {
 	m := startSingle(t)
 	a := openNode(t, "a", []string{m.ClientURL()})

@@ -105,6 +105,11 @@ type Daemon struct {
 	// when the data directory holds the cluster file that `sandboxd
 	// cluster init|join` writes (docs/cluster.md).
 	AdvertiseURL string
+	// AdvertiseTLS is the host:port other cluster nodes carry TLS
+	// connections for this node's sandboxes to (its SNI listener). Empty:
+	// the address TLSListen is bound on. Set it when TLSListen binds a
+	// wildcard or sits behind a NAT.
+	AdvertiseTLS string
 }
 
 // Quota bounds what one owner holds at once; a zero field is unlimited.
@@ -188,6 +193,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.DurationVar(&d.ReconcileEvery, "reconcile-every", d.ReconcileEvery, "period of the reconciler")
 	fs.StringVar(&d.LogLevel, "log-level", d.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&d.AdvertiseURL, "advertise-url", d.AdvertiseURL, "cluster mode: the URL other nodes reach this node's API by (env SANDBOXD_ADVERTISE_URL; default http://<listen>)")
+	fs.StringVar(&d.AdvertiseTLS, "advertise-tls", d.AdvertiseTLS, "cluster mode: the host:port other nodes reach this node's SNI listener by (env SANDBOXD_ADVERTISE_TLS; default the bound --tls-listen address)")
 	defaultQuota := ""
 	if v, ok := env("SANDBOXD_DEFAULT_QUOTA"); ok {
 		defaultQuota = v
@@ -261,6 +267,7 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		ReconcileEvery: 30 * time.Second,
 		LogLevel:       get("SANDBOXD_LOG_LEVEL", "info"),
 		AdvertiseURL:   get("SANDBOXD_ADVERTISE_URL", ""),
+		AdvertiseTLS:   get("SANDBOXD_ADVERTISE_TLS", ""),
 	}
 	if d.AgentBinary == "" {
 		if exe, err := os.Executable(); err == nil {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/cluster"
 	"github.com/sandboxd/sandboxd/internal/cluster/forward"
+	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
@@ -113,6 +115,70 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 	d.closers = append(d.closers, func() error { c.node.Stop(); return nil })
 	d.logger.Info("cluster node", "node", d.Config.NodeID, "api", apiURL, "etcd", strings.Join(f.Endpoints, ","))
 	return c, nil
+}
+
+// publishTLS binds the SNI listener now (other nodes forward TLS
+// connections to it before this node exposes anything) and publishes its
+// address in the node's nodes/ key: advertise when set, else the bound
+// address. A node without a TLS listen address publishes none; one whose
+// listener does not bind publishes none and says so (TLS exposures then
+// fail here as on a single node, and nobody is sent to a dead address).
+func (c *clusterNode) publishTLS(ctx context.Context, r *ingress.Router, listen, advertise string) error {
+	if advertise != "" {
+		if _, _, err := net.SplitHostPort(advertise); err != nil {
+			return fmt.Errorf("--advertise-tls %q: %w", advertise, err)
+		}
+	}
+	if listen == "" {
+		return nil
+	}
+	addr, err := r.ListenTLS(ctx)
+	if err != nil {
+		c.logger.Warn("cluster: no SNI listener; TLS exposures of this node answer on no node", "addr", listen, "err", err)
+		return nil
+	}
+	if advertise == "" {
+		advertise = addr.String()
+	}
+	c.node.SetTLSAddr(advertise)
+	c.logger.Info("cluster node: tls", "listen", addr.String(), "advertise", advertise)
+	return nil
+}
+
+// tlsDirectory is what tlsRemote reads of the cluster (*cluster.Node's
+// watch-fed directory: no etcd call on a connection's path).
+type tlsDirectory interface {
+	HostnameTarget(host string) (id string, ok bool)
+	Placement(id string) (cluster.Placement, bool)
+	Nodes() []cluster.NodeInfo
+}
+
+// tlsRemote is the ingress's Remote for node self: for a server name this
+// node does not route, the SNI listener of the node that owns the sandbox
+// it names (a preview host under domain, or a bound custom domain), when
+// that is another live node that published one. A lost or deleted
+// sandbox, one of this node, and one whose node is gone are nobody's: the
+// connection is closed.
+func tlsRemote(dir tlsDirectory, self, domain string) func(serverName string) (string, bool) {
+	return func(serverName string) (string, bool) {
+		host := naming.NormalizeHost(serverName)
+		id, _, ok := naming.ParsePreviewHost(host, domain)
+		if !ok {
+			if id, ok = dir.HostnameTarget(host); !ok {
+				return "", false
+			}
+		}
+		p, ok := dir.Placement(id)
+		if !ok || p.Node == self || p.State == cluster.StateLost || p.State == cluster.StateDeleted {
+			return "", false
+		}
+		for _, n := range dir.Nodes() {
+			if n.ID == p.Node {
+				return n.TLSAddr, n.TLSAddr != ""
+			}
+		}
+		return "", false
+	}
 }
 
 // keys adapts the node's keys to service.Cluster.
@@ -804,7 +870,7 @@ func (c *clusterNode) failoverMissed(ctx context.Context, svc *service.Service) 
 }
 
 // serveNodes answers GET /v1/cluster/nodes (admins): the live nodes, their
-// API address and headroom, this node marked.
+// API and SNI listener addresses and headroom, this node marked.
 func (c *clusterNode) serveNodes(w http.ResponseWriter, r *http.Request, authn *auth.Authenticator) {
 	w.Header().Set("Content-Type", "application/json")
 	fail := func(status int, code, msg string) {
@@ -829,6 +895,7 @@ func (c *clusterNode) serveNodes(w http.ResponseWriter, r *http.Request, authn *
 	type node struct {
 		ID           string `json:"id"`
 		APIURL       string `json:"api_url"`
+		TLSAddr      string `json:"tls_addr,omitempty"`
 		Self         bool   `json:"self"`
 		MilliCPU     int64  `json:"milli_cpu"`
 		MemoryMB     int64  `json:"memory_mb"`
@@ -837,7 +904,7 @@ func (c *clusterNode) serveNodes(w http.ResponseWriter, r *http.Request, authn *
 	}
 	items := []node{}
 	for _, n := range c.node.Nodes() {
-		items = append(items, node{ID: n.ID, APIURL: n.APIURL, Self: n.ID == c.self, MilliCPU: n.Headroom.MilliCPU,
+		items = append(items, node{ID: n.ID, APIURL: n.APIURL, TLSAddr: n.TLSAddr, Self: n.ID == c.self, MilliCPU: n.Headroom.MilliCPU,
 			MemoryMB: n.Headroom.MemoryMB, FreeMilliCPU: n.Headroom.FreeMilliCPU, FreeMemoryMB: n.Headroom.FreeMemoryMB})
 	}
 	json.NewEncoder(w).Encode(map[string]any{"items": items})

@@ -136,6 +136,11 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	if err := d.buildIngress(dialer, previews); err != nil {
 		return nil, err
 	}
+	if d.cluster != nil {
+		if err := d.cluster.publishTLS(ctx, d.Router, d.Config.TLSListen, d.Config.AdvertiseTLS); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.buildService(agentBinary, rt, volumes, keyring, opts.Clock); err != nil {
 		return nil, err
 	}
@@ -283,15 +288,22 @@ func (d *Daemon) openAuth(dataDir string) (*auth.PreviewTokens, error) {
 // sandbox ports through dialer and lets requests to private ports through
 // when authorizePreview allows them.
 func (d *Daemon) buildIngress(dialer *serviceDialer, previews *auth.PreviewTokens) error {
-	var err error
-	d.Router, err = ingress.New(ingress.Options{
+	opts := ingress.Options{
 		Domain:           d.Config.Domain,
 		Dialer:           dialer,
 		Authorize:        authorizePreview(d.Auth, previews, d.Store, d.Config.Domain),
 		CredentialCookie: previewCookie,
 		TLSAddr:          d.Config.TLSListen,
 		Logger:           d.logger,
-	})
+	}
+	if d.cluster != nil {
+		// TLS exposures answer on every node: the SNI listener carries
+		// a name this node does not route to its owner's.
+		opts.Remote = tlsRemote(d.cluster.node, d.cluster.self, d.Config.Domain)
+		opts.Peers = d.cluster.signer
+	}
+	var err error
+	d.Router, err = ingress.New(opts)
 	if err != nil {
 		return fmt.Errorf("ingress.New: %w", err)
 	}

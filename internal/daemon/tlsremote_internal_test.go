@@ -1,0 +1,73 @@
+package daemon
+
+import (
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/cluster"
+)
+
+// fakeDirectory is a cluster directory in memory.
+type fakeDirectory struct {
+	hostnames  map[string]string
+	placements map[string]cluster.Placement
+	nodes      []cluster.NodeInfo
+}
+
+func (f fakeDirectory) HostnameTarget(host string) (string, bool) {
+	id, ok := f.hostnames[host]
+	return id, ok
+}
+
+func (f fakeDirectory) Placement(id string) (cluster.Placement, bool) {
+	p, ok := f.placements[id]
+	return p, ok
+}
+
+func (f fakeDirectory) Nodes() []cluster.NodeInfo { return f.nodes }
+
+var _ tlsDirectory = (*cluster.Node)(nil)
+
+func TestTLSRemote(t *testing.T) {
+	dir := fakeDirectory{
+		hostnames: map[string]string{"app.example.com": "sb-b", "mine.example.com": "sb-a"},
+		placements: map[string]cluster.Placement{
+			"sb-a":       {ID: "sb-a", Node: "a", State: cluster.StateRunning},
+			"sb-b":       {ID: "sb-b", Node: "b", State: cluster.StateRunning},
+			"sb-c":       {ID: "sb-c", Node: "c", State: cluster.StateRunning},
+			"sb-gone":    {ID: "sb-gone", Node: "d", State: cluster.StateRunning},
+			"sb-lost":    {ID: "sb-lost", Node: "b", State: cluster.StateLost},
+			"sb-deleted": {ID: "sb-deleted", Node: "b", State: cluster.StateDeleted},
+		},
+		nodes: []cluster.NodeInfo{
+			{ID: "a", TLSAddr: "10.0.0.1:7443"},
+			{ID: "b", TLSAddr: "10.0.0.2:7443"},
+			{ID: "c"}, // no SNI listener
+		},
+	}
+	remote := tlsRemote(dir, "a", "sandboxes.example.com")
+	for name, tc := range map[string]struct {
+		serverName string
+		want       string
+	}{
+		"preview host of another node":   {"8443-sb-b.sandboxes.example.com", "10.0.0.2:7443"},
+		"any case, a trailing dot":       {"8443-SB-B.Sandboxes.Example.com.", "10.0.0.2:7443"},
+		"custom domain":                  {"app.example.com", "10.0.0.2:7443"},
+		"this node's":                    {"8443-sb-a.sandboxes.example.com", ""},
+		"this node's custom domain":      {"mine.example.com", ""},
+		"node without a TLS listener":    {"8443-sb-c.sandboxes.example.com", ""},
+		"node gone":                      {"8443-sb-gone.sandboxes.example.com", ""},
+		"lost":                           {"8443-sb-lost.sandboxes.example.com", ""},
+		"deleted":                        {"8443-sb-deleted.sandboxes.example.com", ""},
+		"unknown sandbox":                {"8443-sb-x.sandboxes.example.com", ""},
+		"unbound hostname":               {"other.example.com", ""},
+		"preview host of another domain": {"8443-sb-b.example.org", ""},
+		"no server name":                 {"", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, ok := remote(tc.serverName)
+			if got != tc.want || ok != (tc.want != "") {
+				t.Errorf("remote(%q) = %q, %v; want %q, %v", tc.serverName, got, ok, tc.want, tc.want != "")
+			}
+		})
+	}
+}
