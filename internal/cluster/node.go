@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/cipher"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -72,6 +74,25 @@ type NodeInfo struct {
 	ID       string   `json:"id"`
 	APIURL   string   `json:"api_url"`
 	Headroom Headroom `json:"headroom"`
+	// Usage is what each owner holds on the node (quotas are the
+	// cluster's: UsageElsewhere).
+	Usage map[string]OwnerUsage `json:"usage,omitempty"`
+}
+
+// OwnerUsage is what one owner holds on a node: its sandboxes that hold
+// capacity, and their CPU and memory.
+type OwnerUsage struct {
+	Sandboxes int64 `json:"n"`
+	MilliCPU  int64 `json:"cpu"`
+	MemoryMB  int64 `json:"mem"`
+}
+
+// published is what nodes/<id> says of this node beyond its address; it
+// is put again when it changes. usage is the JSON of the usage map
+// (encoding/json sorts map keys), so that published compares.
+type published struct {
+	room  Headroom
+	usage string
 }
 
 // Node is this daemon's membership in the cluster: its lease and nodes/
@@ -93,7 +114,9 @@ type Node struct {
 	mu       sync.Mutex
 	lease    clientv3.LeaseID
 	headroom Headroom
-	putRoom  Headroom // the headroom last put on nodes/<id>
+	usage    map[string]OwnerUsage
+	now      published // what nodes/<id> should say
+	put      published // what it said when last put
 
 	dirMu      sync.RWMutex
 	nodes      map[string]NodeInfo
@@ -214,21 +237,21 @@ func (n *Node) register(ctx context.Context) error {
 		return unavailable("grant membership lease", err)
 	}
 	n.mu.Lock()
-	room := n.headroom
+	st, usage := n.now, n.usage
 	n.mu.Unlock()
-	if err := n.putSelf(ctx, g.ID, room); err != nil {
+	if err := n.putSelf(ctx, g.ID, st.room, usage); err != nil {
 		// The lease expires by itself; revoking it is a courtesy.
 		return err
 	}
 	n.mu.Lock()
-	n.lease, n.putRoom = g.ID, room
+	n.lease, n.put = g.ID, st
 	n.mu.Unlock()
 	return nil
 }
 
-// putSelf puts nodes/<id> with room under lease.
-func (n *Node) putSelf(ctx context.Context, lease clientv3.LeaseID, room Headroom) error {
-	v, err := json.Marshal(NodeInfo{ID: n.cfg.NodeID, APIURL: n.cfg.APIURL, Headroom: room})
+// putSelf puts nodes/<id> with room and usage under lease.
+func (n *Node) putSelf(ctx context.Context, lease clientv3.LeaseID, room Headroom, usage map[string]OwnerUsage) error {
+	v, err := json.Marshal(NodeInfo{ID: n.cfg.NodeID, APIURL: n.cfg.APIURL, Headroom: room, Usage: usage})
 	if err != nil {
 		return err
 	}
@@ -285,13 +308,13 @@ func (n *Node) putHeadroomLoop() {
 		case <-t.C:
 		}
 		n.mu.Lock()
-		room, put, lease := n.headroom, n.putRoom, n.lease
+		st, put, usage, lease := n.now, n.put, n.usage, n.lease
 		n.mu.Unlock()
-		if room == put {
+		if st == put {
 			continue
 		}
 		ctx, cancel := n.op(n.ctx)
-		err := n.putSelf(ctx, lease, room)
+		err := n.putSelf(ctx, lease, st.room, usage)
 		cancel()
 		if err != nil {
 			n.log.Debug("put headroom", "err", err)
@@ -299,7 +322,7 @@ func (n *Node) putHeadroomLoop() {
 		}
 		n.mu.Lock()
 		if n.lease == lease {
-			n.putRoom = room
+			n.put = st
 		}
 		n.mu.Unlock()
 	}
@@ -368,8 +391,52 @@ func (n *Node) Client() *clientv3.Client { return n.cli }
 // about a second (puts are coalesced, at most one per second).
 func (n *Node) SetHeadroom(h Headroom) {
 	n.mu.Lock()
-	n.headroom = h
+	n.headroom, n.now.room = h, h
 	n.mu.Unlock()
+}
+
+// maxUsageOwners bounds the owners nodes/<id> lists (an etcd value is at
+// most 1.5 MiB; an owner's entry is about 60 bytes).
+const maxUsageOwners = 10000
+
+// SetUsage records what each owner holds on this node; nodes/<id> carries
+// it within about a second, as the headroom. Past maxUsageOwners owners
+// the largest holders are kept.
+func (n *Node) SetUsage(u map[string]OwnerUsage) {
+	if len(u) > maxUsageOwners {
+		owners := slices.SortedFunc(maps.Keys(u), func(a, b string) int {
+			return cmp.Or(cmp.Compare(u[b].MemoryMB, u[a].MemoryMB), strings.Compare(a, b))
+		})
+		kept := make(map[string]OwnerUsage, maxUsageOwners)
+		for _, o := range owners[:maxUsageOwners] {
+			kept[o] = u[o]
+		}
+		n.log.Warn("cluster: too many owners to publish their usage; the smallest are left out (their quotas count this node less)", "owners", len(u))
+		u = kept
+	}
+	key, _ := json.Marshal(u) // a map of strings to plain structs always encodes
+	n.mu.Lock()
+	n.usage, n.now.usage = u, string(key)
+	n.mu.Unlock()
+}
+
+// UsageElsewhere is what owner holds on the other live nodes, as they
+// last published it (within about a second). It answers from the
+// watch-fed directory, without I/O.
+func (n *Node) UsageElsewhere(owner string) OwnerUsage {
+	n.dirMu.RLock()
+	defer n.dirMu.RUnlock()
+	var sum OwnerUsage
+	for id, ni := range n.nodes {
+		if id == n.cfg.NodeID {
+			continue
+		}
+		u := ni.Usage[owner]
+		sum.Sandboxes += u.Sandboxes
+		sum.MilliCPU += u.MilliCPU
+		sum.MemoryMB += u.MemoryMB
+	}
+	return sum
 }
 
 // Healthy reports whether the cluster answers a linearizable read within
