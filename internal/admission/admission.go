@@ -97,6 +97,38 @@ type Controller struct {
 	held   map[string]Request
 	used   Request             // the sum of held
 	owners map[string]ownerUse // held, summed per owner
+	// elsewhere is what owners hold outside this controller (SetElsewhere).
+	elsewhere func(owner string) Holding
+}
+
+// Holding is what one owner holds: how many reservations, and their sum
+// (its Owner unset).
+type Holding struct {
+	Sandboxes int64
+	Request
+}
+
+// SetElsewhere makes quotas count, beside an owner's reservations here,
+// what f says the owner holds elsewhere: in cluster mode, on the other
+// nodes, as they last published it. f is called under the controller's
+// lock, so it must answer from memory, without blocking. A quota checked
+// this way is as exact as f is current: creates that race on two nodes
+// within one publication may pass it together.
+func (c *Controller) SetElsewhere(f func(owner string) Holding) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.elsewhere = f
+}
+
+// Holdings returns what every owner holds here, by owner.
+func (c *Controller) Holdings() map[string]Holding {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]Holding, len(c.owners))
+	for owner, u := range c.owners {
+		out[owner] = Holding{Sandboxes: u.sandboxes, Request: Request{MilliCPU: u.MilliCPU, MemoryMB: u.MemoryMB}}
+	}
+	return out
 }
 
 // New returns a Controller with no reservations. A negative dimension of
@@ -149,7 +181,7 @@ func (c *Controller) ReserveWithin(id string, req Request, q Quota) error {
 	if !req.fits(c.budget.request()) {
 		return fmt.Errorf("%w: %s requested for %s, budget %s", ErrExceedsBudget, req, id, c.budget.request())
 	}
-	if err := q.admits(c.ownerUseWithout(req.Owner, id), req); err != nil {
+	if err := q.admits(c.quotaUseWithout(req.Owner, id, q), req); err != nil {
 		return err
 	}
 	others := c.used.sub(old)
@@ -209,6 +241,18 @@ func (c *Controller) ownerUseWithout(owner, id string) ownerUse {
 	if old, ok := c.held[id]; ok && old.Owner == owner {
 		u.sandboxes--
 		u.Request = u.Request.sub(old)
+	}
+	return u
+}
+
+// quotaUseWithout is what owner holds for q's check: ownerUseWithout, plus
+// what it holds elsewhere when q limits anything; the caller holds mu.
+func (c *Controller) quotaUseWithout(owner, id string, q Quota) ownerUse {
+	u := c.ownerUseWithout(owner, id)
+	if c.elsewhere != nil && !q.IsZero() {
+		e := c.elsewhere(owner)
+		u.sandboxes += e.Sandboxes
+		u.Request = u.Request.add(e.Request)
 	}
 	return u
 }

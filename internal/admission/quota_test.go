@@ -97,3 +97,42 @@ func TestReset_RecomputesOwners(t *testing.T) {
 		t.Errorf("bob holds 1 of 2: %v", err)
 	}
 }
+
+// What an owner holds elsewhere (a cluster's other nodes) counts against
+// its quota here, in every dimension, and only against a quota: an owner
+// without one, and the host's budget, are not touched by it. Holdings
+// reports what each owner holds here, for the other nodes to count.
+func TestReserveWithin_CountsWhatTheOwnerHoldsElsewhere(t *testing.T) {
+	c := admission.New(admission.Budget{MilliCPU: 100_000, MemoryMB: 100_000})
+	elsewhere := map[string]admission.Holding{
+		"alice": {Sandboxes: 2, Request: admission.Request{MilliCPU: 1000, MemoryMB: 256}},
+	}
+	c.SetElsewhere(func(owner string) admission.Holding { return elsewhere[owner] })
+	var qe *admission.QuotaError
+	if err := c.ReserveWithin("a1", owned("alice", 100, 64), admission.Quota{Sandboxes: 2}); !errors.As(err, &qe) || qe.Dimension != "sandboxes" || qe.Used != 2 {
+		t.Fatalf("alice runs 2 elsewhere under a quota of 2: %v", err)
+	}
+	if err := c.ReserveWithin("a1", owned("alice", 1500, 64), admission.Quota{MilliCPU: 2000}); !errors.As(err, &qe) || qe.Dimension != "cpu" || qe.Used != 1000 {
+		t.Fatalf("alice holds 1 core elsewhere, asks 1.5 under 2: %v", err)
+	}
+	if err := c.ReserveWithin("a1", owned("alice", 100, 800), admission.Quota{MemoryMB: 1024}); !errors.As(err, &qe) || qe.Dimension != "memory" {
+		t.Fatalf("alice holds 256 MB elsewhere, asks 800 under 1024: %v", err)
+	}
+	if err := c.ReserveWithin("a1", owned("alice", 100, 64), admission.Quota{Sandboxes: 3}); err != nil {
+		t.Fatalf("a third sandbox under a quota of 3: %v", err)
+	}
+	if err := c.ReserveWithin("a2", owned("alice", 100, 64), admission.Quota{}); err != nil {
+		t.Fatalf("no quota: %v", err)
+	}
+	if err := c.ReserveWithin("b1", owned("bob", 100, 64), admission.Quota{Sandboxes: 1}); err != nil {
+		t.Fatalf("bob holds nothing elsewhere: %v", err)
+	}
+	got := c.Holdings()
+	want := map[string]admission.Holding{
+		"alice": {Sandboxes: 2, Request: admission.Request{MilliCPU: 200, MemoryMB: 128}},
+		"bob":   {Sandboxes: 1, Request: admission.Request{MilliCPU: 100, MemoryMB: 64}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Holdings = %v, want %v (this controller's only)", got, want)
+	}
+}

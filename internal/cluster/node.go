@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/cipher"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -53,9 +55,9 @@ type Config struct {
 	NodeID    string
 	Endpoints []string // etcd client URLs
 	APIURL    string   // this node's API base URL, e.g. http://127.0.0.1:7071
-	TLSAddr   string   // this node's SNI listener (host:port) for TLS exposures; "" for none (see SetTLSAddr)
 	Secret    []byte   // the cluster secret (≥ 32 bytes): keys derived from it seal recovery specs
 	Logger    *slog.Logger
+	TLSAddr   string        // this node's SNI listener (host:port) for TLS exposures; "" for none (see SetTLSAddr)
 	OpTimeout time.Duration // per etcd call; default 2 s
 	LeaseTTL  time.Duration // membership lease; default 5 s (tests may pass 2 s)
 }
@@ -76,6 +78,26 @@ type NodeInfo struct {
 	// sandboxes (its SNI listener, host:port); empty when it has none.
 	TLSAddr  string   `json:"tls_addr,omitempty"`
 	Headroom Headroom `json:"headroom"`
+	// Usage is what each owner holds on the node (quotas are the
+	// cluster's: UsageElsewhere).
+	Usage map[string]OwnerUsage `json:"usage,omitempty"`
+}
+
+// OwnerUsage is what one owner holds on a node: its sandboxes that hold
+// capacity, and their CPU and memory.
+type OwnerUsage struct {
+	Sandboxes int64 `json:"n"`
+	MilliCPU  int64 `json:"cpu"`
+	MemoryMB  int64 `json:"mem"`
+}
+
+// published is what nodes/<id> says of this node beyond its address; it
+// is put again when it changes. usage is the JSON of the usage map
+// (encoding/json sorts map keys), so that published compares.
+type published struct {
+	room    Headroom
+	tlsAddr string
+	usage   string
 }
 
 // Node is this daemon's membership in the cluster: its lease and nodes/
@@ -97,9 +119,9 @@ type Node struct {
 	mu       sync.Mutex
 	lease    clientv3.LeaseID
 	headroom Headroom
-	putRoom  Headroom // the headroom last put on nodes/<id>
-	tlsAddr  string
-	putTLS   string // the TLS address last put on nodes/<id>
+	usage    map[string]OwnerUsage
+	now      published // what nodes/<id> should say
+	put      published // what it said when last put
 
 	dirMu      sync.RWMutex
 	nodes      map[string]NodeInfo
@@ -161,7 +183,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		placements: map[string]Placement{},
 		hostnames:  map[string]string{},
 		departed:   make(chan string, departedBuffer),
-		tlsAddr:    cfg.TLSAddr,
+		now:        published{tlsAddr: cfg.TLSAddr},
 	}
 	if err := n.open(ctx); err != nil {
 		cancel()
@@ -221,21 +243,21 @@ func (n *Node) register(ctx context.Context) error {
 		return unavailable("grant membership lease", err)
 	}
 	n.mu.Lock()
-	room, tlsAddr := n.headroom, n.tlsAddr
+	st, usage := n.now, n.usage
 	n.mu.Unlock()
-	if err := n.putSelf(ctx, g.ID, room, tlsAddr); err != nil {
+	if err := n.putSelf(ctx, g.ID, st, usage); err != nil {
 		// The lease expires by itself; revoking it is a courtesy.
 		return err
 	}
 	n.mu.Lock()
-	n.lease, n.putRoom, n.putTLS = g.ID, room, tlsAddr
+	n.lease, n.put = g.ID, st
 	n.mu.Unlock()
 	return nil
 }
 
-// putSelf puts nodes/<id> with room and tlsAddr under lease.
-func (n *Node) putSelf(ctx context.Context, lease clientv3.LeaseID, room Headroom, tlsAddr string) error {
-	v, err := json.Marshal(NodeInfo{ID: n.cfg.NodeID, APIURL: n.cfg.APIURL, TLSAddr: tlsAddr, Headroom: room})
+// putSelf puts nodes/<id> with st and usage under lease.
+func (n *Node) putSelf(ctx context.Context, lease clientv3.LeaseID, st published, usage map[string]OwnerUsage) error {
+	v, err := json.Marshal(NodeInfo{ID: n.cfg.NodeID, APIURL: n.cfg.APIURL, TLSAddr: st.tlsAddr, Headroom: st.room, Usage: usage})
 	if err != nil {
 		return err
 	}
@@ -280,8 +302,8 @@ func (n *Node) currentLease() clientv3.LeaseID {
 	return n.lease
 }
 
-// putHeadroomLoop puts nodes/<id> again when the headroom or the TLS
-// address changed, at most once per headroomInterval.
+// putHeadroomLoop puts nodes/<id> again when the headroom changed, at most
+// once per headroomInterval.
 func (n *Node) putHeadroomLoop() {
 	t := time.NewTicker(headroomInterval)
 	defer t.Stop()
@@ -292,14 +314,13 @@ func (n *Node) putHeadroomLoop() {
 		case <-t.C:
 		}
 		n.mu.Lock()
-		room, put, lease := n.headroom, n.putRoom, n.lease
-		tlsAddr, putTLS := n.tlsAddr, n.putTLS
+		st, put, usage, lease := n.now, n.put, n.usage, n.lease
 		n.mu.Unlock()
-		if room == put && tlsAddr == putTLS {
+		if st == put {
 			continue
 		}
 		ctx, cancel := n.op(n.ctx)
-		err := n.putSelf(ctx, lease, room, tlsAddr)
+		err := n.putSelf(ctx, lease, st, usage)
 		cancel()
 		if err != nil {
 			n.log.Debug("put headroom", "err", err)
@@ -307,7 +328,7 @@ func (n *Node) putHeadroomLoop() {
 		}
 		n.mu.Lock()
 		if n.lease == lease {
-			n.putRoom, n.putTLS = room, tlsAddr
+			n.put = st
 		}
 		n.mu.Unlock()
 	}
@@ -376,7 +397,7 @@ func (n *Node) Client() *clientv3.Client { return n.cli }
 // about a second (puts are coalesced, at most one per second).
 func (n *Node) SetHeadroom(h Headroom) {
 	n.mu.Lock()
-	n.headroom = h
+	n.headroom, n.now.room = h, h
 	n.mu.Unlock()
 }
 
@@ -385,8 +406,52 @@ func (n *Node) SetHeadroom(h Headroom) {
 // Open publishes Config.TLSAddr until it is called.
 func (n *Node) SetTLSAddr(addr string) {
 	n.mu.Lock()
-	n.tlsAddr = addr
+	n.now.tlsAddr = addr
 	n.mu.Unlock()
+}
+
+// maxUsageOwners bounds the owners nodes/<id> lists (an etcd value is at
+// most 1.5 MiB; an owner's entry is about 60 bytes).
+const maxUsageOwners = 10000
+
+// SetUsage records what each owner holds on this node; nodes/<id> carries
+// it within about a second, as the headroom. Past maxUsageOwners owners
+// the largest holders are kept.
+func (n *Node) SetUsage(u map[string]OwnerUsage) {
+	if len(u) > maxUsageOwners {
+		owners := slices.SortedFunc(maps.Keys(u), func(a, b string) int {
+			return cmp.Or(cmp.Compare(u[b].MemoryMB, u[a].MemoryMB), strings.Compare(a, b))
+		})
+		kept := make(map[string]OwnerUsage, maxUsageOwners)
+		for _, o := range owners[:maxUsageOwners] {
+			kept[o] = u[o]
+		}
+		n.log.Warn("cluster: too many owners to publish their usage; the smallest are left out (their quotas count this node less)", "owners", len(u))
+		u = kept
+	}
+	key, _ := json.Marshal(u) // a map of strings to plain structs always encodes
+	n.mu.Lock()
+	n.usage, n.now.usage = u, string(key)
+	n.mu.Unlock()
+}
+
+// UsageElsewhere is what owner holds on the other live nodes, as they
+// last published it (within about a second). It answers from the
+// watch-fed directory, without I/O.
+func (n *Node) UsageElsewhere(owner string) OwnerUsage {
+	n.dirMu.RLock()
+	defer n.dirMu.RUnlock()
+	var sum OwnerUsage
+	for id, ni := range n.nodes {
+		if id == n.cfg.NodeID {
+			continue
+		}
+		u := ni.Usage[owner]
+		sum.Sandboxes += u.Sandboxes
+		sum.MilliCPU += u.MilliCPU
+		sum.MemoryMB += u.MemoryMB
+	}
+	return sum
 }
 
 // Healthy reports whether the cluster answers a linearizable read within

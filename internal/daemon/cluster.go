@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // Cluster mode's bounds.
@@ -491,11 +492,10 @@ type readCloser struct {
 	io.Closer
 }
 
-// publishHeadroom keeps the node's free capacity current in the cluster,
-// for placement.
-func (c *clusterNode) publishHeadroom(ctx context.Context, adm interface {
-	Usage() (admission.Request, admission.Budget)
-}) {
+// publishHeadroom keeps the node's free capacity (for placement) and what
+// each owner holds here (for the other nodes' quota checks) current in the
+// cluster.
+func (c *clusterNode) publishHeadroom(ctx context.Context, adm *admission.Controller) {
 	t := time.NewTicker(headroomEvery)
 	defer t.Stop()
 	for {
@@ -504,12 +504,28 @@ func (c *clusterNode) publishHeadroom(ctx context.Context, adm interface {
 			MilliCPU: budget.MilliCPU, MemoryMB: budget.MemoryMB,
 			FreeMilliCPU: budget.MilliCPU - used.MilliCPU, FreeMemoryMB: budget.MemoryMB - used.MemoryMB,
 		})
+		holdings := adm.Holdings()
+		usage := make(map[string]cluster.OwnerUsage, len(holdings))
+		for owner, h := range holdings {
+			if owner != store.PoolOwner { // idle sandboxes count against no quota
+				usage[owner] = cluster.OwnerUsage{Sandboxes: h.Sandboxes, MilliCPU: h.MilliCPU, MemoryMB: h.MemoryMB}
+			}
+		}
+		c.node.SetUsage(usage)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// holdingElsewhere is the admission controller's view of what owner holds
+// on the other live nodes (SetElsewhere): a lost node's sandboxes count no
+// more.
+func (c *clusterNode) holdingElsewhere(owner string) admission.Holding {
+	u := c.node.UsageElsewhere(owner)
+	return admission.Holding{Sandboxes: u.Sandboxes, Request: admission.Request{MilliCPU: u.MilliCPU, MemoryMB: u.MemoryMB}}
 }
 
 // watchHealth refreshes the cluster's part of /readyz.
@@ -870,7 +886,8 @@ func (c *clusterNode) failoverMissed(ctx context.Context, svc *service.Service) 
 }
 
 // serveNodes answers GET /v1/cluster/nodes (admins): the live nodes, their
-// API and SNI listener addresses and headroom, this node marked.
+// API and SNI listener addresses and headroom, this node marked, and with
+// ?owner= what that owner holds on each.
 func (c *clusterNode) serveNodes(w http.ResponseWriter, r *http.Request, authn *auth.Authenticator) {
 	w.Header().Set("Content-Type", "application/json")
 	fail := func(status int, code, msg string) {
@@ -892,6 +909,11 @@ func (c *clusterNode) serveNodes(w http.ResponseWriter, r *http.Request, authn *
 		fail(http.StatusMethodNotAllowed, "invalid_argument", "GET only")
 		return
 	}
+	type usage struct {
+		Sandboxes int64   `json:"sandboxes"`
+		CPU       float64 `json:"cpu"`
+		MemoryMB  int64   `json:"memory_mb"`
+	}
 	type node struct {
 		ID           string `json:"id"`
 		APIURL       string `json:"api_url"`
@@ -901,11 +923,20 @@ func (c *clusterNode) serveNodes(w http.ResponseWriter, r *http.Request, authn *
 		MemoryMB     int64  `json:"memory_mb"`
 		FreeMilliCPU int64  `json:"free_milli_cpu"`
 		FreeMemoryMB int64  `json:"free_memory_mb"`
+		// OwnerUsage, with ?owner=, is what that owner holds on the node,
+		// as the node last published it (what quotas count).
+		OwnerUsage *usage `json:"owner_usage,omitempty"`
 	}
+	owner := r.URL.Query().Get("owner")
 	items := []node{}
 	for _, n := range c.node.Nodes() {
-		items = append(items, node{ID: n.ID, APIURL: n.APIURL, TLSAddr: n.TLSAddr, Self: n.ID == c.self, MilliCPU: n.Headroom.MilliCPU,
-			MemoryMB: n.Headroom.MemoryMB, FreeMilliCPU: n.Headroom.FreeMilliCPU, FreeMemoryMB: n.Headroom.FreeMemoryMB})
+		item := node{ID: n.ID, APIURL: n.APIURL, TLSAddr: n.TLSAddr, Self: n.ID == c.self, MilliCPU: n.Headroom.MilliCPU,
+			MemoryMB: n.Headroom.MemoryMB, FreeMilliCPU: n.Headroom.FreeMilliCPU, FreeMemoryMB: n.Headroom.FreeMemoryMB}
+		if owner != "" {
+			u := n.Usage[owner]
+			item.OwnerUsage = &usage{Sandboxes: u.Sandboxes, CPU: float64(u.MilliCPU) / 1000, MemoryMB: u.MemoryMB}
+		}
+		items = append(items, item)
 	}
 	json.NewEncoder(w).Encode(map[string]any{"items": items})
 }

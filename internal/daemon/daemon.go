@@ -330,6 +330,9 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 	tlsPortN, _ := strconv.Atoi(tlsPort)
 	var err error
 	d.admission = admission.New(admission.Budget{MilliCPU: cfg.MilliCPU, MemoryMB: cfg.MemoryMB})
+	if d.cluster != nil {
+		d.admission.SetElsewhere(d.cluster.holdingElsewhere) // quotas are the cluster's
+	}
 	d.Service, err = service.New(service.Config{
 		NodeID:         cfg.NodeID,
 		DefaultImage:   cfg.DefaultImage,

@@ -40,6 +40,7 @@ var ErrTooManySubscriptions = errors.New("too many event subscriptions for this 
 type Subscription struct {
 	hub   *eventHub
 	owner string
+	all   bool // SubscribeAll's: every owner's local events
 	c     chan Event
 	// dropped is set when the hub closed c because the subscriber fell
 	// behind.
@@ -72,31 +73,23 @@ func (s *Service) Subscribe(owner string) (*Subscription, error) {
 // a cluster node streams to another that has subscribers. Close it when
 // done; it is dropped, like any, when it falls behind.
 func (s *Service) SubscribeAll() *Subscription {
-	sub, _ := s.events.add(allOwners) // never refused
-	return sub
+	return s.events.addAll()
 }
 
 // Relay hands ev, an event of another node's sandbox, to this node's
 // subscribers of its owner.
-func (s *Service) Relay(ev Event) {
-	if ev.Sandbox.Owner != allOwners {
-		s.events.deliver(ev, false)
-	}
-}
+func (s *Service) Relay(ev Event) { s.events.deliver(ev, false) }
 
 // Subscribed reports whether this node has subscribers (SubscribeAll's
 // left out), and returns a channel that is closed when that changes.
 func (s *Service) Subscribed() (bool, <-chan struct{}) { return s.events.subscribed() }
-
-// allOwners is the owner key of SubscribeAll's subscriptions; no owner
-// has an empty name.
-const allOwners = ""
 
 // eventHub fans events out per owner. Its lock is held only for map
 // updates and non-blocking sends.
 type eventHub struct {
 	mu   sync.Mutex
 	subs map[string]map[*Subscription]struct{}
+	all  map[*Subscription]struct{} // SubscribeAll's
 	// n counts the subscriptions: with none, publishing costs nothing
 	// (no extra reads of old states).
 	n atomic.Int64
@@ -131,7 +124,7 @@ func (h *eventHub) add(owner string) (*Subscription, error) {
 	if h.subs == nil {
 		h.subs = map[string]map[*Subscription]struct{}{}
 	}
-	if owner != allOwners && len(h.subs[owner]) >= MaxSubscriptions {
+	if len(h.subs[owner]) >= MaxSubscriptions {
 		return nil, fmt.Errorf("%w (%d)", ErrTooManySubscriptions, MaxSubscriptions)
 	}
 	sub := &Subscription{hub: h, owner: owner, c: make(chan Event, EventBuffer)}
@@ -140,10 +133,22 @@ func (h *eventHub) add(owner string) (*Subscription, error) {
 	}
 	h.subs[owner][sub] = struct{}{}
 	h.n.Add(1)
-	if owner != allOwners {
-		h.countOwnersLocked(1)
-	}
+	h.countOwnersLocked(1)
 	return sub, nil
+}
+
+// addAll adds a SubscribeAll subscription (never refused: one per other
+// node of a cluster).
+func (h *eventHub) addAll() *Subscription {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.all == nil {
+		h.all = map[*Subscription]struct{}{}
+	}
+	sub := &Subscription{hub: h, all: true, c: make(chan Event, EventBuffer)}
+	h.all[sub] = struct{}{}
+	h.n.Add(1)
+	return sub
 }
 
 func (h *eventHub) remove(sub *Subscription, dropped bool) {
@@ -158,12 +163,14 @@ func (h *eventHub) removeLocked(sub *Subscription, dropped bool) {
 	}
 	sub.closed = true
 	sub.dropped.Store(dropped)
-	delete(h.subs[sub.owner], sub)
-	if len(h.subs[sub.owner]) == 0 {
-		delete(h.subs, sub.owner)
-	}
 	h.n.Add(-1)
-	if sub.owner != allOwners {
+	if sub.all {
+		delete(h.all, sub)
+	} else {
+		delete(h.subs[sub.owner], sub)
+		if len(h.subs[sub.owner]) == 0 {
+			delete(h.subs, sub.owner)
+		}
 		h.countOwnersLocked(-1)
 	}
 	close(sub.c)
@@ -196,7 +203,7 @@ func (h *eventHub) deliver(ev Event, local bool) {
 		send(sub)
 	}
 	if local && ev.Sandbox.Owner != store.PoolOwner { // the pool's are nobody's concern
-		for sub := range h.subs[allOwners] {
+		for sub := range h.all {
 			send(sub)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 func event(owner, id string, st State) Event {
@@ -112,5 +114,52 @@ func TestEvents_SubscriptionsPerOwnerAreBounded(t *testing.T) {
 	}
 	if h.n.Load() != 0 || len(h.subs) != 0 {
 		t.Errorf("left: %d counted, %d owners", h.n.Load(), len(h.subs))
+	}
+}
+
+// A node streams what SubscribeAll gets to the cluster's other nodes: the
+// local events of every owner but the pool's, never the relayed ones (so
+// two nodes never echo); a relayed event reaches its owner's subscribers
+// only, and an owner's subscription, even one named "", never gets
+// another owner's events. Subscribed changes with owners' subscriptions
+// only.
+func TestEvents_RelayAndSubscribeAll(t *testing.T) {
+	var h eventHub
+	if on, _ := h.subscribed(); on {
+		t.Fatal("subscribed with no subscription")
+	}
+	all := h.addAll()
+	defer all.Close()
+	if on, _ := h.subscribed(); on {
+		t.Fatal("SubscribeAll's subscription counts as an owner's")
+	}
+	_, changed := h.subscribed()
+	alice, _ := h.add("alice")
+	defer alice.Close()
+	nameless, _ := h.add("")
+	defer nameless.Close()
+	select {
+	case <-changed:
+	default:
+		t.Fatal("the first owner's subscription did not signal a change")
+	}
+	h.publish(event("alice", "sb-local", StateRunning))
+	h.publish(event(store.PoolOwner, "sb-idle", StateRunning))
+	h.deliver(event("alice", "sb-relayed", StateStopped), false)
+	var gotAll, gotAlice []string
+	for len(all.Events()) > 0 {
+		gotAll = append(gotAll, (<-all.Events()).Sandbox.ID)
+	}
+	for len(alice.Events()) > 0 {
+		gotAlice = append(gotAlice, (<-alice.Events()).Sandbox.ID)
+	}
+	if len(gotAll) != 1 || gotAll[0] != "sb-local" {
+		t.Errorf("SubscribeAll got %v, want only the local alice event (not the pool's, not the relayed one)", gotAll)
+	}
+	if len(gotAlice) != 2 {
+		t.Errorf("alice got %v, want her local and her relayed event", gotAlice)
+	}
+	if n := len(nameless.Events()); n != 0 {
+		t.Errorf("a subscription of owner \"\" got %d events of alice's", n)
 	}
 }
