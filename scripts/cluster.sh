@@ -11,9 +11,10 @@
 # n2    127.0.0.1:7072  127.0.0.1:7445  41100-41199  23792/23802
 # n3    127.0.0.1:7073  127.0.0.1:7446  41200-41299  23793/23803
 #
-# SANDBOXD_CLUSTER_DIR puts the data elsewhere, and SANDBOXD_CLUSTER_PORTS
-# adds an offset to every port above (scripts/test-compat.sh runs its own
-# cluster beside one `make cluster` left running), and
+# SANDBOXD_CLUSTER_DIR puts the data elsewhere, SANDBOXD_CLUSTER_PORTS adds
+# an offset to every listening port above and SANDBOXD_CLUSTER_HOSTPORTS
+# moves the host ports' first (scripts/test-compat.sh runs its own cluster
+# beside one `make cluster` left running), and
 # SANDBOXD_CLUSTER_NODE_PREFIX replaces the "n" of the node ids (n1..n3) so
 # that two clusters on one engine never take each other's containers for
 # their own. Extra arguments of every node's daemon: SANDBOXD_CLUSTER_ARGS.
@@ -29,7 +30,7 @@ bin=bin/sandboxd
 dir()  { echo "$root/n$1"; }
 api()  { echo "127.0.0.1:$((7070 + off + $1))"; }
 tls()  { echo "127.0.0.1:$((7443 + off + $1))"; }
-hostports() { local lo=$((41000 + off + ($1 - 1) * 100)); echo "$lo-$((lo + 99))"; }
+hostports() { local lo=$((${SANDBOXD_CLUSTER_HOSTPORTS:-41000} + ($1 - 1) * 100)); echo "$lo-$((lo + 99))"; }
 etcd_client() { echo "127.0.0.1:$((23790 + off + $1))"; }
 etcd_peer()   { echo "127.0.0.1:$((23800 + off + $1))"; }
 
@@ -84,7 +85,7 @@ ready() {
 start() {
   local n=$1 d; d=$(dir "$n")
   nohup "$bin" --data-dir "$d" --listen "$(api "$n")" --tls-listen "$(tls "$n")" \
-    --host-ports "$(hostports "$n")" "${extra[@]}" >>"$d/sandboxd.log" 2>&1 &
+    --host-ports "$(hostports "$n")" ${extra[@]+"${extra[@]}"} >>"$d/sandboxd.log" 2>&1 &
   echo $! >"$d/sandboxd.pid"
 }
 

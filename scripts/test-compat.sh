@@ -19,11 +19,13 @@ done
 
 [ "${SANDBOXD_COMPAT_CLUSTER:-1}" != 0 ] || exit 0
 
-# The cluster: its own data dir, ports 10000 above `make cluster`'s and node
-# ids of its own, so it runs beside one; the suites' sandbox budget (as
-# their single daemon has) and a short E2B replay window (as run.sh gives
-# the daemon it starts).
-export SANDBOXD_CLUSTER_DIR SANDBOXD_CLUSTER_PORTS=${SANDBOXD_COMPAT_CLUSTER_PORTS:-10000}
+# The cluster: its own data dir, ports 3000 above `make cluster`'s, host
+# ports from 30000 and node ids of its own, so it runs beside one (and
+# below the kernel's ephemeral ports, from 32768); the suites' sandbox
+# budget (as their single daemon has) and a short E2B replay window (as
+# run.sh gives the daemon it starts).
+export SANDBOXD_CLUSTER_DIR SANDBOXD_CLUSTER_PORTS=${SANDBOXD_COMPAT_CLUSTER_PORTS:-3000}
+export SANDBOXD_CLUSTER_HOSTPORTS=${SANDBOXD_COMPAT_CLUSTER_HOSTPORTS:-30000}
 export SANDBOXD_CLUSTER_NODE_PREFIX="compat$$n" SANDBOXD_CLUSTER_ARGS="--cpu-budget 64000"
 SANDBOXD_CLUSTER_DIR=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-compat-cluster.XXXXXX")
 stop_cluster() {

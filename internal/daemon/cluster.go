@@ -69,6 +69,12 @@ type clusterNode struct {
 	// stopping is closed when the node stops (run's ctx ended): the event
 	// streams it serves end then, rather than hold the server's shutdown.
 	stopping chan struct{}
+	// macs are the node MACs the peer endpoints accepted (peerOnly).
+	macs macCache
+	// streams holds the event stream each node reads from this one
+	// (servePeerEvents): one per node, a new one ends the old.
+	streamsMu sync.Mutex
+	streams   map[string]chan struct{}
 }
 
 // openCluster joins the cluster that dataDir's cluster file names, or
@@ -818,6 +824,24 @@ func (c *clusterNode) elsewhere(w http.ResponseWriter, r *http.Request, id strin
 	r.Header.Set("E2b-Sandbox-Id", id)
 	c.fwd.ServeHTTP(w, r)
 	return true
+}
+
+// peerSandboxes is the E2B facade's PeerSandboxes: the ids of the
+// sandboxes the other nodes have (placed there, not lost), from the
+// watch-fed directory.
+func (c *clusterNode) peerSandboxes() []string {
+	var ids []string
+	for node := range c.node.PlacementNodes() {
+		if node == c.self {
+			continue
+		}
+		for _, p := range c.node.PlacementsOf(node) {
+			if p.State != cluster.StateLost && p.State != cluster.StateDeleted {
+				ids = append(ids, p.ID)
+			}
+		}
+	}
+	return ids
 }
 
 // run keeps the node's part going until ctx ends: headroom, health,

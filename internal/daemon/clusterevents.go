@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/cluster/forward"
@@ -26,38 +25,91 @@ const (
 	// again.
 	relayRefresh = 2 * time.Second
 	relayRetry   = time.Second
+	// heartbeatEvery is how often a stream with no event carries an empty
+	// line; a reader that hears nothing for relayIdle (a half-open
+	// connection) opens it again. writeTimeout bounds one write of the
+	// stream (a reader that stopped reading).
+	heartbeatEvery = 10 * time.Second
+	relayIdle      = 3 * heartbeatEvery
+	writeTimeout   = 10 * time.Second
 	// maxEventLine bounds one streamed event.
 	maxEventLine = 1 << 20
 )
 
 // servePeerEvents streams this node's events to another node, one JSON
-// object a line, until either side ends it (a receiver that falls behind
-// is dropped, and opens the stream again).
+// object a line (an empty line every heartbeatEvery without one), until
+// either side ends it: a receiver that falls behind is dropped and opens
+// the stream again. A node holds one stream: its new one ends its old.
 func (c *clusterNode) servePeerEvents(w http.ResponseWriter, r *http.Request, svc *service.Service) {
-	if !c.peerOnly(w, r) {
+	from, ok := c.peerOnly(w, r)
+	if !ok {
 		return
 	}
+	replaced := c.holdStream(from)
+	defer c.releaseStream(from, replaced)
 	sub := svc.SubscribeAll()
 	defer sub.Close()
+	rc := http.NewResponseController(w)
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err := w.Write(b)
+		return err == nil && rc.Flush() == nil
+	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
-	enc := json.NewEncoder(w)
+	if !write(nil) {
+		return
+	}
+	beat := time.NewTicker(heartbeatEvery)
+	defer beat.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-c.stopping:
 			return
+		case <-replaced:
+			return
+		case <-beat.C:
+			if !write([]byte("\n")) {
+				return
+			}
 		case ev, ok := <-sub.Events():
 			if !ok {
 				return
 			}
-			if enc.Encode(ev) != nil || rc.Flush() != nil {
+			b, err := json.Marshal(ev)
+			if err != nil || !write(append(b, '\n')) {
 				return
 			}
 		}
+	}
+}
+
+// holdStream makes node's new event stream its only one: the one it held
+// before ends. The returned channel is closed when a newer one replaces
+// this one.
+func (c *clusterNode) holdStream(node string) chan struct{} {
+	c.streamsMu.Lock()
+	defer c.streamsMu.Unlock()
+	if c.streams == nil {
+		c.streams = map[string]chan struct{}{}
+	}
+	if old, ok := c.streams[node]; ok {
+		close(old)
+	}
+	mine := make(chan struct{})
+	c.streams[node] = mine
+	return mine
+}
+
+// releaseStream forgets node's stream mine, unless a newer one took its
+// place.
+func (c *clusterNode) releaseStream(node string, mine chan struct{}) {
+	c.streamsMu.Lock()
+	defer c.streamsMu.Unlock()
+	if c.streams[node] == mine {
+		delete(c.streams, node)
 	}
 }
 
@@ -65,7 +117,7 @@ func (c *clusterNode) servePeerEvents(w http.ResponseWriter, r *http.Request, sv
 // node has subscribers, until ctx ends.
 func (c *clusterNode) relayEvents(ctx context.Context, svc *service.Service) {
 	client := &http.Client{Transport: forward.NewTransport()}
-	streams := map[string]context.CancelFunc{} // node id → its stream's cancel
+	streams := map[string]context.CancelFunc{} // node id and API URL → its stream's cancel
 	stopAll := func() {
 		for id, cancel := range streams {
 			cancel()
@@ -85,10 +137,11 @@ func (c *clusterNode) relayEvents(ctx context.Context, svc *service.Service) {
 				if n.ID == c.self {
 					continue
 				}
-				live[n.ID] = true
-				if _, ok := streams[n.ID]; !ok {
+				key := n.ID + " " + n.APIURL // a node back at another address is streamed there
+				live[key] = true
+				if _, ok := streams[key]; !ok {
 					sctx, cancel := context.WithCancel(ctx)
-					streams[n.ID] = cancel
+					streams[key] = cancel
 					go c.relayFrom(sctx, client, svc, n.ID, n.APIURL)
 				}
 			}
@@ -122,12 +175,17 @@ func (c *clusterNode) relayFrom(ctx context.Context, client *http.Client, svc *s
 	}
 }
 
+// streamFrom reads one event stream of the node at apiURL until it ends,
+// or until it has been silent for relayIdle (a half-open connection).
 func (c *clusterNode) streamFrom(ctx context.Context, client *http.Client, svc *service.Service, apiURL string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(apiURL, "/")+peerEventsPath, nil)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := time.AfterFunc(relayIdle, cancel)
+	defer idle.Stop()
+	req, err := c.peerRequest(ctx, apiURL, peerEventsPath)
 	if err != nil {
 		return err
 	}
-	c.signer.Sign(req)
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
@@ -139,6 +197,10 @@ func (c *clusterNode) streamFrom(ctx context.Context, client *http.Client, svc *
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxEventLine)
 	for sc.Scan() {
+		idle.Reset(relayIdle)
+		if len(sc.Bytes()) == 0 {
+			continue // a heartbeat
+		}
 		var ev service.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return fmt.Errorf("decode an event: %w", err)

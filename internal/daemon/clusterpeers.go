@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,11 +31,12 @@ const (
 	peerListPath  = "/v1/cluster/peer/sandboxes"
 	peerPoolsPath = "/v1/cluster/peer/pools"
 	// peerListTimeout bounds one call's questions to the other nodes: a
-	// node that has not answered by then is left out.
+	// node that has not answered by then failed (a list answers 503).
 	peerListTimeout = 5 * time.Second
-	// maxPeerAnswer bounds one node's answer: a page of MaxListLimit
-	// sandboxes, each within the API's bounds on tags, env and
-	// annotations, is far smaller.
+	// maxPeerAnswer bounds the memory one node's answer may take here. A
+	// page of sandboxes with the largest env the API allows could pass
+	// it; such a list fails (503) rather than hold gigabytes, and a
+	// smaller limit pages through.
 	maxPeerAnswer = 64 << 20
 )
 
@@ -63,31 +66,35 @@ func (d *Daemon) peerLister() service.PeerLister {
 }
 
 // ListPeers implements service.PeerLister.
-func (p peers) ListPeers(ctx context.Context, c service.Caller, f service.ListFilter) []service.Page {
+func (p peers) ListPeers(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Page, error) {
 	q, err := json.Marshal(peerQuery{Owner: c.Owner, Admin: c.Admin, Filter: f})
 	if err != nil {
-		p.c.logger.Error("cluster: encode a peer list", "err", err)
-		return nil
+		return nil, fmt.Errorf("encode a peer list: %w", err)
 	}
 	query := url.Values{"q": {base64.RawURLEncoding.EncodeToString(q)}}.Encode()
-	return askPeers[service.Page](ctx, p, peerListPath+"?"+query, func(string, *service.Page) {})
+	pages, failed := askPeers[service.Page](ctx, p, peerListPath+"?"+query, func(string, *service.Page) {})
+	if len(failed) > 0 {
+		return nil, fmt.Errorf("node %s did not answer the list; retry", strings.Join(failed, ", "))
+	}
+	return pages, nil
 }
 
-// PeerPools implements service.PeerLister.
+// PeerPools implements service.PeerLister: the nodes that answered (an
+// admin's view, which may show fewer nodes than there are).
 func (p peers) PeerPools(ctx context.Context) []service.NodePools {
-	return askPeers[service.NodePools](ctx, p, peerPoolsPath, func(node string, np *service.NodePools) { np.Node = node })
+	pools, _ := askPeers[service.NodePools](ctx, p, peerPoolsPath, func(node string, np *service.NodePools) { np.Node = node })
+	return pools
 }
 
 // askPeers asks every other live node at once for what uri answers, each
-// answer bounded in time and size; a node that fails is logged and left
-// out. set marks an answer with its node.
-func askPeers[T any](ctx context.Context, p peers, uri string, set func(node string, v *T)) []T {
+// answer bounded in time and size; it returns the answers and the nodes
+// that failed (logged). set marks an answer with its node.
+func askPeers[T any](ctx context.Context, p peers, uri string, set func(node string, v *T)) (answers []T, failed []string) {
 	ctx, cancel := context.WithTimeout(ctx, peerListTimeout)
 	defer cancel()
 	var (
-		mu  sync.Mutex
-		out []T
-		wg  sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
 	for _, n := range p.c.node.Nodes() {
 		if n.ID == p.c.self {
@@ -95,27 +102,29 @@ func askPeers[T any](ctx context.Context, p peers, uri string, set func(node str
 		}
 		wg.Go(func() {
 			var v T
-			if err := p.ask(ctx, n, uri, &v); err != nil {
-				p.c.logger.Warn("cluster: a node did not answer; it is left out", "node", n.ID, "path", strings.SplitN(uri, "?", 2)[0], "err", err)
+			err := p.ask(ctx, n, uri, &v)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				p.c.logger.Warn("cluster: a node did not answer", "node", n.ID, "path", strings.SplitN(uri, "?", 2)[0], "err", err)
+				failed = append(failed, n.ID)
 				return
 			}
 			set(n.ID, &v)
-			mu.Lock()
-			out = append(out, v)
-			mu.Unlock()
+			answers = append(answers, v)
 		})
 	}
 	wg.Wait()
-	return out
+	slices.Sort(failed)
+	return answers, failed
 }
 
 // ask GETs uri of node n, signed, and decodes its JSON answer into v.
 func (p peers) ask(ctx context.Context, n cluster.NodeInfo, uri string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(n.APIURL, "/")+uri, nil)
+	req, err := p.c.peerRequest(ctx, n.APIURL, uri)
 	if err != nil {
 		return err
 	}
-	p.c.signer.Sign(req)
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return err
@@ -131,24 +140,74 @@ func (p peers) ask(ctx context.Context, n cluster.NodeInfo, uri string, v any) e
 	return nil
 }
 
-// peerOnly answers 404 to anything but a GET with a valid node MAC, and
-// reports whether r is one.
-func (c *clusterNode) peerOnly(w http.ResponseWriter, r *http.Request) bool {
-	if _, ok := c.signer.Verify(r); !ok {
+// peerRequest is a signed GET of uri on the node at apiURL, made unique by
+// a nonce in its query (the MAC covers it): every peer request has a MAC
+// of its own, so that peerOnly can refuse one seen before.
+func (c *clusterNode) peerRequest(ctx context.Context, apiURL, uri string) (*http.Request, error) {
+	sep := "?"
+	if strings.Contains(uri, "?") {
+		sep = "&"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(apiURL, "/")+uri+sep+"nonce="+rand.Text(), nil)
+	if err != nil {
+		return nil, err
+	}
+	c.signer.Sign(req)
+	return req, nil
+}
+
+// peerOnly answers 404 to anything but a GET with a valid node MAC seen
+// for the first time, and reports whether r is one (and from which node).
+// What the peer endpoints answer is every tenant's, so a captured peer
+// request must not work twice: its MAC is remembered for as long as it
+// could verify (macs).
+func (c *clusterNode) peerOnly(w http.ResponseWriter, r *http.Request) (from string, ok bool) {
+	from, ok = c.signer.Verify(r)
+	if !ok || !c.macs.first(from+" "+r.Header.Get(forward.HeaderAuth), time.Now()) {
 		http.NotFound(w, r)
-		return false
+		return "", false
 	}
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
 		writeError(w, http.StatusMethodNotAllowed, "invalid_argument", "GET only", false)
+		return "", false
+	}
+	return from, true
+}
+
+// macCache remembers the node MACs the peer endpoints accepted, for twice
+// forward.MaxSkew (a MAC older than MaxSkew no longer verifies).
+type macCache struct {
+	mu     sync.Mutex
+	seen   map[string]time.Time
+	pruned time.Time
+}
+
+// first records key and reports whether it was not recorded yet.
+func (m *macCache) first(key string, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.seen == nil {
+		m.seen = map[string]time.Time{}
+	}
+	if now.Sub(m.pruned) > time.Second {
+		for k, t := range m.seen {
+			if now.Sub(t) > 2*forward.MaxSkew {
+				delete(m.seen, k)
+			}
+		}
+		m.pruned = now
+	}
+	if _, ok := m.seen[key]; ok {
 		return false
 	}
+	m.seen[key] = now
 	return true
 }
 
 // servePeerPools answers another node's question for this node's pool.
 func (c *clusterNode) servePeerPools(w http.ResponseWriter, r *http.Request, svc *service.Service) {
-	if !c.peerOnly(w, r) {
+	if _, ok := c.peerOnly(w, r); !ok {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -157,7 +216,7 @@ func (c *clusterNode) servePeerPools(w http.ResponseWriter, r *http.Request, svc
 
 // servePeerList answers another node's list with this node's page.
 func (c *clusterNode) servePeerList(w http.ResponseWriter, r *http.Request, svc *service.Service) {
-	if !c.peerOnly(w, r) {
+	if _, ok := c.peerOnly(w, r); !ok {
 		return
 	}
 	var q peerQuery

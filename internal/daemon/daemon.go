@@ -367,6 +367,14 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 	return nil
 }
 
+// peerSandboxes is the E2B facade's PeerSandboxes: nil on a single node.
+func (d *Daemon) peerSandboxes() func() []string {
+	if d.cluster == nil {
+		return nil
+	}
+	return d.cluster.peerSandboxes
+}
+
 // elsewhere is the E2B facade's Elsewhere: nil on a single node.
 func (d *Daemon) elsewhere() func(http.ResponseWriter, *http.Request, string) bool {
 	if d.cluster == nil {
@@ -423,6 +431,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		ReplayWindow:   d.Config.E2BReplayWindow,
 		RequestTimeout: d.Config.RequestTimeout,
 		Elsewhere:      d.elsewhere(),
+		PeerSandboxes:  d.peerSandboxes(),
 	})
 
 	daytonaFacade := daytona.New(daytona.Options{

@@ -227,12 +227,18 @@ func (p publishingStore) CreateSandbox(ctx context.Context, sb *store.Sandbox) e
 }
 
 // ClaimPooled is, to its new owner, the creation of a sandbox (the pool's
-// idle sandboxes are nobody's: nobody subscribes to their owner); its
-// CommitCreate then says it runs, as a cold create's does.
+// idle sandboxes are nobody's: nobody subscribes to their owner), in the
+// events of a cold create: created (creating), then creating → running,
+// from its CommitCreate or, for a claim that commits in its write, here.
 func (p publishingStore) ClaimPooled(ctx context.Context, c store.PoolClaim) (store.Sandbox, error) {
 	row, err := p.Store.ClaimPooled(ctx, c)
 	if err == nil {
-		p.hub.publish(Event{Sandbox: fromRow(row), Created: true})
+		created := fromRow(row)
+		created.State = StateCreating
+		p.hub.publish(Event{Sandbox: created, Created: true})
+		if c.Commit {
+			p.hub.publish(Event{Sandbox: fromRow(row), OldState: StateCreating})
+		}
 	}
 	return row, err
 }

@@ -131,16 +131,20 @@ type ListFilter struct {
 //
 // In cluster mode the page is the cluster's: every other live node lists
 // its own page of f (Peers), and the pages are merged in the same order
-// (see mergePages). A node that does not answer is left out of the page
-// (and logged): a list shows what can be reached rather than failing
-// while a node is down.
+// (see mergePages). A live node that does not answer fails the list with
+// ErrUnavailable (retryable): a page without its rows would page past
+// them for good. A node whose lease ended is not asked (its sandboxes
+// fail over or are lost).
 func (s *Service) List(ctx context.Context, c Caller, f ListFilter) ([]Sandbox, string, error) {
 	local, next, err := s.ListLocal(ctx, c, f)
 	if err != nil || s.Peers == nil {
 		return local, next, err
 	}
-	pages := append(s.Peers.ListPeers(ctx, c, f), Page{Items: local, Next: next})
-	items, next := mergePages(f, pages)
+	pages, err := s.Peers.ListPeers(ctx, c, f)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	items, next := mergePages(f, append(pages, Page{Items: local, Next: next}))
 	return items, next, nil
 }
 
@@ -175,8 +179,8 @@ type Page struct {
 // PeerLister lists what the cluster's other nodes have (cluster mode).
 type PeerLister interface {
 	// ListPeers returns the page of f for c (ListLocal) of every other
-	// live node that answered; the others are left out.
-	ListPeers(ctx context.Context, c Caller, f ListFilter) []Page
+	// live node, or an error naming one that did not answer.
+	ListPeers(ctx context.Context, c Caller, f ListFilter) ([]Page, error)
 	// PeerPools returns the warm pool (PoolStatus) of every other live
 	// node that answered, by node id.
 	PeerPools(ctx context.Context) []NodePools

@@ -208,8 +208,8 @@ func (p *pool) status() []PoolStatus {
 }
 
 // next picks a class to refill now and counts its refill as started, or
-// reports when to look again (zero: when poked). Nothing starts within
-// refillQuiet of the last claim.
+// reports when to look again (zero: when poked). Within refillQuiet of
+// the last claim, only a class with no idle sandbox left is refilled.
 func (p *pool) next(now time.Time) (PoolClass, bool, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -220,9 +220,7 @@ func (p *pool) next(now time.Time) (PoolClass, bool, time.Duration) {
 	if inFlight >= p.concurrency {
 		return PoolClass{}, false, 0
 	}
-	if d := time.Until(p.quietUntil); d > 0 {
-		return PoolClass{}, false, d
-	}
+	quiet := time.Until(p.quietUntil)
 	var wait time.Duration
 	classes := slices.SortedFunc(maps.Keys(p.targets), func(a, b PoolClass) int { return cmp.Compare(a.String(), b.String()) })
 	// The emptiest class first, so one class's refill never starves another.
@@ -236,6 +234,15 @@ func (p *pool) next(now time.Time) (PoolClass, bool, time.Duration) {
 		if until := p.backoff[c]; now.Before(until) {
 			if d := until.Sub(now); wait == 0 || d < wait {
 				wait = d
+			}
+			continue
+		}
+		if quiet > 0 && len(p.ready[c]) > 0 {
+			// The last claim's first commands go first, unless the
+			// class ran dry (a steady stream of claims would otherwise
+			// keep pushing its refill back until it did).
+			if wait == 0 || quiet < wait {
+				wait = quiet
 			}
 			continue
 		}

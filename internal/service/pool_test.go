@@ -563,3 +563,37 @@ func TestPool_ClaimWriteFailureDestroysTheConfiguredSandbox(t *testing.T) {
 		t.Errorf("bob sees KEY=%q (%v)", res.Stdout, err)
 	}
 }
+
+// A create served from the pool announces itself as a cold one does: its
+// owner's subscribers see it created, then running.
+func TestPool_ClaimPublishesTheEventsOfACreate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(1)})
+	runPool(t, h)
+	waitReady(t, h, 1)
+	sub, err := h.svc.Subscribe("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	c, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "alice", Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(t.Context()), admin, c.ID) })
+	if !hit(c) {
+		t.Fatalf("not served from the pool: %+v", c.Timings)
+	}
+	var got []string
+	for len(got) < 2 {
+		select {
+		case ev := <-sub.Events():
+			got = append(got, fmt.Sprintf("created=%v %s→%s", ev.Created, ev.OldState, ev.Sandbox.State))
+		case <-time.After(time.Minute):
+			t.Fatalf("events so far %v, want two", got)
+		}
+	}
+	if want := "[created=true →creating created=false creating→running]"; fmt.Sprint(got) != want {
+		t.Errorf("events %v, want %s", got, want)
+	}
+}

@@ -26,6 +26,7 @@ type Service interface {
 	CreateOnce(ctx context.Context, c service.Caller, r service.CreateOnceRequest) (*service.Created, error)
 	Get(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	List(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
+	ListLocal(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
 	Destroy(ctx context.Context, c service.Caller, idOrName string) error
 	Start(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	Stop(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
@@ -84,6 +85,10 @@ type Options struct {
 	// asked for what no Host, header or path names (a signed /files URL on
 	// E2B_SANDBOX_URL, matched by its signature).
 	Elsewhere func(w http.ResponseWriter, r *http.Request, id string) bool
+	// PeerSandboxes, in cluster mode, lists the ids of the sandboxes the
+	// other nodes have, from memory (no I/O): the candidates of a signed
+	// /files URL that no sandbox of this node made.
+	PeerSandboxes func() []string
 }
 
 // DefaultImages are the built-in templates (scripts/build-images.sh). An
@@ -115,6 +120,7 @@ type Facade struct {
 	maxBody    int64
 	timeout    time.Duration
 	elsewhere  func(w http.ResponseWriter, r *http.Request, id string) bool
+	peerIDs    func() []string
 
 	control     http.Handler
 	interpreter singleflight.Group // one interpreter start per sandbox at a time
@@ -158,6 +164,7 @@ func New(opts Options) *Facade {
 		maxBody:    opts.MaxBodyBytes,
 		timeout:    opts.RequestTimeout,
 		elsewhere:  opts.Elsewhere,
+		peerIDs:    opts.PeerSandboxes,
 	}
 	f.control = f.routes()
 	return f

@@ -101,12 +101,17 @@ const signedFilePage = 500
 // the match tells nothing a routed URL's check would not; it costs one
 // HMAC and one SHA-256 per running E2B sandbox of the host, and only such
 // URLs pay it. A signature no sandbox made is 401, as a bad one is on
-// E2B; a failed listing is 502. In cluster mode the listing is the
-// cluster's, and a URL of another node's sandbox is served there.
+// E2B; a failed listing is 502.
+//
+// In cluster mode a URL no sandbox of this node made is matched against
+// the ids of the other nodes' sandboxes, from memory (the access token is
+// derived from the id with the cluster's key), and served by the node of
+// the one that made it, which checks it again with its row. No other node
+// is asked anything: an unauthenticated URL costs the cluster no I/O.
 func (f *Facade) serveSignedFile(w http.ResponseWriter, r *http.Request) {
 	filter := service.ListFilter{States: []service.State{service.StateRunning}, Limit: signedFilePage}
 	for {
-		page, next, err := f.svc.List(r.Context(), envdCaller, filter)
+		page, next, err := f.svc.ListLocal(r.Context(), envdCaller, filter)
 		if err != nil {
 			f.log.ErrorContext(r.Context(), "e2b: signed file URL: list sandboxes", "err", err)
 			f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandboxes cannot be listed right now")
@@ -114,9 +119,6 @@ func (f *Facade) serveSignedFile(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, sb := range page {
 			if sb.Annotations[annTemplate] != "" && secure(sb) && f.signedBy(r, sb.ID) {
-				if f.elsewhere != nil && f.elsewhere(w, r, sb.ID) {
-					return // served by its node, which checks it again
-				}
 				f.forward(w, r, sb, envdPort)
 				return
 			}
@@ -125,6 +127,13 @@ func (f *Facade) serveSignedFile(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		filter.PageToken = next
+	}
+	if f.peerIDs != nil && f.elsewhere != nil {
+		for _, id := range f.peerIDs() {
+			if f.signedBy(r, id) && f.elsewhere(w, r, id) {
+				return // served by its node, which checks it again
+			}
+		}
 	}
 	f.envdError(w, r, http.StatusUnauthorized, "unauthenticated",
 		"invalid signature: no running sandbox's access token signs this URL")

@@ -48,12 +48,16 @@
 // The MAC does not cover the body, the Host or any other header. That is
 // acceptable because of what a valid MAC grants: only that the request is
 // served here rather than forwarded again, and that the node headers are
-// believed. It grants no access to any sandbox: the caller's own
-// credentials, which travel with the request, are checked by the owner as
-// on any node. Someone who captured a signed request could, within its
-// minute, replay its method and URI with another body; but they then also
-// hold whatever credentials it carried, which work on any node without a
-// MAC, so the replay gains nothing but not being forwarded. Covering the body would mean
+// believed. On a forwarded call it grants no access to any sandbox: the
+// caller's own credentials, which travel with the request, are checked by
+// the owner as on any node. Someone who captured a signed request could,
+// within its minute, replay its method and URI with another body; but
+// they then also hold whatever credentials it carried, which work on any
+// node without a MAC, so the replay gains nothing but not being
+// forwarded. The daemon's own node-to-node calls (lists, pools, event
+// streams under /v1/cluster/peer/) carry no user credential and answer
+// every tenant's data on the MAC alone: their questions travel in the URI
+// with a nonce, and the daemon refuses a MAC it accepted before. Covering the body would mean
 // buffering uploads and streams (gigabytes, or unbounded for a Connect
 // stream) before the first byte goes out. Node-to-node links should still
 // run over TLS (an https Target URL), which protects bodies and
