@@ -108,4 +108,3 @@ func TestCluster_QuotaCountsTheOwnersSandboxesOnEveryNode(t *testing.T) {
 		t.Errorf("a second sandbox again, through %s: %v", c.Nodes[2].NodeID(), a)
 	}
 }
-
