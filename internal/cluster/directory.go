@@ -263,6 +263,32 @@ func (n *Node) token(hexHash string) (tokenRecord, bool) {
 	return tr, ok
 }
 
+// missReadsPerSecond bounds fetchToken's reads of etcd (a burst of as
+// many).
+const missReadsPerSecond = 50
+
+// fetchToken reads tokenhash/<hexHash> from etcd (a linearizable read),
+// for a token the directory does not have yet. It reports false when the
+// key does not exist, the read failed, or the node spent its read budget
+// (missReadsPerSecond). The directory is left to the watch, which also
+// delivers revocations in order.
+func (n *Node) fetchToken(ctx context.Context, hexHash string) (tokenRecord, bool) {
+	if !n.missReads.Allow() {
+		return tokenRecord{}, false
+	}
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	resp, err := n.cli.Get(ctx, tokenHashPrefix+hexHash)
+	if err != nil || len(resp.Kvs) == 0 {
+		return tokenRecord{}, false
+	}
+	var tr tokenRecord
+	if json.Unmarshal(resp.Kvs[0].Value, &tr) != nil {
+		return tokenRecord{}, false
+	}
+	return tr, true
+}
+
 // nameTarget is the directory's id of owner's name.
 func (n *Node) nameTarget(owner, name string) (string, bool) {
 	n.dirMu.RLock()

@@ -15,6 +15,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/time/rate"
 )
 
 // prefix is the root of every key sandboxd keeps in etcd. The version lets
@@ -123,6 +124,9 @@ type Node struct {
 	now      published // what nodes/<id> should say
 	put      published // what it said when last put
 
+	// missReads paces fetchToken's reads of etcd.
+	missReads *rate.Limiter
+
 	dirMu      sync.RWMutex
 	nodes      map[string]NodeInfo
 	placements map[string]Placement
@@ -183,6 +187,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		placements: map[string]Placement{},
 		hostnames:  map[string]string{},
 		departed:   make(chan string, departedBuffer),
+		missReads:  rate.NewLimiter(missReadsPerSecond, missReadsPerSecond),
 		now:        published{tlsAddr: cfg.TLSAddr},
 	}
 	if err := n.open(ctx); err != nil {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"testing"
 	"time"
@@ -226,5 +227,32 @@ func TestNode_LostLeaseIsGrantedAgain(t *testing.T) {
 	case id := <-b.Departed():
 		t.Errorf("b's Departed delivered %q", id)
 	default:
+	}
+}
+
+// A token made on one node works on another as soon as its create
+// answered, before that node's watch delivered it: a miss in the
+// directory reads etcd once. Those reads are budgeted: past the budget a
+// miss is a miss (made-up tokens cannot load etcd).
+func TestTokenStore_FreshTokenIsReadOnAMiss(t *testing.T) {
+	m := startSingle(t)
+	a := openNode(t, "a", []string{m.ClientURL()})
+	b := openNode(t, "b", []string{m.ClientURL()})
+	ctx := t.Context()
+	plain, _, err := auth.NewIssuer(NewTokenStore(a)).IssueWithQuota(ctx, auth.RoleUser, "alice", "ci", auth.Quota{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not through the directory: straight to the miss path, as if the
+	// watch had not delivered it yet.
+	h := auth.Hash(plain)
+	if tr, ok := b.fetchToken(ctx, hex.EncodeToString(h[:])); !ok || tr.Owner != "alice" {
+		t.Fatalf("fetchToken of a token made on a: %+v, %v", tr, ok)
+	}
+	for range missReadsPerSecond + 5 {
+		b.fetchToken(ctx, hex.EncodeToString(make([]byte, 32)))
+	}
+	if _, ok := b.fetchToken(ctx, hex.EncodeToString(h[:])); ok {
+		t.Error("a read past the budget went to etcd")
 	}
 }

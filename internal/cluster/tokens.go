@@ -172,15 +172,20 @@ func (s *TokenStore) RevokeAPIToken(ctx context.Context, id string) error {
 // LookupAPITokenByHash returns the token whose whole-token hash is hash
 // (revoked ones too, marked Revoked: the authenticator refuses them), or
 // [auth.ErrTokenNotFound]. It reads the node's watch-fed copy of
-// tokenhash/, never etcd: authentication costs no cluster call (a flood
-// of made-up tokens cannot load etcd), and goes on during a quorum loss
-// with what the node last saw. A token made or revoked on another node
-// holds here once the watch delivers it (milliseconds on a healthy
-// cluster).
+// tokenhash/: authentication costs no cluster call, and goes on during a
+// quorum loss with what the node last saw. A token made on another node a
+// moment ago, which the watch has not delivered yet, is read from etcd
+// once (Node.fetchToken), so that a token works on every node as soon as
+// its create answered; those reads are rate-limited, so a flood of
+// made-up tokens cannot load etcd. A revocation holds here once the watch
+// delivers it (milliseconds on a healthy cluster).
 func (s *TokenStore) LookupAPITokenByHash(ctx context.Context, hash [32]byte) (auth.StoredToken, error) {
-	tr, ok := s.n.token(hex.EncodeToString(hash[:]))
+	hexHash := hex.EncodeToString(hash[:])
+	tr, ok := s.n.token(hexHash)
 	if !ok {
-		return auth.StoredToken{}, auth.ErrTokenNotFound
+		if tr, ok = s.n.fetchToken(ctx, hexHash); !ok {
+			return auth.StoredToken{}, auth.ErrTokenNotFound
+		}
 	}
 	var stored [32]byte
 	if b, err := hex.DecodeString(tr.SHA256); err != nil || len(b) != len(stored) {
