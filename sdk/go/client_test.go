@@ -737,3 +737,18 @@ func TestPathEscaping(t *testing.T) {
 		t.Errorf("path = %s, want %s", got, want)
 	}
 }
+
+// AddDomain sends the two fields the API takes, nothing else: the API
+// refuses unknown fields (a sandbox_id in the body made every call 400).
+func TestAddDomain_SendsOnlyHostnameAndPort(t *testing.T) {
+	rec := &recorder{t: t, replies: []func(http.ResponseWriter, *http.Request){
+		replyJSON(200, map[string]any{"hostname": "app.example.com", "port": 8080, "sandbox_id": "sb-0123456789abcdef"}),
+	}}
+	c, _ := newClient(t, rec)
+	if _, err := c.AddDomain(t.Context(), "sb-0123456789abcdef", "app.example.com", 8080); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.requests()[0].Body; got != `{"hostname":"app.example.com","port":8080}` {
+		t.Errorf("body %s, want hostname and port only", got)
+	}
+}

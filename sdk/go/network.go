@@ -93,7 +93,11 @@ type Domain struct {
 func (c *Client) AddDomain(ctx context.Context, id, hostname string, port int) (*Domain, error) {
 	var d Domain
 	r := &request{method: http.MethodPost, segs: []string{"v1", "sandboxes", id, "domains"}, retry: retrySafe}
-	err := c.do(ctx, r, Domain{Hostname: hostname, Port: port}, &d)
+	body := struct {
+		Hostname string `json:"hostname"`
+		Port     int    `json:"port"`
+	}{hostname, port} // the API takes these two fields only: the sandbox is in the path
+	err := c.do(ctx, r, body, &d)
 	if errors.Is(err, ErrHostnameConflict) {
 		if have, lerr := c.ListDomains(ctx, id); lerr == nil {
 			for _, h := range have {
