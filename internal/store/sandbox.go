@@ -453,6 +453,31 @@ func (s *Store) moveState(ctx context.Context, id string, from, to SandboxState,
 	return sb, err
 }
 
+// PauseExpiredSandbox is PauseSandbox for a sandbox that pauses instead of
+// being destroyed when its timeout passes: it moves sandbox id from running
+// to paused, and clears its expiry, only if under the writer it has still
+// expired at now. ok is false, with nothing changed, when it no longer
+// qualifies (extended, cleared, not running, gone or being destroyed).
+func (s *Store) PauseExpiredSandbox(ctx context.Context, id string, now time.Time) (sb Sandbox, ok bool, err error) {
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		nowMs := s.nowMillis()
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
+			SET state = ?, paused_at = ?, expires_at = NULL, updated_at = ?
+			WHERE id = ? AND state = ? AND expires_at IS NOT NULL AND expires_at <= ?
+				AND destroying_since IS NULL
+			RETURNING `+sandboxColumns, StatePaused, nowMs, nowMs, id, StateRunning, millis(now)))
+		return err
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Sandbox{}, false, nil
+	case err != nil:
+		return Sandbox{}, false, fmt.Errorf("pause expired sandbox %s: %w", id, err)
+	}
+	return sb, true, nil
+}
+
 // ListPausedBefore returns the sandboxes paused at or before before (and
 // not being destroyed), longest paused first: the ones the background loop
 // stops for having been paused too long.
