@@ -150,10 +150,10 @@ func (s *Service) resumeLocked(ctx context.Context, c Caller, row store.Sandbox)
 }
 
 // engineErr is the answer to a pause or resume whose engine call failed:
-// not found when the sandbox was destroyed meanwhile, a conflict when its
+// not found when the sandbox was destroyed meanwhile (or is being), a conflict when its
 // container is gone or stopped, else the error (unavailable to callers).
 func (s *Service) engineErr(ctx context.Context, verb, id string, err error) error {
-	if _, gerr := s.Store.GetSandbox(ctx, id); errors.Is(gerr, store.ErrNotFound) {
+	if row, gerr := s.Store.GetSandbox(ctx, id); errors.Is(gerr, store.ErrNotFound) || (gerr == nil && !row.DestroyingSince.IsZero()) {
 		return fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
 	}
 	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrNotRunning) {
