@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,6 +93,12 @@ func TestPause_ProcessesFreezeAndContinue(t *testing.T) {
 	if _, err := h.svc.Exec(ctx, admin, c.ID, service.ExecRequest{Command: "true"}); !errors.Is(err, service.ErrPaused) || !errors.Is(err, service.ErrConflict) {
 		t.Errorf("Exec while paused = %v, want ErrPaused (a conflict)", err)
 	}
+	if conn, err := h.svc.DialPort(ctx, c.ID, 8080); !errors.Is(err, service.ErrPaused) {
+		if conn != nil {
+			conn.Close()
+		}
+		t.Errorf("DialPort while paused = %v, want ErrPaused", err)
+	}
 	// Paused for at least thirty increments' worth of time: a loop that
 	// ran would count past before+30; a frozen one stays where it was.
 	window := max(2*time.Second, 3*tenSteps)
@@ -117,6 +124,18 @@ func TestPause_ProcessesFreezeAndContinue(t *testing.T) {
 	res, err := h.svc.Exec(ctx, admin, c.ID, service.ExecRequest{Command: "kill -0 " + pid + " && wget -qO- http://127.0.0.1:8080/"})
 	if err != nil || res.ExitCode != 0 || string(res.Stdout) != "hello\n" {
 		t.Errorf("after resume: pid %s alive and the server answering = %q, %v (%+v)", pid, res.Stdout, err, res)
+	}
+	// The server answers from outside too, through the agent's tunnel.
+	conn, err := h.svc.DialPort(ctx, c.ID, 8080)
+	if err != nil {
+		t.Fatalf("DialPort after resume: %v", err)
+	}
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprint(conn, "GET / HTTP/1.0\r\n\r\n")
+	reply, _ := io.ReadAll(conn)
+	conn.Close()
+	if !strings.HasPrefix(string(reply), "HTTP/1.") || !strings.HasSuffix(string(reply), "hello\n") {
+		t.Errorf("HTTP through DialPort after resume = %q", reply)
 	}
 	if again, err := h.svc.Resume(ctx, admin, c.ID); err != nil || again.State != service.StateRunning || again.ProcessesRestarted {
 		t.Errorf("second Resume = %+v, %v; want running, not restarted", again, err)
