@@ -152,6 +152,20 @@ describe('lifecycle', { concurrency: true }, () => {
     assert.equal(res.status, 200, res.body)
   })
 
+  it("lifecycle onTimeout 'pause': the timeout pauses the sandbox, connect resumes its processes", { timeout: 180_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'auto-pause', { timeoutMs: 5_000, lifecycle: { onTimeout: 'pause' } })
+    const loop = await sbx.commands.run(`sh -c 'while true; do sleep 1; done'`, { background: true })
+    await waitFor(async () => (await Sandbox.getInfo(sbx.sandboxId)).state === 'paused', {
+      timeoutMs: 60_000,
+      intervalMs: 500,
+      what: 'the timeout to pause the sandbox',
+    })
+    const resumed = await Sandbox.connect(sbx.sandboxId)
+    const pids = (await resumed.commands.list()).map((p) => p.pid)
+    assert.ok(pids.includes(loop.pid), `the background loop ${loop.pid} is gone after resume: ${pids}`)
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running')
+  })
+
   it('connect to a running sandbox only extends its life', { timeout: 120_000 }, async (t) => {
     const sbx = await createSandbox(t, 'connect-extends', { timeoutMs: 600_000 })
     const endIn = async () => (await Sandbox.getInfo(sbx.sandboxId)).endAt.getTime() - Date.now()
