@@ -165,7 +165,7 @@ command's own code.`,
 	root.PersistentFlags().BoolVar(&c.jsonOut, "json", false, "print the API object as JSON")
 	root.AddCommand(
 		c.createCmd(), c.lsCmd(), c.getCmd(), c.execCmd(), c.shellCmd(), c.cpCmd(),
-		c.startCmd(), c.stopCmd(), c.rmCmd(), c.portsCmd(), c.domainsCmd(), c.tokenCmd(), c.poolCmd(),
+		c.startCmd(), c.stopCmd(), c.pauseCmd(), c.resumeCmd(), c.rmCmd(), c.portsCmd(), c.domainsCmd(), c.tokenCmd(), c.poolCmd(),
 	)
 	return root
 }

@@ -137,6 +137,29 @@ func (f *fakeAPI) handler() http.Handler {
 		sb.State = sandboxd.StateStopped
 		writeJSON(w, 200, sb)
 	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		sb, ok := f.boxes[r.PathValue("id")]
+		if !ok {
+			apiError(w, 404, "not_found", "by id only")
+			return
+		}
+		sb.State = sandboxd.StatePaused
+		writeJSON(w, 200, sb)
+	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		sb, ok := f.boxes[r.PathValue("id")]
+		if !ok {
+			apiError(w, 404, "not_found", "by id only")
+			return
+		}
+		restarted := sb.State == sandboxd.StateStopped
+		sb.State = sandboxd.StateRunning
+		writeJSON(w, 200, sandboxd.Resumed{Sandbox: *sb, ProcessesRestarted: restarted})
+	})
 	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -379,6 +402,20 @@ func TestStop_ResolvesName(t *testing.T) {
 	got := sbx(t, srv, "", "stop", "web")
 	if got.code != 0 || got.stdout != webID+"\n" {
 		t.Errorf("exit %d stdout %q stderr %q", got.code, got.stdout, got.stderr)
+	}
+}
+
+func TestPauseResume_ResolvesNameAndSaysRestarted(t *testing.T) {
+	_, srv := newFakeAPI(t)
+	for _, verb := range []string{"pause", "resume"} {
+		if got := sbx(t, srv, "", verb, "web"); got.code != 0 || got.stdout != webID+"\n" || got.stderr != "" {
+			t.Errorf("%s: exit %d stdout %q stderr %q", verb, got.code, got.stdout, got.stderr)
+		}
+	}
+	sbx(t, srv, "", "stop", "web")
+	got := sbx(t, srv, "", "resume", "web")
+	if got.code != 0 || !strings.Contains(got.stderr, "processes restarted") {
+		t.Errorf("resume of a stopped sandbox: exit %d stderr %q", got.code, got.stderr)
 	}
 }
 

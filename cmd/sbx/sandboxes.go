@@ -150,6 +150,12 @@ func (c *cli) printSandbox(sb *sandboxd.Sandbox) error {
 
 func (c *cli) startCmd() *cobra.Command { return c.lifecycleCmd("start", "Start a stopped sandbox") }
 func (c *cli) stopCmd() *cobra.Command  { return c.lifecycleCmd("stop", "Stop a running sandbox") }
+func (c *cli) pauseCmd() *cobra.Command {
+	return c.lifecycleCmd("pause", "Freeze a running sandbox's processes in memory")
+}
+func (c *cli) resumeCmd() *cobra.Command {
+	return c.lifecycleCmd("resume", "Thaw a paused sandbox (a stopped one is started)")
+}
 
 func (c *cli) lifecycleCmd(verb, short string) *cobra.Command {
 	return &cobra.Command{
@@ -165,16 +171,32 @@ func (c *cli) lifecycleCmd(verb, short string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			call := cl.StartSandbox
-			if verb == "stop" {
-				call = cl.StopSandbox
+			var out any
+			var sb *sandboxd.Sandbox
+			switch verb {
+			case "start":
+				sb, err = cl.StartSandbox(cmd.Context(), id)
+			case "stop":
+				sb, err = cl.StopSandbox(cmd.Context(), id)
+			case "pause":
+				sb, err = cl.PauseSandbox(cmd.Context(), id)
+			case "resume":
+				var r *sandboxd.Resumed
+				if r, err = cl.ResumeSandbox(cmd.Context(), id); err == nil {
+					sb, out = &r.Sandbox, r
+					if r.ProcessesRestarted {
+						fmt.Fprintf(c.stderr, "%s was stopped, not paused: its processes restarted\n", r.ID)
+					}
+				}
 			}
-			sb, err := call(cmd.Context(), id)
 			if err != nil {
 				return err
 			}
+			if out == nil {
+				out = sb
+			}
 			if c.jsonOut {
-				return c.printJSON(sb)
+				return c.printJSON(out)
 			}
 			fmt.Fprintln(c.stdout, sb.ID)
 			return nil

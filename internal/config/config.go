@@ -77,6 +77,10 @@ type Daemon struct {
 	// E2BReplayWindow is how long an E2B create stays adoptable (undelivered)
 	// or replayable (body).
 	E2BReplayWindow time.Duration
+	// PauseMax is how long a sandbox may stay paused (its processes frozen,
+	// its memory held) before it is stopped, its file system kept; the next
+	// resume restarts its processes. Zero: never.
+	PauseMax time.Duration
 	// Pool is how many started, idle sandboxes the warm pool keeps per
 	// image (default CPU, memory and runtime, no network); the default is
 	// two of DefaultImage. The admin API (PUT /v1/pools) changes it at
@@ -182,6 +186,8 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"E2B creates without an Idempotency-Key: undelivered (adopt only a create whose client went away), body or true (collapse identical bodies, the old rule), off or false (env SANDBOXD_E2B_BODY_DEDUPE)")
 	fs.DurationVar(&d.E2BReplayWindow, "e2b-replay-window", d.E2BReplayWindow,
 		"how long an undelivered E2B create stays adoptable (or, with --e2b-body-dedupe=body, an identical body is replayed) (env SANDBOXD_E2B_REPLAY_WINDOW)")
+	fs.DurationVar(&d.PauseMax, "pause-max", d.PauseMax,
+		"stop a sandbox paused for longer than this, keeping its file system (its next resume restarts its processes); 0: never (env SANDBOXD_PAUSE_MAX)")
 	pool := ""
 	if v, ok := env("SANDBOXD_POOL"); ok {
 		pool = v
@@ -284,6 +290,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	if d.E2BReplayWindow, err = time.ParseDuration(get("SANDBOXD_E2B_REPLAY_WINDOW", "10s")); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_REPLAY_WINDOW: %w", err)
 	}
+	if d.PauseMax, err = time.ParseDuration(get("SANDBOXD_PAUSE_MAX", "10m")); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_PAUSE_MAX: %w", err)
+	}
 	if d.E2BBodyDedupe, err = parseDedupe(d.E2BBodyDedupe); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_BODY_DEDUPE: %w", err)
 	}
@@ -296,6 +305,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 func (d Daemon) validate() error {
 	if d.E2BReplayWindow <= 0 {
 		return fmt.Errorf("--e2b-replay-window %v: must be positive", d.E2BReplayWindow)
+	}
+	if d.PauseMax < 0 {
+		return fmt.Errorf("--pause-max %v: must be zero (never) or positive", d.PauseMax)
 	}
 	if d.DefaultRuntime != "docker" && d.DefaultRuntime != "gvisor" {
 		return fmt.Errorf("--default-runtime %q: want docker or gvisor", d.DefaultRuntime)

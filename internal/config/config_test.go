@@ -37,6 +37,7 @@ func wantDefaults(t *testing.T) Daemon {
 		MemoryMB:        16 * 1024,
 		E2BBodyDedupe:   "undelivered",
 		E2BReplayWindow: 10 * time.Second,
+		PauseMax:        10 * time.Minute,
 		Pool:            []PoolSize{{Image: "sandboxd/base:bookworm", Size: 2}},
 		IdleTimeout:     60 * time.Second,
 		RequestTimeout:  5 * time.Minute,
@@ -108,6 +109,8 @@ func TestParse_Sources(t *testing.T) {
 		{"DedupeEnvBody", map[string]string{"SANDBOXD_E2B_BODY_DEDUPE": "body"}, nil, func(d *Daemon) { d.E2BBodyDedupe = "body" }},
 		{"DedupeFlagUndelivered", map[string]string{"SANDBOXD_E2B_BODY_DEDUPE": "true"}, []string{"--e2b-body-dedupe=undelivered"}, func(d *Daemon) { d.E2BBodyDedupe = "undelivered" }},
 		{"ReplayWindowEnv", map[string]string{"SANDBOXD_E2B_REPLAY_WINDOW": "3s"}, nil, func(d *Daemon) { d.E2BReplayWindow = 3 * time.Second }},
+		{"PauseMaxEnv", map[string]string{"SANDBOXD_PAUSE_MAX": "0"}, nil, func(d *Daemon) { d.PauseMax = 0 }},
+		{"PauseMaxFlagWins", map[string]string{"SANDBOXD_PAUSE_MAX": "0"}, []string{"--pause-max", "1h"}, func(d *Daemon) { d.PauseMax = time.Hour }},
 		{"ReplayWindowFlagWins", map[string]string{"SANDBOXD_E2B_REPLAY_WINDOW": "3s"}, []string{"--e2b-replay-window", "1m"}, func(d *Daemon) { d.E2BReplayWindow = time.Minute }},
 		{"ReconcileEvery", nil, []string{"--reconcile-every", "1m30s"}, func(d *Daemon) { d.ReconcileEvery = 90 * time.Second }},
 		{"APIHostsEnv", map[string]string{"SANDBOXD_API_HOSTS": "api.example.com, API.Example.Org.:443"}, nil, func(d *Daemon) {

@@ -344,6 +344,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		GVisor:         d.gvisor,
 		DefaultRuntime: cfg.DefaultRuntime,
 		Pool:           poolTargets(cfg.Pool),
+		PauseMax:       cfg.PauseMax,
 		HostPortLo:     cfg.HostPortLo,
 		HostPortHi:     cfg.HostPortHi,
 		TLSPort:        tlsPortN,

@@ -40,6 +40,18 @@ type Runtime interface {
 	// Stopping a stopped sandbox is a no-op; a missing one is ErrNotFound.
 	Stop(ctx context.Context, sandboxID string) error
 
+	// Pause freezes every process of a running sandbox in memory (the
+	// cgroup freezer): nothing runs, nothing is lost, and Resume thaws
+	// them where they were. Pausing a paused sandbox is a no-op; a missing
+	// one is ErrNotFound, one that is not running ErrNotRunning. A paused
+	// sandbox's Status and Instance say Paused (and State running).
+	Pause(ctx context.Context, sandboxID string) error
+
+	// Resume thaws a paused sandbox. Resuming a running sandbox that is
+	// not paused is a no-op; a missing one is ErrNotFound, one that is not
+	// running ErrNotRunning. Stop and Destroy work on a paused sandbox.
+	Resume(ctx context.Context, sandboxID string) error
+
 	// Destroy removes the sandbox, running or not, and its socket directory.
 	// It is idempotent: a sandbox that is already gone is not an error.
 	Destroy(ctx context.Context, sandboxID string) error
@@ -82,6 +94,8 @@ var (
 	ErrAlreadyExists = errors.New("sandbox already exists in runtime")
 	// ErrInvalidSpec: the Spec is not acceptable (see Spec.Validate).
 	ErrInvalidSpec = errors.New("invalid sandbox spec")
+	// ErrNotRunning: Pause or Resume of a sandbox that is not running.
+	ErrNotRunning = errors.New("sandbox not running")
 	// ErrAgentNotReady: the agent did not answer its health check in time,
 	// or the sandbox stopped before it did. See AgentNotReadyError.
 	ErrAgentNotReady = errors.New("sandbox agent not ready")
@@ -356,6 +370,8 @@ type Status struct {
 	// StartedAt and FinishedAt are zero when the sandbox never started or
 	// never finished.
 	StartedAt, FinishedAt time.Time
+	// Paused: running, with its processes frozen (Runtime.Pause).
+	Paused bool
 	// Detail is the engine's own state word (e.g. "paused"), for logs.
 	Detail string
 }
@@ -366,6 +382,8 @@ type Instance struct {
 	// ContainerID is the engine's id for it (a container id for Docker).
 	ContainerID string
 	State       State
+	// Paused: running, with its processes frozen (Runtime.Pause).
+	Paused bool
 }
 
 // Stats is one sample of a sandbox's resource usage.

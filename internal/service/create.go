@@ -311,6 +311,8 @@ func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets) store
 			Annotations:   req.Annotations,
 			Runtime:       req.Runtime,
 			SecretEnvKeys: slices.Sorted(maps.Keys(req.SecretEnv)),
+
+			PauseOnTimeout: req.PauseOnTimeout,
 		}),
 	}
 }

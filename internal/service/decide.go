@@ -44,6 +44,11 @@ type Plan struct {
 	// missing or not running: asked about again, one by one, before
 	// being marked error (the snapshot may predate a start).
 	CheckLost []string
+	// Refreeze are paused rows whose container runs unfrozen, and Thaw
+	// running rows whose container is frozen: a pause or resume cut short
+	// between its write and its engine call (the row is the truth; see
+	// pause.go). Each is checked again under the sandbox's transition lock.
+	Refreeze, Thaw []string
 	// Restore (startup) are the rows whose routes, ports and domains the
 	// fresh ingress gets back.
 	Restore []string
@@ -94,14 +99,20 @@ func Decide(s Snapshot) Plan {
 				p.RollBack = append(p.RollBack, r.ID)
 			}
 		default:
-			if r.State == store.StateRunning {
-				if c, ok := containers[r.ID]; !ok || c.State != runtime.StateRunning {
+			if r.State == store.StateRunning || r.State == store.StatePaused {
+				c, ok := containers[r.ID]
+				switch {
+				case !ok || c.State != runtime.StateRunning:
 					p.CheckLost = append(p.CheckLost, r.ID)
+				case r.State == store.StatePaused && !c.Paused:
+					p.Refreeze = append(p.Refreeze, r.ID)
+				case r.State == store.StateRunning && c.Paused:
+					p.Thaw = append(p.Thaw, r.ID)
 				}
 			}
 			if s.Startup {
 				p.Restore = append(p.Restore, r.ID)
-				if r.State == store.StateRunning {
+				if r.State == store.StateRunning || r.State == store.StatePaused {
 					p.Live[r.ID] = admission.Request{MilliCPU: r.CPUMillis, MemoryMB: r.MemoryMB, Owner: r.Owner}
 				}
 			}

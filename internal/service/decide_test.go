@@ -24,6 +24,9 @@ func TestDecide(t *testing.T) {
 	}
 	running := func(id string) runtime.Instance { return runtime.Instance{SandboxID: id, State: runtime.StateRunning} }
 	exited := func(id string) runtime.Instance { return runtime.Instance{SandboxID: id, State: runtime.StateExited} }
+	frozen := func(id string) runtime.Instance {
+		return runtime.Instance{SandboxID: id, State: runtime.StateRunning, Paused: true}
+	}
 	claim := func(target string, pending bool) store.StaleClaim {
 		return store.StaleClaim{Claim: store.Claim{Scope: "s", Fingerprint: "fp-" + target}, Pending: pending, TargetID: target}
 	}
@@ -46,6 +49,26 @@ func TestDecide(t *testing.T) {
 				Rows:       []store.Sandbox{row("sb-kept", store.StateRunning, time.Hour)},
 			},
 			want: service.Plan{DestroyOrphans: []string{"sb-a", "sb-b"}},
+		},
+		{
+			name: "the engine follows the row: a paused row's running container is refrozen, a running row's frozen one thawed",
+			snap: service.Snapshot{
+				Containers: []runtime.Instance{running("sb-p"), frozen("sb-r"), frozen("sb-ok"), exited("sb-gone")},
+				Rows: []store.Sandbox{
+					row("sb-p", store.StatePaused, time.Hour), row("sb-r", store.StateRunning, time.Hour),
+					row("sb-ok", store.StatePaused, time.Hour), row("sb-gone", store.StatePaused, time.Hour),
+				},
+			},
+			want: service.Plan{Refreeze: []string{"sb-p"}, Thaw: []string{"sb-r"}, CheckLost: []string{"sb-gone"}},
+		},
+		{
+			name: "startup: a paused sandbox holds its capacity and gets its routes back",
+			snap: service.Snapshot{
+				Startup:    true,
+				Containers: []runtime.Instance{frozen("sb-p")},
+				Rows:       []store.Sandbox{row("sb-p", store.StatePaused, time.Hour)},
+			},
+			want: service.Plan{Restore: []string{"sb-p"}, Live: live("sb-p")},
 		},
 		{
 			name: "a container whose row is being destroyed is not an orphan: the destroy owns it",

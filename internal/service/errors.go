@@ -25,6 +25,10 @@ var (
 	ErrPermissionDenied = errors.New("permission denied")
 	// ErrConflict is a request that contradicts the current state.
 	ErrConflict = errors.New("conflict")
+	// ErrPaused is a call that needs the sandbox's processes (exec, files,
+	// ports) on a paused sandbox. It matches ErrConflict too: edges that
+	// know no more answer it as a conflict.
+	ErrPaused = fmt.Errorf("sandbox is paused; resume it: %w", ErrConflict)
 	// ErrCapacityExhausted is a create past the host's budget; retry later.
 	ErrCapacityExhausted = errors.New("capacity exhausted")
 	// ErrQuotaExceeded is a create or start past the owner's quota

@@ -267,6 +267,30 @@ func (p publishingStore) UpdateSandboxState(ctx context.Context, id string, from
 	return row, err
 }
 
+func (p publishingStore) PauseSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	row, err := p.Store.PauseSandbox(ctx, id)
+	if err == nil {
+		p.hub.publish(Event{Sandbox: fromRow(row), OldState: StateRunning})
+	}
+	return row, err
+}
+
+func (p publishingStore) ResumeSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	row, err := p.Store.ResumeSandbox(ctx, id)
+	if err == nil {
+		p.hub.publish(Event{Sandbox: fromRow(row), OldState: StatePaused})
+	}
+	return row, err
+}
+
+func (p publishingStore) PauseExpiredSandbox(ctx context.Context, id string, now time.Time) (store.Sandbox, bool, error) {
+	row, ok, err := p.Store.PauseExpiredSandbox(ctx, id, now)
+	if ok {
+		p.hub.publish(Event{Sandbox: fromRow(row), OldState: StateRunning})
+	}
+	return row, ok, err
+}
+
 func (p publishingStore) DeleteSandbox(ctx context.Context, id string) error {
 	var before store.Sandbox
 	known := false

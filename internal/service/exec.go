@@ -132,7 +132,11 @@ func (s *Service) runningAgent(ctx context.Context, c Caller, idOrName string) (
 	if err != nil {
 		return nil, err
 	}
-	if row.State != store.StateRunning {
+	switch row.State {
+	case store.StateRunning:
+	case store.StatePaused:
+		return nil, fmt.Errorf("sandbox %s: %w", row.ID, ErrPaused)
+	default:
 		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", row.ID, row.State, ErrConflict)
 	}
 	return s.Agent(ctx, row.ID)

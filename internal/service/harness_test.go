@@ -81,6 +81,8 @@ type harnessOptions struct {
 	pool   []service.PoolTarget // the warm pool's targets (none: no pool)
 	// cluster, when set, is the service's cluster (cluster mode).
 	cluster service.Cluster
+	// pauseMax is Config.PauseMax (zero: a paused sandbox is never stopped).
+	pauseMax time.Duration
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -154,6 +156,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		AgentBinary:   agentBinary,
 		StuckCreating: time.Minute,
 		Pool:          opts.pool,
+		PauseMax:      opts.pauseMax,
 	}, service.Deps{
 		Store:     h.store,
 		Runtime:   h.rt,

@@ -295,21 +295,35 @@ func (s *Service) finishDestroy(ctx context.Context, id string) error {
 	return nil
 }
 
-// Stop stops a running sandbox, keeping its filesystem. Stopping a stopped
-// sandbox returns it unchanged. Its capacity is released until Start.
+// Stop stops a running (or paused) sandbox, keeping its filesystem.
+// Stopping a stopped sandbox returns it unchanged. Its capacity is
+// released until Start.
 func (s *Service) Stop(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
 	if err := s.requireReady(); err != nil {
 		return Sandbox{}, err
 	}
-	row, err := s.lookup(ctx, c, idOrName)
+	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
 		return Sandbox{}, err
 	}
+	defer unlock()
 	switch row.State {
 	case store.StateStopped:
 		return fromRow(row), nil
 	case store.StateCreating:
 		return Sandbox{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
+	}
+	return s.stopLocked(ctx, row)
+}
+
+// stopLocked is Stop under the sandbox's transition lock.
+func (s *Service) stopLocked(ctx context.Context, row store.Sandbox) (Sandbox, error) {
+	if row.State == store.StatePaused {
+		// Thawed first: a frozen agent cannot take its SIGTERM, and would
+		// get the whole grace period and then SIGKILL.
+		if err := s.Runtime.Resume(ctx, row.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) {
+			s.Logger.Warn("stop: thaw before stopping", "sandbox", row.ID, "err", err)
+		}
 	}
 	if err := s.Runtime.Stop(ctx, row.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return Sandbox{}, fmt.Errorf("stop %s: %w", row.ID, err)
@@ -324,22 +338,33 @@ func (s *Service) Stop(ctx context.Context, c Caller, idOrName string) (Sandbox,
 
 // Start starts a stopped sandbox (or one in error whose container still
 // exists) and returns once its agent answers. Starting a running sandbox
-// returns it unchanged. Past the capacity budget it is ErrCapacityExhausted
-// and the sandbox stays stopped.
+// returns it unchanged; a paused one is resumed (Resume). Past the
+// capacity budget it is ErrCapacityExhausted and the sandbox stays
+// stopped.
 func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
 	if err := s.requireReady(); err != nil {
 		return Sandbox{}, err // admission is not recomputed yet
 	}
-	row, err := s.lookup(ctx, c, idOrName)
+	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
 		return Sandbox{}, err
 	}
+	defer unlock()
 	switch row.State {
 	case store.StateRunning:
 		return fromRow(row), nil
+	case store.StatePaused:
+		r, err := s.resumeLocked(ctx, c, row)
+		return r.Sandbox, err
 	case store.StateCreating:
 		return Sandbox{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
 	}
+	return s.startLocked(ctx, c, row)
+}
+
+// startLocked is Start of a sandbox that is not running, under its
+// transition lock.
+func (s *Service) startLocked(ctx context.Context, c Caller, row store.Sandbox) (Sandbox, error) {
 	req := admission.Request{MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB, Owner: row.Owner}
 	if err := s.Admission.ReserveWithin(row.ID, req, c.Quota); err != nil {
 		return Sandbox{}, admissionErr(err)

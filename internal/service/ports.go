@@ -20,9 +20,14 @@ import (
 // DialPort opens a TCP stream to port inside a sandbox, through its agent
 // (sandboxes have no network path from the host). It does not check that
 // the port is exposed: that is the ingress's and the facades' decision.
+// A paused sandbox is ErrPaused at once (one read of its row): its frozen
+// agent would take the connection and never answer it.
 func (s *Service) DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, invalid("port", "must be between 1 and 65535")
+	}
+	if row, err := s.Store.GetSandbox(ctx, sandboxID); err == nil && row.State == store.StatePaused {
+		return nil, fmt.Errorf("sandbox %s: %w", sandboxID, ErrPaused)
 	}
 	ac, err := s.Agent(ctx, sandboxID)
 	if err != nil {

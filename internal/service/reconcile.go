@@ -58,6 +58,9 @@ func (s *Service) reconcile(ctx context.Context, startup bool) error {
 		s.pruneClaims(ctx, p.PruneClaims),
 		s.expireUndeliveredErr(ctx, p.ExpireUndelivered),
 	)
+	cleanup = errors.Join(cleanup,
+		errors.Join(parallel(ctx, p.Refreeze, s.refreeze)...),
+		errors.Join(parallel(ctx, p.Thaw, s.thaw)...))
 	lost, lostErr := s.markLost(ctx, p.CheckLost)
 	if !startup {
 		return errors.Join(cleanup, lostErr)
@@ -156,8 +159,45 @@ func (s *Service) finishInterrupted(ctx context.Context, id string) error {
 	return nil
 }
 
-// markLost asks about each running row whose container the snapshot did
-// not show running, and marks those really lost as error. It returns the
+// refreeze pauses again the container of a paused row that runs
+// unfrozen, if under the transition lock the row is still paused.
+func (s *Service) refreeze(ctx context.Context, id string) error {
+	return s.converge(ctx, id, store.StatePaused, "refreeze", s.Runtime.Pause)
+}
+
+// thaw resumes the frozen container of a running row, if under the
+// transition lock the row is still running.
+func (s *Service) thaw(ctx context.Context, id string) error {
+	return s.converge(ctx, id, store.StateRunning, "thaw", s.Runtime.Resume)
+}
+
+// converge runs the engine call fn for sandbox id if, under its transition
+// lock, its row is still in state want (a transition in between settled it).
+func (s *Service) converge(ctx context.Context, id string, want store.SandboxState, action string, fn func(context.Context, string) error) error {
+	unlock, err := s.transitions.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	row, err := s.Store.GetSandbox(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", action, id, err)
+	case row.State != want || !row.DestroyingSince.IsZero():
+		return nil
+	}
+	if err := fn(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) {
+		return fmt.Errorf("%s %s: %w", action, id, err)
+	}
+	s.Logger.Warn("reconcile: the engine was behind its row", "sandbox", id, "action", action)
+	s.Metrics.reconcileAction(action)
+	return nil
+}
+
+// markLost asks about each running or paused row whose container the
+// snapshot did not show running, and marks those really lost as error. It returns the
 // ids it marked.
 func (s *Service) markLost(ctx context.Context, ids []string) (map[string]bool, error) {
 	lost := map[string]bool{}
@@ -175,7 +215,7 @@ func (s *Service) markLost(ctx context.Context, ids []string) (map[string]bool, 
 		if st.State != runtime.StateMissing {
 			reason = "container is " + string(st.State)
 		}
-		_, err = s.Store.UpdateSandboxState(ctx, id, []store.SandboxState{store.StateRunning}, store.StateError, reason)
+		_, err = s.Store.UpdateSandboxState(ctx, id, []store.SandboxState{store.StateRunning, store.StatePaused}, store.StateError, reason)
 		switch {
 		case errors.Is(err, store.ErrStateConflict), errors.Is(err, store.ErrNotFound):
 			continue // stopped, destroyed or restarted since the snapshot
@@ -304,7 +344,8 @@ func (s *Service) allRows(ctx context.Context) ([]store.Sandbox, error) {
 }
 
 // Reap destroys every sandbox whose expiry has passed and returns how many
-// it destroyed. Expiry is checked again under the writer as each row is
+// it destroyed; one made with PauseOnTimeout is paused instead (and not
+// counted). Expiry is checked again under the writer as each row is
 // marked (store.BeginReap): a timeout extended or cleared since the
 // listing keeps its sandbox. The teardowns run a few at a time.
 func (s *Service) Reap(ctx context.Context) (int, error) {
@@ -313,11 +354,23 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("reap: %w", err)
 	}
 	ids := make([]string, len(rows))
+	pauseOnTimeout := map[string]bool{}
 	for i, r := range rows {
 		ids[i] = r.ID
+		if fromRow(r).PauseOnTimeout {
+			pauseOnTimeout[r.ID] = true
+		}
 	}
 	var n atomic.Int64
 	errs := parallel(ctx, ids, func(ctx context.Context, id string) error {
+		if pauseOnTimeout[id] {
+			ok, err := s.pauseExpired(ctx, id)
+			if ok {
+				s.Logger.Info("reaper: paused expired sandbox", "sandbox", id)
+				s.Metrics.reconcileAction("expired_paused")
+			}
+			return err
+		}
 		_, ok, err := s.Store.BeginReap(ctx, id, s.Clock())
 		if err != nil {
 			return fmt.Errorf("reap %s: %w", id, err)
@@ -373,6 +426,9 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 			}
 			if _, err := s.ExpireUndelivered(ctx); err != nil && ctx.Err() == nil {
 				s.Logger.Error("expire undelivered creates", "err", err)
+			}
+			if _, err := s.StopLongPaused(ctx); err != nil && ctx.Err() == nil {
+				s.Logger.Error("stop long paused sandboxes", "err", err)
 			}
 		case <-rec.C:
 			if err := s.Reconcile(ctx, false); err != nil && ctx.Err() == nil {

@@ -51,8 +51,12 @@ type CreateRequest struct {
 	SecretEnv map[string]string
 	Tags      map[string]string
 	// Timeout, when positive, sets the sandbox's expiry; the reaper destroys
-	// it then.
+	// it then (pauses it, with PauseOnTimeout).
 	Timeout time.Duration
+	// PauseOnTimeout makes the reaper pause the sandbox when its timeout
+	// passes, clearing the timeout, instead of destroying it (E2B's
+	// autoPause).
+	PauseOnTimeout bool
 	// Network gives the sandbox outbound network; without it, it has none.
 	Network bool
 	Mounts  []Mount

@@ -16,6 +16,7 @@ type State = store.SandboxState
 const (
 	StateCreating = store.StateCreating
 	StateRunning  = store.StateRunning
+	StatePaused   = store.StatePaused
 	StateStopping = store.StateStopping
 	StateStopped  = store.StateStopped
 	StateError    = store.StateError
@@ -49,6 +50,11 @@ type Sandbox struct {
 	ExpiresAt    time.Time // zero: no timeout
 	SSHPublicKey string
 	ErrorReason  string
+	// PausedAt is when the sandbox was paused (zero unless StatePaused).
+	PausedAt time.Time
+	// PauseOnTimeout: the sandbox pauses instead of being destroyed when
+	// its timeout passes (CreateRequest.PauseOnTimeout).
+	PauseOnTimeout bool
 }
 
 // Created is the outcome of a create call.
@@ -84,6 +90,8 @@ type sandboxSpec struct {
 	Runtime     string            `json:"runtime,omitempty"`
 	// SecretEnvKeys lists the names (not values) of sealed env vars.
 	SecretEnvKeys []string `json:"secret_env_keys,omitempty"`
+	// PauseOnTimeout: the reaper pauses the sandbox instead of destroying it.
+	PauseOnTimeout bool `json:"pause_on_timeout,omitempty"`
 }
 
 func fromRow(row store.Sandbox) Sandbox {
@@ -107,6 +115,9 @@ func fromRow(row store.Sandbox) Sandbox {
 		ExpiresAt:    row.ExpiresAt,
 		SSHPublicKey: row.SSHPublicKey,
 		ErrorReason:  row.ErrorReason,
+		PausedAt:     row.PausedAt,
+
+		PauseOnTimeout: spec.PauseOnTimeout,
 	}
 }
 

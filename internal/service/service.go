@@ -32,6 +32,10 @@ type Store interface {
 	UpdateSandbox(ctx context.Context, id string, u store.SandboxUpdate) (store.Sandbox, error)
 	CommitCreate(ctx context.Context, id string, expiresAt time.Time) (store.Sandbox, error)
 	ClaimPooled(ctx context.Context, c store.PoolClaim) (store.Sandbox, error)
+	PauseSandbox(ctx context.Context, id string) (store.Sandbox, error)
+	ResumeSandbox(ctx context.Context, id string) (store.Sandbox, error)
+	PauseExpiredSandbox(ctx context.Context, id string, now time.Time) (store.Sandbox, bool, error)
+	ListPausedBefore(ctx context.Context, before time.Time) ([]store.Sandbox, error)
 	BeginDestroy(ctx context.Context, id string) (store.Sandbox, error)
 	BeginReap(ctx context.Context, id string, now time.Time) (store.Sandbox, bool, error)
 	BeginRollBack(ctx context.Context, id string) (store.Sandbox, bool, error)
@@ -79,6 +83,8 @@ type Runtime interface {
 	Create(ctx context.Context, spec runtime.Spec) (runtime.Instance, error)
 	Start(ctx context.Context, sandboxID string) error
 	Stop(ctx context.Context, sandboxID string) error
+	Pause(ctx context.Context, sandboxID string) error
+	Resume(ctx context.Context, sandboxID string) error
 	Destroy(ctx context.Context, sandboxID string) error
 	Inspect(ctx context.Context, sandboxID string) (runtime.Status, error)
 	ListOurs(ctx context.Context) ([]runtime.Instance, error)
@@ -158,6 +164,10 @@ type Config struct {
 	// PoolConcurrency bounds its refill creates in flight (default 2).
 	Pool            []PoolTarget
 	PoolConcurrency int
+	// PauseMax is how long a sandbox may stay paused (its memory held)
+	// before the background loop stops it, keeping its file system; the
+	// next resume then starts its processes afresh. Zero: never.
+	PauseMax time.Duration
 	// StuckCreating is how long a row may stay in state creating before the
 	// reconciler rolls it back.
 	StuckCreating time.Duration
@@ -207,6 +217,12 @@ type Service struct {
 	// row to claim it. RunBackground then sweeps for such orphans soon
 	// after startup instead of waiting for the periodic pass.
 	engineInFlight atomic.Bool
+
+	// transitions serializes the lifecycle transitions of one sandbox
+	// (pause, resume, stop, start, and the reconciler's repairs of a
+	// paused row): each is a store write and an engine call, which must
+	// not interleave with another's (pause.go).
+	transitions keyedLocks
 
 	// events fans lifecycle events out to subscribers (Subscribe); Store
 	// publishes to it.

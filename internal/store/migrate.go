@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -52,14 +54,57 @@ func loadMigrations() ([]migration, error) {
 // same file serialise on the write lock; the second finds the work done.
 func migrate(ctx context.Context, db *sql.DB, migs []migration) error {
 	for _, m := range migs {
-		if err := applyMigration(ctx, db, m, len(migs)); err != nil {
+		var err error
+		if m.noForeignKeys() {
+			err = applyWithoutForeignKeys(ctx, db, m, len(migs))
+		} else {
+			err = applyMigration(ctx, db, m, len(migs))
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func applyMigration(ctx context.Context, db *sql.DB, m migration, latest int) error {
+// foreignKeysOff, as a migration's first line, runs it with foreign keys
+// off: a migration that rebuilds a table other tables reference (SQLite's
+// documented procedure to change a CHECK) would otherwise cascade the
+// DROP of the old table into them. The pragma cannot change inside a
+// transaction, so it is set on the connection before, and the migration
+// commits only if foreign_key_check finds nothing.
+const foreignKeysOff = "-- sandboxd:foreign_keys=off"
+
+func (m migration) noForeignKeys() bool { return strings.HasPrefix(m.sql, foreignKeysOff+"\n") }
+
+// applyWithoutForeignKeys applies m on one connection with foreign keys
+// off, and turns them on again on that connection whatever happens.
+func applyWithoutForeignKeys(ctx context.Context, db *sql.DB, m migration, latest int) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("store: migration %s: %w", m.name, err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
+		return fmt.Errorf("store: migration %s: foreign keys off: %w", m.name, err)
+	}
+	err = applyMigration(ctx, conn, m, latest)
+	if _, ferr := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA foreign_keys = ON"); ferr != nil {
+		// The connection must not go back to the pool without them.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		if err == nil {
+			err = fmt.Errorf("store: migration %s: foreign keys on: %w", m.name, ferr)
+		}
+	}
+	return err
+}
+
+// beginner is a *sql.DB or a *sql.Conn.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+func applyMigration(ctx context.Context, db beginner, m migration, latest int) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: migration %s: begin: %w", m.name, err)
@@ -79,6 +124,17 @@ func applyMigration(ctx context.Context, db *sql.DB, m migration, latest int) er
 	}
 	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 		return fmt.Errorf("store: migration %s: %w", m.name, err)
+	}
+	if m.noForeignKeys() {
+		var table, parent string
+		var rowid, fkid sql.NullInt64
+		err := tx.QueryRowContext(ctx, "PRAGMA foreign_key_check").Scan(&table, &rowid, &parent, &fkid)
+		switch {
+		case err == nil:
+			return fmt.Errorf("store: migration %s: a row of %s references a missing %s row", m.name, table, parent)
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("store: migration %s: foreign_key_check: %w", m.name, err)
+		}
 	}
 	// PRAGMA takes no bound parameters; m.version is an int we parsed.
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {

@@ -20,18 +20,21 @@ type SandboxState string
 const (
 	StateCreating SandboxState = "creating"
 	StateRunning  SandboxState = "running"
+	// StatePaused: running with its processes frozen in memory (PauseSandbox);
+	// it holds its capacity and its timeout does not run.
+	StatePaused   SandboxState = "paused"
 	StateStopping SandboxState = "stopping"
 	StateStopped  SandboxState = "stopped"
 	StateError    SandboxState = "error"
 )
 
 // liveStates hold capacity on the node (they count toward admission).
-var liveStates = []SandboxState{StateCreating, StateRunning, StateStopping}
+var liveStates = []SandboxState{StateCreating, StateRunning, StatePaused, StateStopping}
 
 // Valid reports whether s is one of the defined states.
 func (s SandboxState) Valid() bool {
 	switch s {
-	case StateCreating, StateRunning, StateStopping, StateStopped, StateError:
+	case StateCreating, StateRunning, StatePaused, StateStopping, StateStopped, StateError:
 		return true
 	}
 	return false
@@ -64,6 +67,9 @@ type Sandbox struct {
 	// when that is not AgentTokenSealed: a sandbox claimed from the pool
 	// (see ClaimPooled). Nil for every other sandbox.
 	BootTokenSealed []byte
+	// PausedAt is when the sandbox was paused; zero unless State is
+	// StatePaused.
+	PausedAt time.Time
 }
 
 // PoolOwner owns the warm pool's idle sandboxes, which are running rows
@@ -75,7 +81,7 @@ const PoolOwner = "sandboxd:pool"
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox order.
 const sandboxColumns = `id, name, owner, image, state, cpu_millis, memory_mb, tags, env,
 	sealed_secrets, spec, agent_token_sealed, ssh_public_key, node_id,
-	created_at, updated_at, expires_at, error_reason, destroying_since, boot_token_sealed`
+	created_at, updated_at, expires_at, error_reason, destroying_since, boot_token_sealed, paused_at`
 
 func scanSandbox(r rowScanner) (Sandbox, error) {
 	var (
@@ -83,10 +89,11 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 		tags, env, spec      string
 		createdMs, updatedMs int64
 		expiresMs, destroyMs sql.NullInt64
+		pausedMs             sql.NullInt64
 	)
 	err := r.Scan(&sb.ID, &sb.Name, &sb.Owner, &sb.Image, &sb.State, &sb.CPUMillis, &sb.MemoryMB,
 		&tags, &env, &sb.SealedSecrets, &spec, &sb.AgentTokenSealed, &sb.SSHPublicKey, &sb.NodeID,
-		&createdMs, &updatedMs, &expiresMs, &sb.ErrorReason, &destroyMs, &sb.BootTokenSealed)
+		&createdMs, &updatedMs, &expiresMs, &sb.ErrorReason, &destroyMs, &sb.BootTokenSealed, &pausedMs)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -101,6 +108,7 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 	sb.UpdatedAt = time.UnixMilli(updatedMs).UTC()
 	sb.ExpiresAt = fromMillis(expiresMs)
 	sb.DestroyingSince = fromMillis(destroyMs)
+	sb.PausedAt = fromMillis(pausedMs)
 	return sb, nil
 }
 
@@ -125,7 +133,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	if sb.ID == "" {
 		return invalidf("create sandbox: empty id")
 	}
-	if !sb.State.Valid() {
+	if !sb.State.Valid() || sb.State == StatePaused {
 		return invalidf("create sandbox %s: state %q", sb.ID, sb.State)
 	}
 	tags, err := encodeMap(sb.Tags)
@@ -148,7 +156,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, NULL)`,
 			sb.ID, sb.Name, sb.Owner, sb.Image, sb.State, sb.CPUMillis, sb.MemoryMB, tags, env,
 			sb.SealedSecrets, spec, sb.AgentTokenSealed, sb.SSHPublicKey, sb.NodeID,
 			createdMs, createdMs, nullMillis(sb.ExpiresAt), sb.ErrorReason, sb.BootTokenSealed)
@@ -367,8 +375,9 @@ func sortedKeys(m map[string]string) []string {
 // the same from, exactly one succeeds. A retried transition therefore reports a conflict
 // whose Current equals to; callers that want retry-safety treat that as success.
 // Returns the updated row, or ErrNotFound (also once a destroy began).
+// It never pauses (PauseSandbox does); a move out of StatePaused clears PausedAt.
 func (s *Store) UpdateSandboxState(ctx context.Context, id string, from []SandboxState, to SandboxState, reason string) (Sandbox, error) {
-	if !to.Valid() {
+	if !to.Valid() || to == StatePaused {
 		return Sandbox{}, invalidf("update sandbox %s: state %q", id, to)
 	}
 	var sb Sandbox
@@ -383,7 +392,7 @@ func (s *Store) UpdateSandboxState(ctx context.Context, id string, from []Sandbo
 		}
 		var err error
 		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
-			SET state = ?, error_reason = ?, updated_at = ? WHERE id = ?
+			SET state = ?, error_reason = ?, updated_at = ?, paused_at = NULL WHERE id = ?
 			RETURNING `+sandboxColumns, to, reason, s.nowMillis(), id))
 		return err
 	})
@@ -391,6 +400,95 @@ func (s *Store) UpdateSandboxState(ctx context.Context, id string, from []Sandbo
 		return Sandbox{}, fmt.Errorf("update sandbox %s state to %s: %w", id, to, err)
 	}
 	return sb, nil
+}
+
+// PauseSandbox moves sandbox id from running to paused, PausedAt now, in
+// one conditional write: of concurrent pauses (and resumes, stops) exactly
+// one moves it. A sandbox that is not running is a *StateConflictError
+// carrying its state (paused, for a repeat: the caller treats that as done);
+// ErrNotFound if it is gone or its destroy began. The row keeps its expiry,
+// which neither ListExpired nor BeginReap honours while it is paused.
+func (s *Store) PauseSandbox(ctx context.Context, id string) (Sandbox, error) {
+	sb, err := s.moveState(ctx, id, StateRunning, StatePaused, `paused_at = ?`, s.nowMillis())
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// ResumeSandbox moves sandbox id from paused to running in one conditional
+// write, and gives its timeout back the time it spent paused: an expiry
+// moves later by now - PausedAt (the time left at the pause is left
+// again). A sandbox that is not paused is a *StateConflictError carrying
+// its state; ErrNotFound if it is gone or its destroy began.
+func (s *Store) ResumeSandbox(ctx context.Context, id string) (Sandbox, error) {
+	now := s.nowMillis()
+	sb, err := s.moveState(ctx, id, StatePaused, StateRunning,
+		`expires_at = CASE WHEN expires_at IS NULL THEN NULL ELSE expires_at + max(0, ? - paused_at) END, paused_at = NULL`, now)
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// moveState is the compare-and-set of PauseSandbox and ResumeSandbox: from
+// to to, with set (and its args) in the same UPDATE.
+func (s *Store) moveState(ctx context.Context, id string, from, to SandboxState, set string, args ...any) (Sandbox, error) {
+	var sb Sandbox
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var cur SandboxState
+		if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes
+			WHERE id = ? AND destroying_since IS NULL`, id).Scan(&cur); err != nil {
+			return notFound(err)
+		}
+		if cur != from {
+			return &StateConflictError{ID: id, Current: cur, Want: []SandboxState{from}}
+		}
+		var err error
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
+			SET state = ?, error_reason = '', updated_at = ?, `+set+` WHERE id = ?
+			RETURNING `+sandboxColumns, append(append([]any{to, s.nowMillis()}, args...), id)...))
+		return err
+	})
+	return sb, err
+}
+
+// PauseExpiredSandbox is PauseSandbox for a sandbox that pauses instead of
+// being destroyed when its timeout passes: it moves sandbox id from running
+// to paused, and clears its expiry, only if under the writer it has still
+// expired at now. ok is false, with nothing changed, when it no longer
+// qualifies (extended, cleared, not running, gone or being destroyed).
+func (s *Store) PauseExpiredSandbox(ctx context.Context, id string, now time.Time) (sb Sandbox, ok bool, err error) {
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		nowMs := s.nowMillis()
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
+			SET state = ?, paused_at = ?, expires_at = NULL, updated_at = ?
+			WHERE id = ? AND state = ? AND expires_at IS NOT NULL AND expires_at <= ?
+				AND destroying_since IS NULL
+			RETURNING `+sandboxColumns, StatePaused, nowMs, nowMs, id, StateRunning, millis(now)))
+		return err
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Sandbox{}, false, nil
+	case err != nil:
+		return Sandbox{}, false, fmt.Errorf("pause expired sandbox %s: %w", id, err)
+	}
+	return sb, true, nil
+}
+
+// ListPausedBefore returns the sandboxes paused at or before before (and
+// not being destroyed), longest paused first: the ones the background loop
+// stops for having been paused too long.
+func (s *Store) ListPausedBefore(ctx context.Context, before time.Time) ([]Sandbox, error) {
+	items, err := queryAll(ctx, s.reader, scanSandbox, `SELECT `+sandboxColumns+` FROM sandboxes
+		WHERE state = ? AND paused_at <= ? AND destroying_since IS NULL
+		ORDER BY paused_at, id`, StatePaused, millis(before))
+	if err != nil {
+		return nil, fmt.Errorf("list paused sandboxes: %w", err)
+	}
+	return items, nil
 }
 
 // SandboxUpdate lists the mutable fields UpdateSandbox may change; nil fields are kept.
@@ -461,13 +559,13 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 }
 
 // ListExpired returns the sandboxes whose ExpiresAt is set and not after now, soonest
-// first, leaving out rows still being created (their timeout has not started) and rows
-// already being destroyed. It is a read: the reaper acts on each through BeginReap, which
+// first, leaving out rows still being created (their timeout has not started), paused
+// rows (their timeout does not run) and rows already being destroyed. It is a read: the reaper acts on each through BeginReap, which
 // checks the expiry again under the writer.
 func (s *Store) ListExpired(ctx context.Context, now time.Time) ([]Sandbox, error) {
 	items, err := queryAll(ctx, s.reader, scanSandbox, `SELECT `+sandboxColumns+` FROM sandboxes
-		WHERE expires_at IS NOT NULL AND expires_at <= ? AND state <> ? AND destroying_since IS NULL
-		ORDER BY expires_at, id`, millis(now), StateCreating)
+		WHERE expires_at IS NOT NULL AND expires_at <= ? AND state NOT IN (?, ?) AND destroying_since IS NULL
+		ORDER BY expires_at, id`, millis(now), StateCreating, StatePaused)
 	if err != nil {
 		return nil, fmt.Errorf("list expired sandboxes: %w", err)
 	}
@@ -493,7 +591,7 @@ type Usage struct {
 }
 
 // LiveUsage sums CPU and memory over sandboxes that hold capacity (creating, running,
-// stopping), for admission. It reads a committed snapshot.
+// paused, stopping), for admission. It reads a committed snapshot.
 func (s *Store) LiveUsage(ctx context.Context) (Usage, error) {
 	args := make([]any, len(liveStates))
 	for i, st := range liveStates {
@@ -581,16 +679,16 @@ func (s *Store) BeginRollBack(ctx context.Context, id string) (sb Sandbox, ok bo
 
 // BeginReap is BeginDestroy for the reaper: it marks sandbox id only if, under the writer,
 // the sandbox has still expired at now (expiry set and not after now), is not being
-// created and is not already being destroyed. ok is false, with no error and nothing
-// changed, when it no longer qualifies: its timeout was extended or cleared since the
-// reaper listed it, or it is gone.
+// created, is not paused and is not already being destroyed. ok is false, with no error
+// and nothing changed, when it no longer qualifies: its timeout was extended or cleared
+// since the reaper listed it, it was paused, or it is gone.
 func (s *Store) BeginReap(ctx context.Context, id string, now time.Time) (sb Sandbox, ok bool, err error) {
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		var err error
 		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
 			SET destroying_since = ? WHERE id = ? AND expires_at IS NOT NULL AND expires_at <= ?
-				AND state <> ? AND destroying_since IS NULL
-			RETURNING `+sandboxColumns, s.nowMillis(), id, millis(now), StateCreating))
+				AND state NOT IN (?, ?) AND destroying_since IS NULL
+			RETURNING `+sandboxColumns, s.nowMillis(), id, millis(now), StateCreating, StatePaused))
 		return err
 	})
 	switch {

@@ -17,6 +17,8 @@ type State string
 const (
 	StateCreating State = "creating"
 	StateRunning  State = "running"
+	// StatePaused: running with its processes frozen in memory (PauseSandbox).
+	StatePaused   State = "paused"
 	StateStopping State = "stopping"
 	StateStopped  State = "stopped"
 	StateError    State = "error"
@@ -44,6 +46,8 @@ type Sandbox struct {
 	SSHPrivateKey string `json:"ssh_private_key,omitempty"`
 	// ErrorReason explains StateError.
 	ErrorReason string `json:"error_reason,omitempty"`
+	// PausedAt is when the sandbox was paused; zero unless StatePaused.
+	PausedAt time.Time `json:"paused_at,omitzero"`
 }
 
 // Mount binds a named volume (a directory the daemon keeps) into a sandbox.
@@ -258,6 +262,37 @@ func (c *Client) StartSandbox(ctx context.Context, id string) (*Sandbox, error) 
 // it again. It is retried on transient failures, like StartSandbox.
 func (c *Client) StopSandbox(ctx context.Context, id string) (*Sandbox, error) {
 	return c.lifecycle(ctx, id, "stop")
+}
+
+// PauseSandbox freezes a running sandbox's processes in memory and returns
+// it; pausing a paused sandbox returns it unchanged. Until ResumeSandbox,
+// exec and file calls fail with a conflict. A sandbox paused for longer
+// than the daemon's --pause-max is stopped, its file system kept. It is
+// retried on transient failures, like StartSandbox.
+func (c *Client) PauseSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	return c.lifecycle(ctx, id, "pause")
+}
+
+// Resumed is the result of ResumeSandbox.
+type Resumed struct {
+	Sandbox
+	// ProcessesRestarted: the sandbox was not paused but stopped (paused
+	// past the daemon's --pause-max, say) and was started; its file system
+	// was kept, its processes were not.
+	ProcessesRestarted bool `json:"processes_restarted"`
+}
+
+// ResumeSandbox thaws a paused sandbox (its processes continue where they
+// were) or starts a stopped one (Resumed.ProcessesRestarted), and returns
+// it; resuming a running sandbox returns it unchanged. It is retried on
+// transient failures, like StartSandbox.
+func (c *Client) ResumeSandbox(ctx context.Context, id string) (*Resumed, error) {
+	var res Resumed
+	r := &request{method: http.MethodPost, segs: []string{"v1", "sandboxes", id, "resume"}, retry: retrySafe}
+	if err := c.do(ctx, r, nil, &res); err != nil {
+		return nil, fmt.Errorf("resume sandbox %q: %w", id, err)
+	}
+	return &res, nil
 }
 
 func (c *Client) lifecycle(ctx context.Context, id, verb string) (*Sandbox, error) {

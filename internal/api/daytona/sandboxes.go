@@ -379,7 +379,7 @@ func serviceState(s string) (service.State, bool) {
 	switch s {
 	case "started":
 		return service.StateRunning, true
-	case "creating", "stopping", "stopped", "error":
+	case "creating", "paused", "stopping", "stopped", "error":
 		return service.State(s), true
 	case "archived":
 		return service.StateStopped, true

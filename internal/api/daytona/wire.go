@@ -119,8 +119,8 @@ func stateName(s service.State) string {
 	switch s {
 	case service.StateRunning:
 		return "started"
-	case service.StateCreating, service.StateStopping, service.StateStopped, service.StateError:
-		return string(s)
+	case service.StateCreating, service.StatePaused, service.StateStopping, service.StateStopped, service.StateError:
+		return string(s) // paused: frozen through the native or E2B API
 	}
 	return "unknown"
 }
@@ -130,6 +130,8 @@ func desiredState(s service.State) string {
 	switch s {
 	case service.StateStopping, service.StateStopped:
 		return "stopped"
+	case service.StatePaused:
+		return "paused"
 	}
 	return "started"
 }

@@ -238,6 +238,9 @@ func (f *Facade) createRequest(owner string, body newSandboxBody) (service.Creat
 		Network:     false, // no network until network policy is enforced
 		Mounts:      mounts,
 		Annotations: ann,
+		// autoPause: the reaper pauses the sandbox when its timeout
+		// passes, instead of killing it (lifecycle.onTimeout "pause").
+		PauseOnTimeout: ann[annAutoPause] == "true",
 	}, nil
 }
 

@@ -114,12 +114,24 @@
 // default of 15 s would surprise Python users, whose SDK always sends it).
 // envVars become the sandbox environment and metadata its tags (keys must
 // follow our tag rules: 400 otherwise). allow_internet_access, network,
-// autoPause and autoResume are recorded as annotations and shown back, but
-// not enforced yet: every E2B sandbox has no network until network policy
-// exists, and a sandbox is destroyed (not paused) when its timeout passes.
-// Pausing a sandbox stops its container, keeps its file system and clears
-// its timeout (a paused sandbox never expires); connect resumes it and
-// gives it a timeout again (the request's, else 300 s).
+// autoPause and autoResume are recorded as annotations and shown back;
+// network and autoResume are not enforced yet (every E2B sandbox has no
+// network until network policy exists; traffic does not resume a paused
+// sandbox). autoPause is: such a sandbox is paused, not killed, when its
+// timeout passes (service.CreateRequest.PauseOnTimeout; lifecycle.onTimeout
+// "pause").
+//
+// # Pause and connect
+//
+// Pausing a sandbox freezes its processes in memory (service.Pause: the
+// engine's cgroup freezer, whatever keepMemory says) and clears its timeout
+// (a paused sandbox never expires); connect, and the legacy resume, thaw
+// them where they were (service.Resume: a background command keeps its pid,
+// a server answers again) and give it a timeout again (the request's, else
+// 300 s). A sandbox paused for longer than the daemon's --pause-max was
+// stopped with its file system kept: connect starts it, its processes
+// restarted (E2B's answer has no word for that; the native API's does). A
+// paused or stopped sandbox is "paused" to E2B; pausing it again is 409.
 //
 // # Create dedupe
 //

@@ -30,6 +30,8 @@ type Service interface {
 	Destroy(ctx context.Context, c service.Caller, idOrName string) error
 	Start(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	Stop(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	Pause(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	Resume(ctx context.Context, c service.Caller, idOrName string) (service.Resumed, error)
 	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
 	Stats(ctx context.Context, c service.Caller, idOrName string) (runtime.Stats, error)
 	DiskUsage(ctx context.Context, c service.Caller, idOrName string) (service.Disk, error)

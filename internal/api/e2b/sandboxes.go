@@ -173,20 +173,25 @@ func (f *Facade) resume(w http.ResponseWriter, r *http.Request, c service.Caller
 	return nil
 }
 
-// resumeSandbox starts the sandbox unless it is running and sets its
+// resumeSandbox resumes the sandbox unless it is running and sets its
 // timeout: on resume the given one or the default (a paused sandbox has
-// none); on a running sandbox the given one, only if it extends. It restarts the interpreter server of a resumed code-interpreter
-// sandbox.
+// none); on a running sandbox the given one, only if it extends. A paused
+// sandbox is thawed (Service.Resume: its processes continue); a stopped
+// one, or one paused past the daemon's --pause-max, is started (its
+// processes restart; E2B's answer has no word for that). It makes sure the
+// interpreter server of a resumed code-interpreter sandbox runs (it does
+// after a thaw; it is started again after a restart).
 func (f *Facade) resumeSandbox(ctx context.Context, c service.Caller, id string, timeout *int64) (sb service.Sandbox, resumed bool, err error) {
 	sb, err = f.svc.Get(ctx, c, id)
 	if err != nil {
 		return sb, false, err
 	}
 	if sb.State != service.StateRunning {
-		if sb, err = f.svc.Start(ctx, c, sb.ID); err != nil {
+		r, err := f.svc.Resume(ctx, c, sb.ID)
+		if err != nil {
 			return sb, false, err
 		}
-		resumed = true
+		sb, resumed = r.Sandbox, true
 	}
 	if timeout != nil || resumed {
 		d, err := timeoutOf(timeout, defaultTimeout)
@@ -233,9 +238,10 @@ func (f *Facade) setTimeout(w http.ResponseWriter, r *http.Request, c service.Ca
 	return nil
 }
 
-// pause is POST /sandboxes/{id}/pause: stop the container, keep its file
-// system, and clear the timeout (a paused sandbox does not expire). 409
-// with body code 409 when it is already paused (pause() is then false).
+// pause is POST /sandboxes/{id}/pause: freeze the sandbox's processes in
+// memory (Service.Pause) and clear the timeout (a paused sandbox does not
+// expire; connect gives it one again). 409 with body code 409 when it is
+// already paused, or stopped (pause() is then false).
 func (f *Facade) pause(w http.ResponseWriter, r *http.Request, c service.Caller) error {
 	if err := f.decodeJSON(w, r, &struct{}{}); err != nil {
 		return err
@@ -247,7 +253,7 @@ func (f *Facade) pause(w http.ResponseWriter, r *http.Request, c service.Caller)
 	if sb.State != service.StateRunning {
 		return errorf(http.StatusConflict, "sandbox %s is already paused", sb.ID)
 	}
-	if _, err := f.svc.Stop(r.Context(), c, sb.ID); err != nil {
+	if _, err := f.svc.Pause(r.Context(), c, sb.ID); err != nil {
 		return err
 	}
 	if _, err := f.svc.UpdateSandbox(r.Context(), c, sb.ID, service.Update{SetTimeout: true}); err != nil {

@@ -440,3 +440,55 @@ func TestConnect_RunningSandboxOnlyExtends(t *testing.T) {
 		t.Errorf("after resume with 10 s, the end is %v away, want 10 s", d)
 	}
 }
+
+// TestLifecycle_AutoPauseOnTimeout: a sandbox created with autoPause is
+// paused, not killed, when its timeout passes (lifecycle.onTimeout
+// "pause"), its processes frozen; connect resumes it with a new timeout.
+// One without autoPause is killed as before.
+func TestLifecycle_AutoPauseOnTimeout(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	auto := h.create(t, map[string]any{"templateID": "base", "timeout": 60, "autoPause": true})
+	plain := h.create(t, map[string]any{"templateID": "base", "timeout": 60})
+	var info struct {
+		State     string `json:"state"`
+		Lifecycle struct {
+			OnTimeout string `json:"onTimeout"`
+		} `json:"lifecycle"`
+	}
+	resp := h.do(t, h.admin, http.MethodGet, "/sandboxes/"+auto.SandboxID, nil)
+	decode(t, resp.body, &info)
+	if info.Lifecycle.OnTimeout != "pause" {
+		t.Errorf("lifecycle.onTimeout = %q, want pause", info.Lifecycle.OnTimeout)
+	}
+	h.clock.Advance(2 * time.Minute)
+	if _, err := h.svc.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resp = h.do(t, h.admin, http.MethodGet, "/sandboxes/"+auto.SandboxID, nil)
+	if resp.status != http.StatusOK {
+		t.Fatalf("the autoPause sandbox after its timeout: %d %s", resp.status, resp.body)
+	}
+	decode(t, resp.body, &info)
+	if info.State != "paused" {
+		t.Errorf("the autoPause sandbox after its timeout is %q, want paused", info.State)
+	}
+	if st, err := h.rt.Inspect(ctx, auto.SandboxID); err != nil || !st.Paused {
+		t.Errorf("its container: %+v, %v; want frozen", st, err)
+	}
+	wantError(t, h.do(t, h.admin, http.MethodGet, "/sandboxes/"+plain.SandboxID, nil), http.StatusNotFound)
+	// Still paused on the next tick: its timeout was cleared.
+	h.clock.Advance(time.Hour)
+	if _, err := h.svc.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if resp := h.do(t, h.admin, http.MethodPost, "/v2/sandboxes/"+auto.SandboxID+"/connect", map[string]any{"timeout": 60}); resp.status != http.StatusCreated {
+		t.Fatalf("connect: %d %s", resp.status, resp.body)
+	}
+	if st, err := h.rt.Inspect(ctx, auto.SandboxID); err != nil || st.Paused || st.State != "running" {
+		t.Errorf("after connect its container is %+v, %v; want running", st, err)
+	}
+	if resp := h.do(t, h.admin, http.MethodDelete, "/sandboxes/"+auto.SandboxID, nil); resp.status != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", resp.status, resp.body)
+	}
+}

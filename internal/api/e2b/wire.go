@@ -117,9 +117,10 @@ type sandboxMetric struct {
 	DiskTotal     uint64  `json:"diskTotal"`
 }
 
-// E2B's two states. A stopped sandbox is paused; one in error (its
-// container died) is shown paused too: it is not running, and connect
-// starts it again.
+// E2B's two states. A paused sandbox is paused, and so is a stopped one
+// (paused past --pause-max, or stopped through another API); one in error
+// (its container died) is shown paused too: it is not running, and
+// connect starts it again.
 const (
 	stateRunning = "running"
 	statePaused  = "paused"
@@ -138,7 +139,7 @@ func storeStates(e2b string) []service.State {
 	case stateRunning:
 		return []service.State{service.StateRunning}
 	case statePaused:
-		return []service.State{service.StateStopped, service.StateError}
+		return []service.State{service.StatePaused, service.StateStopped, service.StateError}
 	}
 	return nil
 }

@@ -70,7 +70,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
-	for _, st := range []service.State{service.StateCreating, service.StateRunning, service.StateStopping, service.StateStopped, service.StateError} {
+	for _, st := range []service.State{service.StateCreating, service.StateRunning, service.StatePaused, service.StateStopping, service.StateStopped, service.StateError} {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n[st]), string(st))
 	}
 }

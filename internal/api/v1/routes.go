@@ -50,6 +50,8 @@ func routes() []route {
 		{http.MethodDelete, "/v1/sandboxes/{id}", user, jsonBody, (*server).destroySandbox},
 		{http.MethodPost, "/v1/sandboxes/{id}/start", user, jsonBody, (*server).startSandbox},
 		{http.MethodPost, "/v1/sandboxes/{id}/stop", user, jsonBody, (*server).stopSandbox},
+		{http.MethodPost, "/v1/sandboxes/{id}/pause", user, jsonBody, (*server).pauseSandbox},
+		{http.MethodPost, "/v1/sandboxes/{id}/resume", user, jsonBody, (*server).resumeSandbox},
 
 		{http.MethodPost, "/v1/sandboxes/{id}/exec", user, streamed, (*server).exec},
 		{http.MethodGet, "/v1/sandboxes/{id}/exec/stream", user, streamed, (*server).execStream},

@@ -151,7 +151,7 @@ func (s *server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	f := service.ListFilter{Name: q.Get("name"), Limit: limit, PageToken: q.Get("page_token")}
 	if st := q.Get("state"); st != "" {
 		if !service.State(st).Valid() {
-			return fieldError("state", "%q is not one of creating, running, stopping, stopped, error", st)
+			return fieldError("state", "%q is not one of creating, running, paused, stopping, stopped, error", st)
 		}
 		f.States = []service.State{service.State(st)}
 	}
@@ -222,6 +222,24 @@ func (s *server) startSandbox(w http.ResponseWriter, r *http.Request) error {
 func (s *server) stopSandbox(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.svc.Stop(r.Context(), caller(r), r.PathValue("id"))
 	return writeSandbox(w, sb, err)
+}
+
+// pauseSandbox freezes the sandbox's processes; pausing a paused sandbox
+// answers it unchanged.
+func (s *server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.svc.Pause(r.Context(), caller(r), r.PathValue("id"))
+	return writeSandbox(w, sb, err)
+}
+
+// resumeSandbox thaws a paused sandbox, or starts a stopped one and says
+// that its processes restarted.
+func (s *server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
+	res, err := s.svc.Resume(r.Context(), caller(r), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resumeJSON{sandboxJSON: toSandboxJSON(res.Sandbox), ProcessesRestarted: res.ProcessesRestarted})
+	return nil
 }
 
 func writeSandbox(w http.ResponseWriter, sb service.Sandbox, err error) error {

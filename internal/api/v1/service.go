@@ -24,6 +24,8 @@ type Service interface {
 	Destroy(ctx context.Context, c service.Caller, idOrName string) error
 	Start(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	Stop(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	Pause(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	Resume(ctx context.Context, c service.Caller, idOrName string) (service.Resumed, error)
 	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
 
 	Exec(ctx context.Context, c service.Caller, idOrName string, req service.ExecRequest) (*service.ExecResult, error)

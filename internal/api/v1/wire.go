@@ -29,6 +29,14 @@ type sandboxJSON struct {
 	SSHPublicKey  string            `json:"ssh_public_key"`
 	SSHPrivateKey string            `json:"ssh_private_key,omitempty"`
 	ErrorReason   string            `json:"error_reason,omitempty"`
+	PausedAt      *time.Time        `json:"paused_at,omitempty"`
+}
+
+// resumeJSON is the answer to a resume: the sandbox, and whether its
+// processes were restarted (it was stopped, not paused).
+type resumeJSON struct {
+	sandboxJSON
+	ProcessesRestarted bool `json:"processes_restarted"`
 }
 
 type mountJSON struct {
@@ -63,6 +71,10 @@ func toSandboxJSON(sb service.Sandbox) sandboxJSON {
 	if !sb.ExpiresAt.IsZero() {
 		t := sb.ExpiresAt.UTC()
 		out.ExpiresAt = &t
+	}
+	if !sb.PausedAt.IsZero() {
+		t := sb.PausedAt.UTC()
+		out.PausedAt = &t
 	}
 	return out
 }

@@ -126,6 +126,7 @@ type sandbox struct {
 	gone            bool // destroyed (or an undone Create): the entry is stale
 
 	state                 runtime.State
+	paused                bool // Pause: recorded only (see Pause)
 	exitCode              int
 	startedAt, finishedAt time.Time
 	run                   *run  // the current boot; nil when not running
@@ -493,6 +494,45 @@ func (r *Runtime) halt(sb *sandbox, grace time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb.state, sb.exitCode, sb.finishedAt = runtime.StateExited, rn.exitCode, time.Now()
+	sb.paused = false
+}
+
+// Pause implements runtime.Runtime. The agent runs in this process and
+// cannot be frozen: the state is recorded (Inspect and ListOurs report
+// it) and the agent keeps answering, which is all the service's state
+// machine needs of the fast loop; freezing is proven on Docker.
+func (r *Runtime) Pause(ctx context.Context, sandboxID string) error {
+	return r.setPaused(ctx, sandboxID, true)
+}
+
+// Resume implements runtime.Runtime (see Pause).
+func (r *Runtime) Resume(ctx context.Context, sandboxID string) error {
+	return r.setPaused(ctx, sandboxID, false)
+}
+
+func (r *Runtime) setPaused(ctx context.Context, sandboxID string, paused bool) error {
+	if err := checkID(sandboxID); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sb := r.lookup(sandboxID)
+	if sb == nil {
+		return fmt.Errorf("pause sandbox %s: %w", sandboxID, runtime.ErrNotFound)
+	}
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case sb.gone:
+		return fmt.Errorf("pause sandbox %s: %w", sandboxID, runtime.ErrNotFound)
+	case sb.state != runtime.StateRunning:
+		return fmt.Errorf("pause sandbox %s (%s): %w", sandboxID, sb.state, runtime.ErrNotRunning)
+	}
+	sb.paused = paused
+	return nil
 }
 
 // Start implements runtime.Runtime.
@@ -575,7 +615,7 @@ func (r *Runtime) Inspect(ctx context.Context, sandboxID string) (runtime.Status
 	if sb == nil {
 		return runtime.Status{State: runtime.StateMissing}, nil
 	}
-	st := runtime.Status{State: sb.state, StartedAt: sb.startedAt, FinishedAt: sb.finishedAt, Detail: string(sb.state)}
+	st := runtime.Status{State: sb.state, Paused: sb.paused, StartedAt: sb.startedAt, FinishedAt: sb.finishedAt, Detail: string(sb.state)}
 	if sb.state == runtime.StateExited {
 		st.ExitCode = sb.exitCode
 	}
@@ -589,7 +629,7 @@ func (r *Runtime) ListOurs(ctx context.Context) ([]runtime.Instance, error) {
 	var out []runtime.Instance
 	for _, id := range slices.Sorted(maps.Keys(r.sandboxes)) {
 		sb := r.sandboxes[id]
-		out = append(out, runtime.Instance{SandboxID: id, ContainerID: sb.containerID, State: sb.state})
+		out = append(out, runtime.Instance{SandboxID: id, ContainerID: sb.containerID, State: sb.state, Paused: sb.paused})
 	}
 	return out, nil
 }

@@ -16,6 +16,8 @@ const (
 	Create         Method = "Create"
 	Start          Method = "Start"
 	Stop           Method = "Stop"
+	Pause          Method = "Pause"
+	Resume         Method = "Resume"
 	Destroy        Method = "Destroy"
 	Inspect        Method = "Inspect"
 	ListOurs       Method = "ListOurs"
@@ -143,6 +145,16 @@ func (f *Faulty) Start(ctx context.Context, id string) error {
 // Stop implements runtime.Runtime.
 func (f *Faulty) Stop(ctx context.Context, id string) error {
 	return do0(f, Stop, func() error { return f.inner.Stop(ctx, id) })
+}
+
+// Pause implements runtime.Runtime.
+func (f *Faulty) Pause(ctx context.Context, id string) error {
+	return do0(f, Pause, func() error { return f.inner.Pause(ctx, id) })
+}
+
+// Resume implements runtime.Runtime.
+func (f *Faulty) Resume(ctx context.Context, id string) error {
+	return do0(f, Resume, func() error { return f.inner.Resume(ctx, id) })
 }
 
 // Destroy implements runtime.Runtime.

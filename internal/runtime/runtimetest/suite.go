@@ -149,6 +149,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Create_CancelledContext", s.testCreateCancelled},
 		{"Create_CancelledWhileWaiting", s.testCreateCancelledWhileWaiting},
 		{"StopStart_KeepsSandbox", s.testStopStart},
+		{"PauseResume_Idempotent", s.testPauseResume},
 		{"Destroy_Twice", s.testDestroyTwice},
 		{"Missing_Sandbox", s.testMissing},
 		{"ListOurs_OnlyThisNode", s.testListOurs},
@@ -659,6 +660,63 @@ func (s *suite) testStopStart(t *testing.T) {
 	}
 	if diff := cmp.Diff([]runtime.Instance{inst}, list); diff != "" {
 		t.Errorf("ListOurs after stop/start (-want +got), same container expected:\n%s", diff)
+	}
+}
+
+func (s *suite) testPauseResume(t *testing.T) {
+	rt, _ := s.newRuntime(t)
+	id := NewSandboxID()
+	s.create(t, rt, s.spec(id))
+	ctx := opCtx(t)
+	for i := range 2 {
+		if err := rt.Pause(ctx, id); err != nil {
+			t.Fatalf("Pause #%d: %v", i+1, err)
+		}
+	}
+	if st := wantState(t, rt, id, runtime.StateRunning); !st.Paused {
+		t.Errorf("Inspect after Pause: Paused = false, want true (%+v)", st)
+	}
+	list, err := rt.ListOurs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || !list[0].Paused {
+		t.Errorf("ListOurs after Pause = %+v, want one paused sandbox", list)
+	}
+	for i := range 2 {
+		if err := rt.Resume(ctx, id); err != nil {
+			t.Fatalf("Resume #%d: %v", i+1, err)
+		}
+	}
+	if st := wantState(t, rt, id, runtime.StateRunning); st.Paused {
+		t.Errorf("Inspect after Resume: Paused = true, want false")
+	}
+	wantHealthy(t, rt, id)
+
+	// A paused sandbox stops; a stopped one neither pauses nor resumes.
+	if err := rt.Pause(ctx, id); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if err := rt.Stop(ctx, id); err != nil {
+		t.Fatalf("Stop of a paused sandbox: %v", err)
+	}
+	if st := wantState(t, rt, id, runtime.StateExited); st.Paused {
+		t.Errorf("a stopped sandbox reports Paused")
+	}
+	if err := rt.Pause(ctx, id); !errors.Is(err, runtime.ErrNotRunning) {
+		t.Errorf("Pause of a stopped sandbox = %v, want ErrNotRunning", err)
+	}
+	if err := rt.Resume(ctx, id); !errors.Is(err, runtime.ErrNotRunning) {
+		t.Errorf("Resume of a stopped sandbox = %v, want ErrNotRunning", err)
+	}
+	if err := rt.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Pause(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("Pause of a missing sandbox = %v, want ErrNotFound", err)
+	}
+	if err := rt.Resume(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("Resume of a missing sandbox = %v, want ErrNotFound", err)
 	}
 }
 

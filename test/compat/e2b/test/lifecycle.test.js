@@ -6,7 +6,7 @@ import { describe, it } from 'node:test'
 
 import { Sandbox, SandboxNotFoundError } from 'e2b'
 
-import { BASE, RUN_ID, createSandbox, listAll, waitFor } from './helpers.js'
+import { BASE, RUN_ID, createSandbox, listAll, requestAs, waitFor } from './helpers.js'
 
 /** True once the sandbox is gone for the API: getInfo says not found. */
 async function isGone(sandboxId) {
@@ -113,6 +113,57 @@ describe('lifecycle', { concurrency: true }, () => {
     // connect to a running sandbox is fine too, and the old handle works again
     await sbx.connect()
     assert.equal((await sbx.commands.run('echo ok')).stdout, 'ok\n')
+  })
+
+  it('pause keeps processes: after connect a counter loop counts on and a server answers', { timeout: 240_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'pause-keeps-processes')
+    const counter = await sbx.commands.run(
+      `sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done'`,
+      { background: true },
+    )
+    const server = await sbx.commands.run('cd /tmp && exec python3 -m http.server 8000', { background: true })
+    const host = sbx.getHost(8000)
+    const served = () => requestAs(host, '/').then((r) => r.status === 200, () => false)
+    await waitFor(served, { timeoutMs: 60_000, what: 'the server to answer' })
+    const read = async (s) => Number((await s.commands.run('cat /tmp/c')).stdout.trim())
+    // The loop's pace here: how long ten increments take.
+    const start = await waitFor(async () => (await read(sbx)) || false, { what: 'the counter to start' })
+    const t0 = Date.now()
+    await waitFor(async () => (await read(sbx)) >= start + 10, { timeoutMs: 60_000, what: 'ten increments' })
+    const tenSteps = Date.now() - t0
+
+    const before = await read(sbx)
+    assert.equal(await sbx.pause(), true)
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+    // Paused for thirty increments' worth of time: a loop that ran would
+    // count past before + 30.
+    const pausedAt = Date.now()
+    const window = Math.max(2_000, 3 * tenSteps)
+    await waitFor(() => Date.now() - pausedAt >= window, { timeoutMs: window + 60_000, what: 'the pause window' })
+
+    const resumed = await Sandbox.connect(sbx.sandboxId)
+    const after = await read(resumed)
+    assert.ok(after - before < 10, `the counter went from ${before} to ${after} while paused for ${window} ms (ten steps take ${tenSteps} ms)`)
+    await waitFor(async () => (await read(resumed)) >= after + 5, { timeoutMs: 60_000, what: 'the counter to count on' })
+    const pids = (await resumed.commands.list()).map((p) => p.pid)
+    assert.ok(pids.includes(counter.pid), `the counter loop ${counter.pid} is gone after resume: ${pids}`)
+    assert.ok(pids.includes(server.pid), `the server ${server.pid} is gone after resume: ${pids}`)
+    const res = await requestAs(host, '/')
+    assert.equal(res.status, 200, res.body)
+  })
+
+  it("lifecycle onTimeout 'pause': the timeout pauses the sandbox, connect resumes its processes", { timeout: 180_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'auto-pause', { timeoutMs: 5_000, lifecycle: { onTimeout: 'pause' } })
+    const loop = await sbx.commands.run(`sh -c 'while true; do sleep 1; done'`, { background: true })
+    await waitFor(async () => (await Sandbox.getInfo(sbx.sandboxId)).state === 'paused', {
+      timeoutMs: 60_000,
+      intervalMs: 500,
+      what: 'the timeout to pause the sandbox',
+    })
+    const resumed = await Sandbox.connect(sbx.sandboxId)
+    const pids = (await resumed.commands.list()).map((p) => p.pid)
+    assert.ok(pids.includes(loop.pid), `the background loop ${loop.pid} is gone after resume: ${pids}`)
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running')
   })
 
   it('connect to a running sandbox only extends its life', { timeout: 120_000 }, async (t) => {

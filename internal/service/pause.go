@@ -1,0 +1,296 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// Pause and resume.
+//
+// A paused sandbox's processes are frozen in memory by the engine (the
+// cgroup freezer: runtime.Pause) and thawed where they were by Resume. It
+// keeps its admission reservation (its memory stays held), its timeout
+// does not run (the reaper skips it; a resume gives the timeout back the
+// time it spent paused), and calls that need its processes (exec, files)
+// answer ErrPaused. After Config.PauseMax paused, the background loop
+// stops it (its file system kept, its capacity released); the next
+// resume then starts it afresh and says so (Resumed.ProcessesRestarted).
+//
+// Every transition of one sandbox (pause, resume, stop, start, the
+// pause-max stop, the timeout's pause and the reconciler's repairs) runs
+// under that sandbox's lock in s.transitions, and is a compare-and-set of
+// the row (store.PauseSandbox, store.ResumeSandbox) followed by the
+// engine call. So concurrent calls are serialized, and among racing
+// pauses and resumes each sees the state the previous one left. A destroy
+// takes no lock: it marks the row first, after which every transition's
+// write answers not found and an engine call finds no container.
+//
+// The row is the truth. The write comes first, so a crash between it and
+// the engine call leaves the engine behind the row, never ahead of it, and
+// the reconciler moves the engine to the row: a paused row's running
+// container is frozen again, a running row's frozen container is thawed
+// (Decide's Refreeze and Thaw). An engine call that fails is undone: the
+// engine is asked back where it was and the row written back; whatever
+// that leaves is again the reconciler's to converge.
+
+// Resumed is the outcome of Resume.
+type Resumed struct {
+	Sandbox
+	// ProcessesRestarted: the sandbox was not paused but stopped (by
+	// Config.PauseMax, a Stop, or its container's death) and was started
+	// again: its processes are new, only its file system was kept.
+	ProcessesRestarted bool
+}
+
+// Pause freezes a running sandbox's processes in memory. Pausing a paused
+// sandbox returns it unchanged. A sandbox in any other state is
+// ErrConflict, as is one whose container is no longer running.
+func (s *Service) Pause(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
+	if err := s.requireReady(); err != nil {
+		return Sandbox{}, err
+	}
+	row, unlock, err := s.lockTransition(ctx, c, idOrName)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer unlock()
+	switch row.State {
+	case store.StatePaused:
+		return fromRow(row), nil
+	case store.StateRunning:
+	default:
+		return Sandbox{}, fmt.Errorf("sandbox %s is %s; only a running sandbox pauses: %w", row.ID, row.State, ErrConflict)
+	}
+	if row.Owner == store.PoolOwner {
+		return Sandbox{}, fmt.Errorf("sandbox %q: %w", idOrName, ErrNotFound)
+	}
+	paused, err := s.Store.PauseSandbox(ctx, row.ID)
+	if err != nil {
+		return Sandbox{}, s.mapStoreErr(err, row.ID)
+	}
+	if err := s.Runtime.Pause(ctx, row.ID); err != nil {
+		s.undoPause(row.ID)
+		return Sandbox{}, s.engineErr(ctx, "pause", row.ID, err)
+	}
+	return fromRow(paused), nil
+}
+
+// undoPause puts a sandbox whose engine pause failed back to running: the
+// engine first (the pause may have happened, its answer lost), then the
+// row.
+func (s *Service) undoPause(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+	defer cancel()
+	if err := s.Runtime.Resume(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) {
+		s.Logger.Warn("pause: resume after a failed pause", "sandbox", id, "err", err)
+	}
+	if _, err := s.Store.ResumeSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.Logger.Warn("pause: row back to running after a failed pause", "sandbox", id, "err", err)
+	}
+}
+
+// Resume thaws a paused sandbox. A stopped sandbox (or one in error whose
+// container still exists) is started instead, with ProcessesRestarted set:
+// what a sandbox paused past Config.PauseMax becomes. Resuming a running
+// sandbox returns it unchanged.
+func (s *Service) Resume(ctx context.Context, c Caller, idOrName string) (Resumed, error) {
+	if err := s.requireReady(); err != nil {
+		return Resumed{}, err
+	}
+	row, unlock, err := s.lockTransition(ctx, c, idOrName)
+	if err != nil {
+		return Resumed{}, err
+	}
+	defer unlock()
+	return s.resumeLocked(ctx, c, row)
+}
+
+// resumeLocked is Resume under the sandbox's transition lock.
+func (s *Service) resumeLocked(ctx context.Context, c Caller, row store.Sandbox) (Resumed, error) {
+	switch row.State {
+	case store.StateRunning:
+		return Resumed{Sandbox: fromRow(row)}, nil
+	case store.StatePaused:
+	case store.StateCreating:
+		return Resumed{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
+	default:
+		sb, err := s.startLocked(ctx, c, row)
+		return Resumed{Sandbox: sb, ProcessesRestarted: err == nil}, err
+	}
+	resumed, err := s.Store.ResumeSandbox(ctx, row.ID)
+	if err != nil {
+		return Resumed{}, s.mapStoreErr(err, row.ID)
+	}
+	err = s.Runtime.Resume(ctx, row.ID)
+	if errors.Is(err, runtime.ErrNotRunning) {
+		// The container stopped while paused (a host reboot, the engine's
+		// restart): what it ran is gone, its file system is not.
+		s.Logger.Warn("resume: the paused sandbox's container had stopped; starting it", "sandbox", row.ID)
+		sb, err := s.startLocked(ctx, c, resumed)
+		return Resumed{Sandbox: sb, ProcessesRestarted: err == nil}, err
+	}
+	if err != nil {
+		uctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+		if perr := s.Runtime.Pause(uctx, row.ID); perr != nil && !errors.Is(perr, runtime.ErrNotFound) {
+			s.Logger.Warn("resume: pause again after a failed resume", "sandbox", row.ID, "err", perr)
+		}
+		if _, perr := s.Store.PauseSandbox(uctx, row.ID); perr != nil && !errors.Is(perr, store.ErrNotFound) {
+			s.Logger.Warn("resume: row back to paused after a failed resume", "sandbox", row.ID, "err", perr)
+		}
+		cancel()
+		return Resumed{}, s.engineErr(ctx, "resume", row.ID, err)
+	}
+	return Resumed{Sandbox: fromRow(resumed)}, nil
+}
+
+// engineErr is the answer to a pause or resume whose engine call failed:
+// not found when the sandbox was destroyed meanwhile (or is being), a conflict when its
+// container is gone or stopped, else the error (unavailable to callers).
+func (s *Service) engineErr(ctx context.Context, verb, id string, err error) error {
+	if row, gerr := s.Store.GetSandbox(ctx, id); errors.Is(gerr, store.ErrNotFound) || (gerr == nil && !row.DestroyingSince.IsZero()) {
+		return fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
+	}
+	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrNotRunning) {
+		return fmt.Errorf("%s %s: its container is not running: %w", verb, id, ErrConflict)
+	}
+	return fmt.Errorf("%s %s: %w", verb, id, err)
+}
+
+// lockTransition resolves a sandbox the caller may see, takes its
+// transition lock and reads its row again under it (the state may have
+// changed while the call waited). The caller runs unlock.
+func (s *Service) lockTransition(ctx context.Context, c Caller, idOrName string) (store.Sandbox, func(), error) {
+	row, err := s.lookup(ctx, c, idOrName)
+	if err != nil {
+		return store.Sandbox{}, nil, err
+	}
+	unlock, err := s.transitions.lock(ctx, row.ID)
+	if err != nil {
+		return store.Sandbox{}, nil, err
+	}
+	row, err = s.Store.GetSandbox(ctx, row.ID)
+	if err == nil && !row.DestroyingSince.IsZero() {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		unlock()
+		return store.Sandbox{}, nil, s.mapStoreErr(err, idOrName)
+	}
+	return row, unlock, nil
+}
+
+// StopLongPaused stops every sandbox paused for longer than
+// Config.PauseMax (none when it is zero), keeping its file system, and
+// returns how many it stopped: a frozen sandbox's memory is not held
+// forever. Each is re-checked under its transition lock, so a resume in
+// between keeps it running. RunBackground calls it every reap tick.
+func (s *Service) StopLongPaused(ctx context.Context) (int, error) {
+	if s.cfg.PauseMax <= 0 {
+		return 0, nil
+	}
+	cutoff := s.Clock().Add(-s.cfg.PauseMax)
+	rows, err := s.Store.ListPausedBefore(ctx, cutoff)
+	if err != nil {
+		return 0, fmt.Errorf("stop long paused: %w", err)
+	}
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	var n atomic.Int64
+	errs := parallel(ctx, ids, func(ctx context.Context, id string) error {
+		unlock, err := s.transitions.lock(ctx, id)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		row, err := s.Store.GetSandbox(ctx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("stop long paused %s: %w", id, err)
+		case row.State != store.StatePaused || row.PausedAt.After(cutoff) || !row.DestroyingSince.IsZero():
+			return nil // resumed (and maybe paused again) or destroyed since the listing
+		}
+		if _, err := s.stopLocked(ctx, row); err != nil {
+			return fmt.Errorf("stop long paused %s: %w", id, err)
+		}
+		n.Add(1)
+		s.Logger.Info("stopped a sandbox paused for longer than the pause limit", "sandbox", id, "paused_at", row.PausedAt)
+		s.Metrics.reconcileAction("pause_max")
+		return nil
+	})
+	return int(n.Load()), errors.Join(errs...)
+}
+
+// pauseExpired is the reaper's pause of an expired sandbox made with
+// PauseOnTimeout: the row moves to paused, its expiry cleared, only if it
+// has still expired (store.PauseExpiredSandbox), then the engine freezes
+// it. ok is false when it no longer qualified.
+func (s *Service) pauseExpired(ctx context.Context, id string) (bool, error) {
+	unlock, err := s.transitions.lock(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	_, ok, err := s.Store.PauseExpiredSandbox(ctx, id, s.Clock())
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := s.Runtime.Pause(ctx, id); err != nil {
+		// Left paused in the row: the reconciler freezes it again, or
+		// marks it lost if its container is gone. It is never destroyed
+		// for a timeout its owner asked to pause on.
+		return true, fmt.Errorf("pause expired %s: %w", id, err)
+	}
+	return true, nil
+}
+
+// keyedLocks is one lock per key, taken with a context (so a caller never
+// waits past its deadline) and dropped from the map when nobody holds or
+// waits for it. The zero value is ready.
+type keyedLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyedLock
+}
+
+type keyedLock struct {
+	ch   chan struct{} // holds a token while locked
+	refs int           // holders and waiters, under keyedLocks.mu
+}
+
+// lock takes key's lock, or returns ctx's error.
+func (k *keyedLocks) lock(ctx context.Context, key string) (unlock func(), err error) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedLock{}
+	}
+	l := k.m[key]
+	if l == nil {
+		l = &keyedLock{ch: make(chan struct{}, 1)}
+		k.m[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	release := func() {
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; release() }, nil
+	case <-ctx.Done():
+		release()
+		return nil, fmt.Errorf("%w: wait for another change of sandbox %s: %w", ErrUnavailable, key, ctx.Err())
+	}
+}
