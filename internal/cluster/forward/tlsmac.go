@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // PreamblePrefix starts the line a node writes before a TLS ClientHello it
@@ -75,18 +74,7 @@ func (s Signer) VerifyTLS(line []byte, serverName string) (from string, ok bool)
 		strings.Contains(serverName, "|") {
 		return "", false
 	}
-	t, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return "", false
-	}
-	got, err := hex.DecodeString(macHex)
-	if err != nil || len(got) != sha256.Size {
-		return "", false
-	}
-	if skew := s.now().Sub(time.Unix(t, 0)); skew > MaxSkew || skew < -MaxSkew {
-		return "", false
-	}
-	if !hmac.Equal(got, s.tlsMAC(from, t, serverName)) {
+	if !s.checkMAC(ts, macHex, func(t int64) []byte { return s.tlsMAC(from, t, serverName) }) {
 		return "", false
 	}
 	return from, true
