@@ -205,29 +205,41 @@ func (s *Service) StopLongPaused(ctx context.Context) (int, error) {
 	}
 	var n atomic.Int64
 	errs := parallel(ctx, ids, func(ctx context.Context, id string) error {
-		unlock, err := s.transitions.lock(ctx, id)
-		if err != nil {
-			return err
-		}
-		defer unlock()
-		row, err := s.Store.GetSandbox(ctx, id)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
+		// Resumed (and maybe paused again) or destroyed since the listing: left alone.
+		still := func(row store.Sandbox) bool { return row.State == store.StatePaused && !row.PausedAt.After(cutoff) }
+		return s.underLock(ctx, id, "stop long paused", still, func(row store.Sandbox) error {
+			if _, err := s.stopLocked(ctx, row); err != nil {
+				return fmt.Errorf("stop long paused %s: %w", id, err)
+			}
+			n.Add(1)
+			s.Logger.Info("stopped a sandbox paused for longer than the pause limit", "sandbox", id, "paused_at", row.PausedAt)
+			s.Metrics.reconcileAction("pause_max")
 			return nil
-		case err != nil:
-			return fmt.Errorf("stop long paused %s: %w", id, err)
-		case row.State != store.StatePaused || row.PausedAt.After(cutoff) || !row.DestroyingSince.IsZero():
-			return nil // resumed (and maybe paused again) or destroyed since the listing
-		}
-		if _, err := s.stopLocked(ctx, row); err != nil {
-			return fmt.Errorf("stop long paused %s: %w", id, err)
-		}
-		n.Add(1)
-		s.Logger.Info("stopped a sandbox paused for longer than the pause limit", "sandbox", id, "paused_at", row.PausedAt)
-		s.Metrics.reconcileAction("pause_max")
-		return nil
+		})
 	})
 	return int(n.Load()), errors.Join(errs...)
+}
+
+// underLock runs act on sandbox id's row under its transition lock, read
+// again there, if the row still exists, is not being destroyed and still
+// passes still (a transition in between may have settled it); otherwise
+// it does nothing. action names the work in a failed read's error.
+func (s *Service) underLock(ctx context.Context, id, action string, still func(store.Sandbox) bool, act func(store.Sandbox) error) error {
+	unlock, err := s.transitions.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	row, err := s.Store.GetSandbox(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", action, id, err)
+	case !row.DestroyingSince.IsZero() || !still(row):
+		return nil
+	}
+	return act(row)
 }
 
 // pauseExpired is the reaper's pause of an expired sandbox made with

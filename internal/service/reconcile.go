@@ -174,26 +174,15 @@ func (s *Service) thaw(ctx context.Context, id string) error {
 // converge runs the engine call fn for sandbox id if, under its transition
 // lock, its row is still in state want (a transition in between settled it).
 func (s *Service) converge(ctx context.Context, id string, want store.SandboxState, action string, fn func(context.Context, string) error) error {
-	unlock, err := s.transitions.lock(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	row, err := s.Store.GetSandbox(ctx, id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
+	still := func(row store.Sandbox) bool { return row.State == want }
+	return s.underLock(ctx, id, action, still, func(store.Sandbox) error {
+		if err := fn(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) {
+			return fmt.Errorf("%s %s: %w", action, id, err)
+		}
+		s.Logger.Warn("reconcile: the engine was behind its row", "sandbox", id, "action", action)
+		s.Metrics.reconcileAction(action)
 		return nil
-	case err != nil:
-		return fmt.Errorf("%s %s: %w", action, id, err)
-	case row.State != want || !row.DestroyingSince.IsZero():
-		return nil
-	}
-	if err := fn(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) {
-		return fmt.Errorf("%s %s: %w", action, id, err)
-	}
-	s.Logger.Warn("reconcile: the engine was behind its row", "sandbox", id, "action", action)
-	s.Metrics.reconcileAction(action)
-	return nil
+	})
 }
 
 // markLost asks about each running or paused row whose container the
