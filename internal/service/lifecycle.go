@@ -299,9 +299,6 @@ func (s *Service) finishDestroy(ctx context.Context, id string) error {
 // Stopping a stopped sandbox returns it unchanged. Its capacity is
 // released until Start.
 func (s *Service) Stop(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
-	if err := s.requireReady(); err != nil {
-		return Sandbox{}, err
-	}
 	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
 		return Sandbox{}, err

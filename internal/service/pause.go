@@ -52,9 +52,6 @@ type Resumed struct {
 // sandbox returns it unchanged. A sandbox in any other state is
 // ErrConflict, as is one whose container is no longer running.
 func (s *Service) Pause(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
-	if err := s.requireReady(); err != nil {
-		return Sandbox{}, err
-	}
 	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
 		return Sandbox{}, err
@@ -100,9 +97,6 @@ func (s *Service) undoPause(id string) {
 // what a sandbox paused past Config.PauseMax becomes. Resuming a running
 // sandbox returns it unchanged.
 func (s *Service) Resume(ctx context.Context, c Caller, idOrName string) (Resumed, error) {
-	if err := s.requireReady(); err != nil {
-		return Resumed{}, err
-	}
 	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
 		return Resumed{}, err
@@ -162,10 +156,14 @@ func (s *Service) engineErr(ctx context.Context, verb, id string, err error) err
 	return fmt.Errorf("%s %s: %w", verb, id, err)
 }
 
-// lockTransition resolves a sandbox the caller may see, takes its
-// transition lock and reads its row again under it (the state may have
-// changed while the call waited). The caller runs unlock.
+// lockTransition checks the service is ready, resolves a sandbox the
+// caller may see, takes its transition lock and reads its row again under
+// it (the state may have changed while the call waited). The caller runs
+// unlock.
 func (s *Service) lockTransition(ctx context.Context, c Caller, idOrName string) (store.Sandbox, func(), error) {
+	if err := s.requireReady(); err != nil {
+		return store.Sandbox{}, nil, err
+	}
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
 		return store.Sandbox{}, nil, err
