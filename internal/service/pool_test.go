@@ -353,6 +353,51 @@ func TestPool_RestartAdoptsIdleSandboxes(t *testing.T) {
 	eventually(t, "no container left after the drain", func() bool { return h.containers(t) == 0 })
 }
 
+// A claim writes its row and configures the agent at once: a daemon killed
+// after the write and before the agent call leaves a row of its owner's
+// whose agent takes only its boot token. The restarted daemon hands that
+// agent its env and its current token before it is ready.
+func TestPool_ClaimCutShortAfterItsWriteIsFinishedAtRestart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(1)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.svc.RunBackground(ctx, time.Hour, time.Hour) }()
+	waitReady(t, h, 1)
+	cancel() // the daemon dies without draining
+	<-done
+	id := pooledIDs(t, h)[0]
+	t.Cleanup(func() { _ = h.svc.Destroy(context.Background(), admin, id) })
+
+	// The claim's write, as claimPooled makes it, without its agent call.
+	row, err := h.store.GetSandbox(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := h.keyring.Seal([]byte("fresh-token-of-alices-claim-0123456789"), secrets.AssociatedData("sandbox", id, "agent-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Store.ClaimPooled(t.Context(), store.PoolClaim{
+		ID: id, Owner: "alice", Env: map[string]string{"PLAIN": "alice"},
+		AgentTokenSealed: sealed, BootTokenSealed: row.AgentTokenSealed, Spec: row.Spec, Commit: true,
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	svc2, _, _, _ := restarted(t, h, 0)
+	if err := svc2.Reconcile(t.Context(), true); err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc2.Exec(t.Context(), service.Caller{Owner: "alice"}, id, service.ExecRequest{Command: `echo "${PLAIN-none}"`})
+	if err != nil || string(res.Stdout) != "alice\n" {
+		t.Fatalf("exec in the sandbox whose claim a crash cut short: %+v, %v", res, err)
+	}
+	if err := svc2.Destroy(t.Context(), admin, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Idle sandboxes never keep a tenant out: a create the full host could not
 // admit destroys idle ones to make room.
 func TestPool_IdleSandboxesMakeRoomForTenants(t *testing.T) {

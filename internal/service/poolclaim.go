@@ -81,12 +81,12 @@ func (s *Service) returnPooled(ctx context.Context, class PoolClass, e pooled) {
 const poolConfigureTimeout = 5 * time.Second
 
 // claimPooled claims r, an idle sandbox of req's class that take handed
-// out, for req, in the steps of a cold create:
+// out, for req, in two steps that run at once:
 //
-//  1. one agent call that hands over the env and the secret env and
+//   - one agent call that hands over the env and the secret env and
 //     rotates the agent token (the token the sandbox booted with stops
 //     working), bounded by poolConfigureTimeout;
-//  2. one store write (store.ClaimPooled): the row takes its owner, name,
+//   - one store write (store.ClaimPooled): the row takes its owner, name,
 //     tags, env, sealed secrets, fresh tokens and spec, and is running,
 //     its timeout counted from now; the idempotency claim's target (cl)
 //     and the delivery row (r.delivery) are written in the same
@@ -94,16 +94,19 @@ const poolConfigureTimeout = 5 * time.Second
 //     the cluster claims its keys, and the commit (store.CommitCreate)
 //     ends the claim, as a cold create's does.
 //
-// Nothing is restarted. The write is the claim's commit point: before it
-// the row is still the pool's, and a crash leaves an idle sandbox whose
-// agent no longer takes its boot token, which the next start destroys
-// (adoptPooled). The agent is configured first so that the claim costs
-// one write, not two.
+// The claim costs the longer of the two, not their sum. Nothing is
+// restarted. Both must succeed, and a crash may cut either short:
+//   - the agent configured, the row still the pool's: the agent no longer
+//     takes its boot token, and the next start destroys the row
+//     (adoptPooled);
+//   - the row written, the agent not configured: the next start hands the
+//     agent its env and token before it serves (finishClaims).
 //
-// Before step 1 a refusal (the quota, a name the owner already has) gives
-// the sandbox back to the pool untouched. From step 1 on the sandbox has
-// seen the owner's secrets and is never given back: a failure destroys it
-// (and deletes the delivery row).
+// Before the two steps a refusal (the quota, a name the owner already
+// has) gives the sandbox back to the pool untouched. From them on the
+// sandbox may have seen the owner's secrets and is never given back: a
+// failure of either destroys it (and deletes the delivery row); a failed
+// agent call is then a miss, and the create goes cold.
 func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservation, cl *store.Claim, t *stepTimer) (*Created, error) {
 	class := poolClass(req)
 	start := time.Now()
@@ -149,16 +152,16 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		}
 		s.destroyDetached(ctx, id, "its claim from the pool failed")
 	}
-	cctx, cancel := context.WithTimeout(ctx, poolConfigureTimeout)
+	// The agent call and the store write run at once: neither needs the
+	// other's answer, and the claim waits for the longer of the two, not
+	// their sum. Both must succeed; either failing destroys the sandbox.
 	boot := s.bootClient(id, r.token)
-	err = boot.Configure(cctx, agent.Configuration{Env: mergedEnv(req.Env, req.SecretEnv), NewToken: sec.token})
-	cancel()
-	if err != nil {
-		s.pool.gone(class)
-		fail("the claimed sandbox's agent refused its configuration; creating cold", err) // its destroy closes boot
-		s.Metrics.poolMiss()
-		return nil, errPoolMiss
-	}
+	configured := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, poolConfigureTimeout)
+		defer cancel()
+		configured <- boot.Configure(cctx, agent.Configuration{Env: mergedEnv(req.Env, req.SecretEnv), NewToken: sec.token})
+	}()
 	var expires time.Time
 	if req.Timeout > 0 {
 		expires = s.Clock().Add(req.Timeout)
@@ -171,8 +174,10 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		Delivery: r.delivery, DeliveryWindow: r.window,
 		Commit: commit, ExpiresAt: expires,
 	})
+	cerr := <-configured
 	s.pool.gone(class)
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		// No longer the pool's running sandbox: destroyed under the pool
 		// (a health check, an eviction), or failed (the reconciler marked
 		// it). Its delivery row was not written, and a destroy that
@@ -183,11 +188,17 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		}
 		s.Metrics.poolMiss()
 		return nil, errPoolMiss
-	}
-	if err != nil {
-		s.Logger.Warn("pool: the claim's write failed; destroying the configured sandbox", "sandbox", id, "err", err)
+	case err != nil:
+		s.Logger.Warn("pool: the claim's write failed; destroying the sandbox", "sandbox", id, "err", err)
 		s.destroyDetached(ctx, id, "its claim from the pool failed") // its delivery row was not written
 		return nil, s.mapStoreErr(err, req.Name)
+	case cerr != nil:
+		// The row is the owner's already, but nobody has been given it:
+		// it is destroyed, and the create goes cold (a cold create moves
+		// the idempotency claim's target to its own sandbox).
+		fail("the claimed sandbox's agent refused its configuration; creating cold", cerr) // its destroy closes boot
+		s.Metrics.poolMiss()
+		return nil, errPoolMiss
 	}
 	if !commit {
 		// Cluster mode: the claimed sandbox's placement and name, as a

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -79,6 +81,9 @@ func (s *Service) reconcile(ctx context.Context, startup bool) error {
 	}
 	if err := s.restore(ctx, p, lost); err != nil {
 		return fmt.Errorf("startup reconcile: %w", err)
+	}
+	if err := s.finishClaims(ctx, snap.Rows, lost); err != nil {
+		s.Logger.Warn("reconcile: some sandboxes claimed from the pool could not be configured", "err", err)
 	}
 	s.setReady("")
 	return nil
@@ -283,6 +288,42 @@ func (s *Service) restore(ctx context.Context, p Plan, lost map[string]bool) err
 		s.Logger.Error("reconcile: some routes could not be restored", "err", err)
 	}
 	return nil
+}
+
+// finishClaims finishes the pool claims a crash cut short. A claim writes
+// the row and configures the agent at once (claimPooled), so a daemon
+// killed between the two leaves a running row of its owner's whose agent
+// still takes only the token it booted with: it is handed its env and its
+// current token now, before the daemon is ready. One authenticated call
+// per sandbox claimed from the pool, repairConcurrency at a time; an agent
+// that already takes its current token costs nothing more.
+func (s *Service) finishClaims(ctx context.Context, rows []store.Sandbox, lost map[string]bool) error {
+	claimed := make(map[string]store.Sandbox)
+	var ids []string
+	for _, row := range rows {
+		if row.BootTokenSealed == nil || row.Owner == store.PoolOwner || row.State != store.StateRunning ||
+			!row.DestroyingSince.IsZero() || lost[row.ID] {
+			continue
+		}
+		claimed[row.ID] = row
+		ids = append(ids, row.ID)
+	}
+	return errors.Join(parallel(ctx, ids, func(ctx context.Context, id string) error {
+		c, err := s.Agent(ctx, id)
+		if err != nil {
+			return err
+		}
+		cctx, cancel := context.WithTimeout(ctx, poolConfigureTimeout)
+		defer cancel()
+		if err := c.Check(cctx); connect.CodeOf(err) != connect.CodeUnauthenticated {
+			return nil // configured, or not answering: the health checks and the reconciler see to it
+		}
+		s.Logger.Info("reconcile: finishing a pool claim a crash cut short", "sandbox", id)
+		if err := s.configureAgent(cctx, claimed[id]); err != nil {
+			return fmt.Errorf("configure %s: %w", id, err)
+		}
+		return nil
+	})...)
 }
 
 // VolumeSweeper is what a Volumes that keeps host state of its own per
