@@ -81,6 +81,9 @@ type Daemon struct {
 	// its memory held) before it is stopped, its file system kept; the next
 	// resume restarts its processes. Zero: never.
 	PauseMax time.Duration
+	// TemplateStorageMB bounds each owner's templates and snapshots
+	// together, in MB of image (0: unlimited).
+	TemplateStorageMB int64
 	// Pool is how many started, idle sandboxes the warm pool keeps per
 	// image (default CPU, memory and runtime, no network); the default is
 	// two of DefaultImage. The admin API (PUT /v1/pools) changes it at
@@ -188,6 +191,8 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"how long an undelivered E2B create stays adoptable (or, with --e2b-body-dedupe=body, an identical body is replayed) (env SANDBOXD_E2B_REPLAY_WINDOW)")
 	fs.DurationVar(&d.PauseMax, "pause-max", d.PauseMax,
 		"stop a sandbox paused for longer than this, keeping its file system (its next resume restarts its processes); 0: never (env SANDBOXD_PAUSE_MAX)")
+	fs.Int64Var(&d.TemplateStorageMB, "template-storage-max", d.TemplateStorageMB,
+		"MB of images each owner's templates and snapshots may hold together; 0: unlimited (env SANDBOXD_TEMPLATE_STORAGE_MAX)")
 	pool := ""
 	if v, ok := env("SANDBOXD_POOL"); ok {
 		pool = v
@@ -292,6 +297,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	}
 	if d.PauseMax, err = time.ParseDuration(get("SANDBOXD_PAUSE_MAX", "10m")); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_PAUSE_MAX: %w", err)
+	}
+	if d.TemplateStorageMB, err = strconv.ParseInt(get("SANDBOXD_TEMPLATE_STORAGE_MAX", "10240"), 10, 64); err != nil || d.TemplateStorageMB < 0 {
+		return Daemon{}, fmt.Errorf("SANDBOXD_TEMPLATE_STORAGE_MAX: must be a whole number of MB, 0 or more")
 	}
 	if d.E2BBodyDedupe, err = parseDedupe(d.E2BBodyDedupe); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_BODY_DEDUPE: %w", err)

@@ -85,6 +85,8 @@ type Daemon struct {
 	httpsLn net.Listener
 	// gvisor: the engine runs sandboxes under gVisor (checked at start).
 	gvisor bool
+	// images is the engine's image side (templates, snapshots, forks).
+	images runtime.Images
 	// cluster is this node's part in a cluster (cluster.go); nil on a
 	// single node.
 	cluster *clusterNode
@@ -247,6 +249,7 @@ func (d *Daemon) openRuntime(dataDir string, wrap func(runtime.Runtime) runtime.
 		return nil
 	})
 	d.gvisor = d.probeGVisor(drt)
+	d.images = drt
 	var rt runtime.Runtime = drt
 	if wrap != nil {
 		rt = wrap(rt)
@@ -334,21 +337,22 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		d.admission.SetElsewhere(d.cluster.holdingElsewhere) // quotas are the cluster's
 	}
 	d.Service, err = service.New(service.Config{
-		NodeID:         cfg.NodeID,
-		DefaultImage:   cfg.DefaultImage,
-		AgentBinary:    agentBinary,
-		HostMilliCPU:   int64(goruntime.NumCPU()) * 1000,
-		Domain:         cfg.Domain,
-		ReservedHosts:  reservedHosts(cfg, d.ln.Addr()),
-		AllowNetwork:   cfg.SandboxNetwork,
-		GVisor:         d.gvisor,
-		DefaultRuntime: cfg.DefaultRuntime,
-		Pool:           poolTargets(cfg.Pool),
-		PauseMax:       cfg.PauseMax,
-		HostPortLo:     cfg.HostPortLo,
-		HostPortHi:     cfg.HostPortHi,
-		TLSPort:        tlsPortN,
-		PublicURL:      func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
+		NodeID:            cfg.NodeID,
+		DefaultImage:      cfg.DefaultImage,
+		AgentBinary:       agentBinary,
+		HostMilliCPU:      int64(goruntime.NumCPU()) * 1000,
+		Domain:            cfg.Domain,
+		ReservedHosts:     reservedHosts(cfg, d.ln.Addr()),
+		AllowNetwork:      cfg.SandboxNetwork,
+		GVisor:            d.gvisor,
+		DefaultRuntime:    cfg.DefaultRuntime,
+		Pool:              poolTargets(cfg.Pool),
+		PauseMax:          cfg.PauseMax,
+		TemplateStorageMB: cfg.TemplateStorageMB,
+		HostPortLo:        cfg.HostPortLo,
+		HostPortHi:        cfg.HostPortHi,
+		TLSPort:           tlsPortN,
+		PublicURL:         func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
 	}, service.Deps{
 		Store:     d.Store,
 		Runtime:   rt,
@@ -361,6 +365,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Metrics:   service.NewMetrics(d.Registry),
 		Cluster:   d.clusterKeys(),
 		Peers:     d.peerLister(),
+		Images:    d.images,
 	})
 	if err != nil {
 		return fmt.Errorf("service.New: %w", err)

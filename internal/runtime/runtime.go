@@ -405,3 +405,42 @@ type Stats struct {
 	// Pids is the number of processes and threads.
 	Pids uint64
 }
+
+// Images captures sandboxes' filesystems as images and removes them: the
+// engine side of templates, snapshots and forks. The docker runtime
+// implements it.
+type Images interface {
+	// Commit captures the sandbox's filesystem (its image and everything
+	// written over it, bind mounts excepted: not the agent, its socket or
+	// a volume) as the image ref. The image's configuration is cfg and
+	// nothing of the container's: not its env (the agent token), its labels
+	// or its entrypoint. A running sandbox is frozen for the capture; a
+	// stopped or paused one is captured as it is. ErrNotFound when the
+	// sandbox has no container.
+	Commit(ctx context.Context, sandboxID, ref string, cfg ImageConfig) (Image, error)
+	// InspectImage reports a local image. ErrImageNotFound when it is not there.
+	InspectImage(ctx context.Context, ref string) (Image, error)
+	// RemoveImage removes a local image by reference. An image that is not
+	// there is not an error; one a container still uses is ErrImageInUse.
+	RemoveImage(ctx context.Context, ref string) error
+}
+
+// ErrImageInUse: a container still uses the image.
+var ErrImageInUse = errors.New("image in use by a container")
+
+// ImageConfig is the part of an image's configuration sandboxd sets.
+type ImageConfig struct {
+	Env        []string // KEY=value
+	Cmd        []string
+	Entrypoint []string
+	WorkingDir string
+	User       string
+	Labels     map[string]string
+}
+
+// Image is a local image.
+type Image struct {
+	ID     string
+	Size   int64
+	Config ImageConfig
+}

@@ -72,7 +72,30 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 // (reservePooled) when reserved is not nil: the create claims it, and its
 // id is idOverride. A miss then answers errPoolMiss instead of going cold:
 // the caller creates again cold, under an id of its choosing.
-func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim) (_ *Created, err error) {
+func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim) (*Created, error) {
+	spec, err := s.resolveTemplate(ctx, &req)
+	if err != nil {
+		if reserved != nil {
+			s.unreservePooled(req, reserved.pooled)
+		}
+		return nil, err
+	}
+	created, err := s.createChain(ctx, req, idOverride, reserved, cl)
+	if err != nil || spec.StartCmd == "" {
+		return created, err
+	}
+	t := time.Now()
+	if err := s.startTemplate(ctx, created.ID, spec); err != nil {
+		s.destroyDetached(ctx, created.ID, "its template's start failed")
+		return nil, err
+	}
+	created.Timings = append(created.Timings, StepTiming{Step: "template-start", Duration: time.Since(t)})
+	return created, nil
+}
+
+// createChain is createAs once the request's template (if any) is
+// resolved to its image.
+func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim) (_ *Created, err error) {
 	t := &stepTimer{}
 	defer func() { s.Metrics.observeCreate(t.timings, err) }()
 	if reserved != nil {

@@ -38,8 +38,14 @@ const (
 type CreateRequest struct {
 	// Owner is the tenant the sandbox belongs to (the caller's principal).
 	Owner string
-	// Image is a locally present image reference; empty means the default.
+	// Image is a locally present image reference; empty means the default
+	// (or the template's).
 	Image string
+	// Template names a template of the owner's (by id or name) to create
+	// from, instead of an image.
+	Template string
+	// fromTemplate is set once Template is resolved to Image.
+	fromTemplate bool
 	// Name is optional; when set it is a DNS label unique on the host.
 	Name     string
 	MilliCPU int64

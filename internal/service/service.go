@@ -76,6 +76,18 @@ type Store interface {
 	AbandonInflight(ctx context.Context) (int64, error)
 	ExpireUndelivered(ctx context.Context, c store.Claim) (store.ExpireOutcome, error)
 	ListExpiredUndelivered(ctx context.Context, limit int) ([]store.Claim, error)
+
+	CreateTemplate(ctx context.Context, t store.Template) (store.Template, error)
+	FinishTemplate(ctx context.Context, id string, sizeBytes int64) (store.Template, error)
+	FailTemplate(ctx context.Context, id, reason string) (store.Template, error)
+	GetTemplate(ctx context.Context, id string) (store.Template, error)
+	GetTemplateByName(ctx context.Context, owner, name string) (store.Template, error)
+	FindTemplateByRecipe(ctx context.Context, owner, hash string) (store.Template, error)
+	ListTemplates(ctx context.Context, owner string, forks bool) ([]store.Template, error)
+	DeleteTemplate(ctx context.Context, id string) (store.Template, error)
+	FailBuildingTemplates(ctx context.Context, reason string) ([]store.Template, error)
+	UnusedForks(ctx context.Context) ([]store.Template, error)
+	TemplateBytes(ctx context.Context, owner string) (int64, error)
 }
 
 // Runtime is what the service needs of the sandbox runtime.
@@ -168,6 +180,9 @@ type Config struct {
 	// before the background loop stops it, keeping its file system; the
 	// next resume then starts its processes afresh. Zero: never.
 	PauseMax time.Duration
+	// TemplateStorageMB bounds the size of each owner's templates and
+	// snapshots together (0: unlimited).
+	TemplateStorageMB int64
 	// StuckCreating is how long a row may stay in state creating before the
 	// reconciler rolls it back.
 	StuckCreating time.Duration
@@ -193,6 +208,9 @@ type Deps struct {
 	Cluster Cluster
 	// Peers lists the other nodes' sandboxes (List); nil on a single node.
 	Peers PeerLister
+	// Images captures sandboxes as images (templates.go); nil refuses
+	// templates, snapshots and forks as unavailable.
+	Images runtime.Images
 }
 
 // Service is sandboxd's domain layer. It is safe for concurrent use.
@@ -207,6 +225,9 @@ type Service struct {
 
 	// pool is the warm pool (pool.go): never nil, empty without targets.
 	pool *pool
+
+	// builds keeps the output of this process's template builds.
+	builds buildLogs
 
 	// readiness is set by the startup repair (Reconcile with startup).
 	readiness atomic.Pointer[readiness]

@@ -1,0 +1,112 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/runtime"
+)
+
+var _ runtime.Images = (*Runtime)(nil)
+
+// Commit implements runtime.Images.
+//
+// The engine merges the container's configuration into the one it is
+// given: every env variable and label the container has and cfg lacks
+// would be copied into the image (the agent token among them), and its
+// entrypoint (the agent's path) too when cfg has none. So each such key
+// is set explicitly, to an empty value, and the entrypoint to an empty
+// list: the image carries cfg and nothing of the sandbox's.
+func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime.ImageConfig) (runtime.Image, error) {
+	if err := checkID(sandboxID); err != nil {
+		return runtime.Image{}, err
+	}
+	ins, err := r.cli.ContainerInspect(ctx, r.name(sandboxID), client.ContainerInspectOptions{})
+	if err != nil {
+		return runtime.Image{}, fmt.Errorf("commit sandbox %s: %w", sandboxID, notFound(err))
+	}
+	c := &container.Config{
+		Env:        slices.Clone(cfg.Env),
+		Cmd:        cfg.Cmd,
+		Entrypoint: cfg.Entrypoint,
+		WorkingDir: cfg.WorkingDir,
+		User:       cfg.User,
+		Labels:     maps.Clone(cfg.Labels),
+	}
+	if c.Entrypoint == nil {
+		c.Entrypoint = []string{}
+	}
+	if c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	if old := ins.Container.Config; old != nil {
+		have := make(map[string]bool, len(c.Env))
+		for _, kv := range c.Env {
+			k, _, _ := strings.Cut(kv, "=")
+			have[k] = true
+		}
+		for _, kv := range old.Env {
+			if k, _, _ := strings.Cut(kv, "="); !have[k] {
+				c.Env = append(c.Env, k+"=")
+				have[k] = true
+			}
+		}
+		for k := range old.Labels {
+			if _, ok := c.Labels[k]; !ok {
+				c.Labels[k] = ""
+			}
+		}
+	}
+	paused := ins.Container.State != nil && ins.Container.State.Status == container.StatePaused
+	res, err := r.cli.ContainerCommit(ctx, ins.Container.ID, client.ContainerCommitOptions{
+		Reference: ref,
+		Config:    c,
+		NoPause:   paused, // the engine cannot pause a paused container again
+	})
+	if err != nil {
+		return runtime.Image{}, fmt.Errorf("commit sandbox %s as %s: %w", sandboxID, ref, notFound(err))
+	}
+	img, err := r.InspectImage(ctx, res.ID)
+	if err != nil {
+		return runtime.Image{}, fmt.Errorf("commit sandbox %s as %s: %w", sandboxID, ref, err)
+	}
+	return img, nil
+}
+
+// InspectImage implements runtime.Images.
+func (r *Runtime) InspectImage(ctx context.Context, ref string) (runtime.Image, error) {
+	res, err := r.cli.ImageInspect(ctx, ref)
+	if cerrdefs.IsNotFound(err) {
+		return runtime.Image{}, fmt.Errorf("image %s: %w", ref, runtime.ErrImageNotFound)
+	}
+	if err != nil {
+		return runtime.Image{}, fmt.Errorf("inspect image %s: %w", ref, err)
+	}
+	img := runtime.Image{ID: res.ID, Size: res.Size}
+	if cfg := res.Config; cfg != nil {
+		img.Config = runtime.ImageConfig{
+			Env: cfg.Env, Cmd: cfg.Cmd, Entrypoint: cfg.Entrypoint,
+			WorkingDir: cfg.WorkingDir, User: cfg.User, Labels: cfg.Labels,
+		}
+	}
+	return img, nil
+}
+
+// RemoveImage implements runtime.Images.
+func (r *Runtime) RemoveImage(ctx context.Context, ref string) error {
+	_, err := r.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true})
+	switch {
+	case err == nil, cerrdefs.IsNotFound(err):
+		return nil
+	case cerrdefs.IsConflict(err):
+		return fmt.Errorf("remove image %s: %w: %w", ref, runtime.ErrImageInUse, err)
+	}
+	return fmt.Errorf("remove image %s: %w", ref, err)
+}

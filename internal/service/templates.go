@@ -1,0 +1,845 @@
+package service
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/naming"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// Templates, snapshots and forks are one thing underneath: an image the
+// engine captured from a sandbox's filesystem (runtime.Images.Commit),
+// recorded as a template of its owner's. A build runs a recipe's steps in
+// a sandbox of the base image and captures it; a snapshot captures a
+// sandbox as it is; a fork captures one and creates sandboxes from the
+// capture, which is then removed once none of them is left.
+//
+// The capture is never the sandbox's configuration: the image's env,
+// labels and entrypoint are the base image's (plus a build's env), so no
+// agent token, secret or create-time setting is ever in an image.
+
+// templateRepo is the engine repository of every template image; the tag
+// is the template's id. Creates name templates, never these images.
+const templateRepo = "sandboxd/template"
+
+func templateRef(id string) string { return templateRepo + ":" + id }
+
+// isTemplateImage reports whether ref names a template's image.
+func isTemplateImage(ref string) bool {
+	return strings.HasPrefix(ref, templateRepo+":") || strings.HasPrefix(ref, "docker.io/"+templateRepo+":")
+}
+
+// buildOwner owns the sandboxes builds run in: no token can have it, and
+// a start destroys what a dead process left of them.
+const buildOwner = "sandboxd:build"
+
+// labelTemplate marks a template's image with its id.
+const labelTemplate = "sandboxd.template"
+
+// Bounds of a recipe and of a build.
+const (
+	maxRecipeSteps   = 64
+	maxCommandLen    = 16 << 10
+	maxCopyBytes     = 8 << 20 // all copy steps together
+	maxBuildLogBytes = 1 << 20
+	buildTimeout     = 30 * time.Minute
+	readyTimeout     = time.Minute
+	maxForks         = 16
+	// forkGrace keeps a fork's capture that no sandbox uses yet from the
+	// sweep while its creates run.
+	forkGrace = 10 * time.Minute
+)
+
+// Template is an image sandboxes can be created from.
+type Template struct {
+	ID        string              `json:"id"`
+	Owner     string              `json:"owner"`
+	Name      string              `json:"name,omitempty"`
+	Kind      store.TemplateKind  `json:"kind"`
+	State     store.TemplateState `json:"state"`
+	BaseImage string              `json:"base_image,omitempty"`
+	SourceID  string              `json:"source_id,omitempty"`
+	SizeBytes int64               `json:"size_bytes"`
+	Error     string              `json:"error,omitempty"`
+	StartCmd  string              `json:"start_cmd,omitempty"`
+	ReadyCmd  string              `json:"ready_cmd,omitempty"`
+	CreatedAt time.Time           `json:"created_at"`
+	UpdatedAt time.Time           `json:"updated_at"`
+}
+
+// templateSpec is what a template keeps for the sandboxes made from it
+// (store.Template.Spec).
+type templateSpec struct {
+	StartCmd string `json:"start_cmd,omitempty"`
+	ReadyCmd string `json:"ready_cmd,omitempty"`
+	User     string `json:"user,omitempty"`
+	Workdir  string `json:"workdir,omitempty"`
+}
+
+func fromTemplateRow(t store.Template) Template {
+	var spec templateSpec
+	_ = json.Unmarshal(t.Spec, &spec) // written by us
+	return Template{
+		ID: t.ID, Owner: t.Owner, Name: t.Name, Kind: t.Kind, State: t.State, BaseImage: t.BaseImage,
+		SourceID: t.SourceID, SizeBytes: t.SizeBytes, Error: t.Error, StartCmd: spec.StartCmd,
+		ReadyCmd: spec.ReadyCmd, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+	}
+}
+
+// Recipe is how to build a template: a base image and steps, run in order
+// in a sandbox of the base (with no network) and captured.
+type Recipe struct {
+	Name  string `json:"name,omitempty"`
+	Base  string `json:"base,omitempty"`
+	Steps []Step `json:"steps,omitempty"`
+	// StartCmd runs (as a shell line, in the background) in every sandbox
+	// created from the template; ReadyCmd, when set, is run until it
+	// exits 0 before the create answers.
+	StartCmd string `json:"start_cmd,omitempty"`
+	ReadyCmd string `json:"ready_cmd,omitempty"`
+}
+
+// Step is one step of a recipe: exactly one field is set.
+type Step struct {
+	// Run is a shell line (/bin/sh -c) run with the env, workdir and user
+	// of the steps before it; a non-zero exit fails the build.
+	Run string `json:"run,omitempty"`
+	// Copy writes a file.
+	Copy *CopyStep `json:"copy,omitempty"`
+	// Env sets variables for later steps and for the template's sandboxes.
+	Env map[string]string `json:"env,omitempty"`
+	// Workdir is the directory later steps and the start command run in
+	// (created); the image's working directory.
+	Workdir string `json:"workdir,omitempty"`
+	// User runs later steps and the start command as this user.
+	User string `json:"user,omitempty"`
+}
+
+// CopyStep writes Content to Path (parents created).
+type CopyStep struct {
+	Path    string `json:"path"`
+	Content []byte `json:"content"`
+}
+
+func (r Recipe) validate() error {
+	if r.Name != "" && !naming.ValidLabel(r.Name) {
+		return invalid("name", "must be a DNS label: lowercase letters, digits and '-', at most 63")
+	}
+	if r.Base != "" {
+		if err := validateImage(r.Base); err != nil {
+			return invalid("base", "must be an image reference without spaces, at most %d bytes", maxImageLen)
+		}
+		if isTemplateImage(r.Base) {
+			return invalid("base", "build on a template by its name with base_template, not its image")
+		}
+	}
+	if len(r.Steps) > maxRecipeSteps {
+		return invalid("steps", "at most %d", maxRecipeSteps)
+	}
+	copied := 0
+	for i, st := range r.Steps {
+		field := fmt.Sprintf("steps[%d]", i)
+		set := 0
+		for _, b := range []bool{st.Run != "", st.Copy != nil, st.Env != nil, st.Workdir != "", st.User != ""} {
+			if b {
+				set++
+			}
+		}
+		if set != 1 {
+			return invalid(field, "must set exactly one of run, copy, env, workdir and user")
+		}
+		switch {
+		case len(st.Run) > maxCommandLen || strings.ContainsRune(st.Run, 0):
+			return invalid(field+".run", "must be at most %d bytes, without NUL", maxCommandLen)
+		case st.Copy != nil:
+			if err := validPath(st.Copy.Path); err != nil || !strings.HasPrefix(st.Copy.Path, "/") {
+				return invalid(field+".copy.path", "must be an absolute path without NUL")
+			}
+			if copied += len(st.Copy.Content); copied > maxCopyBytes {
+				return invalid(field+".copy.content", "the copy steps carry more than %d bytes together", maxCopyBytes)
+			}
+		case st.Env != nil:
+			if err := validateEnv(field+".env", st.Env); err != nil {
+				return err
+			}
+		case st.Workdir != "" && (!strings.HasPrefix(st.Workdir, "/") || strings.ContainsRune(st.Workdir, 0)):
+			return invalid(field+".workdir", "must be an absolute path without NUL")
+		case st.User != "" && (len(st.User) > 64 || strings.ContainsAny(st.User, ":/ \t\n\x00")):
+			return invalid(field+".user", "must be a user name")
+		}
+	}
+	for _, c := range []struct{ field, v string }{{"start_cmd", r.StartCmd}, {"ready_cmd", r.ReadyCmd}} {
+		if len(c.v) > maxCommandLen || strings.ContainsRune(c.v, 0) {
+			return invalid(c.field, "must be at most %d bytes, without NUL", maxCommandLen)
+		}
+	}
+	if r.ReadyCmd != "" && r.StartCmd == "" {
+		return invalid("ready_cmd", "needs a start_cmd")
+	}
+	return nil
+}
+
+// hash identifies what a build of r makes: the recipe and the base
+// image's id (a rebuilt base is another build).
+func (r Recipe) hash(baseID string) string {
+	b, _ := json.Marshal(struct {
+		Recipe
+		BaseID string
+	}{r, baseID}) // strings, maps and byte slices always marshal
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+func newTemplateID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "tpl-" + hex.EncodeToString(b[:])
+}
+
+// images returns the engine's image side, or ErrUnavailable.
+func (s *Service) images() (runtime.Images, error) {
+	if s.Images == nil {
+		return nil, fmt.Errorf("templates need an engine that captures images: %w", ErrUnavailable)
+	}
+	return s.Images, nil
+}
+
+// checkStorage refuses a new template when the owner's templates already
+// hold TemplateStorageMB.
+func (s *Service) checkStorage(ctx context.Context, owner string) error {
+	if s.cfg.TemplateStorageMB <= 0 {
+		return nil
+	}
+	used, err := s.Store.TemplateBytes(ctx, owner)
+	if err != nil {
+		return err
+	}
+	if used >= s.cfg.TemplateStorageMB<<20 {
+		return &QuotaError{Reason: fmt.Sprintf("the owner's templates and snapshots hold %d MB of %d MB", used>>20, s.cfg.TemplateStorageMB)}
+	}
+	return nil
+}
+
+// BuildTemplate starts a build of r for the caller's owner and returns
+// its template, building. The same recipe over the same base again is the
+// same template (cached is set), whatever state it is in but failed. The
+// build goes on in the background; FollowBuildLog streams its output.
+func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Template, cached bool, err error) {
+	imgs, err := s.images()
+	if err != nil {
+		return Template{}, false, err
+	}
+	if err := s.requireReady(); err != nil {
+		return Template{}, false, err
+	}
+	if err := r.validate(); err != nil {
+		return Template{}, false, err
+	}
+	r.Base = cmp.Or(r.Base, s.cfg.DefaultImage)
+	base, err := imgs.InspectImage(ctx, r.Base)
+	if errors.Is(err, runtime.ErrImageNotFound) {
+		return Template{}, false, &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", r.Base), Kind: ErrImageNotPresent}
+	}
+	if err != nil {
+		return Template{}, false, err
+	}
+	hash := r.hash(base.ID)
+	if found, err := s.Store.FindTemplateByRecipe(ctx, c.Owner, hash); err == nil {
+		return fromTemplateRow(found), true, nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return Template{}, false, err
+	}
+	if err := s.checkStorage(ctx, c.Owner); err != nil {
+		return Template{}, false, err
+	}
+	spec := templateSpec{StartCmd: r.StartCmd, ReadyCmd: r.ReadyCmd}
+	for _, st := range r.Steps {
+		spec.User = cmp.Or(st.User, spec.User)
+		spec.Workdir = cmp.Or(st.Workdir, spec.Workdir)
+	}
+	specJSON, _ := json.Marshal(spec)
+	id := newTemplateID()
+	row, err := s.Store.CreateTemplate(ctx, store.Template{
+		ID: id, Owner: c.Owner, Name: r.Name, Kind: store.TemplateBuild, Image: templateRef(id),
+		BaseImage: r.Base, RecipeHash: hash, Spec: specJSON,
+	})
+	if err != nil {
+		return Template{}, false, s.mapTemplateErr(err, r.Name)
+	}
+	log := s.builds.open(id)
+	go s.runBuild(row, r, base, log)
+	return fromTemplateRow(row), false, nil
+}
+
+// runBuild builds template t from r in a sandbox of the base image and
+// settles it: ready with its image, or failed with the reason (its image
+// removed). The build sandbox is destroyed either way.
+func (s *Service) runBuild(t store.Template, r Recipe, base runtime.Image, log *buildLog) {
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	start := time.Now()
+	err := s.build(ctx, t, r, base, log)
+	if err == nil {
+		var img runtime.Image
+		if img, err = s.Images.InspectImage(ctx, t.Image); err == nil {
+			_, err = s.Store.FinishTemplate(ctx, t.ID, img.Size)
+		}
+	}
+	if err != nil {
+		log.printf("build failed: %v\n", err)
+		if _, ferr := s.Store.FailTemplate(context.WithoutCancel(ctx), t.ID, err.Error()); ferr != nil {
+			s.Logger.Warn("template: mark a failed build", "template", t.ID, "err", ferr)
+		}
+		if rerr := s.Images.RemoveImage(context.WithoutCancel(ctx), t.Image); rerr != nil {
+			s.Logger.Warn("template: remove the image of a failed build", "template", t.ID, "err", rerr)
+		}
+	} else {
+		log.printf("built %s in %s\n", t.ID, time.Since(start).Round(time.Millisecond))
+	}
+	log.finish()
+}
+
+func (s *Service) build(ctx context.Context, t store.Template, r Recipe, base runtime.Image, log *buildLog) error {
+	log.printf("build %s from %s\n", t.ID, r.Base)
+	sb, err := s.createAs(ctx, CreateRequest{Owner: buildOwner, Image: r.Base, Timeout: buildTimeout}, "", nil, nil)
+	if err != nil {
+		return fmt.Errorf("start the build sandbox: %w", err)
+	}
+	defer s.destroyDetached(ctx, sb.ID, "its build ended")
+	ac, err := s.Agent(ctx, sb.ID)
+	if err != nil {
+		return err
+	}
+	env := map[string]string{}
+	workdir, user := "", ""
+	for i, st := range r.Steps {
+		switch {
+		case st.Run != "":
+			log.printf("step %d: run %s\n", i+1, st.Run)
+			if err := s.buildRun(ctx, ac, st.Run, env, workdir, user, log); err != nil {
+				return fmt.Errorf("step %d (run): %w", i+1, err)
+			}
+		case st.Copy != nil:
+			log.printf("step %d: copy %d bytes to %s\n", i+1, len(st.Copy.Content), st.Copy.Path)
+			if err := ac.Upload(ctx, st.Copy.Path, bytes.NewReader(st.Copy.Content), user); err != nil {
+				return fmt.Errorf("step %d (copy to %s): %w", i+1, st.Copy.Path, agentErr(err))
+			}
+		case st.Env != nil:
+			log.printf("step %d: env %s\n", i+1, strings.Join(slices.Sorted(maps.Keys(st.Env)), " "))
+			maps.Copy(env, st.Env)
+		case st.Workdir != "":
+			log.printf("step %d: workdir %s\n", i+1, st.Workdir)
+			if err := s.buildRun(ctx, ac, `mkdir -p "$1"`+" && chown \"${2:-root}\" \"$1\"", nil, "", "", log, st.Workdir, user); err != nil {
+				return fmt.Errorf("step %d (workdir %s): %w", i+1, st.Workdir, err)
+			}
+			workdir = st.Workdir
+		case st.User != "":
+			log.printf("step %d: user %s\n", i+1, st.User)
+			user = st.User
+		}
+	}
+	cfg := base.Config
+	cfg.Env = mergeEnvList(cfg.Env, env)
+	cfg.WorkingDir = cmp.Or(workdir, cfg.WorkingDir)
+	cfg.User = "" // the agent runs as root; the recipe's user runs the start command
+	cfg.Labels = withLabel(cfg.Labels, labelTemplate, t.ID)
+	log.printf("capture\n")
+	if _, err := s.Images.Commit(ctx, sb.ID, t.Image, cfg); err != nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	return nil
+}
+
+// buildRun runs one shell line of a build, its output into the log.
+func (s *Service) buildRun(ctx context.Context, ac *agent.Client, line string, env map[string]string, cwd, user string, log *buildLog, args ...string) error {
+	cmd := append([]string{"/bin/sh", "-c", line, "sh"}, args...)
+	p, err := ac.StartProcess(ctx, agent.StartRequest{Cmd: cmd, Env: env, Cwd: cwd, User: user})
+	if err != nil {
+		return agentErr(err)
+	}
+	defer p.Close()
+	for {
+		out, err := p.Recv()
+		if err != nil {
+			break // the end of the stream; Wait says how it ended
+		}
+		log.write(out.Data)
+	}
+	st, err := p.Wait()
+	if err != nil {
+		return agentErr(err)
+	}
+	if !st.Exited || st.Code != 0 {
+		return fmt.Errorf("exit code %d", st.Code)
+	}
+	return nil
+}
+
+func mergeEnvList(base []string, add map[string]string) []string {
+	out := make([]string, 0, len(base)+len(add))
+	for _, kv := range base {
+		if k, _, _ := strings.Cut(kv, "="); add[k] == "" {
+			if _, ok := add[k]; !ok {
+				out = append(out, kv)
+			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(add)) {
+		out = append(out, k+"="+add[k])
+	}
+	return out
+}
+
+func withLabel(labels map[string]string, k, v string) map[string]string {
+	out := maps.Clone(labels)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[k] = v
+	return out
+}
+
+// Snapshot captures a sandbox's filesystem (running, paused or stopped)
+// as a template of its owner's. It holds the sandbox's transition lock: no
+// pause, resume, stop or start runs during the capture.
+func (s *Service) Snapshot(ctx context.Context, c Caller, idOrName, name string) (Template, error) {
+	if name != "" && !naming.ValidLabel(name) {
+		return Template{}, invalid("name", "must be a DNS label: lowercase letters, digits and '-', at most 63")
+	}
+	row, unlock, err := s.lockTransition(ctx, c, idOrName)
+	if err != nil {
+		return Template{}, err
+	}
+	defer unlock()
+	t, err := s.capture(ctx, row, name, store.TemplateSnapshot)
+	if err != nil {
+		return Template{}, err
+	}
+	return fromTemplateRow(t), nil
+}
+
+// capture captures row's sandbox as a template of kind, under its
+// transition lock (the caller's).
+func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, kind store.TemplateKind) (store.Template, error) {
+	imgs, err := s.images()
+	if err != nil {
+		return store.Template{}, err
+	}
+	switch {
+	case row.Owner == store.PoolOwner || row.Owner == buildOwner:
+		return store.Template{}, fmt.Errorf("sandbox %q: %w", row.ID, ErrNotFound)
+	case row.State == store.StateCreating || row.State == store.StateError:
+		return store.Template{}, fmt.Errorf("sandbox %s is %s: %w", row.ID, row.State, ErrConflict)
+	}
+	if err := s.checkStorage(ctx, row.Owner); err != nil {
+		return store.Template{}, err
+	}
+	// A sandbox made from a template keeps the template's start command.
+	var spec json.RawMessage
+	baseImage := row.Image
+	if from, ok := s.templateOfImage(ctx, row.Image); ok {
+		spec, baseImage = from.Spec, from.BaseImage
+	}
+	base, err := imgs.InspectImage(ctx, row.Image)
+	if err != nil {
+		return store.Template{}, fmt.Errorf("the image of sandbox %s: %w", row.ID, err)
+	}
+	id := newTemplateID()
+	t, err := s.Store.CreateTemplate(ctx, store.Template{
+		ID: id, Owner: row.Owner, Name: name, Kind: kind, Image: templateRef(id),
+		BaseImage: baseImage, SourceID: row.ID, Spec: spec,
+	})
+	if err != nil {
+		return store.Template{}, s.mapTemplateErr(err, name)
+	}
+	cfg := base.Config
+	cfg.Labels = withLabel(cfg.Labels, labelTemplate, id)
+	img, err := imgs.Commit(ctx, row.ID, t.Image, cfg)
+	if err == nil {
+		t, err = s.Store.FinishTemplate(ctx, id, img.Size)
+	}
+	if err != nil {
+		dctx := context.WithoutCancel(ctx)
+		if _, ferr := s.Store.FailTemplate(dctx, id, err.Error()); ferr != nil {
+			s.Logger.Warn("template: mark a failed capture", "template", id, "err", ferr)
+		}
+		if rerr := imgs.RemoveImage(dctx, t.Image); rerr != nil {
+			s.Logger.Warn("template: remove the image of a failed capture", "template", id, "err", rerr)
+		}
+		return store.Template{}, s.engineErr(ctx, "capture", row.ID, err)
+	}
+	return t, nil
+}
+
+// templateOfImage returns the template whose image ref is, if any.
+func (s *Service) templateOfImage(ctx context.Context, ref string) (store.Template, bool) {
+	id, ok := strings.CutPrefix(ref, templateRepo+":")
+	if !ok {
+		return store.Template{}, false
+	}
+	t, err := s.Store.GetTemplate(ctx, id)
+	return t, err == nil
+}
+
+// Fork makes n sandboxes (1 to 16) from a sandbox's current filesystem,
+// each with its own id, token and ports and the source's size, env,
+// secret env, tags, network and runtime (not its volumes). All or none:
+// when one cannot be made, those made are destroyed. The capture they
+// are made from is removed once none of them is left.
+func (s *Service) Fork(ctx context.Context, c Caller, idOrName string, n int) ([]*Created, error) {
+	if n < 1 || n > maxForks {
+		return nil, invalid("count", "must be from 1 to %d", maxForks)
+	}
+	row, unlock, err := s.lockTransition(ctx, c, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.capture(ctx, row, "", store.TemplateFork)
+	unlock()
+	if err != nil {
+		return nil, err
+	}
+	req, err := s.forkRequest(ctx, row, t, c)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Created, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out[i], errs[i] = s.createAs(ctx, req, "", nil, nil)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, cr := range out {
+			if cr != nil {
+				s.destroyDetached(ctx, cr.ID, "another sandbox of its fork failed")
+			}
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// forkRequest is the create of one sandbox of a fork of row from t.
+func (s *Service) forkRequest(ctx context.Context, row store.Sandbox, t store.Template, c Caller) (CreateRequest, error) {
+	var spec sandboxSpec
+	_ = json.Unmarshal(row.Spec, &spec) // written by us
+	req := CreateRequest{
+		Owner: row.Owner, MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB, Env: row.Env, Tags: row.Tags,
+		Network: spec.Network, Runtime: spec.Runtime, Annotations: spec.Annotations, Quota: c.Quota,
+		PauseOnTimeout: spec.PauseOnTimeout, Template: t.ID,
+	}
+	if len(row.SealedSecrets) > 0 {
+		plain, err := s.Keyring.Open(row.SealedSecrets, secretEnvAD(row.ID))
+		if err != nil {
+			return CreateRequest{}, fmt.Errorf("open the secret env of %s: %w", row.ID, err)
+		}
+		if err := json.Unmarshal(plain, &req.SecretEnv); err != nil {
+			return CreateRequest{}, fmt.Errorf("decode the secret env of %s: %w", row.ID, err)
+		}
+	}
+	if !row.ExpiresAt.IsZero() {
+		req.Timeout = max(time.Minute, row.ExpiresAt.Sub(s.Clock()))
+	}
+	return req, nil
+}
+
+// resolveTemplate turns req.Template into the image it creates from, and
+// returns what the sandbox runs once created. A template image named as
+// an image is refused: only its owner, by the template, creates from it.
+func (s *Service) resolveTemplate(ctx context.Context, req *CreateRequest) (templateSpec, error) {
+	if req.Template == "" {
+		if isTemplateImage(req.Image) {
+			return templateSpec{}, invalid("image", "a template is created from by its name or id (template), not its image")
+		}
+		return templateSpec{}, nil
+	}
+	if req.Image != "" {
+		return templateSpec{}, invalid("template", "give either image or template, not both")
+	}
+	t, err := s.lookupTemplate(ctx, Caller{Owner: req.Owner}, req.Template)
+	if err != nil {
+		return templateSpec{}, err
+	}
+	if t.State != store.TemplateReady {
+		return templateSpec{}, fmt.Errorf("template %s is %s, not ready: %w", t.ID, t.State, ErrConflict)
+	}
+	var spec templateSpec
+	_ = json.Unmarshal(t.Spec, &spec)
+	req.Image, req.fromTemplate = t.Image, true
+	return spec, nil
+}
+
+// startTemplate runs a template's start command in a sandbox just created
+// from it, and its ready check until it passes.
+func (s *Service) startTemplate(ctx context.Context, id string, spec templateSpec) error {
+	if spec.StartCmd == "" {
+		return nil
+	}
+	ac, err := s.Agent(ctx, id)
+	if err != nil {
+		return err
+	}
+	p, err := ac.StartProcess(ctx, agent.StartRequest{Cmd: []string{"/bin/sh", "-c", spec.StartCmd}, Cwd: spec.Workdir, User: spec.User, Tag: "template-start"})
+	if err != nil {
+		return fmt.Errorf("the template's start command: %w", agentErr(err))
+	}
+	p.Close() // it runs on
+	if spec.ReadyCmd == "" {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for {
+		res, err := ac.Exec(rctx, agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", spec.ReadyCmd}, Cwd: spec.Workdir, User: spec.User})
+		if err == nil && res.ExitCode == 0 {
+			return nil
+		}
+		select {
+		case <-rctx.Done():
+			return fmt.Errorf("the template's ready check did not pass within %s: %w", readyTimeout, ErrUnavailable)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// lookupTemplate finds a template the caller may see by id or name.
+func (s *Service) lookupTemplate(ctx context.Context, c Caller, idOrName string) (store.Template, error) {
+	var (
+		t   store.Template
+		err error
+	)
+	if strings.HasPrefix(idOrName, "tpl-") {
+		t, err = s.Store.GetTemplate(ctx, idOrName)
+	} else {
+		t, err = s.Store.GetTemplateByName(ctx, c.Owner, idOrName)
+	}
+	if err != nil || !c.canSee(t.Owner) {
+		return store.Template{}, fmt.Errorf("template %q: %w", idOrName, ErrNotFound)
+	}
+	return t, nil
+}
+
+// GetTemplate returns a template the caller may see.
+func (s *Service) GetTemplate(ctx context.Context, c Caller, idOrName string) (Template, error) {
+	t, err := s.lookupTemplate(ctx, c, idOrName)
+	if err != nil || t.Kind == store.TemplateFork {
+		return Template{}, fmt.Errorf("template %q: %w", idOrName, ErrNotFound)
+	}
+	return fromTemplateRow(t), nil
+}
+
+// ListTemplates lists the caller's templates and snapshots (an admin's:
+// everyone's), forks' captures left out.
+func (s *Service) ListTemplates(ctx context.Context, c Caller) ([]Template, error) {
+	owner := c.Owner
+	if c.Admin {
+		owner = ""
+	}
+	rows, err := s.Store.ListTemplates(ctx, owner, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Template, len(rows))
+	for i, r := range rows {
+		out[i] = fromTemplateRow(r)
+	}
+	return out, nil
+}
+
+// DeleteTemplate deletes a template and its image. One a sandbox was made
+// from and still exists is refused (ErrConflict), as is one still
+// building; a deleted one is ErrNotFound (a retry after success).
+func (s *Service) DeleteTemplate(ctx context.Context, c Caller, idOrName string) error {
+	imgs, err := s.images()
+	if err != nil {
+		return err
+	}
+	t, err := s.lookupTemplate(ctx, c, idOrName)
+	if err != nil || t.Kind == store.TemplateFork {
+		return fmt.Errorf("template %q: %w", idOrName, ErrNotFound)
+	}
+	if t.State == store.TemplateBuilding {
+		return fmt.Errorf("template %s is still building: %w", t.ID, ErrConflict)
+	}
+	return s.removeTemplate(ctx, imgs, t)
+}
+
+func (s *Service) removeTemplate(ctx context.Context, imgs runtime.Images, t store.Template) error {
+	if _, err := s.Store.DeleteTemplate(ctx, t.ID); err != nil {
+		if errors.Is(err, store.ErrTemplateInUse) {
+			return fmt.Errorf("template %s: sandboxes made from it still exist (%w): %w", t.ID, err, ErrConflict)
+		}
+		return s.mapTemplateErr(err, t.ID)
+	}
+	if err := imgs.RemoveImage(ctx, t.Image); err != nil {
+		// The row is gone; the image stays until a sandbox still using it
+		// (one whose row went first) is gone and a sweep removes it.
+		s.Logger.Warn("template: remove the image of a deleted template", "template", t.ID, "err", err)
+	}
+	return nil
+}
+
+// sweepTemplates removes the fork captures no sandbox uses any more (past
+// their grace) and, at startup, fails the builds and captures a dead
+// process left building and destroys its build sandboxes.
+func (s *Service) sweepTemplates(ctx context.Context, startup bool) error {
+	imgs, err := s.images()
+	if err != nil {
+		return nil // no templates without an image side
+	}
+	var errs []error
+	if startup {
+		cut, err := s.Store.FailBuildingTemplates(ctx, "cut short: the daemon stopped while it was being made")
+		errs = append(errs, err)
+		for _, t := range cut {
+			errs = append(errs, imgs.RemoveImage(ctx, t.Image))
+		}
+		rows, _, err := s.Store.ListSandboxes(ctx, store.ListFilter{Owner: buildOwner, Limit: store.MaxListLimit})
+		errs = append(errs, err)
+		for _, row := range rows {
+			s.destroyDetached(ctx, row.ID, "its build was cut short")
+		}
+	}
+	forks, err := s.Store.UnusedForks(ctx)
+	errs = append(errs, err)
+	for _, t := range forks {
+		if s.Clock().Sub(t.UpdatedAt) < forkGrace {
+			continue
+		}
+		if err := s.removeTemplate(ctx, imgs, t); err != nil && !errors.Is(err, ErrConflict) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Service) mapTemplateErr(err error, what string) error {
+	switch {
+	case errors.Is(err, store.ErrNameConflict):
+		return fmt.Errorf("a template named %q already exists: %w", what, ErrNameConflict)
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("template %q: %w", what, ErrNotFound)
+	case errors.Is(err, store.ErrInvalidArgument):
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return err
+}
+
+// buildLogs keeps each build's output of this process, bounded, for
+// FollowBuildLog.
+type buildLogs struct {
+	mu   sync.Mutex
+	logs map[string]*buildLog
+}
+
+// buildLog is one build's output: appended to until finish.
+type buildLog struct {
+	mu        sync.Mutex
+	buf       []byte
+	truncated bool
+	done      bool
+	changed   chan struct{} // closed and replaced on every change
+}
+
+func (b *buildLogs) open(id string) *buildLog {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.logs == nil {
+		b.logs = map[string]*buildLog{}
+	}
+	l := &buildLog{changed: make(chan struct{})}
+	b.logs[id] = l
+	return l
+}
+
+func (b *buildLogs) get(id string) *buildLog {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.logs[id]
+}
+
+func (l *buildLog) write(p []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := maxBuildLogBytes - len(l.buf); room < len(p) {
+		p, l.truncated = p[:max(room, 0)], true
+	}
+	l.buf = append(l.buf, p...)
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+func (l *buildLog) printf(format string, args ...any) { l.write(fmt.Appendf(nil, format, args...)) }
+
+func (l *buildLog) finish() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.done = true
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// since returns the output from offset on, whether the build ended, and a
+// channel closed at the next change.
+func (l *buildLog) since(offset int) ([]byte, bool, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.buf[min(offset, len(l.buf)):]), l.done, l.changed
+}
+
+// FollowBuildLog writes a template's build output to w as it comes, until
+// the build ends or ctx does. A build of another process (or a template
+// that was not built) has no output here: its error, if any, is written.
+func (s *Service) FollowBuildLog(ctx context.Context, c Caller, idOrName string, w func([]byte) error) error {
+	t, err := s.GetTemplate(ctx, c, idOrName)
+	if err != nil {
+		return err
+	}
+	l := s.builds.get(t.ID)
+	if l == nil {
+		if t.Error != "" {
+			return w([]byte("build failed: " + t.Error + "\n"))
+		}
+		return nil
+	}
+	for offset := 0; ; {
+		b, done, changed := l.since(offset)
+		if len(b) > 0 {
+			if err := w(b); err != nil {
+				return err
+			}
+			offset += len(b)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
