@@ -122,6 +122,12 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		for _, in := range ins {
 			drt.Destroy(ctx, in.SandboxID)
 		}
+		// The images of the templates the test made (the store is open
+		// still: its Close was registered before this).
+		ts, _ := st.ListTemplates(ctx, "", true)
+		for _, tpl := range ts {
+			drt.RemoveImage(ctx, tpl.Image)
+		}
 		drt.Close()
 	})
 	volRoot := filepath.Join(dir, "volumes")
@@ -166,6 +172,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Keyring:   kr,
 		Clock:     clk.Now,
 		Cluster:   opts.cluster,
+		Images:    drt,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -29,9 +29,12 @@ import (
 // sandbox as it is; a fork captures one and creates sandboxes from the
 // capture, which is then removed once none of them is left.
 //
-// The capture is never the sandbox's configuration: the image's env,
-// labels and entrypoint are the base image's (plus a build's env), so no
-// agent token, secret or create-time setting is ever in an image.
+// The capture is never the sandbox's configuration: the image's labels
+// and entrypoint are the base image's, and its env the base image's plus
+// a build's env or a snapshot's sandbox's (non-secret) env. No agent
+// token and no secret env is ever in an image: the token's variable is
+// there empty (runtime.Images.Commit), the secret env never was in the
+// container.
 
 // templateRepo is the engine repository of every template image; the tag
 // is the template's id. Creates name templates, never these images.
@@ -468,19 +471,15 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 		return store.Template{}, s.mapTemplateErr(err, name)
 	}
 	cfg := base.Config
+	cfg.Env = mergeEnvList(cfg.Env, row.Env) // what the container has of it: the engine would copy it anyway
 	cfg.Labels = withLabel(cfg.Labels, labelTemplate, id)
 	img, err := imgs.Commit(ctx, row.ID, t.Image, cfg)
 	if err == nil {
 		t, err = s.Store.FinishTemplate(ctx, id, img.Size)
 	}
 	if err != nil {
-		dctx := context.WithoutCancel(ctx)
-		if _, ferr := s.Store.FailTemplate(dctx, id, err.Error()); ferr != nil {
-			s.Logger.Warn("template: mark a failed capture", "template", id, "err", ferr)
-		}
-		if rerr := imgs.RemoveImage(dctx, t.Image); rerr != nil {
-			s.Logger.Warn("template: remove the image of a failed capture", "template", id, "err", rerr)
-		}
+		// The caller hears why; a failed capture is not kept.
+		s.dropTemplate(context.WithoutCancel(ctx), imgs, t)
 		return store.Template{}, s.engineErr(ctx, "capture", row.ID, err)
 	}
 	return t, nil
@@ -715,6 +714,10 @@ func (s *Service) sweepTemplates(ctx context.Context, startup bool) error {
 		cut, err := s.Store.FailBuildingTemplates(ctx, "cut short: the daemon stopped while it was being made")
 		errs = append(errs, err)
 		for _, t := range cut {
+			if t.Kind != store.TemplateBuild {
+				s.dropTemplate(ctx, imgs, t) // nobody is told of a capture cut short
+				continue
+			}
 			errs = append(errs, imgs.RemoveImage(ctx, t.Image))
 		}
 		rows, _, err := s.Store.ListSandboxes(ctx, store.ListFilter{Owner: buildOwner, Limit: store.MaxListLimit})
@@ -734,6 +737,17 @@ func (s *Service) sweepTemplates(ctx context.Context, startup bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// dropTemplate deletes a capture that failed, row and image; what it
+// cannot remove the next start's sweep does.
+func (s *Service) dropTemplate(ctx context.Context, imgs runtime.Images, t store.Template) {
+	if _, err := s.Store.DeleteTemplate(ctx, t.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.Logger.Warn("template: delete a failed capture", "template", t.ID, "err", err)
+	}
+	if err := imgs.RemoveImage(ctx, t.Image); err != nil {
+		s.Logger.Warn("template: remove the image of a failed capture", "template", t.ID, "err", err)
+	}
 }
 
 func (s *Service) mapTemplateErr(err error, what string) error {
