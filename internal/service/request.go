@@ -44,8 +44,6 @@ type CreateRequest struct {
 	// Template names a template of the owner's (by id or name) to create
 	// from, instead of an image.
 	Template string
-	// fromTemplate is set once Template is resolved to Image.
-	fromTemplate bool
 	// Name is optional; when set it is a DNS label unique on the host.
 	Name     string
 	MilliCPU int64

@@ -587,7 +587,7 @@ func (s *Service) resolveTemplate(ctx context.Context, req *CreateRequest) (temp
 	}
 	var spec templateSpec
 	_ = json.Unmarshal(t.Spec, &spec)
-	req.Image, req.fromTemplate = t.Image, true
+	req.Image, req.Template = t.Image, ""
 	return spec, nil
 }
 
