@@ -1,18 +1,18 @@
 // Command templatebench measures templates, snapshots, forks and pause
 // (issue 16) beside their baselines, all in one run against one daemon:
 //
-//	go run ./bench/templatebench [-n 5] [-image sandboxd/base:bookworm]
+//		go run ./bench/templatebench [-n 5] [-image sandboxd/base:bookworm]
 //
-//  1. a template build of a small recipe (a file, env, two run steps;
-//     each sample a fresh recipe, so nothing is cached) beside
-//     `docker build` of the same steps as a Dockerfile (--no-cache);
-//  2. a snapshot of a sandbox with a file written at run time, beside
-//     `docker commit` of a container of the same image;
-//  3. create from that snapshot → first exec `true`, beside a cold create →
-//     first exec of the image;
-//  4. a fork into 1 and into 8 (POST → 201 with every sandbox);
-//  5. pause → resume → first exec `true`, beside `docker pause` →
-//     `docker unpause` → `docker exec true`.
+//	 1. a template build of a small recipe (a file, env, two run steps;
+//	    each sample a fresh recipe, so nothing is cached) beside
+//	    `docker build` of the same steps as a Dockerfile (--no-cache);
+//	 2. a snapshot of a sandbox with a file written at run time, beside
+//	    `docker commit` of a container of the same image;
+//	 3. create from that snapshot → first exec `true`, beside a cold create →
+//	    first exec of the image;
+//	 4. a fork into 1 and into 8 (POST → 201 with every sandbox);
+//	 5. pause → resume → first exec `true`, beside `docker pause` →
+//	    `docker unpause` → `docker exec true`.
 //
 // The daemon runs from bin/ with --pool none, so every create is cold.
 // Everything is destroyed at the end, by the daemon and then by label.

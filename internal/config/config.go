@@ -81,6 +81,10 @@ type Daemon struct {
 	// its memory held) before it is stopped, its file system kept; the next
 	// resume restarts its processes. Zero: never.
 	PauseMax time.Duration
+	// PausedMemoryFloor is the percent of the host's memory kept
+	// available: under it, paused sandboxes are stopped (their file
+	// systems kept), longest paused first. 0: never.
+	PausedMemoryFloor int
 	// TemplateStorageMB bounds each owner's templates and snapshots
 	// together, in MB of image (0: unlimited).
 	TemplateStorageMB int64
@@ -191,6 +195,8 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"how long an undelivered E2B create stays adoptable (or, with --e2b-body-dedupe=body, an identical body is replayed) (env SANDBOXD_E2B_REPLAY_WINDOW)")
 	fs.DurationVar(&d.PauseMax, "pause-max", d.PauseMax,
 		"stop a sandbox paused for longer than this, keeping its file system (its next resume restarts its processes); 0: never (env SANDBOXD_PAUSE_MAX)")
+	fs.IntVar(&d.PausedMemoryFloor, "pause-memory-floor", d.PausedMemoryFloor,
+		"percent of the host's memory to keep available: under it, paused sandboxes are stopped, longest paused first; 0: never (env SANDBOXD_PAUSE_MEMORY_FLOOR)")
 	fs.Int64Var(&d.TemplateStorageMB, "template-storage-max", d.TemplateStorageMB,
 		"MB of images each owner's templates and snapshots may hold together; 0: unlimited (env SANDBOXD_TEMPLATE_STORAGE_MAX)")
 	pool := ""
@@ -297,6 +303,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	}
 	if d.PauseMax, err = time.ParseDuration(get("SANDBOXD_PAUSE_MAX", "10m")); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_PAUSE_MAX: %w", err)
+	}
+	if d.PausedMemoryFloor, err = strconv.Atoi(get("SANDBOXD_PAUSE_MEMORY_FLOOR", "10")); err != nil || d.PausedMemoryFloor < 0 || d.PausedMemoryFloor > 90 {
+		return Daemon{}, fmt.Errorf("SANDBOXD_PAUSE_MEMORY_FLOOR: must be a percent from 0 to 90")
 	}
 	if d.TemplateStorageMB, err = strconv.ParseInt(get("SANDBOXD_TEMPLATE_STORAGE_MAX", "10240"), 10, 64); err != nil || d.TemplateStorageMB < 0 {
 		return Daemon{}, fmt.Errorf("SANDBOXD_TEMPLATE_STORAGE_MAX: must be a whole number of MB, 0 or more")

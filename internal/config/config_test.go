@@ -39,6 +39,7 @@ func wantDefaults(t *testing.T) Daemon {
 		E2BReplayWindow:   10 * time.Second,
 		PauseMax:          10 * time.Minute,
 		TemplateStorageMB: 10240,
+		PausedMemoryFloor: 10,
 		Pool:              []PoolSize{{Image: "sandboxd/base:bookworm", Size: 2}},
 		IdleTimeout:       60 * time.Second,
 		RequestTimeout:    5 * time.Minute,

@@ -83,6 +83,8 @@ type harnessOptions struct {
 	cluster service.Cluster
 	// pauseMax is Config.PauseMax (zero: a paused sandbox is never stopped).
 	pauseMax time.Duration
+	// memory, when set, is Deps.HostMemory, with a 10% floor.
+	memory service.HostMemory
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -163,16 +165,23 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		StuckCreating: time.Minute,
 		Pool:          opts.pool,
 		PauseMax:      opts.pauseMax,
+		PausedMemoryFloor: func() int {
+			if opts.memory != nil {
+				return 10
+			}
+			return 0
+		}(),
 	}, service.Deps{
-		Store:     h.store,
-		Runtime:   h.rt,
-		Router:    h.routes,
-		Admission: h.admFail,
-		Volumes:   h.vols,
-		Keyring:   kr,
-		Clock:     clk.Now,
-		Cluster:   opts.cluster,
-		Images:    drt,
+		Store:      h.store,
+		Runtime:    h.rt,
+		Router:     h.routes,
+		Admission:  h.admFail,
+		Volumes:    h.vols,
+		Keyring:    kr,
+		Clock:      clk.Now,
+		Cluster:    opts.cluster,
+		Images:     drt,
+		HostMemory: opts.memory,
 	})
 	if err != nil {
 		t.Fatal(err)

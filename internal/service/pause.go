@@ -218,6 +218,56 @@ func (s *Service) StopLongPaused(ctx context.Context) (int, error) {
 	return int(n.Load()), errors.Join(errs...)
 }
 
+// HostMemory reports the host's available and total memory, in MB.
+type HostMemory func() (availableMB, totalMB int64, err error)
+
+// StopPausedUnderPressure stops paused sandboxes, longest paused first,
+// keeping their file systems, while the host's available memory is under
+// Config.PausedMemoryFloor percent of its total (never without
+// Deps.HostMemory or a floor), and returns how many it stopped: a frozen
+// sandbox's memory is the first a host short of it gets back. Each stop
+// is re-checked under the sandbox's transition lock, and the memory again
+// before the next one. RunBackground calls it every reap tick.
+func (s *Service) StopPausedUnderPressure(ctx context.Context) (int, error) {
+	if s.HostMemory == nil || s.cfg.PausedMemoryFloor <= 0 {
+		return 0, nil
+	}
+	short := func() (bool, error) {
+		avail, total, err := s.HostMemory()
+		if err != nil {
+			return false, fmt.Errorf("host memory: %w", err)
+		}
+		return avail*100 < total*int64(s.cfg.PausedMemoryFloor), nil
+	}
+	if ok, err := short(); !ok || err != nil {
+		return 0, err
+	}
+	rows, err := s.Store.ListPausedBefore(ctx, s.Clock())
+	if err != nil {
+		return 0, fmt.Errorf("stop paused under memory pressure: %w", err)
+	}
+	n := 0
+	for _, r := range rows {
+		if ok, err := short(); !ok || err != nil {
+			return n, err
+		}
+		still := func(row store.Sandbox) bool { return row.State == store.StatePaused }
+		err := s.underLock(ctx, r.ID, "stop paused under memory pressure", still, func(row store.Sandbox) error {
+			if _, err := s.stopLocked(ctx, row); err != nil {
+				return fmt.Errorf("stop paused %s under memory pressure: %w", row.ID, err)
+			}
+			n++
+			s.Logger.Info("stopped a paused sandbox: the host is short of memory", "sandbox", row.ID, "paused_at", row.PausedAt)
+			s.Metrics.reconcileAction("pause_memory")
+			return nil
+		})
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
 // underLock runs act on sandbox id's row under its transition lock, read
 // again there, if the row still exists, is not being destroyed and still
 // passes still (a transition in between may have settled it); otherwise

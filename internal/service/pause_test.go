@@ -232,6 +232,62 @@ func TestPause_PauseMaxStopsThenResumeRestarts(t *testing.T) {
 	h.assertNothingLeft(t)
 }
 
+// A host short of memory gets it back from paused sandboxes first: they
+// are stopped, longest paused first, only while memory is short, and the
+// next resume says their processes restarted.
+func TestPause_MemoryPressureStopsLongestPausedFirst(t *testing.T) {
+	t.Parallel()
+	var (
+		mu      sync.Mutex
+		availMB = int64(900) // of 1000: plenty
+		h       *harness
+		ids     []string
+	)
+	setAvail := func(mb int64) { mu.Lock(); availMB = mb; mu.Unlock() }
+	h = newHarness(t, harnessOptions{memory: func() (int64, int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		a := availMB
+		for _, id := range ids { // each stopped sandbox gives back 100 MB
+			if row, err := h.store.GetSandbox(context.Background(), id); err == nil && row.State == store.StateStopped {
+				a += 100
+			}
+		}
+		return a, 1000, nil
+	}})
+	ctx := t.Context()
+	for range 3 {
+		c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		ids = append(ids, c.ID)
+		mu.Unlock()
+		t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(ctx), admin, c.ID) })
+		if _, err := h.svc.Pause(ctx, admin, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		h.clock.Advance(time.Second)
+	}
+	if n, err := h.svc.StopPausedUnderPressure(ctx); err != nil || n != 0 {
+		t.Fatalf("with memory to spare: stopped %d, %v; want 0", n, err)
+	}
+	setAvail(50) // 5%: under the 10% floor; one stop brings it to 15%
+	if n, err := h.svc.StopPausedUnderPressure(ctx); err != nil || n != 1 {
+		t.Fatalf("short of memory: stopped %d, %v; want 1", n, err)
+	}
+	for i, want := range []service.State{service.StateStopped, service.StatePaused, service.StatePaused} {
+		if sb, err := h.svc.Get(ctx, admin, ids[i]); err != nil || sb.State != want {
+			t.Errorf("sandbox %d (paused %d-th) is %s, %v; want %s", i, i+1, sb.State, err, want)
+		}
+	}
+	r, err := h.svc.Resume(ctx, admin, ids[0])
+	if err != nil || r.State != service.StateRunning || !r.ProcessesRestarted {
+		t.Errorf("resume of the stopped one: %s restarted=%v, %v; want running, true", r.State, r.ProcessesRestarted, err)
+	}
+}
+
 // TestPause_ConcurrentPauseResumeDestroy: goroutines pausing, resuming,
 // stopping and destroying one sandbox at once leave one consistent state:
 // the row's state matches the engine's (paused row, frozen container;

@@ -463,6 +463,9 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 			if _, err := s.StopLongPaused(ctx); err != nil && ctx.Err() == nil {
 				s.Logger.Error("stop long paused sandboxes", "err", err)
 			}
+			if _, err := s.StopPausedUnderPressure(ctx); err != nil && ctx.Err() == nil {
+				s.Logger.Error("stop paused sandboxes under memory pressure", "err", err)
+			}
 		case <-rec.C:
 			if err := s.Reconcile(ctx, false); err != nil && ctx.Err() == nil {
 				s.Logger.Error("reconciler", "err", err)

@@ -180,6 +180,10 @@ type Config struct {
 	// before the background loop stops it, keeping its file system; the
 	// next resume then starts its processes afresh. Zero: never.
 	PauseMax time.Duration
+	// PausedMemoryFloor is the percent of the host's memory that must stay
+	// available: under it, paused sandboxes are stopped, longest paused
+	// first (0: never; needs Deps.HostMemory).
+	PausedMemoryFloor int
 	// TemplateStorageMB bounds the size of each owner's templates and
 	// snapshots together (0: unlimited).
 	TemplateStorageMB int64
@@ -208,6 +212,9 @@ type Deps struct {
 	Cluster Cluster
 	// Peers lists the other nodes' sandboxes (List); nil on a single node.
 	Peers PeerLister
+	// HostMemory reads the host's memory (StopPausedUnderPressure); nil
+	// never stops a paused sandbox for memory.
+	HostMemory HostMemory
 	// Images captures sandboxes as images (templates.go); nil refuses
 	// templates, snapshots and forks as unavailable.
 	Images runtime.Images
