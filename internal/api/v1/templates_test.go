@@ -49,6 +49,29 @@ func templates(t *testing.T, owner string) int {
 	return len(ts)
 }
 
+// removeForkCaptures removes owner's fork captures and their images when
+// the test ends, after its sandboxes are gone (register it first): the
+// daemon's sweep would, but only past a grace longer than the test run.
+func removeForkCaptures(t *testing.T, owner string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ts, err := env.Store.ListTemplates(ctx, owner, true)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for _, tpl := range ts {
+			if _, err := env.Store.DeleteTemplate(ctx, tpl.ID); err != nil {
+				t.Errorf("delete fork capture %s: %v", tpl.ID, err)
+			}
+			if err := env.Service.Images.RemoveImage(ctx, tpl.Image); err != nil {
+				t.Errorf("remove the image of fork capture %s: %v", tpl.ID, err)
+			}
+		}
+	})
+}
+
 // TestTemplates_BadInput: every bad request gets its typed error and
 // changes nothing: no template row, no sandbox row.
 func TestTemplates_BadInput(t *testing.T) {
@@ -147,6 +170,7 @@ func TestTemplates_SnapshotCreateDelete(t *testing.T) {
 func TestTemplates_Fork(t *testing.T) {
 	t.Parallel()
 	tok := token(t, "tpl-fork")
+	removeForkCaptures(t, "tpl-fork")
 	src := create(t, tok, `{`+busybox+`,"env":{"FROM":"src"}}`)
 	decode[struct{}](t, do(t, tok, "POST", "/v1/sandboxes/"+src.ID+"/exec", `{"command":"echo forked > /root/mark"}`), http.StatusOK)
 	type forked struct {
