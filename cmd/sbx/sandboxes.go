@@ -19,7 +19,7 @@ func (c *cli) createCmd() *cobra.Command {
 		env, tags []string
 	)
 	cmd := &cobra.Command{
-		Use:   "create [--image IMAGE] [--name NAME] [--cpu N] [--memory MB] [--env K=V]… [--tag K=V]… [--timeout 10m]",
+		Use:   "create [--image IMAGE | --template TEMPLATE] [--name NAME] [--cpu N] [--memory MB] [--env K=V]… [--tag K=V]… [--timeout 10m]",
 		Short: "Create a sandbox and print its id",
 		Args:  args(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -50,6 +50,7 @@ func (c *cli) createCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Image, "image", "", "image to run (default: the daemon's base image)")
+	f.StringVar(&req.Template, "template", "", "template (id or name) to create from, instead of an image")
 	f.StringVar(&req.Name, "name", "", "unique name of the sandbox")
 	f.Float64Var(&req.CPU, "cpu", 0, "CPUs")
 	f.IntVar(&req.MemoryMB, "memory", 0, "memory in MiB")
@@ -219,36 +220,44 @@ a failure and exits with the code of the first one. With --json it prints
 			if err != nil {
 				return err
 			}
-			deleted := []string{}
-			var first error
-			for _, ref := range a {
-				err := cl.DestroySandbox(cmd.Context(), ref)
-				if force && errors.Is(err, sandboxd.ErrNotFound) {
-					continue
-				}
-				if err != nil {
-					if first == nil {
-						first = err
-					} else {
-						fmt.Fprintln(c.stderr, "sbx: "+c.message(err))
-					}
-					continue
-				}
-				deleted = append(deleted, ref)
-				if !c.jsonOut {
-					fmt.Fprintln(c.stdout, ref)
-				}
-			}
-			if c.jsonOut {
-				if err := c.printJSON(map[string]any{"deleted": deleted}); err != nil {
-					return err
-				}
-			}
-			return first
+			return c.removeEach(a, force, func(ref string) error { return cl.DestroySandbox(cmd.Context(), ref) })
 		},
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "succeed when a sandbox does not exist")
 	return cmd
+}
+
+// removeEach removes each ref in turn, going on after a failure, and
+// returns the first failure (printing the others). It prints each ref
+// removed, or with --json {"deleted": [refs…]}. With force, a ref that
+// does not exist is skipped.
+func (c *cli) removeEach(refs []string, force bool, remove func(ref string) error) error {
+	deleted := []string{}
+	var first error
+	for _, ref := range refs {
+		err := remove(ref)
+		if force && errors.Is(err, sandboxd.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			if first == nil {
+				first = err
+			} else {
+				fmt.Fprintln(c.stderr, "sbx: "+c.message(err))
+			}
+			continue
+		}
+		deleted = append(deleted, ref)
+		if !c.jsonOut {
+			fmt.Fprintln(c.stdout, ref)
+		}
+	}
+	if c.jsonOut {
+		if err := c.printJSON(map[string]any{"deleted": deleted}); err != nil {
+			return err
+		}
+	}
+	return first
 }
 
 // formatKV prints a map as sorted k=v pairs.

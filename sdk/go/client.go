@@ -307,9 +307,9 @@ func classify(err error) (retryable, ambiguous bool) {
 // out (out may be nil to discard it).
 func (c *Client) do(ctx context.Context, r *request, in, out any) error {
 	if in != nil {
-		b, err := json.Marshal(in)
+		b, err := encode(in)
 		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
+			return err
 		}
 		r.body = b
 	}
@@ -322,7 +322,21 @@ func (c *Client) do(ctx context.Context, r *request, in, out any) error {
 	if out == nil {
 		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	return decode(resp.Body, out)
+}
+
+// encode is a request's JSON body.
+func encode(in any) ([]byte, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	return b, nil
+}
+
+// decode decodes a JSON answer into out.
+func decode(body io.Reader, out any) error {
+	if err := json.NewDecoder(body).Decode(out); err != nil {
 		return fmt.Errorf("decode response: %w", err)
 	}
 	return nil

@@ -63,7 +63,11 @@ type Mount struct {
 // CreateRequest describes a sandbox to create. Zero fields take the
 // daemon's defaults.
 type CreateRequest struct {
-	Image    string  `json:"image,omitempty"`
+	Image string `json:"image,omitempty"`
+	// Template is a ready template's id or name to create from, instead
+	// of Image. Its start command runs in the sandbox before the create
+	// returns.
+	Template string  `json:"template,omitempty"`
 	Name     string  `json:"name,omitempty"`
 	CPU      float64 `json:"cpu,omitempty"`
 	MemoryMB int     `json:"memory_mb,omitempty"`

@@ -16,9 +16,21 @@ import (
 // body, anything but an object, unknown fields, a type mismatch and any
 // data after the object, each as invalid_argument naming the problem. A
 // body past the route's cap surfaces as *http.MaxBytesError (413).
-func decodeJSON(r *http.Request, v any) error {
+func decodeJSON(r *http.Request, v any) error { return decodeBody(r, v, false) }
+
+// decodeOptionalJSON is decodeJSON for a route whose fields are all
+// optional: an empty body leaves v as it is.
+func decodeOptionalJSON(r *http.Request, v any) error { return decodeBody(r, v, true) }
+
+// errEmptyBody is expectObject's answer to a body with nothing in it.
+var errEmptyBody = errorf(CodeInvalidArgument, "the request body is empty; send a JSON object")
+
+func decodeBody(r *http.Request, v any, optional bool) error {
 	br := bufio.NewReader(r.Body)
 	if err := expectObject(br); err != nil {
+		if optional && err == errEmptyBody {
+			return nil
+		}
 		return err
 	}
 	dec := json.NewDecoder(br)
@@ -43,7 +55,7 @@ func expectObject(br *bufio.Reader) error {
 		b, err := br.Peek(1)
 		switch {
 		case err == io.EOF:
-			return errorf(CodeInvalidArgument, "the request body is empty; send a JSON object")
+			return errEmptyBody
 		case err != nil:
 			return decodeError(err)
 		}

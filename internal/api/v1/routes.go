@@ -20,7 +20,7 @@ const (
 	rawBody                  // streamed, uncapped (file upload); no time bound
 	// streamed is capped like jsonBody, but its answer is a stream or may
 	// wait as long as the caller asked (exec with timeout_s, the exec
-	// WebSocket, a download): no time bound.
+	// WebSocket, a download, a build's log): no time bound.
 	streamed
 )
 
@@ -52,6 +52,8 @@ func routes() []route {
 		{http.MethodPost, "/v1/sandboxes/{id}/stop", user, jsonBody, (*server).stopSandbox},
 		{http.MethodPost, "/v1/sandboxes/{id}/pause", user, jsonBody, (*server).pauseSandbox},
 		{http.MethodPost, "/v1/sandboxes/{id}/resume", user, jsonBody, (*server).resumeSandbox},
+		{http.MethodPost, "/v1/sandboxes/{id}/snapshots", user, jsonBody, (*server).snapshotSandbox},
+		{http.MethodPost, "/v1/sandboxes/{id}/fork", user, jsonBody, (*server).forkSandbox},
 
 		{http.MethodPost, "/v1/sandboxes/{id}/exec", user, streamed, (*server).exec},
 		{http.MethodGet, "/v1/sandboxes/{id}/exec/stream", user, streamed, (*server).execStream},
@@ -68,6 +70,12 @@ func routes() []route {
 		{http.MethodPost, "/v1/sandboxes/{id}/domains", user, jsonBody, (*server).addDomain},
 		{http.MethodGet, "/v1/sandboxes/{id}/domains", user, jsonBody, (*server).listDomains},
 		{http.MethodDelete, "/v1/sandboxes/{id}/domains/{hostname}", user, jsonBody, (*server).removeDomain},
+
+		{http.MethodPost, "/v1/templates", user, jsonBody, (*server).buildTemplate},
+		{http.MethodGet, "/v1/templates", user, jsonBody, (*server).listTemplates},
+		{http.MethodGet, "/v1/templates/{id}", user, jsonBody, (*server).getTemplate},
+		{http.MethodDelete, "/v1/templates/{id}", user, jsonBody, (*server).deleteTemplate},
+		{http.MethodGet, "/v1/templates/{id}/logs", user, streamed, (*server).templateLogs},
 
 		{http.MethodGet, "/v1/pools", adminOnly, jsonBody, (*server).listPools},
 		{http.MethodPut, "/v1/pools", adminOnly, jsonBody, (*server).setPools},

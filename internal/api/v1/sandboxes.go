@@ -86,9 +86,15 @@ func writeCreated(w http.ResponseWriter, c *service.Created) {
 	if c.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
+	writeJSON(w, http.StatusCreated, toCreatedJSON(c))
+}
+
+// toCreatedJSON is a sandbox as a create answers it: with its private key
+// (when this call made it).
+func toCreatedJSON(c *service.Created) sandboxJSON {
 	out := toSandboxJSON(c.Sandbox)
 	out.SSHPrivateKey = c.SSHPrivateKey
-	writeJSON(w, http.StatusCreated, out)
+	return out
 }
 
 // requestHash is the SHA-256 of the canonical encoding of a decoded create

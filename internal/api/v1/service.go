@@ -46,6 +46,14 @@ type Service interface {
 	PoolStatus() []service.PoolStatus
 	PeerPools(ctx context.Context) []service.NodePools
 	SetPool(ctx context.Context, targets []service.PoolTarget) ([]service.PoolStatus, error)
+
+	BuildTemplate(ctx context.Context, c service.Caller, r service.Recipe) (t service.Template, cached bool, err error)
+	FollowBuildLog(ctx context.Context, c service.Caller, idOrName string, w func([]byte) error) error
+	GetTemplate(ctx context.Context, c service.Caller, idOrName string) (service.Template, error)
+	ListTemplates(ctx context.Context, c service.Caller) ([]service.Template, error)
+	DeleteTemplate(ctx context.Context, c service.Caller, idOrName string) error
+	Snapshot(ctx context.Context, c service.Caller, sandboxIDOrName, name string) (service.Template, error)
+	Fork(ctx context.Context, c service.Caller, sandboxIDOrName string, n int) ([]*service.Created, error)
 }
 
 var _ Service = (*service.Service)(nil)

@@ -84,7 +84,10 @@ func toSandboxJSON(sb service.Sandbox) sandboxJSON {
 // Idempotency-Key reuse detection, so every field is omitempty: an absent
 // field and its zero value hash alike.
 type createRequest struct {
-	Image     string            `json:"image,omitempty"`
+	Image string `json:"image,omitempty"`
+	// Template is a template's id or name to create from, instead of an
+	// image.
+	Template  string            `json:"template,omitempty"`
 	Name      string            `json:"name,omitempty"`
 	CPU       float64           `json:"cpu,omitempty"`
 	MemoryMB  int64             `json:"memory_mb,omitempty"`
@@ -104,6 +107,7 @@ func (c createRequest) toService(owner string) service.CreateRequest {
 	req := service.CreateRequest{
 		Owner:     owner,
 		Image:     c.Image,
+		Template:  c.Template,
 		Name:      c.Name,
 		MilliCPU:  milliCPU(c.CPU),
 		MemoryMB:  c.MemoryMB,

@@ -1,12 +1,17 @@
 package v1
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -94,5 +99,40 @@ func TestClassify(t *testing.T) {
 	ra := &service.RetryAfterError{Err: service.ErrCapacityExhausted, After: 1500 * time.Millisecond}
 	if got := retryAfter(ra); got != "2" {
 		t.Errorf("retryAfter(1.5s) = %q, want 2", got)
+	}
+}
+
+// TestTemplateWire pins the wire names of the template and the recipe,
+// which the API encodes with the service's own JSON tags: a rename there
+// must fail here, not change docs/api-v1.md silently.
+func TestTemplateWire(t *testing.T) {
+	keys := func(v any) []string {
+		t.Helper()
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return slices.Sorted(maps.Keys(m))
+	}
+	tpl := service.Template{ID: "tpl-1", Owner: "o", Name: "n", Kind: store.TemplateBuild, State: store.TemplateReady,
+		BaseImage: "b", SourceID: "sb-1", SizeBytes: 1, Error: "e", StartCmd: "s", ReadyCmd: "r"}
+	want := []string{"base_image", "created_at", "error", "id", "kind", "name", "owner", "ready_cmd", "size_bytes", "source_id", "start_cmd", "state", "updated_at"}
+	if diff := cmp.Diff(want, keys(tpl)); diff != "" {
+		t.Errorf("template keys (-want +got):\n%s", diff)
+	}
+	recipe := service.Recipe{Name: "n", Base: "b", StartCmd: "s", ReadyCmd: "r", Steps: []service.Step{{Run: "x"}}}
+	if diff := cmp.Diff([]string{"base", "name", "ready_cmd", "start_cmd", "steps"}, keys(recipe)); diff != "" {
+		t.Errorf("recipe keys (-want +got):\n%s", diff)
+	}
+	step := service.Step{Run: "x", Copy: &service.CopyStep{Path: "/p", Content: []byte("c")}, Env: map[string]string{"A": "b"}, Workdir: "/w", User: "u"}
+	if diff := cmp.Diff([]string{"copy", "env", "run", "user", "workdir"}, keys(step)); diff != "" {
+		t.Errorf("step keys (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"content", "path"}, keys(step.Copy)); diff != "" {
+		t.Errorf("copy keys (-want +got):\n%s", diff)
 	}
 }

@@ -1,0 +1,156 @@
+package v1
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/service"
+)
+
+// Templates, snapshots and forks (internal/service/templates.go). The
+// recipe and the template are on the wire as the service's own JSON tags
+// spell them; wire_internal_test.go pins those names.
+
+// buildTemplate starts a build of the recipe in the body: 202 with the
+// template, building. The same recipe over the same base again answers
+// the template it made (whatever its state but failed) with 200 and
+// "Template-Cached: true".
+func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
+	var recipe service.Recipe
+	if err := decodeJSON(r, &recipe); err != nil {
+		return err
+	}
+	t, cached, err := s.svc.BuildTemplate(r.Context(), caller(r), recipe)
+	if err != nil {
+		return err
+	}
+	status := http.StatusAccepted
+	if cached {
+		w.Header().Set("Template-Cached", "true")
+		status = http.StatusOK
+	}
+	writeJSON(w, status, t)
+	return nil
+}
+
+// listTemplates answers the caller's templates and snapshots (an admin's:
+// everyone's); forks' captures are left out.
+func (s *server) listTemplates(w http.ResponseWriter, r *http.Request) error {
+	ts, err := s.svc.ListTemplates(r.Context(), caller(r))
+	if err != nil {
+		return err
+	}
+	if ts == nil {
+		ts = []service.Template{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Templates []service.Template `json:"templates"`
+	}{ts})
+	return nil
+}
+
+func (s *server) getTemplate(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.svc.GetTemplate(r.Context(), caller(r), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, t)
+	return nil
+}
+
+// deleteTemplate answers 204; not_found when it is gone (so a retried
+// DELETE learns that its first try won), conflict while it builds or
+// while a sandbox made from it exists.
+func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
+	if err := s.svc.DeleteTemplate(r.Context(), caller(r), r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// templateLogs streams a build's output as text, each chunk flushed as it
+// comes, until the build ends. An error before the first chunk (an
+// unknown template) is an ordinary JSON error; after it, the status is
+// out and the body just ends. A client that stops reading for
+// writeTimeout loses the stream.
+func (s *server) templateLogs(w http.ResponseWriter, r *http.Request) error {
+	rc := http.NewResponseController(w)
+	started := false
+	begin := func() {
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+		}
+	}
+	err := s.svc.FollowBuildLog(r.Context(), caller(r), r.PathValue("id"), func(b []byte) error {
+		begin()
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		return rc.Flush()
+	})
+	switch {
+	case err != nil && !started:
+		return err
+	case err != nil && r.Context().Err() == nil:
+		s.log.WarnContext(r.Context(), "build log cut short", "request_id", requestID(r), "err", err)
+	}
+	begin() // a template with no output here: an empty log
+	return nil
+}
+
+// snapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots; it
+// may be empty.
+type snapshotRequest struct {
+	Name string `json:"name"`
+}
+
+// snapshotSandbox captures the sandbox's filesystem as a template: 201
+// with it, ready.
+func (s *server) snapshotSandbox(w http.ResponseWriter, r *http.Request) error {
+	var body snapshotRequest
+	if err := decodeOptionalJSON(r, &body); err != nil {
+		return err
+	}
+	t, err := s.svc.Snapshot(r.Context(), caller(r), r.PathValue("id"), body.Name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, t)
+	return nil
+}
+
+// forkRequest is the body of POST /v1/sandboxes/{id}/fork; it may be
+// empty. Count absent is 1; the service checks its range.
+type forkRequest struct {
+	Count *int `json:"count"`
+}
+
+// forkSandbox makes count sandboxes from the sandbox's filesystem, all or
+// none: 201 with each as a create answers it (its private key included).
+func (s *server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
+	var body forkRequest
+	if err := decodeOptionalJSON(r, &body); err != nil {
+		return err
+	}
+	n := 1
+	if body.Count != nil {
+		n = *body.Count
+	}
+	created, err := s.svc.Fork(r.Context(), caller(r), r.PathValue("id"), n)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Sandboxes []sandboxJSON `json:"sandboxes"`
+	}{make([]sandboxJSON, len(created))}
+	for i, c := range created {
+		out.Sandboxes[i] = toCreatedJSON(c)
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}

@@ -1,0 +1,205 @@
+package sandboxd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Template is an image sandboxes can be created from
+// (CreateRequest.Template): built from a Recipe, or a snapshot of a
+// sandbox's filesystem.
+type Template struct {
+	ID    string `json:"id"`
+	Owner string `json:"owner"`
+	Name  string `json:"name,omitempty"`
+	// Kind is "build" or "snapshot".
+	Kind string `json:"kind"`
+	// State is "building", "ready" (creates may name it) or "failed".
+	State     string `json:"state"`
+	BaseImage string `json:"base_image,omitempty"`
+	// SourceID is the sandbox a snapshot was taken of.
+	SourceID  string `json:"source_id,omitempty"`
+	SizeBytes int64  `json:"size_bytes"`
+	// Error says why a build failed.
+	Error     string    `json:"error,omitempty"`
+	StartCmd  string    `json:"start_cmd,omitempty"`
+	ReadyCmd  string    `json:"ready_cmd,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Cached is set by BuildTemplate when the daemon already had a
+	// template of the same recipe and base image: no build started.
+	Cached bool `json:"-"`
+}
+
+// The states of a template.
+const (
+	TemplateBuilding = "building"
+	TemplateReady    = "ready"
+	TemplateFailed   = "failed"
+)
+
+// Recipe is how to build a template: Steps run in order in a sandbox of
+// Base (no network), and the result is captured.
+type Recipe struct {
+	Name string `json:"name,omitempty"`
+	// Base is an image present on the daemon's host; empty is the
+	// daemon's default image.
+	Base  string `json:"base,omitempty"`
+	Steps []Step `json:"steps,omitempty"`
+	// StartCmd runs (a shell line, in the background) in every sandbox
+	// created from the template; ReadyCmd, when set, runs until it exits
+	// 0 before the create returns.
+	StartCmd string `json:"start_cmd,omitempty"`
+	ReadyCmd string `json:"ready_cmd,omitempty"`
+}
+
+// Step is one step of a recipe: set exactly one field.
+type Step struct {
+	// Run is a shell line; a non-zero exit fails the build.
+	Run  string    `json:"run,omitempty"`
+	Copy *CopyStep `json:"copy,omitempty"`
+	// Env sets variables for later steps and the template's sandboxes.
+	Env map[string]string `json:"env,omitempty"`
+	// Workdir is the directory (created) later steps and the start
+	// command run in.
+	Workdir string `json:"workdir,omitempty"`
+	// User runs later steps and the start command.
+	User string `json:"user,omitempty"`
+}
+
+// CopyStep writes Content to the absolute Path (parents created).
+type CopyStep struct {
+	Path    string `json:"path"`
+	Content []byte `json:"content"`
+}
+
+// BuildTemplate starts a build of r and returns its template, building;
+// TemplateLogs follows it. When the daemon already has a template of the
+// same recipe over the same base image (and that build did not fail), it
+// returns that one with Cached set. That makes the call idempotent, and
+// it is retried on transient failures.
+func (c *Client) BuildTemplate(ctx context.Context, r Recipe) (*Template, error) {
+	req := &request{method: http.MethodPost, segs: []string{"v1", "templates"}, retry: retrySafe}
+	b, err := encode(r)
+	if err != nil {
+		return nil, err
+	}
+	req.body, req.buffer = b, true
+	resp, err := c.send(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("build template: %w", err)
+	}
+	defer resp.Body.Close()
+	var t Template
+	if err := decode(resp.Body, &t); err != nil {
+		return nil, fmt.Errorf("build template: %w", err)
+	}
+	t.Cached = resp.Header.Get("Template-Cached") == "true"
+	return &t, nil
+}
+
+// GetTemplate returns the template with the given id or name. It fails
+// with ErrNotFound when there is none (or it is another owner's).
+func (c *Client) GetTemplate(ctx context.Context, idOrName string) (*Template, error) {
+	var t Template
+	r := &request{method: http.MethodGet, segs: []string{"v1", "templates", idOrName}, retry: retrySafe}
+	if err := c.do(ctx, r, nil, &t); err != nil {
+		return nil, fmt.Errorf("get template %q: %w", idOrName, err)
+	}
+	return &t, nil
+}
+
+// ListTemplates returns the caller's templates and snapshots (an
+// admin's: everyone's).
+func (c *Client) ListTemplates(ctx context.Context) ([]Template, error) {
+	var out struct {
+		Templates []Template `json:"templates"`
+	}
+	r := &request{method: http.MethodGet, segs: []string{"v1", "templates"}, retry: retrySafe}
+	if err := c.do(ctx, r, nil, &out); err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	return out.Templates, nil
+}
+
+// DeleteTemplate deletes a template, given its id or name. It fails with
+// ErrConflict while the template builds or while a sandbox made from it
+// exists, and with ErrNotFound when there is none. Like DestroySandbox it
+// resolves a name to an id first and is retried on transient failures, a
+// not-found after an attempt that may have reached the daemon counting as
+// success.
+func (c *Client) DeleteTemplate(ctx context.Context, idOrName string) error {
+	id := idOrName
+	if !strings.HasPrefix(id, "tpl-") {
+		t, err := c.GetTemplate(ctx, idOrName)
+		if err != nil {
+			return fmt.Errorf("delete template: %w", err)
+		}
+		id = t.ID
+	}
+	r := &request{method: http.MethodDelete, segs: []string{"v1", "templates", id}, retry: retryDelete}
+	if err := c.do(ctx, r, nil, nil); err != nil {
+		return fmt.Errorf("delete template %q: %w", idOrName, err)
+	}
+	return nil
+}
+
+// TemplateLogs writes a build's output to w as the daemon sends it, from
+// the build's start, and returns when the build ends (GetTemplate then
+// says how). The request is retried on transient failures until the
+// output starts; a connection lost afterwards is an error (call again to
+// read the output from the start).
+func (c *Client) TemplateLogs(ctx context.Context, idOrName string, w io.Writer) error {
+	r := &request{
+		method: http.MethodGet,
+		segs:   []string{"v1", "templates", idOrName, "logs"},
+		header: http.Header{"Accept": {"text/plain"}},
+		retry:  retrySafe,
+	}
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return fmt.Errorf("logs of template %q: %w", idOrName, err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("logs of template %q: %w", idOrName, err)
+	}
+	return nil
+}
+
+// Snapshot captures a sandbox's filesystem (running, paused or stopped)
+// as a template, named name unless it is empty, and returns it, ready.
+// It is not retried: a repeat would take a second snapshot.
+func (c *Client) Snapshot(ctx context.Context, sandboxID, name string) (*Template, error) {
+	var t Template
+	in := struct {
+		Name string `json:"name,omitempty"`
+	}{name}
+	r := &request{method: http.MethodPost, segs: []string{"v1", "sandboxes", sandboxID, "snapshots"}, retry: retryNever}
+	if err := c.do(ctx, r, in, &t); err != nil {
+		return nil, fmt.Errorf("snapshot sandbox %q: %w", sandboxID, err)
+	}
+	return &t, nil
+}
+
+// Fork makes n sandboxes (1 to 16) from a sandbox's current filesystem,
+// each with its own id and SSH key (SSHPrivateKey set) and the source's
+// size, env, secret env, tags, network and runtime. All or none. It is
+// not retried: a repeat would fork again.
+func (c *Client) Fork(ctx context.Context, sandboxID string, n int) ([]Sandbox, error) {
+	var out struct {
+		Sandboxes []Sandbox `json:"sandboxes"`
+	}
+	in := struct {
+		Count int `json:"count"`
+	}{n}
+	r := &request{method: http.MethodPost, segs: []string{"v1", "sandboxes", sandboxID, "fork"}, retry: retryNever}
+	if err := c.do(ctx, r, in, &out); err != nil {
+		return nil, fmt.Errorf("fork sandbox %q: %w", sandboxID, err)
+	}
+	return out.Sandboxes, nil
+}
