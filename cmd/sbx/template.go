@@ -136,7 +136,7 @@ func (c *cli) templateLsCmd() *cobra.Command {
 				return err
 			}
 			if c.jsonOut {
-				return c.printJSON(map[string]any{"templates": nonNil(ts)})
+				return c.printJSON(map[string]any{"items": nonNil(ts)})
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tKIND\tSTATE\tSIZE\tCREATED")

@@ -148,7 +148,7 @@ func (r Recipe) validate() error {
 			return invalid("base", "must be an image reference without spaces, at most %d bytes", maxImageLen)
 		}
 		if isTemplateImage(r.Base) {
-			return invalid("base", "build on a template by its name with base_template, not its image")
+			return invalid("base", "must be an image on this host, not a template's image")
 		}
 	}
 	if len(r.Steps) > maxRecipeSteps {
@@ -315,6 +315,7 @@ func (s *Service) runBuild(t store.Template, r Recipe, base runtime.Image, log *
 		log.printf("built %s in %s\n", t.ID, time.Since(start).Round(time.Millisecond))
 	}
 	log.finish()
+	time.AfterFunc(buildLogKeep, func() { s.builds.drop(t.ID) })
 }
 
 func (s *Service) build(ctx context.Context, t store.Template, r Recipe, base runtime.Image, log *buildLog) error {
@@ -393,13 +394,14 @@ func (s *Service) buildRun(ctx context.Context, ac *agent.Client, line string, e
 	return nil
 }
 
+// mergeEnvList is an image's env (KEY=value) with add's variables set
+// over it.
 func mergeEnvList(base []string, add map[string]string) []string {
 	out := make([]string, 0, len(base)+len(add))
 	for _, kv := range base {
-		if k, _, _ := strings.Cut(kv, "="); add[k] == "" {
-			if _, ok := add[k]; !ok {
-				out = append(out, kv)
-			}
+		k, _, _ := strings.Cut(kv, "=")
+		if _, replaced := add[k]; !replaced {
+			out = append(out, kv)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(add)) {
@@ -762,12 +764,18 @@ func (s *Service) mapTemplateErr(err error, what string) error {
 	return err
 }
 
-// buildLogs keeps each build's output of this process, bounded, for
-// FollowBuildLog.
+// buildLogs keeps the output of this process's builds, each bounded, for
+// FollowBuildLog: a finished build's for buildLogKeep, then only its
+// template's error.
 type buildLogs struct {
 	mu   sync.Mutex
 	logs map[string]*buildLog
 }
+
+const buildLogKeep = 10 * time.Minute
+
+// truncatedNote ends a build's output that reached maxBuildLogBytes.
+const truncatedNote = "\n[build output truncated: it passed 1 MiB]\n"
 
 // buildLog is one build's output: appended to until finish.
 type buildLog struct {
@@ -789,6 +797,12 @@ func (b *buildLogs) open(id string) *buildLog {
 	return l
 }
 
+func (b *buildLogs) drop(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.logs, id)
+}
+
 func (b *buildLogs) get(id string) *buildLog {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -798,8 +812,11 @@ func (b *buildLogs) get(id string) *buildLog {
 func (l *buildLog) write(p []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if room := maxBuildLogBytes - len(l.buf); room < len(p) {
-		p, l.truncated = p[:max(room, 0)], true
+	if l.truncated {
+		return
+	}
+	if room := maxBuildLogBytes - len(truncatedNote) - len(l.buf); room < len(p) {
+		p, l.truncated = append(p[:room:room], truncatedNote...), true
 	}
 	l.buf = append(l.buf, p...)
 	close(l.changed)

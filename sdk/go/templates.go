@@ -117,7 +117,7 @@ func (c *Client) GetTemplate(ctx context.Context, idOrName string) (*Template, e
 // admin's: everyone's).
 func (c *Client) ListTemplates(ctx context.Context) ([]Template, error) {
 	var out struct {
-		Templates []Template `json:"templates"`
+		Templates []Template `json:"items"`
 	}
 	r := &request{method: http.MethodGet, segs: []string{"v1", "templates"}, retry: retrySafe}
 	if err := c.do(ctx, r, nil, &out); err != nil {

@@ -43,9 +43,7 @@ func (s *server) listTemplates(w http.ResponseWriter, r *http.Request) error {
 	if ts == nil {
 		ts = []service.Template{}
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Templates []service.Template `json:"templates"`
-	}{ts})
+	writeJSON(w, http.StatusOK, listJSON[service.Template]{Items: ts})
 	return nil
 }
 

@@ -140,7 +140,7 @@ func TestTemplates_SnapshotCreateDelete(t *testing.T) {
 		t.Errorf("GET by name = %+v, want %s", got, snap.ID)
 	}
 	list := decode[struct {
-		Templates []template `json:"templates"`
+		Templates []template `json:"items"`
 	}](t, do(t, tok, "GET", "/v1/templates", ""), http.StatusOK)
 	if len(list.Templates) != 1 || list.Templates[0].ID != snap.ID {
 		t.Errorf("list = %+v, want the snapshot alone", list)
@@ -199,7 +199,7 @@ func TestTemplates_Fork(t *testing.T) {
 		}
 	}
 	list := decode[struct {
-		Templates []template `json:"templates"`
+		Templates []template `json:"items"`
 	}](t, do(t, tok, "GET", "/v1/templates", ""), http.StatusOK)
 	if len(list.Templates) != 0 {
 		t.Errorf("forks' captures are listed: %+v", list.Templates)
