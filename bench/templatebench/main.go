@@ -71,7 +71,7 @@ func run(ctx context.Context, n int, image string) (err error) {
 	if err != nil {
 		return err
 	}
-	d, err := benchd.Start(ctx, benchd.Options{Sandboxd: sandboxdBin, Toolboxd: toolboxdBin, Dir: tmp, Name: "templatebench", Args: []string{"--pool", "none"}})
+	d, err := benchd.Start(ctx, benchd.Options{Sandboxd: sandboxdBin, Toolboxd: toolboxdBin, Dir: tmp, Name: "templatebench", Args: []string{"--pool", "none", "--cpu-budget", "256000", "--memory-budget", "131072"}})
 	if err != nil {
 		return err
 	}

@@ -121,7 +121,7 @@ func metricValue(ctx context.Context, baseURL, series string) (float64, bool, er
 // it at the end of t.
 func createTestSandbox(ctx context.Context, t *testing.T, c *sandboxd.Client, req sandboxd.CreateRequest) *sandboxd.Sandbox {
 	t.Helper()
-	if req.Image == "" {
+	if req.Image == "" && req.Template == "" {
 		req.Image = busyboxImage
 	}
 	if req.CPU == 0 {
