@@ -243,6 +243,15 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 	}
 	undo.push("destroy container", func(ctx context.Context) error { return s.Runtime.Destroy(ctx, id) })
 
+	// 9a. the network policy, on the host: until it is in, a sandbox
+	// with network reaches nothing (netpolicy's chains end in REJECT).
+	if req.Network && s.Firewall != nil {
+		undo.push("remove network policy", func(ctx context.Context) error { return s.Firewall.Remove(ctx, id) })
+		if err := t.run("network", func() error { return s.Firewall.Apply(ctx, id, req.NetworkPolicy) }); err != nil {
+			return nil, fmt.Errorf("apply the network policy: %w", err)
+		}
+	}
+
 	// 9b. the secret env, over the agent's channel: never in the engine's
 	// configuration of the container.
 	if len(req.SecretEnv) > 0 {
@@ -330,6 +339,7 @@ func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets) store
 		CreatedAt:        s.Clock(),
 		Spec: marshalSpec(sandboxSpec{
 			Network:       req.Network,
+			Policy:        policyOf(req),
 			Mounts:        req.Mounts,
 			Annotations:   req.Annotations,
 			Runtime:       req.Runtime,

@@ -275,6 +275,9 @@ func (s *Service) finishDestroy(ctx context.Context, id string) error {
 	if err := s.Router.Remove(ctx, id); err != nil {
 		return fmt.Errorf("remove route of %s: %w", id, err)
 	}
+	if err := s.removeRowPolicy(ctx, id); err != nil {
+		return fmt.Errorf("remove the network policy of %s: %w", id, err)
+	}
 	if err := s.Runtime.Destroy(ctx, id); err != nil {
 		return fmt.Errorf("destroy container of %s: %w", id, err)
 	}
@@ -321,6 +324,9 @@ func (s *Service) stopLocked(ctx context.Context, row store.Sandbox) (Sandbox, e
 		if err := s.Runtime.Resume(ctx, row.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) {
 			s.Logger.Warn("stop: thaw before stopping", "sandbox", row.ID, "err", err)
 		}
+	}
+	if err := s.removeRowPolicy(ctx, row.ID); err != nil {
+		return Sandbox{}, fmt.Errorf("stop %s: remove its network policy: %w", row.ID, err)
 	}
 	if err := s.Runtime.Stop(ctx, row.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return Sandbox{}, fmt.Errorf("stop %s: %w", row.ID, err)
@@ -379,6 +385,16 @@ func (s *Service) startLocked(ctx context.Context, c Caller, row store.Sandbox) 
 			return Sandbox{}, fmt.Errorf("sandbox %s has no container left (state %s): %w", row.ID, row.State, ErrConflict)
 		}
 		return Sandbox{}, fmt.Errorf("start %s: %w", row.ID, err)
+	}
+	// Its network policy: its address may be another one now.
+	if err := s.applyRowPolicy(ctx, row); err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+		if serr := s.Runtime.Stop(sctx, row.ID); serr != nil {
+			s.Logger.Warn("start: stop after the network policy failed", "sandbox", row.ID, "err", serr)
+		}
+		cancel()
+		s.Admission.Release(row.ID)
+		return Sandbox{}, fmt.Errorf("start %s: apply its network policy: %w", row.ID, err)
 	}
 	// A started agent has lost what the daemon handed it with its memory.
 	if err := s.configureAgent(ctx, row); err != nil {

@@ -65,7 +65,7 @@ func (s *Service) reconcile(ctx context.Context, startup bool) error {
 		errors.Join(parallel(ctx, p.Thaw, s.thaw)...))
 	lost, lostErr := s.markLost(ctx, p.CheckLost)
 	if !startup {
-		return errors.Join(cleanup, lostErr, s.sweepTemplates(ctx, false))
+		return errors.Join(cleanup, lostErr, s.sweepTemplates(ctx, false), s.sweepFirewall(ctx, snap.Rows))
 	}
 	if cleanup != nil {
 		s.Logger.Warn("reconcile: startup cleanup incomplete; the periodic pass retries", "err", cleanup)
@@ -84,6 +84,9 @@ func (s *Service) reconcile(ctx context.Context, startup bool) error {
 	}
 	if err := s.finishClaims(ctx, snap.Rows, lost); err != nil {
 		s.Logger.Warn("reconcile: some sandboxes claimed from the pool could not be configured", "err", err)
+	}
+	if err := s.sweepFirewall(ctx, snap.Rows); err != nil {
+		s.Logger.Warn("reconcile: network rules of gone sandboxes left; the periodic pass retries", "err", err)
 	}
 	if err := s.sweepTemplates(ctx, true); err != nil {
 		s.Logger.Warn("reconcile: templates a dead process was making are not all settled; the periodic pass retries", "err", err)

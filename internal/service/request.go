@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"path"
 	"regexp"
 	"strings"
@@ -62,8 +63,13 @@ type CreateRequest struct {
 	// autoPause).
 	PauseOnTimeout bool
 	// Network gives the sandbox outbound network; without it, it has none.
+	// It is NetworkPolicy.Mode open when NetworkPolicy has no mode.
 	Network bool
-	Mounts  []Mount
+	// NetworkPolicy is where the sandbox may connect to (netpolicy): none,
+	// open (but its deny list), or restricted to its allow list. Its mode
+	// set to open or restricted sets Network.
+	NetworkPolicy netpolicy.Policy
+	Mounts        []Mount
 	// Runtime names the runtime: RuntimeDocker (containers on the host
 	// kernel) or RuntimeGVisor; empty means the daemon's default.
 	Runtime string
@@ -188,8 +194,8 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 			return req, invalid("tags", "value of %q is too long or contains NUL", k)
 		}
 	}
-	if req.Network && !s.cfg.AllowNetwork {
-		return req, invalid("network", "outbound network is disabled on this daemon (start it with --sandbox-network)")
+	if err := s.normalizePolicy(&req); err != nil {
+		return req, err
 	}
 	if err := s.checkRuntime(&req); err != nil {
 		return req, err

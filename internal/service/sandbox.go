@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -42,6 +43,8 @@ type Sandbox struct {
 	Tags     map[string]string
 	Env      map[string]string
 	Network  bool
+	// NetworkPolicy is the network policy in force.
+	NetworkPolicy netpolicy.Policy
 	// Runtime is what runs the sandbox: RuntimeDocker or RuntimeGVisor.
 	Runtime      string
 	Mounts       []Mount
@@ -84,7 +87,9 @@ type StepTiming struct {
 // service needs to start the sandbox again and to describe it, minus the
 // columns of its own and minus secrets.
 type sandboxSpec struct {
-	Network     bool              `json:"network,omitempty"`
+	Network bool `json:"network,omitempty"`
+	// Policy is the network policy in force (nil: Network says open or none).
+	Policy      *netpolicy.Policy `json:"network_policy,omitempty"`
 	Mounts      []Mount           `json:"mounts,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
 	Runtime     string            `json:"runtime,omitempty"`
@@ -98,27 +103,35 @@ func fromRow(row store.Sandbox) Sandbox {
 	var spec sandboxSpec
 	_ = json.Unmarshal(row.Spec, &spec) // written by us; a bad row shows as empty spec
 	return Sandbox{
-		ID:           row.ID,
-		Name:         row.Name,
-		Owner:        row.Owner,
-		Image:        row.Image,
-		State:        row.State,
-		MilliCPU:     row.CPUMillis,
-		MemoryMB:     row.MemoryMB,
-		Tags:         row.Tags,
-		Env:          row.Env,
-		Network:      spec.Network,
-		Runtime:      cmp.Or(spec.Runtime, RuntimeDocker),
-		Mounts:       spec.Mounts,
-		Annotations:  spec.Annotations,
-		CreatedAt:    row.CreatedAt,
-		ExpiresAt:    row.ExpiresAt,
-		SSHPublicKey: row.SSHPublicKey,
-		ErrorReason:  row.ErrorReason,
-		PausedAt:     row.PausedAt,
+		ID:            row.ID,
+		Name:          row.Name,
+		Owner:         row.Owner,
+		Image:         row.Image,
+		State:         row.State,
+		MilliCPU:      row.CPUMillis,
+		MemoryMB:      row.MemoryMB,
+		Tags:          row.Tags,
+		Env:           row.Env,
+		Network:       spec.Network,
+		NetworkPolicy: spec.policy(),
+		Runtime:       cmp.Or(spec.Runtime, RuntimeDocker),
+		Mounts:        spec.Mounts,
+		Annotations:   spec.Annotations,
+		CreatedAt:     row.CreatedAt,
+		ExpiresAt:     row.ExpiresAt,
+		SSHPublicKey:  row.SSHPublicKey,
+		ErrorReason:   row.ErrorReason,
+		PausedAt:      row.PausedAt,
 
 		PauseOnTimeout: spec.PauseOnTimeout,
 	}
+}
+
+// specOf is a row's spec (empty for a row whose spec does not decode).
+func specOf(row store.Sandbox) sandboxSpec {
+	var spec sandboxSpec
+	_ = json.Unmarshal(row.Spec, &spec) // written by us
+	return spec
 }
 
 func marshalSpec(spec sandboxSpec) json.RawMessage {

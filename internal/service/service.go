@@ -212,6 +212,10 @@ type Deps struct {
 	Cluster Cluster
 	// Peers lists the other nodes' sandboxes (List); nil on a single node.
 	Peers PeerLister
+	// Firewall holds sandboxes' network policies (network.go); nil: a
+	// sandbox with network reaches what the engine's network reaches, and
+	// a policy that restricts anything is refused.
+	Firewall Firewall
 	// HostMemory reads the host's memory (StopPausedUnderPressure); nil
 	// never stops a paused sandbox for memory.
 	HostMemory HostMemory

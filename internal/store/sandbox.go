@@ -499,6 +499,8 @@ type SandboxUpdate struct {
 	// when that is later, and a row without one keeps none. It is decided
 	// in the write, so no concurrent update is undone by a stale read.
 	ExtendOnly bool
+	// Spec replaces the service's spec JSON.
+	Spec json.RawMessage
 }
 
 // UpdateSandbox applies u to sandbox id and returns the updated row, or ErrNotFound (also
@@ -521,6 +523,12 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, u SandboxUpdate) (
 			return Sandbox{}, invalidf("update sandbox %s: tags: %v", id, err)
 		}
 		sets, args = append(sets, "tags = ?"), append(args, tags)
+	}
+	if u.Spec != nil {
+		if !json.Valid(u.Spec) {
+			return Sandbox{}, invalidf("update sandbox %s: spec is not JSON", id)
+		}
+		sets, args = append(sets, "spec = ?"), append(args, string(u.Spec))
 	}
 	args = append(args, id)
 	var sb Sandbox

@@ -1,0 +1,363 @@
+package netpolicy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// The firewall lives in the host's iptables (filter and nat tables of the
+// host's network namespace), not in the sandbox's: a sandbox has no
+// CAP_NET_ADMIN, and even with it would reach only its own namespace. It
+// works the same for containers and gVisor, whose packets both leave
+// through the sandbox's veth into the host.
+//
+//	filter DOCKER-USER (first)  -i <bridge> -j SBXD-F-<bridge>
+//	filter SBXD-F-<bridge>      -s <ip>/32 -g SBX-<hash>  (one per sandbox)
+//	                            -j REJECT                 (a sandbox without rules reaches nothing)
+//	filter SBX-<hash>           the sandbox's policy: REJECT or RETURN (to Docker's own rules)
+//	filter INPUT (first)        -i <bridge> -j SBXD-I-<bridge>
+//	filter SBXD-I-<bridge>      the name proxies' ports, then REJECT: no host service answers a sandbox
+//	nat PREROUTING (first)      -i <bridge> -j SBXD-N-<bridge>
+//	nat SBXD-N-<bridge>         -s <ip>/32 tcp 80,443 -j DNAT <gateway>:<proxy port>  (sandboxes with name rules)
+//
+// Daemons that share the bridge (a host's daemons share one network)
+// share its chains: a sandbox's rules are its own, by id. A sandbox's
+// rules are replaced in one iptables-restore batch, so a policy change
+// never passes through an open moment. Jump rules carry the sandbox's id
+// in a comment, which is how Sweep finds the rules of sandboxes that are
+// gone.
+const (
+	sandboxChain = "SBX-"
+	commentTag   = "sandbox:"
+)
+
+func (f *Firewall) chainForward() string { return "SBXD-F-" + f.opts.Bridge }
+func (f *Firewall) chainInput() string   { return "SBXD-I-" + f.opts.Bridge }
+func (f *Firewall) chainNAT() string     { return "SBXD-N-" + f.opts.Bridge }
+
+// Options configure a Firewall.
+type Options struct {
+	// Bridge is the sandboxes' bridge interface; Gateway the host's
+	// address on it.
+	Bridge  string
+	Gateway netip.Addr
+	// ProxyPort is the name proxy's port on Gateway (0: none, and host
+	// name rules let nothing through).
+	ProxyPort int
+	Logger    *slog.Logger
+	// Run runs an iptables command with stdin (nil: the host's binaries).
+	Run func(ctx context.Context, stdin string, name string, args ...string) (string, error)
+}
+
+// Firewall applies sandboxes' policies. Safe for concurrent use: calls
+// are serialized (iptables has one lock per host anyway).
+type Firewall struct {
+	opts Options
+	mu   sync.Mutex
+}
+
+// New returns a firewall for the bridge; Setup installs its base rules.
+func New(opts Options) *Firewall {
+	if opts.Run == nil {
+		opts.Run = runCommand
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Firewall{opts: opts}
+}
+
+func runCommand(ctx context.Context, stdin, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+func (f *Firewall) iptables(ctx context.Context, table string, args ...string) (string, error) {
+	return f.opts.Run(ctx, "", "iptables", append([]string{"-w", "-t", table}, args...)...)
+}
+
+func (f *Firewall) restore(ctx context.Context, batch string) error {
+	_, err := f.opts.Run(ctx, batch, "iptables-restore", "-w", "--noflush")
+	return err
+}
+
+// Setup installs the bridge's chains and jumps, keeping every sandbox's
+// rules a previous process installed. Idempotent.
+func (f *Firewall) Setup(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	br := f.opts.Bridge
+	for _, c := range []struct{ table, chain string }{
+		{"filter", "DOCKER-USER"}, {"filter", f.chainForward()}, {"filter", f.chainInput()}, {"nat", f.chainNAT()},
+	} {
+		if _, err := f.iptables(ctx, c.table, "-S", c.chain); err != nil {
+			if _, err := f.iptables(ctx, c.table, "-N", c.chain); err != nil {
+				return fmt.Errorf("firewall setup: %w", err)
+			}
+		}
+	}
+	type rule struct {
+		table, chain, spec string
+		first              bool
+	}
+	ensure := []rule{
+		{"filter", f.chainForward(), "-j REJECT", false},
+		{"filter", f.chainInput(), "-j REJECT", false},
+		{"filter", "DOCKER-USER", "-i " + br + " -j " + f.chainForward(), true},
+		{"filter", "INPUT", "-i " + br + " -j " + f.chainInput(), true},
+		{"nat", "PREROUTING", "-i " + br + " -j " + f.chainNAT(), true},
+	}
+	if f.opts.ProxyPort > 0 {
+		ensure = append(ensure, rule{"filter", f.chainInput(), fmt.Sprintf("-d %s/32 -p tcp -m tcp --dport %d -j ACCEPT", f.opts.Gateway, f.opts.ProxyPort), true})
+	}
+	for _, e := range ensure {
+		spec := strings.Fields(e.spec)
+		if _, err := f.iptables(ctx, e.table, append([]string{"-C", e.chain}, spec...)...); err == nil {
+			continue
+		}
+		op := []string{"-A", e.chain}
+		if e.first {
+			op = []string{"-I", e.chain, "1"}
+		}
+		if _, err := f.iptables(ctx, e.table, append(op, spec...)...); err != nil {
+			return fmt.Errorf("firewall setup: %w", err)
+		}
+	}
+	return nil
+}
+
+// Teardown removes the bridge's chains, jumps and every sandbox rule in
+// them: for a bridge that is going away (tests). A daemon that stops
+// keeps them, for its sandboxes that run on.
+func (f *Firewall) Teardown(ctx context.Context) error {
+	f.mu.Lock()
+	all, err := f.listJumps(ctx)
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for id := range all {
+		if err := f.Remove(ctx, id); err != nil {
+			return err
+		}
+	}
+	br := f.opts.Bridge
+	for _, j := range []struct{ table, chain, spec string }{
+		{"filter", "DOCKER-USER", "-i " + br + " -j " + f.chainForward()},
+		{"filter", "INPUT", "-i " + br + " -j " + f.chainInput()},
+		{"nat", "PREROUTING", "-i " + br + " -j " + f.chainNAT()},
+	} {
+		_, _ = f.iptables(ctx, j.table, append([]string{"-D", j.chain}, strings.Fields(j.spec)...)...)
+	}
+	for _, c := range []struct{ table, chain string }{{"filter", f.chainForward()}, {"filter", f.chainInput()}, {"nat", f.chainNAT()}} {
+		_, _ = f.iptables(ctx, c.table, "-F", c.chain)
+		_, _ = f.iptables(ctx, c.table, "-X", c.chain)
+	}
+	return nil
+}
+
+// chainOf is sandbox id's chain: a hash, as ids may be longer than a
+// chain name (28 bytes).
+func chainOf(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return sandboxChain + hex.EncodeToString(sum[:])[:20]
+}
+
+// Apply installs p for sandbox id at ip, replacing whatever it had, in
+// one batch. A policy of mode none removes its rules (a sandbox without
+// network has no address to match).
+func (f *Firewall) Apply(ctx context.Context, id string, ip netip.Addr, p Policy) error {
+	if p.Mode == ModeNone {
+		return f.Remove(ctx, id)
+	}
+	if !ip.Is4() {
+		return fmt.Errorf("firewall: sandbox %s has no IPv4 address (%v)", id, ip)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	oldFilter, oldNAT, err := f.jumps(ctx, id)
+	if err != nil {
+		return err
+	}
+	batch := f.batch(id, ip, p, oldFilter, oldNAT)
+	if err := f.restore(ctx, batch); err != nil {
+		return fmt.Errorf("firewall: apply the policy of %s: %w", id, err)
+	}
+	return nil
+}
+
+// batch is the iptables-restore input that installs p for id at ip and
+// deletes the jump rules old* (the sandbox's previous ones).
+func (f *Firewall) batch(id string, ip netip.Addr, p Policy, oldFilter, oldNAT []string) string {
+	chain, comment, src := chainOf(id), commentTag+id, ip.String()+"/32"
+	allow, deny := p.CIDRs()
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	fmt.Fprintf(&b, ":%s - [0:0]\n", chain) // declared: created, or emptied
+	for _, d := range deny {
+		fmt.Fprintf(&b, "-A %s -d %s -j REJECT\n", chain, d)
+	}
+	fmt.Fprintf(&b, "-A %s -d 169.254.0.0/16 -j REJECT\n", chain)
+	if p.Mode == ModeRestricted {
+		fmt.Fprintf(&b, "-A %s -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN\n", chain)
+		fmt.Fprintf(&b, "-A %s -p udp -m udp --dport 53 -j RETURN\n", chain)
+		fmt.Fprintf(&b, "-A %s -p tcp -m tcp --dport 53 -j RETURN\n", chain)
+		for _, a := range allow {
+			if a.Addr().Is4() {
+				fmt.Fprintf(&b, "-A %s -d %s -j RETURN\n", chain, a)
+			}
+		}
+		fmt.Fprintf(&b, "-A %s -p tcp -j REJECT --reject-with tcp-reset\n", chain)
+		fmt.Fprintf(&b, "-A %s -j REJECT\n", chain)
+	} else {
+		fmt.Fprintf(&b, "-A %s -j RETURN\n", chain)
+	}
+	for _, old := range oldFilter {
+		fmt.Fprintf(&b, "-D %s\n", old)
+	}
+	fmt.Fprintf(&b, "-I %s 1 -s %s -m comment --comment %s -g %s\n", f.chainForward(), src, comment, chain)
+	b.WriteString("COMMIT\n*nat\n")
+	for _, old := range oldNAT {
+		fmt.Fprintf(&b, "-D %s\n", old)
+	}
+	if p.Mode == ModeRestricted && len(p.Hosts()) > 0 && f.opts.ProxyPort > 0 {
+		fmt.Fprintf(&b, "-A %s -s %s -p tcp -m multiport --dports 80,443 -m comment --comment %s -j DNAT --to-destination %s:%d\n",
+			f.chainNAT(), src, comment, f.opts.Gateway, f.opts.ProxyPort)
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// jumps lists sandbox id's jump rules in the forward and nat chains, as
+// iptables -S prints them after "-A ".
+func (f *Firewall) jumps(ctx context.Context, id string) (filter, nat []string, err error) {
+	all, err := f.listJumps(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return all[id].filter, all[id].nat, nil
+}
+
+type sandboxJumps struct{ filter, nat []string }
+
+// listJumps reads every sandbox's jump rules, by the id in their comment.
+func (f *Firewall) listJumps(ctx context.Context) (map[string]sandboxJumps, error) {
+	out := map[string]sandboxJumps{}
+	for _, t := range []struct{ table, chain string }{{"filter", f.chainForward()}, {"nat", f.chainNAT()}} {
+		text, err := f.iptables(ctx, t.table, "-S", t.chain)
+		if err != nil {
+			return nil, fmt.Errorf("firewall: list %s: %w", t.chain, err)
+		}
+		sc := bufio.NewScanner(strings.NewReader(text))
+		for sc.Scan() {
+			rule, ok := strings.CutPrefix(sc.Text(), "-A ")
+			if !ok {
+				continue
+			}
+			id := commentID(rule)
+			if id == "" {
+				continue
+			}
+			j := out[id]
+			if t.table == "filter" {
+				j.filter = append(j.filter, rule)
+			} else {
+				j.nat = append(j.nat, rule)
+			}
+			out[id] = j
+		}
+	}
+	return out, nil
+}
+
+// commentID is the sandbox id in a rule's "--comment sandbox:<id>".
+func commentID(rule string) string {
+	_, after, ok := strings.Cut(rule, "--comment ")
+	if !ok {
+		return ""
+	}
+	c := strings.Fields(after)[0]
+	if unq, err := strconv.Unquote(c); err == nil {
+		c = unq
+	}
+	id, _ := strings.CutPrefix(c, commentTag)
+	if id == c {
+		return ""
+	}
+	return id
+}
+
+// Remove deletes sandbox id's rules; none is not an error.
+func (f *Firewall) Remove(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	all, err := f.listJumps(ctx)
+	if err != nil {
+		return err
+	}
+	return f.remove(ctx, id, all[id])
+}
+
+func (f *Firewall) remove(ctx context.Context, id string, j sandboxJumps) error {
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for _, r := range j.filter {
+		fmt.Fprintf(&b, "-D %s\n", r)
+	}
+	b.WriteString("COMMIT\n*nat\n")
+	for _, r := range j.nat {
+		fmt.Fprintf(&b, "-D %s\n", r)
+	}
+	b.WriteString("COMMIT\n")
+	if err := f.restore(ctx, b.String()); err != nil {
+		return fmt.Errorf("firewall: remove the rules of %s: %w", id, err)
+	}
+	chain := chainOf(id)
+	if _, err := f.iptables(ctx, "filter", "-S", chain); err != nil {
+		return nil // no chain: nothing more to remove
+	}
+	if _, err := f.iptables(ctx, "filter", "-F", chain); err != nil {
+		return fmt.Errorf("firewall: remove the rules of %s: %w", id, err)
+	}
+	if _, err := f.iptables(ctx, "filter", "-X", chain); err != nil {
+		return fmt.Errorf("firewall: remove the rules of %s: %w", id, err)
+	}
+	return nil
+}
+
+// Sweep removes the rules of every sandbox live says is gone (a daemon
+// killed between a destroy and its firewall step).
+func (f *Firewall) Sweep(ctx context.Context, live func(id string) bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	all, err := f.listJumps(ctx)
+	if err != nil {
+		return err
+	}
+	for id, j := range all {
+		if live(id) {
+			continue
+		}
+		if err := f.remove(ctx, id, j); err != nil {
+			return err
+		}
+		f.opts.Logger.Info("firewall: removed the rules of a sandbox that is gone", "sandbox", id)
+	}
+	return nil
+}
