@@ -54,16 +54,27 @@
 // gpuType, outboundProxyUrl, otelEndpointOverride, unknown fields): the
 // 400 names the field. volumes [{volumeId, mountPath}] mount the caller's
 // volumes (below). A
-// snapshot names an image (Options.Images, else a locally present image);
-// an `image` the SDK sends as a one-line Dockerfile (FROM <ref>) uses that
-// image; building is refused. State names: running is "started"; creating,
+// snapshot names one of the caller's snapshots, else an image
+// (Options.Images, else a locally present image); an `image` the SDK sends
+// as a one-line Dockerfile (FROM <ref>) uses that image; building at
+// create is refused (snapshot.create builds). State names: running is "started"; creating,
 // stopping, stopped and error are themselves; a deleted sandbox is 404.
+//
+// # Snapshots and forks
+//
+// A snapshot is one of the owner's templates (snapshots.go): createSnapshot
+// captures a sandbox's filesystem synchronously; snapshot.create builds an
+// image name or a Dockerfile-only Image (FROM, RUN, ENV, WORKDIR, USER;
+// dockerfile.go) in the background, its output streamed by build-logs;
+// fork captures a sandbox and creates one sandbox from the capture. Only
+// files carry over, never processes or memory. A token without an owner
+// cannot own snapshots (403).
 //
 // # Refused features
 //
-// Snapshots (/snapshots…), sandbox snapshots and forks (/sandbox/{id}/
-// snapshot, fork, forks, ancestors, parent), declarative images with local
-// files (/object-storage/push-access), network settings (/sandbox/{id}/
+// Deactivating snapshots, fork lineage (/sandbox/{id}/forks, ancestors,
+// parent), a fork's chosen name, declarative images with local files
+// (/object-storage/push-access: object storage), network settings (/sandbox/{id}/
 // network-settings), pause, resize, ttl, SSH access, signed preview URLs,
 // and in the toolbox LSP, computer use and the git operations beyond
 // clone and status answer 501 in Daytona's shape with a message saying

@@ -41,6 +41,15 @@ type Service interface {
 	GetVolume(ctx context.Context, c service.Caller, name string) (service.Volume, error)
 	ListVolumes(ctx context.Context, c service.Caller) ([]service.Volume, error)
 	DeleteVolume(ctx context.Context, c service.Caller, name string) error
+
+	// Snapshots, forks and image builds (snapshots.go).
+	Snapshot(ctx context.Context, c service.Caller, idOrName, name string) (service.Template, error)
+	Fork(ctx context.Context, c service.Caller, idOrName string, n int) ([]*service.Created, error)
+	BuildTemplate(ctx context.Context, c service.Caller, r service.Recipe) (service.Template, bool, error)
+	FollowBuildLog(ctx context.Context, c service.Caller, idOrName string, w func([]byte) error) error
+	GetTemplate(ctx context.Context, c service.Caller, idOrName string) (service.Template, error)
+	ListTemplates(ctx context.Context, c service.Caller) ([]service.Template, error)
+	DeleteTemplate(ctx context.Context, c service.Caller, idOrName string) error
 }
 
 var _ Service = (*service.Service)(nil)
@@ -93,6 +102,14 @@ const Prefix = "/daytona/api"
 
 // eventPattern is the event stream's route (Socket.IO's default path).
 const eventPattern = "GET " + Prefix + "/socket.io/"
+
+// buildLogsRoute streams a snapshot's build output for as long as the
+// build runs; buildLogsPattern is its mux pattern, which has no request
+// deadline.
+const (
+	buildLogsRoute   = "GET /snapshots/{sid}/build-logs"
+	buildLogsPattern = "GET " + Prefix + "/snapshots/{sid}/build-logs"
+)
 
 // Facade is the Daytona edge. Mount it in front of the native API and send
 // it every request Match accepts. Close it when the daemon stops.
@@ -172,7 +189,7 @@ func (f *Facade) Match(r *http.Request) bool {
 // request deadline: they are streams.
 func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, pattern := f.mux.Handler(r)
-	if !strings.Contains(pattern, " "+Prefix+"/toolbox/") && pattern != eventPattern {
+	if !strings.Contains(pattern, " "+Prefix+"/toolbox/") && pattern != eventPattern && pattern != buildLogsPattern {
 		httplimit.Deadline(w, f.timeout) // the control plane, or no route
 	}
 	if pattern == "" {
@@ -246,6 +263,17 @@ func (f *Facade) routes() *http.ServeMux {
 		"GET /volumes/{vid}":         f.getVolume,
 		"GET /volumes/by-name/{vid}": f.getVolume,
 		"DELETE /volumes/{vid}":      f.deleteVolume,
+
+		// Control plane: snapshots, forks and image builds (snapshots.go).
+		"GET /snapshots":                      f.listSnapshots,
+		"POST /snapshots":                     f.createSnapshot,
+		"GET /snapshots/{sid}":                f.getSnapshot,
+		"DELETE /snapshots/{sid}":             f.deleteSnapshot,
+		"POST /snapshots/{sid}/activate":      f.getSnapshot,
+		"GET /snapshots/{sid}/build-logs-url": f.snapshotLogsURL,
+		buildLogsRoute:                        f.snapshotLogs,
+		"POST /sandbox/{id}/snapshot":         f.sandboxSnapshot,
+		"POST /sandbox/{id}/fork":             f.fork,
 
 		// Toolbox: info and processes.
 		"GET /toolbox/{id}/version":           f.toolbox(f.versionInfo),

@@ -38,6 +38,16 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 		return err
 	}
 	req.Quota = c.Quota
+	if b := body.BuildInfo; b == nil || strings.TrimSpace(b.DockerfileContent) == "" {
+		// A snapshot of the caller's comes before an image of that name.
+		id, ok, err := f.snapshotTemplate(r.Context(), c, body.Snapshot)
+		if err != nil {
+			return err
+		}
+		if ok {
+			req.Image, req.Template = "", id
+		}
+	}
 	if req.Mounts, err = f.volumeMounts(r.Context(), c, body.Volumes); err != nil {
 		return err
 	}
@@ -221,12 +231,15 @@ func zeroJSON(v json.RawMessage) bool {
 // image resolves the sandbox image: a buildInfo that is a single FROM line
 // (what the SDK sends for `image: "<ref>"`), else the snapshot (a name in
 // Options.Images or a locally present image), else the daemon's default.
-// Dockerfiles that build anything are refused: sandboxd does not build.
+// Dockerfiles that build anything are refused: create does not build
+// (snapshot.create does). A snapshot that is one of the caller's
+// templates is resolved by create (snapshotTemplate) before this image.
 func (f *Facade) image(b createBody) (string, error) {
 	if b.BuildInfo != nil && strings.TrimSpace(b.BuildInfo.DockerfileContent) != "" {
 		ref, ok := singleFrom(b.BuildInfo.DockerfileContent)
 		if !ok {
-			return "", badRequest("image: declarative images (anything but a single FROM line) are not supported: sandboxd does not build images; build the image and pass it as snapshot")
+			return "", badRequest("image: declarative images (anything but a single FROM line) are not built at create on sandboxd; " +
+				"build one with daytona.snapshot.create({name, image}) and create from that snapshot")
 		}
 		return ref, nil
 	}

@@ -10,12 +10,13 @@ import (
 // shape with 501 Not Implemented, never a 404 (which the SDK would report
 // as a missing sandbox or snapshot).
 const (
-	msgSnapshots = "snapshots are not supported by sandboxd's Daytona facade yet; " +
-		"create sandboxes from a local image instead (snapshot: \"<image>\", or image: \"<image>\")"
-	msgSandboxSnapshot = "sandbox snapshots (createSnapshot) are not supported by sandboxd's Daytona facade yet"
-	msgFork            = "forking sandboxes is not supported by sandboxd's Daytona facade yet"
-	msgImageContext    = "declarative images with local files are not supported by sandboxd's Daytona facade: " +
-		"it does not build images; build the image and pass it as snapshot"
+	msgDeactivate = "deactivating snapshots is not supported by sandboxd's Daytona facade: " +
+		"a snapshot here is always active until it is deleted"
+	msgForkTree = "fork lineage (forks, parent, ancestors) is not tracked by sandboxd's Daytona facade; " +
+		"a fork is an independent sandbox"
+	msgImageContext = "declarative images with local files (addLocalFile, addLocalDir, " +
+		"pipInstallFromRequirements, …) need object storage, which sandboxd's Daytona facade does not serve; " +
+		"put the files in with runCommands, or build the image on the host and pass it as snapshot"
 	msgNetworkSettings = "network settings cannot be changed on sandboxd's Daytona facade: " +
 		"set networkBlockAll at create; allow lists are not supported yet"
 	msgLSP = "language servers (createLspServer) are not supported by sandboxd's Daytona facade; " +
@@ -35,19 +36,10 @@ const (
 // unsupportedRoutes are Daytona API routes the SDK calls that the facade
 // refuses (501), with why.
 var unsupportedRoutes = map[string]string{
-	"POST /snapshots":                     msgSnapshots,
-	"GET /snapshots":                      msgSnapshots,
-	"GET /snapshots/{id}":                 msgSnapshots,
-	"DELETE /snapshots/{id}":              msgSnapshots,
-	"POST /snapshots/{id}/activate":       msgSnapshots,
-	"POST /snapshots/{id}/deactivate":     msgSnapshots,
-	"GET /snapshots/{id}/build-logs":      msgSnapshots,
-	"GET /snapshots/{id}/build-logs-url":  msgSnapshots,
-	"POST /sandbox/{id}/snapshot":         msgSandboxSnapshot,
-	"POST /sandbox/{id}/fork":             msgFork,
-	"GET /sandbox/{id}/forks":             msgFork,
-	"GET /sandbox/{id}/ancestors":         msgFork,
-	"GET /sandbox/{id}/parent":            msgFork,
+	"POST /snapshots/{sid}/deactivate":    msgDeactivate,
+	"GET /sandbox/{id}/forks":             msgForkTree,
+	"GET /sandbox/{id}/ancestors":         msgForkTree,
+	"GET /sandbox/{id}/parent":            msgForkTree,
 	"GET /object-storage/push-access":     msgImageContext,
 	"POST /sandbox/{id}/network-settings": msgNetworkSettings,
 

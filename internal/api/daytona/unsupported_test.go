@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestUnsupported_RefusedInDaytonasShapeNeverA404: snapshots, forks,
-// sandbox snapshots, declarative images, network settings, pause, resize,
+// TestUnsupported_RefusedInDaytonasShapeNeverA404: deactivating snapshots,
+// fork lineage, images with local files, network settings, pause, resize,
 // SSH access, signed preview URLs, LSP, computer use and the git
 // operations beyond clone and status were 404s
 // (the SDK's "not found"); each is a 501 in Daytona's shape whose message
@@ -15,14 +15,10 @@ import (
 func TestUnsupported_RefusedInDaytonasShapeNeverA404(t *testing.T) {
 	s, sb := sharedSandbox(t)
 	for _, tc := range []struct{ method, path, want string }{
-		{http.MethodPost, "/snapshots", "snapshots"},
-		{http.MethodGet, "/snapshots?page=1&limit=10", "snapshots"},
-		{http.MethodGet, "/snapshots/my-snapshot", "snapshots"},
-		{http.MethodDelete, "/snapshots/my-snapshot", "snapshots"},
-		{http.MethodPost, "/snapshots/my-snapshot/activate", "snapshots"},
-		{http.MethodPost, "/sandbox/" + sb.ID + "/snapshot", "snapshots"},
-		{http.MethodPost, "/sandbox/" + sb.ID + "/fork", "forking"},
-		{http.MethodGet, "/object-storage/push-access", "declarative images"},
+		{http.MethodPost, "/snapshots/my-snapshot/deactivate", "always active"},
+		{http.MethodGet, "/sandbox/" + sb.ID + "/forks", "fork lineage"},
+		{http.MethodGet, "/sandbox/" + sb.ID + "/parent", "fork lineage"},
+		{http.MethodGet, "/object-storage/push-access", "object storage"},
 		{http.MethodPost, "/sandbox/" + sb.ID + "/network-settings", "network settings"},
 		{http.MethodPost, "/sandbox/" + sb.ID + "/pause", "pausing"},
 		{http.MethodPost, "/sandbox/" + sb.ID + "/resize", "resizing"},

@@ -1,7 +1,7 @@
 // What the facade does not do is refused, clearly, in Daytona's error shape:
 // create fields it cannot honour are a 400 naming the field (never dropped);
-// snapshots, forks, declarative images and network settings are refused
-// with a message saying so (never a 404, which reads as "not found").
+// declarative images at create, named forks and network settings are
+// refused with a message saying so (never a 404, which reads as "not found").
 
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
@@ -41,13 +41,6 @@ describe('refusals', () => {
     })
   }
 
-  it('snapshot.create/list/get/delete are refused, not 404', { timeout: 60_000 }, async () => {
-    await assert.rejects(daytona.snapshot.list(), refused(/snapshots are not supported/))
-    await assert.rejects(daytona.snapshot.get('some-snapshot'), refused(/snapshots are not supported/))
-    await assert.rejects(daytona.snapshot.create({ name: 'some-snapshot', image: 'sandboxd/base:bookworm' }), refused(/snapshots are not supported/))
-    await assert.rejects(daytona.snapshot.delete({ id: 'some-snapshot', name: 'some-snapshot' }), refused(/snapshots are not supported/))
-  })
-
   it('a declarative image is refused at create, and creates nothing', { timeout: 60_000 }, async () => {
     const labels = labelsFor('refuse-image')
     const image = Image.base('sandboxd/base:bookworm').runCommands('echo built > /built')
@@ -60,10 +53,9 @@ describe('refusals', () => {
     await assert.rejects(daytona.create({ networkAllowList: '10.0.0.0/8', labels }, { timeout: 60 }), refused(/networkAllowList/, 400))
   })
 
-  it('createSnapshot, fork and updateNetworkSettings on a sandbox are refused, not 404', { timeout: 180_000 }, async (t) => {
+  it('a named fork and updateNetworkSettings on a sandbox are refused, not 404', { timeout: 180_000 }, async (t) => {
     const sb = await createSandbox(t, daytona, 'refuse-sandbox-ops')
-    await assert.rejects(sb.createSnapshot('from-sandbox'), refused(/snapshots/))
-    await assert.rejects(sb.fork({ name: 'a-fork' }), refused(/forking/))
+    await assert.rejects(sb.fork({ name: 'a-fork' }), refused(/name cannot be chosen/, 400))
     await assert.rejects(sb.updateNetworkSettings({ networkBlockAll: true }), refused(/network settings/))
     assert.equal((await daytona.get(sb.id)).state, 'started', 'the sandbox is untouched')
   })
