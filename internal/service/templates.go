@@ -68,6 +68,23 @@ const (
 	forkGrace = 10 * time.Minute
 )
 
+// TemplateState and TemplateKind are the store's, for the edges (which
+// do not import the store).
+type (
+	TemplateState = store.TemplateState
+	TemplateKind  = store.TemplateKind
+)
+
+// The states and kinds of a template.
+const (
+	TemplateBuilding = store.TemplateBuilding
+	TemplateReady    = store.TemplateReady
+	TemplateFailed   = store.TemplateFailed
+
+	TemplateKindBuild    = store.TemplateBuild
+	TemplateKindSnapshot = store.TemplateSnapshot
+)
+
 // Template is an image sandboxes can be created from.
 type Template struct {
 	ID        string              `json:"id"`

@@ -98,16 +98,14 @@ type forkBody struct {
 	Name string `json:"name"`
 }
 
-// snapshotState is Daytona's name for a template state. The service names
-// its template states with the store's type, which an edge does not
-// import (internal/api/deps_test.go): they are matched by their text.
-func snapshotState(s string) string {
+// snapshotState is Daytona's name for a template state.
+func snapshotState(s service.TemplateState) string {
 	switch s {
-	case "ready":
+	case service.TemplateReady:
 		return "active"
-	case "building":
+	case service.TemplateBuilding:
 		return "building"
-	case "failed":
+	case service.TemplateFailed:
 		return "build_failed"
 	}
 	return "error"
@@ -118,7 +116,7 @@ func snapshotOf(t service.Template) snapshotDTO {
 	d := snapshotDTO{
 		ID:        t.ID,
 		Name:      cmp.Or(t.Name, t.ID),
-		State:     snapshotState(string(t.State)),
+		State:     snapshotState(t.State),
 		CPU:       snapshotCPU,
 		Mem:       snapshotMemory,
 		Disk:      snapshotDisk,
@@ -450,8 +448,8 @@ func (f *Facade) snapshotTemplate(ctx context.Context, c service.Caller, snapsho
 	if err != nil {
 		return "", false, err
 	}
-	if string(t.State) != "ready" {
-		return "", false, badRequest("snapshot %q is %s, not active", snapshot, snapshotState(string(t.State)))
+	if t.State != service.TemplateReady {
+		return "", false, badRequest("snapshot %q is %s, not active", snapshot, snapshotState(t.State))
 	}
 	return t.ID, true, nil
 }
