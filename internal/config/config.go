@@ -68,6 +68,10 @@ type Daemon struct {
 	// SandboxNetwork lets sandboxes have outbound network when they ask
 	// for it. Off by default: sandboxes have no route out.
 	SandboxNetwork bool
+	// SandboxNetworkName is the engine network (a bridge made by the
+	// daemon, traffic between its containers off) sandboxes with network
+	// join; its bridge interface has the same name (at most 15 bytes).
+	SandboxNetworkName string
 	// E2BBodyDedupe is the rule for E2B creates without an Idempotency-Key
 	// (README "Create dedupe"): "undelivered" (the default) adopts only a
 	// create whose client went away before its answer; "body" (also "true",
@@ -189,6 +193,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.Int64Var(&d.MilliCPU, "cpu-budget", d.MilliCPU, "CPU budget in millicores for all sandboxes")
 	fs.Int64Var(&d.MemoryMB, "memory-budget", d.MemoryMB, "memory budget in MB for all sandboxes")
 	fs.BoolVar(&d.SandboxNetwork, "sandbox-network", d.SandboxNetwork, "let sandboxes that ask for it have outbound network (env SANDBOXD_SANDBOX_NETWORK)")
+	fs.StringVar(&d.SandboxNetworkName, "sandbox-network-name", d.SandboxNetworkName, "the bridge network (and interface) the daemon makes for sandboxes with network, at most 15 bytes (env SANDBOXD_SANDBOX_NETWORK_NAME)")
 	fs.Var(dedupeFlag{&d.E2BBodyDedupe}, "e2b-body-dedupe",
 		"E2B creates without an Idempotency-Key: undelivered (adopt only a create whose client went away), body or true (collapse identical bodies, the old rule), off or false (env SANDBOXD_E2B_BODY_DEDUPE)")
 	fs.DurationVar(&d.E2BReplayWindow, "e2b-replay-window", d.E2BReplayWindow,
@@ -265,26 +270,27 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		return def
 	}
 	d := Daemon{
-		Listen:         get("SANDBOXD_LISTEN", "127.0.0.1:7070"),
-		DataDir:        get("SANDBOXD_DATA_DIR", ".sandboxd"),
-		AgentBinary:    get("SANDBOXD_AGENT_BINARY", ""),
-		NodeID:         get("SANDBOXD_NODE_ID", ""),
-		Domain:         get("SANDBOXD_DOMAIN", "localhost"),
-		TLSListen:      get("SANDBOXD_TLS_LISTEN", "127.0.0.1:7443"),
-		HTTPSListen:    get("SANDBOXD_HTTPS_LISTEN", ""),
-		DefaultImage:   get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
-		APIHosts:       splitList(get("SANDBOXD_API_HOSTS", "")),
-		DefaultRuntime: get("SANDBOXD_DEFAULT_RUNTIME", "docker"),
-		HostPortLo:     40000,
-		HostPortHi:     40999,
-		MilliCPU:       int64(runtime.NumCPU()) * 1000 * 4, // CPU is shared, so overcommit 4x
-		MemoryMB:       16 * 1024,
-		E2BBodyDedupe:  get("SANDBOXD_E2B_BODY_DEDUPE", DedupeUndelivered),
-		SandboxNetwork: get("SANDBOXD_SANDBOX_NETWORK", "false") == "true",
-		ReconcileEvery: 30 * time.Second,
-		LogLevel:       get("SANDBOXD_LOG_LEVEL", "info"),
-		AdvertiseURL:   get("SANDBOXD_ADVERTISE_URL", ""),
-		AdvertiseTLS:   get("SANDBOXD_ADVERTISE_TLS", ""),
+		Listen:             get("SANDBOXD_LISTEN", "127.0.0.1:7070"),
+		DataDir:            get("SANDBOXD_DATA_DIR", ".sandboxd"),
+		AgentBinary:        get("SANDBOXD_AGENT_BINARY", ""),
+		NodeID:             get("SANDBOXD_NODE_ID", ""),
+		Domain:             get("SANDBOXD_DOMAIN", "localhost"),
+		TLSListen:          get("SANDBOXD_TLS_LISTEN", "127.0.0.1:7443"),
+		HTTPSListen:        get("SANDBOXD_HTTPS_LISTEN", ""),
+		DefaultImage:       get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
+		APIHosts:           splitList(get("SANDBOXD_API_HOSTS", "")),
+		DefaultRuntime:     get("SANDBOXD_DEFAULT_RUNTIME", "docker"),
+		HostPortLo:         40000,
+		HostPortHi:         40999,
+		MilliCPU:           int64(runtime.NumCPU()) * 1000 * 4, // CPU is shared, so overcommit 4x
+		MemoryMB:           16 * 1024,
+		E2BBodyDedupe:      get("SANDBOXD_E2B_BODY_DEDUPE", DedupeUndelivered),
+		SandboxNetwork:     get("SANDBOXD_SANDBOX_NETWORK", "false") == "true",
+		SandboxNetworkName: get("SANDBOXD_SANDBOX_NETWORK_NAME", "sandboxd0"),
+		ReconcileEvery:     30 * time.Second,
+		LogLevel:           get("SANDBOXD_LOG_LEVEL", "info"),
+		AdvertiseURL:       get("SANDBOXD_ADVERTISE_URL", ""),
+		AdvertiseTLS:       get("SANDBOXD_ADVERTISE_TLS", ""),
 	}
 	if d.AgentBinary == "" {
 		if exe, err := os.Executable(); err == nil {
@@ -325,6 +331,9 @@ func (d Daemon) validate() error {
 	}
 	if d.PauseMax < 0 {
 		return fmt.Errorf("--pause-max %v: must be zero (never) or positive", d.PauseMax)
+	}
+	if n := d.SandboxNetworkName; n == "" || len(n) > 15 || strings.ContainsAny(n, " /:\t\n\x00") {
+		return fmt.Errorf("--sandbox-network-name %q: must be an interface name, 1 to 15 bytes", n)
 	}
 	if d.DefaultRuntime != "docker" && d.DefaultRuntime != "gvisor" {
 		return fmt.Errorf("--default-runtime %q: want docker or gvisor", d.DefaultRuntime)

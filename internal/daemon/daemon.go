@@ -85,6 +85,8 @@ type Daemon struct {
 	httpsLn net.Listener
 	// gvisor: the engine runs sandboxes under gVisor (checked at start).
 	gvisor bool
+	// firewall holds sandboxes' network policies (--sandbox-network).
+	firewall service.Firewall
 	// images is the engine's image side (templates, snapshots, forks).
 	images runtime.Images
 	// cluster is this node's part in a cluster (cluster.go); nil on a
@@ -119,7 +121,7 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	if d.cluster, err = d.openCluster(ctx, dataDir); err != nil {
 		return nil, err
 	}
-	rt, volumes, err := d.openRuntime(dataDir, opts.WrapRuntime)
+	rt, volumes, err := d.openRuntime(ctx, dataDir, opts.WrapRuntime)
 	if err != nil {
 		return nil, err
 	}
@@ -238,11 +240,20 @@ func (d *Daemon) probeGVisor(drt *docker.Runtime) bool {
 
 // openRuntime connects to Docker (registering its Close), wrapped by wrap
 // when set, and opens the volume directory under dataDir.
-func (d *Daemon) openRuntime(dataDir string, wrap func(runtime.Runtime) runtime.Runtime) (runtime.Runtime, *volume.Dir, error) {
+func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runtime.Runtime) runtime.Runtime) (runtime.Runtime, *volume.Dir, error) {
 	sockets := socketRoot(dataDir)
-	drt, err := docker.New(docker.Options{NodeID: d.Config.NodeID, SocketRoot: sockets, Logger: d.logger, QualifyNames: d.cluster != nil})
+	drt, err := docker.New(docker.Options{
+		NodeID: d.Config.NodeID, SocketRoot: sockets, Logger: d.logger, QualifyNames: d.cluster != nil,
+		Network: d.Config.SandboxNetworkName,
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker.New: %w", err)
+	}
+	if d.Config.SandboxNetwork {
+		if d.firewall, err = openFirewall(ctx, drt, d.Config.SandboxNetworkName, d.logger); err != nil {
+			drt.Close()
+			return nil, nil, err
+		}
 	}
 	d.closers = append(d.closers, drt.Close, func() error {
 		_ = os.Remove(sockets) // only when empty: running sandboxes keep their sockets
@@ -368,6 +379,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Peers:      d.peerLister(),
 		Images:     d.images,
 		HostMemory: hostMemory,
+		Firewall:   d.firewall,
 	})
 	if err != nil {
 		return fmt.Errorf("service.New: %w", err)

@@ -191,11 +191,30 @@ func (f *Firewall) Apply(ctx context.Context, id string, ip netip.Addr, p Policy
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	oldFilter, oldNAT, err := f.jumps(ctx, id)
+	all, err := f.listJumps(ctx)
 	if err != nil {
 		return err
 	}
-	batch := f.batch(id, ip, p, oldFilter, oldNAT)
+	// Its own rules go, and any other sandbox's for the same address: a
+	// dead process's leftovers must never be this sandbox's policy.
+	old := all[id]
+	src := "-s " + ip.String() + "/32 "
+	for other, j := range all {
+		if other == id {
+			continue
+		}
+		for _, r := range j.filter {
+			if strings.Contains(r, src) {
+				old.filter = append(old.filter, r)
+			}
+		}
+		for _, r := range j.nat {
+			if strings.Contains(r, src) {
+				old.nat = append(old.nat, r)
+			}
+		}
+	}
+	batch := f.batch(id, ip, p, old.filter, old.nat)
 	if err := f.restore(ctx, batch); err != nil {
 		return fmt.Errorf("firewall: apply the policy of %s: %w", id, err)
 	}
@@ -242,16 +261,6 @@ func (f *Firewall) batch(id string, ip netip.Addr, p Policy, oldFilter, oldNAT [
 	}
 	b.WriteString("COMMIT\n")
 	return b.String()
-}
-
-// jumps lists sandbox id's jump rules in the forward and nat chains, as
-// iptables -S prints them after "-A ".
-func (f *Firewall) jumps(ctx context.Context, id string) (filter, nat []string, err error) {
-	all, err := f.listJumps(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return all[id].filter, all[id].nat, nil
 }
 
 type sandboxJumps struct{ filter, nat []string }

@@ -206,6 +206,13 @@ func (s *server) updateSandbox(w http.ResponseWriter, r *http.Request) error {
 		u.SetTimeout, u.Timeout = true, seconds(*body.TimeoutS)
 	}
 	u.Tags = body.Tags
+	if body.Network != nil {
+		// The policy first: it can be refused; the rest is retried alike.
+		sb, err := s.svc.SetNetworkPolicy(r.Context(), caller(r), r.PathValue("id"), body.Network.Policy)
+		if err != nil || (body.TimeoutS == nil && body.Tags == nil) {
+			return writeSandbox(w, sb, err)
+		}
+	}
 	sb, err := s.svc.UpdateSandbox(r.Context(), caller(r), r.PathValue("id"), u)
 	return writeSandbox(w, sb, err)
 }

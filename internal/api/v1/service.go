@@ -3,6 +3,7 @@ package v1
 import (
 	"context"
 	"errors"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"io"
 
 	"connectrpc.com/connect"
@@ -27,6 +28,7 @@ type Service interface {
 	Pause(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	Resume(ctx context.Context, c service.Caller, idOrName string) (service.Resumed, error)
 	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
+	SetNetworkPolicy(ctx context.Context, c service.Caller, idOrName string, p netpolicy.Policy) (service.Sandbox, error)
 
 	Exec(ctx context.Context, c service.Caller, idOrName string, req service.ExecRequest) (*service.ExecResult, error)
 	StartProcess(ctx context.Context, c service.Caller, idOrName string, req service.ProcessRequest) (*agent.Process, error)

@@ -1,6 +1,10 @@
 package v1
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"math"
 	"time"
 
@@ -22,6 +26,7 @@ type sandboxJSON struct {
 	Tags          map[string]string `json:"tags"`
 	Env           map[string]string `json:"env,omitempty"`
 	Network       bool              `json:"network"`
+	NetworkPolicy *netpolicy.Policy `json:"network_policy,omitempty"`
 	Runtime       string            `json:"runtime"`
 	Mounts        []mountJSON       `json:"mounts,omitempty"`
 	CreatedAt     time.Time         `json:"created_at"`
@@ -65,6 +70,10 @@ func toSandboxJSON(sb service.Sandbox) sandboxJSON {
 	if out.Tags == nil {
 		out.Tags = map[string]string{}
 	}
+	if sb.Network {
+		p := sb.NetworkPolicy
+		out.NetworkPolicy = &p
+	}
 	for _, m := range sb.Mounts {
 		out.Mounts = append(out.Mounts, mountJSON(m))
 	}
@@ -95,7 +104,7 @@ type createRequest struct {
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
 	Tags      map[string]string `json:"tags,omitempty"`
 	TimeoutS  int64             `json:"timeout_s,omitempty"`
-	Network   bool              `json:"network,omitempty"`
+	Network   *networkJSON      `json:"network,omitempty"`
 	Mounts    []mountJSON       `json:"mounts,omitempty"`
 	Runtime   string            `json:"runtime,omitempty"`
 	// Failover is what a cluster does when the sandbox's node is lost:
@@ -115,15 +124,42 @@ func (c createRequest) toService(owner string) service.CreateRequest {
 		SecretEnv: c.SecretEnv,
 		Tags:      c.Tags,
 		Timeout:   seconds(c.TimeoutS),
-		Network:   c.Network,
 		Runtime:   c.Runtime,
 		Failover:  c.Failover,
 	}
 	for _, m := range c.Mounts {
 		req.Mounts = append(req.Mounts, service.Mount(m))
 	}
+	if c.Network != nil {
+		req.NetworkPolicy = c.Network.Policy
+	}
 	return req
 }
+
+// networkJSON is a create's or an update's network: true (mode open),
+// false (none), or a policy {"mode", "allow", "deny"}.
+type networkJSON struct{ netpolicy.Policy }
+
+func (n *networkJSON) UnmarshalJSON(b []byte) error {
+	switch string(bytes.TrimSpace(b)) {
+	case "true":
+		n.Policy = netpolicy.Policy{Mode: netpolicy.ModeOpen}
+		return nil
+	case "false", "null":
+		n.Policy = netpolicy.Policy{Mode: netpolicy.ModeNone}
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var p netpolicy.Policy
+	if err := dec.Decode(&p); err != nil {
+		return fmt.Errorf("network: want true, false or {\"mode\", \"allow\", \"deny\"}: %w", err)
+	}
+	n.Policy = p
+	return nil
+}
+
+func (n networkJSON) MarshalJSON() ([]byte, error) { return json.Marshal(n.Policy) }
 
 // milliCPU converts cores to millicores for the service, which validates
 // the range. The conversion keeps what validation needs to see: a negative
@@ -163,6 +199,8 @@ func seconds(s int64) time.Duration {
 type updateRequest struct {
 	TimeoutS *int64            `json:"timeout_s"`
 	Tags     map[string]string `json:"tags"`
+	// Network replaces the sandbox's network policy (in force at once).
+	Network *networkJSON `json:"network"`
 }
 
 // listJSON is a page of a list route.
