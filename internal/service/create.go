@@ -133,7 +133,10 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 		return s.claimPooled(ctx, req, r, cl, t)
 	}
 	if req.Owner != store.PoolOwner {
-		if idOverride == "" && len(req.Mounts) == 0 {
+		// Not served from the pool: a chosen id, mounts, a network (its
+		// policy goes in after its container starts, which an idle
+		// sandbox's did long ago) and a build (never a tenant's sandbox).
+		if idOverride == "" && len(req.Mounts) == 0 && !req.Network && req.Owner != buildOwner {
 			created, err := s.fromPool(ctx, req, cl, t)
 			if !errors.Is(err, errPoolMiss) {
 				return created, err

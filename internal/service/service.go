@@ -237,8 +237,16 @@ type Service struct {
 	// pool is the warm pool (pool.go): never nil, empty without targets.
 	pool *pool
 
-	// builds keeps the output of this process's template builds.
+	// builds keeps the output of this process's template builds and
+	// bounds how many run.
 	builds buildLogs
+	// captures serializes each owner's snapshots and forks (their
+	// storage check and capture).
+	captures keyedLocks
+	// imageVerdicts remembers images checkImage found are no template's
+	// (ref → until when); imageVerdictCount bounds it.
+	imageVerdicts     sync.Map
+	imageVerdictCount atomic.Int64
 
 	// readiness is set by the startup repair (Reconcile with startup).
 	readiness atomic.Pointer[readiness]

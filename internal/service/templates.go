@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"path"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -156,9 +157,30 @@ type CopyStep struct {
 	Content []byte `json:"content"`
 }
 
+// safeWorkdir: the engine starts a container's first process in its
+// image's working directory, before anything of the sandbox's runs, so a
+// template's is never a path into the kernel's views (a /proc/self/fd
+// path is how a working directory escapes the container's root).
+func safeWorkdir(w string) bool {
+	if !strings.HasPrefix(w, "/") || strings.ContainsRune(w, 0) || path.Clean(w) != w {
+		return false
+	}
+	for _, p := range []string{"/proc", "/sys", "/dev"} {
+		if w == p || strings.HasPrefix(w, p+"/") {
+			return false
+		}
+	}
+	return true
+}
+
+// validTemplateName: a DNS label that is not an id's shape.
+func validTemplateName(name string) bool {
+	return naming.ValidLabel(name) && !strings.HasPrefix(name, "tpl-")
+}
+
 func (r Recipe) validate() error {
-	if r.Name != "" && !naming.ValidLabel(r.Name) {
-		return invalid("name", "must be a DNS label: lowercase letters, digits and '-', at most 63")
+	if r.Name != "" && !validTemplateName(r.Name) {
+		return invalid("name", "must be a DNS label (lowercase letters, digits and '-', at most 63) not starting with tpl-")
 	}
 	if r.Base != "" {
 		if err := validateImage(r.Base); err != nil {
@@ -197,8 +219,8 @@ func (r Recipe) validate() error {
 			if err := validateEnv(field+".env", st.Env); err != nil {
 				return err
 			}
-		case st.Workdir != "" && (!strings.HasPrefix(st.Workdir, "/") || strings.ContainsRune(st.Workdir, 0)):
-			return invalid(field+".workdir", "must be an absolute path without NUL")
+		case st.Workdir != "" && !safeWorkdir(st.Workdir):
+			return invalid(field+".workdir", "must be a clean absolute path without NUL, outside /proc, /sys and /dev")
 		case st.User != "" && (len(st.User) > 64 || strings.ContainsAny(st.User, ":/ \t\n\x00")):
 			return invalid(field+".user", "must be a user name")
 		}
@@ -278,6 +300,9 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 	if err != nil {
 		return Template{}, false, err
 	}
+	if base.Config.Labels[labelTemplate] != "" {
+		return Template{}, false, &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", r.Base), Kind: ErrImageNotPresent}
+	}
 	hash := r.hash(base.ID)
 	if found, err := s.Store.FindTemplateByRecipe(ctx, c.Owner, hash); err == nil {
 		return fromTemplateRow(found), true, nil
@@ -285,6 +310,10 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		return Template{}, false, err
 	}
 	if err := s.checkStorage(ctx, c.Owner); err != nil {
+		return Template{}, false, err
+	}
+	release, err := s.builds.slot(c.Owner)
+	if err != nil {
 		return Template{}, false, err
 	}
 	spec := templateSpec{StartCmd: r.StartCmd, ReadyCmd: r.ReadyCmd}
@@ -299,10 +328,14 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		BaseImage: r.Base, RecipeHash: hash, Spec: specJSON,
 	})
 	if err != nil {
+		release()
 		return Template{}, false, s.mapTemplateErr(err, r.Name)
 	}
 	log := s.builds.open(id)
-	go s.runBuild(row, r, base, log)
+	go func() {
+		defer release()
+		s.runBuild(row, r, base, log)
+	}()
 	return fromTemplateRow(row), false, nil
 }
 
@@ -440,8 +473,8 @@ func withLabel(labels map[string]string, k, v string) map[string]string {
 // as a template of its owner's. It holds the sandbox's transition lock: no
 // pause, resume, stop or start runs during the capture.
 func (s *Service) Snapshot(ctx context.Context, c Caller, idOrName, name string) (Template, error) {
-	if name != "" && !naming.ValidLabel(name) {
-		return Template{}, invalid("name", "must be a DNS label: lowercase letters, digits and '-', at most 63")
+	if name != "" && !validTemplateName(name) {
+		return Template{}, invalid("name", "must be a DNS label (lowercase letters, digits and '-', at most 63) not starting with tpl-")
 	}
 	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
@@ -468,6 +501,13 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 	case row.State == store.StateCreating || row.State == store.StateError:
 		return store.Template{}, fmt.Errorf("sandbox %s is %s: %w", row.ID, row.State, ErrConflict)
 	}
+	// One capture of an owner's at a time: the storage check and the
+	// capture it allows are not raced by another.
+	unlockOwner, err := s.captures.lock(ctx, row.Owner)
+	if err != nil {
+		return store.Template{}, err
+	}
+	defer unlockOwner()
 	if err := s.checkStorage(ctx, row.Owner); err != nil {
 		return store.Template{}, err
 	}
@@ -492,9 +532,13 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 	cfg := base.Config
 	cfg.Env = mergeEnvList(cfg.Env, row.Env) // what the container has of it: the engine would copy it anyway
 	cfg.Labels = withLabel(cfg.Labels, labelTemplate, id)
-	img, err := imgs.Commit(ctx, row.ID, t.Image, cfg)
+	// The engine finishes a commit whatever the caller does, so the
+	// caller's going away does not cut it short here either: its image
+	// is then either recorded or removed.
+	cctx := context.WithoutCancel(ctx)
+	img, err := imgs.Commit(cctx, row.ID, t.Image, cfg)
 	if err == nil {
-		t, err = s.Store.FinishTemplate(ctx, id, img.Size)
+		t, err = s.Store.FinishTemplate(cctx, id, img.Size)
 	}
 	if err != nil {
 		// The caller hears why; a failed capture is not kept.
@@ -589,10 +633,7 @@ func (s *Service) forkRequest(ctx context.Context, row store.Sandbox, t store.Te
 // an image is refused: only its owner, by the template, creates from it.
 func (s *Service) resolveTemplate(ctx context.Context, req *CreateRequest) (templateSpec, error) {
 	if req.Template == "" {
-		if isTemplateImage(req.Image) {
-			return templateSpec{}, invalid("image", "a template is created from by its name or id (template), not its image")
-		}
-		return templateSpec{}, nil
+		return templateSpec{}, s.checkImage(ctx, "image", req.Image)
 	}
 	if req.Image != "" {
 		return templateSpec{}, invalid("template", "give either image or template, not both")
@@ -609,6 +650,49 @@ func (s *Service) resolveTemplate(ctx context.Context, req *CreateRequest) (temp
 	req.Image, req.Template = t.Image, ""
 	return spec, nil
 }
+
+// checkImage refuses an image a tenant names when it is a template's,
+// however it is named: the engine takes a tag, a digest, a registry
+// host's spelling, an image id or any unique prefix of one, so the image
+// is looked up and its label read. The answer is the one for an image
+// that is not there: a template's existence is not told to whoever is
+// not its owner. Verdicts on images that are not templates' are kept a
+// minute, so a create of the same image pays the engine round trip once.
+func (s *Service) checkImage(ctx context.Context, field, ref string) error {
+	notPresent := &FieldError{Field: field, Reason: fmt.Sprintf("image %q is not present on this host", ref), Kind: ErrImageNotPresent}
+	switch {
+	case ref == "":
+		return nil // the daemon's default
+	case isTemplateImage(ref):
+		return notPresent
+	case s.Images == nil:
+		return nil
+	}
+	if until, ok := s.imageVerdicts.Load(ref); ok && s.Clock().Before(until.(time.Time)) {
+		return nil
+	}
+	img, err := s.Images.InspectImage(ctx, ref)
+	switch {
+	case errors.Is(err, runtime.ErrImageNotFound):
+		return nil // the create says so, as before
+	case err != nil:
+		return fmt.Errorf("inspect image %q: %w", ref, err)
+	case img.Config.Labels[labelTemplate] != "":
+		return notPresent
+	}
+	if s.imageVerdictCount.Add(1) > maxImageVerdicts {
+		s.imageVerdicts.Clear()
+		s.imageVerdictCount.Store(0)
+	}
+	s.imageVerdicts.Store(ref, s.Clock().Add(imageVerdictTTL))
+	return nil
+}
+
+// Bounds of checkImage's memory.
+const (
+	imageVerdictTTL  = time.Minute
+	maxImageVerdicts = 4096
+)
 
 // startTemplate runs a template's start command in a sandbox just created
 // from it, and its ready check until it passes.
@@ -785,8 +869,43 @@ func (s *Service) mapTemplateErr(err error, what string) error {
 // FollowBuildLog: a finished build's for buildLogKeep, then only its
 // template's error.
 type buildLogs struct {
-	mu   sync.Mutex
-	logs map[string]*buildLog
+	mu      sync.Mutex
+	logs    map[string]*buildLog
+	running map[string]int // builds running, per owner
+	total   int
+}
+
+// Bounds of the builds running at once: each is a sandbox that no
+// tenant's quota counts, so they are bounded here.
+const (
+	maxBuildsPerOwner = 2
+	maxBuilds         = 4
+)
+
+// slot takes one of owner's build slots, or says the builds are full; the
+// caller runs release once its build ends.
+func (b *buildLogs) slot(owner string) (release func(), err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.running == nil {
+		b.running = map[string]int{}
+	}
+	switch {
+	case b.running[owner] >= maxBuildsPerOwner:
+		return nil, &QuotaError{Reason: fmt.Sprintf("%d builds of the owner's are running; at most %d at once", b.running[owner], maxBuildsPerOwner)}
+	case b.total >= maxBuilds:
+		return nil, fmt.Errorf("%d builds are running on this host, at most %d at once: %w", b.total, maxBuilds, ErrCapacityExhausted)
+	}
+	b.running[owner]++
+	b.total++
+	return sync.OnceFunc(func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.total--
+		if b.running[owner]--; b.running[owner] == 0 {
+			delete(b.running, owner)
+		}
+	}), nil
 }
 
 const buildLogKeep = 10 * time.Minute
