@@ -148,6 +148,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Router:    nopRouter{},
 		Admission: admission.New(admission.Budget{MilliCPU: 256_000, MemoryMB: 256 * 1024}),
 		Volumes:   vols,
+		Images:    drt,
 		Keyring:   kr,
 		Clock:     now,
 	})
