@@ -130,6 +130,12 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		for _, in := range ins {
 			drt.Destroy(ctx, in.SandboxID)
 		}
+		// The images of the snapshots and forks the test made (the store
+		// is open still: its Close was registered before this).
+		ts, _ := st.ListTemplates(ctx, "", true)
+		for _, tpl := range ts {
+			drt.RemoveImage(ctx, tpl.Image)
+		}
 		drt.Close()
 	})
 	volRoot := filepath.Join(dir, "volumes")
