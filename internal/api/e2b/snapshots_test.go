@@ -1,6 +1,7 @@
 package e2b_test
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"slices"
@@ -254,5 +255,53 @@ func TestFork_BadCountIs400(t *testing.T) {
 	}
 	if got := h.containers(t); got != before {
 		t.Errorf("%d containers after refused forks, want %d", got, before)
+	}
+}
+
+// TestSnapshot_CreateFromItWhileThePoolHoldsABaseSandbox: an idle pooled
+// sandbox of the default image is not what a create from a snapshot gets
+// (the default image is what the request's class looks like before its
+// template is resolved).
+func TestSnapshot_CreateFromItWhileThePoolHoldsABaseSandbox(t *testing.T) {
+	h := newHarness(t, harnessOptions{realClock: true})
+	src := h.create(t, map[string]any{"templateID": "base"})
+	h.exec(t, src.SandboxID, "echo pooled > /home/user/p.txt")
+	snap := h.snapshot(t, src.SandboxID, nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.svc.RunBackground(ctx, time.Hour, time.Hour)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer dcancel()
+		h.svc.DrainPool(dctx)
+	})
+	if _, err := h.svc.SetPool(t.Context(), []service.PoolTarget{{PoolClass: service.PoolClass{Image: "sandboxd/base:bookworm"}, Size: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	ready := func() bool {
+		n := 0
+		for _, st := range h.svc.PoolStatus() {
+			n += st.Ready
+		}
+		return n == 1
+	}
+	for deadline := time.Now().Add(time.Minute); !ready(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool did not fill within a minute")
+		}
+	}
+
+	c := h.create(t, map[string]any{"templateID": snap.SnapshotID})
+	if got := h.exec(t, c.SandboxID, "cat /home/user/p.txt 2>&1 || true"); got != "pooled\n" {
+		t.Errorf("created from the snapshot with a pooled base sandbox idle: the file holds %q, want pooled", got)
+	}
+	if !ready() {
+		t.Error("the create from a snapshot took the pool's idle base sandbox")
 	}
 }
