@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -71,7 +72,11 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 	if !v1 {
 		body.Secure = nil // not part of v2; E2B secures every v2 sandbox
 	}
-	req, err := f.createRequest(c.Owner, body)
+	from, err := f.resolveTemplate(r.Context(), c, body.TemplateID)
+	if err != nil {
+		return err
+	}
+	req, err := f.createRequest(c.Owner, body, from)
 	if err != nil {
 		return err
 	}
@@ -98,7 +103,13 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 			ReplayWindow: f.window,
 		}
 		once.DeriveID = true
-	case f.bodyDedupe == DedupeUndelivered:
+	// Not for a create from a template: Service.CreateOnce's delivery path
+	// reserves an idle pooled sandbox of the request's class before it
+	// resolves the template, and the class of a request that names a
+	// template is the default image's, so it would answer a pooled base
+	// sandbox. Such a create goes without dedupe (as DedupeOff) until the
+	// service resolves first.
+	case f.bodyDedupe == DedupeUndelivered && from == nil:
 		once.Key = service.OnceKey{
 			Scope:        deliveryScope,
 			Fingerprint:  fp,
@@ -166,9 +177,33 @@ func templateErr(template string, err error) error {
 	return err
 }
 
-// createRequest validates body and turns it into the service's request.
-// Nothing happens before it succeeds.
-func (f *Facade) createRequest(owner string, body newSandboxBody) (service.CreateRequest, error) {
+// fromTemplate is a create's templateID resolved to one of the caller's
+// templates (a snapshot's id, or a template's name).
+type fromTemplate struct {
+	id   string // the service's template id
+	user string // envd's default user in its sandboxes; "" none
+}
+
+// resolveTemplate resolves a create's templateID: a built-in template is
+// nil (createRequest maps it to its image), as is one that names none of
+// the caller's templates (createRequest takes it as an image reference).
+// Built-ins come first, so `base` always means the base image.
+func (f *Facade) resolveTemplate(ctx context.Context, c service.Caller, templateID string) (*fromTemplate, error) {
+	if _, builtin := f.images[cmp.Or(templateID, "base")]; builtin {
+		return nil, nil
+	}
+	t, ok, err := f.templateFor(ctx, c, templateID)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &fromTemplate{id: t.ID, user: f.templateUser(ctx, c, t)}, nil
+}
+
+// createRequest validates body and turns it into the service's request,
+// from the template from when it is not nil (resolveTemplate), else from
+// the built-in template's image or the image templateID names. Nothing
+// happens before it succeeds.
+func (f *Facade) createRequest(owner string, body newSandboxBody, from *fromTemplate) (service.CreateRequest, error) {
 	template := body.TemplateID
 	if template == "" {
 		template = "base"
@@ -176,6 +211,10 @@ func (f *Facade) createRequest(owner string, body newSandboxBody) (service.Creat
 	image, ok := f.images[template]
 	if !ok {
 		image = template // any locally present image
+	}
+	var templateRef string
+	if from != nil {
+		image, templateRef = "", from.id
 	}
 	if strings.ContainsAny(template, " \t\r\n\x00") {
 		return service.CreateRequest{}, badRequest("invalid templateID %q", template)
@@ -199,6 +238,9 @@ func (f *Facade) createRequest(owner string, body newSandboxBody) (service.Creat
 	}
 	if _, builtin := f.images[template]; builtin {
 		ann[annUser] = "user" // the built-in images have E2B's user
+	}
+	if from != nil && from.user != "" {
+		ann[annUser] = from.user
 	}
 	if body.AllowInternetAccess != nil {
 		ann[annAllowInternet] = strconv.FormatBool(*body.AllowInternetAccess)
@@ -232,6 +274,7 @@ func (f *Facade) createRequest(owner string, body newSandboxBody) (service.Creat
 	return service.CreateRequest{
 		Owner:       owner,
 		Image:       image,
+		Template:    templateRef,
 		Env:         maps.Clone(body.EnvVars),
 		Tags:        maps.Clone(body.Metadata),
 		Timeout:     timeout,
@@ -245,19 +288,20 @@ func (f *Facade) createRequest(owner string, body newSandboxBody) (service.Creat
 }
 
 // fingerprint is the hex SHA-256 of the normalized request: owner,
-// image, env, tags, timeout, mounts and the annotations (template,
+// image or template, env, tags, timeout, mounts and the annotations (template,
 // lifecycle flags, network posture, secure). encoding/json writes map keys
 // sorted, so equal requests hash equal whatever their order on the wire.
 func fingerprint(req service.CreateRequest) string {
 	b, err := json.Marshal(struct {
 		Owner       string
 		Image       string
+		Template    string `json:",omitempty"` // omitted: the hashes of image creates did not change with templates
 		Env         map[string]string
 		Tags        map[string]string
 		TimeoutS    float64
 		Mounts      []service.Mount
 		Annotations map[string]string
-	}{req.Owner, req.Image, req.Env, req.Tags, req.Timeout.Seconds(), req.Mounts, req.Annotations})
+	}{req.Owner, req.Image, req.Template, req.Env, req.Tags, req.Timeout.Seconds(), req.Mounts, req.Annotations})
 	if err != nil {
 		panic(fmt.Sprintf("e2b: marshal fingerprint: %v", err)) // maps of strings always marshal
 	}
@@ -289,7 +333,9 @@ func (f *Facade) CreateRouteKey(r *http.Request, owner string, body []byte) (sco
 	if r.URL.Path != "/sandboxes" {
 		b.Secure = nil // v2, as create
 	}
-	req, err := f.createRequest(owner, b)
+	// No template lookup (no I/O here): a create from a template is
+	// bound by its templateID as given, which is as deterministic.
+	req, err := f.createRequest(owner, b, nil)
 	if err != nil {
 		return "", "", 0, false
 	}

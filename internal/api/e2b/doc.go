@@ -26,7 +26,7 @@
 //     E2B's JSON shapes and its error body {"code": <status>, "message": …}
 //     on every failure (the SDKs read `code` from the body: kill() is false
 //     only on code 404, pause() only on 409). What E2B has and the facade
-//     does not (templates, snapshots, fork, logs, network updates, …:
+//     does not (template builds, logs, network updates, …:
 //     unsupported.go) is 501 naming it, never 404, which the SDK would read
 //     as "sandbox not found".
 //
@@ -97,9 +97,10 @@
 //
 // Templates: `base` is the daemon's default image (--default-image,
 // sandboxd/base:bookworm unless set), `code-interpreter-v1` is
-// sandboxd/code-interpreter:v1 (scripts/build-images.sh), and any other
-// template id names a locally present image (404 in the E2B shape when
-// there is none). In a code-interpreter sandbox the facade starts the
+// sandboxd/code-interpreter:v1 (scripts/build-images.sh); any other
+// template id names one of the caller's service templates (a snapshot's
+// id, tpl-…, or a template's name, with or without ":default"), else a
+// locally present image (404 in the E2B shape when there is none). In a code-interpreter sandbox the facade starts the
 // interpreter server (tag "code-interpreter", as `user`) after create and
 // after every resume, and waits until port 49999 accepts.
 //
@@ -158,6 +159,16 @@
 // An Idempotency-Key header takes precedence under every rule: scope
 // "e2b.create.key", keyed by (owner, key), replayable for 24 h, and the same
 // key with another body is 422.
+//
+// # Snapshots and fork
+//
+// snapshots.go: createSnapshot is Service.Snapshot (synchronous, the file
+// system only), its snapshotID the template's id; listSnapshots lists the
+// caller's templates of kind snapshot; deleteSnapshot is DELETE
+// /templates/{id} (Service.DeleteTemplate). fork is Service.Fork, then
+// each fork's timeout (default 15 s) and interpreter; forks keep the
+// source's annotations, so they answer like its create. Processes and
+// memory never carry over: Docker captures files.
 //
 // # envdVersion
 //

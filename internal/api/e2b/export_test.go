@@ -14,7 +14,7 @@ func BodyFingerprint(owner string, body []byte) (string, error) {
 		return "", err
 	}
 	b.Secure = nil
-	req, err := f.createRequest(owner, b)
+	req, err := f.createRequest(owner, b, nil)
 	if err != nil {
 		return "", err
 	}

@@ -37,6 +37,11 @@ type Service interface {
 	DiskUsage(ctx context.Context, c service.Caller, idOrName string) (service.Disk, error)
 	DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error)
 	Agent(ctx context.Context, sandboxID string) (*agent.Client, error)
+	Snapshot(ctx context.Context, c service.Caller, idOrName, name string) (service.Template, error)
+	Fork(ctx context.Context, c service.Caller, idOrName string, n int) ([]*service.Created, error)
+	GetTemplate(ctx context.Context, c service.Caller, idOrName string) (service.Template, error)
+	ListTemplates(ctx context.Context, c service.Caller) ([]service.Template, error)
+	DeleteTemplate(ctx context.Context, c service.Caller, idOrName string) error
 }
 
 var _ Service = (*service.Service)(nil)

@@ -130,6 +130,12 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		for _, in := range ins {
 			drt.Destroy(ctx, in.SandboxID)
 		}
+		// The images of the snapshots and forks the test made (the store
+		// is open still: its Close was registered before this).
+		ts, _ := st.ListTemplates(ctx, "", true)
+		for _, tpl := range ts {
+			drt.RemoveImage(ctx, tpl.Image)
+		}
 		drt.Close()
 	})
 	volRoot := filepath.Join(dir, "volumes")
@@ -148,6 +154,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Router:    nopRouter{},
 		Admission: admission.New(admission.Budget{MilliCPU: 256_000, MemoryMB: 256 * 1024}),
 		Volumes:   vols,
+		Images:    drt,
 		Keyring:   kr,
 		Clock:     now,
 	})

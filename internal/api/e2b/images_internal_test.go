@@ -13,7 +13,7 @@ func TestCreateRequest_BaseIsTheDaemonDefault(t *testing.T) {
 		codeInterpreterTemplate: "sandboxd/code-interpreter:v1",
 		"alpine:3":              "alpine:3",
 	} {
-		req, err := f.createRequest("o", newSandboxBody{TemplateID: template})
+		req, err := f.createRequest("o", newSandboxBody{TemplateID: template}, nil)
 		if err != nil {
 			t.Fatalf("createRequest(%q): %v", template, err)
 		}

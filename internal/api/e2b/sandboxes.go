@@ -35,6 +35,10 @@ func (f *Facade) routes() http.Handler {
 		"POST /sandboxes/{id}/pause":      f.pause,
 		"GET /sandboxes/{id}/metrics":     f.metrics,
 		"GET /sandboxes/metrics":          f.batchMetrics,
+		"POST /sandboxes/{id}/snapshots":  f.createSnapshot,
+		"GET /snapshots":                  f.listSnapshots,
+		"DELETE /templates/{templateID}":  f.deleteTemplate,
+		"POST /sandboxes/{id}/fork":       f.fork,
 	} {
 		mux.Handle(pattern, f.wrap(h))
 	}

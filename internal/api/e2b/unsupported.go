@@ -8,8 +8,8 @@ import (
 
 // The parts of E2B's API the facade does not implement. They answer 501
 // in E2B's error shape with a message naming what is missing, never 404:
-// the SDK reads a 404 as "sandbox not found" (fork, snapshots, network) or
-// "already gone" (deleteSnapshot returns false), which would be a lie.
+// the SDK reads a 404 as "sandbox not found" (network) or "already gone",
+// which would be a lie.
 // This table is the facade's whole catch-all; the routes it does serve are
 // in routes (sandboxes.go).
 
@@ -23,16 +23,15 @@ var unsupportedAPIs = map[string]string{
 	"/v2/templates/":                 "templates (building and managing them)",
 	"/v3/templates":                  "templates (building and managing them)",
 	"/v3/templates/":                 "templates (building and managing them)",
-	"/snapshots":                     "snapshots",
-	"/snapshots/":                    "snapshots",
+	"/snapshots":                     "snapshots (but listing them)",
+	"/snapshots/":                    "snapshots (but listing them)",
+	"DELETE /templates/tags":         "templates (building and managing them)",
 	"/teams":                         "teams",
 	"/teams/":                        "teams",
 	"/secrets":                       "secrets",
 	"/secrets/":                      "secrets",
 	"/volumes":                       "the volumes API",
 	"/volumes/":                      "the volumes API",
-	"POST /sandboxes/{id}/snapshots": "snapshots",
-	"POST /sandboxes/{id}/fork":      "fork",
 	"GET /sandboxes/{id}/logs":       "sandbox logs",
 	"GET /v2/sandboxes/{id}/logs":    "sandbox logs",
 	"POST /sandboxes/{id}/refreshes": "refreshes (use setTimeout)",

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 
-import { Sandbox, SandboxError, SandboxNotFoundError } from 'e2b'
+import { Sandbox, SandboxError, SandboxNotFoundError, Template } from 'e2b'
 
 import { createSandbox } from './helpers.js'
 
@@ -22,12 +22,11 @@ async function rejectsWith(promise, re) {
 describe('errors', { concurrency: true }, () => {
   it('unimplemented APIs say what is missing', { timeout: 120_000 }, async (t) => {
     const sbx = await createSandbox(t, 'errors-unimplemented')
-    await rejectsWith(sbx.createSnapshot(), /^501: sandboxd does not implement snapshots/)
-    await rejectsWith(Sandbox.listSnapshots().nextItems(), /^501: sandboxd does not implement snapshots/)
-    await rejectsWith(Sandbox.deleteSnapshot('some-snapshot'), /^501: sandboxd does not implement templates/)
-    await rejectsWith(sbx.fork(), /^501: sandboxd does not implement fork/)
-    // A sandbox route of an unknown sandbox is still "not found".
+    await rejectsWith(Template.getTags('some-template'), /^501: sandboxd does not implement templates/)
+    await rejectsWith(sbx.updateNetwork({ allowOut: [] }), /^501: sandboxd does not implement network updates/)
+    // Snapshots and fork of an unknown sandbox are "not found".
     await assert.rejects(Sandbox.createSnapshot('sb-00000000deadbeef'), SandboxNotFoundError)
+    await assert.rejects(Sandbox.fork('sb-00000000deadbeef'), SandboxNotFoundError)
   })
 
   it('updateNetwork is refused, saying there is no egress policy', { timeout: 120_000 }, async (t) => {
