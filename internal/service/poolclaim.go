@@ -49,7 +49,9 @@ type reservation struct {
 // be served from the pool, and the caller creates cold. The caller passes
 // the reservation to createAs, or gives it back with unreservePooled.
 func (s *Service) reservePooled(req CreateRequest) (pooled, bool) {
-	if req.Owner == store.PoolOwner || len(req.Mounts) > 0 {
+	// The cases createChain does not serve from the pool, and a template
+	// (its image is not the request's Image until createAs resolves it).
+	if req.Owner == store.PoolOwner || req.Owner == buildOwner || len(req.Mounts) > 0 || req.Template != "" || req.Network || req.NetworkPolicy.HasNetwork() {
 		return pooled{}, false
 	}
 	n, err := s.normalize(req)

@@ -103,13 +103,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 			ReplayWindow: f.window,
 		}
 		once.DeriveID = true
-	// Not for a create from a template: Service.CreateOnce's delivery path
-	// reserves an idle pooled sandbox of the request's class before it
-	// resolves the template, and the class of a request that names a
-	// template is the default image's, so it would answer a pooled base
-	// sandbox. Such a create goes without dedupe (as DedupeOff) until the
-	// service resolves first.
-	case f.bodyDedupe == DedupeUndelivered && from == nil:
+	case f.bodyDedupe == DedupeUndelivered:
 		once.Key = service.OnceKey{
 			Scope:        deliveryScope,
 			Fingerprint:  fp,

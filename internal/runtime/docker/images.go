@@ -83,8 +83,9 @@ func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime
 // InspectImage implements runtime.Images.
 func (r *Runtime) InspectImage(ctx context.Context, ref string) (runtime.Image, error) {
 	res, err := r.cli.ImageInspect(ctx, ref)
-	if cerrdefs.IsNotFound(err) {
-		return runtime.Image{}, fmt.Errorf("image %s: %w", ref, runtime.ErrImageNotFound)
+	if cerrdefs.IsNotFound(err) || cerrdefs.IsInvalidArgument(err) {
+		// A reference the engine cannot parse names no image either.
+		return runtime.Image{}, fmt.Errorf("image %s: %w: %w", ref, runtime.ErrImageNotFound, err)
 	}
 	if err != nil {
 		return runtime.Image{}, fmt.Errorf("inspect image %s: %w", ref, err)
