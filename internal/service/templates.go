@@ -2,7 +2,6 @@ package service
 
 import (
 	"bytes"
-	"path"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -12,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"sync"
