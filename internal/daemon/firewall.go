@@ -24,26 +24,5 @@ func openFirewall(ctx context.Context, drt *docker.Runtime, name string, log *sl
 		return nil, fmt.Errorf("sandbox network %s: %w", name, err)
 	}
 	log.Info("sandbox network ready", "network", n.Name, "subnet", n.Subnet, "gateway", n.Gateway)
-	return engineFirewall{fw: fw, rt: drt}, nil
-}
-
-// engineFirewall is the service's Firewall: netpolicy's, with each
-// sandbox's address from the engine.
-type engineFirewall struct {
-	fw *netpolicy.Firewall
-	rt *docker.Runtime
-}
-
-func (e engineFirewall) Apply(ctx context.Context, id string, p netpolicy.Policy) error {
-	ip, err := e.rt.SandboxIP(ctx, id)
-	if err != nil {
-		return err
-	}
-	return e.fw.Apply(ctx, id, ip, p)
-}
-
-func (e engineFirewall) Remove(ctx context.Context, id string) error { return e.fw.Remove(ctx, id) }
-
-func (e engineFirewall) Sweep(ctx context.Context, live func(string) bool) error {
-	return e.fw.Sweep(ctx, live)
+	return netpolicy.Addressed{Firewall: fw, IPOf: drt.SandboxIP}, nil
 }

@@ -370,3 +370,19 @@ func (f *Firewall) Sweep(ctx context.Context, live func(id string) bool) error {
 	}
 	return nil
 }
+
+// Addressed is a Firewall that finds each sandbox's address itself (from
+// the engine), for callers that know sandboxes by id only.
+type Addressed struct {
+	*Firewall
+	IPOf func(ctx context.Context, id string) (netip.Addr, error)
+}
+
+// Apply installs p for sandbox id at the address IPOf gives.
+func (a Addressed) Apply(ctx context.Context, id string, p Policy) error {
+	ip, err := a.IPOf(ctx, id)
+	if err != nil {
+		return err
+	}
+	return a.Firewall.Apply(ctx, id, ip, p)
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
@@ -85,6 +87,10 @@ type harnessOptions struct {
 	pauseMax time.Duration
 	// memory, when set, is Deps.HostMemory, with a 10% floor.
 	memory service.HostMemory
+	// network gives the service a network of the test's own (a bridge,
+	// traffic between its containers off) and the firewall on it, and
+	// lets sandboxes have network.
+	network bool
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -111,9 +117,17 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	sockRoot := filepath.Join(os.TempDir(), "sbt-"+suffix)
 	t.Cleanup(func() { os.RemoveAll(sockRoot) })
 	testenv.TrackNode(t, nodeID) // runs after the cleanup below: removes what it missed
-	drt, err := docker.New(docker.Options{NodeID: nodeID, SocketRoot: sockRoot, QualifyNames: opts.cluster != nil})
+	netName := ""
+	if opts.network {
+		netName = "sbt" + suffix // an interface name: at most 15 bytes
+	}
+	drt, err := docker.New(docker.Options{NodeID: nodeID, SocketRoot: sockRoot, QualifyNames: opts.cluster != nil, Network: netName})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var firewall service.Firewall
+	if opts.network {
+		firewall = testFirewall(t, drt, netName)
 	}
 	t.Cleanup(func() {
 		// Whatever a test leaves, remove it (and fail if a test expected
@@ -165,6 +179,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		StuckCreating: time.Minute,
 		Pool:          opts.pool,
 		PauseMax:      opts.pauseMax,
+		AllowNetwork:  opts.network,
 		PausedMemoryFloor: func() int {
 			if opts.memory != nil {
 				return 10
@@ -182,6 +197,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Cluster:    opts.cluster,
 		Images:     drt,
 		HostMemory: opts.memory,
+		Firewall:   firewall,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -491,4 +507,29 @@ func (f *faultyVolumes) prepared() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.live)
+}
+
+// testFirewall makes the test's network and its firewall, both removed
+// when the test ends (after its containers: cleanups run last first).
+func testFirewall(t *testing.T, drt *docker.Runtime, name string) service.Firewall {
+	t.Helper()
+	n, err := drt.EnsureNetwork(t.Context(), name, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := netpolicy.New(netpolicy.Options{Bridge: n.Bridge, Gateway: n.Gateway})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := fw.Teardown(ctx); err != nil {
+			t.Errorf("firewall teardown: %v", err)
+		}
+		if out, err := exec.CommandContext(ctx, "docker", "network", "rm", name).CombinedOutput(); err != nil {
+			t.Errorf("docker network rm %s: %v: %s", name, err, out)
+		}
+	})
+	if err := fw.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return netpolicy.Addressed{Firewall: fw, IPOf: drt.SandboxIP}
 }

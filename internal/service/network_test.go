@@ -1,0 +1,275 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/testenv"
+)
+
+// serverPort is where the test's servers listen in their namespace.
+const serverPort = 8080
+
+// reaches reports whether a connection from sandbox id to addr:port gets
+// an HTTP answer (busybox nc; a refused or dropped one fails within 2 s).
+func reaches(t *testing.T, h *harness, c service.Caller, id string, addr netip.Addr, port int) bool {
+	t.Helper()
+	res, err := h.svc.Exec(t.Context(), c, id, service.ExecRequest{
+		Command: fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 %s %d`, addr, port),
+	})
+	if err != nil {
+		t.Fatalf("exec in %s: %v", id, err)
+	}
+	return strings.Contains(string(res.Stdout), " 200 ")
+}
+
+func createWith(t *testing.T, h *harness, owner string, p netpolicy.Policy) *service.Created {
+	t.Helper()
+	c, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: owner, Image: busybox, NetworkPolicy: p})
+	if err != nil {
+		t.Fatalf("create with %+v: %v", p, err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.Background(), admin, c.ID) })
+	return c
+}
+
+// restricted lets a sandbox reach its allow list only, deny overriding
+// allow; a change of policy holds for the next connection, at once.
+func TestNetwork_RestrictedReachesItsAllowListOnly(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{network: true})
+	ns := testenv.NewNetNS(t, 2)
+	a, b := ns.Addrs[0], ns.Addrs[1]
+	ns.Serve(t, a, serverPort)
+	ns.Serve(t, b, serverPort)
+	alice := service.Caller{Owner: "alice"}
+
+	open := createWith(t, h, "alice", netpolicy.Policy{Mode: netpolicy.ModeOpen})
+	if !reaches(t, h, alice, open.ID, a, serverPort) || !reaches(t, h, alice, open.ID, b, serverPort) {
+		t.Fatal("an open sandbox does not reach the test's servers: the test's network is broken")
+	}
+	if got := open.NetworkPolicy; got.Mode != netpolicy.ModeOpen {
+		t.Errorf("an open sandbox reports %+v", got)
+	}
+
+	s := createWith(t, h, "alice", netpolicy.Policy{Mode: netpolicy.ModeRestricted, Allow: []string{a.String()}})
+	if !reaches(t, h, alice, s.ID, a, serverPort) {
+		t.Error("restricted to A: A does not answer")
+	}
+	if reaches(t, h, alice, s.ID, b, serverPort) {
+		t.Error("restricted to A: B answers")
+	}
+
+	// Deny overrides allow: the namespace's /29 allowed, B denied.
+	subnet := netip.PrefixFrom(a, 29).Masked().String()
+	sb, err := h.svc.SetNetworkPolicy(t.Context(), alice, s.ID, netpolicy.Policy{Mode: netpolicy.ModeRestricted, Allow: []string{subnet}, Deny: []string{b.String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.NetworkPolicy.Deny[0] != b.String()+"/32" {
+		t.Errorf("the updated sandbox reports %+v", sb.NetworkPolicy)
+	}
+	if !reaches(t, h, alice, s.ID, a, serverPort) || reaches(t, h, alice, s.ID, b, serverPort) {
+		t.Error("allow the /29, deny B: want A only")
+	}
+	got, err := h.svc.Get(t.Context(), alice, s.ID)
+	if err != nil || len(got.NetworkPolicy.Allow) != 1 || got.NetworkPolicy.Allow[0] != subnet {
+		t.Errorf("a read after the change reports %+v, %v", got.NetworkPolicy, err)
+	}
+
+	// Open to restricted: the next connection is cut.
+	if _, err := h.svc.SetNetworkPolicy(t.Context(), alice, open.ID, netpolicy.Policy{Mode: netpolicy.ModeRestricted}); err != nil {
+		t.Fatal(err)
+	}
+	if reaches(t, h, alice, open.ID, a, serverPort) {
+		t.Error("after open → restricted with nothing allowed, A still answers")
+	}
+	// A stop and a start (a new address, maybe) keep the policy.
+	if _, err := h.svc.Stop(t.Context(), alice, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Start(t.Context(), alice, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !reaches(t, h, alice, s.ID, a, serverPort) || reaches(t, h, alice, s.ID, b, serverPort) {
+		t.Error("after a stop and a start: want A only")
+	}
+}
+
+// Sandboxes reach neither each other (of any owner) nor the host: not
+// the daemon's API, not a server the test runs on the host.
+func TestNetwork_NoTrafficBetweenSandboxesOrToTheHost(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{network: true})
+	ns := testenv.NewNetNS(t, 1)
+	ns.Serve(t, ns.Addrs[0], serverPort)
+	alice, bob := service.Caller{Owner: "alice"}, service.Caller{Owner: "bob"}
+	open := netpolicy.Policy{Mode: netpolicy.ModeOpen}
+	a := createWith(t, h, "alice", open)
+	a2 := createWith(t, h, "alice", open)
+	b := createWith(t, h, "bob", open)
+
+	// A server in sandbox a, on every address of it.
+	p, err := h.svc.StartProcess(t.Context(), alice, a.ID, service.ProcessRequest{Command: "while true; do printf 'HTTP/1.0 200 OK\\r\\n\\r\\nhi' | nc -l -p 9000; done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	res, err := h.svc.Exec(t.Context(), alice, a.ID, service.ExecRequest{Command: "ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrA, err := netip.ParseAddr(strings.TrimSpace(string(res.Stdout)))
+	if err != nil {
+		t.Fatalf("sandbox a's address %q: %v", res.Stdout, err)
+	}
+	eventually(t, "sandbox a serves on its own loopback", func() bool { return reaches(t, h, alice, a.ID, netip.MustParseAddr("127.0.0.1"), 9000) })
+	if reaches(t, h, bob, b.ID, addrA, 9000) {
+		t.Error("bob's sandbox reaches alice's")
+	}
+	if reaches(t, h, alice, a2.ID, addrA, 9000) {
+		t.Error("alice's other sandbox reaches it (traffic between sandboxes is off, whoever owns them)")
+	}
+
+	// A server on the host, on every address: the host's address on the
+	// sandboxes' bridge is the one a sandbox can name.
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.0 200 OK\r\n\r\nhost")
+			c.Close()
+		}
+	}()
+	res, err = h.svc.Exec(t.Context(), bob, b.ID, service.ExecRequest{Command: "ip route | awk '/default/ {print $3}'"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := netip.ParseAddr(strings.TrimSpace(string(res.Stdout)))
+	if err != nil {
+		t.Fatalf("the sandbox's gateway %q: %v", res.Stdout, err)
+	}
+	if reaches(t, h, bob, b.ID, gw, ln.Addr().(*net.TCPAddr).Port) {
+		t.Error("a sandbox reaches a server on the host")
+	}
+	if reaches(t, h, bob, b.ID, ns.Host, ln.Addr().(*net.TCPAddr).Port) {
+		t.Error("a sandbox reaches a server on the host through another of its addresses")
+	}
+	if !reaches(t, h, bob, b.ID, ns.Addrs[0], serverPort) {
+		t.Error("an open sandbox does not reach the test's server: the test's network is broken")
+	}
+}
+
+// The policy holds before the first command: a sandbox whose first
+// command connects where its policy denies never gets through (50 creates).
+func TestNetwork_PolicyHoldsFromTheFirstCommand(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{network: true})
+	ns := testenv.NewNetNS(t, 2)
+	denied, allowed := ns.Addrs[0], ns.Addrs[1]
+	ns.Serve(t, denied, serverPort)
+	policy := netpolicy.Policy{Mode: netpolicy.ModeRestricted, Allow: []string{allowed.String()}}
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		through []string
+		errs    []error
+	)
+	sem := make(chan struct{}, 4)
+	for range 50 {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			c, err := h.svc.CreateSandbox(context.Background(), service.CreateRequest{Owner: "alice", Image: busybox, NetworkPolicy: policy})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			defer h.svc.Destroy(context.Background(), admin, c.ID)
+			res, err := h.svc.Exec(context.Background(), service.Caller{Owner: "alice"}, c.ID, service.ExecRequest{
+				Command: fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 %s %d`, denied, serverPort),
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			} else if strings.Contains(string(res.Stdout), " 200 ") {
+				through = append(through, c.ID)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if len(through) > 0 {
+		t.Errorf("%d of 50 sandboxes reached a denied server with their first command: %v", len(through), through)
+	}
+}
+
+// Root in a sandbox cannot change its network: no address, route or link
+// change is allowed (no CAP_NET_ADMIN), and the policy holds after.
+func TestNetwork_RootInTheSandboxCannotChangeIt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{network: true})
+	ns := testenv.NewNetNS(t, 1)
+	ns.Serve(t, ns.Addrs[0], serverPort)
+	alice := service.Caller{Owner: "alice"}
+	c := createWith(t, h, "alice", netpolicy.Policy{Mode: netpolicy.ModeRestricted})
+	for _, cmd := range []string{
+		"ip addr add 10.9.9.9/32 dev eth0",
+		"ip route del default",
+		"ip link set eth0 down",
+		"iptables -F",
+	} {
+		res, err := h.svc.Exec(t.Context(), alice, c.ID, service.ExecRequest{Command: cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode == 0 {
+			t.Errorf("root in the sandbox ran %q", cmd)
+		}
+	}
+	if reaches(t, h, alice, c.ID, ns.Addrs[0], serverPort) {
+		t.Error("the restricted sandbox reaches the server after root tried to change its network")
+	}
+}
+
+// Bad policies are refused before anything is made.
+func TestNetwork_BadPoliciesAreRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{network: true})
+	for _, p := range []netpolicy.Policy{
+		{Mode: "closed"},
+		{Mode: netpolicy.ModeOpen, Allow: []string{"10.0.0.1"}},
+		{Mode: netpolicy.ModeNone, Deny: []string{"10.0.0.0/8"}},
+		{Mode: netpolicy.ModeRestricted, Allow: []string{"not a host"}},
+		{Mode: netpolicy.ModeRestricted, Deny: []string{"example.com"}},
+		{Mode: netpolicy.ModeRestricted, Deny: []string{"10.0.0.0/33"}},
+	} {
+		if _, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "alice", Image: busybox, NetworkPolicy: p}); !errors.Is(err, service.ErrInvalidArgument) {
+			t.Errorf("create with %+v: %v, want ErrInvalidArgument", p, err)
+		}
+	}
+	if n := h.containers(t); n != 0 {
+		t.Errorf("%d containers after refused creates", n)
+	}
+}

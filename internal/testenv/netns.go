@@ -1,0 +1,124 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// NetNS is a network namespace a test made, joined to the host by a veth
+// pair on a /29 of 10.240.0.0/12 of its own: the test's own hosts, for
+// servers a sandbox may or may not reach. Nothing in it routes off the
+// machine. It and its veth are removed when the test ends.
+type NetNS struct {
+	Name string
+	// Host is the host's address on the link; Addrs are the namespace's
+	// (Host+1 and on).
+	Host  netip.Addr
+	Addrs []netip.Addr
+}
+
+// NewNetNS makes a namespace with n addresses (1 to 5). It needs root and
+// iproute2; without them the test skips (fails in CI).
+func NewNetNS(t *testing.T, n int) *NetNS {
+	t.Helper()
+	if n < 1 || n > 5 {
+		t.Fatalf("NewNetNS: %d addresses, want 1 to 5", n)
+	}
+	if Short() {
+		t.Skip("needs network namespaces (not under -short)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil || os.Geteuid() != 0 {
+		if CI() {
+			t.Fatalf("network namespaces need root and iproute2 (uid %d, ip: %v)", os.Geteuid(), err)
+		}
+		t.Skip("network namespaces need root and iproute2")
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	// A /29 picked at random in 10.240.0.0/12: tests running at once
+	// almost never collide, and a collision fails loudly (ip addr add).
+	base := netip.AddrFrom4([4]byte{10, 240 | b[0]&0x0f, b[1], b[2] &^ 7})
+	ns := &NetNS{Name: "sbt-" + suffix, Host: base.Next()}
+	for a, i := ns.Host.Next(), 0; i < n; a, i = a.Next(), i+1 {
+		ns.Addrs = append(ns.Addrs, a)
+	}
+	hostIf, nsIf := "sbth"+suffix, "sbtn"+suffix
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("netns", "add", ns.Name)
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "link", "del", hostIf).Run()
+		_ = exec.Command("ip", "netns", "del", ns.Name).Run()
+	})
+	run("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
+	run("link", "set", nsIf, "netns", ns.Name)
+	run("addr", "add", ns.Host.String()+"/29", "dev", hostIf)
+	run("link", "set", hostIf, "up")
+	for _, a := range ns.Addrs {
+		run("-n", ns.Name, "addr", "add", a.String()+"/29", "dev", nsIf)
+	}
+	run("-n", ns.Name, "link", "set", nsIf, "up")
+	run("-n", ns.Name, "link", "set", "lo", "up")
+	run("-n", ns.Name, "route", "add", "default", "via", ns.Host.String())
+	return ns
+}
+
+// Serve answers HTTP on addr:port inside the namespace until the test
+// ends: every answer's body is "<addr> <Host header>\n".
+func (ns *NetNS) Serve(t *testing.T, addr netip.Addr, port int) {
+	t.Helper()
+	ln, err := ns.listen(netip.AddrPortFrom(addr, uint16(port)).String())
+	if err != nil {
+		t.Fatalf("listen in %s: %v", ns.Name, err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s\n", addr, r.Host)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// listen opens a TCP listener in the namespace: the socket is made there,
+// from a thread that enters it and comes back.
+func (ns *NetNS) listen(addr string) (net.Listener, error) {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	defer orig.Close()
+	target, err := os.Open("/var/run/netns/" + ns.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, fmt.Errorf("enter %s: %w", ns.Name, err)
+	}
+	ln, lerr := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		// The thread is in the wrong namespace: it must never run
+		// anything else. Leaving it locked makes the runtime end it.
+		goruntime.LockOSThread()
+		return nil, fmt.Errorf("leave %s: %w", ns.Name, err)
+	}
+	return ln, lerr
+}
