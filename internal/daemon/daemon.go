@@ -250,10 +250,12 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 		return nil, nil, fmt.Errorf("docker.New: %w", err)
 	}
 	if d.Config.SandboxNetwork {
-		if d.firewall, err = openFirewall(ctx, drt, d.Config.SandboxNetworkName, d.logger); err != nil {
+		var closeProxy func() error
+		if d.firewall, closeProxy, err = openFirewall(ctx, drt, d.Config.SandboxNetworkName, d.logger); err != nil {
 			drt.Close()
 			return nil, nil, err
 		}
+		d.closers = append(d.closers, closeProxy)
 	}
 	d.closers = append(d.closers, drt.Close, func() error {
 		_ = os.Remove(sockets) // only when empty: running sandboxes keep their sockets

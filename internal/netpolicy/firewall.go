@@ -47,9 +47,10 @@ func (f *Firewall) chainNAT() string     { return "SBXD-N-" + f.opts.Bridge }
 
 // Options configure a Firewall.
 type Options struct {
-	// Bridge is the sandboxes' bridge interface; Gateway the host's
-	// address on it.
+	// Bridge is the sandboxes' bridge interface, Subnet its addresses and
+	// Gateway the host's address on it.
 	Bridge  string
+	Subnet  netip.Prefix
 	Gateway netip.Addr
 	// ProxyPort is the name proxy's port on Gateway (0: none, and host
 	// name rules let nothing through).
@@ -64,6 +65,38 @@ type Options struct {
 type Firewall struct {
 	opts Options
 	mu   sync.Mutex
+
+	// The policies this process applied, for the name proxy: by address,
+	// and each sandbox's address.
+	pmu    sync.Mutex
+	byAddr map[netip.Addr]Policy
+	addrOf map[string]netip.Addr
+}
+
+// remember records (or, with an invalid ip, forgets) sandbox id's policy
+// for the proxy.
+func (f *Firewall) remember(id string, ip netip.Addr, p Policy) {
+	f.pmu.Lock()
+	defer f.pmu.Unlock()
+	if f.byAddr == nil {
+		f.byAddr, f.addrOf = map[netip.Addr]Policy{}, map[string]netip.Addr{}
+	}
+	if old, ok := f.addrOf[id]; ok {
+		delete(f.byAddr, old)
+		delete(f.addrOf, id)
+	}
+	if ip.IsValid() {
+		f.byAddr[ip], f.addrOf[id] = p, ip
+	}
+}
+
+// policyAt is the policy of the sandbox at ip, if this process applied
+// one with host name rules.
+func (f *Firewall) policyAt(ip netip.Addr) (Policy, bool) {
+	f.pmu.Lock()
+	defer f.pmu.Unlock()
+	p, ok := f.byAddr[ip]
+	return p, ok && len(p.Hosts()) > 0
 }
 
 // New returns a firewall for the bridge; Setup installs its base rules.
@@ -218,6 +251,7 @@ func (f *Firewall) Apply(ctx context.Context, id string, ip netip.Addr, p Policy
 	if err := f.restore(ctx, batch); err != nil {
 		return fmt.Errorf("firewall: apply the policy of %s: %w", id, err)
 	}
+	f.remember(id, ip, p)
 	return nil
 }
 
@@ -324,6 +358,7 @@ func (f *Firewall) Remove(ctx context.Context, id string) error {
 }
 
 func (f *Firewall) remove(ctx context.Context, id string, j sandboxJumps) error {
+	f.remember(id, netip.Addr{}, Policy{})
 	var b strings.Builder
 	b.WriteString("*filter\n")
 	for _, r := range j.filter {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -517,8 +518,14 @@ func testFirewall(t *testing.T, drt *docker.Runtime, name string) service.Firewa
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw := netpolicy.New(netpolicy.Options{Bridge: n.Bridge, Gateway: n.Gateway})
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.Gateway, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := netpolicy.New(netpolicy.Options{Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway, ProxyPort: ln.Addr().(*net.TCPAddr).Port})
+	go netpolicy.NewProxy(fw, nil, nil).Serve(ln)
 	t.Cleanup(func() {
+		ln.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := fw.Teardown(ctx); err != nil {

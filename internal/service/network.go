@@ -160,3 +160,24 @@ func (s *Service) sweepFirewall(ctx context.Context, rows []store.Sandbox) error
 		return err != nil && !errors.Is(err, store.ErrNotFound) || err == nil && row.State != store.StateStopped
 	})
 }
+
+// restorePolicies applies again, at startup, the policy of every running
+// sandbox with network: the host's rules outlive a daemon, but what the
+// name proxy knows of them does not (and a host that lost its rules gets
+// them back).
+func (s *Service) restorePolicies(ctx context.Context, rows []store.Sandbox, lost map[string]bool) error {
+	if s.Firewall == nil {
+		return nil
+	}
+	byID := map[string]store.Sandbox{}
+	var ids []string
+	for _, r := range rows {
+		if (r.State == store.StateRunning || r.State == store.StatePaused) && !lost[r.ID] && r.DestroyingSince.IsZero() && specOf(r).Network {
+			byID[r.ID] = r
+			ids = append(ids, r.ID)
+		}
+	}
+	return errors.Join(parallel(ctx, ids, func(ctx context.Context, id string) error {
+		return s.applyRowPolicy(ctx, byID[id])
+	})...)
+}

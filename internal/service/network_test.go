@@ -273,3 +273,50 @@ func TestNetwork_BadPoliciesAreRefused(t *testing.T) {
 		t.Errorf("%d containers after refused creates", n)
 	}
 }
+
+// A name rule lets HTTP for that name through and not another name on the
+// same address; it never reaches the host or another sandbox by name.
+func TestNetwork_NameRulesFollowTheHostHeader(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{network: true})
+	ns := testenv.NewNetNS(t, 1)
+	srv := ns.Addrs[0]
+	ns.Serve(t, srv, 80)
+	alice := service.Caller{Owner: "alice"}
+	c := createWith(t, h, "alice", netpolicy.Policy{Mode: netpolicy.ModeRestricted, Allow: []string{"a.test", "*.b.test"}})
+	get := func(addr netip.Addr, host string) string {
+		t.Helper()
+		res, err := h.svc.Exec(t.Context(), alice, c.ID, service.ExecRequest{
+			Command: fmt.Sprintf(`printf 'GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' | nc -w 3 %s 80`, host, addr),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Stdout)
+	}
+	if got := get(srv, "a.test"); !strings.Contains(got, " 200 ") || !strings.Contains(got, srv.String()+" a.test") {
+		t.Errorf("Host a.test (allowed): %q", got)
+	}
+	if got := get(srv, "x.b.test"); !strings.Contains(got, " 200 ") {
+		t.Errorf("Host x.b.test (allowed by *.b.test): %q", got)
+	}
+	for _, host := range []string{"b.test", "evil.test", "a.test.evil.test"} {
+		if got := get(srv, host); strings.Contains(got, " 200 ") || !strings.Contains(got, " 403 ") {
+			t.Errorf("Host %s (not allowed): %q, want 403", host, got)
+		}
+	}
+	// An allowed name to the host's address on the bridge reaches nothing.
+	res, err := h.svc.Exec(t.Context(), alice, c.ID, service.ExecRequest{Command: "ip route | awk '/default/ {print $3}'"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := netip.MustParseAddr(strings.TrimSpace(string(res.Stdout)))
+	if got := get(gw, "a.test"); strings.Contains(got, " 200 ") {
+		t.Errorf("an allowed name sent to the host's address got through: %q", got)
+	}
+	// Port 8080 is not proxied: a name does not open it.
+	ns.Serve(t, srv, serverPort)
+	if reaches(t, h, alice, c.ID, srv, serverPort) {
+		t.Error("a name rule opened another port than 80 and 443")
+	}
+}

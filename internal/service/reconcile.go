@@ -85,6 +85,9 @@ func (s *Service) reconcile(ctx context.Context, startup bool) error {
 	if err := s.finishClaims(ctx, snap.Rows, lost); err != nil {
 		s.Logger.Warn("reconcile: some sandboxes claimed from the pool could not be configured", "err", err)
 	}
+	if err := s.restorePolicies(ctx, snap.Rows, lost); err != nil {
+		s.Logger.Warn("reconcile: some network policies could not be applied again", "err", err)
+	}
 	if err := s.sweepFirewall(ctx, snap.Rows); err != nil {
 		s.Logger.Warn("reconcile: network rules of gone sandboxes left; the periodic pass retries", "err", err)
 	}

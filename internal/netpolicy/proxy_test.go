@@ -1,0 +1,95 @@
+package netpolicy
+
+import (
+	"crypto/tls"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// The sniffer reads the name a connection is for from what a real client
+// sends: an HTTP request's Host, a TLS ClientHello's SNI.
+func TestSniff(t *testing.T) {
+	for _, tc := range []struct {
+		name, send, want string
+		http             bool
+	}{
+		{"http", "GET / HTTP/1.1\r\nHost: A.Test:80\r\n\r\n", "a.test", true},
+		{"http without host", "GET / HTTP/1.0\r\n\r\n", "", true},
+		{"garbage", "\x00\x01\x02 nonsense\r\n\r\n", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name, isHTTP := sniff(&recorder{r: strings.NewReader(tc.send)}, 80)
+			if name != tc.want || isHTTP != tc.http {
+				t.Errorf("sniff = %q, %v; want %q, %v", name, isHTTP, tc.want, tc.http)
+			}
+		})
+	}
+	client, server := net.Pipe()
+	go func() {
+		_ = tls.Client(client, &tls.Config{ServerName: "Secure.Example.com", InsecureSkipVerify: true}).Handshake()
+		client.Close()
+	}()
+	rec := &recorder{r: server}
+	if name, isHTTP := sniff(rec, 443); name != "secure.example.com" || isHTTP {
+		t.Errorf("TLS: sniff = %q, %v; want secure.example.com, false", name, isHTTP)
+	}
+	if rec.buf.Len() == 0 || rec.buf.Bytes()[0] != 0x16 {
+		t.Error("the ClientHello was not recorded for the replay")
+	}
+	server.Close()
+}
+
+// What the proxy lets through: an allowed name or address, never a denied
+// address, the host's own, a sandbox's, loopback or link-local.
+func TestProxyRefuse(t *testing.T) {
+	fw := New(Options{Subnet: netip.MustParsePrefix("172.30.0.0/16")})
+	p := NewProxy(fw, nil, func(a netip.Addr) bool { return a == netip.MustParseAddr("192.0.2.2") })
+	pol, err := Policy{Mode: ModeRestricted, Allow: []string{"a.test", "198.51.100.0/24"}, Deny: []string{"203.0.113.9"}}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(s string) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(s), 443) }
+	for _, tc := range []struct {
+		dst, name string
+		ok        bool
+	}{
+		{"203.0.113.1", "a.test", true},
+		{"198.51.100.7", "", true},
+		{"198.51.100.7", "other.test", true},
+		{"203.0.113.1", "b.test", false},
+		{"203.0.113.1", "", false},
+		{"203.0.113.9", "a.test", false},
+		{"192.0.2.2", "a.test", false},
+		{"172.30.0.5", "a.test", false},
+		{"127.0.0.1", "a.test", false},
+		{"169.254.169.254", "a.test", false},
+	} {
+		if why := p.refuse(pol, at(tc.dst), tc.name); (why == "") != tc.ok {
+			t.Errorf("refuse(%s, %q) = %q, want allowed=%v", tc.dst, tc.name, why, tc.ok)
+		}
+	}
+}
+
+func TestPolicyNormalize(t *testing.T) {
+	p, err := Policy{Mode: ModeRestricted, Allow: []string{"Example.COM.", "10.1.2.3", "10.0.0.0/8", "10.0.0.0/8", "*.cdn.test"}, Deny: []string{"10.1.0.0/16"}}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(p.Allow, " "); got != "*.cdn.test 10.0.0.0/8 10.1.2.3/32 example.com" {
+		t.Errorf("allow = %q", got)
+	}
+	if !p.AllowsHost("img.cdn.test") || p.AllowsHost("cdn.test") || !p.AllowsHost("EXAMPLE.com") || p.AllowsHost("example.com.evil") {
+		t.Error("AllowsHost")
+	}
+	for _, bad := range []Policy{
+		{Mode: "x"}, {Mode: ModeOpen, Allow: []string{"a.test"}}, {Mode: ModeNone, Deny: []string{"10.0.0.0/8"}},
+		{Mode: ModeRestricted, Allow: []string{"-bad-.test"}}, {Mode: ModeRestricted, Deny: []string{"a.test"}},
+		{Mode: ModeRestricted, Allow: []string{"fe80::1%eth0"}},
+	} {
+		if _, err := bad.Normalize(); err == nil {
+			t.Errorf("Normalize(%+v): no error", bad)
+		}
+	}
+}
