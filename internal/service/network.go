@@ -45,6 +45,9 @@ func (s *Service) normalizePolicy(req *CreateRequest) error {
 	case restricts(p) && s.Firewall == nil:
 		return fmt.Errorf("network: a restricted policy or a deny list needs the daemon's firewall, which it does not have: %w", ErrUnavailable)
 	}
+	if !p.HasNetwork() {
+		p = netpolicy.Policy{} // no network: the request's zero value, as before policies
+	}
 	req.NetworkPolicy, req.Network = p, p.HasNetwork()
 	return nil
 }

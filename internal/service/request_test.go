@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"strings"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ func TestNormalize_Accepts(t *testing.T) {
 		{"SameVolumeTwoPaths", false, func(r *CreateRequest) {
 			r.Mounts = []Mount{{Volume: "v", Path: "/a"}, {Volume: "v", Path: "/b"}}
 		}},
-		{"NetworkAllowed", true, func(r *CreateRequest) { r.Network = true }},
+		{"NetworkAllowed", true, func(r *CreateRequest) { r.Network, r.NetworkPolicy = true, netpolicy.Policy{Mode: netpolicy.ModeOpen} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := base()
