@@ -133,10 +133,9 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 		return s.claimPooled(ctx, req, r, cl, t)
 	}
 	if req.Owner != store.PoolOwner {
-		// Not served from the pool: a chosen id, mounts, a network (its
-		// policy goes in after its container starts, which an idle
-		// sandbox's did long ago) and a build (never a tenant's sandbox).
-		if idOverride == "" && len(req.Mounts) == 0 && !req.Network && req.Owner != buildOwner {
+		// Not served from the pool: a chosen id, mounts and a build (never
+		// a tenant's sandbox).
+		if idOverride == "" && len(req.Mounts) == 0 && req.Owner != buildOwner {
 			created, err := s.fromPool(ctx, req, cl, t)
 			if !errors.Is(err, errPoolMiss) {
 				return created, err
@@ -248,7 +247,9 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 
 	// 9a. the network policy, on the host: until it is in, a sandbox
 	// with network reaches nothing (netpolicy's chains end in REJECT).
-	if req.Network && s.Firewall != nil {
+	// An idle sandbox of the pool gets none: it reaches nothing until its
+	// claim applies its owner's.
+	if req.Network && s.Firewall != nil && req.Owner != store.PoolOwner {
 		undo.push("remove network policy", func(ctx context.Context) error { return s.Firewall.Remove(ctx, id) })
 		if err := t.run("network", func() error { return s.Firewall.Apply(ctx, id, req.NetworkPolicy) }); err != nil {
 			return nil, fmt.Errorf("apply the network policy: %w", err)

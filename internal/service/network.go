@@ -175,7 +175,8 @@ func (s *Service) restorePolicies(ctx context.Context, rows []store.Sandbox, los
 	byID := map[string]store.Sandbox{}
 	var ids []string
 	for _, r := range rows {
-		if (r.State == store.StateRunning || r.State == store.StatePaused) && !lost[r.ID] && r.DestroyingSince.IsZero() && specOf(r).Network {
+		if (r.State == store.StateRunning || r.State == store.StatePaused) && !lost[r.ID] && r.DestroyingSince.IsZero() &&
+			specOf(r).Network && r.Owner != store.PoolOwner { // an idle sandbox has none until its claim
 			byID[r.ID] = r
 			ids = append(ids, r.ID)
 		}

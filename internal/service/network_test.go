@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/testenv"
@@ -318,5 +319,48 @@ func TestNetwork_NameRulesFollowTheHostHeader(t *testing.T) {
 	ns.Serve(t, srv, serverPort)
 	if reaches(t, h, alice, c.ID, srv, serverPort) {
 		t.Error("a name rule opened another port than 80 and 443")
+	}
+}
+
+// An idle sandbox of a network class reaches nothing; its claim applies
+// its owner's policy before the create answers.
+func TestNetwork_PooledSandboxGetsItsPolicyAtClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{network: true, pool: []service.PoolTarget{{PoolClass: service.PoolClass{Image: busybox, Network: true}, Size: 1}}})
+	runPool(t, h)
+	waitReady(t, h, 1)
+	ns := testenv.NewNetNS(t, 2)
+	a, b := ns.Addrs[0], ns.Addrs[1]
+	ns.Serve(t, a, serverPort)
+	ns.Serve(t, b, serverPort)
+	idle := pooledIDs(t, h)[0]
+	ac, err := h.svc.Agent(t.Context(), idle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ac.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0
+
+' | nc -w 2 %s %d`, a, serverPort)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(res.Stdout), " 200 ") {
+		t.Error("an idle sandbox of the pool reaches the network")
+	}
+	c, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "alice", Image: busybox,
+		NetworkPolicy: netpolicy.Policy{Mode: netpolicy.ModeRestricted, Allow: []string{a.String()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.Background(), admin, c.ID) })
+	if !hit(c) {
+		t.Fatalf("the create was not served from the pool: %+v", c.Timings)
+	}
+	alice := service.Caller{Owner: "alice"}
+	if !reaches(t, h, alice, c.ID, a, serverPort) || reaches(t, h, alice, c.ID, b, serverPort) {
+		t.Error("the claimed sandbox: want A only")
+	}
+	if c.NetworkPolicy.Mode != netpolicy.ModeRestricted {
+		t.Errorf("the claimed sandbox reports %+v", c.NetworkPolicy)
 	}
 }

@@ -51,7 +51,7 @@ type reservation struct {
 func (s *Service) reservePooled(req CreateRequest) (pooled, bool) {
 	// The cases createChain does not serve from the pool, and a template
 	// (its image is not the request's Image until createAs resolves it).
-	if req.Owner == store.PoolOwner || req.Owner == buildOwner || len(req.Mounts) > 0 || req.Template != "" || req.Network || req.NetworkPolicy.HasNetwork() {
+	if req.Owner == store.PoolOwner || req.Owner == buildOwner || len(req.Mounts) > 0 || req.Template != "" {
 		return pooled{}, false
 	}
 	n, err := s.normalize(req)
@@ -164,6 +164,14 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		defer cancel()
 		configured <- boot.Configure(cctx, agent.Configuration{Env: mergedEnv(req.Env, req.SecretEnv), NewToken: sec.token})
 	}()
+	// A sandbox with network gets its owner's policy at the same time:
+	// until then it reached nothing (an idle sandbox has no rules).
+	firewalled := make(chan error, 1)
+	if req.Network && s.Firewall != nil {
+		go func() { firewalled <- s.Firewall.Apply(ctx, id, req.NetworkPolicy) }()
+	} else {
+		firewalled <- nil
+	}
 	var expires time.Time
 	if req.Timeout > 0 {
 		expires = s.Clock().Add(req.Timeout)
@@ -176,7 +184,9 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		Delivery: r.delivery, DeliveryWindow: r.window,
 		Commit: commit, ExpiresAt: expires,
 	})
-	cerr := <-configured
+	// Both awaited whatever the write did: a destroy below must not race
+	// a policy still going in.
+	cerr := errors.Join(<-configured, <-firewalled)
 	s.pool.gone(class)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -198,7 +208,7 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		// The row is the owner's already, but nobody has been given it:
 		// it is destroyed, and the create goes cold (a cold create moves
 		// the idempotency claim's target to its own sandbox).
-		fail("the claimed sandbox's agent refused its configuration; creating cold", cerr) // its destroy closes boot
+		fail("the claimed sandbox's agent refused its configuration, or its network policy failed; creating cold", cerr) // its destroy closes boot
 		s.Metrics.poolMiss()
 		return nil, errPoolMiss
 	}

@@ -45,10 +45,21 @@ func NewNetNS(t *testing.T, n int) *NetNS {
 		}
 		t.Skip("network namespaces need root and iproute2")
 	}
+	ns, remove, err := MakeNetNS(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
+	return ns
+}
+
+// MakeNetNS is NewNetNS for a program that is not a test (a benchmark):
+// the caller runs remove when done.
+func MakeNetNS(n int) (_ *NetNS, remove func(), err error) {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	suffix := hex.EncodeToString(b[:])
-	// A /29 picked at random in 10.240.0.0/12: tests running at once
+	// A /29 picked at random in 10.240.0.0/12: callers running at once
 	// almost never collide, and a collision fails loudly (ip addr add).
 	base := netip.AddrFrom4([4]byte{10, 240 | b[0]&0x0f, b[1], b[2] &^ 7})
 	ns := &NetNS{Name: "sbt-" + suffix, Host: base.Next()}
@@ -56,48 +67,65 @@ func NewNetNS(t *testing.T, n int) *NetNS {
 		ns.Addrs = append(ns.Addrs, a)
 	}
 	hostIf, nsIf := "sbth"+suffix, "sbtn"+suffix
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	run("netns", "add", ns.Name)
-	t.Cleanup(func() {
+	remove = func() {
 		_ = exec.Command("ip", "link", "del", hostIf).Run()
 		_ = exec.Command("ip", "netns", "del", ns.Name).Run()
-	})
-	run("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
-	run("link", "set", nsIf, "netns", ns.Name)
-	run("addr", "add", ns.Host.String()+"/29", "dev", hostIf)
-	run("link", "set", hostIf, "up")
-	for _, a := range ns.Addrs {
-		run("-n", ns.Name, "addr", "add", a.String()+"/29", "dev", nsIf)
 	}
-	run("-n", ns.Name, "link", "set", nsIf, "up")
-	run("-n", ns.Name, "link", "set", "lo", "up")
-	run("-n", ns.Name, "route", "add", "default", "via", ns.Host.String())
-	return ns
+	defer func() {
+		if err != nil {
+			remove()
+		}
+	}()
+	steps := [][]string{
+		{"netns", "add", ns.Name},
+		{"link", "add", hostIf, "type", "veth", "peer", "name", nsIf},
+		{"link", "set", nsIf, "netns", ns.Name},
+		{"addr", "add", ns.Host.String() + "/29", "dev", hostIf},
+		{"link", "set", hostIf, "up"},
+	}
+	for _, a := range ns.Addrs {
+		steps = append(steps, []string{"-n", ns.Name, "addr", "add", a.String() + "/29", "dev", nsIf})
+	}
+	steps = append(steps,
+		[]string{"-n", ns.Name, "link", "set", nsIf, "up"},
+		[]string{"-n", ns.Name, "link", "set", "lo", "up"},
+		[]string{"-n", ns.Name, "route", "add", "default", "via", ns.Host.String()})
+	for _, args := range steps {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return nil, nil, fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return ns, remove, nil
 }
 
 // Serve answers HTTP on addr:port inside the namespace until the test
 // ends: every answer's body is "<addr> <Host header>\n".
 func (ns *NetNS) Serve(t *testing.T, addr netip.Addr, port int) {
 	t.Helper()
-	ln, err := ns.listen(netip.AddrPortFrom(addr, uint16(port)).String())
+	closeFn, err := ns.ServeHTTP(addr, port)
 	if err != nil {
-		t.Fatalf("listen in %s: %v", ns.Name, err)
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFn)
+}
+
+// ServeHTTP is Serve for a program that is not a test: the caller runs
+// stop when done.
+func (ns *NetNS) ServeHTTP(addr netip.Addr, port int) (stop func(), err error) {
+	ln, err := ns.Listen(netip.AddrPortFrom(addr, uint16(port)).String())
+	if err != nil {
+		return nil, fmt.Errorf("listen in %s: %w", ns.Name, err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%s %s\n", addr, r.Host)
 	})}
 	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	return func() { srv.Close() }, nil
 }
 
-// listen opens a TCP listener in the namespace: the socket is made there,
+// Listen opens a TCP listener in the namespace: the socket is made there,
 // from a thread that enters it and comes back.
-func (ns *NetNS) listen(addr string) (net.Listener, error) {
+func (ns *NetNS) Listen(addr string) (net.Listener, error) {
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	orig, err := os.Open("/proc/thread-self/ns/net")
