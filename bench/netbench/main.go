@@ -3,14 +3,14 @@
 // on a bridge of the bench's own, with an HTTP server in a network
 // namespace the bench makes (nothing leaves the machine):
 //
-//	go run ./bench/netbench [-n 20]
+//		go run ./bench/netbench [-n 20]
 //
-//  1. create → first exec `true`: a restricted sandbox (allow the server)
-//     beside one without network and one open;
-//  2. one HTTP GET from inside a sandbox (exec `nc`, so each sample is an
-//     exec round trip plus the connection): open, restricted by CIDR, and
-//     restricted by host name (through the name proxy), beside an exec of
-//     `true` in the same sandbox (the exec's own cost).
+//	 1. create → first exec `true`: a restricted sandbox (allow the server)
+//	    beside one without network and one open;
+//	 2. one HTTP GET from inside a sandbox (exec `nc`, so each sample is an
+//	    exec round trip plus the connection): open, restricted by CIDR, and
+//	    restricted by host name (through the name proxy), beside an exec of
+//	    `true` in the same sandbox (the exec's own cost).
 //
 // It needs root (network namespaces, iptables). Everything is removed at
 // the end: sandboxes, the namespace, the bridge and its firewall rules.
@@ -18,6 +18,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net/http"
@@ -102,12 +103,39 @@ func run(ctx context.Context, n int, image string) (err error) {
 		benchd.Progress("creates: %d/%d", i+1, n)
 	}
 	benchd.Progress("")
+	// The same from the pool: two idle sandboxes of each class, refilled
+	// (untimed) before every sample.
+	var pooledNone, pooledRestricted []time.Duration
+	for i := range n {
+		for _, side := range []struct {
+			body    map[string]any
+			network bool
+			into    *[]time.Duration
+		}{{none, false, &pooledNone}, {byCIDR, true, &pooledRestricted}} {
+			if err := fillPool(ctx, d, image, side.network); err != nil {
+				return err
+			}
+			dur, err := createExec(ctx, d, side.body)
+			if err != nil {
+				return err
+			}
+			*side.into = append(*side.into, dur)
+		}
+		benchd.Progress("pooled creates: %d/%d", i+1, n)
+	}
+	benchd.Progress("")
+	if _, err := d.Do(ctx, http.MethodPut, "/v1/pools", map[string]any{"pools": []any{}}); err != nil {
+		return err
+	}
 	t := benchd.Table{W: os.Stdout}
 	t.Head("1. create → first exec `true`")
-	t.Row("network none", firstNone)
-	t.Row("network open", firstOpen)
-	t.Row("network restricted (1 CIDR)", firstRestricted)
+	t.Row("cold, network none", firstNone)
+	t.Row("cold, network open", firstOpen)
+	t.Row("cold, network restricted (1 CIDR)", firstRestricted)
 	t.Ratio("p50 ratio restricted / none", firstRestricted, firstNone)
+	t.Row("pooled, network none", pooledNone)
+	t.Row("pooled, network restricted (1 CIDR)", pooledRestricted)
+	t.Ratio("p50 ratio restricted / none, pooled", pooledRestricted, pooledNone)
 	fmt.Println()
 
 	get := func(host string, port int) string { // bash's /dev/tcp: the image has no nc
@@ -136,6 +164,38 @@ func run(ctx context.Context, n int, image string) (err error) {
 		t.Row(side.name, durs)
 	}
 	return nil
+}
+
+// fillPool keeps two idle sandboxes of the image, with network or not,
+// and waits until they are ready.
+func fillPool(ctx context.Context, d *benchd.Daemon, image string, network bool) error {
+	want := map[string]any{"pools": []map[string]any{{"image": image, "network": network, "size": 2}}}
+	if resp, err := d.Do(ctx, http.MethodPut, "/v1/pools", want); err != nil || resp.Status != http.StatusOK {
+		return fmt.Errorf("PUT /v1/pools: %v %v", err, resp)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := d.Do(ctx, http.MethodGet, "/v1/pools", nil)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Pools []struct {
+				Network        bool
+				Ready, Filling int
+			}
+		}
+		if err := json.Unmarshal(resp.Body, &st); err != nil {
+			return err
+		}
+		for _, p := range st.Pools {
+			if p.Network == network && p.Ready == 2 && p.Filling == 0 && len(st.Pools) == 1 {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("the pool did not fill")
 }
 
 func createExec(ctx context.Context, d *benchd.Daemon, body map[string]any) (time.Duration, error) {

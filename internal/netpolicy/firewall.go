@@ -65,6 +65,9 @@ type Options struct {
 type Firewall struct {
 	opts Options
 	mu   sync.Mutex
+	// jumps is the copy of every sandbox's jump rules (nil: read them
+	// from iptables first), so that a policy change is one iptables-restore.
+	jumps map[string]sandboxJumps
 
 	// The policies this process applied, for the name proxy: by address,
 	// and each sandbox's address.
@@ -224,7 +227,22 @@ func (f *Firewall) Apply(ctx context.Context, id string, ip netip.Addr, p Policy
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	all, err := f.listJumps(ctx)
+	err := f.applyLocked(ctx, id, ip, p)
+	if err != nil {
+		// The copy of the rules may be stale (another daemon on the bridge,
+		// a hand edit): read them again and try once more.
+		f.jumps = nil
+		err = f.applyLocked(ctx, id, ip, p)
+	}
+	if err != nil {
+		return fmt.Errorf("firewall: apply the policy of %s: %w", id, err)
+	}
+	f.remember(id, ip, p)
+	return nil
+}
+
+func (f *Firewall) applyLocked(ctx context.Context, id string, ip netip.Addr, p Policy) error {
+	all, err := f.loadedJumps(ctx)
 	if err != nil {
 		return err
 	}
@@ -236,28 +254,63 @@ func (f *Firewall) Apply(ctx context.Context, id string, ip netip.Addr, p Policy
 		if other == id {
 			continue
 		}
+		var keep sandboxJumps
 		for _, r := range j.filter {
 			if strings.Contains(r, src) {
 				old.filter = append(old.filter, r)
+			} else {
+				keep.filter = append(keep.filter, r)
 			}
 		}
 		for _, r := range j.nat {
 			if strings.Contains(r, src) {
 				old.nat = append(old.nat, r)
+			} else {
+				keep.nat = append(keep.nat, r)
 			}
 		}
+		defer func() {
+			if err == nil {
+				f.setJumps(other, keep)
+			}
+		}()
 	}
-	batch := f.batch(id, ip, p, old.filter, old.nat)
-	if err := f.restore(ctx, batch); err != nil {
-		return fmt.Errorf("firewall: apply the policy of %s: %w", id, err)
+	batch, added := f.batch(id, ip, p, old.filter, old.nat)
+	if err = f.restore(ctx, batch); err != nil {
+		return err
 	}
-	f.remember(id, ip, p)
+	f.setJumps(id, added)
 	return nil
+}
+
+// loadedJumps is the copy of every sandbox's jump rules, read from
+// iptables the first time (and after a failed batch).
+func (f *Firewall) loadedJumps(ctx context.Context) (map[string]sandboxJumps, error) {
+	if f.jumps == nil {
+		all, err := f.listJumps(ctx)
+		if err != nil {
+			return nil, err
+		}
+		f.jumps = all
+	}
+	return f.jumps, nil
+}
+
+func (f *Firewall) setJumps(id string, j sandboxJumps) {
+	if f.jumps == nil {
+		return
+	}
+	if len(j.filter) == 0 && len(j.nat) == 0 {
+		delete(f.jumps, id)
+		return
+	}
+	f.jumps[id] = j
 }
 
 // batch is the iptables-restore input that installs p for id at ip and
 // deletes the jump rules old* (the sandbox's previous ones).
-func (f *Firewall) batch(id string, ip netip.Addr, p Policy, oldFilter, oldNAT []string) string {
+func (f *Firewall) batch(id string, ip netip.Addr, p Policy, oldFilter, oldNAT []string) (string, sandboxJumps) {
+	var added sandboxJumps
 	chain, comment, src := chainOf(id), commentTag+id, ip.String()+"/32"
 	allow, deny := p.CIDRs()
 	var b strings.Builder
@@ -284,17 +337,21 @@ func (f *Firewall) batch(id string, ip netip.Addr, p Policy, oldFilter, oldNAT [
 	for _, old := range oldFilter {
 		fmt.Fprintf(&b, "-D %s\n", old)
 	}
-	fmt.Fprintf(&b, "-I %s 1 -s %s -m comment --comment %s -g %s\n", f.chainForward(), src, comment, chain)
+	jump := fmt.Sprintf("%s -s %s -m comment --comment %s -g %s", f.chainForward(), src, comment, chain)
+	added.filter = append(added.filter, jump)
+	fmt.Fprintf(&b, "-I %s\n", strings.Replace(jump, " ", " 1 ", 1))
 	b.WriteString("COMMIT\n*nat\n")
 	for _, old := range oldNAT {
 		fmt.Fprintf(&b, "-D %s\n", old)
 	}
 	if p.Mode == ModeRestricted && len(p.Hosts()) > 0 && f.opts.ProxyPort > 0 {
-		fmt.Fprintf(&b, "-A %s -s %s -p tcp -m multiport --dports 80,443 -m comment --comment %s -j DNAT --to-destination %s:%d\n",
+		dnat := fmt.Sprintf("%s -s %s -p tcp -m multiport --dports 80,443 -m comment --comment %s -j DNAT --to-destination %s:%d",
 			f.chainNAT(), src, comment, f.opts.Gateway, f.opts.ProxyPort)
+		added.nat = append(added.nat, dnat)
+		fmt.Fprintf(&b, "-A %s\n", dnat)
 	}
 	b.WriteString("COMMIT\n")
-	return b.String()
+	return b.String(), added
 }
 
 type sandboxJumps struct{ filter, nat []string }
@@ -350,11 +407,18 @@ func commentID(rule string) string {
 func (f *Firewall) Remove(ctx context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	all, err := f.listJumps(ctx)
+	all, err := f.loadedJumps(ctx)
 	if err != nil {
 		return err
 	}
-	return f.remove(ctx, id, all[id])
+	if err := f.remove(ctx, id, all[id]); err != nil {
+		f.jumps = nil // stale copy: read again, try once more
+		if all, err = f.loadedJumps(ctx); err != nil {
+			return err
+		}
+		return f.remove(ctx, id, all[id])
+	}
+	return nil
 }
 
 func (f *Firewall) remove(ctx context.Context, id string, j sandboxJumps) error {
@@ -369,18 +433,20 @@ func (f *Firewall) remove(ctx context.Context, id string, j sandboxJumps) error 
 		fmt.Fprintf(&b, "-D %s\n", r)
 	}
 	b.WriteString("COMMIT\n")
-	if err := f.restore(ctx, b.String()); err != nil {
-		return fmt.Errorf("firewall: remove the rules of %s: %w", id, err)
+	if len(j.filter) > 0 || len(j.nat) > 0 {
+		if err := f.restore(ctx, b.String()); err != nil {
+			return fmt.Errorf("firewall: remove the rules of %s: %w", id, err)
+		}
+		f.setJumps(id, sandboxJumps{})
+	}
+	// The chain: flushed and deleted in one batch when it exists (a
+	// sandbox without rules has none: nothing more to run).
+	if len(j.filter) == 0 {
+		return nil
 	}
 	chain := chainOf(id)
-	if _, err := f.iptables(ctx, "filter", "-S", chain); err != nil {
-		return nil // no chain: nothing more to remove
-	}
-	if _, err := f.iptables(ctx, "filter", "-F", chain); err != nil {
-		return fmt.Errorf("firewall: remove the rules of %s: %w", id, err)
-	}
-	if _, err := f.iptables(ctx, "filter", "-X", chain); err != nil {
-		return fmt.Errorf("firewall: remove the rules of %s: %w", id, err)
+	if err := f.restore(ctx, fmt.Sprintf("*filter\n:%s - [0:0]\n-X %s\nCOMMIT\n", chain, chain)); err != nil {
+		return fmt.Errorf("firewall: remove the chain of %s: %w", id, err)
 	}
 	return nil
 }
@@ -394,6 +460,7 @@ func (f *Firewall) Sweep(ctx context.Context, live func(id string) bool) error {
 	if err != nil {
 		return err
 	}
+	f.jumps = all // the copy, refreshed
 	for id, j := range all {
 		if live(id) {
 			continue
