@@ -30,6 +30,18 @@ func (a allowed) any() bool {
 	return a.cidrs != nil && len(*a.cidrs) > 0 || a.hosts != nil && len(*a.hosts) > 0
 }
 
+// names are the lists with entries, for a message.
+func (a allowed) names() string {
+	var names []string
+	if a.cidrs != nil && len(*a.cidrs) > 0 {
+		names = append(names, "networkAllowList")
+	}
+	if a.hosts != nil && len(*a.hosts) > 0 {
+		names = append(names, "domainAllowList")
+	}
+	return strings.Join(names, " and ")
+}
+
 func (n networkSettings) lists() (allowed, error) {
 	var a allowed
 	if n.NetworkAllowList != nil {
@@ -91,13 +103,16 @@ func restrictedTo(a allowed) netpolicy.Policy {
 // createPolicy is the policy a create asks for. On a daemon that gives
 // sandboxes network (networkAllowed): networkBlockAll is none, an allow
 // list restricted to it, neither open (Daytona's default). Without it,
-// every sandbox has none, and an allow list is refused by the service (it
-// asks for network the daemon does not give).
+// every sandbox has none, and an allow list, which asks for some network,
+// is a 400.
 func createPolicy(n networkSettings, networkAllowed bool) (netpolicy.Policy, error) {
 	a, err := n.lists()
 	switch {
 	case err != nil:
 		return netpolicy.Policy{}, err
+	case a.any() && !networkAllowed:
+		return netpolicy.Policy{}, badRequest("%s: this daemon gives sandboxes no network (it runs without --sandbox-network); "+
+			"leave the allow lists unset, or set networkBlockAll", a.names())
 	case a.any():
 		return restrictedTo(a), nil
 	case n.NetworkBlockAll != nil && *n.NetworkBlockAll || !networkAllowed:

@@ -42,7 +42,6 @@ func TestCreatePolicy_DaytonasOptions(t *testing.T) {
 		{"both", networkSettings{NetworkAllowList: ptr("10.0.0.0/8"), DomainAllowList: ptr("example.com")}, true, restricted("10.0.0.0/8", "example.com")},
 		{"empty lists", networkSettings{NetworkAllowList: ptr(""), DomainAllowList: ptr("")}, true, openNet},
 		{"block all false and a list", networkSettings{NetworkBlockAll: ptr(false), NetworkAllowList: ptr("10.0.0.0/8")}, true, restricted("10.0.0.0/8")},
-		{"a list without the daemon's network", networkSettings{NetworkAllowList: ptr("10.0.0.0/8")}, false, restricted("10.0.0.0/8")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := createPolicy(tc.n, tc.network)
@@ -76,6 +75,19 @@ func TestNetworkLists_BadOnesAre400s(t *testing.T) {
 			_, _, err = updatedPolicy(openNet, tc.n)
 			wantBadRequest(t, err, tc.want)
 		})
+	}
+}
+
+// TestCreatePolicy_ListsWithoutTheDaemonsNetworkAre400s: an allow list
+// asks for network a daemon without --sandbox-network does not give.
+func TestCreatePolicy_ListsWithoutTheDaemonsNetworkAre400s(t *testing.T) {
+	_, err := createPolicy(networkSettings{NetworkAllowList: ptr("10.0.0.0/8"), DomainAllowList: ptr("example.com")}, false)
+	wantBadRequest(t, err, "networkAllowList and domainAllowList: this daemon gives sandboxes no network")
+	_, err = createPolicy(networkSettings{DomainAllowList: ptr("example.com")}, false)
+	wantBadRequest(t, err, "domainAllowList: this daemon")
+	// An empty list asks for nothing.
+	if p, err := createPolicy(networkSettings{NetworkAllowList: ptr("")}, false); err != nil || p.Mode != netpolicy.ModeNone {
+		t.Errorf("an empty list without the daemon's network: %+v, %v; want none", p, err)
 	}
 }
 
