@@ -46,9 +46,8 @@
 // the SDK never has to poll. Names resolve through the service's unique
 // name index; a sandbox created without a name is named by its id. Labels
 // are the sandbox's tags (list filters on them, AND). cpu is in cores,
-// memory and disk in GiB; disk is recorded, not enforced. networkBlockAll
-// false (Daytona's default) gives the sandbox outbound network. gpu and
-// network allow lists are refused (400), never
+// memory and disk in GiB; disk is recorded, not enforced. gpu is refused
+// (400), never
 // ignored, and so is every other field set to anything but its zero value
 // (linkedSandbox, ttlMinutes, autoPauseInterval, secrets, kvm, spot,
 // gpuType, outboundProxyUrl, otelEndpointOverride, unknown fields): the
@@ -59,6 +58,26 @@
 // as a one-line Dockerfile (FROM <ref>) uses that image; building at
 // create is refused (snapshot.create builds). State names: running is "started"; creating,
 // stopping, stopped and error are themselves; a deleted sandbox is 404.
+//
+// # Network
+//
+// Daytona's options are the sandbox's network policy (network.go). On a
+// daemon with --sandbox-network: networkBlockAll is no network at all;
+// networkAllowList (comma-separated IPv4 CIDRs, at most five) and
+// domainAllowList (host names, "*.example.com" for the names under it,
+// for HTTP Host and TLS SNI, once the daemon's egress proxy honours
+// them; until then they allow nothing) restrict the sandbox to them;
+// neither is open (Daytona's default). Without --sandbox-network every
+// sandbox has none and reads networkBlockAll true, and an allow list is a
+// 400. A bad CIDR, a sixth one, or networkBlockAll with a list is a 400.
+// The Sandbox reads the policy in force: networkBlockAll (no network, or
+// nothing allowed), networkAllowList and domainAllowList (sorted, joined
+// by commas). updateNetworkSettings (POST /sandbox/{id}/network-settings)
+// replaces it at once, each field given replacing what it names:
+// networkBlockAll true cuts the sandbox off (but for DNS), false restores
+// open access and clears the lists, a list replaces that list. A sandbox
+// keeps having network or not for its life: one made without can be
+// blocked (a no-op) but never given network (400).
 //
 // # Snapshots and forks
 //
@@ -74,13 +93,13 @@
 //
 // Deactivating snapshots, fork lineage (/sandbox/{id}/forks, ancestors,
 // parent), a fork's chosen name, declarative images with local files
-// (/object-storage/push-access: object storage), network settings (/sandbox/{id}/
-// network-settings), pause, resize, ttl, SSH access, signed preview URLs,
+// (/object-storage/push-access: object storage), pause, resize, ttl, SSH
+// access, signed preview URLs,
 // and in the toolbox LSP, computer use and the git operations beyond
 // clone and status answer 501 in Daytona's shape with a message saying
 // what is not supported (unsupported.go), never a 404, which the SDK
 // would report as a missing resource. At create, a declarative image
-// (buildInfo beyond one FROM line) and the network allow lists are 400s.
+// (buildInfo beyond one FROM line) is a 400.
 //
 // # Auto-stop and auto-delete
 //

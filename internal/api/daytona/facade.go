@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/naming"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/version"
 )
@@ -22,6 +23,7 @@ import (
 // implements it.
 type Service interface {
 	NetworkAllowed() bool
+	SetNetworkPolicy(ctx context.Context, c service.Caller, idOrName string, p netpolicy.Policy) (service.Sandbox, error)
 	CreateSandbox(ctx context.Context, req service.CreateRequest) (*service.Created, error)
 	Get(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	List(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
@@ -256,6 +258,7 @@ func (f *Facade) routes() *http.ServeMux {
 		"POST /sandbox/{id}/recover":                 f.start,
 		"GET /sandbox/{id}/toolbox-proxy-url":        f.toolboxProxyURL,
 		"GET /sandbox/{id}/ports/{port}/preview-url": f.previewURL,
+		"POST /sandbox/{id}/network-settings":        f.updateNetwork,
 
 		// Control plane: volumes (volumes.go).
 		"POST /volumes":              f.createVolume,

@@ -63,9 +63,14 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "stack:", err)
 			return 1
 		}
+		netEnv.agentBin = agentBin
 		code := m.Run()
 		if err := env.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "close:", err)
+			code = 1
+		}
+		if err := netEnv.close(); err != nil {
+			fmt.Fprintln(os.Stderr, "close the network stack:", err)
 			code = 1
 		}
 		return code
@@ -88,14 +93,15 @@ type stack struct {
 	cancel context.CancelFunc
 }
 
-func newStack(ctx context.Context, dir, nodeID, agentBin string) (_ *stack, err error) {
+// newStack starts a daemon in dir; extra are more of its flags.
+func newStack(ctx context.Context, dir, nodeID, agentBin string, extra ...string) (_ *stack, err error) {
 	s := &stack{NodeID: nodeID, DataDir: dir + "/data"}
 	defer func() {
 		if err != nil {
 			s.Close()
 		}
 	}()
-	cfg, err := config.Parse([]string{
+	cfg, err := config.Parse(append([]string{
 		"--data-dir", dir + "/data",
 		"--listen", "127.0.0.1:0",
 		"--node-id", nodeID,
@@ -105,7 +111,7 @@ func newStack(ctx context.Context, dir, nodeID, agentBin string) (_ *stack, err 
 		"--pool", "none", // the warm pool has tests of its own
 
 		"--cpu-budget", "1000000", "--memory-budget", "1000000",
-	}, func(string) (string, bool) { return "", false })
+	}, extra...), func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +255,8 @@ type sandbox struct {
 	Labels          map[string]string `json:"labels"`
 	Public          *bool             `json:"public"`
 	NetworkBlockAll *bool             `json:"networkBlockAll"`
+	NetworkAllow    string            `json:"networkAllowList"`
+	DomainAllow     string            `json:"domainAllowList"`
 	Target          string            `json:"target"`
 	CPU             *float64          `json:"cpu"`
 	GPU             *float64          `json:"gpu"`

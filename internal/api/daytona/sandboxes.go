@@ -100,10 +100,10 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 	switch {
 	case b.GPU != nil && *b.GPU > 0:
 		return service.CreateRequest{}, badRequest("gpu: sandboxd has no GPUs")
-	case b.NetworkAllowList != nil && *b.NetworkAllowList != "":
-		return service.CreateRequest{}, badRequest("networkAllowList is not supported; use networkBlockAll")
-	case len(b.DomainAllowList) > 0 && string(b.DomainAllowList) != "null" && string(b.DomainAllowList) != "[]":
-		return service.CreateRequest{}, badRequest("domainAllowList is not supported; use networkBlockAll")
+	}
+	policy, err := createPolicy(b.networkSettings, f.svc.NetworkAllowed())
+	if err != nil {
+		return service.CreateRequest{}, err
 	}
 	image, err := f.image(b)
 	if err != nil {
@@ -142,7 +142,7 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 		Tags:    tags,
 		Timeout: lifetime(true, autoStop, autoDelete),
 		// Daytona's default is network on; this daemon's policy decides.
-		Network: !b.NetworkBlockAll && f.svc.NetworkAllowed(),
+		NetworkPolicy: policy,
 		Annotations: map[string]string{
 			annUser:   user,
 			annTarget: cmp.Or(b.Target, defaultTarget),

@@ -17,8 +17,6 @@ const (
 	msgImageContext = "declarative images with local files (addLocalFile, addLocalDir, " +
 		"pipInstallFromRequirements, …) need object storage, which sandboxd's Daytona facade does not serve; " +
 		"put the files in with runCommands, or build the image on the host and pass it as snapshot"
-	msgNetworkSettings = "network settings cannot be changed on sandboxd's Daytona facade: " +
-		"set networkBlockAll at create; allow lists are not supported yet"
 	msgLSP = "language servers (createLspServer) are not supported by sandboxd's Daytona facade; " +
 		"run one with executeCommand or a session"
 	msgComputerUse = "computer use (desktop, mouse, keyboard, screenshots) is not supported by sandboxd's Daytona facade"
@@ -36,12 +34,11 @@ const (
 // unsupportedRoutes are Daytona API routes the SDK calls that the facade
 // refuses (501), with why.
 var unsupportedRoutes = map[string]string{
-	"POST /snapshots/{sid}/deactivate":    msgDeactivate,
-	"GET /sandbox/{id}/forks":             msgForkTree,
-	"GET /sandbox/{id}/ancestors":         msgForkTree,
-	"GET /sandbox/{id}/parent":            msgForkTree,
-	"GET /object-storage/push-access":     msgImageContext,
-	"POST /sandbox/{id}/network-settings": msgNetworkSettings,
+	"POST /snapshots/{sid}/deactivate": msgDeactivate,
+	"GET /sandbox/{id}/forks":          msgForkTree,
+	"GET /sandbox/{id}/ancestors":      msgForkTree,
+	"GET /sandbox/{id}/parent":         msgForkTree,
+	"GET /object-storage/push-access":  msgImageContext,
 
 	"POST /sandbox/{id}/pause":                                        msgPause,
 	"POST /sandbox/{id}/autopause/{minutes}":                          msgPause,

@@ -7,7 +7,7 @@ import (
 )
 
 // TestUnsupported_RefusedInDaytonasShapeNeverA404: deactivating snapshots,
-// fork lineage, images with local files, network settings, pause, resize,
+// fork lineage, images with local files, pause, resize,
 // SSH access, signed preview URLs, LSP, computer use and the git
 // operations beyond clone and status were 404s
 // (the SDK's "not found"); each is a 501 in Daytona's shape whose message
@@ -19,7 +19,6 @@ func TestUnsupported_RefusedInDaytonasShapeNeverA404(t *testing.T) {
 		{http.MethodGet, "/sandbox/" + sb.ID + "/forks", "fork lineage"},
 		{http.MethodGet, "/sandbox/" + sb.ID + "/parent", "fork lineage"},
 		{http.MethodGet, "/object-storage/push-access", "object storage"},
-		{http.MethodPost, "/sandbox/" + sb.ID + "/network-settings", "network settings"},
 		{http.MethodPost, "/sandbox/" + sb.ID + "/pause", "pausing"},
 		{http.MethodPost, "/sandbox/" + sb.ID + "/resize", "resizing"},
 		{http.MethodPost, "/sandbox/" + sb.ID + "/ssh-access?expiresInMinutes=60", "SSH"},

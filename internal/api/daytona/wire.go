@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
@@ -54,7 +55,7 @@ const (
 )
 
 // createBody is Daytona's CreateSandbox. Fields the facade cannot honour
-// are rejected (gpu, network allow lists, a volume subpath) rather than ignored.
+// are rejected (gpu, for one) rather than ignored.
 type createBody struct {
 	Name                string            `json:"name"`
 	Snapshot            string            `json:"snapshot"`
@@ -70,11 +71,9 @@ type createBody struct {
 	AutoStopInterval    *int              `json:"autoStopInterval"`
 	AutoDeleteInterval  *int              `json:"autoDeleteInterval"`
 	AutoArchiveInterval *int              `json:"autoArchiveInterval"`
-	NetworkBlockAll     bool              `json:"networkBlockAll"`
-	NetworkAllowList    *string           `json:"networkAllowList"`
-	DomainAllowList     json.RawMessage   `json:"domainAllowList"`
-	Volumes             []json.RawMessage `json:"volumes"`
-	BuildInfo           *struct {
+	networkSettings
+	Volumes   []json.RawMessage `json:"volumes"`
+	BuildInfo *struct {
 		DockerfileContent string `json:"dockerfileContent"`
 	} `json:"buildInfo"`
 }
@@ -90,6 +89,8 @@ type sandboxDTO struct {
 	Labels             map[string]string `json:"labels"`
 	Public             bool              `json:"public"`
 	NetworkBlockAll    bool              `json:"networkBlockAll"`
+	NetworkAllowList   string            `json:"networkAllowList,omitempty"` // CIDRs, comma-separated
+	DomainAllowList    string            `json:"domainAllowList,omitempty"`  // host names, comma-separated
 	Target             string            `json:"target"`
 	CPU                float64           `json:"cpu"`
 	GPU                float64           `json:"gpu"`
@@ -152,7 +153,7 @@ func dto(sb service.Sandbox, toolboxURL string, full bool) sandboxDTO {
 		User:               userOf(sb),
 		Labels:             labelsOf(sb.Tags),
 		Public:             sb.Annotations[annPublic] == "true",
-		NetworkBlockAll:    !sb.Network,
+		NetworkBlockAll:    blocked(sb.NetworkPolicy),
 		Target:             cmp.Or(sb.Annotations[annTarget], defaultTarget),
 		CPU:                float64(sb.MilliCPU) / 1000,
 		Memory:             round2(float64(sb.MemoryMB) / mibPerGiB),
@@ -164,6 +165,14 @@ func dto(sb service.Sandbox, toolboxURL string, full bool) sandboxDTO {
 		AutoArchive:        autoArchiveOf(sb.Tags),
 		CreatedAt:          sb.CreatedAt.UTC().Format(time.RFC3339Nano),
 		ToolboxProxyURL:    toolboxURL,
+	}
+	if p := sb.NetworkPolicy; p.Mode == netpolicy.ModeRestricted {
+		allow, _ := p.CIDRs()
+		cidrs := make([]string, len(allow))
+		for i, pfx := range allow {
+			cidrs[i] = pfx.String()
+		}
+		d.NetworkAllowList, d.DomainAllowList = strings.Join(cidrs, ","), strings.Join(p.Hosts(), ",")
 	}
 	if disk, err := strconv.ParseFloat(sb.Annotations[annDisk], 64); err == nil {
 		d.Disk = disk

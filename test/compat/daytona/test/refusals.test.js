@@ -1,7 +1,8 @@
 // What the facade does not do is refused, clearly, in Daytona's error shape:
 // create fields it cannot honour are a 400 naming the field (never dropped);
-// declarative images at create, named forks and network settings are
-// refused with a message saying so (never a 404, which reads as "not found").
+// declarative images at create and named forks are refused with a message
+// saying so (never a 404, which reads as "not found"). Network options:
+// network.test.js.
 
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
@@ -48,15 +49,9 @@ describe('refusals', () => {
     assert.deepEqual(await listAll(daytona, { labels: { nonce: labels.nonce } }), [])
   })
 
-  it('network allow lists are refused at create', { timeout: 60_000 }, async () => {
-    const labels = labelsFor('refuse-network')
-    await assert.rejects(daytona.create({ networkAllowList: '10.0.0.0/8', labels }, { timeout: 60 }), refused(/networkAllowList/, 400))
-  })
-
-  it('a named fork and updateNetworkSettings on a sandbox are refused, not 404', { timeout: 180_000 }, async (t) => {
+  it('a named fork is refused, not 404', { timeout: 180_000 }, async (t) => {
     const sb = await createSandbox(t, daytona, 'refuse-sandbox-ops')
     await assert.rejects(sb.fork({ name: 'a-fork' }), refused(/name cannot be chosen/, 400))
-    await assert.rejects(sb.updateNetworkSettings({ networkBlockAll: true }), refused(/network settings/))
     assert.equal((await daytona.get(sb.id)).state, 'started', 'the sandbox is untouched')
   })
 })
