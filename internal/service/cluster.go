@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"maps"
 	"time"
 
@@ -75,6 +76,7 @@ type recovery struct {
 	Tags        map[string]string `json:"tags,omitempty"`
 	TimeoutMS   int64             `json:"timeout_ms,omitempty"`
 	Network     bool              `json:"network,omitempty"`
+	Policy      netpolicy.Policy  `json:"network_policy,omitzero"`
 	Runtime     string            `json:"runtime,omitempty"`
 	Quota       Quota             `json:"quota"`
 	Annotations map[string]string `json:"annotations,omitempty"`
@@ -91,7 +93,7 @@ func placementOf(id string, req CreateRequest) (Placement, error) {
 	spec, err := json.Marshal(recovery{
 		Owner: req.Owner, Image: req.Image, Name: req.Name, MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB,
 		Env: req.Env, SecretEnv: req.SecretEnv, Tags: req.Tags, TimeoutMS: req.Timeout.Milliseconds(),
-		Network: req.Network, Runtime: req.Runtime, Quota: req.Quota, Annotations: req.Annotations,
+		Network: req.Network, Policy: req.NetworkPolicy, Runtime: req.Runtime, Quota: req.Quota, Annotations: req.Annotations,
 	})
 	if err != nil {
 		return Placement{}, fmt.Errorf("recovery spec of %s: %w", id, err)
@@ -109,7 +111,7 @@ func requestOf(spec []byte) (CreateRequest, error) {
 	return CreateRequest{
 		Owner: r.Owner, Image: r.Image, Name: r.Name, MilliCPU: r.MilliCPU, MemoryMB: r.MemoryMB,
 		Env: maps.Clone(r.Env), SecretEnv: maps.Clone(r.SecretEnv), Tags: maps.Clone(r.Tags),
-		Timeout: time.Duration(r.TimeoutMS) * time.Millisecond, Network: r.Network, Runtime: r.Runtime,
+		Timeout: time.Duration(r.TimeoutMS) * time.Millisecond, Network: r.Network, NetworkPolicy: r.Policy, Runtime: r.Runtime,
 		Quota: r.Quota, Annotations: maps.Clone(r.Annotations), Failover: FailoverRecreate,
 	}, nil
 }

@@ -344,6 +344,7 @@ func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets) store
 		Spec: marshalSpec(sandboxSpec{
 			Network:       req.Network,
 			Policy:        policyOf(req),
+			Failover:      req.Failover,
 			Mounts:        req.Mounts,
 			Annotations:   req.Annotations,
 			Runtime:       req.Runtime,

@@ -121,6 +121,11 @@ func (s *Service) SetNetworkPolicy(ctx context.Context, c Caller, idOrName strin
 		return Sandbox{}, invalid("network", "a sandbox keeps having network or not for its life: made with network, its mode is open or restricted; made without, none")
 	case s.Firewall == nil:
 		return Sandbox{}, fmt.Errorf("network: changing a policy needs the daemon's firewall: %w", ErrUnavailable)
+	case s.Cluster != nil && spec.Failover == FailoverRecreate:
+		// Its recovery record (in the cluster, for another node to use)
+		// has its create's policy: a change here would not survive a
+		// failover, so it is not made.
+		return Sandbox{}, invalid("network", "a sandbox recreated on failover keeps the network policy it was created with")
 	}
 	spec.Policy = &p
 	if row.State == store.StateRunning || row.State == store.StatePaused {

@@ -97,6 +97,9 @@ type sandboxSpec struct {
 	SecretEnvKeys []string `json:"secret_env_keys,omitempty"`
 	// PauseOnTimeout: the reaper pauses the sandbox instead of destroying it.
 	PauseOnTimeout bool `json:"pause_on_timeout,omitempty"`
+	// Failover is the create's (cluster.go): a sandbox recreated on
+	// failover is recreated with its create's network policy.
+	Failover string `json:"failover,omitempty"`
 }
 
 func fromRow(row store.Sandbox) Sandbox {
