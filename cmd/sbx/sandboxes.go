@@ -15,8 +15,9 @@ import (
 
 func (c *cli) createCmd() *cobra.Command {
 	var (
-		req       sandboxd.CreateRequest
-		env, tags []string
+		req         sandboxd.CreateRequest
+		env, tags   []string
+		allow, deny []string
 	)
 	cmd := &cobra.Command{
 		Use:   "create [--image IMAGE | --template TEMPLATE] [--name NAME] [--cpu N] [--memory MB] [--env K=V]… [--tag K=V]… [--timeout 10m]",
@@ -32,6 +33,13 @@ func (c *cli) createCmd() *cobra.Command {
 			}
 			if req.CPU < 0 || req.MemoryMB < 0 || req.Timeout < 0 {
 				return usagef(cmd, "--cpu, --memory and --timeout must not be negative")
+			}
+			if len(allow) > 0 || len(deny) > 0 {
+				mode := sandboxd.NetworkOpen
+				if len(allow) > 0 {
+					mode = sandboxd.NetworkRestricted
+				}
+				req.NetworkPolicy = &sandboxd.NetworkPolicy{Mode: mode, Allow: allow, Deny: deny}
 			}
 			cl, err := c.client()
 			if err != nil {
@@ -58,6 +66,8 @@ func (c *cli) createCmd() *cobra.Command {
 	f.StringArrayVar(&tags, "tag", nil, "tag `K=V` (repeatable)")
 	f.DurationVar(&req.Timeout, "timeout", 0, "destroy the sandbox after this long (e.g. 10m)")
 	f.BoolVar(&req.Network, "network", false, "give the sandbox outbound network access")
+	f.StringSliceVar(&allow, "allow", nil, "restrict the network to these CIDRs and host names (repeat or comma-separate; implies --network)")
+	f.StringSliceVar(&deny, "deny", nil, "CIDRs the sandbox never reaches (implies --network)")
 	return cmd
 }
 
@@ -275,4 +285,43 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+func (c *cli) networkCmd() *cobra.Command {
+	var (
+		allow, deny []string
+		open        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "network <id|name> (--open | --allow CIDR|HOST…) [--deny CIDR…]",
+		Short: "Change a sandbox's network policy (in force for its next connection)",
+		Args:  args(1, 1, "a sandbox id or name"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			p := sandboxd.NetworkPolicy{Mode: sandboxd.NetworkRestricted, Allow: allow, Deny: deny}
+			switch {
+			case open && len(allow) > 0:
+				return usagef(cmd, "--open allows everything but --deny: it takes no --allow")
+			case open:
+				p.Mode = sandboxd.NetworkOpen
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.SetNetworkPolicy(cmd.Context(), a[0], p)
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(sb)
+			}
+			fmt.Fprintln(c.stdout, sb.ID)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&open, "open", false, "anywhere but --deny")
+	f.StringSliceVar(&allow, "allow", nil, "only these CIDRs and host names (none: nothing but DNS)")
+	f.StringSliceVar(&deny, "deny", nil, "CIDRs never reached")
+	return cmd
 }

@@ -35,6 +35,8 @@ type Sandbox struct {
 	Tags     map[string]string `json:"tags,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	Network  bool              `json:"network"`
+	// NetworkPolicy is the policy in force when it has network.
+	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 	// CreatedAt is when the sandbox was created (UTC).
 	CreatedAt time.Time `json:"created_at"`
 	// ExpiresAt is when the daemon destroys the sandbox; zero when it has
@@ -79,10 +81,12 @@ type CreateRequest struct {
 	// Timeout is the sandbox's lifetime, counted from creation, rounded up
 	// to whole seconds; zero means no timeout (or the daemon's default).
 	Timeout time.Duration `json:"-"`
-	// Network gives the sandbox outbound network access.
-	Network bool    `json:"network,omitempty"`
-	Mounts  []Mount `json:"mounts,omitempty"`
-	Runtime string  `json:"runtime,omitempty"`
+	// Network gives the sandbox outbound network access (mode open);
+	// NetworkPolicy, when set, says where it may connect instead.
+	Network       bool           `json:"-"`
+	NetworkPolicy *NetworkPolicy `json:"-"`
+	Mounts        []Mount        `json:"mounts,omitempty"`
+	Runtime       string         `json:"runtime,omitempty"`
 
 	// IdempotencyKey is sent as the Idempotency-Key header. Empty means a
 	// fresh random key per CreateSandbox call (NewIdempotencyKey). Set it
@@ -95,6 +99,49 @@ type CreateRequest struct {
 type createBody struct {
 	CreateRequest
 	TimeoutS int64 `json:"timeout_s,omitempty"`
+	// Network is true, or a policy.
+	Network any `json:"network,omitempty"`
+}
+
+// NetworkPolicy is where a sandbox with network may connect.
+type NetworkPolicy struct {
+	// Mode is "none", "open" (anywhere but Deny) or "restricted" (Allow
+	// only, minus Deny).
+	Mode string `json:"mode"`
+	// Allow lists CIDRs and host names (honoured for HTTP and TLS on
+	// ports 80 and 443; "*.example.com" for the names under it).
+	Allow []string `json:"allow,omitempty"`
+	// Deny lists CIDRs nothing reaches.
+	Deny []string `json:"deny,omitempty"`
+}
+
+// The network modes.
+const (
+	NetworkNone       = "none"
+	NetworkOpen       = "open"
+	NetworkRestricted = "restricted"
+)
+
+func networkOf(req CreateRequest) any {
+	switch {
+	case req.NetworkPolicy != nil:
+		return req.NetworkPolicy
+	case req.Network:
+		return true
+	}
+	return nil
+}
+
+// SetNetworkPolicy replaces a running sandbox's network policy; it holds
+// for its next connection when this returns. A sandbox keeps having
+// network or not for its life.
+func (c *Client) SetNetworkPolicy(ctx context.Context, id string, p NetworkPolicy) (*Sandbox, error) {
+	var sb Sandbox
+	r := &request{method: http.MethodPatch, segs: []string{"v1", "sandboxes", id}, retry: retrySafe}
+	if err := c.do(ctx, r, map[string]any{"network": p}, &sb); err != nil {
+		return nil, fmt.Errorf("set the network policy of %q: %w", id, err)
+	}
+	return &sb, nil
 }
 
 // seconds rounds d up to whole seconds; the API counts in seconds and a
@@ -127,7 +174,7 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (*Sandbox
 		retry:  retrySafe,
 	}
 	var sb Sandbox
-	if err := c.do(ctx, r, createBody{req, seconds(req.Timeout)}, &sb); err != nil {
+	if err := c.do(ctx, r, createBody{req, seconds(req.Timeout), networkOf(req)}, &sb); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	return &sb, nil
