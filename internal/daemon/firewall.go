@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 
 	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
@@ -29,7 +30,11 @@ func openFirewall(ctx context.Context, drt *docker.Runtime, name string, log *sl
 		return nil, nil, fmt.Errorf("sandbox network %s: the name proxy: %w", name, err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	fw := netpolicy.New(netpolicy.Options{Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway, ProxyPort: port, Logger: log})
+	resolvConf, _ := os.ReadFile("/etc/resolv.conf") // none: the engine's defaults
+	fw := netpolicy.New(netpolicy.Options{
+		Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway, ProxyPort: port, Logger: log,
+		Resolvers: netpolicy.HostResolvers(resolvConf),
+	})
 	if err := fw.Setup(ctx); err != nil {
 		ln.Close()
 		return nil, nil, fmt.Errorf("sandbox network %s: %w", name, err)

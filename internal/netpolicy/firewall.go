@@ -55,7 +55,14 @@ type Options struct {
 	// ProxyPort is the name proxy's port on Gateway (0: none, and host
 	// name rules let nothing through).
 	ProxyPort int
-	Logger    *slog.Logger
+	// Resolvers are the DNS servers the engine's resolver asks for the
+	// sandboxes (HostResolvers): a restricted sandbox reaches port 53 of
+	// these and of no other address.
+	Resolvers []netip.Addr
+	// PrivateReachable are private ranges the name proxy may connect to
+	// by name (a name rule reaches public addresses only otherwise).
+	PrivateReachable []netip.Prefix
+	Logger           *slog.Logger
 	// Run runs an iptables command with stdin (nil: the host's binaries).
 	Run func(ctx context.Context, stdin string, name string, args ...string) (string, error)
 }
@@ -138,6 +145,10 @@ func (f *Firewall) restore(ctx context.Context, batch string) error {
 func (f *Firewall) Setup(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.ensureLocked(ctx)
+}
+
+func (f *Firewall) ensureLocked(ctx context.Context) error {
 	br := f.opts.Bridge
 	for _, c := range []struct{ table, chain string }{
 		{"filter", "DOCKER-USER"}, {"filter", f.chainForward()}, {"filter", f.chainInput()}, {"nat", f.chainNAT()},
@@ -322,8 +333,10 @@ func (f *Firewall) batch(id string, ip netip.Addr, p Policy, oldFilter, oldNAT [
 	fmt.Fprintf(&b, "-A %s -d 169.254.0.0/16 -j REJECT\n", chain)
 	if p.Mode == ModeRestricted {
 		fmt.Fprintf(&b, "-A %s -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN\n", chain)
-		fmt.Fprintf(&b, "-A %s -p udp -m udp --dport 53 -j RETURN\n", chain)
-		fmt.Fprintf(&b, "-A %s -p tcp -m tcp --dport 53 -j RETURN\n", chain)
+		for _, r := range f.opts.Resolvers {
+			fmt.Fprintf(&b, "-A %s -d %s/32 -p udp -m udp --dport 53 -j RETURN\n", chain, r)
+			fmt.Fprintf(&b, "-A %s -d %s/32 -p tcp -m tcp --dport 53 -j RETURN\n", chain, r)
+		}
 		for _, a := range allow {
 			if a.Addr().Is4() {
 				fmt.Fprintf(&b, "-A %s -d %s -j RETURN\n", chain, a)
@@ -456,6 +469,11 @@ func (f *Firewall) remove(ctx context.Context, id string, j sandboxJumps) error 
 func (f *Firewall) Sweep(ctx context.Context, live func(id string) bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// The base rules again: a firewall reload or an engine restart may
+	// have dropped a jump, which would leave every sandbox unfiltered.
+	if err := f.ensureLocked(ctx); err != nil {
+		return err
+	}
 	all, err := f.listJumps(ctx)
 	if err != nil {
 		return err
@@ -487,4 +505,26 @@ func (a Addressed) Apply(ctx context.Context, id string, p Policy) error {
 		return err
 	}
 	return a.Firewall.Apply(ctx, id, ip, p)
+}
+
+// HostResolvers are the DNS servers the engine's resolver forwards the
+// sandboxes' queries to: the host's resolv.conf's nameservers but
+// loopback ones (which the engine cannot use from a sandbox), else the
+// engine's defaults.
+func HostResolvers(resolvConf []byte) []netip.Addr {
+	var out []netip.Addr
+	sc := bufio.NewScanner(bytes.NewReader(resolvConf))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() && !a.IsLoopback() {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		out = []netip.Addr{netip.MustParseAddr("8.8.8.8"), netip.MustParseAddr("8.8.4.4")}
+	}
+	return out
 }

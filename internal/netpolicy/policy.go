@@ -106,7 +106,9 @@ func (p Policy) CIDRs() (allow, deny []netip.Prefix) {
 		}
 	}
 	for _, d := range p.Deny {
-		deny = append(deny, netip.MustParsePrefix(d))
+		if pfx, err := netip.ParsePrefix(d); err == nil { // always, for a normalized p
+			deny = append(deny, pfx)
+		}
 	}
 	return allow, deny
 }
@@ -137,18 +139,34 @@ func (p Policy) AllowsHost(name string) bool {
 	return false
 }
 
+// parseCIDR reads an IPv4 address or CIDR (an IPv4-mapped IPv6 one is
+// read as the IPv4 it maps). IPv6 is refused: the sandboxes' network is
+// IPv4 only, so an IPv6 rule could never be held as written.
 func parseCIDR(s string) (netip.Prefix, error) {
+	var pfx netip.Prefix
 	if addr, err := netip.ParseAddr(s); err == nil {
 		if addr.Zone() != "" {
 			return netip.Prefix{}, errors.New("an address with a zone")
 		}
-		return netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen()), nil
-	}
-	pfx, err := netip.ParsePrefix(s)
-	if err != nil {
+		pfx = netip.PrefixFrom(addr, addr.BitLen())
+	} else if pfx, err = netip.ParsePrefix(s); err != nil {
 		return netip.Prefix{}, fmt.Errorf("not a CIDR (%v)", err)
 	}
-	return netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()).Masked(), nil
+	addr, bits := pfx.Addr(), pfx.Bits()
+	if addr.Is4In6() {
+		if bits < 96 {
+			return netip.Prefix{}, errors.New("an IPv4-mapped prefix shorter than /96")
+		}
+		addr, bits = addr.Unmap(), bits-96
+	}
+	if !addr.Is4() {
+		return netip.Prefix{}, errors.New("IPv6 rules are not supported: the sandboxes' network is IPv4 only")
+	}
+	out := netip.PrefixFrom(addr, bits).Masked()
+	if !out.IsValid() {
+		return netip.Prefix{}, errors.New("not a valid IPv4 CIDR")
+	}
+	return out, nil
 }
 
 // parseHost accepts a DNS name (letters, digits, '-', dots between

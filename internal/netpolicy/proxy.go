@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -150,18 +151,43 @@ func (p *Proxy) refuse(policy Policy, dst netip.AddrPort, name string) string {
 			return "the address is denied by the sandbox's network policy"
 		}
 	}
-	if name != "" && policy.AllowsHost(name) {
-		return ""
-	}
 	for _, al := range allow {
 		if al.Contains(a) {
 			return ""
 		}
 	}
+	// By name, public addresses only: the proxy connects from the host,
+	// so a name must not open the host's private networks.
+	if name != "" && policy.AllowsHost(name) {
+		if private(a) && !slices.ContainsFunc(p.fw.opts.PrivateReachable, func(r netip.Prefix) bool { return r.Contains(a) }) {
+			return "a name rule reaches public addresses only; allow this private address by CIDR"
+		}
+		return ""
+	}
 	if name == "" {
 		return "no host name (HTTP Host or TLS SNI) in the connection, and its address is not allowed"
 	}
 	return fmt.Sprintf("%q is not allowed by the sandbox's network policy", name)
+}
+
+// private reports addresses of private networks: RFC 1918, shared
+// address space (RFC 6598), and the reserved 0/8, 192.0.0/24, 198.18/15
+// and 240/4.
+func private(a netip.Addr) bool {
+	if a.IsPrivate() {
+		return true
+	}
+	for _, r := range privateRanges {
+		if r.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+var privateRanges = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("240.0.0.0/4"),
 }
 
 func (p *Proxy) take(a netip.Addr) bool {

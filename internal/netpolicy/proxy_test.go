@@ -44,7 +44,7 @@ func TestSniff(t *testing.T) {
 // What the proxy lets through: an allowed name or address, never a denied
 // address, the host's own, a sandbox's, loopback or link-local.
 func TestProxyRefuse(t *testing.T) {
-	fw := New(Options{Subnet: netip.MustParsePrefix("172.30.0.0/16")})
+	fw := New(Options{Subnet: netip.MustParsePrefix("172.30.0.0/16"), PrivateReachable: []netip.Prefix{netip.MustParsePrefix("10.240.0.0/12")}})
 	p := NewProxy(fw, nil, func(a netip.Addr) bool { return a == netip.MustParseAddr("192.0.2.2") })
 	pol, err := Policy{Mode: ModeRestricted, Allow: []string{"a.test", "198.51.100.0/24"}, Deny: []string{"203.0.113.9"}}.Normalize()
 	if err != nil {
@@ -65,6 +65,9 @@ func TestProxyRefuse(t *testing.T) {
 		{"172.30.0.5", "a.test", false},
 		{"127.0.0.1", "a.test", false},
 		{"169.254.169.254", "a.test", false},
+		{"10.1.2.3", "a.test", false},
+		{"100.64.0.1", "a.test", false},
+		{"10.240.0.2", "a.test", true}, // PrivateReachable
 	} {
 		if why := p.refuse(pol, at(tc.dst), tc.name); (why == "") != tc.ok {
 			t.Errorf("refuse(%s, %q) = %q, want allowed=%v", tc.dst, tc.name, why, tc.ok)
@@ -80,6 +83,9 @@ func TestPolicyNormalize(t *testing.T) {
 	if got := strings.Join(p.Allow, " "); got != "*.cdn.test 10.0.0.0/8 10.1.2.3/32 example.com" {
 		t.Errorf("allow = %q", got)
 	}
+	if m, err := (Policy{Mode: ModeOpen, Deny: []string{"::ffff:10.0.0.0/104"}}).Normalize(); err != nil || m.Deny[0] != "10.0.0.0/8" {
+		t.Errorf("an IPv4-mapped deny: %+v, %v; want 10.0.0.0/8", m, err)
+	}
 	if !p.AllowsHost("img.cdn.test") || p.AllowsHost("cdn.test") || !p.AllowsHost("EXAMPLE.com") || p.AllowsHost("example.com.evil") {
 		t.Error("AllowsHost")
 	}
@@ -87,9 +93,21 @@ func TestPolicyNormalize(t *testing.T) {
 		{Mode: "x"}, {Mode: ModeOpen, Allow: []string{"a.test"}}, {Mode: ModeNone, Deny: []string{"10.0.0.0/8"}},
 		{Mode: ModeRestricted, Allow: []string{"-bad-.test"}}, {Mode: ModeRestricted, Deny: []string{"a.test"}},
 		{Mode: ModeRestricted, Allow: []string{"fe80::1%eth0"}},
+		{Mode: ModeRestricted, Deny: []string{"::ffff:10.0.0.0/72"}},
+		{Mode: ModeRestricted, Deny: []string{"2001:db8::/32"}},
 	} {
 		if _, err := bad.Normalize(); err == nil {
 			t.Errorf("Normalize(%+v): no error", bad)
 		}
+	}
+}
+
+func TestHostResolvers(t *testing.T) {
+	got := HostResolvers([]byte("# x\nnameserver 127.0.0.53\nnameserver 10.0.0.2\nnameserver ::1\nsearch example\n"))
+	if len(got) != 1 || got[0] != netip.MustParseAddr("10.0.0.2") {
+		t.Errorf("HostResolvers = %v, want [10.0.0.2]", got)
+	}
+	if got := HostResolvers([]byte("nameserver 127.0.0.53\n")); len(got) != 2 {
+		t.Errorf("loopback only: %v, want the engine's two defaults", got)
 	}
 }

@@ -522,7 +522,11 @@ func testFirewall(t *testing.T, drt *docker.Runtime, name string) service.Firewa
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw := netpolicy.New(netpolicy.Options{Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway, ProxyPort: ln.Addr().(*net.TCPAddr).Port})
+	fw := netpolicy.New(netpolicy.Options{
+		Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway, ProxyPort: ln.Addr().(*net.TCPAddr).Port,
+		Resolvers:        netpolicy.HostResolvers(nil),
+		PrivateReachable: []netip.Prefix{testenv.NetNSRange}, // the test's servers
+	})
 	go netpolicy.NewProxy(fw, nil, nil).Serve(ln)
 	t.Cleanup(func() {
 		ln.Close()

@@ -68,6 +68,11 @@ func TestNetwork_RestrictedReachesItsAllowListOnly(t *testing.T) {
 	if reaches(t, h, alice, s.ID, b, serverPort) {
 		t.Error("restricted to A: B answers")
 	}
+	// Port 53 is DNS to the engine's resolvers only, not a way out.
+	ns.Serve(t, b, 53)
+	if reaches(t, h, alice, s.ID, b, 53) {
+		t.Error("restricted to A: B answers on port 53")
+	}
 
 	// Deny overrides allow: the namespace's /29 allowed, B denied.
 	subnet := netip.PrefixFrom(a, 29).Masked().String()

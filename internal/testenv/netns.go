@@ -17,6 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// NetNSRange holds every NetNS's addresses.
+var NetNSRange = netip.MustParsePrefix("10.240.0.0/12")
+
 // NetNS is a network namespace a test made, joined to the host by a veth
 // pair on a /29 of 10.240.0.0/12 of its own: the test's own hosts, for
 // servers a sandbox may or may not reach. Nothing in it routes off the
