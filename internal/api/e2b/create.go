@@ -239,6 +239,10 @@ func (f *Facade) createRequest(owner string, body newSandboxBody, from *fromTemp
 	if body.AllowInternetAccess != nil {
 		ann[annAllowInternet] = strconv.FormatBool(*body.AllowInternetAccess)
 	}
+	policy, err := f.createPolicy(body.AllowInternetAccess, body.Network)
+	if err != nil {
+		return service.CreateRequest{}, err
+	}
 	if len(body.Network) > 0 && string(body.Network) != "null" {
 		var canon bytes.Buffer
 		if err := json.Compact(&canon, body.Network); err != nil {
@@ -266,15 +270,17 @@ func (f *Facade) createRequest(owner string, body newSandboxBody, from *fromTemp
 		mounts = append(mounts, service.Mount{Volume: m.Name, Path: m.Path})
 	}
 	return service.CreateRequest{
-		Owner:       owner,
-		Image:       image,
-		Template:    templateRef,
-		Env:         maps.Clone(body.EnvVars),
-		Tags:        maps.Clone(body.Metadata),
-		Timeout:     timeout,
-		Network:     false, // no network until network policy is enforced
-		Mounts:      mounts,
-		Annotations: ann,
+		Owner:    owner,
+		Image:    image,
+		Template: templateRef,
+		Env:      maps.Clone(body.EnvVars),
+		Tags:     maps.Clone(body.Metadata),
+		Timeout:  timeout,
+		// The egress asked for (createPolicy): none on a daemon without
+		// --sandbox-network.
+		NetworkPolicy: policy,
+		Mounts:        mounts,
+		Annotations:   ann,
 		// autoPause: the reaper pauses the sandbox when its timeout
 		// passes, instead of killing it (lifecycle.onTimeout "pause").
 		PauseOnTimeout: ann[annAutoPause] == "true",

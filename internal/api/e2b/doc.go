@@ -26,7 +26,7 @@
 //     E2B's JSON shapes and its error body {"code": <status>, "message": …}
 //     on every failure (the SDKs read `code` from the body: kill() is false
 //     only on code 404, pause() only on 409). What E2B has and the facade
-//     does not (template builds, logs, network updates, …:
+//     does not (template builds, logs, teams, …:
 //     unsupported.go) is 501 naming it, never 404, which the SDK would read
 //     as "sandbox not found".
 //
@@ -114,11 +114,14 @@
 // user set timeoutMs) it is 300 s for v1 and v2 alike (the infra spec's v1
 // default of 15 s would surprise Python users, whose SDK always sends it).
 // envVars become the sandbox environment and metadata its tags (keys must
-// follow our tag rules: 400 otherwise). allow_internet_access, network,
-// autoPause and autoResume are recorded as annotations and shown back;
-// network and autoResume are not enforced yet (every E2B sandbox has no
-// network until network policy exists; traffic does not resume a paused
-// sandbox). autoPause is: such a sandbox is paused, not killed, when its
+// follow our tag rules: 400 otherwise). allow_internet_access and
+// network's allowOut and denyOut are the sandbox's network policy
+// (network.go: E2B's allow-before-deny mapped onto sandboxd's
+// deny-over-allow; no network on a daemon without --sandbox-network), and
+// PUT /sandboxes/{id}/network changes it; reads show the policy in force.
+// allow_internet_access, network, autoPause and autoResume are recorded as
+// annotations too; autoResume is not enforced (traffic does not resume a
+// paused sandbox). autoPause is: such a sandbox is paused, not killed, when its
 // timeout passes (service.CreateRequest.PauseOnTimeout; lifecycle.onTimeout
 // "pause").
 //

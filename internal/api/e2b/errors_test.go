@@ -47,21 +47,6 @@ func TestErrors_EveryE2BPathAnswersInE2BShape(t *testing.T) {
 	}
 }
 
-// TestNetworkUpdate_RefusedInE2BShape: PUT /sandboxes/{id}/network is
-// refused with 501 saying why (no egress policy; no network at all), not
-// 404; an unknown sandbox is 404 (SandboxNotFoundError in the SDK).
-func TestNetworkUpdate_RefusedInE2BShape(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	c := h.create(t, map[string]any{"templateID": "base"})
-	body := map[string]any{"allowOut": []string{"1.1.1.1"}, "denyOut": []string{"0.0.0.0/0"}}
-	resp := h.do(t, h.admin, http.MethodPut, "/sandboxes/"+c.SandboxID+"/network", body)
-	wantError(t, resp, http.StatusNotImplemented)
-	if !strings.Contains(string(resp.body), "network") || !strings.Contains(string(resp.body), "egress") {
-		t.Errorf("network refusal %s does not say why", resp.body)
-	}
-	wantError(t, h.do(t, h.admin, http.MethodPut, "/sandboxes/sb-00000000deadbeef/network", body), http.StatusNotFound)
-}
-
 // TestEnvd_UnknownSandboxAnswersE2BsEdgeBody: envd traffic for a sandbox
 // that is not there is 502 with E2B's edge body, sandboxId included; on a
 // Connect path the code is Connect's "unavailable".

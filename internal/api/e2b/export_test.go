@@ -8,7 +8,7 @@ const DeliveryScope = deliveryScope
 // BodyFingerprint is the fingerprint a v2 create of body (JSON) by owner
 // claims under, with the default templates.
 func BodyFingerprint(owner string, body []byte) (string, error) {
-	f := New(Options{AccessTokenKey: make([]byte, 32)})
+	f := New(Options{Service: noNetwork{}, AccessTokenKey: make([]byte, 32)}) // the fingerprint does not depend on the daemon's network
 	var b newSandboxBody
 	if err := json.Unmarshal(body, &b); err != nil {
 		return "", err

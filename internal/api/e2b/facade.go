@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/naming"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"golang.org/x/sync/singleflight"
@@ -42,6 +43,10 @@ type Service interface {
 	GetTemplate(ctx context.Context, c service.Caller, idOrName string) (service.Template, error)
 	ListTemplates(ctx context.Context, c service.Caller) ([]service.Template, error)
 	DeleteTemplate(ctx context.Context, c service.Caller, idOrName string) error
+	SetNetworkPolicy(ctx context.Context, c service.Caller, idOrName string, p netpolicy.Policy) (service.Sandbox, error)
+	// NetworkAllowed reports whether sandboxes may have network at all
+	// (the daemon's --sandbox-network).
+	NetworkAllowed() bool
 }
 
 var _ Service = (*service.Service)(nil)

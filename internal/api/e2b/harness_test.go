@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/api/e2b"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/ingress"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/secrets"
@@ -91,6 +93,10 @@ type harnessOptions struct {
 	realClock bool
 	// wrap, when set, wraps each request's ResponseWriter (to fail writes).
 	wrap func(http.ResponseWriter, *http.Request) http.ResponseWriter
+	// network is the daemon's --sandbox-network: a network of the test's
+	// own (a bridge, traffic between its containers off), the firewall on
+	// it, and sandboxes allowed network.
+	network bool
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -119,9 +125,17 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	sockRoot := filepath.Join(os.TempDir(), "e2bt-"+suffix)
 	t.Cleanup(func() { os.RemoveAll(sockRoot) })
 	testenv.TrackNode(t, "e2btest-"+suffix) // runs after the cleanup below: removes what it missed
-	drt, err := docker.New(docker.Options{NodeID: "e2btest-" + suffix, SocketRoot: sockRoot})
+	netName := ""
+	if opts.network {
+		netName = "e2n" + suffix // an interface name: at most 15 bytes
+	}
+	drt, err := docker.New(docker.Options{NodeID: "e2btest-" + suffix, SocketRoot: sockRoot, Network: netName})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var firewall service.Firewall
+	if opts.network {
+		firewall = testFirewall(t, drt, netName)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -148,6 +162,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		NodeID:       "e2btest-" + suffix,
 		DefaultImage: "sandboxd/base:bookworm",
 		AgentBinary:  agentBinary,
+		AllowNetwork: opts.network,
 	}, service.Deps{
 		Store:     st,
 		Runtime:   h.rt,
@@ -157,6 +172,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Images:    drt,
 		Keyring:   kr,
 		Clock:     now,
+		Firewall:  firewall,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -194,6 +210,31 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	t.Cleanup(srv.Close)
 	h.url, h.facade = srv.URL, f
 	return h
+}
+
+// testFirewall makes the test's network and its firewall, both removed
+// when the test ends (after its containers: cleanups run last first).
+func testFirewall(t *testing.T, drt *docker.Runtime, name string) service.Firewall {
+	t.Helper()
+	n, err := drt.EnsureNetwork(t.Context(), name, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := netpolicy.New(netpolicy.Options{Bridge: n.Bridge, Gateway: n.Gateway})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := fw.Teardown(ctx); err != nil {
+			t.Errorf("firewall teardown: %v", err)
+		}
+		if out, err := exec.CommandContext(ctx, "docker", "network", "rm", name).CombinedOutput(); err != nil {
+			t.Errorf("docker network rm %s: %v: %s", name, err, out)
+		}
+	})
+	if err := fw.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return netpolicy.Addressed{Firewall: fw, IPOf: drt.SandboxIP}
 }
 
 // response is a finished HTTP exchange.

@@ -6,7 +6,7 @@ import "testing"
 // template) leaves the image empty, so the service fills in the daemon's
 // configured default image; other templates keep their images.
 func TestCreateRequest_BaseIsTheDaemonDefault(t *testing.T) {
-	f := New(Options{AccessTokenKey: []byte("k")})
+	f := New(Options{Service: noNetwork{}, AccessTokenKey: []byte("k")})
 	for template, want := range map[string]string{
 		"":                      "",
 		"base":                  "",
@@ -22,3 +22,9 @@ func TestCreateRequest_BaseIsTheDaemonDefault(t *testing.T) {
 		}
 	}
 }
+
+// noNetwork is a Service of a daemon without --sandbox-network; every
+// other method is nil's (createRequest calls none).
+type noNetwork struct{ Service }
+
+func (noNetwork) NetworkAllowed() bool { return false }

@@ -39,6 +39,7 @@ func (f *Facade) routes() http.Handler {
 		"GET /snapshots":                  f.listSnapshots,
 		"DELETE /templates/{templateID}":  f.deleteTemplate,
 		"POST /sandboxes/{id}/fork":       f.fork,
+		"PUT /sandboxes/{id}/network":     f.updateNetwork,
 	} {
 		mux.Handle(pattern, f.wrap(h))
 	}

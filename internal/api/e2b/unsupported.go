@@ -35,13 +35,11 @@ var unsupportedAPIs = map[string]string{
 	"GET /sandboxes/{id}/logs":       "sandbox logs",
 	"GET /v2/sandboxes/{id}/logs":    "sandbox logs",
 	"POST /sandboxes/{id}/refreshes": "refreshes (use setTimeout)",
-	"PUT /sandboxes/{id}/network":    "network updates",
 }
 
 // unsupportedHint adds what to do instead, where there is something.
 var unsupportedHint = map[string]string{
 	"templates (building and managing them)": "; any image present on the host is a template ID (build it with docker build)",
-	"network updates":                        "; there is no egress policy yet: every E2B sandbox has no network access at all, whatever the create asked for",
 }
 
 // unsupported answers a request for what: after the API key is checked and,

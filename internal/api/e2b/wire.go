@@ -21,7 +21,7 @@ const (
 	annSecure        = "e2b.secure" // "false" when envd is open; absent or "true": secure
 	annUser          = "e2b.user"   // envd's default user for requests that name none
 	annAllowInternet = "e2b.allow_internet_access"
-	annNetwork       = "e2b.network" // the request's network object, JSON
+	annNetwork       = "e2b.network" // the create's network object, JSON (its egress is the policy's: networkJSON)
 	annPrivate       = "e2b.private" // "true": network.allowPublicTraffic was false
 	annAutoPause     = "e2b.auto_pause"
 	annAutoResume    = "e2b.auto_resume"
@@ -210,13 +210,18 @@ func (f *Facade) detail(sb service.Sandbox) sandboxDetail {
 		EnvdAccessToken: f.accessTokenFor(sb),
 		Lifecycle:       lifecycle{OnTimeout: "kill"},
 	}
+	// allowInternetAccess is E2B's "explicitly set" flag: the create's
+	// value, or null; but false whenever the sandbox has no network, so
+	// that it never claims internet the sandbox does not have.
 	if v, ok := sb.Annotations[annAllowInternet]; ok {
 		b := v == "true"
 		d.AllowInternetAccess = &b
 	}
-	if v := sb.Annotations[annNetwork]; v != "" {
-		d.Network = json.RawMessage(v)
+	if !sb.NetworkPolicy.HasNetwork() {
+		no := false
+		d.AllowInternetAccess = &no
 	}
+	d.Network = networkJSON(sb)
 	if sb.Annotations[annAutoPause] == "true" {
 		d.Lifecycle.OnTimeout = "pause"
 	}

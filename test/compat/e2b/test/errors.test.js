@@ -23,16 +23,9 @@ describe('errors', { concurrency: true }, () => {
   it('unimplemented APIs say what is missing', { timeout: 120_000 }, async (t) => {
     const sbx = await createSandbox(t, 'errors-unimplemented')
     await rejectsWith(Template.getTags('some-template'), /^501: sandboxd does not implement templates/)
-    await rejectsWith(sbx.updateNetwork({ allowOut: [] }), /^501: sandboxd does not implement network updates/)
     // Snapshots and fork of an unknown sandbox are "not found".
     await assert.rejects(Sandbox.createSnapshot('sb-00000000deadbeef'), SandboxNotFoundError)
     await assert.rejects(Sandbox.fork('sb-00000000deadbeef'), SandboxNotFoundError)
-  })
-
-  it('updateNetwork is refused, saying there is no egress policy', { timeout: 120_000 }, async (t) => {
-    const sbx = await createSandbox(t, 'errors-network')
-    await rejectsWith(sbx.updateNetwork({ allowOut: ['1.1.1.1'], denyOut: ['0.0.0.0/0'] }), /^501: .*network updates.*egress/)
-    await assert.rejects(Sandbox.updateNetwork('sb-00000000deadbeef', { allowOut: [] }), SandboxNotFoundError)
   })
 
   it('envd traffic to a sandbox that is gone gets E2B\'s edge body', { timeout: 120_000 }, async (t) => {
