@@ -52,5 +52,5 @@ for pkg in "${suites[@]}"; do
   echo "== compat: $dir against a 3-node cluster"
   SANDBOXD_URL="http://127.0.0.1:$((7071 + SANDBOXD_CLUSTER_PORTS))" \
     SANDBOXD_TOKEN=$(<"$SANDBOXD_CLUSTER_DIR/n1/admin.token") \
-    COMPAT_E2B_REPLAY_WINDOW_MS=5000 "$dir/run.sh"
+    COMPAT_E2B_REPLAY_WINDOW_MS=5000 COMPAT_CLUSTER=1 "$dir/run.sh"
 done
