@@ -272,14 +272,6 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 // finishDestroy tears down a sandbox whose row is marked for destroy. Each
 // step is idempotent, so it may run again after any failure.
 func (s *Service) finishDestroy(ctx context.Context, id string) error {
-	// Under the sandbox's transition lock: a policy change, a capture or
-	// a pause that began before the destroy's mark ends first, so none of
-	// them acts on a container (or an address) the destroy has let go.
-	unlock, err := s.transitions.lock(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer unlock()
 	if err := s.Router.Remove(ctx, id); err != nil {
 		return fmt.Errorf("remove route of %s: %w", id, err)
 	}

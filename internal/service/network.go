@@ -132,6 +132,16 @@ func (s *Service) SetNetworkPolicy(ctx context.Context, c Caller, idOrName strin
 		if err := s.Firewall.Apply(ctx, row.ID, p); err != nil {
 			return Sandbox{}, fmt.Errorf("apply the network policy of %s: %w", row.ID, err)
 		}
+		// A destroy does not take the transition lock: one that began
+		// meanwhile may have removed the rules before this apply put them
+		// back, for an address the engine is about to give another
+		// sandbox. Such rules go again.
+		if cur, err := s.Store.GetSandbox(ctx, row.ID); err != nil || !cur.DestroyingSince.IsZero() {
+			if rerr := s.Firewall.Remove(context.WithoutCancel(ctx), row.ID); rerr != nil {
+				s.Logger.Warn("network: remove the rules of a sandbox destroyed during a policy change", "sandbox", row.ID, "err", rerr)
+			}
+			return Sandbox{}, fmt.Errorf("sandbox %q: %w", idOrName, ErrNotFound)
+		}
 	}
 	updated, err := s.Store.UpdateSandbox(ctx, row.ID, store.SandboxUpdate{Spec: marshalSpec(spec)})
 	if err != nil {
