@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,7 +16,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/ingress"
-	"github.com/sandboxd/sandboxd/internal/netpolicy"
+	"github.com/sandboxd/sandboxd/internal/netpolicy/netpolicytest"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
@@ -128,7 +126,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	}
 	var firewall service.Firewall
 	if opts.network {
-		firewall = testFirewall(t, drt, netName)
+		firewall = netpolicytest.New(t, drt, netName)
 	}
 	t.Cleanup(func() {
 		// Whatever a test leaves, remove it (and fail if a test expected
@@ -508,39 +506,4 @@ func (f *faultyVolumes) prepared() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.live)
-}
-
-// testFirewall makes the test's network and its firewall, both removed
-// when the test ends (after its containers: cleanups run last first).
-func testFirewall(t *testing.T, drt *docker.Runtime, name string) service.Firewall {
-	t.Helper()
-	n, err := drt.EnsureNetwork(t.Context(), name, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.Gateway, 0).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw := netpolicy.New(netpolicy.Options{
-		Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway, ProxyPort: ln.Addr().(*net.TCPAddr).Port,
-		Resolvers:        netpolicy.HostResolvers(nil),
-		PrivateReachable: []netip.Prefix{testenv.NetNSRange}, // the test's servers
-	})
-	go netpolicy.NewProxy(fw, nil, nil).Serve(ln)
-	t.Cleanup(func() {
-		ln.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := fw.Teardown(ctx); err != nil {
-			t.Errorf("firewall teardown: %v", err)
-		}
-		if out, err := exec.CommandContext(ctx, "docker", "network", "rm", name).CombinedOutput(); err != nil {
-			t.Errorf("docker network rm %s: %v: %s", name, err, out)
-		}
-	})
-	if err := fw.Setup(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return netpolicy.Addressed{Firewall: fw, IPOf: drt.SandboxIP}
 }

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,7 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/api/e2b"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/ingress"
-	"github.com/sandboxd/sandboxd/internal/netpolicy"
+	"github.com/sandboxd/sandboxd/internal/netpolicy/netpolicytest"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/secrets"
@@ -135,7 +134,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	}
 	var firewall service.Firewall
 	if opts.network {
-		firewall = testFirewall(t, drt, netName)
+		firewall = netpolicytest.New(t, drt, netName)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -210,31 +209,6 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	t.Cleanup(srv.Close)
 	h.url, h.facade = srv.URL, f
 	return h
-}
-
-// testFirewall makes the test's network and its firewall, both removed
-// when the test ends (after its containers: cleanups run last first).
-func testFirewall(t *testing.T, drt *docker.Runtime, name string) service.Firewall {
-	t.Helper()
-	n, err := drt.EnsureNetwork(t.Context(), name, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw := netpolicy.New(netpolicy.Options{Bridge: n.Bridge, Gateway: n.Gateway})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := fw.Teardown(ctx); err != nil {
-			t.Errorf("firewall teardown: %v", err)
-		}
-		if out, err := exec.CommandContext(ctx, "docker", "network", "rm", name).CombinedOutput(); err != nil {
-			t.Errorf("docker network rm %s: %v: %s", name, err, out)
-		}
-	})
-	if err := fw.Setup(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return netpolicy.Addressed{Firewall: fw, IPOf: drt.SandboxIP}
 }
 
 // response is a finished HTTP exchange.
