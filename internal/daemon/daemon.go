@@ -611,6 +611,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		drainCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		d.Service.DrainPool(drainCtx)
+		if err := d.Service.DropUnusedForks(drainCtx); err != nil {
+			d.logger.Warn("stop: fork captures left for the next start's sweep", "err", err)
+		}
 		return nil
 	})
 	if d.cluster != nil {

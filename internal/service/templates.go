@@ -829,10 +829,17 @@ func (s *Service) sweepTemplates(ctx context.Context, startup bool) error {
 			s.destroyDetached(ctx, row.ID, "its build was cut short")
 		}
 	}
+	errs = append(errs, s.sweepForks(ctx, imgs, forkGrace))
+	return errors.Join(errs...)
+}
+
+// sweepForks removes the fork captures no sandbox uses that are older
+// than grace.
+func (s *Service) sweepForks(ctx context.Context, imgs runtime.Images, grace time.Duration) error {
 	forks, err := s.Store.UnusedForks(ctx)
-	errs = append(errs, err)
+	errs := []error{err}
 	for _, t := range forks {
-		if s.Clock().Sub(t.UpdatedAt) < forkGrace {
+		if s.Clock().Sub(t.UpdatedAt) < grace {
 			continue
 		}
 		if err := s.removeTemplate(ctx, imgs, t); err != nil && !errors.Is(err, ErrConflict) {
@@ -840,6 +847,17 @@ func (s *Service) sweepTemplates(ctx context.Context, startup bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// DropUnusedForks removes every fork capture no sandbox uses, whatever
+// its age: a daemon that stops (its forks' creates have ended) leaves
+// none behind.
+func (s *Service) DropUnusedForks(ctx context.Context) error {
+	imgs, err := s.images()
+	if err != nil {
+		return nil
+	}
+	return s.sweepForks(ctx, imgs, 0)
 }
 
 // dropTemplate deletes a capture that failed, row and image; what it
