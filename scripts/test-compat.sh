@@ -36,10 +36,13 @@ stop_cluster() {
       echo "--- node $n log (tail)"; tail -20 "$SANDBOXD_CLUSTER_DIR/n$n/sandboxd.log" 2>/dev/null || true
     done
   fi
-  # What a failed run left: this cluster's containers, by their node label.
+  # What a failed run left: this cluster's containers, and the images its
+  # nodes made, by their node label.
   for n in 1 2 3; do
     ids=$(docker ps -aq --filter "label=sandboxd.node=$SANDBOXD_CLUSTER_NODE_PREFIX$n")
     [ -z "$ids" ] || docker rm -f $ids >/dev/null || true
+    ids=$(docker images -q --filter "label=sandboxd.node=$SANDBOXD_CLUSTER_NODE_PREFIX$n")
+    [ -z "$ids" ] || docker rmi -f $ids >/dev/null 2>&1 || true
   done
   rm -rf "$SANDBOXD_CLUSTER_DIR"
   exit "$status"

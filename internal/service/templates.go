@@ -411,7 +411,7 @@ func (s *Service) build(ctx context.Context, t store.Template, r Recipe, base ru
 	cfg.Env = mergeEnvList(cfg.Env, env)
 	cfg.WorkingDir = cmp.Or(workdir, cfg.WorkingDir)
 	cfg.User = "" // the agent runs as root; the recipe's user runs the start command
-	cfg.Labels = withLabel(cfg.Labels, labelTemplate, t.ID)
+	cfg.Labels = s.templateLabels(cfg.Labels, t.ID)
 	log.printf("capture\n")
 	if _, err := s.Images.Commit(ctx, sb.ID, t.Image, cfg); err != nil {
 		return fmt.Errorf("capture: %w", err)
@@ -460,12 +460,16 @@ func mergeEnvList(base []string, add map[string]string) []string {
 	return out
 }
 
-func withLabel(labels map[string]string, k, v string) map[string]string {
-	out := maps.Clone(labels)
+// templateLabels are a template image's labels: its base's, its id, and
+// the node that made it (so that a node's cleanup finds its images; a
+// container made from it has its own node label over this one).
+func (s *Service) templateLabels(base map[string]string, id string) map[string]string {
+	out := maps.Clone(base)
 	if out == nil {
 		out = map[string]string{}
 	}
-	out[k] = v
+	out[labelTemplate] = id
+	out[runtime.LabelNode] = s.cfg.NodeID
 	return out
 }
 
@@ -531,7 +535,7 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 	}
 	cfg := base.Config
 	cfg.Env = mergeEnvList(cfg.Env, row.Env) // what the container has of it: the engine would copy it anyway
-	cfg.Labels = withLabel(cfg.Labels, labelTemplate, id)
+	cfg.Labels = s.templateLabels(cfg.Labels, id)
 	// The engine finishes a commit whatever the caller does, so the
 	// caller's going away does not cut it short here either: its image
 	// is then either recorded or removed.

@@ -78,11 +78,19 @@ func NodeContainers(ctx context.Context, node string) ([]string, error) {
 // RemoveNode force-removes every container labelled sandboxd.node=node
 // (with its anonymous volumes) and returns what it removed. A container
 // already gone is not an error.
-func RemoveNode(ctx context.Context, node string) ([]string, error) {
+func RemoveNode(ctx context.Context, node string) (_ []string, err error) {
 	list, err := NodeContainers(ctx, node)
-	if err != nil || len(list) == 0 {
+	if err == nil && len(list) == 0 {
+		return nil, removeNodeImages(ctx, node)
+	}
+	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if ierr := removeNodeImages(ctx, node); ierr != nil && err == nil {
+			err = ierr
+		}
+	}()
 	var ids, removed []string
 	for _, line := range list {
 		ids = append(ids, strings.Fields(line)[0])
@@ -136,4 +144,21 @@ func stderr(err error) string {
 		return ": " + strings.TrimSpace(string(ee.Stderr))
 	}
 	return ""
+}
+
+// removeNodeImages removes the images node made (templates, snapshots,
+// forks' captures carry its node label), once its containers are gone.
+func removeNodeImages(ctx context.Context, node string) error {
+	out, err := exec.CommandContext(ctx, "docker", "images", "-q", "--filter", "label=sandboxd.node="+node).Output()
+	if err != nil {
+		return fmt.Errorf("docker images: %w", err)
+	}
+	ids := strings.Fields(string(out))
+	if len(ids) == 0 {
+		return nil
+	}
+	if out, err := exec.CommandContext(ctx, "docker", append([]string{"rmi", "-f"}, ids...)...).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such image") {
+		return fmt.Errorf("docker rmi: %w: %s", err, out)
+	}
+	return nil
 }

@@ -68,5 +68,12 @@ compat_stop_daemon() {
 		log "last lines of the daemon's log:"
 		tail -n 30 "$data_dir/sandboxd.log" >&2 || true
 	fi
+	# The images it made (snapshots, builds) carry its node label.
+	local node ids
+	node=$(cat "$data_dir/node-id" 2>/dev/null || true)
+	if [[ -n $node ]]; then
+		ids=$(docker images -q --filter "label=sandboxd.node=$node" 2>/dev/null || true)
+		[[ -z $ids ]] || docker rmi -f $ids >/dev/null 2>&1 || true
+	fi
 	rm -rf "$data_dir"
 }
