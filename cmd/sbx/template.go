@@ -173,8 +173,8 @@ func (c *cli) snapshotCmd() *cobra.Command {
 		Use:   "snapshot <id|name> [--name NAME]",
 		Short: "Capture a sandbox's filesystem as a template and print its id",
 		Long: `Capture a sandbox's filesystem (running, paused or stopped) as a template
-that 'sbx create --template' creates from. Its env, secrets and processes
-are not captured.`,
+that 'sbx create --template' creates from. Its env is captured; its secret
+env, agent token and processes are not.`,
 		Args: args(1, 1, "one sandbox id or name"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client()

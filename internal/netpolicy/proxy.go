@@ -117,7 +117,7 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	}
 	_ = c.SetReadDeadline(time.Now().Add(proxyHeaderTimeout))
 	rec := &recorder{r: c}
-	name, isHTTP := sniff(rec, dst.Port())
+	name, isHTTP := sniff(rec)
 	_ = c.SetReadDeadline(time.Time{})
 	if why := p.refuse(policy, dst, name); why != "" {
 		p.log.Debug("proxy: refused", "sandbox_ip", peer, "dst", dst, "name", name, "why", why)
@@ -244,7 +244,7 @@ func (r *recorder) Read(p []byte) (int, error) {
 // sniff reads the name a connection is for: a TLS ClientHello's SNI (a
 // first byte 0x16), else an HTTP request's Host header. isHTTP is set
 // when the connection spoke HTTP (a refusal can answer 403).
-func sniff(rec *recorder, port uint16) (name string, isHTTP bool) {
+func sniff(rec *recorder) (name string, isHTTP bool) {
 	br := bufio.NewReaderSize(rec, 512)
 	first, err := br.Peek(1)
 	if err != nil {

@@ -20,7 +20,7 @@ func TestSniff(t *testing.T) {
 		{"garbage", "\x00\x01\x02 nonsense\r\n\r\n", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			name, isHTTP := sniff(&recorder{r: strings.NewReader(tc.send)}, 80)
+			name, isHTTP := sniff(&recorder{r: strings.NewReader(tc.send)})
 			if name != tc.want || isHTTP != tc.http {
 				t.Errorf("sniff = %q, %v; want %q, %v", name, isHTTP, tc.want, tc.http)
 			}
@@ -32,7 +32,7 @@ func TestSniff(t *testing.T) {
 		client.Close()
 	}()
 	rec := &recorder{r: server}
-	if name, isHTTP := sniff(rec, 443); name != "secure.example.com" || isHTTP {
+	if name, isHTTP := sniff(rec); name != "secure.example.com" || isHTTP {
 		t.Errorf("TLS: sniff = %q, %v; want secure.example.com, false", name, isHTTP)
 	}
 	if rec.buf.Len() == 0 || rec.buf.Bytes()[0] != 0x16 {
