@@ -78,10 +78,13 @@ type Store interface {
 	ListExpiredUndelivered(ctx context.Context, limit int) ([]store.Claim, error)
 
 	CreateTemplate(ctx context.Context, t store.Template) (store.Template, error)
-	FinishTemplate(ctx context.Context, id string, sizeBytes int64) (store.Template, error)
+	FinishTemplate(ctx context.Context, id string, sizeBytes int64, tags ...string) (store.Template, error)
 	FailTemplate(ctx context.Context, id, reason string) (store.Template, error)
 	GetTemplate(ctx context.Context, id string) (store.Template, error)
-	GetTemplateByName(ctx context.Context, owner, name string) (store.Template, error)
+	GetTemplateByTag(ctx context.Context, owner, name, tag string) (store.Template, error)
+	TagTemplate(ctx context.Context, owner, name string, tags []string, id string) error
+	UntagTemplates(ctx context.Context, owner, name string, tags []string) (int, error)
+	ListTemplateTags(ctx context.Context, owner string) ([]store.TemplateTag, error)
 	FindTemplateByRecipe(ctx context.Context, owner, hash string) (store.Template, error)
 	ListTemplates(ctx context.Context, owner string, forks bool) ([]store.Template, error)
 	DeleteTemplate(ctx context.Context, id string) (store.Template, error)

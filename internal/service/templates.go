@@ -13,6 +13,7 @@ import (
 	"maps"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -64,6 +65,7 @@ const (
 	buildTimeout     = 30 * time.Minute
 	readyTimeout     = time.Minute
 	maxForks         = 16
+	maxTemplateTags  = 16
 	// forkGrace keeps a fork's capture that no sandbox uses yet from the
 	// sweep while its creates run.
 	forkGrace = 10 * time.Minute
@@ -99,7 +101,9 @@ type Template struct {
 	Error     string              `json:"error,omitempty"`
 	StartCmd  string              `json:"start_cmd,omitempty"`
 	ReadyCmd  string              `json:"ready_cmd,omitempty"`
-	CreatedAt time.Time           `json:"created_at"`
+	// Tags are the name:tag references that point to it now.
+	Tags      []string  `json:"tags,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time           `json:"updated_at"`
 }
 
@@ -110,6 +114,9 @@ type templateSpec struct {
 	ReadyCmd string `json:"ready_cmd,omitempty"`
 	User     string `json:"user,omitempty"`
 	Workdir  string `json:"workdir,omitempty"`
+	// Tags are the tags of the template's name a build points at it once
+	// it is ready.
+	Tags []string `json:"tags,omitempty"`
 }
 
 func fromTemplateRow(t store.Template) Template {
@@ -125,14 +132,33 @@ func fromTemplateRow(t store.Template) Template {
 // Recipe is how to build a template: a base image and steps, run in order
 // in a sandbox of the base (with no network) and captured.
 type Recipe struct {
-	Name  string `json:"name,omitempty"`
-	Base  string `json:"base,omitempty"`
-	Steps []Step `json:"steps,omitempty"`
+	// Name names the template once it is built: the build points
+	// name:tag at it for each of Tags (default: latest), moving them
+	// from a template they pointed to before (which stays, by its id).
+	Name string   `json:"name,omitempty"`
+	Tags []string `json:"tags,omitempty"`
+	// Base is the image to build over (default: the daemon's), or
+	// FromTemplate one of the owner's templates (an id or name[:tag]),
+	// whose start command and ready check the build keeps unless it sets
+	// its own.
+	Base         string `json:"base,omitempty"`
+	FromTemplate string `json:"from_template,omitempty"`
+	Steps        []Step `json:"steps,omitempty"`
+	// NoCache builds even when the owner built the same recipe before.
+	NoCache bool `json:"no_cache,omitempty"`
 	// StartCmd runs (as a shell line, in the background) in every sandbox
 	// created from the template; ReadyCmd, when set, is run until it
 	// exits 0 before the create answers.
 	StartCmd string `json:"start_cmd,omitempty"`
 	ReadyCmd string `json:"ready_cmd,omitempty"`
+
+	// ID, set by an edge that hands out the id before the build (E2B),
+	// is the new template's id; a build of an id the owner already has
+	// is that template, however its recipe reads (a retry).
+	ID string `json:"-"`
+	// NewName refuses a Name that already points to another template
+	// (Daytona's snapshot names are unique, not moved).
+	NewName bool `json:"-"`
 }
 
 // Step is one step of a recipe: exactly one field is set.
@@ -151,10 +177,12 @@ type Step struct {
 	User string `json:"user,omitempty"`
 }
 
-// CopyStep writes Content to Path (parents created).
+// CopyStep writes Content to Path (parents created), owned by the
+// steps' user, with Mode's permission bits when it is set.
 type CopyStep struct {
 	Path    string `json:"path"`
 	Content []byte `json:"content"`
+	Mode    uint32 `json:"mode,omitempty"`
 }
 
 // safeWorkdir: the engine starts a container's first process in its
@@ -178,9 +206,74 @@ func validTemplateName(name string) bool {
 	return naming.ValidLabel(name) && !strings.HasPrefix(name, "tpl-")
 }
 
+// validTag: an image tag's shape (letters, digits, '_', '.' and '-', at
+// most 128, not starting with '.' or '-').
+func validTag(tag string) bool {
+	if tag == "" || len(tag) > 128 || tag[0] == '.' || tag[0] == '-' {
+		return false
+	}
+	for _, c := range []byte(tag) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+const (
+	msgTemplateName = "must be a DNS label (lowercase letters, digits and '-', at most 63) not starting with tpl-"
+	msgTemplateTag  = "must be letters, digits, '_', '.' and '-', at most 128, not starting with '.' or '-'"
+)
+
+// ParseTemplateRef splits a template reference, name or name:tag, into
+// its name and tag (store.DefaultTag when it has none); ok is false when
+// either is malformed.
+func ParseTemplateRef(ref string) (name, tag string, ok bool) {
+	name, tag, hasTag := strings.Cut(ref, ":")
+	if !hasTag {
+		tag = store.DefaultTag
+	}
+	return name, tag, validTemplateName(name) && validTag(tag)
+}
+
+func validateTags(field string, tags []string) error {
+	if len(tags) > maxTemplateTags {
+		return invalid(field, "at most %d", maxTemplateTags)
+	}
+	for i, tag := range tags {
+		if !validTag(tag) {
+			return invalid(fmt.Sprintf("%s[%d]", field, i), msgTemplateTag)
+		}
+	}
+	return nil
+}
+
+// recipeTags is the tags a build of r points at its template.
+func recipeTags(r Recipe) []string {
+	if r.Name == "" {
+		return nil
+	}
+	if len(r.Tags) == 0 {
+		return []string{store.DefaultTag}
+	}
+	return r.Tags
+}
+
 func (r Recipe) validate() error {
 	if r.Name != "" && !validTemplateName(r.Name) {
-		return invalid("name", "must be a DNS label (lowercase letters, digits and '-', at most 63) not starting with tpl-")
+		return invalid("name", msgTemplateName)
+	}
+	if err := validateTags("tags", r.Tags); err != nil {
+		return err
+	}
+	if len(r.Tags) > 0 && r.Name == "" {
+		return invalid("tags", "need a name")
+	}
+	if r.ID != "" && !validTemplateID(r.ID) {
+		return invalid("id", "must be tpl- and 16 hex digits")
+	}
+	if r.FromTemplate != "" && r.Base != "" {
+		return invalid("from_template", "give either base or from_template, not both")
 	}
 	if r.Base != "" {
 		if err := validateImage(r.Base); err != nil {
@@ -212,6 +305,9 @@ func (r Recipe) validate() error {
 			if err := validPath(st.Copy.Path); err != nil || !strings.HasPrefix(st.Copy.Path, "/") {
 				return invalid(field+".copy.path", "must be an absolute path without NUL")
 			}
+			if st.Copy.Mode > 0o7777 {
+				return invalid(field+".copy.mode", "must be permission bits (at most 07777)")
+			}
 			if copied += len(st.Copy.Content); copied > maxCopyBytes {
 				return invalid(field+".copy.content", "the copy steps carry more than %d bytes together", maxCopyBytes)
 			}
@@ -236,21 +332,36 @@ func (r Recipe) validate() error {
 	return nil
 }
 
-// hash identifies what a build of r makes: the recipe and the base
-// image's id (a rebuilt base is another build).
+// hash identifies what a build of r makes: its name, base, steps and
+// commands and the id of the image it builds over (a rebuilt base is
+// another build). The tags it points are not part of it: a build of the
+// same recipe under another tag is a cache hit that moves the tag.
 func (r Recipe) hash(baseID string) string {
 	b, _ := json.Marshal(struct {
-		Recipe
-		BaseID string
-	}{r, baseID}) // strings, maps and byte slices always marshal
+		Name         string `json:"name,omitempty"`
+		Base         string `json:"base,omitempty"`
+		FromTemplate string `json:"from_template,omitempty"`
+		Steps        []Step `json:"steps,omitempty"`
+		StartCmd     string `json:"start_cmd,omitempty"`
+		ReadyCmd     string `json:"ready_cmd,omitempty"`
+		BaseID       string
+	}{r.Name, r.Base, r.FromTemplate, r.Steps, r.StartCmd, r.ReadyCmd, baseID}) // strings, maps and byte slices always marshal
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
 }
 
-func newTemplateID() string {
+// NewTemplateID returns a fresh template id, for an edge that hands one
+// out before its build (Recipe.ID).
+func NewTemplateID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "tpl-" + hex.EncodeToString(b[:])
+}
+
+func validTemplateID(id string) bool {
+	h, ok := strings.CutPrefix(id, "tpl-")
+	_, err := hex.DecodeString(h)
+	return ok && len(h) == 16 && err == nil && strings.ToLower(h) == h
 }
 
 // images returns the engine's image side, or ErrUnavailable.
@@ -279,8 +390,10 @@ func (s *Service) checkStorage(ctx context.Context, owner string) error {
 
 // BuildTemplate starts a build of r for the caller's owner and returns
 // its template, building. The same recipe over the same base again is the
-// same template (cached is set), whatever state it is in but failed. The
-// build goes on in the background; FollowBuildLog streams its output.
+// same template (cached is set): a ready one gets r's tags at once, a
+// building one is answered only to a retry (the same tags), as a failed
+// one is built anew. The build goes on in the background; FollowBuildLog
+// streams its output.
 func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Template, cached bool, err error) {
 	imgs, err := s.images()
 	if err != nil {
@@ -292,21 +405,64 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 	if err := r.validate(); err != nil {
 		return Template{}, false, err
 	}
-	r.Base = cmp.Or(r.Base, s.cfg.DefaultImage)
-	base, err := imgs.InspectImage(ctx, r.Base)
+	if r.ID != "" {
+		if found, err := s.Store.GetTemplate(ctx, r.ID); err == nil {
+			if found.Owner != c.Owner {
+				return Template{}, false, fmt.Errorf("template id %s is taken: %w", r.ID, ErrConflict)
+			}
+			return s.withTags(ctx, fromTemplateRow(found)), true, nil
+		}
+	}
+	spec := templateSpec{StartCmd: r.StartCmd, ReadyCmd: r.ReadyCmd, Tags: recipeTags(r)}
+	if r.FromTemplate != "" {
+		from, err := s.lookupTemplate(ctx, c, r.FromTemplate)
+		if err != nil || from.Kind == store.TemplateFork {
+			return Template{}, false, &FieldError{Field: "from_template", Reason: fmt.Sprintf("template %q not found", r.FromTemplate), Kind: ErrNotFound}
+		}
+		if from.State != store.TemplateReady {
+			return Template{}, false, fmt.Errorf("template %s is %s, not ready: %w", from.ID, from.State, ErrConflict)
+		}
+		var fromSpec templateSpec
+		_ = json.Unmarshal(from.Spec, &fromSpec) // written by us
+		if spec.StartCmd == "" {
+			spec.StartCmd, spec.ReadyCmd = fromSpec.StartCmd, fromSpec.ReadyCmd
+		}
+		spec.User, spec.Workdir = fromSpec.User, fromSpec.Workdir
+		r.Base = from.Image
+	}
+	baseRef := cmp.Or(r.Base, s.cfg.DefaultImage)
+	base, err := imgs.InspectImage(ctx, baseRef)
 	if errors.Is(err, runtime.ErrImageNotFound) {
-		return Template{}, false, &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", r.Base), Kind: ErrImageNotPresent}
+		return Template{}, false, &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", baseRef), Kind: ErrImageNotPresent}
 	}
 	if err != nil {
 		return Template{}, false, err
 	}
-	if base.Config.Labels[labelTemplate] != "" {
-		return Template{}, false, &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", r.Base), Kind: ErrImageNotPresent}
+	if r.FromTemplate == "" && base.Config.Labels[labelTemplate] != "" {
+		return Template{}, false, &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", baseRef), Kind: ErrImageNotPresent}
 	}
 	hash := r.hash(base.ID)
-	if found, err := s.Store.FindTemplateByRecipe(ctx, c.Owner, hash); err == nil {
-		return fromTemplateRow(found), true, nil
-	} else if !errors.Is(err, store.ErrNotFound) {
+	if !r.NoCache {
+		found, err := s.Store.FindTemplateByRecipe(ctx, c.Owner, hash)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return Template{}, false, err
+		case found.State == store.TemplateReady:
+			if err := s.checkNewName(ctx, c, r, found.ID); err != nil {
+				return Template{}, false, err
+			}
+			if tags := recipeTags(r); len(tags) > 0 {
+				if err := s.Store.TagTemplate(ctx, c.Owner, r.Name, tags, found.ID); err != nil {
+					return Template{}, false, s.mapTemplateErr(err, r.Name)
+				}
+			}
+			return s.withTags(ctx, fromTemplateRow(found)), true, nil
+		case sameTags(found, spec.Tags):
+			return s.withTags(ctx, fromTemplateRow(found)), true, nil
+		}
+	}
+	if err := s.checkNewName(ctx, c, r, ""); err != nil {
 		return Template{}, false, err
 	}
 	if err := s.checkStorage(ctx, c.Owner); err != nil {
@@ -316,41 +472,79 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 	if err != nil {
 		return Template{}, false, err
 	}
-	spec := templateSpec{StartCmd: r.StartCmd, ReadyCmd: r.ReadyCmd}
+	job := buildJob{recipe: r, base: base, user: spec.User, workdir: spec.Workdir}
+	job.recipe.Base = baseRef
 	for _, st := range r.Steps {
 		spec.User = cmp.Or(st.User, spec.User)
 		spec.Workdir = cmp.Or(st.Workdir, spec.Workdir)
 	}
 	specJSON, _ := json.Marshal(spec)
-	id := newTemplateID()
+	id := cmp.Or(r.ID, NewTemplateID())
 	row, err := s.Store.CreateTemplate(ctx, store.Template{
 		ID: id, Owner: c.Owner, Name: r.Name, Kind: store.TemplateBuild, Image: templateRef(id),
-		BaseImage: r.Base, RecipeHash: hash, Spec: specJSON,
+		BaseImage: baseRef, RecipeHash: hash, Spec: specJSON,
 	})
 	if err != nil {
 		release()
 		return Template{}, false, s.mapTemplateErr(err, r.Name)
 	}
-	log := s.builds.open(id)
+	job.t, job.log = row, s.builds.open(id)
 	go func() {
 		defer release()
-		s.runBuild(row, r, base, log)
+		s.runBuild(job)
 	}()
 	return fromTemplateRow(row), false, nil
 }
 
-// runBuild builds template t from r in a sandbox of the base image and
-// settles it: ready with its image, or failed with the reason (its image
+// checkNewName refuses, for a recipe that wants a new name, a name that
+// points to a template other than except.
+func (s *Service) checkNewName(ctx context.Context, c Caller, r Recipe, except string) error {
+	if !r.NewName || r.Name == "" {
+		return nil
+	}
+	t, err := s.Store.GetTemplateByTag(ctx, c.Owner, r.Name, store.DefaultTag)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case t.ID != except:
+		return fmt.Errorf("a template named %q already exists: %w", r.Name, ErrNameConflict)
+	}
+	return nil
+}
+
+// sameTags reports whether building template t will point tags.
+func sameTags(t store.Template, tags []string) bool {
+	var spec templateSpec
+	_ = json.Unmarshal(t.Spec, &spec)
+	return slices.Equal(spec.Tags, tags)
+}
+
+// buildJob is one build: template t from recipe over base (Recipe.Base
+// is its reference), its steps starting as user in workdir (a base
+// template's).
+type buildJob struct {
+	t             store.Template
+	recipe        Recipe
+	base          runtime.Image
+	user, workdir string
+	log           *buildLog
+}
+
+// runBuild builds a template in a sandbox of the base image and settles
+// it: ready with its image, or failed with the reason (its image
 // removed). The build sandbox is destroyed either way.
-func (s *Service) runBuild(t store.Template, r Recipe, base runtime.Image, log *buildLog) {
+func (s *Service) runBuild(job buildJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
+	t, r, log := job.t, job.recipe, job.log
 	start := time.Now()
-	err := s.build(ctx, t, r, base, log)
+	err := s.build(ctx, job)
 	if err == nil {
 		var img runtime.Image
 		if img, err = s.Images.InspectImage(ctx, t.Image); err == nil {
-			_, err = s.Store.FinishTemplate(ctx, t.ID, img.Size)
+			_, err = s.Store.FinishTemplate(ctx, t.ID, img.Size, recipeTags(r)...)
 		}
 	}
 	if err != nil {
@@ -368,9 +562,13 @@ func (s *Service) runBuild(t store.Template, r Recipe, base runtime.Image, log *
 	time.AfterFunc(buildLogKeep, func() { s.builds.drop(t.ID) })
 }
 
-func (s *Service) build(ctx context.Context, t store.Template, r Recipe, base runtime.Image, log *buildLog) error {
-	log.printf("build %s from %s\n", t.ID, r.Base)
-	sb, err := s.createAs(ctx, CreateRequest{Owner: buildOwner, Image: r.Base, Timeout: buildTimeout}, "", nil, nil)
+func (s *Service) build(ctx context.Context, job buildJob) error {
+	t, r, log := job.t, job.recipe, job.log
+	log.printf("build %s from %s\n", t.ID, cmp.Or(r.FromTemplate, r.Base))
+	// The base was checked by BuildTemplate: an image that is no
+	// template's, or a template of the owner's, whose start command a
+	// build does not run.
+	sb, err := s.createChain(ctx, CreateRequest{Owner: buildOwner, Image: r.Base, Timeout: buildTimeout}, "", nil, nil)
 	if err != nil {
 		return fmt.Errorf("start the build sandbox: %w", err)
 	}
@@ -380,7 +578,7 @@ func (s *Service) build(ctx context.Context, t store.Template, r Recipe, base ru
 		return err
 	}
 	env := map[string]string{}
-	workdir, user := "", ""
+	workdir, user := job.workdir, job.user
 	for i, st := range r.Steps {
 		switch {
 		case st.Run != "":
@@ -392,6 +590,12 @@ func (s *Service) build(ctx context.Context, t store.Template, r Recipe, base ru
 			log.printf("step %d: copy %d bytes to %s\n", i+1, len(st.Copy.Content), st.Copy.Path)
 			if err := ac.Upload(ctx, st.Copy.Path, bytes.NewReader(st.Copy.Content), user); err != nil {
 				return fmt.Errorf("step %d (copy to %s): %w", i+1, st.Copy.Path, agentErr(err))
+			}
+			if st.Copy.Mode != 0 {
+				mode := strconv.FormatUint(uint64(st.Copy.Mode), 8)
+				if err := s.buildRun(ctx, ac, `chmod "$1" "$2"`, nil, "", "", log, mode, st.Copy.Path); err != nil {
+					return fmt.Errorf("step %d (mode %s of %s): %w", i+1, mode, st.Copy.Path, err)
+				}
 			}
 		case st.Env != nil:
 			log.printf("step %d: env %s\n", i+1, strings.Join(slices.Sorted(maps.Keys(st.Env)), " "))
@@ -407,7 +611,7 @@ func (s *Service) build(ctx context.Context, t store.Template, r Recipe, base ru
 			user = st.User
 		}
 	}
-	cfg := base.Config
+	cfg := job.base.Config
 	cfg.Env = mergeEnvList(cfg.Env, env)
 	cfg.WorkingDir = cmp.Or(workdir, cfg.WorkingDir)
 	cfg.User = "" // the agent runs as root; the recipe's user runs the start command
@@ -474,11 +678,12 @@ func (s *Service) templateLabels(base map[string]string, id string) map[string]s
 }
 
 // Snapshot captures a sandbox's filesystem (running, paused or stopped)
-// as a template of its owner's. It holds the sandbox's transition lock: no
+// as a template of its owner's; a name given moves name:latest to it. It
+// holds the sandbox's transition lock: no
 // pause, resume, stop or start runs during the capture.
 func (s *Service) Snapshot(ctx context.Context, c Caller, idOrName, name string) (Template, error) {
 	if name != "" && !validTemplateName(name) {
-		return Template{}, invalid("name", "must be a DNS label (lowercase letters, digits and '-', at most 63) not starting with tpl-")
+		return Template{}, invalid("name", msgTemplateName)
 	}
 	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
@@ -489,7 +694,7 @@ func (s *Service) Snapshot(ctx context.Context, c Caller, idOrName, name string)
 	if err != nil {
 		return Template{}, err
 	}
-	return fromTemplateRow(t), nil
+	return s.withTags(ctx, fromTemplateRow(t)), nil
 }
 
 // capture captures row's sandbox as a template of kind, under its
@@ -525,7 +730,7 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 	if err != nil {
 		return store.Template{}, fmt.Errorf("the image of sandbox %s: %w", row.ID, err)
 	}
-	id := newTemplateID()
+	id := NewTemplateID()
 	t, err := s.Store.CreateTemplate(ctx, store.Template{
 		ID: id, Owner: row.Owner, Name: name, Kind: kind, Image: templateRef(id),
 		BaseImage: baseImage, SourceID: row.ID, Spec: spec,
@@ -542,7 +747,7 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 	cctx := context.WithoutCancel(ctx)
 	img, err := imgs.Commit(cctx, row.ID, t.Image, cfg)
 	if err == nil {
-		t, err = s.Store.FinishTemplate(cctx, id, img.Size)
+		t, err = s.Store.FinishTemplate(cctx, id, img.Size, recipeTags(Recipe{Name: name})...)
 	}
 	if err != nil {
 		// The caller hears why; a failed capture is not kept.
@@ -739,8 +944,10 @@ func (s *Service) lookupTemplate(ctx context.Context, c Caller, idOrName string)
 	)
 	if strings.HasPrefix(idOrName, "tpl-") {
 		t, err = s.Store.GetTemplate(ctx, idOrName)
+	} else if name, tag, ok := ParseTemplateRef(idOrName); ok {
+		t, err = s.Store.GetTemplateByTag(ctx, c.Owner, name, tag)
 	} else {
-		t, err = s.Store.GetTemplateByName(ctx, c.Owner, idOrName)
+		err = store.ErrNotFound
 	}
 	if err != nil || !c.canSee(t.Owner) {
 		return store.Template{}, fmt.Errorf("template %q: %w", idOrName, ErrNotFound)
@@ -748,13 +955,105 @@ func (s *Service) lookupTemplate(ctx context.Context, c Caller, idOrName string)
 	return t, nil
 }
 
-// GetTemplate returns a template the caller may see.
+// GetTemplate returns a template the caller may see, by id or by a
+// name[:tag] of its owner's.
 func (s *Service) GetTemplate(ctx context.Context, c Caller, idOrName string) (Template, error) {
 	t, err := s.lookupTemplate(ctx, c, idOrName)
 	if err != nil || t.Kind == store.TemplateFork {
 		return Template{}, fmt.Errorf("template %q: %w", idOrName, ErrNotFound)
 	}
-	return fromTemplateRow(t), nil
+	return s.withTags(ctx, fromTemplateRow(t)), nil
+}
+
+// withTags fills t.Tags (best effort: a failed read leaves them out).
+func (s *Service) withTags(ctx context.Context, t Template) Template {
+	tags, err := s.Store.ListTemplateTags(ctx, t.Owner)
+	if err != nil {
+		return t
+	}
+	t.Tags = tagsOf(tags)[t.ID]
+	return t
+}
+
+// tagsOf maps template ids to their name:tag references.
+func tagsOf(tags []store.TemplateTag) map[string][]string {
+	out := map[string][]string{}
+	for _, g := range tags {
+		out[g.TemplateID] = append(out[g.TemplateID], g.Name+":"+g.Tag)
+	}
+	return out
+}
+
+// TemplateTag is one name:tag and the template it points to.
+type TemplateTag struct {
+	Name       string    `json:"name"`
+	Tag        string    `json:"tag"`
+	TemplateID string    `json:"template_id"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// TagTemplate points name:tag, for each of tags, at the template target
+// names (an id or a name[:tag]) of the caller's owner, which must be
+// ready. A tag that pointed elsewhere moves.
+func (s *Service) TagTemplate(ctx context.Context, c Caller, target, name string, tags []string) (Template, error) {
+	switch {
+	case !validTemplateName(name):
+		return Template{}, invalid("name", msgTemplateName)
+	case len(tags) == 0:
+		return Template{}, invalid("tags", "at least one")
+	}
+	if err := validateTags("tags", tags); err != nil {
+		return Template{}, err
+	}
+	t, err := s.lookupTemplate(ctx, c, target)
+	if err != nil || t.Kind == store.TemplateFork {
+		return Template{}, fmt.Errorf("template %q: %w", target, ErrNotFound)
+	}
+	if t.State != store.TemplateReady {
+		return Template{}, fmt.Errorf("template %s is %s, not ready: %w", t.ID, t.State, ErrConflict)
+	}
+	if err := s.Store.TagTemplate(ctx, t.Owner, name, tags, t.ID); err != nil {
+		return Template{}, s.mapTemplateErr(err, t.ID)
+	}
+	return s.withTags(ctx, fromTemplateRow(t)), nil
+}
+
+// UntagTemplate removes name:tag for each of tags (the templates stay,
+// by their ids); ErrNotFound when none of them was there.
+func (s *Service) UntagTemplate(ctx context.Context, c Caller, name string, tags []string) error {
+	if !validTemplateName(name) {
+		return invalid("name", msgTemplateName)
+	}
+	if err := validateTags("tags", tags); err != nil {
+		return err
+	}
+	n, err := s.Store.UntagTemplates(ctx, c.Owner, name, tags)
+	if err != nil {
+		return err
+	}
+	if n == 0 && len(tags) > 0 {
+		return fmt.Errorf("template %s: no such tags: %w", name, ErrNotFound)
+	}
+	return nil
+}
+
+// TemplateTags lists the tags of the caller's name, newest first;
+// ErrNotFound when it has none.
+func (s *Service) TemplateTags(ctx context.Context, c Caller, name string) ([]TemplateTag, error) {
+	all, err := s.Store.ListTemplateTags(ctx, c.Owner)
+	if err != nil {
+		return nil, err
+	}
+	var out []TemplateTag
+	for _, g := range all {
+		if g.Name == name {
+			out = append(out, TemplateTag{Name: g.Name, Tag: g.Tag, TemplateID: g.TemplateID, CreatedAt: g.CreatedAt})
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("template %q: %w", name, ErrNotFound)
+	}
+	return out, nil
 }
 
 // ListTemplates lists the caller's templates and snapshots (an admin's:
@@ -768,9 +1067,15 @@ func (s *Service) ListTemplates(ctx context.Context, c Caller) ([]Template, erro
 	if err != nil {
 		return nil, err
 	}
+	tags, err := s.Store.ListTemplateTags(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	byID := tagsOf(tags)
 	out := make([]Template, len(rows))
 	for i, r := range rows {
 		out[i] = fromTemplateRow(r)
+		out[i].Tags = byID[r.ID]
 	}
 	return out, nil
 }
@@ -997,6 +1302,32 @@ func (l *buildLog) since(offset int) ([]byte, bool, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.buf[min(offset, len(l.buf)):]), l.done, l.changed
+}
+
+// BuildLogLines returns the lines of a template's build output from
+// the offset-th on: the whole lines, and the last one once the build has
+// ended. A build of another process, or one whose output is no longer
+// kept, has none.
+func (s *Service) BuildLogLines(ctx context.Context, c Caller, idOrName string, offset int) ([]string, error) {
+	t, err := s.GetTemplate(ctx, c, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	l := s.builds.get(t.ID)
+	if l == nil || offset < 0 {
+		return nil, nil
+	}
+	b, done, _ := l.since(0)
+	lines := strings.Split(string(b), "\n")
+	last := lines[len(lines)-1]
+	lines = lines[:len(lines)-1]
+	if done && last != "" {
+		lines = append(lines, last)
+	}
+	if offset >= len(lines) {
+		return nil, nil
+	}
+	return lines[offset:], nil
 }
 
 // FollowBuildLog writes a template's build output to w as it comes, until

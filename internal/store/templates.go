@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -38,7 +39,8 @@ var ErrTemplateInUse = errors.New("store: template in use by a sandbox")
 type Template struct {
 	ID    string
 	Owner string
-	// Name is unique per owner when not empty.
+	// Name is what the template was made under (display only: names
+	// resolve through template_tags, TemplateTag).
 	Name  string
 	Kind  TemplateKind
 	State TemplateState
@@ -102,8 +104,6 @@ func (s *Store) CreateTemplate(ctx context.Context, t Template) (Template, error
 		return err
 	})
 	switch {
-	case isUniqueViolation(err) && t.Name != "" && s.templateNameTaken(ctx, t.Owner, t.Name):
-		return Template{}, fmt.Errorf("create template %s: name %q: %w", t.ID, t.Name, ErrNameConflict)
 	case isUniqueViolation(err):
 		return Template{}, fmt.Errorf("create template %s: %w", t.ID, ErrIDConflict)
 	case err != nil:
@@ -112,23 +112,20 @@ func (s *Store) CreateTemplate(ctx context.Context, t Template) (Template, error
 	return out, nil
 }
 
-func (s *Store) templateNameTaken(ctx context.Context, owner, name string) bool {
-	_, err := s.GetTemplateByName(ctx, owner, name)
-	return err == nil
-}
-
-// FinishTemplate marks a building template ready, with its image's size.
-// ErrStateConflict when it is not building (a startup pass failed it).
-func (s *Store) FinishTemplate(ctx context.Context, id string, sizeBytes int64) (Template, error) {
-	return s.settleTemplate(ctx, id, TemplateReady, sizeBytes, "")
+// FinishTemplate marks a building template ready, with its image's size,
+// and in the same write points its name's tags at it (each of tags; the
+// template must have a name when tags are given). ErrStateConflict when
+// it is not building (a startup pass failed it).
+func (s *Store) FinishTemplate(ctx context.Context, id string, sizeBytes int64, tags ...string) (Template, error) {
+	return s.settleTemplate(ctx, id, TemplateReady, sizeBytes, "", tags)
 }
 
 // FailTemplate marks a building template failed, saying why.
 func (s *Store) FailTemplate(ctx context.Context, id, reason string) (Template, error) {
-	return s.settleTemplate(ctx, id, TemplateFailed, 0, reason)
+	return s.settleTemplate(ctx, id, TemplateFailed, 0, reason, nil)
 }
 
-func (s *Store) settleTemplate(ctx context.Context, id string, to TemplateState, size int64, reason string) (Template, error) {
+func (s *Store) settleTemplate(ctx context.Context, id string, to TemplateState, size int64, reason string, tags []string) (Template, error) {
 	var out Template
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -141,7 +138,13 @@ func (s *Store) settleTemplate(ctx context.Context, id string, to TemplateState,
 			}
 			return fmt.Errorf("%w: template %s is %s", ErrStateConflict, id, cur.State)
 		}
-		return err
+		if err != nil || len(tags) == 0 {
+			return err
+		}
+		if out.Name == "" {
+			return invalidf("template %s has no name to tag", id)
+		}
+		return s.putTags(ctx, tx, out.Owner, out.Name, tags, id)
 	})
 	if err != nil {
 		return Template{}, fmt.Errorf("settle template %s: %w", id, err)
@@ -158,14 +161,102 @@ func (s *Store) GetTemplate(ctx context.Context, id string) (Template, error) {
 	return t, nil
 }
 
-// GetTemplateByName returns owner's template named name, or ErrNotFound.
-func (s *Store) GetTemplateByName(ctx context.Context, owner, name string) (Template, error) {
-	t, err := scanTemplate(s.reader.QueryRowContext(ctx, `SELECT `+templateColumns+
-		` FROM templates WHERE owner = ? AND name = ? AND name <> ''`, owner, name))
+// DefaultTag is the tag of a name given without one.
+const DefaultTag = "latest"
+
+// TemplateTag is one name:tag of an owner's, pointing to a template.
+type TemplateTag struct {
+	Owner      string
+	Name       string
+	Tag        string
+	TemplateID string
+	// CreatedAt is when the tag was last pointed where it points.
+	CreatedAt time.Time
+}
+
+// GetTemplateByTag returns the template owner's name:tag points to, or
+// ErrNotFound.
+func (s *Store) GetTemplateByTag(ctx context.Context, owner, name, tag string) (Template, error) {
+	t, err := scanTemplate(s.reader.QueryRowContext(ctx, `SELECT `+prefixed("t.", templateColumns)+`
+		FROM template_tags g JOIN templates t ON t.id = g.template_id
+		WHERE g.owner = ? AND g.name = ? AND g.tag = ?`, owner, name, tag))
 	if err != nil {
-		return Template{}, fmt.Errorf("get template %q of %s: %w", name, owner, notFound(err))
+		return Template{}, fmt.Errorf("get template %s:%s of %s: %w", name, tag, owner, notFound(err))
 	}
 	return t, nil
+}
+
+// TagTemplate points owner's name:tag, for each of tags, at template id,
+// which must be owner's and ready (ErrStateConflict otherwise).
+func (s *Store) TagTemplate(ctx context.Context, owner, name string, tags []string, id string) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		t, err := scanTemplate(tx.QueryRowContext(ctx, `SELECT `+templateColumns+` FROM templates WHERE id = ? AND owner = ?`, id, owner))
+		if err != nil {
+			return notFound(err)
+		}
+		if t.State != TemplateReady || t.Kind == TemplateFork {
+			return fmt.Errorf("%w: template %s is %s %s", ErrStateConflict, id, t.State, t.Kind)
+		}
+		return s.putTags(ctx, tx, owner, name, tags, id)
+	})
+	if err != nil {
+		return fmt.Errorf("tag template %s as %s: %w", id, name, err)
+	}
+	return nil
+}
+
+func (s *Store) putTags(ctx context.Context, tx *sql.Tx, owner, name string, tags []string, id string) error {
+	now := s.nowMillis()
+	for _, tag := range tags {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO template_tags (owner, name, tag, template_id, created_at)
+			VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, name, tag)
+			DO UPDATE SET template_id = excluded.template_id, created_at = excluded.created_at`,
+			owner, name, tag, id, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UntagTemplates removes owner's name:tag for each of tags and reports
+// how many there were.
+func (s *Store) UntagTemplates(ctx context.Context, owner, name string, tags []string) (int, error) {
+	n := 0
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		n = 0
+		for _, tag := range tags {
+			res, err := tx.ExecContext(ctx, `DELETE FROM template_tags WHERE owner = ? AND name = ? AND tag = ?`, owner, name, tag)
+			if err != nil {
+				return err
+			}
+			k, _ := res.RowsAffected()
+			n += int(k)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("untag %s of %s: %w", name, owner, err)
+	}
+	return n, nil
+}
+
+// ListTemplateTags lists owner's tags (every owner's when owner is
+// empty), by name, then newest first.
+func (s *Store) ListTemplateTags(ctx context.Context, owner string) ([]TemplateTag, error) {
+	tags, err := queryAll(ctx, s.reader, func(r rowScanner) (TemplateTag, error) {
+		var (
+			g       TemplateTag
+			created int64
+		)
+		err := r.Scan(&g.Owner, &g.Name, &g.Tag, &g.TemplateID, &created)
+		g.CreatedAt = time.UnixMilli(created).UTC()
+		return g, err
+	}, `SELECT owner, name, tag, template_id, created_at FROM template_tags
+		WHERE (? = '' OR owner = ?) ORDER BY owner, name, created_at DESC, tag`, owner, owner)
+	if err != nil {
+		return nil, fmt.Errorf("list template tags: %w", err)
+	}
+	return tags, nil
 }
 
 // FindTemplateByRecipe returns owner's newest template of recipe hash that
@@ -262,4 +353,13 @@ func (s *Store) TemplateBytes(ctx context.Context, owner string) (int64, error) 
 		return 0, fmt.Errorf("template bytes of %s: %w", owner, err)
 	}
 	return n, nil
+}
+
+// prefixed qualifies each of a comma-separated column list with p.
+func prefixed(p, columns string) string {
+	cols := strings.Split(columns, ",")
+	for i, c := range cols {
+		cols[i] = p + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
 }

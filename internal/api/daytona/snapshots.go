@@ -297,7 +297,7 @@ func (f *Facade) createSnapshot(w http.ResponseWriter, r *http.Request, c servic
 	case len(b.Entrypoint) > 0 && !slices.Equal(b.Entrypoint, []string{"sleep", "infinity"}):
 		return badRequest("entrypoint: sandboxd runs its own init in every sandbox; leave it unset")
 	}
-	recipe := service.Recipe{Name: b.Name}
+	recipe := service.Recipe{Name: b.Name, NewName: true}
 	switch {
 	case b.BuildInfo != nil && b.BuildInfo.DockerfileContent != "":
 		if len(b.BuildInfo.ContextHashes) > 0 {
@@ -388,6 +388,12 @@ func (f *Facade) sandboxSnapshot(w http.ResponseWriter, r *http.Request, c servi
 	if b.Name != "" {
 		if err := f.checkSnapshotName(b.Name); err != nil {
 			return err
+		}
+		// Daytona's snapshot names are unique; the service's move to the
+		// newest capture. (Two captures racing for a new name both land,
+		// the later one holding it.)
+		if _, err := f.svc.GetTemplate(r.Context(), c, b.Name); err == nil {
+			return errorf(http.StatusConflict, "snapshot %q already exists", b.Name)
 		}
 	}
 	sb, err := f.ownedSandbox(r.Context(), c, r.PathValue("id"))
