@@ -104,7 +104,7 @@ type Template struct {
 	// Tags are the name:tag references that point to it now.
 	Tags      []string  `json:"tags,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time           `json:"updated_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // templateSpec is what a template keeps for the sandboxes made from it
