@@ -423,6 +423,9 @@ type Images interface {
 	// RemoveImage removes a local image by reference. An image that is not
 	// there is not an error; one a container still uses is ErrImageInUse.
 	RemoveImage(ctx context.Context, ref string) error
+	// TagImage gives the local image src the reference dst too (the same
+	// image, no copy). ErrImageNotFound when src is not there.
+	TagImage(ctx context.Context, src, dst string) error
 }
 
 // ErrImageInUse: a container still uses the image.

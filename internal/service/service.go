@@ -90,6 +90,7 @@ type Store interface {
 	DeleteTemplate(ctx context.Context, id string) (store.Template, error)
 	FailBuildingTemplates(ctx context.Context, reason string) ([]store.Template, error)
 	UnusedForks(ctx context.Context) ([]store.Template, error)
+	SupersededBuilds(ctx context.Context, before time.Time) ([]store.Template, error)
 	TemplateBytes(ctx context.Context, owner string) (int64, error)
 }
 

@@ -101,6 +101,8 @@ type Template struct {
 	Error     string              `json:"error,omitempty"`
 	StartCmd  string              `json:"start_cmd,omitempty"`
 	ReadyCmd  string              `json:"ready_cmd,omitempty"`
+	// User runs the start command (a recipe's last user step).
+	User string `json:"user,omitempty"`
 	// Tags are the name:tag references that point to it now.
 	Tags      []string  `json:"tags,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -125,7 +127,7 @@ func fromTemplateRow(t store.Template) Template {
 	return Template{
 		ID: t.ID, Owner: t.Owner, Name: t.Name, Kind: t.Kind, State: t.State, BaseImage: t.BaseImage,
 		SourceID: t.SourceID, SizeBytes: t.SizeBytes, Error: t.Error, StartCmd: spec.StartCmd,
-		ReadyCmd: spec.ReadyCmd, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		ReadyCmd: spec.ReadyCmd, User: spec.User, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}
 }
 
@@ -448,6 +450,11 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			return Template{}, false, err
+		case found.State == store.TemplateReady && r.ID != "":
+			// The edge handed out r.ID: the build is a new template that
+			// is the found one's image under another reference.
+			t, err := s.copyTemplate(ctx, imgs, found, r)
+			return t, true, err
 		case found.State == store.TemplateReady:
 			if err := s.checkNewName(ctx, c, r, found.ID); err != nil {
 				return Template{}, false, err
@@ -468,7 +475,7 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 	if err := s.checkStorage(ctx, c.Owner); err != nil {
 		return Template{}, false, err
 	}
-	release, err := s.builds.slot(c.Owner)
+	queued, err := s.builds.enqueue(c.Owner)
 	if err != nil {
 		return Template{}, false, err
 	}
@@ -485,15 +492,46 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		BaseImage: baseRef, RecipeHash: hash, Spec: specJSON,
 	})
 	if err != nil {
-		release()
+		queued.cancel()
 		return Template{}, false, s.mapTemplateErr(err, r.Name)
 	}
-	job.t, job.log = row, s.builds.open(id)
-	go func() {
-		defer release()
-		s.runBuild(job)
-	}()
+	job.t, job.log, job.queued = row, s.builds.open(id), queued
+	go s.runBuild(job)
 	return fromTemplateRow(row), false, nil
+}
+
+// copyTemplate makes template r.ID, ready, of the image of from (a
+// build of the same recipe): the engine's tag of the same image, no
+// copy. It counts from's size against the owner's storage again, which
+// overstates what the engine holds rather than understate it once from is
+// deleted. A failure leaves neither the row nor the tag.
+func (s *Service) copyTemplate(ctx context.Context, imgs runtime.Images, from store.Template, r Recipe) (Template, error) {
+	if err := s.checkNewName(ctx, Caller{Owner: from.Owner}, r, ""); err != nil {
+		return Template{}, err
+	}
+	if err := s.checkStorage(ctx, from.Owner); err != nil {
+		return Template{}, err
+	}
+	var spec templateSpec
+	_ = json.Unmarshal(from.Spec, &spec) // written by us
+	spec.Tags = recipeTags(r)
+	specJSON, _ := json.Marshal(spec)
+	row, err := s.Store.CreateTemplate(ctx, store.Template{
+		ID: r.ID, Owner: from.Owner, Name: r.Name, Kind: store.TemplateBuild, Image: templateRef(r.ID),
+		BaseImage: from.BaseImage, RecipeHash: from.RecipeHash, Spec: specJSON,
+	})
+	if err != nil {
+		return Template{}, s.mapTemplateErr(err, r.Name)
+	}
+	err = imgs.TagImage(ctx, from.Image, row.Image)
+	if err == nil {
+		row, err = s.Store.FinishTemplate(ctx, row.ID, from.SizeBytes, spec.Tags...)
+	}
+	if err != nil {
+		s.dropTemplate(context.WithoutCancel(ctx), imgs, row)
+		return Template{}, fmt.Errorf("template %s as %s: %w", from.ID, r.ID, err)
+	}
+	return s.withTags(ctx, fromTemplateRow(row)), nil
 }
 
 // checkNewName refuses, for a recipe that wants a new name, a name that
@@ -530,6 +568,7 @@ type buildJob struct {
 	base          runtime.Image
 	user, workdir string
 	log           *buildLog
+	queued        *queuedBuild
 }
 
 // runBuild builds a template in a sandbox of the base image and settles
@@ -539,8 +578,12 @@ func (s *Service) runBuild(job buildJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
 	t, r, log := job.t, job.recipe, job.log
+	err := job.queued.wait(ctx, log)
+	defer job.queued.cancel() // its slot, once it has one
 	start := time.Now()
-	err := s.build(ctx, job)
+	if err == nil {
+		err = s.build(ctx, job)
+	}
 	if err == nil {
 		var img runtime.Image
 		if img, err = s.Images.InspectImage(ctx, t.Image); err == nil {
@@ -1138,7 +1181,23 @@ func (s *Service) sweepTemplates(ctx context.Context, startup bool) error {
 			s.destroyDetached(ctx, row.ID, "its build was cut short")
 		}
 	}
-	errs = append(errs, s.sweepForks(ctx, imgs, forkGrace))
+	errs = append(errs, s.sweepForks(ctx, imgs, forkGrace), s.sweepSuperseded(ctx, imgs, forkGrace))
+	return errors.Join(errs...)
+}
+
+// sweepSuperseded removes the named builds no tag points to any more (a
+// newer build of the name took them) and no sandbox uses, once grace has
+// passed since they were last changed: what a rebuild leaves, as an
+// engine's dangling images. Snapshots and builds made without a name
+// stay until deleted.
+func (s *Service) sweepSuperseded(ctx context.Context, imgs runtime.Images, grace time.Duration) error {
+	builds, err := s.Store.SupersededBuilds(ctx, s.Clock().Add(-grace))
+	errs := []error{err}
+	for _, t := range builds {
+		if err := s.removeTemplate(ctx, imgs, t); err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -1199,40 +1258,102 @@ type buildLogs struct {
 	mu      sync.Mutex
 	logs    map[string]*buildLog
 	running map[string]int // builds running, per owner
+	queued  map[string]int // builds waiting for a slot, per owner
 	total   int
+	freed   chan struct{} // closed and replaced when a slot is freed
 }
 
 // Bounds of the builds running at once: each is a sandbox that no
-// tenant's quota counts, so they are bounded here.
+// tenant's quota counts, so they are bounded here. A build past them
+// waits, its template building, for a slot; past the waiting bound too,
+// it is refused.
 const (
 	maxBuildsPerOwner = 2
 	maxBuilds         = 4
+	maxQueuedPerOwner = 8
 )
 
-// slot takes one of owner's build slots, or says the builds are full; the
-// caller runs release once its build ends.
-func (b *buildLogs) slot(owner string) (release func(), err error) {
+// queuedBuild is a build's place: waiting for a slot, then holding it.
+type queuedBuild struct {
+	b       *buildLogs
+	owner   string
+	mu      sync.Mutex
+	running bool
+	done    bool
+}
+
+// enqueue gives owner's build a place, or says the owner has too many.
+func (b *buildLogs) enqueue(owner string) (*queuedBuild, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.running == nil {
-		b.running = map[string]int{}
+		b.running, b.queued = map[string]int{}, map[string]int{}
+		b.freed = make(chan struct{})
 	}
-	switch {
-	case b.running[owner] >= maxBuildsPerOwner:
-		return nil, &QuotaError{Reason: fmt.Sprintf("%d builds of the owner's are running; at most %d at once", b.running[owner], maxBuildsPerOwner)}
-	case b.total >= maxBuilds:
-		return nil, fmt.Errorf("%d builds are running on this host, at most %d at once: %w", b.total, maxBuilds, ErrCapacityExhausted)
+	if n := b.running[owner] + b.queued[owner]; n >= maxBuildsPerOwner+maxQueuedPerOwner {
+		return nil, &QuotaError{Reason: fmt.Sprintf("%d builds of the owner's are running or waiting; at most %d", n, maxBuildsPerOwner+maxQueuedPerOwner)}
 	}
-	b.running[owner]++
-	b.total++
-	return sync.OnceFunc(func() {
+	b.queued[owner]++
+	return &queuedBuild{b: b, owner: owner}, nil
+}
+
+// wait waits for a slot (the owner's and the host's), saying so in the
+// build's log when it has to.
+func (q *queuedBuild) wait(ctx context.Context, log *buildLog) error {
+	b := q.b
+	said := false
+	for {
 		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.total--
-		if b.running[owner]--; b.running[owner] == 0 {
-			delete(b.running, owner)
+		if b.running[q.owner] < maxBuildsPerOwner && b.total < maxBuilds {
+			if b.queued[q.owner]--; b.queued[q.owner] == 0 {
+				delete(b.queued, q.owner)
+			}
+			b.running[q.owner]++
+			b.total++
+			b.mu.Unlock()
+			q.mu.Lock()
+			q.running = true
+			q.mu.Unlock()
+			return nil
 		}
-	}), nil
+		freed := b.freed
+		b.mu.Unlock()
+		if !said {
+			log.printf("waiting for a build slot (at most %d builds of an owner's and %d of the host's run at once)\n", maxBuildsPerOwner, maxBuilds)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waited for a build slot: %w", ctx.Err())
+		case <-freed:
+		}
+	}
+}
+
+// cancel gives the place up: the slot when it holds one, its wait
+// otherwise. Once.
+func (q *queuedBuild) cancel() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.done {
+		return
+	}
+	q.done = true
+	b := q.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q.running {
+		b.total--
+		if b.running[q.owner]--; b.running[q.owner] == 0 {
+			delete(b.running, q.owner)
+		}
+		close(b.freed)
+		b.freed = make(chan struct{})
+		return
+	}
+	if b.queued[q.owner]--; b.queued[q.owner] == 0 {
+		delete(b.queued, q.owner)
+	}
 }
 
 const buildLogKeep = 10 * time.Minute

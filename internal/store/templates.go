@@ -208,6 +208,9 @@ func (s *Store) TagTemplate(ctx context.Context, owner, name string, tags []stri
 func (s *Store) putTags(ctx context.Context, tx *sql.Tx, owner, name string, tags []string, id string) error {
 	now := s.nowMillis()
 	for _, tag := range tags {
+		if err := s.touchTagged(ctx, tx, owner, name, tag); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO template_tags (owner, name, tag, template_id, created_at)
 			VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, name, tag)
 			DO UPDATE SET template_id = excluded.template_id, created_at = excluded.created_at`,
@@ -218,6 +221,14 @@ func (s *Store) putTags(ctx context.Context, tx *sql.Tx, owner, name string, tag
 	return nil
 }
 
+// touchTagged marks the template name:tag points to as changed now: a
+// template a tag leaves is swept (SupersededBuilds) only a grace after.
+func (s *Store) touchTagged(ctx context.Context, tx *sql.Tx, owner, name, tag string) error {
+	_, err := tx.ExecContext(ctx, `UPDATE templates SET updated_at = ? WHERE id =
+		(SELECT template_id FROM template_tags WHERE owner = ? AND name = ? AND tag = ?)`, s.nowMillis(), owner, name, tag)
+	return err
+}
+
 // UntagTemplates removes owner's name:tag for each of tags and reports
 // how many there were.
 func (s *Store) UntagTemplates(ctx context.Context, owner, name string, tags []string) (int, error) {
@@ -225,6 +236,9 @@ func (s *Store) UntagTemplates(ctx context.Context, owner, name string, tags []s
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		n = 0
 		for _, tag := range tags {
+			if err := s.touchTagged(ctx, tx, owner, name, tag); err != nil {
+				return err
+			}
 			res, err := tx.ExecContext(ctx, `DELETE FROM template_tags WHERE owner = ? AND name = ? AND tag = ?`, owner, name, tag)
 			if err != nil {
 				return err
@@ -341,6 +355,20 @@ func (s *Store) UnusedForks(ctx context.Context) ([]Template, error) {
 		TemplateFork, TemplateBuilding)
 	if err != nil {
 		return nil, fmt.Errorf("unused forks: %w", err)
+	}
+	return ts, nil
+}
+
+// SupersededBuilds lists the builds made under a name that no tag points
+// to and no sandbox uses, last changed before before.
+func (s *Store) SupersededBuilds(ctx context.Context, before time.Time) ([]Template, error) {
+	ts, err := queryAll(ctx, s.reader, scanTemplate, `SELECT `+templateColumns+` FROM templates t
+		WHERE kind = ? AND name <> '' AND state <> ? AND updated_at < ?
+		AND NOT EXISTS (SELECT 1 FROM template_tags g WHERE g.template_id = t.id)
+		AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.image = t.image)`,
+		TemplateBuild, TemplateBuilding, before.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("superseded builds: %w", err)
 	}
 	return ts, nil
 }

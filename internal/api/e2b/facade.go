@@ -43,6 +43,11 @@ type Service interface {
 	GetTemplate(ctx context.Context, c service.Caller, idOrName string) (service.Template, error)
 	ListTemplates(ctx context.Context, c service.Caller) ([]service.Template, error)
 	DeleteTemplate(ctx context.Context, c service.Caller, idOrName string) error
+	BuildTemplate(ctx context.Context, c service.Caller, r service.Recipe) (service.Template, bool, error)
+	BuildLogLines(ctx context.Context, c service.Caller, idOrName string, offset int) ([]string, error)
+	TagTemplate(ctx context.Context, c service.Caller, target, name string, tags []string) (service.Template, error)
+	UntagTemplate(ctx context.Context, c service.Caller, name string, tags []string) error
+	TemplateTags(ctx context.Context, c service.Caller, name string) ([]service.TemplateTag, error)
 	SetNetworkPolicy(ctx context.Context, c service.Caller, idOrName string, p netpolicy.Policy) (service.Sandbox, error)
 	// NetworkAllowed reports whether sandboxes may have network at all
 	// (the daemon's --sandbox-network).
@@ -136,6 +141,8 @@ type Facade struct {
 
 	control     http.Handler
 	interpreter singleflight.Group // one interpreter start per sandbox at a time
+	pending     pendingBuilds      // template builds requested, not started
+	uploads     *uploads           // the files of template builds' COPY steps
 }
 
 // New returns the facade. It does no I/O.
@@ -178,6 +185,8 @@ func New(opts Options) *Facade {
 		elsewhere:  opts.Elsewhere,
 		peerIDs:    opts.PeerSandboxes,
 	}
+	f.pending = pendingBuilds{builds: map[string]*pendingBuild{}, now: time.Now}
+	f.uploads = newUploads(time.Now)
 	f.control = f.routes()
 	return f
 }

@@ -40,9 +40,19 @@ func (f *Facade) routes() http.Handler {
 		"DELETE /templates/{templateID}":  f.deleteTemplate,
 		"POST /sandboxes/{id}/fork":       f.fork,
 		"PUT /sandboxes/{id}/network":     f.updateNetwork,
+
+		"POST /v3/templates":                                  f.requestBuild,
+		"GET /templates/{templateID}/files/{hash}":            f.fileUpload,
+		"POST /v2/templates/{templateID}/builds/{buildID}":    f.startBuild,
+		"GET /templates/{templateID}/builds/{buildID}/status": f.buildStatus,
+		"GET /templates/{a}/{b}":                              f.templatePair,
+		"POST /templates/tags":                                f.assignTags,
+		"DELETE /templates/tags":                              f.removeTags,
 	} {
 		mux.Handle(pattern, f.wrap(h))
 	}
+	// The upload URL fileUpload hands out: its token is the credential.
+	mux.HandleFunc("PUT /templates/{templateID}/files/{hash}", f.putFiles)
 	for pattern, what := range unsupportedAPIs {
 		mux.Handle(pattern, f.wrap(f.unsupported(what)))
 	}

@@ -176,11 +176,19 @@ func parseSnapshotToken(tok string) (*service.Template, error) {
 }
 
 // deleteTemplate is DELETE /templates/{templateID}, which the SDK's
-// deleteSnapshot sends: 204; a template that does not exist (or was
+// deleteSnapshot (an id) and Template.delete (a name: every build of it,
+// deleteNamedTemplate) send: 204; a template that does not exist (or was
 // deleted) is 404 with body code 404, which deleteSnapshot reads as
 // false; one that sandboxes were created from and still exist is 409.
 func (f *Facade) deleteTemplate(w http.ResponseWriter, r *http.Request, c service.Caller) error {
 	id := strings.TrimSuffix(r.PathValue("templateID"), defaultTag)
+	if !strings.HasPrefix(id, "tpl-") {
+		if err := f.deleteNamedTemplate(r.Context(), c, id); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	err := f.svc.DeleteTemplate(r.Context(), c, id)
 	if service.Is(err, service.ErrConflict) {
 		return errorf(http.StatusConflict, "template %s is in use: kill the sandboxes created from it first, or wait for its build to end (%v)", id, err)
@@ -283,6 +291,9 @@ func (f *Facade) templateFor(ctx context.Context, c service.Caller, templateID s
 // else "user" when it descends from a built-in image (which has E2B's
 // user), else none (the image's).
 func (f *Facade) templateUser(ctx context.Context, c service.Caller, t service.Template) string {
+	if t.User != "" {
+		return t.User // a build's USER step
+	}
 	if t.SourceID != "" {
 		if src, err := f.svc.Get(ctx, c, t.SourceID); err == nil {
 			return src.Annotations[annUser]

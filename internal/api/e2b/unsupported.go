@@ -25,7 +25,6 @@ var unsupportedAPIs = map[string]string{
 	"/v3/templates/":                 "templates (building and managing them)",
 	"/snapshots":                     "snapshots (but listing them)",
 	"/snapshots/":                    "snapshots (but listing them)",
-	"DELETE /templates/tags":         "templates (building and managing them)",
 	"/teams":                         "teams",
 	"/teams/":                        "teams",
 	"/secrets":                       "secrets",
@@ -39,7 +38,7 @@ var unsupportedAPIs = map[string]string{
 
 // unsupportedHint adds what to do instead, where there is something.
 var unsupportedHint = map[string]string{
-	"templates (building and managing them)": "; any image present on the host is a template ID (build it with docker build)",
+	"templates (building and managing them)": "; sandboxd serves Template.build, exists, getTags, assignTags, removeTags and delete, and any image present on the host is a template ID",
 }
 
 // unsupported answers a request for what: after the API key is checked and,

@@ -111,3 +111,15 @@ func (r *Runtime) RemoveImage(ctx context.Context, ref string) error {
 	}
 	return fmt.Errorf("remove image %s: %w", ref, err)
 }
+
+// TagImage implements runtime.Images.
+func (r *Runtime) TagImage(ctx context.Context, src, dst string) error {
+	_, err := r.cli.ImageTag(ctx, client.ImageTagOptions{Source: src, Target: dst})
+	if cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("tag image %s as %s: %w: %w", src, dst, runtime.ErrImageNotFound, err)
+	}
+	if err != nil {
+		return fmt.Errorf("tag image %s as %s: %w", src, dst, err)
+	}
+	return nil
+}

@@ -5,14 +5,14 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 
-import { Sandbox, SandboxError, SandboxNotFoundError, Template } from 'e2b'
+import { Sandbox, SandboxError, SandboxNotFoundError, Template, Volume, VolumeError } from 'e2b'
 
 import { createSandbox } from './helpers.js'
 
 /** Asserts that promise rejects with a SandboxError whose message matches re. */
 async function rejectsWith(promise, re) {
   await assert.rejects(promise, (err) => {
-    assert.ok(err instanceof SandboxError, `${err?.name}: ${err?.message}`)
+    assert.ok(err instanceof SandboxError || err instanceof VolumeError, `${err?.name}: ${err?.message}`)
     assert.doesNotMatch(err.message, /object Object/)
     assert.match(err.message, re)
     return true
@@ -22,7 +22,8 @@ async function rejectsWith(promise, re) {
 describe('errors', { concurrency: true }, () => {
   it('unimplemented APIs say what is missing', { timeout: 120_000 }, async (t) => {
     const sbx = await createSandbox(t, 'errors-unimplemented')
-    await rejectsWith(Template.getTags('some-template'), /^501: sandboxd does not implement templates/)
+    await rejectsWith(Volume.list(), /^501: sandboxd does not implement the volumes API/)
+    await rejectsWith(Template.getTags('some-template'), /^404: template "some-template": not found/)
     // Snapshots and fork of an unknown sandbox are "not found".
     await assert.rejects(Sandbox.createSnapshot('sb-00000000deadbeef'), SandboxNotFoundError)
     await assert.rejects(Sandbox.fork('sb-00000000deadbeef'), SandboxNotFoundError)
