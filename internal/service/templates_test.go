@@ -3,9 +3,11 @@ package service_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -281,4 +283,123 @@ func TestTemplate_BuildCutShortIsFailedAtRestart(t *testing.T) {
 		t.Errorf("the build cut short, after the restart: %+v, %v", got, err)
 	}
 	eventually(t, "the build sandbox is destroyed", func() bool { return h.containers(t) == 0 })
+}
+
+// A name is a pointer: a build under it takes it once ready, the build it
+// pointed to stays by its id until a sweep past the grace finds it unused
+// (a sandbox made from it keeps it); tags point where they are put; a
+// build of a recipe already built, under an id handed out, is a new
+// template of the same image; a third build of an owner's at once waits
+// for a slot instead of being refused.
+func TestTemplate_NamesMoveTagsPointAndSupersededBuildsAreSwept(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	alice := service.Caller{Owner: "alice"}
+	recipe := func(v string) service.Recipe {
+		return service.Recipe{Name: "app", Base: busybox, Steps: []service.Step{{Run: "echo " + v + " > /v"}}}
+	}
+	// Three at once: two run, one waits, and all three end ready.
+	var (
+		wg   sync.WaitGroup
+		tpls [3]service.Template
+		logs [3]string
+	)
+	for i, v := range []string{"v1", "v2", "v3"} {
+		r := recipe(v)
+		r.Tags = []string{v}
+		tpl, _, err := h.svc.BuildTemplate(ctx, alice, r)
+		if err != nil {
+			t.Fatalf("build %s: %v", v, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tpls[i], logs[i] = waitBuilt(t, h, alice, tpl.ID)
+		}()
+	}
+	wg.Wait()
+	waited := 0
+	for i, tpl := range tpls {
+		if tpl.State != store.TemplateReady {
+			t.Fatalf("build %d: %+v\n%s", i, tpl, logs[i])
+		}
+		if strings.Contains(logs[i], "waiting for a build slot") {
+			waited++
+		}
+	}
+	if waited == 0 {
+		t.Errorf("no build of three waited for a slot (at most two of an owner's run at once)")
+	}
+	for i, v := range []string{"v1", "v2", "v3"} {
+		got, err := h.svc.GetTemplate(ctx, alice, "app:"+v)
+		if err != nil || got.ID != tpls[i].ID {
+			t.Errorf("app:%s = %+v, %v; want %s", v, got, err, tpls[i].ID)
+		}
+	}
+	if _, err := h.svc.GetTemplate(ctx, alice, "app"); !errors.Is(err, service.ErrNotFound) {
+		t.Errorf("app (latest) with only v1..v3 tagged: %v, want ErrNotFound", err)
+	}
+	if _, err := h.svc.TagTemplate(ctx, alice, "app:v1", "app", []string{"latest", "prod"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := h.svc.GetTemplate(ctx, alice, "app"); got.ID != tpls[0].ID || !slices.Equal(got.Tags, []string{"app:latest", "app:prod", "app:v1"}) {
+		t.Errorf("app after tagging v1 latest and prod: %+v", got)
+	}
+
+	// v1's recipe again, under an id an edge handed out: ready at once,
+	// the same image, and it takes v1's tags.
+	r := recipe("v1")
+	r.ID, r.Tags = service.NewTemplateID(), []string{"latest", "v1"}
+	copied, cached, err := h.svc.BuildTemplate(ctx, alice, r)
+	if err != nil || !cached || copied.ID != r.ID || copied.State != store.TemplateReady {
+		t.Fatalf("the cached recipe under a new id: %+v cached=%v, %v", copied, cached, err)
+	}
+	if again, cached, err := h.svc.BuildTemplate(ctx, alice, r); err != nil || !cached || again.ID != r.ID {
+		t.Errorf("the same id again (a retry): %+v cached=%v, %v", again, cached, err)
+	}
+	// v2 is in use by a sandbox; v1 and v3 lose their last tags.
+	used, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Template: "app:v2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, h, alice, used.ID, "cat /v"); got != "v2\n" {
+		t.Errorf("a sandbox of app:v2 reads %q", got)
+	}
+	if err := h.svc.UntagTemplate(ctx, alice, "app", []string{"v2", "v3", "prod"}); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(11 * time.Minute)
+	if err := h.svc.Reconcile(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id   string
+		kept bool
+	}{{tpls[0].ID, false}, {tpls[1].ID, true}, {tpls[2].ID, false}, {copied.ID, true}} {
+		_, err := h.svc.GetTemplate(ctx, admin, c.id)
+		if kept := err == nil; kept != c.kept {
+			t.Errorf("after the sweep, %s kept=%v (%v), want %v", c.id, kept, err, c.kept)
+		}
+	}
+	if got := sh(t, h, alice, used.ID, "cat /v"); got != "v2\n" {
+		t.Errorf("the sandbox of the swept-around v2 reads %q", got)
+	}
+	fromCopy, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Template: "app"})
+	if err != nil {
+		t.Fatalf("create from the copy once the build it copied is swept: %v", err)
+	}
+	if got := sh(t, h, alice, fromCopy.ID, "cat /v"); got != "v1\n" {
+		t.Errorf("a sandbox of the copy reads %q", got)
+	}
+	for _, id := range []string{used.ID, fromCopy.ID} {
+		if err := h.svc.Destroy(ctx, admin, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{tpls[1].ID, copied.ID} {
+		if err := h.svc.DeleteTemplate(ctx, admin, id); err != nil {
+			t.Errorf("delete %s: %v", id, err)
+		}
+	}
 }

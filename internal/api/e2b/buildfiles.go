@@ -167,13 +167,10 @@ func (u *uploads) expireLocked() {
 // that is absolute or climbs out ("..") is refused, as is anything but
 // files, directories and links.
 func copySteps(archive []byte, src, dest, workdir string, mode uint32) ([]service.Step, error) {
-	if !path.IsAbs(dest) {
-		dest = path.Join(workdir, dest)
-		if !path.IsAbs(dest) {
-			dest = "/" + dest
-		}
-	}
 	intoDir := strings.HasSuffix(dest, "/")
+	if !path.IsAbs(dest) {
+		dest = path.Join("/", workdir, dest)
+	}
 	dest = path.Clean(dest)
 	src = path.Clean(strings.TrimPrefix(src, "./"))
 	r, err := archiveReader(archive)

@@ -22,11 +22,11 @@ func TestErrors_EveryE2BPathAnswersInE2BShape(t *testing.T) {
 		status       int
 		mention      string
 	}{
-		{http.MethodPost, "/v3/templates", h.admin, map[string]any{"name": "t"}, http.StatusNotImplemented, "templates"},
 		{http.MethodGet, "/templates", h.admin, nil, http.StatusNotImplemented, "templates"},
-		{http.MethodDelete, "/templates/tags", h.admin, map[string]any{"name": "t", "tags": []string{"v1"}}, http.StatusNotImplemented, "templates"},
+		{http.MethodDelete, "/templates/tags", h.admin, map[string]any{"name": "t", "tags": []string{"v1"}}, http.StatusNotFound, "no such tags"},
 		{http.MethodDelete, "/templates/snap-1", h.admin, nil, http.StatusNotFound, ""},
-		{http.MethodGet, "/templates/t/builds/b/status", h.admin, nil, http.StatusNotImplemented, "templates"},
+		{http.MethodGet, "/templates/t/builds/b/status", h.admin, nil, http.StatusNotFound, "build b not found"},
+		{http.MethodPut, "/templates/t/files/" + strings.Repeat("0", 64) + "?token=forged", "", "x", http.StatusForbidden, "not valid"},
 		{http.MethodPost, "/v2/templates", h.admin, map[string]any{}, http.StatusNotImplemented, "templates"},
 		{http.MethodPost, "/snapshots", h.admin, map[string]any{}, http.StatusNotImplemented, "snapshots"},
 		{http.MethodPost, "/sandboxes/" + unknown + "/snapshots", h.admin, map[string]any{}, http.StatusNotFound, ""},

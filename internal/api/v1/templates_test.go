@@ -15,14 +15,15 @@ import (
 
 // template is the wire's template object, as a client sees it.
 type template struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Kind      string `json:"kind"`
-	State     string `json:"state"`
-	BaseImage string `json:"base_image"`
-	SourceID  string `json:"source_id"`
-	SizeBytes int64  `json:"size_bytes"`
-	Error     string `json:"error"`
+	ID        string   `json:"id"`
+	Name      string   `json:"name"`
+	Kind      string   `json:"kind"`
+	State     string   `json:"state"`
+	BaseImage string   `json:"base_image"`
+	SourceID  string   `json:"source_id"`
+	SizeBytes int64    `json:"size_bytes"`
+	Error     string   `json:"error"`
+	Tags      []string `json:"tags"`
 }
 
 // deleteTemplate deletes a template as the admin when the test ends;
@@ -135,7 +136,6 @@ func TestTemplates_SnapshotCreateDelete(t *testing.T) {
 		snap.State != "ready" || snap.SourceID != src.ID || snap.SizeBytes <= 0 {
 		t.Errorf("snapshot = %+v", snap)
 	}
-	wantError(t, do(t, tok, "POST", "/v1/sandboxes/"+src.ID+"/snapshots", `{"name":"snap"}`), http.StatusConflict, "name_conflict")
 	if got := decode[template](t, do(t, tok, "GET", "/v1/templates/snap", ""), http.StatusOK); got.ID != snap.ID {
 		t.Errorf("GET by name = %+v, want %s", got, snap.ID)
 	}
@@ -162,6 +162,19 @@ func TestTemplates_SnapshotCreateDelete(t *testing.T) {
 		t.Fatalf("delete the unused snapshot: %s", r)
 	}
 	wantError(t, do(t, tok, "DELETE", "/v1/templates/"+snap.ID, ""), http.StatusNotFound, "not_found")
+
+	// A name is a pointer: another snapshot under it takes it, and the
+	// first stays, by its id, untagged.
+	first := decode[template](t, do(t, tok, "POST", "/v1/sandboxes/"+src.ID+"/snapshots", `{"name":"snap"}`), http.StatusCreated)
+	deleteTemplate(t, first.ID)
+	second := decode[template](t, do(t, tok, "POST", "/v1/sandboxes/"+src.ID+"/snapshots", `{"name":"snap"}`), http.StatusCreated)
+	deleteTemplate(t, second.ID)
+	if got := decode[template](t, do(t, tok, "GET", "/v1/templates/snap:latest", ""), http.StatusOK); got.ID != second.ID || len(got.Tags) != 1 || got.Tags[0] != "snap:latest" {
+		t.Errorf("GET snap:latest = %+v, want %s tagged snap:latest", got, second.ID)
+	}
+	if got := decode[template](t, do(t, tok, "GET", "/v1/templates/"+first.ID, ""), http.StatusOK); len(got.Tags) != 0 {
+		t.Errorf("the first snapshot keeps tags %v", got.Tags)
+	}
 }
 
 // TestTemplates_Fork: a fork answers its sandboxes as creates do (each
