@@ -82,6 +82,7 @@ type Store interface {
 	FailTemplate(ctx context.Context, id, reason string) (store.Template, error)
 	GetTemplate(ctx context.Context, id string) (store.Template, error)
 	GetTemplateByTag(ctx context.Context, owner, name, tag string) (store.Template, error)
+	GetNewestTemplateNamed(ctx context.Context, owner, name string) (store.Template, error)
 	TagTemplate(ctx context.Context, owner, name string, tags []string, id string) error
 	UntagTemplates(ctx context.Context, owner, name string, tags []string) (int, error)
 	ListTemplateTags(ctx context.Context, owner string) ([]store.TemplateTag, error)

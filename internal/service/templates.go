@@ -979,7 +979,9 @@ func (s *Service) startTemplate(ctx context.Context, id string, spec templateSpe
 	}
 }
 
-// lookupTemplate finds a template the caller may see by id or name.
+// lookupTemplate finds a template the caller may see by id or by a
+// name[:tag]; a bare name no tag points to finds the name's newest build
+// while it is building or once it failed.
 func (s *Service) lookupTemplate(ctx context.Context, c Caller, idOrName string) (store.Template, error) {
 	var (
 		t   store.Template
@@ -989,6 +991,14 @@ func (s *Service) lookupTemplate(ctx context.Context, c Caller, idOrName string)
 		t, err = s.Store.GetTemplate(ctx, idOrName)
 	} else if name, tag, ok := ParseTemplateRef(idOrName); ok {
 		t, err = s.Store.GetTemplateByTag(ctx, c.Owner, name, tag)
+		if errors.Is(err, store.ErrNotFound) && tag == store.DefaultTag && !strings.Contains(idOrName, ":") {
+			// A name no tag points to yet: its first build, building or
+			// failed (which is how its maker learns how it went).
+			t, err = s.Store.GetNewestTemplateNamed(ctx, c.Owner, name)
+			if err == nil && t.State == store.TemplateReady {
+				err = store.ErrNotFound // a build whose tags were moved or removed
+			}
+		}
 	} else {
 		err = store.ErrNotFound
 	}

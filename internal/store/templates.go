@@ -186,6 +186,17 @@ func (s *Store) GetTemplateByTag(ctx context.Context, owner, name, tag string) (
 	return t, nil
 }
 
+// GetNewestTemplateNamed returns owner's newest template made under
+// name (of any state; not a fork's capture), or ErrNotFound.
+func (s *Store) GetNewestTemplateNamed(ctx context.Context, owner, name string) (Template, error) {
+	t, err := scanTemplate(s.reader.QueryRowContext(ctx, `SELECT `+templateColumns+` FROM templates
+		WHERE owner = ? AND name = ? AND name <> '' AND kind <> ? ORDER BY created_at DESC, id DESC LIMIT 1`, owner, name, TemplateFork))
+	if err != nil {
+		return Template{}, fmt.Errorf("get template named %q of %s: %w", name, owner, notFound(err))
+	}
+	return t, nil
+}
+
 // TagTemplate points owner's name:tag, for each of tags, at template id,
 // which must be owner's and ready (ErrStateConflict otherwise).
 func (s *Store) TagTemplate(ctx context.Context, owner, name string, tags []string, id string) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"math"
@@ -38,7 +39,13 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 		return err
 	}
 	req.Quota = c.Quota
-	if b := body.BuildInfo; b == nil || strings.TrimSpace(b.DockerfileContent) == "" {
+	if b := body.BuildInfo; b != nil && declarative(b.DockerfileContent) {
+		id, err := f.buildForCreate(r.Context(), c, b.DockerfileContent, len(b.ContextHashes) > 0)
+		if err != nil {
+			return err
+		}
+		req.Image, req.Template = "", id
+	} else if b == nil || strings.TrimSpace(b.DockerfileContent) == "" {
 		// A snapshot of the caller's comes before an image of that name.
 		id, ok, err := f.snapshotTemplate(r.Context(), c, body.Snapshot)
 		if err != nil {
@@ -231,22 +238,62 @@ func zeroJSON(v json.RawMessage) bool {
 // image resolves the sandbox image: a buildInfo that is a single FROM line
 // (what the SDK sends for `image: "<ref>"`), else the snapshot (a name in
 // Options.Images or a locally present image), else the daemon's default.
-// Dockerfiles that build anything are refused: create does not build
-// (snapshot.create does). A snapshot that is one of the caller's
-// templates is resolved by create (snapshotTemplate) before this image.
+// A declarative image (a Dockerfile that builds something) has none here:
+// create builds it (buildForCreate), as it resolves a snapshot that is
+// one of the caller's templates (snapshotTemplate) before this image.
 func (f *Facade) image(b createBody) (string, error) {
 	if b.BuildInfo != nil && strings.TrimSpace(b.BuildInfo.DockerfileContent) != "" {
-		ref, ok := singleFrom(b.BuildInfo.DockerfileContent)
-		if !ok {
-			return "", badRequest("image: declarative images (anything but a single FROM line) are not built at create on sandboxd; " +
-				"build one with daytona.snapshot.create({name, image}) and create from that snapshot")
-		}
+		ref, _ := singleFrom(b.BuildInfo.DockerfileContent)
 		return ref, nil
 	}
 	if img, ok := f.images[b.Snapshot]; ok {
 		return img, nil
 	}
 	return b.Snapshot, nil
+}
+
+// declarative reports a Dockerfile that builds something: more than one
+// FROM line.
+func declarative(dockerfile string) bool {
+	_, single := singleFrom(dockerfile)
+	return strings.TrimSpace(dockerfile) != "" && !single
+}
+
+// buildForCreate builds a create's declarative image as an unnamed
+// template of the caller's (a build of the same Dockerfile before is
+// reused) and waits for it, within the request, before the create goes
+// on from it: the sandbox answers started, as every create here. A build
+// that fails is a 400 with its error, and no sandbox is made.
+func (f *Facade) buildForCreate(ctx context.Context, c service.Caller, dockerfile string, withContext bool) (string, error) {
+	if withContext {
+		return "", errorf(http.StatusNotImplemented, "%s", msgImageContext)
+	}
+	base, steps, err := recipeFromDockerfile(dockerfile, f.images)
+	if err != nil {
+		return "", err
+	}
+	t, _, err := f.svc.BuildTemplate(ctx, c, service.Recipe{Base: base, Steps: steps})
+	if service.Is(err, service.ErrImageNotPresent) {
+		return "", badRequest("image %q is not present on this host: sandboxd does not pull images; pull or build it on the host first", base)
+	}
+	if err != nil {
+		return "", err
+	}
+	if t.State == service.TemplateBuilding {
+		if err := f.svc.FollowBuildLog(ctx, c, t.ID, func([]byte) error { return nil }); err != nil {
+			return "", err
+		}
+		if t, err = f.svc.GetTemplate(ctx, c, t.ID); err != nil {
+			return "", err
+		}
+	}
+	switch t.State {
+	case service.TemplateReady:
+		return t.ID, nil
+	case service.TemplateFailed:
+		return "", badRequest("image: the build failed: %s", t.Error)
+	}
+	return "", fmt.Errorf("image build %s is %s: %w", t.ID, t.State, service.ErrConflict)
 }
 
 // singleFrom returns the image of a Dockerfile whose only instruction is

@@ -71,19 +71,16 @@ type snapshotPage struct {
 // createSnapshotBody is Daytona's CreateSnapshot: an image name, or a
 // Dockerfile (buildInfo).
 type createSnapshotBody struct {
-	Name       string   `json:"name"`
-	ImageName  string   `json:"imageName"`
-	Entrypoint []string `json:"entrypoint"`
-	BuildInfo  *struct {
-		DockerfileContent string   `json:"dockerfileContent"`
-		ContextHashes     []string `json:"contextHashes"`
-	} `json:"buildInfo"`
-	CPU          *float64 `json:"cpu"`
-	GPU          *float64 `json:"gpu"`
-	GPUType      []string `json:"gpuType"`
-	Memory       *float64 `json:"memory"`
-	Disk         *float64 `json:"disk"`
-	SandboxClass string   `json:"sandboxClass"`
+	Name         string     `json:"name"`
+	ImageName    string     `json:"imageName"`
+	Entrypoint   []string   `json:"entrypoint"`
+	BuildInfo    *buildInfo `json:"buildInfo"`
+	CPU          *float64   `json:"cpu"`
+	GPU          *float64   `json:"gpu"`
+	GPUType      []string   `json:"gpuType"`
+	Memory       *float64   `json:"memory"`
+	Disk         *float64   `json:"disk"`
+	SandboxClass string     `json:"sandboxClass"`
 	// regionId is accepted and ignored: the SDK sends its target.
 }
 

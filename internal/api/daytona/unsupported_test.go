@@ -41,9 +41,10 @@ func TestUnsupported_RefusedInDaytonasShapeNeverA404(t *testing.T) {
 	}
 }
 
-// TestCreate_NetworkListsAndDeclarativeImagesAre400s: what create cannot
-// do about the network or images is a 400 naming it, leaving nothing.
-func TestCreate_NetworkListsAndDeclarativeImagesAre400s(t *testing.T) {
+// TestCreate_NetworkListsAndFailedImageBuildsAre400s: what create cannot
+// do about the network, and a declarative image whose build fails (pip
+// has no network to install from), is a 400 naming it, leaving nothing.
+func TestCreate_NetworkListsAndFailedImageBuildsAre400s(t *testing.T) {
 	s := need(t)
 	for want, body := range map[string]map[string]any{
 		"networkAllowList": {"networkAllowList": "10.0.0.0/8"},

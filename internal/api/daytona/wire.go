@@ -73,9 +73,14 @@ type createBody struct {
 	AutoArchiveInterval *int              `json:"autoArchiveInterval"`
 	networkSettings
 	Volumes   []json.RawMessage `json:"volumes"`
-	BuildInfo *struct {
-		DockerfileContent string `json:"dockerfileContent"`
-	} `json:"buildInfo"`
+	BuildInfo *buildInfo        `json:"buildInfo"`
+}
+
+// buildInfo is CreateBuildInfo: a Dockerfile, and the hashes of the
+// local files (in Daytona's object storage) it copies.
+type buildInfo struct {
+	DockerfileContent string   `json:"dockerfileContent"`
+	ContextHashes     []string `json:"contextHashes"`
 }
 
 // sandboxDTO is Daytona's Sandbox (and, without env, SandboxListItem).

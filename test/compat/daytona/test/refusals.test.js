@@ -42,10 +42,10 @@ describe('refusals', () => {
     })
   }
 
-  it('a declarative image is refused at create, and creates nothing', { timeout: 60_000 }, async () => {
+  it('a declarative image whose build fails is a 400 with its error, and creates nothing', { timeout: 120_000 }, async () => {
     const labels = labelsFor('refuse-image')
-    const image = Image.base('sandboxd/base:bookworm').runCommands('echo built > /built')
-    await assert.rejects(daytona.create({ image, labels }, { timeout: 60 }), refused(/declarative images/, 400))
+    const image = Image.base('sandboxd/base:bookworm').runCommands('echo failing on purpose; exit 5')
+    await assert.rejects(daytona.create({ image, labels }, { timeout: 90 }), refused(/the build failed.*exit code 5/, 400))
     assert.deepEqual(await listAll(daytona, { labels: { nonce: labels.nonce } }), [])
   })
 

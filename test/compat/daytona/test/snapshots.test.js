@@ -76,6 +76,16 @@ describe('snapshots', { skip: process.env.COMPAT_CLUSTER === '1' && 'templates a
     assert.equal(await sh(sb, 'cat /built; echo "$A|$SP"'), 'hi\nb|x y\n')
   })
 
+  it('create({image}) builds a declarative Image first, and the sandbox has what it built', { timeout: 300_000 }, async (t) => {
+    const mark = nonce()
+    const image = Image.base(BASE).runCommands(`echo ${mark} > /built`).env({ BUILT: mark }).workdir('/srv')
+    for (const test of ['create-image', 'create-image-again']) {
+      const sb = await createSandbox(t, daytona, test, { image }, 240)
+      assert.equal(sb.state, 'started')
+      assert.equal(await sh(sb, 'cat /built; echo "$BUILT"; test -d /srv && echo workdir made'), `${mark}\n${mark}\nworkdir made\n`)
+    }
+  })
+
   it('a Dockerfile line sandboxd does not build is a 400 naming it', { timeout: 60_000 }, async () => {
     const image = Image.base(BASE).cmd(['sleep', '1'])
     await assert.rejects(daytona.snapshot.create({ name: `bad-${nonce()}`, image }), (err) => {
