@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,10 +19,10 @@ func (c *cli) templateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "template",
 		Short: "Build, list and remove templates (sandbox images made from a recipe or a snapshot)",
-		Args:  args(0, 0, "a subcommand: build, ls or rm"),
+		Args:  args(0, 0, "a subcommand: build, ls, rm, tag or untag"),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(c.templateBuildCmd(), c.templateLsCmd(), c.templateRmCmd())
+	cmd.AddCommand(c.templateBuildCmd(), c.templateLsCmd(), c.templateRmCmd(), c.templateTagCmd(), c.templateUntagCmd())
 	return cmd
 }
 
@@ -139,9 +140,9 @@ func (c *cli) templateLsCmd() *cobra.Command {
 				return c.printJSON(map[string]any{"items": nonNil(ts)})
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tKIND\tSTATE\tSIZE\tCREATED")
+			fmt.Fprintln(tw, "ID\tNAME\tTAGS\tKIND\tSTATE\tSIZE\tCREATED")
 			for _, t := range ts {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d MB\t%s\n", t.ID, orDash(t.Name), t.Kind, t.State,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d MB\t%s\n", t.ID, orDash(t.Name), orDash(strings.Join(t.Tags, ",")), t.Kind, t.State,
 					t.SizeBytes>>20, t.CreatedAt.Local().Format(time.DateTime))
 			}
 			return tw.Flush()
@@ -164,6 +165,63 @@ func (c *cli) templateRmCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "succeed when a template does not exist")
+	return cmd
+}
+
+func (c *cli) templateTagCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "tag TEMPLATE NAME:TAG...",
+		Short: "Point NAME:TAG at a template (an id or name[:tag]), moving the tag if it pointed elsewhere",
+		Args:  args(2, -1, "a template and at least one NAME:TAG"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			byName := map[string][]string{}
+			var names []string
+			for _, ref := range a[1:] {
+				name, tag, ok := strings.Cut(ref, ":")
+				if !ok || name == "" || tag == "" {
+					return usagef(cmd, "%q is not NAME:TAG", ref)
+				}
+				if byName[name] == nil {
+					names = append(names, name)
+				}
+				byName[name] = append(byName[name], tag)
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var t *sandboxd.Template
+			for _, name := range names {
+				if t, err = cl.TagTemplate(cmd.Context(), a[0], name, byName[name]...); err != nil {
+					return err
+				}
+			}
+			return c.printTemplate(t)
+		},
+	}
+}
+
+func (c *cli) templateUntagCmd() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "untag NAME:TAG...",
+		Short: "Remove tags (the templates they pointed to stay, by their ids)",
+		Args:  args(1, -1, "at least one NAME:TAG"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			return c.removeEach(a, force, func(ref string) error {
+				name, tag, ok := strings.Cut(ref, ":")
+				if !ok || name == "" || tag == "" {
+					return fmt.Errorf("%q is not NAME:TAG", ref)
+				}
+				return cl.UntagTemplate(cmd.Context(), name, tag)
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "succeed when a tag does not exist")
 	return cmd
 }
 

@@ -1028,11 +1028,14 @@ func (s *Service) withTags(ctx context.Context, t Template) Template {
 	return t
 }
 
-// tagsOf maps template ids to their name:tag references.
+// tagsOf maps template ids to their name:tag references, sorted.
 func tagsOf(tags []store.TemplateTag) map[string][]string {
 	out := map[string][]string{}
 	for _, g := range tags {
 		out[g.TemplateID] = append(out[g.TemplateID], g.Name+":"+g.Tag)
+	}
+	for _, refs := range out {
+		slices.Sort(refs)
 	}
 	return out
 }

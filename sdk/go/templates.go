@@ -15,7 +15,11 @@ import (
 type Template struct {
 	ID    string `json:"id"`
 	Owner string `json:"owner"`
-	Name  string `json:"name,omitempty"`
+	// Name is the name it was made under; Tags are the name:tag
+	// references that point to it now (a newer build of the name takes
+	// them).
+	Name string   `json:"name,omitempty"`
+	Tags []string `json:"tags,omitempty"`
 	// Kind is "build" or "snapshot".
 	Kind string `json:"kind"`
 	// State is "building", "ready" (creates may name it) or "failed".
@@ -28,6 +32,7 @@ type Template struct {
 	Error     string    `json:"error,omitempty"`
 	StartCmd  string    `json:"start_cmd,omitempty"`
 	ReadyCmd  string    `json:"ready_cmd,omitempty"`
+	User      string    `json:"user,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// Cached is set by BuildTemplate when the daemon already had a
@@ -45,11 +50,18 @@ const (
 // Recipe is how to build a template: Steps run in order in a sandbox of
 // Base (no network), and the result is captured.
 type Recipe struct {
-	Name string `json:"name,omitempty"`
+	// Name names the template once it is built: name:tag points to it for
+	// each of Tags (default "latest"), moved from the build it pointed to.
+	Name string   `json:"name,omitempty"`
+	Tags []string `json:"tags,omitempty"`
 	// Base is an image present on the daemon's host; empty is the
-	// daemon's default image.
-	Base  string `json:"base,omitempty"`
-	Steps []Step `json:"steps,omitempty"`
+	// daemon's default image. FromTemplate builds over one of the
+	// caller's templates instead (an id or name[:tag]).
+	Base         string `json:"base,omitempty"`
+	FromTemplate string `json:"from_template,omitempty"`
+	Steps        []Step `json:"steps,omitempty"`
+	// NoCache builds even when the same recipe was built before.
+	NoCache bool `json:"no_cache,omitempty"`
 	// StartCmd runs (a shell line, in the background) in every sandbox
 	// created from the template; ReadyCmd, when set, runs until it exits
 	// 0 before the create returns.
@@ -71,10 +83,12 @@ type Step struct {
 	User string `json:"user,omitempty"`
 }
 
-// CopyStep writes Content to the absolute Path (parents created).
+// CopyStep writes Content to the absolute Path (parents created), with
+// Mode's permission bits when it is set.
 type CopyStep struct {
 	Path    string `json:"path"`
 	Content []byte `json:"content"`
+	Mode    uint32 `json:"mode,omitempty"`
 }
 
 // BuildTemplate starts a build of r and returns its template, building;
@@ -144,6 +158,36 @@ func (c *Client) DeleteTemplate(ctx context.Context, idOrName string) error {
 	r := &request{method: http.MethodDelete, segs: []string{"v1", "templates", id}, retry: retryDelete}
 	if err := c.do(ctx, r, nil, nil); err != nil {
 		return fmt.Errorf("delete template %q: %w", idOrName, err)
+	}
+	return nil
+}
+
+// TagTemplate points name:tag, for each of tags, at the template target
+// names (an id or name[:tag]), moving a tag that pointed elsewhere. It is
+// idempotent and retried on transient failures.
+func (c *Client) TagTemplate(ctx context.Context, target, name string, tags ...string) (*Template, error) {
+	var t Template
+	req := &request{method: http.MethodPost, segs: []string{"v1", "templates", target, "tags"}, retry: retrySafe}
+	b, err := encode(struct {
+		Name string   `json:"name"`
+		Tags []string `json:"tags"`
+	}{name, tags})
+	if err != nil {
+		return nil, err
+	}
+	req.body, req.buffer = b, true
+	if err := c.do(ctx, req, nil, &t); err != nil {
+		return nil, fmt.Errorf("tag template %q: %w", target, err)
+	}
+	return &t, nil
+}
+
+// UntagTemplate removes name:tag (the template stays, by its id);
+// ErrNotFound when it is not there.
+func (c *Client) UntagTemplate(ctx context.Context, name, tag string) error {
+	r := &request{method: http.MethodDelete, segs: []string{"v1", "templates", name, "tags", tag}, retry: retryDelete}
+	if err := c.do(ctx, r, nil, nil); err != nil {
+		return fmt.Errorf("untag %s:%s: %w", name, tag, err)
 	}
 	return nil
 }

@@ -76,6 +76,8 @@ func routes() []route {
 		{http.MethodGet, "/v1/templates/{id}", user, jsonBody, (*server).getTemplate},
 		{http.MethodDelete, "/v1/templates/{id}", user, jsonBody, (*server).deleteTemplate},
 		{http.MethodGet, "/v1/templates/{id}/logs", user, streamed, (*server).templateLogs},
+		{http.MethodPost, "/v1/templates/{id}/tags", user, jsonBody, (*server).tagTemplate},
+		{http.MethodDelete, "/v1/templates/{id}/tags/{tag}", user, jsonBody, (*server).untagTemplate},
 
 		{http.MethodGet, "/v1/pools", adminOnly, jsonBody, (*server).listPools},
 		{http.MethodPut, "/v1/pools", adminOnly, jsonBody, (*server).setPools},

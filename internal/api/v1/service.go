@@ -50,6 +50,8 @@ type Service interface {
 	SetPool(ctx context.Context, targets []service.PoolTarget) ([]service.PoolStatus, error)
 
 	BuildTemplate(ctx context.Context, c service.Caller, r service.Recipe) (t service.Template, cached bool, err error)
+	TagTemplate(ctx context.Context, c service.Caller, target, name string, tags []string) (service.Template, error)
+	UntagTemplate(ctx context.Context, c service.Caller, name string, tags []string) error
 	FollowBuildLog(ctx context.Context, c service.Caller, idOrName string, w func([]byte) error) error
 	GetTemplate(ctx context.Context, c service.Caller, idOrName string) (service.Template, error)
 	ListTemplates(ctx context.Context, c service.Caller) ([]service.Template, error)

@@ -101,6 +101,37 @@ func (s *server) templateLogs(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// tagRequest is the body of POST /v1/templates/{id}/tags.
+type tagRequest struct {
+	Name string   `json:"name"`
+	Tags []string `json:"tags"`
+}
+
+// tagTemplate points name:tag, for each tag, at the template: 200 with
+// it. Repeating it changes nothing more.
+func (s *server) tagTemplate(w http.ResponseWriter, r *http.Request) error {
+	var body tagRequest
+	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
+	t, err := s.svc.TagTemplate(r.Context(), caller(r), r.PathValue("id"), body.Name, body.Tags)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, t)
+	return nil
+}
+
+// untagTemplate removes the tag {tag} of the name {id}: 204; not_found
+// when it is not there (a retry learns its first try won).
+func (s *server) untagTemplate(w http.ResponseWriter, r *http.Request) error {
+	if err := s.svc.UntagTemplate(r.Context(), caller(r), r.PathValue("id"), []string{r.PathValue("tag")}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 // snapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots; it
 // may be empty.
 type snapshotRequest struct {

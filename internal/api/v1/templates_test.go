@@ -268,4 +268,23 @@ func TestTemplates_BuildLogEndsWithTheBuild(t *testing.T) {
 	if out.Stdout != "built\nhello\nstarted\n" {
 		t.Errorf("a sandbox of the built template: %q", out.Stdout)
 	}
+
+	// Tags: one more on the build; retried, the same; removed, gone, and
+	// removed again, 404.
+	for range 2 {
+		got := decode[template](t, do(t, tok, "POST", "/v1/templates/built/tags", `{"name":"built","tags":["prod"]}`), http.StatusOK)
+		if got.ID != tpl.ID || strings.Join(got.Tags, ",") != "built:latest,built:prod" {
+			t.Errorf("tag built:prod: %+v", got)
+		}
+	}
+	if got := decode[template](t, do(t, tok, "GET", "/v1/templates/built:prod", ""), http.StatusOK); got.ID != tpl.ID {
+		t.Errorf("GET built:prod = %s, want %s", got.ID, tpl.ID)
+	}
+	if r := do(t, tok, "DELETE", "/v1/templates/built/tags/prod", ""); r.status != http.StatusNoContent {
+		t.Errorf("untag: %s", r)
+	}
+	wantError(t, do(t, tok, "DELETE", "/v1/templates/built/tags/prod", ""), http.StatusNotFound, "not_found")
+	wantError(t, do(t, tok, "GET", "/v1/templates/built:prod", ""), http.StatusNotFound, "not_found")
+	wantError(t, do(t, tok, "POST", "/v1/templates/built/tags", `{"name":"built","tags":[".bad"]}`), http.StatusBadRequest, "invalid_argument")
+	wantError(t, do(t, token(t, "tpl-other-tagger"), "POST", "/v1/templates/"+tpl.ID+"/tags", `{"name":"mine","tags":["x"]}`), http.StatusNotFound, "not_found")
 }
