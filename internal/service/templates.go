@@ -58,7 +58,8 @@ const labelTemplate = "sandboxd.template"
 
 // Bounds of a recipe and of a build.
 const (
-	maxRecipeSteps   = 64
+	maxRecipeSteps   = 64   // of the steps but copies
+	maxCopySteps     = 4096 // files and links a recipe copies
 	maxCommandLen    = 16 << 10
 	maxCopyBytes     = 8 << 20 // all copy steps together
 	maxBuildLogBytes = 1 << 20
@@ -180,11 +181,13 @@ type Step struct {
 }
 
 // CopyStep writes Content to Path (parents created), owned by the
-// steps' user, with Mode's permission bits when it is set.
+// steps' user, with Mode's permission bits when it is set; or, when Link
+// is set, makes Path a symbolic link to Link.
 type CopyStep struct {
 	Path    string `json:"path"`
-	Content []byte `json:"content"`
+	Content []byte `json:"content,omitempty"`
 	Mode    uint32 `json:"mode,omitempty"`
+	Link    string `json:"link,omitempty"`
 }
 
 // safeWorkdir: the engine starts a container's first process in its
@@ -285,8 +288,14 @@ func (r Recipe) validate() error {
 			return invalid("base", "must be an image on this host, not a template's image")
 		}
 	}
-	if len(r.Steps) > maxRecipeSteps {
-		return invalid("steps", "at most %d", maxRecipeSteps)
+	copies := 0
+	for _, st := range r.Steps {
+		if st.Copy != nil {
+			copies++
+		}
+	}
+	if len(r.Steps)-copies > maxRecipeSteps || copies > maxCopySteps {
+		return invalid("steps", "at most %d copy steps and %d others", maxCopySteps, maxRecipeSteps)
 	}
 	copied := 0
 	for i, st := range r.Steps {
@@ -309,6 +318,9 @@ func (r Recipe) validate() error {
 			}
 			if st.Copy.Mode > 0o7777 {
 				return invalid(field+".copy.mode", "must be permission bits (at most 07777)")
+			}
+			if st.Copy.Link != "" && (len(st.Copy.Content) > 0 || st.Copy.Mode != 0 || validPath(st.Copy.Link) != nil) {
+				return invalid(field+".copy.link", "a link has a target without NUL, and no content or mode")
 			}
 			if copied += len(st.Copy.Content); copied > maxCopyBytes {
 				return invalid(field+".copy.content", "the copy steps carry more than %d bytes together", maxCopyBytes)
@@ -628,6 +640,11 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 			log.printf("step %d: run %s\n", i+1, st.Run)
 			if err := s.buildRun(ctx, ac, st.Run, env, workdir, user, log); err != nil {
 				return fmt.Errorf("step %d (run): %w", i+1, err)
+			}
+		case st.Copy != nil && st.Copy.Link != "":
+			log.printf("step %d: link %s to %s\n", i+1, st.Copy.Path, st.Copy.Link)
+			if err := s.buildRun(ctx, ac, `mkdir -p "$(dirname -- "$2")" && ln -sfn -- "$1" "$2"`, nil, "", user, log, st.Copy.Link, st.Copy.Path); err != nil {
+				return fmt.Errorf("step %d (link %s): %w", i+1, st.Copy.Path, err)
 			}
 		case st.Copy != nil:
 			log.printf("step %d: copy %d bytes to %s\n", i+1, len(st.Copy.Content), st.Copy.Path)

@@ -3,7 +3,9 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -401,5 +403,42 @@ func TestTemplate_NamesMoveTagsPointAndSupersededBuildsAreSwept(t *testing.T) {
 		if err := h.svc.DeleteTemplate(ctx, admin, id); err != nil {
 			t.Errorf("delete %s: %v", id, err)
 		}
+	}
+}
+
+// Copy steps: many files (more than the other steps' bound), a mode and a
+// symbolic link all land as written.
+func TestTemplate_CopyStepsFilesModesAndLinks(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	alice := service.Caller{Owner: "alice"}
+	var steps []service.Step
+	for i := range 100 {
+		steps = append(steps, service.Step{Copy: &service.CopyStep{Path: fmt.Sprintf("/data/f%03d", i), Content: []byte(strconv.Itoa(i))}})
+	}
+	steps = append(steps,
+		service.Step{Copy: &service.CopyStep{Path: "/data/run.sh", Content: []byte("#!/bin/sh\necho ran\n"), Mode: 0o750}},
+		service.Step{Copy: &service.CopyStep{Path: "/data/sub/latest", Link: "../f099"}})
+	tpl, _, err := h.svc.BuildTemplate(t.Context(), alice, service.Recipe{Base: busybox, Steps: steps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl, log := waitBuilt(t, h, alice, tpl.ID); tpl.State != store.TemplateReady {
+		t.Fatalf("build: %+v\n%s", tpl, log)
+	}
+	t.Cleanup(func() { _ = h.svc.DeleteTemplate(context.WithoutCancel(t.Context()), admin, tpl.ID) })
+	c, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "alice", Template: tpl.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(t.Context()), admin, c.ID) })
+	got := sh(t, h, alice, c.ID, `ls /data | wc -l; cat /data/f042; echo; /data/run.sh; stat -c %a /data/run.sh; cat /data/sub/latest; echo; readlink /data/sub/latest`)
+	if want := "102\n42\nran\n750\n99\n../f099\n"; got != want {
+		t.Errorf("the sandbox sees %q, want %q", got, want)
+	}
+	if _, _, err := h.svc.BuildTemplate(t.Context(), alice, service.Recipe{Base: busybox, Steps: []service.Step{
+		{Copy: &service.CopyStep{Path: "/x", Link: "y", Content: []byte("z")}},
+	}}); !errors.Is(err, service.ErrInvalidArgument) {
+		t.Errorf("a link with content: %v, want ErrInvalidArgument", err)
 	}
 }

@@ -84,11 +84,13 @@ type Step struct {
 }
 
 // CopyStep writes Content to the absolute Path (parents created), with
-// Mode's permission bits when it is set.
+// Mode's permission bits when it is set; or, with Link set, makes Path a
+// symbolic link to Link.
 type CopyStep struct {
 	Path    string `json:"path"`
-	Content []byte `json:"content"`
+	Content []byte `json:"content,omitempty"`
 	Mode    uint32 `json:"mode,omitempty"`
+	Link    string `json:"link,omitempty"`
 }
 
 // BuildTemplate starts a build of r and returns its template, building;

@@ -160,10 +160,9 @@ func (u *uploads) expireLocked() {
 }
 
 // copySteps turns one COPY step (src, dest, user, mode) and its archive
-// into the service's steps: a copy step per file, in dest as Docker's
-// COPY places them (a file to dest, or into it when dest ends in '/'; a
-// directory's files under dest; what a glob matched into dest), a run
-// step per symbolic link. Entries are read from the archive only: a name
+// into the service's copy steps, one per file or symbolic link, in dest
+// as Docker's COPY places them (a file to dest, or into it when dest ends
+// in '/'; a directory's files under dest; what a glob matched into dest). Entries are read from the archive only: a name
 // that is absolute or climbs out ("..") is refused, as is anything but
 // files, directories and links.
 func copySteps(archive []byte, src, dest, workdir string, mode uint32) ([]service.Step, error) {
@@ -214,8 +213,7 @@ func copySteps(archive []byte, src, dest, workdir string, mode uint32) ([]servic
 			}
 			steps = append(steps, service.Step{Copy: &service.CopyStep{Path: target, Content: content, Mode: m}})
 		case tar.TypeSymlink:
-			steps = append(steps, service.Step{Run: fmt.Sprintf("mkdir -p %s && ln -sfn -- %s %s",
-				shellQuote(path.Dir(target)), shellQuote(h.Linkname), shellQuote(target))})
+			steps = append(steps, service.Step{Copy: &service.CopyStep{Path: target, Link: h.Linkname}})
 		default:
 			return nil, fmt.Errorf("the archive's %s is neither a file, a directory nor a symbolic link", name)
 		}
@@ -276,9 +274,4 @@ func parseMode(s string) (uint32, error) {
 		return 0, fmt.Errorf("mode %q is not octal permission bits", s)
 	}
 	return uint32(m), nil
-}
-
-// shellQuote quotes s for /bin/sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
