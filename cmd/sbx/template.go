@@ -43,8 +43,11 @@ func (c *cli) templateBuildCmd() *cobra.Command {
 
 Each step sets exactly one of run, copy, env, workdir and user. The build's
 output streams to stderr until it ends; --detach prints the id at once. The
-same recipe over the same base again is the template already built. A
-failed build exits 1 with its error.`,
+same recipe over the same base again is the template already built
+("no_cache": true builds anyway). Once built, name:tag points to it for
+each of "tags" (default latest), moved from the build it pointed to;
+"from_template" builds over another of your templates. A failed build exits
+1 with its error.`,
 		Args: args(0, 0, "no arguments (the recipe is -f FILE)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
