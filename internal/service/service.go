@@ -92,6 +92,7 @@ type Store interface {
 	FailBuildingTemplates(ctx context.Context, reason string) ([]store.Template, error)
 	UnusedForks(ctx context.Context) ([]store.Template, error)
 	SupersededBuilds(ctx context.Context, before time.Time) ([]store.Template, error)
+	DeleteSupersededBuild(ctx context.Context, id string, before time.Time) (bool, error)
 	TemplateBytes(ctx context.Context, owner string) (int64, error)
 }
 

@@ -56,12 +56,17 @@ const buildOwner = "sandboxd:build"
 // labelTemplate marks a template's image with its id.
 const labelTemplate = "sandboxd.template"
 
+// Bounds of a recipe's copy steps: the files and links, and their bytes
+// together.
+const (
+	MaxCopySteps = 4096
+	MaxCopyBytes = 8 << 20
+)
+
 // Bounds of a recipe and of a build.
 const (
-	maxRecipeSteps   = 64   // of the steps but copies
-	maxCopySteps     = 4096 // files and links a recipe copies
+	maxRecipeSteps   = 64 // of the steps but copies
 	maxCommandLen    = 16 << 10
-	maxCopyBytes     = 8 << 20 // all copy steps together
 	maxBuildLogBytes = 1 << 20
 	buildTimeout     = 30 * time.Minute
 	readyTimeout     = time.Minute
@@ -164,10 +169,12 @@ type Recipe struct {
 	NewName bool `json:"-"`
 }
 
-// Step is one step of a recipe: exactly one field is set.
+// Step is one step of a recipe: exactly one field is set, but for a run
+// step's user.
 type Step struct {
 	// Run is a shell line (/bin/sh -c) run with the env, workdir and user
-	// of the steps before it; a non-zero exit fails the build.
+	// of the steps before it (User, when set beside it, for this step
+	// only); a non-zero exit fails the build.
 	Run string `json:"run,omitempty"`
 	// Copy writes a file.
 	Copy *CopyStep `json:"copy,omitempty"`
@@ -176,17 +183,20 @@ type Step struct {
 	// Workdir is the directory later steps and the start command run in
 	// (created); the image's working directory.
 	Workdir string `json:"workdir,omitempty"`
-	// User runs later steps and the start command as this user.
+	// User runs later steps and the start command as this user; beside
+	// Run, that step only.
 	User string `json:"user,omitempty"`
 }
 
-// CopyStep writes Content to Path (parents created), owned by the
-// steps' user, with Mode's permission bits when it is set; or, when Link
-// is set, makes Path a symbolic link to Link.
+// CopyStep writes Content to Path (parents created), as the steps' user,
+// with Mode's permission bits when it is set and owned by Owner when it
+// is set (written as root, then given to Owner); or, when Link is set,
+// makes Path a symbolic link to Link.
 type CopyStep struct {
 	Path    string `json:"path"`
 	Content []byte `json:"content,omitempty"`
 	Mode    uint32 `json:"mode,omitempty"`
+	Owner   string `json:"owner,omitempty"`
 	Link    string `json:"link,omitempty"`
 }
 
@@ -253,6 +263,11 @@ func validateTags(field string, tags []string) error {
 	return nil
 }
 
+// validUser: a user name (or id) the agent can run as, or empty.
+func validUser(u string) bool {
+	return len(u) <= 64 && !strings.ContainsAny(u, ":/ \t\n\x00")
+}
+
 // recipeTags is the tags a build of r points at its template.
 func recipeTags(r Recipe) []string {
 	if r.Name == "" {
@@ -294,20 +309,21 @@ func (r Recipe) validate() error {
 			copies++
 		}
 	}
-	if len(r.Steps)-copies > maxRecipeSteps || copies > maxCopySteps {
-		return invalid("steps", "at most %d copy steps and %d others", maxCopySteps, maxRecipeSteps)
+	if len(r.Steps)-copies > maxRecipeSteps || copies > MaxCopySteps {
+		return invalid("steps", "at most %d copy steps and %d others", MaxCopySteps, maxRecipeSteps)
 	}
 	copied := 0
 	for i, st := range r.Steps {
 		field := fmt.Sprintf("steps[%d]", i)
 		set := 0
-		for _, b := range []bool{st.Run != "", st.Copy != nil, st.Env != nil, st.Workdir != "", st.User != ""} {
+		// A run step's user is whom it runs as (that step only).
+		for _, b := range []bool{st.Run != "", st.Copy != nil, st.Env != nil, st.Workdir != "", st.User != "" && st.Run == ""} {
 			if b {
 				set++
 			}
 		}
 		if set != 1 {
-			return invalid(field, "must set exactly one of run, copy, env, workdir and user")
+			return invalid(field, "must set exactly one of run (with its user, if any), copy, env, workdir and user")
 		}
 		switch {
 		case len(st.Run) > maxCommandLen || strings.ContainsRune(st.Run, 0):
@@ -322,8 +338,11 @@ func (r Recipe) validate() error {
 			if st.Copy.Link != "" && (len(st.Copy.Content) > 0 || st.Copy.Mode != 0 || validPath(st.Copy.Link) != nil) {
 				return invalid(field+".copy.link", "a link has a target without NUL, and no content or mode")
 			}
-			if copied += len(st.Copy.Content); copied > maxCopyBytes {
-				return invalid(field+".copy.content", "the copy steps carry more than %d bytes together", maxCopyBytes)
+			if !validUser(st.Copy.Owner) {
+				return invalid(field+".copy.owner", "must be a user name")
+			}
+			if copied += len(st.Copy.Content); copied > MaxCopyBytes {
+				return invalid(field+".copy.content", "the copy steps carry more than %d bytes together", MaxCopyBytes)
 			}
 		case st.Env != nil:
 			if err := validateEnv(field+".env", st.Env); err != nil {
@@ -331,7 +350,7 @@ func (r Recipe) validate() error {
 			}
 		case st.Workdir != "" && !safeWorkdir(st.Workdir):
 			return invalid(field+".workdir", "must be a clean absolute path without NUL, outside /proc, /sys and /dev")
-		case st.User != "" && (len(st.User) > 64 || strings.ContainsAny(st.User, ":/ \t\n\x00")):
+		case !validUser(st.User):
 			return invalid(field+".user", "must be a user name")
 		}
 	}
@@ -494,7 +513,9 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 	job := buildJob{recipe: r, base: base, user: spec.User, workdir: spec.Workdir}
 	job.recipe.Base = baseRef
 	for _, st := range r.Steps {
-		spec.User = cmp.Or(st.User, spec.User)
+		if st.Run == "" {
+			spec.User = cmp.Or(st.User, spec.User)
+		}
 		spec.Workdir = cmp.Or(st.Workdir, spec.Workdir)
 	}
 	specJSON, _ := json.Marshal(spec)
@@ -503,6 +524,13 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		ID: id, Owner: c.Owner, Name: r.Name, Kind: store.TemplateBuild, Image: templateRef(id),
 		BaseImage: baseRef, RecipeHash: hash, Spec: specJSON,
 	})
+	if errors.Is(err, store.ErrIDConflict) && r.ID != "" {
+		// A retry of the same id that raced this one: that one's.
+		queued.cancel()
+		if found, gerr := s.Store.GetTemplate(ctx, r.ID); gerr == nil && found.Owner == c.Owner {
+			return s.withTags(ctx, fromTemplateRow(found)), true, nil
+		}
+	}
 	if err != nil {
 		queued.cancel()
 		return Template{}, false, s.mapTemplateErr(err, r.Name)
@@ -587,11 +615,14 @@ type buildJob struct {
 // it: ready with its image, or failed with the reason (its image
 // removed). The build sandbox is destroyed either way.
 func (s *Service) runBuild(job buildJob) {
+	t, r, log := job.t, job.recipe, job.log
+	qctx, qcancel := context.WithTimeout(context.Background(), buildTimeout)
+	err := job.queued.wait(qctx, log)
+	qcancel()
+	defer job.queued.cancel() // its slot, once it has one
+	// The build's own time starts with its slot.
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
-	t, r, log := job.t, job.recipe, job.log
-	err := job.queued.wait(ctx, log)
-	defer job.queued.cancel() // its slot, once it has one
 	start := time.Now()
 	if err == nil {
 		err = s.build(ctx, job)
@@ -638,24 +669,12 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 		switch {
 		case st.Run != "":
 			log.printf("step %d: run %s\n", i+1, st.Run)
-			if err := s.buildRun(ctx, ac, st.Run, env, workdir, user, log); err != nil {
+			if err := s.buildRun(ctx, ac, st.Run, env, workdir, cmp.Or(st.User, user), log); err != nil {
 				return fmt.Errorf("step %d (run): %w", i+1, err)
 			}
-		case st.Copy != nil && st.Copy.Link != "":
-			log.printf("step %d: link %s to %s\n", i+1, st.Copy.Path, st.Copy.Link)
-			if err := s.buildRun(ctx, ac, `mkdir -p "$(dirname -- "$2")" && ln -sfn -- "$1" "$2"`, nil, "", user, log, st.Copy.Link, st.Copy.Path); err != nil {
-				return fmt.Errorf("step %d (link %s): %w", i+1, st.Copy.Path, err)
-			}
 		case st.Copy != nil:
-			log.printf("step %d: copy %d bytes to %s\n", i+1, len(st.Copy.Content), st.Copy.Path)
-			if err := ac.Upload(ctx, st.Copy.Path, bytes.NewReader(st.Copy.Content), user); err != nil {
-				return fmt.Errorf("step %d (copy to %s): %w", i+1, st.Copy.Path, agentErr(err))
-			}
-			if st.Copy.Mode != 0 {
-				mode := strconv.FormatUint(uint64(st.Copy.Mode), 8)
-				if err := s.buildRun(ctx, ac, `chmod "$1" "$2"`, nil, "", "", log, mode, st.Copy.Path); err != nil {
-					return fmt.Errorf("step %d (mode %s of %s): %w", i+1, mode, st.Copy.Path, err)
-				}
+			if err := s.buildCopy(ctx, ac, st.Copy, user, log); err != nil {
+				return fmt.Errorf("step %d (copy to %s): %w", i+1, st.Copy.Path, err)
 			}
 		case st.Env != nil:
 			log.printf("step %d: env %s\n", i+1, strings.Join(slices.Sorted(maps.Keys(st.Env)), " "))
@@ -666,7 +685,7 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 				return fmt.Errorf("step %d (workdir %s): %w", i+1, st.Workdir, err)
 			}
 			workdir = st.Workdir
-		case st.User != "":
+		case st.User != "": // (beside Run, the case above)
 			log.printf("step %d: user %s\n", i+1, st.User)
 			user = st.User
 		}
@@ -679,6 +698,36 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 	log.printf("capture\n")
 	if _, err := s.Images.Commit(ctx, sb.ID, t.Image, cfg); err != nil {
 		return fmt.Errorf("capture: %w", err)
+	}
+	return nil
+}
+
+// buildCopy runs a copy step: a file or a link, as user, or as root and
+// then given to its owner.
+func (s *Service) buildCopy(ctx context.Context, ac *agent.Client, c *CopyStep, user string, log *buildLog) error {
+	if c.Owner != "" {
+		user = "root"
+	}
+	if c.Link != "" {
+		log.printf("link %s to %s\n", c.Path, c.Link)
+		if err := s.buildRun(ctx, ac, `mkdir -p "$(dirname -- "$2")" && ln -sfn -- "$1" "$2"`, nil, "", user, log, c.Link, c.Path); err != nil {
+			return err
+		}
+	} else {
+		log.printf("copy %d bytes to %s\n", len(c.Content), c.Path)
+		if err := ac.Upload(ctx, c.Path, bytes.NewReader(c.Content), user); err != nil {
+			return agentErr(err)
+		}
+		if c.Mode != 0 {
+			if err := s.buildRun(ctx, ac, `chmod "$1" "$2"`, nil, "", "", log, strconv.FormatUint(uint64(c.Mode), 8), c.Path); err != nil {
+				return err
+			}
+		}
+	}
+	if c.Owner != "" {
+		if err := s.buildRun(ctx, ac, `chown -h "$1" "$2"`, nil, "", "", log, c.Owner, c.Path); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -1091,8 +1140,10 @@ func (s *Service) TagTemplate(ctx context.Context, c Caller, target, name string
 	return s.withTags(ctx, fromTemplateRow(t)), nil
 }
 
-// UntagTemplate removes name:tag for each of tags (the templates stay,
-// by their ids); ErrNotFound when none of them was there.
+// UntagTemplate removes name:tag for each of tags; ErrNotFound when none
+// of them was there. The templates stay, by their ids; but a build made
+// under a name, once no tag points to it and no sandbox uses it, is
+// removed by the sweep (sweepSuperseded) after its grace.
 func (s *Service) UntagTemplate(ctx context.Context, c Caller, name string, tags []string) error {
 	if !validTemplateName(name) {
 		return invalid("name", msgTemplateName)
@@ -1221,11 +1272,21 @@ func (s *Service) sweepTemplates(ctx context.Context, startup bool) error {
 // engine's dangling images. Snapshots and builds made without a name
 // stay until deleted.
 func (s *Service) sweepSuperseded(ctx context.Context, imgs runtime.Images, grace time.Duration) error {
-	builds, err := s.Store.SupersededBuilds(ctx, s.Clock().Add(-grace))
+	before := s.Clock().Add(-grace)
+	builds, err := s.Store.SupersededBuilds(ctx, before)
 	errs := []error{err}
 	for _, t := range builds {
-		if err := s.removeTemplate(ctx, imgs, t); err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
+		// Deleted only if still superseded: a tag may have come back
+		// since the list was read.
+		deleted, err := s.Store.DeleteSupersededBuild(ctx, t.ID, before)
+		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if deleted {
+			if err := imgs.RemoveImage(ctx, t.Image); err != nil {
+				s.Logger.Warn("template: remove the image of a superseded build", "template", t.ID, "err", err)
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -418,13 +418,16 @@ func TestTemplate_CopyStepsFilesModesAndLinks(t *testing.T) {
 	}
 	steps = append(steps,
 		service.Step{Copy: &service.CopyStep{Path: "/data/run.sh", Content: []byte("#!/bin/sh\necho ran\n"), Mode: 0o750}},
-		service.Step{Copy: &service.CopyStep{Path: "/data/sub/latest", Link: "../f099"}})
+		service.Step{Copy: &service.CopyStep{Path: "/data/sub/latest", Link: "../f099"}},
+		service.Step{Copy: &service.CopyStep{Path: "/data/owned", Content: []byte("o"), Owner: "nobody"}},
+		service.Step{Run: "id -un > /tmp/whoami-run; touch /tmp/run-as-step", User: "nobody"},
+		service.Step{Run: "id -un > /data/whoami-next"})
 	tpl, _, err := h.svc.BuildTemplate(t.Context(), alice, service.Recipe{Base: busybox, Steps: steps})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tpl, log := waitBuilt(t, h, alice, tpl.ID); tpl.State != store.TemplateReady {
-		t.Fatalf("build: %+v\n%s", tpl, log)
+	if tpl, log := waitBuilt(t, h, alice, tpl.ID); tpl.State != store.TemplateReady || tpl.User != "" {
+		t.Fatalf("build (a run step's user is not the template's): %+v\n%s", tpl, log)
 	}
 	t.Cleanup(func() { _ = h.svc.DeleteTemplate(context.WithoutCancel(t.Context()), admin, tpl.ID) })
 	c, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "alice", Template: tpl.ID})
@@ -432,8 +435,8 @@ func TestTemplate_CopyStepsFilesModesAndLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(t.Context()), admin, c.ID) })
-	got := sh(t, h, alice, c.ID, `ls /data | wc -l; cat /data/f042; echo; /data/run.sh; stat -c %a /data/run.sh; cat /data/sub/latest; echo; readlink /data/sub/latest`)
-	if want := "102\n42\nran\n750\n99\n../f099\n"; got != want {
+	got := sh(t, h, alice, c.ID, `ls /data | wc -l; cat /data/f042; echo; /data/run.sh; stat -c %a /data/run.sh; cat /data/sub/latest; echo; readlink /data/sub/latest; stat -c %U /data/owned; cat /tmp/whoami-run /data/whoami-next`)
+	if want := "104\n42\nran\n750\n99\n../f099\nnobody\nnobody\nroot\n"; got != want {
 		t.Errorf("the sandbox sees %q, want %q", got, want)
 	}
 	if _, _, err := h.svc.BuildTemplate(t.Context(), alice, service.Recipe{Base: busybox, Steps: []service.Step{

@@ -144,7 +144,7 @@ func (s *Store) settleTemplate(ctx context.Context, id string, to TemplateState,
 		if out.Name == "" {
 			return invalidf("template %s has no name to tag", id)
 		}
-		return s.putTags(ctx, tx, out.Owner, out.Name, tags, id)
+		return s.putTags(ctx, tx, out.Owner, out.Name, tags, id, true)
 	})
 	if err != nil {
 		return Template{}, fmt.Errorf("settle template %s: %w", id, err)
@@ -208,7 +208,7 @@ func (s *Store) TagTemplate(ctx context.Context, owner, name string, tags []stri
 		if t.State != TemplateReady || t.Kind == TemplateFork {
 			return fmt.Errorf("%w: template %s is %s %s", ErrStateConflict, id, t.State, t.Kind)
 		}
-		return s.putTags(ctx, tx, owner, name, tags, id)
+		return s.putTags(ctx, tx, owner, name, tags, id, false)
 	})
 	if err != nil {
 		return fmt.Errorf("tag template %s as %s: %w", id, name, err)
@@ -216,9 +216,24 @@ func (s *Store) TagTemplate(ctx context.Context, owner, name string, tags []stri
 	return nil
 }
 
-func (s *Store) putTags(ctx context.Context, tx *sql.Tx, owner, name string, tags []string, id string) error {
+// putTags points owner's name:tag, for each of tags, at template id.
+// With onlyNewer (a build or capture finishing), a tag that points to a
+// template made after id stays where it is: of two builds of a name, the
+// one asked for last holds it, whichever ends first.
+func (s *Store) putTags(ctx context.Context, tx *sql.Tx, owner, name string, tags []string, id string, onlyNewer bool) error {
 	now := s.nowMillis()
 	for _, tag := range tags {
+		if onlyNewer {
+			var newer int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM template_tags g JOIN templates t ON t.id = g.template_id
+				WHERE g.owner = ? AND g.name = ? AND g.tag = ?
+				AND (t.created_at, t.id) > (SELECT created_at, id FROM templates WHERE id = ?)`, owner, name, tag, id).Scan(&newer); err != nil {
+				return err
+			}
+			if newer > 0 {
+				continue
+			}
+		}
 		if err := s.touchTagged(ctx, tx, owner, name, tag); err != nil {
 			return err
 		}
@@ -382,6 +397,28 @@ func (s *Store) SupersededBuilds(ctx context.Context, before time.Time) ([]Templ
 		return nil, fmt.Errorf("superseded builds: %w", err)
 	}
 	return ts, nil
+}
+
+// DeleteSupersededBuild deletes build id if it still is one
+// SupersededBuilds(before) would list, and reports whether it did.
+func (s *Store) DeleteSupersededBuild(ctx context.Context, id string, before time.Time) (bool, error) {
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM templates WHERE id = ? AND kind = ? AND name <> ''
+			AND state <> ? AND updated_at < ?
+			AND NOT EXISTS (SELECT 1 FROM template_tags g WHERE g.template_id = templates.id)
+			AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.image = templates.image)`,
+			id, TemplateBuild, TemplateBuilding, before.UnixMilli())
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("delete superseded build %s: %w", id, err)
+	}
+	return n == 1, nil
 }
 
 // TemplateBytes is the size of owner's templates (forks included): what

@@ -69,7 +69,8 @@ type Recipe struct {
 	ReadyCmd string `json:"ready_cmd,omitempty"`
 }
 
-// Step is one step of a recipe: set exactly one field.
+// Step is one step of a recipe: set exactly one field (but for a run
+// step's User).
 type Step struct {
 	// Run is a shell line; a non-zero exit fails the build.
 	Run  string    `json:"run,omitempty"`
@@ -79,7 +80,8 @@ type Step struct {
 	// Workdir is the directory (created) later steps and the start
 	// command run in.
 	Workdir string `json:"workdir,omitempty"`
-	// User runs later steps and the start command.
+	// User runs later steps and the start command; set beside Run, it
+	// runs that step only.
 	User string `json:"user,omitempty"`
 }
 
@@ -90,7 +92,9 @@ type CopyStep struct {
 	Path    string `json:"path"`
 	Content []byte `json:"content,omitempty"`
 	Mode    uint32 `json:"mode,omitempty"`
-	Link    string `json:"link,omitempty"`
+	// Owner, when set, owns the file (written as root, then given to it).
+	Owner string `json:"owner,omitempty"`
+	Link  string `json:"link,omitempty"`
 }
 
 // BuildTemplate starts a build of r and returns its template, building;

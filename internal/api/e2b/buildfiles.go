@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path"
 	"strconv"
 	"strings"
@@ -28,17 +29,22 @@ import (
 // upload URL carries a random token that names the owner and the hash,
 // so that the PUT needs no credential and can write nothing else.
 
-// Bounds of the uploaded archives.
+// Bounds of the uploaded archives. One owner's oldest archives make room
+// for its new ones; the host's bound refuses (429) rather than drop
+// another owner's.
 const (
 	maxUploadBytes      = 8 << 20  // one archive, as sent
-	maxOwnerUploadBytes = 32 << 20 // one owner's, together
+	maxOwnerUploadBytes = 16 << 20 // one owner's, together
+	maxOwnerUploads     = 64       // archives of one owner's
+	maxOwnerTokens      = 64       // unspent upload URLs of one owner's
 	maxUploadsBytes     = 128 << 20
+	maxUploadTokens     = 1024
+	maxPutting          = 8 // archives being received at once
 	uploadKeep          = 30 * time.Minute
 	uploadTokenLife     = 10 * time.Minute
-	maxUploadTokens     = 1024
-	// Of one archive, unpacked: the service bounds a recipe's copied
-	// bytes (8 MiB); the entries are bounded here.
+	// Of one archive, read: the entries, and the bytes inflated.
 	maxArchiveEntries = 4096
+	maxArchiveInflate = 2 * maxUploadBytes
 )
 
 type uploadKey struct{ owner, hash string }
@@ -51,26 +57,44 @@ type upload struct {
 type uploadToken struct {
 	key     uploadKey
 	expires time.Time
+	used    bool
+}
+
+// ownerUploads is what one owner holds.
+type ownerUploads struct {
+	bytes, files, tokens int
 }
 
 // uploads holds the archives and the tokens of the uploads under way.
 type uploads struct {
-	mu     sync.Mutex
-	files  map[uploadKey]upload
-	tokens map[string]uploadToken
-	now    func() time.Time
+	mu      sync.Mutex
+	files   map[uploadKey]upload
+	tokens  map[string]*uploadToken
+	owners  map[string]*ownerUploads
+	bytes   int
+	now     func() time.Time
+	putting chan struct{}
 }
 
 func newUploads(now func() time.Time) *uploads {
-	return &uploads{files: map[uploadKey]upload{}, tokens: map[string]uploadToken{}, now: now}
+	return &uploads{
+		files: map[uploadKey]upload{}, tokens: map[string]*uploadToken{}, owners: map[string]*ownerUploads{},
+		now: now, putting: make(chan struct{}, maxPutting),
+	}
+}
+
+func (u *uploads) ownerLocked(owner string) *ownerUploads {
+	o := u.owners[owner]
+	if o == nil {
+		o = &ownerUploads{}
+		u.owners[owner] = o
+	}
+	return o
 }
 
 // has reports whether owner's archive of hash is here.
 func (u *uploads) has(owner, hash string) bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.expireLocked()
-	_, ok := u.files[uploadKey{owner, hash}]
+	_, ok := u.get(owner, hash)
 	return ok
 }
 
@@ -83,52 +107,83 @@ func (u *uploads) get(owner, hash string) ([]byte, bool) {
 	return f.data, ok
 }
 
-// token returns a new upload token for owner's archive of hash.
+// token returns an upload token for owner's archive of hash: the one
+// handed out already while it is unspent, else a new one.
 func (u *uploads) token(owner, hash string) (string, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.expireLocked()
-	if len(u.tokens) >= maxUploadTokens {
-		return "", errorf(429, "too many template file uploads under way; try again shortly")
+	key := uploadKey{owner, hash}
+	for tok, t := range u.tokens {
+		if t.key == key && !t.used {
+			return tok, nil
+		}
+	}
+	if u.ownerLocked(owner).tokens >= maxOwnerTokens || len(u.tokens) >= maxUploadTokens {
+		return "", errorf(http.StatusTooManyRequests, "too many template file uploads under way; try again shortly")
 	}
 	var b [24]byte
 	_, _ = rand.Read(b[:])
 	tok := hex.EncodeToString(b[:])
-	u.tokens[tok] = uploadToken{key: uploadKey{owner, hash}, expires: u.now().Add(uploadTokenLife)}
+	u.tokens[tok] = &uploadToken{key: key, expires: u.now().Add(uploadTokenLife)}
+	u.ownerLocked(owner).tokens++
 	return tok, nil
 }
 
-// put stores data under the token's owner and hash and spends the
-// token. To stay within the owner's and everyone's bounds it drops the
-// oldest archives (of the owner first).
-func (u *uploads) put(tok string, data []byte) error {
+// check reports whether tok may upload, and whether it already did
+// (a retried PUT, answered as the first one was).
+func (u *uploads) check(tok string) (done bool, err error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.expireLocked()
 	t, ok := u.tokens[tok]
 	if !ok {
-		return errorf(403, "this upload URL is not valid (expired or used); build again to get another")
+		return false, errorf(http.StatusForbidden, "this upload URL is not valid (expired or unknown); build again to get another")
 	}
-	delete(u.tokens, tok)
-	u.files[t.key] = upload{data: data, at: u.now()}
-	for u.bytesLocked(t.key.owner) > maxOwnerUploadBytes {
+	return t.used, nil
+}
+
+// put stores data under the token's owner and hash; the token is spent
+// (a second put with it changes nothing). The owner's oldest archives
+// make room within its bounds; past the host's, it is refused.
+func (u *uploads) put(tok string, data []byte) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.expireLocked()
+	t, ok := u.tokens[tok]
+	switch {
+	case !ok:
+		return errorf(http.StatusForbidden, "this upload URL is not valid (expired or unknown); build again to get another")
+	case t.used:
+		return nil
+	}
+	u.dropLocked(t.key) // an archive of the same hash is replaced
+	o := u.ownerLocked(t.key.owner)
+	for o.files > 0 && (o.bytes+len(data) > maxOwnerUploadBytes || o.files >= maxOwnerUploads) {
 		u.dropOldestLocked(t.key.owner)
 	}
-	for u.bytesLocked("") > maxUploadsBytes {
-		u.dropOldestLocked("")
+	if u.bytes+len(data) > maxUploadsBytes {
+		return errorf(http.StatusTooManyRequests, "the daemon holds %d MiB of template files, its most; try again later", maxUploadsBytes>>20)
 	}
+	t.used = true
+	o.tokens--
+	u.files[t.key] = upload{data: data, at: u.now()}
+	o.bytes += len(data)
+	o.files++
+	u.bytes += len(data)
 	return nil
 }
 
-// bytesLocked is the size of owner's archives (everyone's for "").
-func (u *uploads) bytesLocked(owner string) int {
-	n := 0
-	for k, f := range u.files {
-		if owner == "" || k.owner == owner {
-			n += len(f.data)
-		}
+func (u *uploads) dropLocked(k uploadKey) {
+	f, ok := u.files[k]
+	if !ok {
+		return
 	}
-	return n
+	delete(u.files, k)
+	o := u.ownerLocked(k.owner)
+	o.bytes -= len(f.data)
+	o.files--
+	u.bytes -= len(f.data)
 }
 
 func (u *uploads) dropOldestLocked(owner string) {
@@ -138,45 +193,89 @@ func (u *uploads) dropOldestLocked(owner string) {
 		found  bool
 	)
 	for k, f := range u.files {
-		if (owner == "" || k.owner == owner) && (!found || f.at.Before(at)) {
+		if k.owner == owner && (!found || f.at.Before(at)) {
 			oldest, at, found = k, f.at, true
 		}
 	}
-	delete(u.files, oldest)
+	u.dropLocked(oldest)
 }
 
 func (u *uploads) expireLocked() {
 	now := u.now()
 	for k, f := range u.files {
 		if now.Sub(f.at) > uploadKeep {
-			delete(u.files, k)
+			u.dropLocked(k)
 		}
 	}
 	for tok, t := range u.tokens {
 		if now.After(t.expires) {
 			delete(u.tokens, tok)
+			if !t.used {
+				u.ownerLocked(t.key.owner).tokens--
+			}
+		}
+	}
+	for owner, o := range u.owners {
+		if *o == (ownerUploads{}) {
+			delete(u.owners, owner)
 		}
 	}
 }
 
-// copySteps turns one COPY step (src, dest, user, mode) and its archive
-// into the service's copy steps, one per file or symbolic link, in dest
-// as Docker's COPY places them (a file to dest, or into it when dest ends
-// in '/'; a directory's files under dest; what a glob matched into dest). Entries are read from the archive only: a name
-// that is absolute or climbs out ("..") is refused, as is anything but
-// files, directories and links.
-func copySteps(archive []byte, src, dest, workdir string, mode uint32) ([]service.Step, error) {
+// receive reads an archive's body, at most maxPutting at once (the others
+// wait, as long as their requests do).
+func (u *uploads) receive(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	select {
+	case u.putting <- struct{}{}:
+		defer func() { <-u.putting }()
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return readAllLimit(w, r, maxUploadBytes)
+}
+
+// copyBudget is what the COPY steps of one build may still produce: the
+// service's bounds of a recipe's copies (files and links, and bytes),
+// spent as the archives are read so that no step reads past them.
+type copyBudget struct {
+	steps int
+	bytes int
+}
+
+func newCopyBudget() *copyBudget {
+	return &copyBudget{steps: service.MaxCopySteps, bytes: service.MaxCopyBytes}
+}
+
+// copyArgs are one COPY step's: its archive's entries matching src go to
+// dest (relative to workdir), with mode (0: each file's own) and owned
+// by owner ("": the steps' user).
+type copyArgs struct {
+	src, dest, workdir string
+	mode               uint32
+	owner              string
+}
+
+// copySteps turns one COPY step and its archive into the service's copy
+// steps, one per file or symbolic link, in dest as Docker's COPY places
+// them (a file to dest, or into it when dest ends in '/'; a directory's
+// files under dest; what a glob matched into dest). Entries are read
+// from the archive only: a name that is absolute or climbs out is
+// refused, as is anything but files, directories and links (hard links
+// to a file this step copies become a copy of it).
+func copySteps(archive []byte, a copyArgs, budget *copyBudget) ([]service.Step, error) {
+	dest := a.dest
 	intoDir := strings.HasSuffix(dest, "/")
 	if !path.IsAbs(dest) {
-		dest = path.Join("/", workdir, dest)
+		dest = path.Join("/", a.workdir, dest)
 	}
 	dest = path.Clean(dest)
-	src = path.Clean(strings.TrimPrefix(src, "./"))
+	src := path.Clean(strings.TrimPrefix(a.src, "./"))
 	r, err := archiveReader(archive)
 	if err != nil {
 		return nil, err
 	}
 	var steps []service.Step
+	copied := map[string]*service.CopyStep{} // by entry name, for hard links
 	for n := 0; ; n++ {
 		h, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -188,40 +287,79 @@ func copySteps(archive []byte, src, dest, workdir string, mode uint32) ([]servic
 		if n >= maxArchiveEntries {
 			return nil, fmt.Errorf("the archive has more than %d entries", maxArchiveEntries)
 		}
-		name := strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/")
-		if name == "" || path.IsAbs(name) || path.Clean(name) != name || name == ".." || strings.HasPrefix(name, "../") {
-			return nil, fmt.Errorf("the archive has an entry named %q: names must be relative and stay inside", h.Name)
+		name, err := entryName(h.Name)
+		if err != nil {
+			return nil, err
+		}
+		if name == "." {
+			continue // the context's own directory
 		}
 		target, ok := copyTarget(name, src, dest, intoDir)
 		if !ok {
 			continue // not this step's (a context's other files)
 		}
+		var step *service.CopyStep
 		switch h.Typeflag {
 		case tar.TypeDir:
 			continue // made as the parent of its files
 		case tar.TypeReg:
-			content, err := io.ReadAll(io.LimitReader(r, maxUploadBytes+1))
+			if budget.bytes < 0 || h.Size > int64(budget.bytes) {
+				return nil, fmt.Errorf("the COPY steps carry more than %d bytes together", service.MaxCopyBytes)
+			}
+			content, err := io.ReadAll(io.LimitReader(r, int64(budget.bytes)+1))
 			if err != nil {
 				return nil, fmt.Errorf("read %s from the archive: %w", name, err)
 			}
-			if len(content) > maxUploadBytes {
-				return nil, fmt.Errorf("%s is larger than %d bytes", name, maxUploadBytes)
+			if budget.bytes -= len(content); budget.bytes < 0 {
+				return nil, fmt.Errorf("the COPY steps carry more than %d bytes together", service.MaxCopyBytes)
 			}
-			m := mode
+			m := a.mode
 			if m == 0 && h.Mode&0o7777 != 0o644 {
 				m = uint32(h.Mode & 0o7777)
 			}
-			steps = append(steps, service.Step{Copy: &service.CopyStep{Path: target, Content: content, Mode: m}})
+			step = &service.CopyStep{Path: target, Content: content, Mode: m, Owner: a.owner}
+			copied[name] = step
+		case tar.TypeLink:
+			linked, err := entryName(h.Linkname)
+			if err != nil {
+				return nil, err
+			}
+			of, ok := copied[linked]
+			if !ok {
+				return nil, fmt.Errorf("the archive's %s is a hard link to %s, which this COPY does not copy", name, h.Linkname)
+			}
+			if budget.bytes -= len(of.Content); budget.bytes < 0 {
+				return nil, fmt.Errorf("the COPY steps carry more than %d bytes together", service.MaxCopyBytes)
+			}
+			step = &service.CopyStep{Path: target, Content: of.Content, Mode: of.Mode, Owner: a.owner}
 		case tar.TypeSymlink:
-			steps = append(steps, service.Step{Copy: &service.CopyStep{Path: target, Link: h.Linkname}})
+			step = &service.CopyStep{Path: target, Link: h.Linkname, Owner: a.owner}
 		default:
-			return nil, fmt.Errorf("the archive's %s is neither a file, a directory nor a symbolic link", name)
+			return nil, fmt.Errorf("the archive's %s is neither a file, a directory nor a link", name)
 		}
+		if budget.steps--; budget.steps < 0 {
+			return nil, fmt.Errorf("the COPY steps copy more than %d files and links together", service.MaxCopySteps)
+		}
+		steps = append(steps, service.Step{Copy: step})
 	}
 	if len(steps) == 0 {
-		return nil, fmt.Errorf("no file of the archive matches %q", src)
+		return nil, fmt.Errorf("no file of the archive matches %q", a.src)
 	}
 	return steps, nil
+}
+
+// entryName is an archive entry's name, relative and clean ("." for the
+// archive's own directory), or an error when it is absolute or climbs
+// out.
+func entryName(raw string) (string, error) {
+	name := strings.TrimSuffix(strings.TrimPrefix(raw, "./"), "/")
+	if name == "" || name == "." {
+		return ".", nil
+	}
+	if path.IsAbs(name) || path.Clean(name) != name || name == ".." || strings.HasPrefix(name, "../") || strings.ContainsRune(name, 0) {
+		return "", fmt.Errorf("the archive has an entry named %q: names must be relative and stay inside", raw)
+	}
+	return name, nil
 }
 
 // copyTarget places archive entry name for a COPY of src into dest.
@@ -258,8 +396,8 @@ func archiveReader(b []byte) (*tar.Reader, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read the archive: %w", err)
 		}
-		// The service bounds what is copied; this bounds the inflating.
-		return tar.NewReader(io.LimitReader(zr, 4*maxUploadBytes)), nil
+		// The budget bounds what is kept; this bounds the inflating.
+		return tar.NewReader(io.LimitReader(zr, maxArchiveInflate)), nil
 	}
 	return tar.NewReader(bytes.NewReader(b)), nil
 }

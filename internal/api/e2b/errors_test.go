@@ -23,7 +23,6 @@ func TestErrors_EveryE2BPathAnswersInE2BShape(t *testing.T) {
 		mention      string
 	}{
 		{http.MethodGet, "/templates", h.admin, nil, http.StatusNotImplemented, "templates"},
-		{http.MethodDelete, "/templates/tags", h.admin, map[string]any{"name": "t", "tags": []string{"v1"}}, http.StatusNotFound, "no such tags"},
 		{http.MethodDelete, "/templates/snap-1", h.admin, nil, http.StatusNotFound, ""},
 		{http.MethodGet, "/templates/t/builds/b/status", h.admin, nil, http.StatusNotFound, "build b not found"},
 		{http.MethodPut, "/templates/t/files/" + strings.Repeat("0", 64) + "?token=forged", "", "x", http.StatusForbidden, "not valid"},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,11 +41,19 @@ import (
 // e2bDefaultTag is E2B's tag of a name given without one.
 const e2bDefaultTag = "default"
 
-// Bounds of the builds requested (step 1) and not yet started (step 3).
+// maxTemplateTags is the service's bound of a build's tags.
+const maxTemplateTags = 16
+
+// Bounds of the builds handed out: those requested (step 1) and not yet
+// started (step 3), per owner; and all of them, started ones kept for
+// their status (their oldest make room).
 const (
 	pendingBuildLife  = time.Hour
-	maxPendingBuilds  = 1024
 	maxPendingOfOwner = 32
+	maxPendingBuilds  = 4096
+	// maxBuildSteps bounds a build's E2B steps (each is one service
+	// step, or a COPY's files).
+	maxBuildSteps = 256
 )
 
 // pendingBuild is a build requested by POST /v3/templates: its name and
@@ -69,18 +78,29 @@ type pendingBuilds struct {
 func (p *pendingBuilds) add(id string, b *pendingBuild) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := p.now()
 	n := 0
+	var oldest string
 	for k, v := range p.builds {
-		if p.now().After(v.expires) {
+		switch {
+		case now.After(v.expires):
 			delete(p.builds, k)
-		} else if v.owner == b.owner {
+		case v.templateID == "" && v.owner == b.owner:
 			n++
+		case v.templateID != "" && (oldest == "" || v.expires.Before(p.builds[oldest].expires)):
+			oldest = k
 		}
 	}
-	if n >= maxPendingOfOwner || len(p.builds) >= maxPendingBuilds {
-		return errorf(http.StatusTooManyRequests, "too many template builds requested and not started; start or drop some first")
+	if n >= maxPendingOfOwner {
+		return errorf(http.StatusTooManyRequests, "%d template builds requested and not started; start them or wait an hour", n)
 	}
-	b.expires = p.now().Add(pendingBuildLife)
+	if len(p.builds) >= maxPendingBuilds {
+		if oldest == "" {
+			return errorf(http.StatusTooManyRequests, "too many template builds requested and not started; try again later")
+		}
+		delete(p.builds, oldest) // its template answers its status by id
+	}
+	b.expires = now.Add(pendingBuildLife)
 	p.builds[id] = b
 	return nil
 }
@@ -147,21 +167,30 @@ func (f *Facade) requestBuild(w http.ResponseWriter, r *http.Request, c service.
 	if c.Owner == "" {
 		return errorf(http.StatusForbidden, "an admin token owns no templates: build with a tenant's API key")
 	}
-	name, tag, err := templateName(cmp.Or(body.Name, body.Alias))
+	ref := cmp.Or(body.Name, body.Alias)
+	name, tag, err := templateName(ref)
 	if err != nil {
 		return err
 	}
 	if _, builtin := f.images[name]; builtin {
 		return badRequest("name %q is a built-in template's", name)
 	}
-	tags := []string{tag}
+	// The tags: the name's own, when it has one, and those given; the
+	// default when there are none.
+	var tags []string
+	if strings.Contains(ref, ":") {
+		tags = append(tags, tag)
+	}
 	for _, t := range body.Tags {
 		if t = serviceTag(t); !slices.Contains(tags, t) {
 			tags = append(tags, t)
 		}
 	}
-	if len(body.Tags) > 0 && !strings.Contains(cmp.Or(body.Name, body.Alias), ":") {
-		tags = tags[1:] // tags given: the name's default is not one of them
+	if len(tags) == 0 {
+		tags = []string{tag}
+	}
+	if len(tags) > maxTemplateTags {
+		return badRequest("at most %d tags", maxTemplateTags)
 	}
 	for _, t := range tags {
 		if _, _, ok := service.ParseTemplateRef(name + ":" + t); !ok {
@@ -187,8 +216,8 @@ func (f *Facade) requestBuild(w http.ResponseWriter, r *http.Request, c service.
 // TemplateBuildFileUpload, present, or not with the URL to PUT the
 // files' archive to.
 func (f *Facade) fileUpload(w http.ResponseWriter, r *http.Request, c service.Caller) error {
-	hash := r.PathValue("hash")
-	if len(hash) != 64 || strings.Trim(strings.ToLower(hash), "0123456789abcdef") != "" {
+	hash := strings.ToLower(r.PathValue("hash"))
+	if len(hash) != 64 || strings.Trim(hash, "0123456789abcdef") != "" {
 		return badRequest("files hash %q is not a SHA-256 in hex", hash)
 	}
 	if f.uploads.has(c.Owner, hash) {
@@ -210,14 +239,21 @@ func (f *Facade) fileUpload(w http.ResponseWriter, r *http.Request, c service.Ca
 }
 
 // putFiles is the PUT of an archive to the URL fileUpload answered: no
-// API key, the token in the URL is the credential. 200, empty.
+// API key, the token in the URL is the credential, checked before the
+// body is read. 200, empty; again with a spent token (a retry), 200 and
+// nothing changes.
 func (f *Facade) putFiles(w http.ResponseWriter, r *http.Request) {
 	err := func() error {
-		data, err := readAllLimit(w, r, maxUploadBytes)
+		tok := r.URL.Query().Get("token")
+		done, err := f.uploads.check(tok)
+		if err != nil || done {
+			return err
+		}
+		data, err := f.uploads.receive(w, r)
 		if err != nil {
 			return err
 		}
-		return f.uploads.put(r.URL.Query().Get("token"), data)
+		return f.uploads.put(tok, data)
 	}()
 	if err != nil {
 		f.writeError(w, r, err)
@@ -282,32 +318,34 @@ func (f *Facade) startBuild(w http.ResponseWriter, r *http.Request, c service.Ca
 // recipeOf turns E2B's steps into the service's recipe.
 func (f *Facade) recipeOf(owner string, body buildStartBody) (service.Recipe, error) {
 	var rec service.Recipe
+	// Over a built-in base (which has E2B's user), the template's user,
+	// who runs the start command and is envd's default, is E2B's "user"
+	// unless a USER step says otherwise. The steps run as root.
+	builtinBase := false
 	switch {
 	case len(body.FromImageRegistry) > 0:
 		return rec, badRequest("fromImageRegistry: sandboxd pulls no images; build or load the image on the host and name it in fromImage")
 	case body.FromTemplate != "":
 		from := strings.TrimSuffix(body.FromTemplate, ":"+e2bDefaultTag)
 		if img, builtin := f.images[from]; builtin {
-			rec.Base = img // "" is the daemon's default
+			rec.Base, builtinBase = img, true // "" is the daemon's default
 		} else {
 			rec.FromTemplate = from
 		}
-	case body.FromImage != "" && body.FromImage != e2bBaseImage:
+	case body.FromImage == "" || body.FromImage == e2bBaseImage:
+		builtinBase = true // the daemon's default
+	default:
 		rec.Base = body.FromImage
 		if img, builtin := f.images[body.FromImage]; builtin {
-			rec.Base = img
+			rec.Base, builtinBase = img, true // "" is the daemon's default
 		}
 	}
 	rec.StartCmd, rec.ReadyCmd, rec.NoCache = body.StartCmd, body.ReadyCmd, body.Force
-	user, workdir := "", "/"
-	// as runs steps as user u when it is not the steps' user.
-	as := func(u string, steps ...service.Step) []service.Step {
-		if u == "" || u == user {
-			return steps
-		}
-		back := cmp.Or(user, "root")
-		return append(append([]service.Step{{User: u}}, steps...), service.Step{User: back})
+	if len(body.Steps) > maxBuildSteps {
+		return rec, badRequest("steps: at most %d", maxBuildSteps)
 	}
+	workdir := "/"
+	budget := newCopyBudget()
 	for i, st := range body.Steps {
 		rec.NoCache = rec.NoCache || st.Force
 		arg := func(k int) string {
@@ -324,9 +362,9 @@ func (f *Facade) recipeOf(owner string, body buildStartBody) (service.Recipe, er
 			if arg(0) == "" {
 				return rec, bad("a command is required")
 			}
-			rec.Steps = append(rec.Steps, as(arg(1), service.Step{Run: arg(0)})...)
+			rec.Steps = append(rec.Steps, service.Step{Run: arg(0), User: arg(1)}) // this step's user only
 		case "COPY":
-			archive, ok := f.uploads.get(owner, st.FilesHash)
+			archive, ok := f.uploads.get(owner, strings.ToLower(st.FilesHash))
 			if !ok {
 				return rec, bad("the files of %q (hash %s) were not uploaded, or were dropped: build again", arg(0), st.FilesHash)
 			}
@@ -334,11 +372,11 @@ func (f *Facade) recipeOf(owner string, body buildStartBody) (service.Recipe, er
 			if err != nil {
 				return rec, bad("%v", err)
 			}
-			steps, err := copySteps(archive, arg(0), arg(1), workdir, mode)
+			steps, err := copySteps(archive, copyArgs{src: arg(0), dest: arg(1), workdir: workdir, mode: mode, owner: arg(2)}, budget)
 			if err != nil {
 				return rec, bad("%v", err)
 			}
-			rec.Steps = append(rec.Steps, as(arg(2), steps...)...)
+			rec.Steps = append(rec.Steps, steps...)
 		case "ENV":
 			if len(st.Args)%2 != 0 {
 				return rec, bad("args must be name, value pairs")
@@ -354,20 +392,22 @@ func (f *Facade) recipeOf(owner string, body buildStartBody) (service.Recipe, er
 			if arg(0) == "" {
 				return rec, bad("a directory is required")
 			}
-			workdir = arg(0)
-			if !strings.HasPrefix(workdir, "/") {
-				workdir = "/" + strings.TrimPrefix(workdir, "./")
+			workdir = path.Join("/", workdir, arg(0)) // a relative one is under the last
+			if strings.HasPrefix(arg(0), "/") {
+				workdir = path.Clean(arg(0))
 			}
 			rec.Steps = append(rec.Steps, service.Step{Workdir: workdir})
 		case "USER":
 			if arg(0) == "" {
 				return rec, bad("a user is required")
 			}
-			user = arg(0)
-			rec.Steps = append(rec.Steps, service.Step{User: user})
+			rec.Steps = append(rec.Steps, service.Step{User: arg(0)})
 		default:
 			return rec, bad("sandboxd builds RUN, COPY, ENV, WORKDIR and USER steps")
 		}
+	}
+	if builtinBase && !slices.ContainsFunc(rec.Steps, func(st service.Step) bool { return st.User != "" && st.Run == "" }) {
+		rec.Steps = append(rec.Steps, service.Step{User: "user"})
 	}
 	return rec, nil
 }
@@ -518,8 +558,8 @@ type removeTagsBody struct {
 	Tags []string `json:"tags"`
 }
 
-// removeTags is DELETE /templates/tags {name, tags}: 204; 404 when the
-// name had none of them.
+// removeTags is DELETE /templates/tags {name, tags}: 204, whether the
+// name had them or not.
 func (f *Facade) removeTags(w http.ResponseWriter, r *http.Request, c service.Caller) error {
 	var body removeTagsBody
 	if err := f.decodeJSON(w, r, &body); err != nil {
@@ -533,7 +573,9 @@ func (f *Facade) removeTags(w http.ResponseWriter, r *http.Request, c service.Ca
 	for i, t := range body.Tags {
 		tags[i] = serviceTag(t)
 	}
-	if err := f.svc.UntagTemplate(r.Context(), c, name, tags); err != nil {
+	// Tags already gone are no error: a retried removal is answered as
+	// the first one was.
+	if err := f.svc.UntagTemplate(r.Context(), c, name, tags); err != nil && !service.Is(err, service.ErrNotFound) {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -541,24 +583,25 @@ func (f *Facade) removeTags(w http.ResponseWriter, r *http.Request, c service.Ca
 }
 
 // deleteNamedTemplate deletes every build of the caller's template name
-// (Template.delete on E2B): the ones its tags point to and the older ones
-// made under it. A build sandboxes were created from and still exist
-// stays, and the call answers 409 naming it; the rest are deleted.
+// (E2B deletes a template with all its builds): the ones its tags point
+// to and the others made under it, but a build a tag of another name
+// points to (which keeps that name). A build sandboxes were created from
+// and still exist stays, and the call answers 409 naming it; the rest
+// are deleted.
 func (f *Facade) deleteNamedTemplate(ctx context.Context, c service.Caller, name string) error {
 	all, err := f.svc.ListTemplates(ctx, c)
 	if err != nil {
 		return err
 	}
-	tagged := map[string]bool{}
-	if tags, err := f.svc.TemplateTags(ctx, c, name); err == nil {
-		for _, t := range tags {
-			tagged[t.TemplateID] = true
-		}
-	}
 	var inUse []string
 	found := false
 	for _, t := range all {
-		if !tagged[t.ID] && !(t.Name == name && string(t.Kind) == "build") {
+		ofName, ofOther := t.Name == name && t.Kind == service.TemplateKindBuild, false
+		for _, ref := range t.Tags {
+			n, _, _ := strings.Cut(ref, ":")
+			ofName, ofOther = ofName || n == name, ofOther || n != name
+		}
+		if t.Owner != c.Owner || !ofName || ofOther {
 			continue
 		}
 		found = true
@@ -567,6 +610,17 @@ func (f *Facade) deleteNamedTemplate(ctx context.Context, c service.Caller, name
 		case service.Is(err, service.ErrConflict):
 			inUse = append(inUse, t.ID)
 		case err != nil && !service.Is(err, service.ErrNotFound):
+			return err
+		}
+	}
+	// What is left of the name (tags on builds another name also holds).
+	if tags, err := f.svc.TemplateTags(ctx, c, name); err == nil {
+		found = true
+		left := make([]string, len(tags))
+		for i, t := range tags {
+			left[i] = t.Tag
+		}
+		if err := f.svc.UntagTemplate(ctx, c, name, left); err != nil && !service.Is(err, service.ErrNotFound) {
 			return err
 		}
 	}

@@ -97,8 +97,11 @@ func TestTemplates_BuildOnTheWire(t *testing.T) {
 	if got := put(up.URL, tarGz(t, "hello.txt", "hello from the context\n")); got != http.StatusOK {
 		t.Fatalf("PUT the archive: %d", got)
 	}
-	if got := put(up.URL, tarGz(t, "hello.txt", "overwritten\n")); got != http.StatusForbidden {
-		t.Errorf("PUT with a spent token: %d, want 403", got)
+	if got := put(up.URL, tarGz(t, "hello.txt", "overwritten\n")); got != http.StatusOK {
+		t.Errorf("PUT again with the spent token (a retry): %d, want 200, the archive unchanged", got)
+	}
+	if got := put(up.URL+"x", tarGz(t, "hello.txt", "forged\n")); got != http.StatusForbidden {
+		t.Errorf("PUT with a token not handed out: %d, want 403", got)
 	}
 	if again := decodeJSON[struct {
 		Present bool `json:"present"`

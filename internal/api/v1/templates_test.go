@@ -83,7 +83,7 @@ func TestTemplates_BadInput(t *testing.T) {
 		status                   int
 		code                     string
 	}{
-		{"step with two fields", "POST", "/v1/templates", `{"base":"` + apitest.BusyboxImage + `","steps":[{"run":"true","user":"root"}]}`, 400, "invalid_argument"},
+		{"step with two fields", "POST", "/v1/templates", `{"base":"` + apitest.BusyboxImage + `","steps":[{"workdir":"/w","user":"root"}]}`, 400, "invalid_argument"},
 		{"empty step", "POST", "/v1/templates", `{"steps":[{}]}`, 400, "invalid_argument"},
 		{"unknown recipe field", "POST", "/v1/templates", `{"bsae":"x"}`, 400, "invalid_argument"},
 		{"copy content not base64", "POST", "/v1/templates", `{"steps":[{"copy":{"path":"/a","content":"!!"}}]}`, 400, "invalid_argument"},

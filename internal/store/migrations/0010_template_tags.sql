@@ -14,6 +14,6 @@ CREATE TABLE template_tags (
 );
 CREATE INDEX template_tags_template ON template_tags (template_id);
 INSERT INTO template_tags (owner, name, tag, template_id, created_at)
-	SELECT owner, name, 'latest', id, created_at FROM templates WHERE name <> '' AND kind <> 'fork';
+	SELECT owner, name, 'latest', id, created_at FROM templates WHERE name <> '' AND kind <> 'fork' AND state = 'ready';
 DROP INDEX templates_owner_name;
 CREATE INDEX templates_owner_name ON templates (owner, name) WHERE name <> '';

@@ -117,8 +117,9 @@ describe('lifecycle', { concurrency: true }, () => {
 
   it('pause keeps processes: after connect a counter loop counts on and a server answers', { timeout: 240_000 }, async (t) => {
     const sbx = await createSandbox(t, 'pause-keeps-processes')
+    // Each count replaces the file whole (a read never sees it emptied).
     const counter = await sbx.commands.run(
-      `sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done'`,
+      `sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done'`,
       { background: true },
     )
     const server = await sbx.commands.run('cd /tmp && exec python3 -m http.server 8000', { background: true })
