@@ -1351,6 +1351,7 @@ type buildLogs struct {
 	running map[string]int // builds running, per owner
 	queued  map[string]int // builds waiting for a slot, per owner
 	total   int
+	opened  uint64 // logs opened
 	freed   chan struct{} // closed and replaced when a slot is freed
 }
 
@@ -1459,7 +1460,13 @@ type buildLog struct {
 	truncated bool
 	done      bool
 	changed   chan struct{} // closed and replaced on every change
+	seq       uint64        // its place among the logs opened
 }
+
+// maxKeptBuildLogs bounds the finished builds' logs kept (each at most
+// maxBuildLogBytes): past it, a new build drops the oldest finished ones
+// (their templates still say how they ended).
+const maxKeptBuildLogs = 64
 
 func (b *buildLogs) open(id string) *buildLog {
 	b.mu.Lock()
@@ -1467,9 +1474,28 @@ func (b *buildLogs) open(id string) *buildLog {
 	if b.logs == nil {
 		b.logs = map[string]*buildLog{}
 	}
-	l := &buildLog{changed: make(chan struct{})}
+	b.opened++
+	for len(b.logs) >= maxKeptBuildLogs {
+		oldest, seq := "", uint64(0)
+		for k, l := range b.logs {
+			if l.finished() && (oldest == "" || l.seq < seq) {
+				oldest, seq = k, l.seq
+			}
+		}
+		if oldest == "" {
+			break // all running or waiting: bounded by the build slots
+		}
+		delete(b.logs, oldest)
+	}
+	l := &buildLog{changed: make(chan struct{}), seq: b.opened}
 	b.logs[id] = l
 	return l
+}
+
+func (l *buildLog) finished() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.done
 }
 
 func (b *buildLogs) drop(id string) {
