@@ -1351,7 +1351,7 @@ type buildLogs struct {
 	running map[string]int // builds running, per owner
 	queued  map[string]int // builds waiting for a slot, per owner
 	total   int
-	opened  uint64 // logs opened
+	opened  uint64        // logs opened
 	freed   chan struct{} // closed and replaced when a slot is freed
 }
 
