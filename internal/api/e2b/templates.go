@@ -142,6 +142,14 @@ func serviceTag(tag string) string {
 	return tag
 }
 
+func serviceTags(tags []string) []string {
+	out := make([]string, len(tags))
+	for i, t := range tags {
+		out[i] = serviceTag(t)
+	}
+	return out
+}
+
 func e2bTag(tag string) string {
 	if tag == "latest" {
 		return e2bDefaultTag
@@ -540,10 +548,7 @@ func (f *Facade) assignTags(w http.ResponseWriter, r *http.Request, c service.Ca
 	if err != nil {
 		return err
 	}
-	tags := make([]string, len(body.Tags))
-	for i, t := range body.Tags {
-		tags[i] = serviceTag(t)
-	}
+	tags := serviceTags(body.Tags)
 	t, err := f.svc.TagTemplate(r.Context(), c, name+":"+tag, name, tags)
 	if err != nil {
 		return err
@@ -569,10 +574,7 @@ func (f *Facade) removeTags(w http.ResponseWriter, r *http.Request, c service.Ca
 	if err != nil {
 		return err
 	}
-	tags := make([]string, len(body.Tags))
-	for i, t := range body.Tags {
-		tags[i] = serviceTag(t)
-	}
+	tags := serviceTags(body.Tags)
 	// Tags already gone are no error: a retried removal is answered as
 	// the first one was.
 	if err := f.svc.UntagTemplate(r.Context(), c, name, tags); err != nil && !service.Is(err, service.ErrNotFound) {
