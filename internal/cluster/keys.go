@@ -211,6 +211,13 @@ func (n *Node) ReleasePlacementOf(ctx context.Context, id, node string) error {
 	return fmt.Errorf("release placement %s: %w: it kept changing", id, ErrConflict)
 }
 
+// FreshPlacement reads placement id from etcd (linearizable), for what
+// the watch-fed directory (Placement) may not have yet. ok is false when
+// there is none. Failure modes: ErrUnavailable.
+func (n *Node) FreshPlacement(ctx context.Context, id string) (p Placement, ok bool, err error) {
+	return n.getPlacement(ctx, id)
+}
+
 // getPlacement reads placements/<id> from etcd (linearizable).
 func (n *Node) getPlacement(ctx context.Context, id string) (Placement, bool, error) {
 	ctx, cancel := n.op(ctx)

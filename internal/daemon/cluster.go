@@ -306,8 +306,17 @@ type locator struct {
 
 var _ forward.Locator = locator{}
 
-func (l locator) target(id string) (forward.Target, bool, error) {
+func (l locator) target(ctx context.Context, id string) (forward.Target, bool, error) {
 	p, ok := l.c.node.Placement(id)
+	if !ok {
+		// The directory is fed by a watch and may not have a placement
+		// another node made a moment ago (a create answered there, then
+		// a read sent here): etcd says, before this node answers for it.
+		var err error
+		if p, ok, err = l.c.node.FreshPlacement(ctx, id); err != nil {
+			l.c.logger.Warn("cluster: read a placement the directory lacks", "sandbox", id, "err", err)
+		}
+	}
 	if !ok || p.Node == l.c.self {
 		return forward.Target{}, false, nil
 	}
@@ -330,7 +339,7 @@ func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (
 	if ref.Kind == forward.Host {
 		// A bound custom domain is its sandbox's, whatever the path.
 		if id, ok := l.c.node.HostnameTarget(naming.NormalizeHost(ref.Host)); ok {
-			return l.target(id)
+			return l.target(ctx, id)
 		}
 		// Bound to nothing: an API host this node was not told of
 		// (--api-host); the request is the API's, routed by its path.
@@ -340,7 +349,7 @@ func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (
 	}
 	switch {
 	case ref.ID != "":
-		return l.target(ref.ID)
+		return l.target(ctx, ref.ID)
 	case ref.Name != "":
 		owner, ok := l.owner(ctx, r)
 		if !ok {
@@ -353,7 +362,7 @@ func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (
 		if err != nil {
 			return forward.Target{}, false, err
 		}
-		return l.target(id)
+		return l.target(ctx, id)
 	}
 	return forward.Target{}, false, nil
 }

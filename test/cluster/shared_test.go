@@ -348,3 +348,21 @@ func TestCluster_ListThroughAnyNodeShowsEveryNodesSandboxes(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox is found through every node the moment its create answered,
+// not once their watches caught up: a node whose directory lacks a
+// placement reads it from etcd before it answers for the id itself.
+func TestCluster_ReadThroughAnotherNodeRightAfterCreate(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	ctx := testContext(t, 5*time.Minute)
+	for i := range 8 {
+		via := c.Nodes[i%len(c.Nodes)]
+		sb := create(ctx, t, c, via, createBody("", nil, ""))
+		for _, d := range c.Nodes {
+			if ans, err := call(ctx, d, http.MethodGet, "/v1/sandboxes/"+sb.ID, nil); err != nil || ans.Status != http.StatusOK {
+				t.Errorf("GET %s through %s right after its create through %s: %v %v", sb.ID, d.NodeID(), via.NodeID(), ans, err)
+			}
+		}
+	}
+}
