@@ -6,6 +6,9 @@
 //	 1. a template build of a small recipe (a file, env, two run steps;
 //	    each sample a fresh recipe, so nothing is cached) beside
 //	    `docker build` of the same steps as a Dockerfile (--no-cache);
+//	 1b. the same recipe again: the native API's cache hit, E2B's
+//	    Template.build requests (a new build id, the same image), beside
+//	    `docker build` with its layer cache;
 //	 2. a snapshot of a sandbox with a file written at run time, beside
 //	    `docker commit` of a container of the same image;
 //	 3. create from that snapshot → first exec `true`, beside a cold create →
@@ -100,6 +103,16 @@ func run(ctx context.Context, n int, image string) (err error) {
 	t.Row("docker build --no-cache", dockerBuild)
 	fmt.Println()
 
+	native, viaE2B, cachedDocker, err := b.rebuilds(ctx, n)
+	if err != nil {
+		return err
+	}
+	t.Head("1b. the same recipe again (built once before)")
+	t.Row("POST /v1/templates (cached: the same template)", native)
+	t.Row("E2B Template.build wire → ready (a new build id, the same image)", viaE2B)
+	t.Row("docker build (layer cache)", cachedDocker)
+	fmt.Println()
+
 	var snap, commit, fromSnap, cold []time.Duration
 	for i := range n {
 		s, tplID, err := b.snapshot(ctx)
@@ -183,30 +196,129 @@ func (b *bench) recipe(i int) (map[string]any, string) {
 func (b *bench) templateBuild(ctx context.Context, i int) (time.Duration, error) {
 	recipe, _ := b.recipe(i)
 	start := time.Now()
+	id, err := b.buildReady(ctx, recipe)
+	if err != nil {
+		return 0, err
+	}
+	dur := time.Since(start)
+	return dur, b.deleteTemplate(ctx, id)
+}
+
+// buildReady builds recipe and waits for the template to be ready.
+func (b *bench) buildReady(ctx context.Context, recipe map[string]any) (string, error) {
 	resp, err := b.d.Do(ctx, http.MethodPost, "/v1/templates", recipe)
-	if err != nil || resp.Status != http.StatusAccepted {
-		return 0, fmt.Errorf("POST /v1/templates: %v %v", err, resp)
+	if err != nil || (resp.Status != http.StatusAccepted && resp.Status != http.StatusOK) {
+		return "", fmt.Errorf("POST /v1/templates: %v %v", err, resp)
 	}
 	var tpl struct{ ID, State, Error string }
 	if err := json.Unmarshal(resp.Body, &tpl); err != nil {
-		return 0, err
+		return "", err
 	}
 	deadline := time.Now().Add(buildWait)
 	for tpl.State == "building" && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 		resp, err := b.d.Do(ctx, http.MethodGet, "/v1/templates/"+tpl.ID, nil)
 		if err != nil || resp.Status != http.StatusOK {
-			return 0, fmt.Errorf("GET /v1/templates/%s: %v %v", tpl.ID, err, resp)
+			return "", fmt.Errorf("GET /v1/templates/%s: %v %v", tpl.ID, err, resp)
 		}
 		if err := json.Unmarshal(resp.Body, &tpl); err != nil {
-			return 0, err
+			return "", err
 		}
 	}
-	dur := time.Since(start)
 	if tpl.State != "ready" {
-		return 0, fmt.Errorf("template %s is %s: %s", tpl.ID, tpl.State, tpl.Error)
+		return "", fmt.Errorf("template %s is %s: %s", tpl.ID, tpl.State, tpl.Error)
 	}
-	return dur, b.deleteTemplate(ctx, tpl.ID)
+	return tpl.ID, nil
+}
+
+// rebuilds builds one recipe, then measures building it again n times:
+// through the native API (a cache hit answers the template), through
+// E2B's Template.build requests (POST /v3/templates, the start, the
+// status polled until ready: a new template of the same image), and
+// docker build with its layer cache.
+func (b *bench) rebuilds(ctx context.Context, n int) (native, viaE2B, dockerCached []time.Duration, err error) {
+	recipe, _ := b.recipe(n + 1)
+	recipe["name"] = "rebuilt"
+	if _, err := b.buildReady(ctx, recipe); err != nil {
+		return nil, nil, nil, err
+	}
+	defer b.deleteE2BTemplate(ctx, "rebuilt")
+	if _, err := b.dockerBuild(ctx, n+1); err != nil {
+		return nil, nil, nil, err
+	}
+	e2bSteps := []map[string]any{
+		{"type": "RUN", "args": []string{"echo e2b-rebuild > /opt/marker"}},
+	}
+	// The E2B recipe's first build, so that the samples are rebuilds.
+	if _, err := b.e2bBuild(ctx, "rebuilt", e2bSteps); err != nil {
+		return nil, nil, nil, err
+	}
+	for i := range n {
+		start := time.Now()
+		resp, err := b.d.Do(ctx, http.MethodPost, "/v1/templates", recipe)
+		if err != nil || resp.Status != http.StatusOK || resp.Header.Get("Template-Cached") != "true" {
+			return nil, nil, nil, fmt.Errorf("POST /v1/templates again: %v %v", err, resp)
+		}
+		native = append(native, time.Since(start))
+		d, err := b.e2bBuild(ctx, "rebuilt", e2bSteps)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		viaE2B = append(viaE2B, d)
+		dur, out, err := benchd.Docker(ctx, "build", "--network", "none", "-q", "-t", fmt.Sprintf("sandboxd-bench/build:%d-%d", os.Getpid(), n+1), filepath.Join(b.tmp, fmt.Sprintf("build-%d", n+1)))
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("docker build: %w: %s", err, out)
+		}
+		dockerCached = append(dockerCached, dur)
+		benchd.Progress("rebuilds: %d/%d", i+1, n)
+	}
+	benchd.Progress("")
+	return native, viaE2B, dockerCached, nil
+}
+
+// e2bBuild runs E2B's Template.build requests for name with steps over
+// the base image and polls the status until the build is ready.
+func (b *bench) e2bBuild(ctx context.Context, name string, steps []map[string]any) (time.Duration, error) {
+	start := time.Now()
+	resp, err := b.d.Do(ctx, http.MethodPost, "/v3/templates", map[string]any{"name": name})
+	if err != nil || resp.Status != http.StatusAccepted {
+		return 0, fmt.Errorf("POST /v3/templates: %v %v", err, resp)
+	}
+	var req struct{ TemplateID, BuildID string }
+	if err := json.Unmarshal(resp.Body, &req); err != nil {
+		return 0, err
+	}
+	resp, err = b.d.Do(ctx, http.MethodPost, "/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID,
+		map[string]any{"fromImage": b.image, "steps": steps})
+	if err != nil || resp.Status != http.StatusAccepted {
+		return 0, fmt.Errorf("start the E2B build: %v %v", err, resp)
+	}
+	deadline := time.Now().Add(buildWait)
+	for time.Now().Before(deadline) {
+		resp, err := b.d.Do(ctx, http.MethodGet, "/templates/"+req.TemplateID+"/builds/"+req.BuildID+"/status", nil)
+		if err != nil || resp.Status != http.StatusOK {
+			return 0, fmt.Errorf("E2B build status: %v %v", err, resp)
+		}
+		var st struct{ Status string }
+		if err := json.Unmarshal(resp.Body, &st); err != nil {
+			return 0, err
+		}
+		switch st.Status {
+		case "ready":
+			return time.Since(start), nil
+		case "error":
+			return 0, fmt.Errorf("the E2B build failed: %s", resp.Body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("the E2B build did not end within %s", buildWait)
+}
+
+// deleteE2BTemplate deletes every build of name (best effort).
+func (b *bench) deleteE2BTemplate(ctx context.Context, name string) {
+	if resp, err := b.d.Do(ctx, http.MethodDelete, "/templates/"+name, nil); err != nil || resp.Status != http.StatusNoContent {
+		fmt.Fprintf(os.Stderr, "templatebench: delete template %s: %v %v\n", name, err, resp)
+	}
 }
 
 func (b *bench) deleteTemplate(ctx context.Context, id string) error {
