@@ -218,7 +218,8 @@ func (s *Store) TagTemplate(ctx context.Context, owner, name string, tags []stri
 
 // putTags points owner's name:tag, for each of tags, at template id.
 // With onlyNewer (a build or capture finishing), a tag that points to a
-// template made after id stays where it is: of two builds of a name, the
+// template inserted after id (its rowid: the order of the inserts, which
+// no clock tie confuses) stays where it is: of two builds of a name, the
 // one asked for last holds it, whichever ends first.
 func (s *Store) putTags(ctx context.Context, tx *sql.Tx, owner, name string, tags []string, id string, onlyNewer bool) error {
 	now := s.nowMillis()
@@ -227,7 +228,7 @@ func (s *Store) putTags(ctx context.Context, tx *sql.Tx, owner, name string, tag
 			var newer int
 			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM template_tags g JOIN templates t ON t.id = g.template_id
 				WHERE g.owner = ? AND g.name = ? AND g.tag = ?
-				AND (t.created_at, t.id) > (SELECT created_at, id FROM templates WHERE id = ?)`, owner, name, tag, id).Scan(&newer); err != nil {
+				AND t.rowid > (SELECT rowid FROM templates WHERE id = ?)`, owner, name, tag, id).Scan(&newer); err != nil {
 				return err
 			}
 			if newer > 0 {

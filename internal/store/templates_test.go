@@ -32,25 +32,26 @@ func tagged(t *testing.T, s *store.Store, owner, name, tag string) string {
 // Of two builds of a name, the one asked for last holds its tags,
 // whichever finishes first; an explicit tag moves wherever it is told.
 func TestTemplateTags_NewerBuildWins(t *testing.T) {
-	s, clk := newStore(t)
+	s, _ := newStore(t)
 	ctx := t.Context()
-	buildOf(t, s, "tpl-old", "alice", "app", false)
-	clk.Advance(time.Second)
+	// The same clock reading for both, and the newer one's id sorts
+	// first: the order of the requests decides.
+	buildOf(t, s, "tpl-zzz-old", "alice", "app", false)
 	buildOf(t, s, "tpl-new", "alice", "app", true, "latest")
-	if _, err := s.FinishTemplate(ctx, "tpl-old", 1, "latest", "old-only"); err != nil {
+	if _, err := s.FinishTemplate(ctx, "tpl-zzz-old", 1, "latest", "old-only"); err != nil {
 		t.Fatal(err)
 	}
 	if got := tagged(t, s, "alice", "app", "latest"); got != "tpl-new" {
 		t.Errorf("app:latest = %q after the older build finished last, want tpl-new", got)
 	}
-	if got := tagged(t, s, "alice", "app", "old-only"); got != "tpl-old" {
-		t.Errorf("app:old-only = %q, want tpl-old (no newer build holds it)", got)
+	if got := tagged(t, s, "alice", "app", "old-only"); got != "tpl-zzz-old" {
+		t.Errorf("app:old-only = %q, want tpl-zzz-old (no newer build holds it)", got)
 	}
-	if err := s.TagTemplate(ctx, "alice", "app", []string{"latest"}, "tpl-old"); err != nil {
+	if err := s.TagTemplate(ctx, "alice", "app", []string{"latest"}, "tpl-zzz-old"); err != nil {
 		t.Fatal(err)
 	}
-	if got := tagged(t, s, "alice", "app", "latest"); got != "tpl-old" {
-		t.Errorf("app:latest = %q after tagging it explicitly, want tpl-old", got)
+	if got := tagged(t, s, "alice", "app", "latest"); got != "tpl-zzz-old" {
+		t.Errorf("app:latest = %q after tagging it explicitly, want tpl-zzz-old", got)
 	}
 	if got := tagged(t, s, "bob", "app", "latest"); got != "" {
 		t.Errorf("bob sees alice's tag: %q", got)

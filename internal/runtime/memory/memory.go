@@ -682,11 +682,12 @@ func (r *Runtime) waitAgentReady(ctx context.Context, sandboxID string) error {
 		}
 		select {
 		case <-waitCtx.Done():
-			cause := ctx.Err()
-			if cause == nil {
-				cause = fmt.Errorf("readiness deadline %s passed", r.opts.AgentReadyTimeout)
+			if cause := ctx.Err(); cause != nil {
+				return r.notReady(sandboxID, start, fmt.Errorf("%w; last probe: %w", cause, lastErr))
 			}
-			return r.notReady(sandboxID, start, fmt.Errorf("%w; last probe: %w", cause, lastErr))
+			// Our own deadline: the last probe, cut short by it, must not
+			// read as the caller's context ending (it is text, not wrapped).
+			return r.notReady(sandboxID, start, fmt.Errorf("readiness deadline %s passed; last probe: %v", r.opts.AgentReadyTimeout, lastErr))
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, probeBackoffMax)
