@@ -107,9 +107,9 @@ func run(ctx context.Context, n int, image string) (err error) {
 	if err != nil {
 		return err
 	}
-	t.Head("1b. the same recipe again (built once before)")
-	t.Row("POST /v1/templates (cached: the same template)", native)
-	t.Row("E2B Template.build wire → ready (a new build id, the same image)", viaE2B)
+	t.Head("1b. the same recipe again")
+	t.Row("POST /v1/templates (cached)", native)
+	t.Row("E2B Template.build → ready", viaE2B)
 	t.Row("docker build (layer cache)", cachedDocker)
 	fmt.Println()
 
