@@ -127,6 +127,9 @@ func run(ctx context.Context, n int, image string) (err error) {
 		if err != nil {
 			return err
 		}
+		if err := b.deleteTemplate(ctx, tplID); err != nil {
+			return err
+		}
 		k, err := b.createExec(ctx, map[string]any{"image": b.image})
 		if err != nil {
 			return err
