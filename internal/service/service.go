@@ -85,7 +85,7 @@ type Store interface {
 	GetNewestTemplateNamed(ctx context.Context, owner, name string) (store.Template, error)
 	TagTemplate(ctx context.Context, owner, name string, tags []string, id string) error
 	UntagTemplates(ctx context.Context, owner, name string, tags []string) (int, error)
-	ListTemplateTags(ctx context.Context, owner string) ([]store.TemplateTag, error)
+	ListTemplateTags(ctx context.Context, f store.TagFilter) ([]store.TemplateTag, error)
 	FindTemplateByRecipe(ctx context.Context, owner, hash string) (store.Template, error)
 	ListTemplates(ctx context.Context, owner string, forks bool) ([]store.Template, error)
 	DeleteTemplate(ctx context.Context, id string) (store.Template, error)

@@ -1086,7 +1086,7 @@ func (s *Service) GetTemplate(ctx context.Context, c Caller, idOrName string) (T
 
 // withTags fills t.Tags (best effort: a failed read leaves them out).
 func (s *Service) withTags(ctx context.Context, t Template) Template {
-	tags, err := s.Store.ListTemplateTags(ctx, t.Owner)
+	tags, err := s.Store.ListTemplateTags(ctx, store.TagFilter{Owner: t.Owner, TemplateID: t.ID})
 	if err != nil {
 		return t
 	}
@@ -1164,15 +1164,13 @@ func (s *Service) UntagTemplate(ctx context.Context, c Caller, name string, tags
 // TemplateTags lists the tags of the caller's name, newest first;
 // ErrNotFound when it has none.
 func (s *Service) TemplateTags(ctx context.Context, c Caller, name string) ([]TemplateTag, error) {
-	all, err := s.Store.ListTemplateTags(ctx, c.Owner)
+	tags, err := s.Store.ListTemplateTags(ctx, store.TagFilter{Owner: c.Owner, Name: name})
 	if err != nil {
 		return nil, err
 	}
 	var out []TemplateTag
-	for _, g := range all {
-		if g.Name == name {
-			out = append(out, TemplateTag{Name: g.Name, Tag: g.Tag, TemplateID: g.TemplateID, CreatedAt: g.CreatedAt})
-		}
+	for _, g := range tags {
+		out = append(out, TemplateTag{Name: g.Name, Tag: g.Tag, TemplateID: g.TemplateID, CreatedAt: g.CreatedAt})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("template %q: %w", name, ErrNotFound)
@@ -1191,7 +1189,7 @@ func (s *Service) ListTemplates(ctx context.Context, c Caller) ([]Template, erro
 	if err != nil {
 		return nil, err
 	}
-	tags, err := s.Store.ListTemplateTags(ctx, owner)
+	tags, err := s.Store.ListTemplateTags(ctx, store.TagFilter{Owner: owner})
 	if err != nil {
 		return nil, err
 	}

@@ -281,9 +281,14 @@ func (s *Store) UntagTemplates(ctx context.Context, owner, name string, tags []s
 	return n, nil
 }
 
-// ListTemplateTags lists owner's tags (every owner's when owner is
-// empty), by name, then newest first.
-func (s *Store) ListTemplateTags(ctx context.Context, owner string) ([]TemplateTag, error) {
+// TagFilter selects tags; an empty field selects any.
+type TagFilter struct {
+	Owner, Name, TemplateID string
+}
+
+// ListTemplateTags lists the tags f selects, by owner and name, then
+// newest first.
+func (s *Store) ListTemplateTags(ctx context.Context, f TagFilter) ([]TemplateTag, error) {
 	tags, err := queryAll(ctx, s.reader, func(r rowScanner) (TemplateTag, error) {
 		var (
 			g       TemplateTag
@@ -293,7 +298,8 @@ func (s *Store) ListTemplateTags(ctx context.Context, owner string) ([]TemplateT
 		g.CreatedAt = time.UnixMilli(created).UTC()
 		return g, err
 	}, `SELECT owner, name, tag, template_id, created_at FROM template_tags
-		WHERE (? = '' OR owner = ?) ORDER BY owner, name, created_at DESC, tag`, owner, owner)
+		WHERE (? = '' OR owner = ?) AND (? = '' OR name = ?) AND (? = '' OR template_id = ?)
+		ORDER BY owner, name, created_at DESC, tag`, f.Owner, f.Owner, f.Name, f.Name, f.TemplateID, f.TemplateID)
 	if err != nil {
 		return nil, fmt.Errorf("list template tags: %w", err)
 	}

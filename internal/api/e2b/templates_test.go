@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -33,9 +32,7 @@ func decodeJSON[T any](t *testing.T, r response, status int) T {
 		t.Fatalf("status %d, want %d: %s", r.status, status, r.body)
 	}
 	var v T
-	if err := json.Unmarshal(r.body, &v); err != nil {
-		t.Fatalf("decode %s: %v", r.body, err)
-	}
+	decode(t, r.body, &v)
 	return v
 }
 
