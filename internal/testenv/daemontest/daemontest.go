@@ -71,7 +71,18 @@ func Setup(prefix string, portBase int) (*Env, error) {
 		os.RemoveAll(root)
 		return nil, fmt.Errorf("build: %w", err)
 	}
-	return &Env{Root: root, Bins: bins, Prefix: prefix, PortBase: portBase}, nil
+	return &Env{Root: root, Bins: bins, Prefix: prefix, PortBase: portBase + portShift()}, nil
+}
+
+// portShift moves every host-port range by SANDBOXD_TEST_PORT_SHIFT, so that
+// two checkouts can run the same test package at once on one machine
+// without sharing host ports. Unset (CI), the ranges are as given.
+func portShift() int {
+	n, err := strconv.Atoi(os.Getenv("SANDBOXD_TEST_PORT_SHIFT"))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // Close removes the root. When keep is set (the run failed) the daemons'
