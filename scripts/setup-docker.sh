@@ -13,9 +13,23 @@
 #   3. waits until `docker info` answers (bounded by $SANDBOXD_DOCKER_WAIT
 #      seconds, default 60) and fails loudly with the log tail otherwise.
 #
+# Disk limits. Every sandbox has a disk limit enforced by the kernel, which the
+# engine can do with the btrfs storage driver (a qgroup per container) or with
+# overlay2 on XFS mounted with pquota. This kernel offers neither XFS project
+# quotas nor ext4's, so a dockerd this script starts keeps its data root on a
+# btrfs file system in a sparse loop file of its own
+# ($SANDBOXD_ENGINE_DIR/btrfs.img, mounted on $SANDBOXD_ENGINE_DIR/docker) and
+# uses the btrfs driver. An engine that is already running is left as it is:
+# the daemon says at start whether it can enforce disk limits there.
+#
 # Environment:
 #   SANDBOXD_DOCKERD_LOG   dockerd log file (default /var/log/sandboxd-dockerd.log)
 #   SANDBOXD_DOCKER_WAIT   seconds to wait for the engine (default 60)
+#   SANDBOXD_ENGINE_DIR    where the btrfs loop file and its mount live
+#                          (default /var/lib/sandboxd-engine)
+#   SANDBOXD_ENGINE_GB     size of the loop file in GiB when it is first made
+#                          (default: 60% of the free space, between 8 and 64)
+#   SANDBOXD_ENGINE_BTRFS  0 starts dockerd on its default data root instead
 set -euo pipefail
 
 log() { printf 'setup-docker: %s\n' "$*" >&2; }
@@ -32,8 +46,21 @@ export PATH="$PATH:/usr/sbin:/usr/bin:/sbin"
 
 engine_up() { command -v docker >/dev/null 2>&1 && docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; }
 
+# disk_limits_note: says whether the running engine can enforce a disk limit.
+disk_limits_note() {
+	local driver fs
+	driver=$(docker info --format '{{.Driver}}' 2>/dev/null || true)
+	fs=$(docker info --format '{{range .DriverStatus}}{{if eq (index . 0) "Backing Filesystem"}}{{index . 1}}{{end}}{{end}}' 2>/dev/null || true)
+	case "$driver/$fs" in
+	btrfs/*) log "storage: btrfs, sandboxes' disk limits enforced by qgroups" ;;
+	overlay2/xfs) log "storage: overlay2 on xfs, disk limits enforced where it is mounted with pquota" ;;
+	*) log "WARNING: storage driver '$driver' on '${fs:-?}' cannot enforce sandboxes' disk limits; the daemon will say so (restart dockerd through this script, with no engine running, to get a btrfs data root)" ;;
+	esac
+}
+
 if engine_up; then
 	log "engine already answering, $(elapsed_ms) ms"
+	disk_limits_note
 	exit 0
 fi
 
@@ -78,6 +105,38 @@ wait_engine() { # wait_engine SECONDS [PID]: 0 when up, 1 on timeout or when PID
 	return 1
 }
 
+# prepare_btrfs_root: make (once) and mount the btrfs file system that holds
+# the engine's data root; prints the data root. Idempotent: an existing loop
+# file is reused (never reformatted), a mounted one is left mounted.
+prepare_btrfs_root() {
+	local dir=${SANDBOXD_ENGINE_DIR:-/var/lib/sandboxd-engine}
+	local img=$dir/btrfs.img mnt=$dir/docker
+	if mountpoint -q "$mnt"; then
+		[[ $(findmnt -n -o FSTYPE "$mnt") == btrfs ]] || { log "$mnt is mounted but not btrfs"; return 1; }
+		echo "$mnt"
+		return 0
+	fi
+	command -v mkfs.btrfs >/dev/null 2>&1 || apt_install btrfs-progs
+	mkdir -p "$mnt"
+	chmod 0711 "$dir"
+	if [[ ! -f $img ]]; then
+		local free_gb gb
+		free_gb=$(( $(df --output=avail -k "$dir" | tail -1) / 1024 / 1024 ))
+		gb=${SANDBOXD_ENGINE_GB:-$(( free_gb * 6 / 10 ))}
+		(( gb > 64 )) && [[ -z ${SANDBOXD_ENGINE_GB:-} ]] && gb=64
+		if (( gb < 8 )); then
+			log "only ${free_gb} GiB free under $dir: too little for a btrfs data root"
+			return 1
+		fi
+		log "making a ${gb} GiB sparse btrfs file system in $img"
+		truncate -s "${gb}G" "$img.tmp"
+		mkfs.btrfs -q "$img.tmp" >&2 || { rm -f "$img.tmp"; return 1; }
+		mv "$img.tmp" "$img"
+	fi
+	mount -o loop,noatime "$img" "$mnt" >&2 || { log "cannot loop-mount $img"; return 1; }
+	echo "$mnt"
+}
+
 # start_dockerd [FLAGS...]: start dockerd detached; prints its pid.
 start_dockerd() {
 	mkdir -p "$(dirname "$DOCKERD_LOG")"
@@ -94,8 +153,16 @@ elif [[ -d /run/systemd/system ]]; then
 	systemctl start docker
 	wait_engine "$WAIT_S" || { journalctl -u docker --no-pager -n 30 >&2 || true; die "docker did not come up under systemd"; }
 else
-	log "starting dockerd (log: $DOCKERD_LOG)"
-	pid=$(start_dockerd)
+	storage_flags=()
+	if [[ ${SANDBOXD_ENGINE_BTRFS:-1} != 0 ]]; then
+		if root=$(prepare_btrfs_root); then
+			storage_flags=(--data-root "$root" --storage-driver btrfs)
+		else
+			log "WARNING: no btrfs data root (see above); dockerd starts on its default root and sandboxes' disk limits will not be enforced"
+		fi
+	fi
+	log "starting dockerd ${storage_flags[*]} (log: $DOCKERD_LOG)"
+	pid=$(start_dockerd "${storage_flags[@]}")
 	if ! wait_engine "$WAIT_S" "$pid"; then
 		if kill -0 "$pid" 2>/dev/null; then
 			tail -n 30 "$DOCKERD_LOG" >&2
@@ -106,7 +173,7 @@ else
 		log "dockerd exited at start; retrying without iptables and the default bridge"
 		tail -n 10 "$DOCKERD_LOG" >&2
 		rm -f /var/run/docker.pid
-		pid=$(start_dockerd --iptables=false --ip-masq=false --bridge=none)
+		pid=$(start_dockerd "${storage_flags[@]}" --iptables=false --ip-masq=false --bridge=none)
 		if ! wait_engine "$WAIT_S" "$pid"; then
 			tail -n 30 "$DOCKERD_LOG" >&2
 			die "dockerd did not come up; see $DOCKERD_LOG"
@@ -115,3 +182,4 @@ else
 fi
 
 log "engine up: $(docker info --format 'server {{.ServerVersion}}, storage {{.Driver}}, cgroup v{{.CgroupVersion}}' 2>/dev/null), $(elapsed_ms) ms"
+disk_limits_note
