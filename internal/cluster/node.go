@@ -57,8 +57,8 @@ type Config struct {
 	NodeID    string
 	Endpoints []string    // etcd client URLs (https)
 	TLS       *tls.Config // the node's etcd identity (TLSFiles.ClientConfig); required
-	APIURL    string   // this node's API base URL, e.g. http://127.0.0.1:7071
-	Secret    []byte   // the cluster secret (≥ 32 bytes): keys derived from it seal recovery specs
+	APIURL    string      // this node's API base URL, e.g. http://127.0.0.1:7071
+	Secret    []byte      // the cluster secret (≥ 32 bytes): keys derived from it seal recovery specs
 	Logger    *slog.Logger
 	TLSAddr   string        // this node's SNI listener (host:port) for TLS exposures; "" for none (see SetTLSAddr)
 	OpTimeout time.Duration // per etcd call; default 2 s

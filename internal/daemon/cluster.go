@@ -63,8 +63,8 @@ type clusterNode struct {
 	// etcdEndpoints are the etcd client URLs this node uses, which a
 	// joining node is given.
 	etcdEndpoints []string
-	self   string
-	logger *slog.Logger
+	self          string
+	logger        *slog.Logger
 	// started is when the node joined (failoverMissed's grace).
 	started time.Time
 	// healthy is the last /readyz view of the cluster: "" when it
