@@ -24,6 +24,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/sandboxd/sandboxd/internal/cluster"
 	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
 )
 
@@ -226,4 +227,76 @@ func freeAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return "127.0.0.1:" + strconv.Itoa(p)
+}
+
+// A node on an external etcd reaches it with the CA, certificate and key
+// the operator gave (--etcd-cacert, --etcd-cert, --etcd-key, kept in the
+// cluster file): here an etcd with client-certificate auth on 127.0.0.1,
+// run in this process by etcd's embed package.
+func TestExternalEtcd_TLS(t *testing.T) {
+	requireDocker(t)
+	ctx := testContext(t, 3*daemontest.StartTimeout)
+	dir := t.TempDir()
+	ca, err := cluster.NewCA(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.IssueNode("etcd-ext", []string{"127.0.0.1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := cluster.TLSFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
+	for path, b := range map[string][]byte{files.CA: ca.CertPEM(), files.Cert: cert, files.Key: key} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	etcd, err := cluster.StartMember(ctx, cluster.MemberConfig{
+		Name: "ext", DataDir: filepath.Join(dir, "etcd"),
+		ClientURL: "https://" + freeAddr(t), PeerURL: "https://" + freeAddr(t), TLS: files,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Close() })
+
+	d := env.dt.New("x1")
+	c := &daemontest.Cluster{Nodes: []*daemontest.Daemon{d}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node %s log (tail):\n%s", d.NodeID(), d.LogTail(60))
+		}
+		if err := d.Close(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(d.DataDir(), "node-id"), []byte(d.NodeID()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, env.dt.Bins.Sandboxd, "cluster", "init", "--data-dir", d.DataDir(),
+		"--etcd-endpoints", etcd.ClientURL(), "--etcd-cacert", files.CA, "--etcd-cert", files.Cert, "--etcd-key", files.Key)
+	cmd.Env = daemontest.HermeticEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cluster init on an external etcd: %v: %s", err, out)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	// The node's key is in that etcd: it is the node's store.
+	tlsCfg, err := files.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL()}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	res, err := cli.Get(ctx, "/sandboxd/v1/nodes/"+d.NodeID())
+	if err != nil || len(res.Kvs) != 1 {
+		t.Errorf("nodes/%s in the external etcd: %v, %v", d.NodeID(), res, err)
+	}
 }
