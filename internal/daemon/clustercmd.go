@@ -104,20 +104,21 @@ ETCD-TLS (an external etcd): --etcd-cacert FILE --etcd-cert FILE --etcd-key FILE
 // memberURLs turns the --etcd-client and --etcd-peer addresses into the
 // member's https URLs, checking them, and returns their hosts (the SANs
 // of the member's certificate). The member speaks TLS with client
-// certificates on both (docs/cluster.md, "etcd is closed"), so any
-// address will do but an unspecified one (0.0.0.0, ::), which other
-// nodes could not dial.
+// certificates on both (docs/cluster.md, "etcd is closed"), so any IP
+// address will do but an unspecified one (0.0.0.0, ::), which other nodes
+// could not dial; the member binds it, so it is an IP, not a name.
 func memberURLs(client, peer string) (clientURL, peerURL string, hosts []string, err error) {
 	for _, a := range []struct{ flag, addr string }{{"--etcd-client", client}, {"--etcd-peer", peer}} {
 		host, port, err := net.SplitHostPort(a.addr)
 		if err != nil || host == "" || port == "" {
 			return "", "", nil, fmt.Errorf("%s %q: want HOST:PORT", a.flag, a.addr)
 		}
-		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-			return "", "", nil, fmt.Errorf("%s %q: the address is advertised to the other nodes: name one they reach, not an unspecified address", a.flag, a.addr)
+		ip := net.ParseIP(host)
+		if ip == nil {
+			return "", "", nil, fmt.Errorf("%s %q: want an IP address (the member binds it and advertises it)", a.flag, a.addr)
 		}
-		if ip := net.ParseIP(host); ip == nil && !naming.ValidHostname(host) {
-			return "", "", nil, fmt.Errorf("%s %q: %q is neither an IP address nor a host name", a.flag, a.addr, host)
+		if ip.IsUnspecified() {
+			return "", "", nil, fmt.Errorf("%s %q: the address is advertised to the other nodes: name one they reach, not an unspecified address", a.flag, a.addr)
 		}
 		if !slices.Contains(hosts, host) {
 			hosts = append(hosts, host)

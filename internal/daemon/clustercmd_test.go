@@ -18,6 +18,7 @@ func TestClusterInit_MemberAddresses(t *testing.T) {
 		{"--etcd-client", "0.0.0.0:23790", "--etcd-peer", "127.0.0.1:23800"},
 		{"--etcd-client", "127.0.0.1:23790", "--etcd-peer", "[::]:23800"},
 		{"--etcd-client", "127.0.0.1", "--etcd-peer", "127.0.0.1:23800"},
+		{"--etcd-client", "example.com:23790", "--etcd-peer", "127.0.0.1:23800"},
 	} {
 		dir := t.TempDir()
 		var out, errb bytes.Buffer
