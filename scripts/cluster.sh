@@ -2,7 +2,8 @@
 # Starts (or stops, with --stop) a 3-node sandboxd cluster on loopback, the
 # one `make cluster` leaves running (docs/cluster.md). Data in
 # .sandboxd-cluster/n1..n3 of the checkout; each node runs an embedded etcd
-# member.
+# member (TLS with client certificates: n1's init makes the cluster CA, and
+# n2, n3 join through n1's API, which signs their etcd certificates).
 #   cluster.sh          start the nodes that are not running (init/join the ones never started)
 #   cluster.sh --stop   stop them (SIGTERM, then wait)
 #
@@ -118,7 +119,7 @@ for n in "${nodes[@]}"; do
       # etcd refuses a new member for a few seconds after the last joined.
       for try in $(seq 30); do
         if out=$("$bin" cluster join --data-dir "$d" --secret-file "$(dir 1)/cluster.secret" \
-            --via "http://$(etcd_client 1)" --etcd-client "$(etcd_client "$n")" --etcd-peer "$(etcd_peer "$n")" 2>&1); then
+            --via-api "http://$(api 1)" --etcd-client "$(etcd_client "$n")" --etcd-peer "$(etcd_peer "$n")" 2>&1); then
           break
         fi
         [ "$try" -lt 30 ] || { echo "node n$n could not join: $out" >&2; exit 1; }

@@ -238,7 +238,8 @@ func (tb *testbed) add(ctx context.Context, name string, memoryMB int) (*member,
 	return m, nil
 }
 
-// join runs `cluster join` for m through the first member's etcd,
+// join runs `cluster join` for m through the first member's API (it
+// holds the cluster CA key and signs m's etcd certificate),
 // retrying while the cluster settles.
 func (tb *testbed) join(ctx context.Context, m *member) error {
 	first := tb.members[0]
@@ -246,7 +247,7 @@ func (tb *testbed) join(ctx context.Context, m *member) error {
 	for {
 		out, err := tb.clusterCmd(ctx, "join", "--data-dir", m.dataDir(),
 			"--secret-file", filepath.Join(first.dataDir(), "cluster.secret"),
-			"--via", "http://"+first.client, "--etcd-client", m.client, "--etcd-peer", m.peer)
+			"--via-api", first.d.URL, "--etcd-client", m.client, "--etcd-peer", m.peer)
 		if err == nil {
 			return nil
 		}

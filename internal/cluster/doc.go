@@ -22,6 +22,18 @@
 // Owners and names are path-escaped in keys; ids, hostnames and scopes may
 // not contain "/".
 //
+// # etcd is closed
+//
+// Nobody reaches etcd without a certificate of the cluster's CA (pki.go):
+// an embedded member serves client and peer URLs over TLS only and
+// requires a client certificate the CA signed on both; every client here
+// (Open, AddMember, RemoveMember, ListMembers, ListNodes) takes the node's
+// identity as a *tls.Config and refuses to dial without one. A joining
+// node gets its certificate under the cluster secret (join.go). No value
+// in etcd is a credential: token hashes of 256-bit secrets, recovery
+// specs sealed under a key derived from the cluster secret, which is
+// never written there (docs/cluster.md, "What etcd holds").
+//
 // # Uniqueness
 //
 // Every uniqueness rule is one transaction that writes a key only if it

@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +27,7 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// freeURL returns http://127.0.0.1:<port> for a port that was free a
+// freeURL returns https://127.0.0.1:<port> for a port that was free a
 // moment ago.
 func freeURL(t *testing.T) string {
 	t.Helper()
@@ -34,12 +36,64 @@ func freeURL(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	return "http://" + l.Addr().String()
+	return "https://" + l.Addr().String()
 }
 
-// startMember starts an embedded member and closes it when the test ends.
+// testPKIs holds each test's PKI (testPKI), by *testing.T.
+var testPKIs sync.Map
+
+// testPKI is t's cluster CA and one node identity (SAN 127.0.0.1) that
+// every member and client of t uses, written to t's temporary directory.
+func testPKI(t *testing.T) TLSFiles {
+	t.Helper()
+	if f, ok := testPKIs.Load(t); ok {
+		return f.(TLSFiles)
+	}
+	f, _ := writePKI(t, "m")
+	testPKIs.Store(t, f)
+	t.Cleanup(func() { testPKIs.Delete(t) })
+	return f
+}
+
+// writePKI makes a fresh CA and an identity for node (SAN 127.0.0.1)
+// in a temporary directory of t.
+func writePKI(t *testing.T, node string) (TLSFiles, *CA) {
+	t.Helper()
+	ca, err := NewCA(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.IssueNode(node, []string{"127.0.0.1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	f := TLSFiles{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "node.crt"), Key: filepath.Join(dir, "node.key")}
+	for path, b := range map[string][]byte{f.CA: ca.CertPEM(), f.Cert: cert, f.Key: key} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f, ca
+}
+
+// testTLS is the client configuration of t's PKI.
+func testTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	cfg, err := testPKI(t).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// startMember starts an embedded member (with t's PKI unless cfg names
+// one) and closes it when the test ends.
 func startMember(t *testing.T, cfg MemberConfig) *Member {
 	t.Helper()
+	if cfg.TLS == (TLSFiles{}) {
+		cfg.TLS = testPKI(t)
+	}
 	m, err := StartMember(t.Context(), cfg, testLogger())
 	if err != nil {
 		t.Fatalf("StartMember(%s): %v", cfg.Name, err)
@@ -62,7 +116,7 @@ func startThree(t *testing.T) []*Member {
 	cfgs := make([]MemberConfig, 3)
 	var initial []string
 	for i := range cfgs {
-		cfgs[i] = MemberConfig{Name: fmt.Sprintf("m%d", i), DataDir: t.TempDir(), ClientURL: freeURL(t), PeerURL: freeURL(t), State: "new"}
+		cfgs[i] = MemberConfig{Name: fmt.Sprintf("m%d", i), DataDir: t.TempDir(), ClientURL: freeURL(t), PeerURL: freeURL(t), State: "new", TLS: testPKI(t)}
 		initial = append(initial, cfgs[i].Name+"="+cfgs[i].PeerURL)
 	}
 	members := make([]*Member, 3)
@@ -88,7 +142,7 @@ func startThree(t *testing.T) []*Member {
 func openNode(t *testing.T, id string, endpoints []string, opts ...func(*Config)) *Node {
 	t.Helper()
 	cfg := Config{
-		NodeID: id, Endpoints: endpoints, APIURL: "http://" + id + ".test",
+		NodeID: id, Endpoints: endpoints, TLS: testTLS(t), APIURL: "http://" + id + ".test",
 		Secret: testSecret, Logger: testLogger(), LeaseTTL: 2 * time.Second,
 	}
 	for _, o := range opts {

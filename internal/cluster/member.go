@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap/zapcore"
@@ -35,10 +37,15 @@ const (
 type MemberConfig struct {
 	Name           string // the node id
 	DataDir        string // the member's data directory (e.g. <data-dir>/etcd)
-	ClientURL      string // e.g. http://127.0.0.1:23790 (loopback only in tests)
-	PeerURL        string // e.g. http://127.0.0.1:23800
+	ClientURL      string // e.g. https://10.0.0.1:23790
+	PeerURL        string // e.g. https://10.0.0.1:23800
 	InitialCluster string // "name=peerURL,name2=peerURL2"; empty: Name=PeerURL
 	State          string // "new" or "existing"
+	// TLS is the member's identity (see pki.go): its certificate serves
+	// both listeners and is its client certificate toward other members;
+	// both listeners require a client certificate the CA signed. Required:
+	// a member never serves in clear.
+	TLS TLSFiles
 }
 
 // Member is an embedded etcd member running in this process.
@@ -56,6 +63,10 @@ type Member struct {
 // fails. A data directory that already holds a member restarts that member
 // (InitialCluster and State are then ignored by etcd). etcd's own log goes
 // to logger at warning level and above.
+//
+// Both URLs must be https: the client and the peer listener speak TLS
+// only and refuse a connection without a client certificate signed by
+// cfg.TLS.CA (etcd's ClientCertAuth and PeerClientCertAuth).
 func StartMember(ctx context.Context, cfg MemberConfig, logger *slog.Logger) (*Member, error) {
 	if cfg.Name == "" || cfg.DataDir == "" {
 		return nil, fmt.Errorf("start etcd member: %w: name and data dir are required", ErrInvalidArgument)
@@ -67,6 +78,12 @@ func StartMember(ctx context.Context, cfg MemberConfig, logger *slog.Logger) (*M
 	peerURL, err := url.Parse(cfg.PeerURL)
 	if err != nil {
 		return nil, fmt.Errorf("start etcd member: peer url: %w: %w", ErrInvalidArgument, err)
+	}
+	if clientURL.Scheme != "https" || peerURL.Scheme != "https" {
+		return nil, fmt.Errorf("start etcd member: %w: client and peer URLs must be https (%s, %s)", ErrInvalidArgument, cfg.ClientURL, cfg.PeerURL)
+	}
+	if cfg.TLS.CA == "" || cfg.TLS.Cert == "" || cfg.TLS.Key == "" {
+		return nil, fmt.Errorf("start etcd member: %w: a CA, a certificate and a key are required", ErrInvalidArgument)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -84,6 +101,12 @@ func StartMember(ctx context.Context, cfg MemberConfig, logger *slog.Logger) (*M
 	if ec.InitialCluster == "" {
 		ec.InitialCluster = cfg.Name + "=" + cfg.PeerURL
 	}
+	tlsInfo := transport.TLSInfo{
+		CertFile: cfg.TLS.Cert, KeyFile: cfg.TLS.Key, TrustedCAFile: cfg.TLS.CA,
+		ClientCertAuth: true,
+	}
+	ec.ClientTLSInfo = tlsInfo
+	ec.PeerTLSInfo = tlsInfo
 	ec.InitialClusterToken = clusterToken
 	ec.ClusterState = cfg.State
 	if ec.ClusterState == "" {
@@ -145,13 +168,18 @@ type MemberInfo struct {
 	Leader    bool
 }
 
-// adminClient dials endpoints for a membership call.
-func adminClient(endpoints []string) (*clientv3.Client, error) {
+// adminClient dials endpoints for a membership call, with tlsCfg (the
+// node's identity; required).
+func adminClient(endpoints []string, tlsCfg *tls.Config) (*clientv3.Client, error) {
 	if len(endpoints) == 0 {
 		return nil, fmt.Errorf("%w: no endpoints", ErrInvalidArgument)
 	}
+	if err := requireTLS(tlsCfg); err != nil {
+		return nil, err
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
+		TLS:         tlsCfg,
 		DialTimeout: adminDialTimeout,
 		Logger:      zapToSlog(nil, zapcore.ErrorLevel, nil),
 	})
@@ -176,11 +204,11 @@ func withAdminTimeout(ctx context.Context) (context.Context, context.CancelFunc)
 // started) it adds nothing and returns the same list. etcd refuses to add a
 // member while the cluster is unhealthy or another added member has not
 // started; that error is returned (retry after starting it).
-func AddMember(ctx context.Context, endpoints []string, name, peerURL string) (initialCluster string, err error) {
+func AddMember(ctx context.Context, endpoints []string, tlsCfg *tls.Config, name, peerURL string) (initialCluster string, err error) {
 	if name == "" || peerURL == "" {
 		return "", fmt.Errorf("add member: %w: name and peer url are required", ErrInvalidArgument)
 	}
-	cli, err := adminClient(endpoints)
+	cli, err := adminClient(endpoints, tlsCfg)
 	if err != nil {
 		return "", fmt.Errorf("add member %s: %w", name, err)
 	}
@@ -230,8 +258,8 @@ func AddMember(ctx context.Context, endpoints []string, name, peerURL string) (i
 // running member until the others have been connected to it for 5 s; it
 // retries that refusal until ctx (or 10 s) runs out. A removed member that
 // still runs stops itself; close it too.
-func RemoveMember(ctx context.Context, endpoints []string, name string) error {
-	cli, err := adminClient(endpoints)
+func RemoveMember(ctx context.Context, endpoints []string, tlsCfg *tls.Config, name string) error {
+	cli, err := adminClient(endpoints, tlsCfg)
 	if err != nil {
 		return fmt.Errorf("remove member %s: %w", name, err)
 	}
@@ -268,8 +296,8 @@ func RemoveMember(ctx context.Context, endpoints []string, name string) error {
 // ListMembers returns the members of the cluster that endpoints reach,
 // sorted by name, marking the leader, as the first member that answers
 // sees them (it answers without quorum too; then no member leads).
-func ListMembers(ctx context.Context, endpoints []string) ([]MemberInfo, error) {
-	cli, err := adminClient(endpoints)
+func ListMembers(ctx context.Context, endpoints []string, tlsCfg *tls.Config) ([]MemberInfo, error) {
+	cli, err := adminClient(endpoints, tlsCfg)
 	if err != nil {
 		return nil, fmt.Errorf("list members: %w", err)
 	}

@@ -112,20 +112,20 @@ func TestAddMember_JoinListRemove(t *testing.T) {
 	ctx := t.Context()
 
 	peer, client := freeURL(t), freeURL(t)
-	initial, err := AddMember(ctx, eps, "m1", peer)
+	initial, err := AddMember(ctx, eps, testTLS(t), "m1", peer)
 	if err != nil {
 		t.Fatalf("AddMember: %v", err)
 	}
 	if !strings.Contains(initial, "m1="+peer) || !strings.Contains(initial, "m0=") {
 		t.Errorf("AddMember's initial cluster %q lacks m0 or m1=%s", initial, peer)
 	}
-	again, err := AddMember(ctx, eps, "m1", peer)
+	again, err := AddMember(ctx, eps, testTLS(t), "m1", peer)
 	if err != nil || again != initial {
 		t.Errorf("AddMember retry: got %q, %v; want %q", again, err, initial)
 	}
 	m1 := startMember(t, MemberConfig{Name: "m1", DataDir: t.TempDir(), ClientURL: client, PeerURL: peer, InitialCluster: initial, State: "existing"})
 
-	list, err := ListMembers(ctx, []string{m1.ClientURL()})
+	list, err := ListMembers(ctx, []string{m1.ClientURL()}, testTLS(t))
 	if err != nil {
 		t.Fatalf("ListMembers: %v", err)
 	}
@@ -153,13 +153,13 @@ func TestAddMember_JoinListRemove(t *testing.T) {
 	waitFor(t, 10*time.Second, "sb1 in b's directory", func() bool { _, ok := b.Placement("sb1"); return ok })
 	b.Close()
 
-	if err := RemoveMember(ctx, eps, "m1"); err != nil {
+	if err := RemoveMember(ctx, eps, testTLS(t), "m1"); err != nil {
 		t.Fatalf("RemoveMember: %v", err)
 	}
-	if err := RemoveMember(ctx, eps, "m1"); !errors.Is(err, ErrNotFound) {
+	if err := RemoveMember(ctx, eps, testTLS(t), "m1"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("RemoveMember again: got %v, want ErrNotFound", err)
 	}
-	list, err = ListMembers(ctx, eps)
+	list, err = ListMembers(ctx, eps, testTLS(t))
 	if err != nil || len(list) != 1 || list[0].Name != "m0" || !list[0].Leader {
 		t.Errorf("ListMembers after remove: %+v, %v; want m0 alone, leading", list, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/cipher"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -54,9 +55,10 @@ const (
 // Config is a node's membership in the cluster.
 type Config struct {
 	NodeID    string
-	Endpoints []string // etcd client URLs
-	APIURL    string   // this node's API base URL, e.g. http://127.0.0.1:7071
-	Secret    []byte   // the cluster secret (≥ 32 bytes): keys derived from it seal recovery specs
+	Endpoints []string    // etcd client URLs (https)
+	TLS       *tls.Config // the node's etcd identity (TLSFiles.ClientConfig); required
+	APIURL    string      // this node's API base URL, e.g. http://127.0.0.1:7071
+	Secret    []byte      // the cluster secret (≥ 32 bytes): keys derived from it seal recovery specs
 	Logger    *slog.Logger
 	TLSAddr   string        // this node's SNI listener (host:port) for TLS exposures; "" for none (see SetTLSAddr)
 	OpTimeout time.Duration // per etcd call; default 2 s
@@ -157,6 +159,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, fmt.Errorf("open cluster node: %w: no endpoints", ErrInvalidArgument)
 	}
+	if err := requireTLS(cfg.TLS); err != nil {
+		return nil, fmt.Errorf("open cluster node: %w", err)
+	}
 	aead, err := sealer(cfg.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("open cluster node: %w", err)
@@ -173,6 +178,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	log := cfg.Logger.With("component", "cluster", "node", cfg.NodeID)
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
+		TLS:         cfg.TLS,
 		DialTimeout: cfg.OpTimeout,
 		Logger:      zapToSlog(log, zapcore.ErrorLevel, nil),
 	})

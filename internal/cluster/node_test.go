@@ -58,7 +58,7 @@ func TestSeal_OpensOnAnotherNodeWithTheSameSecret(t *testing.T) {
 }
 
 func TestOpen_ShortSecret(t *testing.T) {
-	_, err := Open(t.Context(), Config{NodeID: "a", Endpoints: []string{"http://127.0.0.1:1"}, Secret: []byte("short")})
+	_, err := Open(t.Context(), Config{NodeID: "a", Endpoints: []string{"https://127.0.0.1:1"}, TLS: testTLS(t), Secret: []byte("short")})
 	if !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("Open with a 5-byte secret: got %v, want ErrInvalidArgument", err)
 	}
@@ -66,7 +66,7 @@ func TestOpen_ShortSecret(t *testing.T) {
 
 func TestOpen_NoClusterIsUnavailable(t *testing.T) {
 	start := time.Now()
-	_, err := Open(t.Context(), Config{NodeID: "a", Endpoints: []string{freeURL(t)}, Secret: testSecret,
+	_, err := Open(t.Context(), Config{NodeID: "a", Endpoints: []string{freeURL(t)}, TLS: testTLS(t), Secret: testSecret,
 		OpTimeout: 500 * time.Millisecond, Logger: testLogger()})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Errorf("Open with nothing listening: got %v, want ErrUnavailable", err)

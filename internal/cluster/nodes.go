@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -13,8 +14,8 @@ import (
 // ListNodes lists the live sandboxd nodes of the cluster at endpoints (the
 // nodes/ keys, each under its node's lease), sorted by id: what `sandboxd
 // cluster members` shows beside the etcd members.
-func ListNodes(ctx context.Context, endpoints []string) ([]NodeInfo, error) {
-	cli, err := adminClient(endpoints)
+func ListNodes(ctx context.Context, endpoints []string, tlsCfg *tls.Config) ([]NodeInfo, error) {
+	cli, err := adminClient(endpoints, tlsCfg)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}

@@ -57,8 +57,14 @@ type clusterNode struct {
 	member *cluster.Member
 	node   *cluster.Node
 	signer forward.Signer
-	self   string
-	logger *slog.Logger
+	// ca is the cluster CA when this node holds its key (it ran `cluster
+	// init`): it signs joining nodes' etcd certificates (serveJoin).
+	ca *cluster.CA
+	// etcdEndpoints are the etcd client URLs this node uses, which a
+	// joining node is given.
+	etcdEndpoints []string
+	self          string
+	logger        *slog.Logger
 	// started is when the node joined (failoverMissed's grace).
 	started time.Time
 	// healthy is the last /readyz view of the cluster: "" when it
@@ -91,7 +97,16 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 	if err != nil {
 		return nil, fmt.Errorf("cluster secret: %w", err)
 	}
-	c := &clusterNode{self: d.Config.NodeID, logger: d.logger, signer: forward.Signer{Node: d.Config.NodeID, Secret: secret}, started: time.Now(), stopping: make(chan struct{})}
+	tlsCfg, err := f.etcdTLS(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("cluster etcd TLS: %w", err)
+	}
+	ca, err := loadClusterCA(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("cluster CA: %w", err)
+	}
+	c := &clusterNode{self: d.Config.NodeID, logger: d.logger, signer: forward.Signer{Node: d.Config.NodeID, Secret: secret}, started: time.Now(), stopping: make(chan struct{}),
+		ca: ca, etcdEndpoints: f.Endpoints}
 	ok := ""
 	c.health.Store(&ok)
 	sctx, cancel := context.WithTimeout(ctx, clusterStartTimeout)
@@ -100,6 +115,7 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 		c.member, err = cluster.StartMember(sctx, cluster.MemberConfig{
 			Name: d.Config.NodeID, DataDir: filepath.Join(dataDir, "etcd"),
 			ClientURL: m.ClientURL, PeerURL: m.PeerURL, InitialCluster: m.InitialCluster, State: m.State,
+			TLS: f.TLS.files(dataDir),
 		}, d.logger)
 		if err != nil {
 			return nil, fmt.Errorf("cluster.StartMember: %w", err)
@@ -111,7 +127,7 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 		apiURL = "http://" + d.ln.Addr().String()
 	}
 	c.node, err = cluster.Open(sctx, cluster.Config{
-		NodeID: d.Config.NodeID, Endpoints: f.Endpoints, APIURL: apiURL, Secret: secret, Logger: d.logger,
+		NodeID: d.Config.NodeID, Endpoints: f.Endpoints, TLS: tlsCfg, APIURL: apiURL, Secret: secret, Logger: d.logger,
 		LeaseTTL: leaseTTL,
 	})
 	if err != nil {
@@ -799,6 +815,9 @@ func (c *clusterNode) handler(next http.Handler, svc *service.Service, authn *au
 		switch r.URL.Path {
 		case "/v1/cluster/nodes":
 			c.serveNodes(w, r, authn)
+			return
+		case cluster.JoinPath:
+			c.serveJoin(w, r)
 			return
 		case peerListPath:
 			c.servePeerList(w, r, svc)

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,10 +32,11 @@ const clusterCallTimeout = 10 * time.Second
 func ClusterCommand(args []string, stdout, stderr io.Writer) int {
 	usage := func() int {
 		fmt.Fprint(stderr, `usage:
-  sandboxd cluster init    [--data-dir D] (--etcd-client HOST:PORT --etcd-peer HOST:PORT | --etcd-endpoints URL,...)
-  sandboxd cluster join    [--data-dir D] --secret-file F --via URL,... (--etcd-client HOST:PORT --etcd-peer HOST:PORT | --etcd-endpoints URL,...)
+  sandboxd cluster init    [--data-dir D] (--etcd-client HOST:PORT --etcd-peer HOST:PORT | --etcd-endpoints URL,... ETCD-TLS)
+  sandboxd cluster join    [--data-dir D] --secret-file F (--via-api URL --etcd-client HOST:PORT --etcd-peer HOST:PORT | --etcd-endpoints URL,... ETCD-TLS)
   sandboxd cluster members [--data-dir D]
   sandboxd cluster leave   [--data-dir D] [--via URL,...]   (stop the daemon first; --via: another member's etcd)
+ETCD-TLS (an external etcd): --etcd-cacert FILE --etcd-cert FILE --etcd-key FILE
 `)
 		return 2
 	}
@@ -49,10 +52,15 @@ func ClusterCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sandboxd cluster "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dataDir := fs.String("data-dir", defaults.DataDir, "the node's data directory (env SANDBOXD_DATA_DIR)")
-	client := fs.String("etcd-client", "", "embedded etcd: the member's client address (loopback HOST:PORT)")
-	peer := fs.String("etcd-peer", "", "embedded etcd: the member's peer address (HOST:PORT)")
+	client := fs.String("etcd-client", "", "embedded etcd: the member's client address (HOST:PORT, TLS)")
+	peer := fs.String("etcd-peer", "", "embedded etcd: the member's peer address (HOST:PORT, TLS)")
 	endpoints := fs.String("etcd-endpoints", "", "an external etcd cluster's client URLs, comma-separated (no embedded member)")
-	via := fs.String("via", "", "join: client URLs of the cluster's etcd, comma-separated")
+	var ext clusterTLS
+	fs.StringVar(&ext.CACert, "etcd-cacert", "", "external etcd: the CA certificate (PEM) that signed its servers' certificates")
+	fs.StringVar(&ext.Cert, "etcd-cert", "", "external etcd: this node's client certificate (PEM)")
+	fs.StringVar(&ext.Key, "etcd-key", "", "external etcd: this node's client key (PEM)")
+	viaAPI := fs.String("via-api", "", "join: the API URL of the node that ran `cluster init` (it holds the cluster CA key and signs this node's etcd certificate)")
+	via := fs.String("via", "", "leave: client URLs of another member's etcd, comma-separated")
 	secretFile := fs.String("secret-file", "", "join: the cluster secret file that `cluster init` wrote")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -70,9 +78,15 @@ func ClusterCommand(args []string, stdout, stderr io.Writer) int {
 	var run func() error
 	switch cmd {
 	case "init":
-		run = func() error { return clusterInit(dir, *client, *peer, *endpoints, stdout) }
+		run = func() error { return clusterInit(dir, *client, *peer, *endpoints, ext, stdout) }
 	case "join":
-		run = func() error { return clusterJoin(ctx, dir, *client, *peer, *endpoints, *via, *secretFile, stdout) }
+		if *via != "" {
+			fmt.Fprintln(stderr, "sandboxd cluster join: --via is gone: etcd takes only nodes with a certificate now; name the API URL of the node that ran `cluster init` with --via-api")
+			return 2
+		}
+		run = func() error {
+			return clusterJoin(ctx, dir, *client, *peer, *endpoints, *viaAPI, *secretFile, ext, stdout)
+		}
 	case "members":
 		run = func() error { return clusterMembers(ctx, dir, stdout) }
 	case "leave":
@@ -87,23 +101,60 @@ func ClusterCommand(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// memberURLs turns the --etcd-client and --etcd-peer addresses into URLs,
-// checking them. Both must be loopback addresses: the embedded member
-// speaks plain HTTP without client authentication, and whoever can write
-// its keys can mint API tokens and redirect forwarded calls. Nodes on
-// several hosts use an external etcd secured by its operator
-// (--etcd-endpoints).
-func memberURLs(client, peer string) (clientURL, peerURL string, err error) {
+// memberURLs turns the --etcd-client and --etcd-peer addresses into the
+// member's https URLs, checking them, and returns their hosts (the SANs
+// of the member's certificate). The member speaks TLS with client
+// certificates on both (docs/cluster.md, "etcd is closed"), so any IP
+// address will do but an unspecified one (0.0.0.0, ::), which other nodes
+// could not dial; the member binds it, so it is an IP, not a name.
+func memberURLs(client, peer string) (clientURL, peerURL string, hosts []string, err error) {
 	for _, a := range []struct{ flag, addr string }{{"--etcd-client", client}, {"--etcd-peer", peer}} {
 		host, port, err := net.SplitHostPort(a.addr)
 		if err != nil || host == "" || port == "" {
-			return "", "", fmt.Errorf("%s %q: want HOST:PORT", a.flag, a.addr)
+			return "", "", nil, fmt.Errorf("%s %q: want HOST:PORT", a.flag, a.addr)
 		}
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			return "", "", fmt.Errorf("%s %q: the embedded etcd member listens on loopback addresses only (it has no TLS or authentication); across hosts, use an external etcd with --etcd-endpoints", a.flag, a.addr)
+		ip := net.ParseIP(host)
+		if ip == nil {
+			return "", "", nil, fmt.Errorf("%s %q: want an IP address (the member binds it and advertises it)", a.flag, a.addr)
+		}
+		if ip.IsUnspecified() {
+			return "", "", nil, fmt.Errorf("%s %q: the address is advertised to the other nodes: name one they reach, not an unspecified address", a.flag, a.addr)
+		}
+		if !slices.Contains(hosts, host) {
+			hosts = append(hosts, host)
 		}
 	}
-	return "http://" + client, "http://" + peer, nil
+	return "https://" + client, "https://" + peer, hosts, nil
+}
+
+// externalTLS checks the --etcd-cacert, --etcd-cert and --etcd-key of an
+// external etcd: all three are required (etcd is never reached in clear
+// or without a client certificate), and they must load. It returns them
+// as absolute paths, which the cluster file keeps.
+func externalTLS(t clusterTLS) (*clusterTLS, error) {
+	if t.CACert == "" || t.Cert == "" || t.Key == "" {
+		return nil, errors.New("--etcd-endpoints needs --etcd-cacert, --etcd-cert and --etcd-key: the node reaches etcd with TLS and a client certificate only")
+	}
+	for _, p := range []*string{&t.CACert, &t.Cert, &t.Key} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return nil, err
+		}
+		*p = abs
+	}
+	if _, err := t.files("").ClientConfig(); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// refuseEmbeddedTLSFlags refuses the external etcd's TLS flags without
+// --etcd-endpoints: the embedded member's identity is the cluster's own.
+func refuseEmbeddedTLSFlags(t clusterTLS) error {
+	if t != (clusterTLS{}) {
+		return errors.New("--etcd-cacert, --etcd-cert and --etcd-key are for an external etcd (--etcd-endpoints); an embedded member's certificates come from the cluster's CA")
+	}
+	return nil
 }
 
 // splitURLs checks a comma-separated list of http(s) URLs.
@@ -152,7 +203,7 @@ func unclusteredNodeID(dataDir string) (string, error) {
 	return clusterNodeID(dataDir)
 }
 
-func clusterInit(dataDir, client, peer, endpoints string, stdout io.Writer) error {
+func clusterInit(dataDir, client, peer, endpoints string, ext clusterTLS, stdout io.Writer) error {
 	id, err := unclusteredNodeID(dataDir)
 	if err != nil {
 		return err
@@ -162,13 +213,23 @@ func clusterInit(dataDir, client, peer, endpoints string, stdout io.Writer) erro
 		if f.Endpoints, err = splitURLs("--etcd-endpoints", endpoints); err != nil {
 			return err
 		}
+		if f.TLS, err = externalTLS(ext); err != nil {
+			return err
+		}
 	} else {
-		c, p, err := memberURLs(client, peer)
+		if err := refuseEmbeddedTLSFlags(ext); err != nil {
+			return err
+		}
+		c, p, hosts, err := memberURLs(client, peer)
 		if err != nil {
+			return err
+		}
+		if err := initClusterCA(dataDir, id, hosts); err != nil {
 			return err
 		}
 		f.Endpoints = []string{c}
 		f.Member = &clusterMember{ClientURL: c, PeerURL: p, InitialCluster: id + "=" + p, State: "new"}
+		f.TLS = &embeddedTLS
 	}
 	secret := filepath.Join(dataDir, clusterSecretName)
 	if err := newClusterSecret(secret); err != nil {
@@ -178,12 +239,46 @@ func clusterInit(dataDir, client, peer, endpoints string, stdout io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "node %s starts a new cluster; start its daemon on %s.\n", id, dataDir)
-	fmt.Fprintf(stdout, "Add a node (its daemon stopped or not started yet):\n  sandboxd cluster join --data-dir DIR --secret-file %s --via %s --etcd-client HOST:PORT --etcd-peer HOST:PORT\n",
-		secret, strings.Join(f.Endpoints, ","))
+	if f.Member != nil {
+		fmt.Fprintf(stdout, "Add a node (its daemon stopped or not started yet; this node's daemon running):\n  sandboxd cluster join --data-dir DIR --secret-file %s --via-api THIS-NODE-API-URL --etcd-client HOST:PORT --etcd-peer HOST:PORT\n", secret)
+	} else {
+		fmt.Fprintf(stdout, "Add a node:\n  sandboxd cluster join --data-dir DIR --secret-file %s --etcd-endpoints %s --etcd-cacert F --etcd-cert F --etcd-key F\n", secret, strings.Join(f.Endpoints, ","))
+	}
 	return nil
 }
 
-func clusterJoin(ctx context.Context, dataDir, client, peer, endpoints, via, secretFile string, stdout io.Writer) error {
+// initClusterCA makes the cluster's CA in dataDir (its key 0600, kept
+// only here) and the node's own etcd identity, for hosts.
+func initClusterCA(dataDir, id string, hosts []string) error {
+	now := time.Now()
+	ca, err := cluster.NewCA(now)
+	if err != nil {
+		return err
+	}
+	caKey, err := ca.KeyPEM()
+	if err != nil {
+		return err
+	}
+	cert, key, err := ca.IssueNode(id, hosts, now)
+	if err != nil {
+		return err
+	}
+	return writeFiles(dataDir, map[string][]byte{
+		clusterCAName: ca.CertPEM(), clusterCAKeyName: caKey, clusterCertName: cert, clusterCertKeyName: key,
+	})
+}
+
+// writeFiles writes each file of files in dir (0600, atomically).
+func writeFiles(dir string, files map[string][]byte) error {
+	for name, b := range files {
+		if err := writeAtomic(filepath.Join(dir, name), b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func clusterJoin(ctx context.Context, dataDir, client, peer, endpoints, viaAPI, secretFile string, ext clusterTLS, stdout io.Writer) error {
 	id, err := unclusteredNodeID(dataDir)
 	if err != nil {
 		return err
@@ -200,23 +295,42 @@ func clusterJoin(ctx context.Context, dataDir, client, peer, endpoints, via, sec
 		if f.Endpoints, err = splitURLs("--etcd-endpoints", endpoints); err != nil {
 			return err
 		}
-	} else {
-		vias, err := splitURLs("--via", via)
-		if err != nil {
+		if f.TLS, err = externalTLS(ext); err != nil {
 			return err
 		}
-		c, p, err := memberURLs(client, peer)
+	} else {
+		if err := refuseEmbeddedTLSFlags(ext); err != nil {
+			return err
+		}
+		if viaAPI == "" {
+			return errors.New("--via-api is required: the API URL of the node that ran `cluster init`")
+		}
+		if _, err := splitURLs("--via-api", viaAPI); err != nil {
+			return err
+		}
+		c, p, hosts, err := memberURLs(client, peer)
 		if err != nil {
 			return err
 		}
 		cctx, cancel := context.WithTimeout(ctx, clusterCallTimeout)
-		initial, err := cluster.AddMember(cctx, vias, id, p)
+		etcdEndpoints, err := requestCertificate(cctx, http.DefaultClient, viaAPI, secret, id, hosts, dataDir)
+		cancel()
+		if err != nil {
+			return err
+		}
+		tlsCfg, err := embeddedTLS.files(dataDir).ClientConfig()
+		if err != nil {
+			return err
+		}
+		cctx, cancel = context.WithTimeout(ctx, clusterCallTimeout)
+		initial, err := cluster.AddMember(cctx, etcdEndpoints, tlsCfg, id, p)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("add member %s: %w", id, err)
 		}
 		f.Endpoints = []string{c}
 		f.Member = &clusterMember{ClientURL: c, PeerURL: p, InitialCluster: initial, State: "existing"}
+		f.TLS = &embeddedTLS
 	}
 	if err := writeAtomic(filepath.Join(dataDir, clusterSecretName), []byte(fmt.Sprintf("%x\n", secret))); err != nil {
 		return err
@@ -236,13 +350,17 @@ func clusterMembers(ctx context.Context, dataDir string, stdout io.Writer) error
 	if f == nil {
 		return fmt.Errorf("%s is not in a cluster", dataDir)
 	}
-	cctx, cancel := context.WithTimeout(ctx, clusterCallTimeout)
-	defer cancel()
-	members, err := cluster.ListMembers(cctx, f.Endpoints)
+	tlsCfg, err := f.etcdTLS(dataDir)
 	if err != nil {
 		return err
 	}
-	nodes, err := cluster.ListNodes(cctx, f.Endpoints)
+	cctx, cancel := context.WithTimeout(ctx, clusterCallTimeout)
+	defer cancel()
+	members, err := cluster.ListMembers(cctx, f.Endpoints, tlsCfg)
+	if err != nil {
+		return err
+	}
+	nodes, err := cluster.ListNodes(cctx, f.Endpoints, tlsCfg)
 	if err != nil {
 		return err
 	}
@@ -283,6 +401,10 @@ func clusterLeave(ctx context.Context, dataDir, via string, stdout io.Writer) er
 		return err
 	}
 	if f.Member != nil {
+		tlsCfg, err := f.etcdTLS(dataDir)
+		if err != nil {
+			return err
+		}
 		// The node's own member is down with its daemon: ask another.
 		endpoints := f.Endpoints
 		if via != "" {
@@ -291,7 +413,7 @@ func clusterLeave(ctx context.Context, dataDir, via string, stdout io.Writer) er
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, clusterCallTimeout)
-		err := cluster.RemoveMember(cctx, endpoints, id)
+		err = cluster.RemoveMember(cctx, endpoints, tlsCfg, id)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("remove member %s: %w", id, err)
@@ -300,7 +422,11 @@ func clusterLeave(ctx context.Context, dataDir, via string, stdout io.Writer) er
 			return err
 		}
 	}
-	for _, name := range []string{clusterFileName, clusterSecretName} {
+	if _, err := os.Stat(filepath.Join(dataDir, clusterCAKeyName)); err == nil {
+		fmt.Fprintf(stdout, "note: node %s held the cluster CA key (%s), which signs joining nodes' certificates; it is removed with the node. Copy %s and %s from a backup into another node's data directory if the cluster should take more nodes.\n",
+			id, clusterCAKeyName, clusterCAName, clusterCAKeyName)
+	}
+	for _, name := range []string{clusterFileName, clusterSecretName, clusterCAKeyName, clusterCertKeyName, clusterCertName, clusterCAName} {
 		if err := os.Remove(filepath.Join(dataDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

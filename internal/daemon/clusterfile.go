@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/internal/cluster"
 )
 
 // Files of cluster mode in a node's data directory. Their presence is what
@@ -18,6 +21,14 @@ import (
 const (
 	clusterFileName   = "cluster.json"
 	clusterSecretName = "cluster.secret"
+	// The embedded member's etcd identity (cluster.TLSFiles): the cluster
+	// CA certificate, the node's certificate and key; the CA key only in
+	// the data directory of the node that ran `cluster init` (it signs
+	// joiners' certificates), never in etcd.
+	clusterCAName      = "etcd-ca.crt"
+	clusterCAKeyName   = "etcd-ca.key"
+	clusterCertName    = "etcd-node.crt"
+	clusterCertKeyName = "etcd-node.key"
 	// clusterSecretBytes is the cluster secret's size: the key of the node
 	// MAC and the root the recovery specs' sealing key is derived from.
 	clusterSecretBytes = 32
@@ -30,6 +41,43 @@ type clusterFile struct {
 	// Member is the embedded etcd member this node runs, if any (an
 	// external etcd has none).
 	Member *clusterMember `json:"member,omitempty"`
+	// TLS names the node's etcd identity: the CA file it trusts, its
+	// certificate and key. Relative paths are in the data directory
+	// (the embedded member's files); an external etcd's are the paths
+	// the operator gave (--etcd-cacert, --etcd-cert, --etcd-key).
+	TLS *clusterTLS `json:"tls,omitempty"`
+}
+
+// clusterTLS is the paths of a node's etcd identity.
+type clusterTLS struct {
+	CACert string `json:"cacert"`
+	Cert   string `json:"cert"`
+	Key    string `json:"key"`
+}
+
+// files resolves t's paths against dataDir.
+func (t clusterTLS) files(dataDir string) cluster.TLSFiles {
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dataDir, p)
+	}
+	return cluster.TLSFiles{CA: abs(t.CACert), Cert: abs(t.Cert), Key: abs(t.Key)}
+}
+
+// embeddedTLS is the identity files of an embedded member, in the data
+// directory.
+var embeddedTLS = clusterTLS{CACert: clusterCAName, Cert: clusterCertName, Key: clusterCertKeyName}
+
+// etcdTLS is the TLS configuration of dataDir's etcd clients (f's
+// identity). A cluster file without one predates etcd TLS: the node
+// refuses to reach etcd in clear.
+func (f *clusterFile) etcdTLS(dataDir string) (*tls.Config, error) {
+	if f.TLS == nil {
+		return nil, fmt.Errorf("%s names no etcd TLS identity (made before etcd spoke TLS only): leave the cluster and init or join it again", clusterFileName)
+	}
+	return f.TLS.files(dataDir).ClientConfig()
 }
 
 // clusterMember is an embedded member's configuration. InitialCluster and

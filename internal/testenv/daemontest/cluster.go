@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,16 +24,20 @@ import (
 const joinTimeout = 90 * time.Second
 
 // Cluster is daemons that form one cluster, each running an embedded etcd
-// member on 127.0.0.1 (docs/cluster.md). Its nodes are ordinary Daemons:
+// member on 127.0.0.1 with TLS and client certificates (docs/cluster.md). Its nodes are ordinary Daemons:
 // Kill, Stop and Restart them one by one; a restart rejoins with the
 // cluster files in its data directory.
 type Cluster struct {
 	// Nodes are the cluster's daemons, in the order they joined; Nodes[0]
 	// ran `cluster init`.
 	Nodes []*Daemon
-	// etcdClients are the members' etcd client URLs, by node.
+	// etcdClients are the members' etcd client URLs (https), by node.
 	etcdClients []string
 }
+
+// EtcdClients are the etcd client URLs of the nodes' members, in the
+// order of Nodes.
+func (c *Cluster) EtcdClients() []string { return slices.Clone(c.etcdClients) }
 
 // ClusterNode describes one node of NewCluster.
 type ClusterNode struct {
@@ -54,8 +59,9 @@ func Nodes(names ...string) []ClusterNode {
 
 // NewCluster starts daemons that form one cluster: the first runs
 // `sandboxd cluster init`, each other `sandboxd cluster join` through the
-// members already there (retried while etcd refuses a new member so soon
-// after the last), and each daemon is started right after its init or
+// first node's API, which holds the cluster CA key and signs the joiner's
+// etcd certificate (retried while etcd refuses a new member so soon after
+// the last), and each daemon is started right after its init or
 // join (a new member counts toward the quorum at once). It returns once
 // every node answers /readyz 200 and sees all the others live. On error
 // the nodes started so far are closed.
@@ -86,7 +92,7 @@ func (e *Env) NewCluster(ctx context.Context, nodes []ClusterNode) (_ *Cluster, 
 		} else {
 			args = append(args,
 				"--secret-file", filepath.Join(c.Nodes[0].DataDir(), "cluster.secret"),
-				"--via", strings.Join(c.etcdClients, ","))
+				"--via-api", c.Nodes[0].URL())
 			err := testenv.Poll(ctx, joinTimeout, func() error {
 				out, err := e.clusterCmd(ctx, append([]string{"join"}, args...)...)
 				if err != nil {
@@ -98,7 +104,7 @@ func (e *Env) NewCluster(ctx context.Context, nodes []ClusterNode) (_ *Cluster, 
 				return nil, fmt.Errorf("cluster join %s: %w", d.NodeID(), err)
 			}
 		}
-		c.etcdClients = append(c.etcdClients, "http://"+client)
+		c.etcdClients = append(c.etcdClients, "https://"+client)
 		sctx, cancel := context.WithTimeout(ctx, StartTimeout)
 		err = d.Start(sctx)
 		cancel()
