@@ -726,7 +726,7 @@ func (d *serviceDialer) DialPort(ctx context.Context, sandboxID string, port int
 
 // previewCookie may carry an API token to private preview ports from a
 // browser; the ingress strips it before proxying.
-const previewCookie = "sandboxd_token"
+const previewCookie = auth.CredentialCookie
 
 // authorizePreview lets a request reach a private port when it carries a
 // valid API token — Authorization: Bearer, X-Sandboxd-Token, or the cookie —
