@@ -430,7 +430,8 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 
 // RunBackground makes the service ready, finishes the pool claims a crash
 // cut short, then runs the reaper (every reapEvery), the reconciler (every
-// reconcileEvery) and the warm pool (pool.go) until ctx ends.
+// reconcileEvery), the check of pending custom domains (every
+// Config.DomainCheckEvery) and the warm pool (pool.go) until ctx ends.
 // While the startup repair fails it is retried with backoff (Ready reports
 // why it is not ready) and neither the reaper nor the periodic pass runs:
 // both would act on a host the service has not yet caught up with. Errors
@@ -455,10 +456,20 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 	defer reap.Stop()
 	rec := time.NewTicker(reconcileEvery)
 	defer rec.Stop()
+	domainEvery := s.cfg.DomainCheckEvery
+	if domainEvery <= 0 {
+		domainEvery = 30 * time.Second
+	}
+	dom := time.NewTicker(domainEvery)
+	defer dom.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-dom.C:
+			if _, err := s.CheckPendingDomains(ctx); err != nil && ctx.Err() == nil {
+				s.Logger.Error("check pending custom domains", "err", err)
+			}
 		case <-reap.C:
 			if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil {
 				s.Logger.Error("reaper", "err", err)
