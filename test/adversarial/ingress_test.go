@@ -3,6 +3,7 @@ package adversarial_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
+	"github.com/sandboxd/sandboxd/internal/testenv/dnstest"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -252,5 +254,108 @@ func TestIngress_CredentialsNeverReachTheSandbox(t *testing.T) {
 					route, authz.sent, got.Get("Authorization"), got.Get("X-App"), got.Get("Cookie"), authz.want)
 			}
 		}
+	}
+}
+
+// webApp serves text on port 8080 of a new sandbox of c, exposed public,
+// and returns the sandbox.
+func webApp(t *testing.T, c *sandboxd.Client, text string) *sandboxd.Sandbox {
+	t.Helper()
+	sb := sandbox(t, c, sandboxd.CreateRequest{})
+	sh(t, c, sb.ID, "mkdir -p /www && echo "+text+" > /www/index.html && httpd -p 8080 -h /www")
+	if _, err := c.ExposePort(t.Context(), sb.ID, sandboxd.ExposePortRequest{Port: 8080, Protocol: sandboxd.ProtocolHTTP, Public: true}); err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// Item 3: any tenant could bind any hostname, its own or another's, and
+// it routed at once. Now a tenant's claim routes nothing until the
+// hostname's TXT record (on a real DNS server here, the daemon's
+// --dns-resolver) holds that claim's value: mallory's claims of an
+// arbitrary name and of alice's name never route, block alice for no
+// time, and cannot be verified once alice has proven control; alice's
+// routes after a verify call, or by itself once the record appears.
+func TestIngress_DomainsNeedProofOfControl(t *testing.T) {
+	t.Parallel()
+	dns := dnstest.Start(t)
+	d := startDaemon(t, "ingress-domains", "--dns-resolver", dns.Addr(), "--domain-check-every", "500ms")
+	alice := tenant(t, d, "alice")
+	mallory := tenant(t, d, "mallory")
+	hers := webApp(t, alice, "alice")
+	his := webApp(t, mallory, "mallory")
+	routesTo := func(host string) string {
+		code, body := call(t, d, "GET", host, "/", "")
+		if code != http.StatusOK {
+			return fmt.Sprint(code)
+		}
+		return strings.TrimSpace(body)
+	}
+
+	// Mallory claims a name nobody gave him, and alice's, first.
+	for _, host := range []string{"bank.example.test", "alice.example.test"} {
+		dm, err := mallory.AddDomain(t.Context(), his.ID, host, 8080)
+		if err != nil || dm.Verified || dm.Verification.Name != "_sandboxd-challenge."+host || dm.Verification.Value == "" {
+			t.Errorf("mallory's claim of %s = %+v, %v; want pending with a TXT record to set", host, dm, err)
+		}
+		if got := routesTo(host); got != "404" {
+			t.Errorf("%s right after mallory's claim routes to %s, want 404", host, got)
+		}
+		if v, err := mallory.VerifyDomain(t.Context(), his.ID, host); err != nil || v.Verified {
+			t.Errorf("mallory's verify of %s = %+v, %v; want still pending", host, v, err)
+		}
+	}
+	// Alice's claim is not blocked by his, and needs her own record.
+	da, err := alice.AddDomain(t.Context(), hers.ID, "alice.example.test", 8080)
+	if err != nil || da.Verified {
+		t.Fatalf("alice's claim = %+v, %v; want pending", da, err)
+	}
+	dns.SetTXT(da.Verification.Name, da.Verification.Value)
+	if v, err := mallory.VerifyDomain(t.Context(), his.ID, "alice.example.test"); err != nil || v.Verified {
+		t.Errorf("mallory's verify with alice's record in place = %+v, %v; want still pending", v, err)
+	}
+	if v, err := alice.VerifyDomain(t.Context(), hers.ID, "alice.example.test"); err != nil || !v.Verified {
+		t.Fatalf("alice's verify = %+v, %v; want verified", v, err)
+	}
+	if got := routesTo("alice.example.test"); got != "alice" {
+		t.Errorf("alice.example.test routes to %s, want alice's app", got)
+	}
+	// Now the name is hers: mallory can neither verify his claim (even
+	// with the record changed to his value) nor claim it again.
+	dm, _ := mallory.ListDomains(t.Context(), his.ID)
+	for _, x := range dm {
+		if x.Hostname == "alice.example.test" {
+			dns.SetTXT(x.Verification.Name, x.Verification.Value)
+		}
+	}
+	if _, err := mallory.VerifyDomain(t.Context(), his.ID, "alice.example.test"); !errors.Is(err, sandboxd.ErrHostnameConflict) {
+		t.Errorf("mallory's verify after alice's = %v, want hostname_conflict", err)
+	}
+	if got := routesTo("alice.example.test"); got != "alice" {
+		t.Errorf("after mallory's attempts alice.example.test routes to %s, want alice's app", got)
+	}
+
+	// The daemon looks again by itself: alice's second name routes once
+	// its record appears, with no verify call; mallory's arbitrary name,
+	// looked up again and again, never does.
+	dl, err := alice.AddDomain(t.Context(), hers.ID, "later.example.test", 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dns.SetTXT(dl.Verification.Name, dl.Verification.Value)
+	waitFor(t, "later.example.test routes once its record is there", func() error {
+		if got := routesTo("later.example.test"); got != "alice" {
+			return fmt.Errorf("routes to %s", got)
+		}
+		return nil
+	})
+	waitFor(t, "the daemon looked bank.example.test up again", func() error {
+		if n := dns.Queries("_sandboxd-challenge.bank.example.test"); n < 3 {
+			return fmt.Errorf("%d look-ups", n)
+		}
+		return nil
+	})
+	if got := routesTo("bank.example.test"); got != "404" {
+		t.Errorf("bank.example.test routes to %s, want 404", got)
 	}
 }
