@@ -285,9 +285,9 @@ func (s *Service) lookupChallenge(ctx context.Context, d store.CustomDomain) (ok
 // CheckPendingDomains looks up the TXT records of at most domainCheckBatch
 // pending bindings still in their retry window, those checked longest ago
 // first, and verifies those whose challenge is there. It returns how many
-// it verified. RunBackground calls it every Config.DomainCheckEvery;
-// errors of single bindings are recorded on them and logged, not
-// returned.
+// it verified. RunBackground calls it every Config.DomainCheckEvery, on
+// a goroutine of its own (runDomainChecks); errors of single bindings are
+// recorded on them and logged, not returned.
 func (s *Service) CheckPendingDomains(ctx context.Context) (int, error) {
 	ds, err := s.Store.ListPendingCustomDomains(ctx, domainCheckBatch)
 	if err != nil {
@@ -321,6 +321,34 @@ func (s *Service) CheckPendingDomains(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// domainPassTimeout bounds one background pass of CheckPendingDomains
+// (domainCheckBatch look-ups of domainLookupTimeout each could otherwise
+// take minutes against DNS servers that do not answer).
+const domainPassTimeout = time.Minute
+
+// runDomainChecks runs CheckPendingDomains every Config.DomainCheckEvery
+// (default 30 s) until ctx ends, each pass bounded by domainPassTimeout.
+func (s *Service) runDomainChecks(ctx context.Context) {
+	every := s.cfg.DomainCheckEvery
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, domainPassTimeout)
+		if _, err := s.CheckPendingDomains(pctx); err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+			s.Logger.Error("check pending custom domains", "err", err)
+		}
+		cancel()
+	}
 }
 
 // ReplayDomain binds hostname to port of sandbox id, verified, with no

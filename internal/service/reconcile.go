@@ -456,20 +456,18 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 	defer reap.Stop()
 	rec := time.NewTicker(reconcileEvery)
 	defer rec.Stop()
-	domainEvery := s.cfg.DomainCheckEvery
-	if domainEvery <= 0 {
-		domainEvery = 30 * time.Second
-	}
-	dom := time.NewTicker(domainEvery)
-	defer dom.Stop()
+	// Domain checks wait on DNS servers a tenant may choose: they run on
+	// their own, never holding up the reaper or the reconciler.
+	domainsDone := make(chan struct{})
+	go func() {
+		defer close(domainsDone)
+		s.runDomainChecks(ctx)
+	}()
+	defer func() { <-domainsDone }()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-dom.C:
-			if _, err := s.CheckPendingDomains(ctx); err != nil && ctx.Err() == nil {
-				s.Logger.Error("check pending custom domains", "err", err)
-			}
 		case <-reap.C:
 			if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil {
 				s.Logger.Error("reaper", "err", err)
