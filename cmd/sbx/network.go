@@ -126,8 +126,8 @@ func parsePort(cmd *cobra.Command, s string) (int, error) {
 
 func (c *cli) domainsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "domains <id|name> | domains (ls|add|rm) …",
-		Short: "List, add and remove custom domains of a sandbox",
+		Use:   "domains <id|name> | domains (ls|add|verify|rm) …",
+		Short: "List, add, verify and remove custom domains of a sandbox",
 		Args:  args(1, 1, "a sandbox id or name, or a subcommand"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return c.listDomains(cmd, a[0])
@@ -150,11 +150,23 @@ func (c *cli) domainsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if c.jsonOut {
-				return c.printJSON(d)
+			return c.printDomain(d)
+		},
+	}
+	verify := &cobra.Command{
+		Use:   "verify <id|name> <hostname>",
+		Short: "Look up a pending domain's TXT record now; it routes once verified",
+		Args:  args(2, 2, "a sandbox id or name and a host name"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, id, err := c.clientFor(cmd, a[0])
+			if err != nil {
+				return err
 			}
-			fmt.Fprintln(c.stdout, d.Hostname)
-			return nil
+			d, err := cl.VerifyDomain(cmd.Context(), id, a[1])
+			if err != nil {
+				return err
+			}
+			return c.printDomain(d)
 		},
 	}
 	add.Flags().IntVar(&port, "port", 0, "sandbox port to route to")
@@ -167,6 +179,7 @@ func (c *cli) domainsCmd() *cobra.Command {
 			RunE:    func(cmd *cobra.Command, a []string) error { return c.listDomains(cmd, a[0]) },
 		},
 		add,
+		verify,
 		&cobra.Command{
 			Use:     "rm <id|name> <hostname>",
 			Aliases: []string{"remove"},
@@ -203,11 +216,28 @@ func (c *cli) listDomains(cmd *cobra.Command, ref string) error {
 		return c.printJSON(map[string]any{"items": nonNil(domains)})
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOSTNAME\tPORT")
+	fmt.Fprintln(tw, "HOSTNAME\tPORT\tVERIFIED")
 	for _, d := range domains {
-		fmt.Fprintf(tw, "%s\t%d\n", d.Hostname, d.Port)
+		fmt.Fprintf(tw, "%s\t%d\t%v\n", d.Hostname, d.Port, d.Verified)
 	}
 	return tw.Flush()
+}
+
+// printDomain prints a binding: its host name once verified, else the TXT
+// record that would verify it (on stderr, stdout staying the host name).
+func (c *cli) printDomain(d *sandboxd.Domain) error {
+	if c.jsonOut {
+		return c.printJSON(d)
+	}
+	fmt.Fprintln(c.stdout, d.Hostname)
+	if !d.Verified {
+		fmt.Fprintf(c.stderr, "pending: it routes once DNS has\n  %s TXT %q\n(then: sbx domains verify %s %s)\n",
+			d.Verification.Name, d.Verification.Value, d.SandboxID, d.Hostname)
+		if d.Verification.Error != "" {
+			fmt.Fprintln(c.stderr, "last look-up:", d.Verification.Error)
+		}
+	}
+	return nil
 }
 
 // clientFor returns a client and the id of the sandbox ref names.

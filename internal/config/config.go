@@ -110,6 +110,12 @@ type Daemon struct {
 	MaxConns int
 	// ReconcileEvery is the period of the background reconciler.
 	ReconcileEvery time.Duration
+	// DNSResolver is the DNS server (host:port) custom-domain
+	// verification looks TXT records up with. Empty: the system's.
+	DNSResolver string
+	// DomainCheckEvery is how often pending custom domains are looked up
+	// again (each for an hour after its claim or its last verify call).
+	DomainCheckEvery time.Duration
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
 	// DefaultQuota is the quota of user tokens created through the API
@@ -213,6 +219,8 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.DurationVar(&d.RequestTimeout, "request-timeout", d.RequestTimeout, "bound on a whole request to a route that is not a stream (env SANDBOXD_REQUEST_TIMEOUT)")
 	fs.IntVar(&d.MaxConns, "max-conns", d.MaxConns, "HTTP connections open at once; 0: a quarter of the open-file limit (env SANDBOXD_MAX_CONNS)")
 	fs.DurationVar(&d.ReconcileEvery, "reconcile-every", d.ReconcileEvery, "period of the reconciler")
+	fs.StringVar(&d.DNSResolver, "dns-resolver", d.DNSResolver, "host:port of the DNS server custom-domain verification asks for TXT records (env SANDBOXD_DNS_RESOLVER; default the system's)")
+	fs.DurationVar(&d.DomainCheckEvery, "domain-check-every", d.DomainCheckEvery, "how often pending custom domains are looked up again (env SANDBOXD_DOMAIN_CHECK_EVERY)")
 	fs.StringVar(&d.LogLevel, "log-level", d.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&d.AdvertiseURL, "advertise-url", d.AdvertiseURL, "cluster mode: the URL other nodes reach this node's API by (env SANDBOXD_ADVERTISE_URL; default http://<listen>)")
 	fs.StringVar(&d.AdvertiseTLS, "advertise-tls", d.AdvertiseTLS, "cluster mode: the host:port other nodes reach this node's SNI listener by (env SANDBOXD_ADVERTISE_TLS; default the bound --tls-listen address)")
@@ -288,6 +296,7 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		SandboxNetwork:     get("SANDBOXD_SANDBOX_NETWORK", "false") == "true",
 		SandboxNetworkName: get("SANDBOXD_SANDBOX_NETWORK_NAME", "sandboxd0"),
 		ReconcileEvery:     30 * time.Second,
+		DNSResolver:        get("SANDBOXD_DNS_RESOLVER", ""),
 		LogLevel:           get("SANDBOXD_LOG_LEVEL", "info"),
 		AdvertiseURL:       get("SANDBOXD_ADVERTISE_URL", ""),
 		AdvertiseTLS:       get("SANDBOXD_ADVERTISE_TLS", ""),
@@ -321,6 +330,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	}
 	if d.MaxConns, err = strconv.Atoi(get("SANDBOXD_MAX_CONNS", "0")); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_MAX_CONNS: %w", err)
+	}
+	if d.DomainCheckEvery, err = time.ParseDuration(get("SANDBOXD_DOMAIN_CHECK_EVERY", "30s")); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_DOMAIN_CHECK_EVERY: %w", err)
 	}
 	return d, nil
 }
@@ -362,6 +374,14 @@ func (d Daemon) validate() error {
 	}
 	if d.MaxConns < 0 {
 		return errors.New("--max-conns must be 0 (automatic) or positive")
+	}
+	if d.DomainCheckEvery <= 0 {
+		return errors.New("--domain-check-every must be positive")
+	}
+	if d.DNSResolver != "" {
+		if _, _, err := net.SplitHostPort(d.DNSResolver); err != nil {
+			return fmt.Errorf("--dns-resolver %q: want host:port", d.DNSResolver)
+		}
 	}
 	return nil
 }

@@ -45,6 +45,7 @@ func wantDefaults(t *testing.T) Daemon {
 		IdleTimeout:        60 * time.Second,
 		RequestTimeout:     5 * time.Minute,
 		ReconcileEvery:     30 * time.Second,
+		DomainCheckEvery:   30 * time.Second,
 		LogLevel:           "info",
 	}
 }

@@ -640,7 +640,7 @@ func (c *clusterNode) failOne(ctx context.Context, svc *service.Service, p clust
 	for _, d := range p.Domains {
 		host, port, _ := strings.Cut(d, ":")
 		n, _ := strconv.Atoi(port)
-		if _, err := svc.AddDomain(rctx, caller, p.ID, host, n); err != nil {
+		if err := svc.ReplayDomain(rctx, p.ID, host, n); err != nil {
 			log.Warn("failover: replay a domain", "hostname", host, "err", err)
 		}
 	}

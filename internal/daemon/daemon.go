@@ -367,6 +367,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		HostPortHi:        cfg.HostPortHi,
 		TLSPort:           tlsPortN,
 		PublicURL:         func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
+		DomainCheckEvery:  cfg.DomainCheckEvery,
 	}, service.Deps{
 		Store:      d.Store,
 		Runtime:    rt,
@@ -382,11 +383,25 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Images:     d.images,
 		HostMemory: hostMemory,
 		Firewall:   d.firewall,
+		Resolver:   dnsResolver(cfg.DNSResolver),
 	})
 	if err != nil {
 		return fmt.Errorf("service.New: %w", err)
 	}
 	return nil
+}
+
+// dnsResolver is the resolver custom-domain verification asks: the
+// system's, or (--dns-resolver) a pure-Go one that sends every query to
+// addr, over UDP or TCP as the resolver chooses.
+func dnsResolver(addr string) *net.Resolver {
+	if addr == "" {
+		return net.DefaultResolver
+	}
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}}
 }
 
 // peerSandboxes is the E2B facade's PeerSandboxes: nil on a single node.
@@ -726,7 +741,7 @@ func (d *serviceDialer) DialPort(ctx context.Context, sandboxID string, port int
 
 // previewCookie may carry an API token to private preview ports from a
 // browser; the ingress strips it before proxying.
-const previewCookie = "sandboxd_token"
+const previewCookie = auth.CredentialCookie
 
 // authorizePreview lets a request reach a private port when it carries a
 // valid API token — Authorization: Bearer, X-Sandboxd-Token, or the cookie —

@@ -32,7 +32,13 @@
 // (FlushInterval -1) and Upgrade requests become spliced connections.
 // Unknown or unexposed targets are 404, private ports without
 // authorization 401, both with the API's JSON error shape. The caller's
-// credentials never reach the sandbox.
+// credentials never reach the sandbox (auth.StripCredentials; the app's
+// own Authorization passes).
+//
+// The router holds only custom domains whose owner proved control of them
+// (the service binds a domain here once it is verified; a pending claim
+// never reaches the table), so a Host the table knows is always one its
+// owner may route.
 //
 // # L4: TCP and TLS
 //

@@ -34,8 +34,9 @@ var (
 const (
 	sbA = "sb-0123456789abcdef"
 	sbB = "sb-fedcba9876543210"
-	// goodToken is what the test Authorize hook accepts.
-	goodToken = "Bearer good"
+	// goodToken is what the test Authorize hook accepts: an API token in
+	// the bearer scheme (the shape auth.IsToken knows).
+	goodToken = "Bearer sbx_0123abcd_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 )
 
 // agents is a Dialer over the real tunnel: each sandbox has an agent

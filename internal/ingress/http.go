@@ -9,8 +9,9 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/auth"
 )
 
 // Proxy tuning. Idle connections are pooled per (sandbox, port): the
@@ -35,8 +36,9 @@ const (
 // exposed as http answers 404; a private port answers 401 unless
 // Options.Authorize says yes. Otherwise the request is proxied to the
 // sandbox port, streaming both ways (WebSocket upgrades included), with
-// X-Forwarded-For/-Host/-Proto set and the caller's credentials
-// (Authorization, X-Sandboxd-Token, the credential cookie) removed.
+// X-Forwarded-For/-Host/-Proto set and the caller's credentials removed
+// (auth.StripCredentials: the daemon's and its facades' token headers,
+// an Authorization that holds an API token, the credential cookie).
 func (r *Router) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.serve(w, req, next)
@@ -130,29 +132,20 @@ func (r *Router) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = net.JoinHostPort(t.SandboxID, strconv.Itoa(t.Port.Number))
 	pr.Out.Host = pr.In.Host
+	// X-Forwarded-For/-Host/-Proto: the caller's address, the Host it
+	// used and the scheme, nothing secret (ReverseProxy dropped the
+	// caller's own X-Forwarded-* before Rewrite).
 	pr.SetXForwarded()
-	pr.Out.Header.Del("Authorization")
-	pr.Out.Header.Del("X-Sandboxd-Token")
-	if r.cookie != "" {
-		stripCookie(pr.Out.Header, r.cookie)
-	}
+	auth.StripCredentials(pr.Out.Header, r.cookies()...)
 }
 
-// stripCookie removes every cookie called name from the Cookie headers.
-func stripCookie(h http.Header, name string) {
-	var kept []string
-	for _, line := range h.Values("Cookie") {
-		for part := range strings.SplitSeq(line, ";") {
-			part = strings.TrimSpace(part)
-			if k, _, _ := strings.Cut(part, "="); part != "" && k != name {
-				kept = append(kept, part)
-			}
-		}
+// cookies are the cookie names StripCredentials removes besides those
+// holding a token.
+func (r *Router) cookies() []string {
+	if r.cookie == "" {
+		return nil
 	}
-	h.Del("Cookie")
-	if len(kept) > 0 {
-		h.Set("Cookie", strings.Join(kept, "; "))
-	}
+	return []string{r.cookie}
 }
 
 func (r *Router) proxyError(w http.ResponseWriter, req *http.Request, err error) {

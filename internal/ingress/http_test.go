@@ -3,6 +3,8 @@ package ingress_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -113,6 +115,55 @@ func TestHTTP_PrivatePortNeedsAuthorization(t *testing.T) {
 	json.Unmarshal([]byte(body), &got)
 	if got.Authorization != "" || got.Token != "" || got.Cookie != "theme=dark; lang=en" {
 		t.Fatalf("credentials reached the sandbox: %+v", got)
+	}
+
+}
+
+// The daemon's credentials, in every header and form they come in, never
+// reach the sandbox; the app's own Authorization (Basic, another
+// service's bearer token) does.
+func TestHTTP_OnlyTheAppsCredentialsPass(t *testing.T) {
+	e := newEnv(t)
+	port := httpUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(r.Header)
+	}))
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+	url := e.url(sbA, port, "/")
+	token := strings.TrimPrefix(goodToken, "Bearer ")
+	daemons := http.Header{
+		"X-Sandboxd-Token":         {token},
+		"X-Api-Key":                {"e2b_" + hex.EncodeToString([]byte(token))},
+		"X-Access-Token":           {"envd"},
+		"E2b-Traffic-Access-Token": {"traffic"},
+		"X-Daytona-Preview-Token":  {"preview"},
+		"X-Sandboxd-Node":          {"n2"},
+		"X-Sandboxd-Node-Auth":     {"t=1,mac=00"},
+		"Cookie":                   {"theme=dark; sandboxd_token=x; s=" + token},
+	}
+	for _, tc := range []struct{ authz, want string }{
+		{goodToken, ""},
+		{"Bearer e2b_" + hex.EncodeToString([]byte(token)), ""},
+		{"Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+token)), ""},
+		{"Basic dXNlcjpwYXNz", "Basic dXNlcjpwYXNz"},
+		{"Bearer someone-elses-jwt", "Bearer someone-elses-jwt"},
+	} {
+		h := daemons.Clone()
+		h.Set("Authorization", tc.authz)
+		h.Set("X-App", "kept")
+		code, body := e.get(t, url, h)
+		var got http.Header
+		if err := json.Unmarshal([]byte(body), &got); code != http.StatusOK || err != nil {
+			t.Fatalf("%q: %d %s", tc.authz, code, body)
+		}
+		for k := range daemons {
+			if k != "Cookie" && got.Get(k) != "" {
+				t.Errorf("%q: %s reached the sandbox: %q", tc.authz, k, got.Get(k))
+			}
+		}
+		if got.Get("Authorization") != tc.want || got.Get("Cookie") != "theme=dark" || got.Get("X-App") != "kept" {
+			t.Errorf("%q: the sandbox saw Authorization %q, Cookie %q, X-App %q; want %q, \"theme=dark\", \"kept\"",
+				tc.authz, got.Get("Authorization"), got.Get("Cookie"), got.Get("X-App"), tc.want)
+		}
 	}
 }
 

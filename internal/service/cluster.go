@@ -173,7 +173,7 @@ func clusterErr(err error, name string) error {
 // Recreate makes a sandbox of a lost node again on this one (cluster
 // failover), under the same id, from the recovery spec its placement
 // kept; ports and domains are the caller's to replay (ReplayExposure,
-// AddDomain). The caller has won the placement for this node. A sandbox
+// ReplayDomain). The caller has won the placement for this node. A sandbox
 // of that id already here (a retry) is returned as it is.
 func (s *Service) Recreate(ctx context.Context, id string, spec []byte) (*Created, error) {
 	req, err := requestOf(spec)
@@ -202,7 +202,7 @@ func (s *Service) UnexposePort(ctx context.Context, c Caller, idOrName string, p
 	return err
 }
 
-// AddDomain is addDomain (ports.go), recorded as ExposePort is.
+// AddDomain is addDomain (domains.go), recorded as ExposePort is.
 func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname string, port int) (Domain, error) {
 	d, err := s.addDomain(ctx, c, idOrName, hostname, port)
 	if err == nil {
@@ -211,7 +211,13 @@ func (s *Service) AddDomain(ctx context.Context, c Caller, idOrName, hostname st
 	return d, err
 }
 
-// RemoveDomain is removeDomain (ports.go), recorded as ExposePort is.
+// VerifyDomain is verifyDomain (domains.go); a verified binding is
+// recorded as ExposePort is (promote does it).
+func (s *Service) VerifyDomain(ctx context.Context, c Caller, idOrName, hostname string) (Domain, error) {
+	return s.verifyDomain(ctx, c, idOrName, hostname)
+}
+
+// RemoveDomain is removeDomain (domains.go), recorded as ExposePort is.
 func (s *Service) RemoveDomain(ctx context.Context, c Caller, idOrName, hostname string) error {
 	err := s.removeDomain(ctx, c, idOrName, hostname)
 	if err == nil {
@@ -246,7 +252,9 @@ func (s *Service) recordIntents(ctx context.Context, id string) {
 				in.Ports = append(in.Ports, PortIntent{Port: ep.Port, Protocol: string(ep.Protocol), Public: ep.Public})
 			}
 			for _, d := range ds {
-				in.Domains = append(in.Domains, DomainIntent{Hostname: d.Hostname, Port: d.Port})
+				if d.Verified() { // a pending claim is not replayed: it routes nothing
+					in.Domains = append(in.Domains, DomainIntent{Hostname: d.Hostname, Port: d.Port})
+				}
 			}
 			err = s.Cluster.SetIntents(ctx, id, in)
 		}
@@ -270,7 +278,7 @@ type PortIntent struct {
 	Public   bool
 }
 
-// DomainIntent is one custom domain to replay.
+// DomainIntent is one verified custom domain to replay (ReplayDomain).
 type DomainIntent struct {
 	Hostname string
 	Port     int

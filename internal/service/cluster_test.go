@@ -179,11 +179,28 @@ func TestCluster_KeysFollowTheSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	alice := service.Caller{Owner: "alice"}
-	if _, err := h.svc.AddDomain(ctx, alice, "web", "app.example.com", 8080); err != nil {
+	// A tenant's claim is pending: it takes no cluster key.
+	if d, err := h.svc.AddDomain(ctx, alice, "web", "pending.example.com", 8080); err != nil || d.Verified {
+		t.Fatalf("alice's claim = %+v, %v; want it pending", d, err)
+	}
+	// An admin's binding is verified: it takes the hostname cluster-wide.
+	admin := service.Caller{Admin: true}
+	if _, err := h.svc.AddDomain(ctx, admin, sb.ID, "app.example.com", 8080); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.svc.AddDomain(ctx, alice, "web", "taken.example.com", 8080); !errors.Is(err, service.ErrHostnameConflict) {
+	if _, err := h.svc.AddDomain(ctx, admin, sb.ID, "taken.example.com", 8080); !errors.Is(err, service.ErrHostnameConflict) {
 		t.Errorf("a hostname held elsewhere: %v, want ErrHostnameConflict", err)
+	}
+	// A failover replays the verified binding only (the pending claim
+	// routes nothing), and a replay binds it verified with no DNS check.
+	kc.mu.Lock()
+	in := kc.intents[sb.ID]
+	kc.mu.Unlock()
+	if len(in.Domains) != 1 || in.Domains[0].Hostname != "app.example.com" {
+		t.Errorf("recorded domains = %+v, want app.example.com alone", in.Domains)
+	}
+	if err := h.svc.ReplayDomain(ctx, sb.ID, "app.example.com", 8080); err != nil {
+		t.Errorf("replay of the recorded binding: %v", err)
 	}
 	n, names, hosts := kc.snapshot()
 	if n != 1 || names["alice/web"] != sb.ID || hosts["app.example.com"] != sb.ID {

@@ -90,6 +90,8 @@ type harnessOptions struct {
 	// traffic between its containers off) and the firewall on it, and
 	// lets sandboxes have network.
 	network bool
+	// resolver is Deps.Resolver (nil: the system's).
+	resolver service.TXTResolver
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -197,6 +199,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Images:     drt,
 		HostMemory: opts.memory,
 		Firewall:   firewall,
+		Resolver:   opts.resolver,
 	})
 	if err != nil {
 		t.Fatal(err)

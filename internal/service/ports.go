@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent/tunnel"
 	"github.com/sandboxd/sandboxd/internal/ingress"
-	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -315,145 +313,6 @@ func (s *Service) ListPorts(ctx context.Context, c Caller, idOrName string) ([]E
 	return out, nil
 }
 
-// Domain is a custom hostname bound to a sandbox port.
-type Domain struct {
-	Hostname  string
-	SandboxID string
-	Port      int
-}
-
-// AddDomain binds hostname to a sandbox port. Binding the same hostname to
-// the same sandbox and port again is a no-op; a hostname another sandbox
-// (or another port) holds is ErrHostnameConflict. Traffic needs the port
-// to be exposed as http.
-//
-// The row is written first, then the route. When the route fails, the row
-// is deleted only if this call created it and no identical call has put it
-// since (the store fences the delete with this call's token): an identical
-// call that found the row may already have reported success. A delete that
-// fails is returned joined with the route's error.
-func (s *Service) addDomain(ctx context.Context, c Caller, idOrName, hostname string, port int) (Domain, error) {
-	if err := s.requireReady(); err != nil {
-		return Domain{}, err
-	}
-	row, err := s.lookup(ctx, c, idOrName)
-	if err != nil {
-		return Domain{}, err
-	}
-	hostname = strings.ToLower(strings.TrimSuffix(hostname, "."))
-	if !naming.ValidHostname(hostname) || net.ParseIP(hostname) != nil {
-		// An IP literal would capture the daemon's own API host.
-		return Domain{}, invalid("hostname", "%q is not a DNS name", hostname)
-	}
-	if s.reservedHost(hostname) {
-		return Domain{}, invalid("hostname", "%q is the daemon's own host", hostname)
-	}
-	if hostname == s.cfg.Domain || strings.HasSuffix(hostname, "."+s.cfg.Domain) {
-		return Domain{}, invalid("hostname", "%q is inside the preview domain %q", hostname, s.cfg.Domain)
-	}
-	if port < 1 || port > 65535 {
-		return Domain{}, invalid("port", "must be between 1 and 65535")
-	}
-	// Cluster mode: the hostname cluster-wide first, so that two nodes
-	// binding it race in one place; a repeat by the same sandbox succeeds.
-	if s.Cluster != nil {
-		if err := s.Cluster.ClaimHostname(ctx, hostname, row.ID); err != nil {
-			return Domain{}, clusterErr(err, "")
-		}
-	}
-	created, token, err := s.Store.PutCustomDomain(ctx, hostname, row.ID, port)
-	if err != nil {
-		s.releaseHostname(ctx, hostname, row.ID)
-		if errors.Is(err, store.ErrHostnameConflict) {
-			return Domain{}, fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
-		}
-		return Domain{}, s.mapStoreErr(err, row.ID)
-	}
-	if err := s.Router.BindDomain(ctx, hostname, row.ID, port); err != nil {
-		switch {
-		case errors.Is(err, ingress.ErrHostnameConflict):
-			err = fmt.Errorf("hostname %q: %w", hostname, ErrHostnameConflict)
-		case errors.Is(err, ingress.ErrNotInstalled):
-			err = fmt.Errorf("sandbox %s is being destroyed: %w", row.ID, ErrConflict)
-		}
-		if created {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-			if _, rerr := s.Store.ReleaseCustomDomain(rctx, row.ID, hostname, token); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("release domain %s: %w", hostname, rerr))
-			}
-			cancel()
-		}
-		s.releaseHostname(ctx, hostname, row.ID)
-		return Domain{}, err
-	}
-	return Domain{Hostname: hostname, SandboxID: row.ID, Port: port}, nil
-}
-
-// reservedHost reports whether hostname (normalized) is one of the
-// daemon's own API hosts, which no sandbox may take as a custom domain.
-func (s *Service) reservedHost(hostname string) bool {
-	return slices.Contains(s.cfg.ReservedHosts, naming.NormalizeHost(hostname))
-}
-
-// RemoveDomain unbinds a hostname from a sandbox. Removing a binding that
-// does not exist succeeds.
-func (s *Service) removeDomain(ctx context.Context, c Caller, idOrName, hostname string) error {
-	if err := s.requireReady(); err != nil {
-		return err
-	}
-	row, err := s.lookup(ctx, c, idOrName)
-	if err != nil {
-		return err
-	}
-	hostname = strings.ToLower(strings.TrimSuffix(hostname, "."))
-	if err := s.Router.UnbindDomain(ctx, row.ID, hostname); err != nil {
-		return err
-	}
-	if _, err := s.Store.RemoveCustomDomain(ctx, row.ID, hostname); err != nil {
-		return s.mapStoreErr(err, row.ID)
-	}
-	if s.Cluster != nil {
-		if err := s.Cluster.ReleaseHostname(ctx, hostname, row.ID); err != nil {
-			return clusterErr(err, "")
-		}
-	}
-	return nil
-}
-
-// releaseHostname gives back a hostname claimed cluster-wide for id by an
-// AddDomain that failed, unless the sandbox still holds it locally (a
-// repeat of a binding that exists, read again from the store).
-func (s *Service) releaseHostname(ctx context.Context, hostname, id string) {
-	if s.Cluster == nil {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-	defer cancel()
-	if ds, err := s.Store.ListCustomDomains(rctx, id); err != nil || slices.ContainsFunc(ds, func(d store.CustomDomain) bool { return d.Hostname == hostname }) {
-		return // bound (or unknown): keep the cluster's key
-	}
-	if err := s.Cluster.ReleaseHostname(rctx, hostname, id); err != nil {
-		s.Logger.Warn("release a cluster hostname after a failed bind", "hostname", hostname, "sandbox", id, "err", err)
-	}
-}
-
-// ListDomains lists a sandbox's custom hostnames.
-func (s *Service) ListDomains(ctx context.Context, c Caller, idOrName string) ([]Domain, error) {
-	row, err := s.lookup(ctx, c, idOrName)
-	if err != nil {
-		return nil, err
-	}
-	ds, err := s.Store.ListCustomDomains(ctx, row.ID)
-	if err != nil {
-		return nil, s.mapStoreErr(err, row.ID)
-	}
-	out := make([]Domain, len(ds))
-	for i, d := range ds {
-		out[i] = Domain{Hostname: d.Hostname, SandboxID: d.SandboxID, Port: d.Port}
-	}
-	return out, nil
-}
-
 // restoreRoutes re-installs every exposure and custom domain after a
 // restart (the ingress is in memory; the rows are the truth).
 func (s *Service) restoreRoutes(ctx context.Context, live map[string]bool) error {
@@ -484,6 +343,9 @@ func (s *Service) restoreRoutes(ctx context.Context, live map[string]bool) error
 			s.Logger.Warn("custom domain not restored: it is one of the daemon's API hosts",
 				"hostname", d.Hostname, "sandbox", d.SandboxID)
 			continue
+		}
+		if !d.Verified() {
+			continue // ListAllCustomDomains answers verified ones; pending ones never route
 		}
 		if err := s.Router.BindDomain(ctx, d.Hostname, d.SandboxID, d.Port); err != nil {
 			errs = append(errs, fmt.Errorf("restore domain %s: %w", d.Hostname, err))

@@ -430,7 +430,8 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 
 // RunBackground makes the service ready, finishes the pool claims a crash
 // cut short, then runs the reaper (every reapEvery), the reconciler (every
-// reconcileEvery) and the warm pool (pool.go) until ctx ends.
+// reconcileEvery), the check of pending custom domains (every
+// Config.DomainCheckEvery) and the warm pool (pool.go) until ctx ends.
 // While the startup repair fails it is retried with backoff (Ready reports
 // why it is not ready) and neither the reaper nor the periodic pass runs:
 // both would act on a host the service has not yet caught up with. Errors
@@ -455,6 +456,14 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 	defer reap.Stop()
 	rec := time.NewTicker(reconcileEvery)
 	defer rec.Stop()
+	// Domain checks wait on DNS servers a tenant may choose: they run on
+	// their own, never holding up the reaper or the reconciler.
+	domainsDone := make(chan struct{})
+	go func() {
+		defer close(domainsDone)
+		s.runDomainChecks(ctx)
+	}()
+	defer func() { <-domainsDone }()
 	for {
 		select {
 		case <-ctx.Done():

@@ -55,6 +55,12 @@ type Store interface {
 	RemoveCustomDomain(ctx context.Context, sandboxID, hostname string) (bool, error)
 	ListCustomDomains(ctx context.Context, sandboxID string) ([]store.CustomDomain, error)
 	ListAllCustomDomains(ctx context.Context) ([]store.CustomDomain, error)
+	ClaimCustomDomain(ctx context.Context, c store.DomainClaim) (store.CustomDomain, store.DomainOutcome, error)
+	VerifyCustomDomain(ctx context.Context, sandboxID, hostname string) (bool, int64, error)
+	UnverifyCustomDomain(ctx context.Context, sandboxID, hostname string, token int64) (bool, error)
+	NoteCustomDomainCheck(ctx context.Context, sandboxID, hostname, why string, retryUntil time.Time) error
+	ListPendingCustomDomains(ctx context.Context, limit int) ([]store.CustomDomain, error)
+	GetSandboxCustomDomain(ctx context.Context, sandboxID, hostname string) (store.CustomDomain, error)
 
 	Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error)
 	PeekClaim(ctx context.Context, req store.ClaimRequest) (store.Claim, error)
@@ -196,6 +202,9 @@ type Config struct {
 	// StuckCreating is how long a row may stay in state creating before the
 	// reconciler rolls it back.
 	StuckCreating time.Duration
+	// DomainCheckEvery is how often RunBackground looks up pending custom
+	// domains (CheckPendingDomains). Zero: 30 s.
+	DomainCheckEvery time.Duration
 }
 
 // Deps are the service's collaborators. Everything with a side effect is
@@ -228,6 +237,9 @@ type Deps struct {
 	// Images captures sandboxes as images (templates.go); nil refuses
 	// templates, snapshots and forks as unavailable.
 	Images runtime.Images
+	// Resolver looks up the TXT records that prove control of a custom
+	// domain (domains.go); nil: net.DefaultResolver.
+	Resolver TXTResolver
 }
 
 // Service is sandboxd's domain layer. It is safe for concurrent use.
@@ -291,6 +303,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if deps.Metrics == nil {
 		deps.Metrics = NewMetrics(nil)
+	}
+	if deps.Resolver == nil {
+		deps.Resolver = net.DefaultResolver
 	}
 	if cfg.StuckCreating == 0 {
 		cfg.StuckCreating = 10 * time.Minute

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -41,11 +42,12 @@ func TestCustomDomains(t *testing.T) {
 		t.Errorf("missing sandbox: %v, want ErrNotFound", err)
 	}
 
-	want := store.CustomDomain{Hostname: "App.Example.com", SandboxID: a, Port: 8080, CreatedAt: storetest.Epoch}
 	got, err := s.GetCustomDomain(ctx, "app.example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := store.CustomDomain{Hostname: "App.Example.com", SandboxID: a, Port: 8080, CreatedAt: storetest.Epoch,
+		Challenge: got.Challenge, VerifiedAt: storetest.Epoch}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("GetCustomDomain (-want +got):\n%s", diff)
 	}
@@ -146,5 +148,85 @@ func TestCustomDomains_ReleaseIsFenced(t *testing.T) {
 	}
 	if _, err := s.GetCustomDomain(ctx, host); err != nil {
 		t.Errorf("binding after a stale release: %v", err)
+	}
+}
+
+// Pending claims hold nothing: two sandboxes may claim one hostname, the
+// first verified wins it, the other can then neither verify nor bind it,
+// and no claim is possible behind a verified binding; the sandbox's
+// pending claims are bounded.
+func TestCustomDomains_PendingClaims(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	a, b := sandboxID(1), sandboxID(2)
+	createSandbox(t, s, a, "")
+	createSandbox(t, s, b, "")
+	claim := func(sb string, verified bool) (store.CustomDomain, store.DomainOutcome, error) {
+		return s.ClaimCustomDomain(ctx, store.DomainClaim{Hostname: "shop.example.com", SandboxID: sb, Port: 80, Verified: verified,
+			RetryUntil: storetest.Epoch.Add(time.Hour), MaxPending: 2})
+	}
+	da, out, err := claim(a, false)
+	if err != nil || !out.Created || da.Verified() || da.Challenge == "" {
+		t.Fatalf("a's pending claim = %+v, %+v, %v", da, out, err)
+	}
+	db, _, err := claim(b, false)
+	if err != nil || db.Verified() || db.Challenge == da.Challenge {
+		t.Fatalf("b's pending claim beside a's = %+v, %v; want its own pending claim", db, err)
+	}
+	if again, out, err := claim(a, false); err != nil || out.Created || again.Challenge != da.Challenge {
+		t.Errorf("a's claim again = %+v, %+v, %v; want the same claim", again, out, err)
+	}
+	if _, err := s.GetCustomDomain(ctx, "shop.example.com"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetCustomDomain of pending claims = %v, want ErrNotFound (nothing routes)", err)
+	}
+	if ds, _ := s.ListAllCustomDomains(ctx); len(ds) != 0 {
+		t.Errorf("ListAllCustomDomains = %+v, want no verified binding", ds)
+	}
+	if ds, _ := s.ListPendingCustomDomains(ctx, 10); len(ds) != 2 {
+		t.Errorf("ListPendingCustomDomains = %+v, want both claims", ds)
+	}
+
+	promoted, token, err := s.VerifyCustomDomain(ctx, b, "shop.example.com")
+	if err != nil || !promoted {
+		t.Fatalf("verify b = %v, %v", promoted, err)
+	}
+	if got, err := s.GetCustomDomain(ctx, "shop.example.com"); err != nil || got.SandboxID != b {
+		t.Errorf("GetCustomDomain = %+v, %v; want b's", got, err)
+	}
+	if _, _, err := s.VerifyCustomDomain(ctx, a, "shop.example.com"); !errors.Is(err, store.ErrHostnameConflict) {
+		t.Errorf("verify a after b = %v, want ErrHostnameConflict", err)
+	}
+	if _, _, err := claim(a, true); !errors.Is(err, store.ErrHostnameConflict) {
+		t.Errorf("a's verified claim after b = %v, want ErrHostnameConflict", err)
+	}
+	c := sandboxID(3)
+	createSandbox(t, s, c, "")
+	if _, _, err := claim(c, false); !errors.Is(err, store.ErrHostnameConflict) {
+		t.Errorf("a new claim behind b's verified binding = %v, want ErrHostnameConflict", err)
+	}
+	if promoted, _, err := s.VerifyCustomDomain(ctx, b, "shop.example.com"); err != nil || promoted {
+		t.Errorf("verify b again = %v, %v; want a no-op", promoted, err)
+	}
+	if changed, err := s.UnverifyCustomDomain(ctx, b, "shop.example.com", token); err != nil || !changed {
+		t.Errorf("undo b's verify = %v, %v", changed, err)
+	}
+	if _, err := s.GetCustomDomain(ctx, "shop.example.com"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("after the undo: %v, want nothing verified", err)
+	}
+	if _, _, err := s.VerifyCustomDomain(ctx, c, "shop.example.com"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("verify with no claim = %v, want ErrNotFound", err)
+	}
+
+	for _, h := range []string{"one.example.com", "two.example.com"} {
+		_, _, err := s.ClaimCustomDomain(ctx, store.DomainClaim{Hostname: h, SandboxID: c, Port: 80, MaxPending: 2})
+		if err != nil {
+			t.Fatalf("claim %s: %v", h, err)
+		}
+	}
+	if _, _, err := s.ClaimCustomDomain(ctx, store.DomainClaim{Hostname: "three.example.com", SandboxID: c, Port: 80, MaxPending: 2}); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("a third pending claim = %v, want ErrInvalidArgument", err)
+	}
+	if _, _, err := s.ClaimCustomDomain(ctx, store.DomainClaim{Hostname: "three.example.com", SandboxID: c, Port: 80, Verified: true, MaxPending: 2}); err != nil {
+		t.Errorf("an admin's verified binding beyond the pending bound = %v, want it bound", err)
 	}
 }

@@ -752,3 +752,25 @@ func TestAddDomain_SendsOnlyHostnameAndPort(t *testing.T) {
 		t.Errorf("body %s, want hostname and port only", got)
 	}
 }
+
+// VerifyDomain posts to the binding's verify path and decodes the pending
+// binding with its TXT record.
+func TestVerifyDomain_PostsAndDecodes(t *testing.T) {
+	rec := &recorder{t: t, replies: []func(http.ResponseWriter, *http.Request){
+		replyJSON(200, map[string]any{"hostname": "app.example.com", "port": 8080, "sandbox_id": "sb-0123456789abcdef", "verified": false,
+			"verification": map[string]any{"type": "TXT", "name": "_sandboxd-challenge.app.example.com", "value": "v", "error": "no TXT record"}}),
+	}}
+	c, _ := newClient(t, rec)
+	d, err := c.VerifyDomain(t.Context(), "sb-0123456789abcdef", "app.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sandboxd.Domain{Hostname: "app.example.com", Port: 8080, SandboxID: "sb-0123456789abcdef",
+		Verification: sandboxd.Verification{Type: "TXT", Name: "_sandboxd-challenge.app.example.com", Value: "v", Error: "no TXT record"}}
+	if *d != want {
+		t.Errorf("VerifyDomain = %+v, want %+v", *d, want)
+	}
+	if r := rec.requests()[0]; r.Method != http.MethodPost || r.Path != "/v1/sandboxes/sb-0123456789abcdef/domains/app.example.com/verify" {
+		t.Errorf("request %s %s", r.Method, r.Path)
+	}
+}

@@ -75,15 +75,30 @@ func (c *Client) UnexposePort(ctx context.Context, id string, port int) error {
 	return nil
 }
 
-// Domain is a custom host name routed to a sandbox port.
+// Domain is a custom host name bound to a sandbox port. It routes only
+// once Verified: until then the DNS TXT record Verification names must
+// hold Verification.Value (then call VerifyDomain), or an admin binds it.
 type Domain struct {
-	Hostname  string `json:"hostname"`
-	Port      int    `json:"port"`
-	SandboxID string `json:"sandbox_id"`
+	Hostname     string       `json:"hostname"`
+	Port         int          `json:"port"`
+	SandboxID    string       `json:"sandbox_id"`
+	Verified     bool         `json:"verified"`
+	Verification Verification `json:"verification"`
 }
 
-// AddDomain routes hostname to a sandbox port. A host name bound to
-// another sandbox, or to another port, fails with ErrHostnameConflict.
+// Verification is the DNS record that proves control of a custom domain.
+type Verification struct {
+	Type  string `json:"type"` // "TXT"
+	Name  string `json:"name"` // _sandboxd-challenge.<hostname>
+	Value string `json:"value"`
+	// Error says why the last look-up did not verify the domain.
+	Error string `json:"error,omitempty"`
+}
+
+// AddDomain binds hostname to a sandbox port: pending (Verified false,
+// nothing routes) until its TXT record is found, verified at once for an
+// admin token. A host name this sandbox holds on another port, or another
+// sandbox holds verified, fails with ErrHostnameConflict.
 //
 // It is retried on transient failures. If the daemon answers
 // hostname_conflict, AddDomain lists the sandbox's domains, and when the
@@ -109,6 +124,21 @@ func (c *Client) AddDomain(ctx context.Context, id, hostname string, port int) (
 	}
 	if err != nil {
 		return nil, fmt.Errorf("add domain %s to sandbox %q: %w", hostname, id, err)
+	}
+	return &d, nil
+}
+
+// VerifyDomain asks the daemon to look up hostname's TXT record now and
+// returns the binding: Verified when the record holds its value, else
+// still pending with Verification.Error saying what was found. The daemon
+// also looks again by itself for an hour after AddDomain or the last
+// VerifyDomain. It is retried on transient failures (a DNS server that
+// does not answer is ErrUnavailable).
+func (c *Client) VerifyDomain(ctx context.Context, id, hostname string) (*Domain, error) {
+	var d Domain
+	r := &request{method: http.MethodPost, segs: []string{"v1", "sandboxes", id, "domains", hostname, "verify"}, retry: retrySafe}
+	if err := c.do(ctx, r, struct{}{}, &d); err != nil {
+		return nil, fmt.Errorf("verify domain %s of sandbox %q: %w", hostname, id, err)
 	}
 	return &d, nil
 }

@@ -53,11 +53,18 @@
 //     has no `secure` field because E2B secures every v2 sandbox ("all
 //     system communication with the sandbox is always secured"), so v2
 //     sandboxes are secure; so are sandboxes made through the native API.
-//   - Other ports (49999, the code interpreter, whose context calls carry
-//     no X-Access-Token in @e2b/code-interpreter 2.8.0) are public, guarded
-//     only by the unguessable sandbox id, unless the sandbox was created
-//     with network.allowPublicTraffic=false: then they want its traffic
-//     access token in E2B-Traffic-Access-Token, else 403 as on E2B. Their
+//   - Port 49999 (the code interpreter) of a secure sandbox wants the
+//     envd access token in X-Access-Token to run code (401 without):
+//     @e2b/code-interpreter 2.8.0 sends it with runCode. Its context calls
+//     carry none, so GET /health, POST and GET /contexts, DELETE
+//     /contexts/{id} and POST /contexts/{id}/restart pass without one
+//     (interpreterOpenRequest: exact method and path; none runs code); a
+//     token that is sent must be right.
+//   - Other ports are public, guarded only by the unguessable sandbox id,
+//     as on E2B, whose SDKs rely on it, unless the sandbox was created
+//     with network.allowPublicTraffic=false: then they (49999 included)
+//     want its traffic access token in E2B-Traffic-Access-Token, else 403
+//     as on E2B. Their
 //     requests keep the caller's Host, or, when the sandbox was created
 //     with network.maskRequestHost, go out with that host, ${PORT}
 //     replaced by the port (a mask that makes no valid host[:port] is
@@ -68,7 +75,9 @@
 //     (envdAccessToken, trafficAccessToken) by create and connect, and the
 //     envd token by GET /sandboxes/{id}: only to callers whose API token
 //     can see the sandbox. Tokens are compared in constant time and removed
-//     before forwarding (the agent gets its own token).
+//     before forwarding (the agent gets its own token), with every other
+//     credential of the daemon (auth.StripCredentials) and any
+//     Authorization holding one of the sandbox's own tokens.
 //
 // Signed /files URLs (sbx.uploadUrl(), sbx.downloadUrl() of a secure
 // sandbox) stand in for X-Access-Token on GET and POST /files: a request

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
@@ -28,12 +29,9 @@ var envdCaller = service.Caller{Admin: true}
 // never resolved.
 var agentURL, _ = url.Parse(agent.BaseURL)
 
-// Headers that authorize a request to the facade and must not reach the
-// sandbox.
-var strippedHeaders = []string{
-	"X-API-KEY", "X-Access-Token", "E2B-Traffic-Access-Token",
-	headerSandboxID, headerSandboxPort,
-}
+// Routing headers of the facade, removed before forwarding beside every
+// credential auth.StripCredentials knows.
+var strippedHeaders = []string{headerSandboxID, headerSandboxPort}
 
 // serveEnvd forwards one envd request to sandbox id's port: 49983 to the
 // agent, any other port to that port inside the sandbox. See the package
@@ -121,7 +119,11 @@ func (f *Facade) forward(w http.ResponseWriter, r *http.Request, sb service.Sand
 	// fails the request write and the transport closes the connection to
 	// the sandbox under the response it is streaming (golang/go#40747).
 	_ = http.NewResponseController(w).EnableFullDuplex() // HTTP/2 always is
-	f.proxy(target, rt, user, host).ServeHTTP(w, r)
+	// The sandbox's own tokens never reach it, whichever header a caller
+	// put them in: its envd access token would let code running as an
+	// unprivileged user in it drive envd as root.
+	own := []string{f.token(accessTokenLabel, sb.ID), f.token(trafficTokenLabel, sb.ID)}
+	f.proxy(target, rt, user, host, own).ServeHTTP(w, r)
 }
 
 // maskPortPlaceholder is what maskRequestHost's template puts where the
@@ -188,7 +190,10 @@ func (f *Facade) lookupEnvd(ctx context.Context, id string) (service.Sandbox, er
 // (signed is then true); other ports are public unless the sandbox was
 // created with network.allowPublicTraffic=false, and then want the traffic
 // access token in E2B-Traffic-Access-Token (403 without it, as on E2B).
-// msg is "" when r may pass, else why not, to answer with status.
+// Port 49999, the code interpreter, of a secure sandbox also wants the
+// envd access token in X-Access-Token (401), except on the requests
+// interpreterOpenRequest lets through, where a token sent must still be
+// right. msg is "" when r may pass, else why not, to answer with status.
 func (f *Facade) authorizeEnvd(r *http.Request, sb service.Sandbox, port int) (signed bool, status int, msg string) {
 	switch {
 	case port == envdPort:
@@ -206,12 +211,14 @@ func (f *Facade) authorizeEnvd(r *http.Request, sb service.Sandbox, port int) (s
 		if !f.validToken(accessTokenLabel, sb.ID, tok) {
 			return false, http.StatusUnauthorized, "missing or invalid X-Access-Token"
 		}
+		return false, 0, ""
 	case sb.Annotations[annTemplate] == "":
 		// Not an E2B sandbox (native API, Daytona): E2B's "other ports are
 		// public" does not apply. Its ports are reached through the
 		// ingress, which enforces exposure and private-port auth.
 		return false, http.StatusUnauthorized, "port " + strconv.Itoa(port) + " of a sandbox not created through the E2B API is reachable only through its exposed preview URL"
-	case private(sb):
+	}
+	if private(sb) {
 		switch tok := r.Header.Get("E2B-Traffic-Access-Token"); {
 		case tok == "":
 			return false, http.StatusForbidden, "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing"
@@ -219,23 +226,88 @@ func (f *Facade) authorizeEnvd(r *http.Request, sb service.Sandbox, port int) (s
 			return false, http.StatusForbidden, "Sandbox is secured with traffic access token. Provided token in header 'e2b-traffic-access-token' is invalid"
 		}
 	}
+	if port == interpreterPort && secure(sb) {
+		// The code interpreter runs whatever it is sent: a secure
+		// sandbox's wants the envd access token, as envd does.
+		tok := r.Header.Get("X-Access-Token")
+		if (tok != "" || !interpreterOpenRequest(r)) && !f.validToken(accessTokenLabel, sb.ID, tok) {
+			return false, http.StatusUnauthorized, "missing or invalid X-Access-Token: the code interpreter of a secure sandbox wants its envd access token"
+		}
+	}
 	return false, 0, ""
+}
+
+// interpreterOpenRequest reports whether r is one of the code
+// interpreter's requests that a secure sandbox answers without its envd
+// access token: GET /health, and the context calls that
+// @e2b/code-interpreter 2.8.0 sends with no token (createCodeContext,
+// listCodeContexts, removeCodeContext, restartCodeContext: POST and GET
+// /contexts, DELETE /contexts/{id}, POST /contexts/{id}/restart). None of
+// them runs code: POST /execute, the only way to, and every other method
+// and path want the token. The match is exact (no trailing slash, no
+// encoded slash, one id segment of the characters a context id has), so
+// no path that the server might read as another route slips through.
+func interpreterOpenRequest(r *http.Request) bool {
+	p := r.URL.Path
+	if r.URL.RawPath != "" && r.URL.RawPath != p {
+		return false // escapes in the path: nothing open is spelled so
+	}
+	switch {
+	case p == "/health":
+		return r.Method == http.MethodGet
+	case p == "/contexts":
+		return r.Method == http.MethodGet || r.Method == http.MethodPost
+	}
+	rest, ok := strings.CutPrefix(p, "/contexts/")
+	if !ok {
+		return false
+	}
+	id, action, _ := strings.Cut(rest, "/")
+	if !contextID(id) {
+		return false
+	}
+	switch action {
+	case "":
+		return r.Method == http.MethodDelete && !strings.HasSuffix(rest, "/")
+	case "restart":
+		return r.Method == http.MethodPost
+	}
+	return false
+}
+
+// contextID reports whether s may be a code-interpreter context id (a
+// UUID here; letters, digits and dashes, at most 64).
+func contextID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // proxy forwards to target through rt and flushes every write, so Connect
 // stream messages and NDJSON lines go out as they come. It removes the
-// facade's credentials and routing headers and any Authorization that is
-// not envd's Basic user selector; user, when set, becomes that selector.
+// facade's routing headers and every credential of the daemon
+// (auth.StripCredentials: the access and traffic tokens, X-API-KEY, an
+// Authorization holding an API token, …); to the agent (target is
+// agentURL) also any Authorization that is not envd's Basic user
+// selector, while another port keeps the app's own Authorization. user,
+// when set, becomes that selector.
 // host, when set, is the Host the request goes out with (else the target's).
 // A failure to reach the sandbox is 502.
-func (f *Facade) proxy(target *url.URL, rt http.RoundTripper, user, host string) *httputil.ReverseProxy {
+func (f *Facade) proxy(target *url.URL, rt http.RoundTripper, user, host string, own []string) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			h := pr.Out.Header
 			for _, k := range strippedHeaders {
 				h.Del(k)
 			}
-			if a := h.Get("Authorization"); a != "" && !strings.HasPrefix(a, "Basic ") {
+			auth.StripCredentials(h)
+			if a := h.Get("Authorization"); a != "" && (target == agentURL && !strings.HasPrefix(a, "Basic ") || containsAny(a, own)) {
 				h.Del("Authorization")
 			}
 			if user != "" {
@@ -256,6 +328,16 @@ func (f *Facade) proxy(target *url.URL, rt http.RoundTripper, user, host string)
 			f.envdError(w, r, http.StatusBadGateway, "unavailable", "the sandbox did not answer")
 		},
 	}
+}
+
+// containsAny reports whether s contains one of subs.
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if sub != "" && strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // maxPortHeaderBytes bounds the status line and headers a server in a

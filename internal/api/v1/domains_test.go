@@ -12,31 +12,37 @@ import (
 
 // domain is the wire's custom-domain binding, as a client sees it.
 type domain struct {
-	Hostname  string `json:"hostname"`
-	Port      int    `json:"port"`
-	SandboxID string `json:"sandbox_id"`
+	Hostname     string `json:"hostname"`
+	Port         int    `json:"port"`
+	SandboxID    string `json:"sandbox_id"`
+	Verified     bool   `json:"verified"`
+	Verification struct {
+		Type, Name, Value string
+	} `json:"verification"`
 }
 
-// TestDomains binds a custom hostname to an http server in one sandbox:
-// adding it again is a no-op, another sandbox or port gets
-// hostname_conflict, requests with that Host reach the server once the
-// port is exposed, and after removal the hostname is free and routes
-// nowhere.
+// TestDomains binds a custom hostname to an http server in one sandbox
+// with an admin token (verified at once: the admin's grant): adding it
+// again is a no-op, another sandbox or port gets hostname_conflict,
+// requests with that Host reach the server once the port is exposed, and
+// after removal the hostname is free and routes nowhere.
 func TestDomains(t *testing.T) {
 	t.Parallel()
-	tok := token(t, "domains")
+	tok := needEnv(t).AdminToken
 	web := create(t, tok, baseSandbox)
 	other := create(t, tok, `{"image":"`+apitest.BusyboxImage+`"}`)
 	background(t, tok, web.ID, "python3 -m http.server 8000 --bind 127.0.0.1 --directory /etc")
 	const host = "app.example.test"
 	base := "/v1/sandboxes/" + web.ID + "/domains"
 
-	want := domain{Hostname: host, Port: 8000, SandboxID: web.ID}
+	want := domain{Hostname: host, Port: 8000, SandboxID: web.ID, Verified: true}
+	want.Verification.Type, want.Verification.Name = "TXT", "_sandboxd-challenge."+host
 	for _, body := range []string{
 		`{"hostname":"app.example.test","port":8000}`,
 		`{"hostname":"App.Example.Test.","port":8000}`, // the same name, normalized
 	} {
 		got := decode[domain](t, do(t, tok, "POST", base, body), http.StatusOK)
+		want.Verification.Value = got.Verification.Value
 		if got != want {
 			t.Errorf("add %s = %+v, want %+v", body, got, want)
 		}

@@ -70,6 +70,7 @@ func routes() []route {
 		{http.MethodPost, "/v1/sandboxes/{id}/domains", user, jsonBody, (*server).addDomain},
 		{http.MethodGet, "/v1/sandboxes/{id}/domains", user, jsonBody, (*server).listDomains},
 		{http.MethodDelete, "/v1/sandboxes/{id}/domains/{hostname}", user, jsonBody, (*server).removeDomain},
+		{http.MethodPost, "/v1/sandboxes/{id}/domains/{hostname}/verify", user, jsonBody, (*server).verifyDomain},
 
 		{http.MethodPost, "/v1/templates", user, jsonBody, (*server).buildTemplate},
 		{http.MethodGet, "/v1/templates", user, jsonBody, (*server).listTemplates},

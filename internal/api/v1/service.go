@@ -43,6 +43,7 @@ type Service interface {
 	ListPorts(ctx context.Context, c service.Caller, idOrName string) ([]service.Exposure, error)
 	AddDomain(ctx context.Context, c service.Caller, idOrName, hostname string, port int) (service.Domain, error)
 	RemoveDomain(ctx context.Context, c service.Caller, idOrName, hostname string) error
+	VerifyDomain(ctx context.Context, c service.Caller, idOrName, hostname string) (service.Domain, error)
 	ListDomains(ctx context.Context, c service.Caller, idOrName string) ([]service.Domain, error)
 
 	PoolStatus() []service.PoolStatus
