@@ -242,6 +242,8 @@ func (k clusterKeys) SetIntents(ctx context.Context, id string, in service.Inten
 	return serviceErr(err)
 }
 
+func (k clusterKeys) Ready(ctx context.Context) error { return serviceErr(k.c.node.Healthy(ctx)) }
+
 func (k clusterKeys) ClaimHostname(ctx context.Context, host, id string) error {
 	return serviceErr(k.c.node.ClaimHostname(ctx, host, id))
 }
@@ -262,6 +264,8 @@ func serviceErr(err error) error {
 		return fmt.Errorf("%w: %w", service.ErrNameConflict, err)
 	case errors.Is(err, cluster.ErrHostnameTaken):
 		return fmt.Errorf("%w: %w", service.ErrHostnameConflict, err)
+	case errors.Is(err, cluster.ErrUnavailable):
+		return service.Unavailable(service.ReasonNoQuorum, err)
 	}
 	return fmt.Errorf("%w: %w", service.ErrUnavailable, err)
 }
@@ -332,7 +336,10 @@ func (l locator) target(ctx context.Context, id string) (forward.Target, bool, e
 		}
 	}
 	// Its node is gone and the failover has not moved it yet.
-	return forward.Target{}, false, fmt.Errorf("%w: sandbox %s: its node %s is down", service.ErrUnavailable, id, p.Node)
+	if p.Failover == service.FailoverRecreate {
+		return forward.Target{}, false, service.Unavailable(fmt.Sprintf("sandbox %s is being recreated: its node %s departed", id, p.Node), nil)
+	}
+	return forward.Target{}, false, service.Unavailable(fmt.Sprintf("sandbox %s: its node %s is down", id, p.Node), nil)
 }
 
 func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (forward.Target, bool, error) {
@@ -397,6 +404,12 @@ func (l locator) owner(ctx context.Context, r *http.Request) (string, bool) {
 func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bool, error) {
 	if mountsVolumes(r) {
 		return forward.Target{}, false, nil
+	}
+	if *l.c.health.Load() != "" {
+		// Every create needs the cluster (its placement claim), and without
+		// quorum the directory still lists nodes that are gone (their
+		// leases cannot expire): say why now, rather than forward to one.
+		return forward.Target{}, false, service.Unavailable(service.ReasonNoQuorum, nil)
 	}
 	nodes := l.c.node.Nodes()
 	cands := make([]forward.Candidate, 0, len(nodes))
@@ -788,7 +801,15 @@ func (c *clusterNode) handler(next http.Handler, svc *service.Service, authn *au
 				return
 			}
 			msg := "the node that has this sandbox did not answer; retry"
-			if errors.Is(err, service.ErrUnavailable) || errors.Is(err, cluster.ErrUnavailable) {
+			if forward.RefOf(r, domain, apiHosts).Kind == forward.Create {
+				msg = "the node chosen for this create did not answer; retry"
+			}
+			switch why := service.UnavailableReason(err); {
+			case why != "":
+				msg = why + "; retry"
+			case errors.Is(err, cluster.ErrUnavailable):
+				msg = service.ReasonNoQuorum + "; retry"
+			case errors.Is(err, service.ErrUnavailable):
 				msg = err.Error() // the locator's own words: node ids, no addresses
 			}
 			writeError(w, http.StatusServiceUnavailable, "unavailable", msg, true)

@@ -47,6 +47,10 @@ type Cluster interface {
 	// SetIntents records id's exposures and custom domains on its
 	// placement, for a failover to replay.
 	SetIntents(ctx context.Context, id string, in Intents) error
+	// Ready is nil when the cluster can commit a write now (it answers a
+	// linearizable read): a destroy asks before it commits, since its
+	// keys' release cannot be undone.
+	Ready(ctx context.Context) error
 }
 
 // Placement is what the cluster keeps of a sandbox this node creates.

@@ -98,6 +98,8 @@ func (c *keysCluster) SetIntents(_ context.Context, id string, in service.Intent
 	return nil
 }
 
+func (c *keysCluster) Ready(context.Context) error { return nil }
+
 func (c *keysCluster) snapshot() (placements int, names, hostnames map[string]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
