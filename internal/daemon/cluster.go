@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
+	apiv1 "github.com/sandboxd/sandboxd/internal/api/v1"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/cluster"
 	"github.com/sandboxd/sandboxd/internal/cluster/forward"
@@ -204,8 +205,12 @@ func (k clusterKeys) ClaimSandbox(ctx context.Context, p service.Placement) erro
 			return err
 		}
 	}
+	var key string
+	if p.Key.Scope != "" {
+		key = cluster.IdemKey(p.Key.Scope, p.Owner, p.Key.Fingerprint)
+	}
 	err := k.c.node.ClaimPlacement(ctx, cluster.Placement{
-		ID: p.ID, Node: k.c.self, Owner: p.Owner, Name: p.Name, State: cluster.StateRunning, Failover: p.Failover, Spec: sealed,
+		ID: p.ID, Node: k.c.self, Owner: p.Owner, Name: p.Name, State: cluster.StateRunning, Failover: p.Failover, Spec: sealed, Key: key,
 	})
 	return serviceErr(err)
 }
@@ -423,29 +428,59 @@ func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bo
 		return forward.Target{}, false, nil
 	}
 	if owner, scope, key, ttl, ok := l.routeKey(ctx, r); ok {
-		bound, err := l.c.node.BindKey(ctx, scope, owner, key, chosen.Node, ttl)
+		b, err := l.c.node.BindKey(ctx, scope, owner, key, chosen.Node, ttl)
 		if err != nil {
 			return forward.Target{}, false, err
 		}
-		if _, live := urls[bound]; !live && *l.c.health.Load() == "" {
+		if _, live := urls[b.Node]; !live && *l.c.health.Load() == "" {
+			if t, ok, err := l.keySandbox(ctx, b, urls); ok || err != nil {
+				return t, ok && t.Node != l.c.self, err
+			}
 			// The node of the first attempt departed, and its attempt with
-			// it (a sandbox that asked for failover is recreated under its
-			// id; the key's local claim died with that node's database):
-			// the retry is the key's create now, on a live node.
-			if bound, err = l.c.node.RebindKey(ctx, scope, owner, key, bound, chosen.Node, ttl); err != nil {
+			// it (it made no sandbox, or one that was lost: the key's local
+			// claim died with that node's database): the retry is the
+			// key's create now, on a live node.
+			if b, err = l.c.node.RebindKey(ctx, scope, owner, key, b, chosen.Node, ttl); err != nil {
 				return forward.Target{}, false, err
 			}
 		}
-		url, live := urls[bound]
+		url, live := urls[b.Node]
 		if !live {
-			return forward.Target{}, false, fmt.Errorf("%w: the node %s that has this key's first attempt is down", service.ErrUnavailable, bound)
+			return forward.Target{}, false, fmt.Errorf("%w: the node %s that has this key's first attempt is down", service.ErrUnavailable, b.Node)
 		}
-		chosen = forward.Candidate{Node: bound, URL: url}
+		chosen = forward.Candidate{Node: b.Node, URL: url}
 	}
 	if chosen.Node == l.c.self {
 		return forward.Target{}, false, nil
 	}
 	return forward.Target{Node: chosen.Node, URL: chosen.URL}, true, nil
+}
+
+// keySandbox is where a retried keyed create goes when the node its key
+// is bound to departed and the key names sandbox b.ID that is to be
+// recreated (failover "recreate"): to the live node that has it now,
+// whose claim of the key replays it (ok), or, while the failover has not
+// moved it yet, nowhere: a retryable 503 that says so. A key without a
+// sandbox, or whose sandbox was lost or deleted, is neither (false, nil):
+// its create runs again.
+func (l locator) keySandbox(ctx context.Context, b cluster.Binding, urls map[string]string) (forward.Target, bool, error) {
+	if b.ID == "" {
+		return forward.Target{}, false, nil
+	}
+	p, ok := l.c.node.Placement(b.ID)
+	if !ok {
+		var err error
+		if p, ok, err = l.c.node.FreshPlacement(ctx, b.ID); err != nil {
+			return forward.Target{}, false, err
+		}
+	}
+	if !ok || p.Failover != service.FailoverRecreate || p.State == cluster.StateLost || p.State == cluster.StateDeleted {
+		return forward.Target{}, false, nil
+	}
+	if url, live := urls[p.Node]; live && p.State == cluster.StateRunning {
+		return forward.Target{Node: p.Node, URL: url}, true, nil
+	}
+	return forward.Target{}, false, service.Unavailable(fmt.Sprintf("sandbox %s, which this Idempotency-Key made, is being recreated: its node %s departed", b.ID, b.Node), nil)
 }
 
 // maxRouteBody bounds what Place reads of a create's body (to find an
@@ -504,7 +539,10 @@ func (l locator) routeKey(ctx context.Context, r *http.Request) (owner, scope, k
 		return "", "", "", 0, false
 	}
 	if v1 {
-		return owner, "v1", r.Header.Get("Idempotency-Key"), idempotencyTTL, true
+		// The same scope and fingerprint as the create's claim (the
+		// service names the key's sandbox in the binding by them).
+		scope, key := apiv1.CreateKey(owner, r.Header.Get("Idempotency-Key"))
+		return owner, scope, key, idempotencyTTL, true
 	}
 	body, ok := peekBody(r)
 	if !ok {
