@@ -448,6 +448,9 @@ func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bo
 		if !live {
 			return forward.Target{}, false, fmt.Errorf("%w: the node %s that has this key's first attempt is down", service.ErrUnavailable, b.Node)
 		}
+		if err := l.keyRecreating(ctx, b); err != nil {
+			return forward.Target{}, false, err
+		}
 		chosen = forward.Candidate{Node: b.Node, URL: url}
 	}
 	if chosen.Node == l.c.self {
@@ -481,6 +484,29 @@ func (l locator) keySandbox(ctx context.Context, b cluster.Binding, urls map[str
 		return forward.Target{Node: p.Node, URL: url}, true, nil
 	}
 	return forward.Target{}, false, service.Unavailable(fmt.Sprintf("sandbox %s, which this Idempotency-Key made, is being recreated: its node %s departed", b.ID, b.Node), nil)
+}
+
+// keyRecreating is a retryable 503 when the key's sandbox is being
+// recreated on b.Node (a failover took it over, moving the binding, and
+// has not finished): that node claims the key only as its recreate
+// starts, and a retry that came first would make a second sandbox. It
+// reads the directory, and etcd only when the directory has not seen the
+// takeover yet; a key without a sandbox costs nothing.
+func (l locator) keyRecreating(ctx context.Context, b cluster.Binding) error {
+	if b.ID == "" {
+		return nil
+	}
+	p, ok := l.c.node.Placement(b.ID)
+	if !ok || p.Node != b.Node {
+		var err error
+		if p, ok, err = l.c.node.FreshPlacement(ctx, b.ID); err != nil {
+			return err
+		}
+	}
+	if ok && p.Node == b.Node && p.State == cluster.StateCreating {
+		return service.Unavailable(fmt.Sprintf("sandbox %s, which this Idempotency-Key made, is being recreated on node %s", b.ID, b.Node), nil)
+	}
+	return nil
 }
 
 // maxRouteBody bounds what Place reads of a create's body (to find an
