@@ -404,8 +404,12 @@ func (l locator) owner(ctx context.Context, r *http.Request) (string, bool) {
 
 // Place picks the node of a create: this node when the create mounts
 // volumes (they are this node's), else the node an Idempotency-Key is
-// bound to (bound now, to the chosen node, by the key's first attempt),
-// else two random live nodes, the one with more free memory.
+// bound to (bound now, to the chosen node, by the key's first attempt;
+// after a failover, the node that recreated the key's sandbox), else two
+// random live nodes, the one with more free memory. While this node's
+// view of the cluster is unhealthy it places nothing: a retryable 503,
+// "the cluster has no quorum". A key whose sandbox is being recreated is
+// a retryable 503 too (keySandbox, keyRecreating).
 func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bool, error) {
 	if mountsVolumes(r) {
 		return forward.Target{}, false, nil
