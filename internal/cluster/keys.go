@@ -42,7 +42,12 @@ type Placement struct {
 	Spec     []byte       `json:"spec,omitempty"`     // sealed recovery spec (opaque here; Seal/Open)
 	Ports    []PortIntent `json:"ports,omitempty"`
 	Domains  []string     `json:"domains,omitempty"`
-	Revision int64        `json:"-"` // etcd ModRevision when read (ignored on write)
+	// Key is the idem/ key (IdemKey) of the keyed create that made the
+	// sandbox, "" for none: its binding names the sandbox from the claim
+	// on, and moves with it (TakeOver), so that a retry of the create
+	// after a failover finds it.
+	Key      string `json:"key,omitempty"`
+	Revision int64  `json:"-"` // etcd ModRevision when read (ignored on write)
 }
 
 // PortIntent is a port the sandbox exposes, to be exposed again after a
@@ -72,10 +77,38 @@ func decodeRef(b []byte) (string, error) {
 	return r.ID, nil
 }
 
-// binding is the value of idem/ keys: the node that took the first
-// attempt.
-type binding struct {
+// Binding is the value of idem/ keys: the node that took the first
+// attempt of a keyed create, and, once that create has claimed its
+// placement, the sandbox it made. Fencing compares these bytes, so
+// encodeBinding must stay deterministic.
+type Binding struct {
 	Node string `json:"node"`
+	ID   string `json:"id,omitempty"`
+}
+
+func encodeBinding(b Binding) string {
+	v, _ := json.Marshal(b) // a struct of two strings: never fails
+	return string(v)
+}
+
+// IdemKey is the etcd key of an idempotency key: idem/<scope>/<owner>/
+// <hex sha256(key)>.
+func IdemKey(scope, owner, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return idemPrefix + scope + "/" + url.PathEscape(owner) + "/" + hex.EncodeToString(sum[:])
+}
+
+// bindingOps are what a placement transaction does to its key's binding
+// (none when key is ""): when it holds exactly from, it becomes to, on its
+// own lease (the binding keeps its replay TTL). A binding that says
+// anything else is left as it is.
+func bindingOps(key string, from, to Binding) []clientv3.Op {
+	if key == "" || !strings.HasPrefix(key, idemPrefix) {
+		return nil
+	}
+	return []clientv3.Op{clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", encodeBinding(from))},
+		[]clientv3.Op{clientv3.OpPut(key, encodeBinding(to), clientv3.WithIgnoreLease())}, nil)}
 }
 
 func decodePlacement(kv *kv) (Placement, error) {
@@ -107,7 +140,8 @@ func segment(what, s string) error {
 
 // ClaimPlacement creates placements/<id> and, when p.Name is set,
 // names/<owner>/<name> naming p.ID, in one transaction that writes only if
-// both are absent. A name another sandbox holds is ErrNameTaken; a
+// both are absent. When p.Key is set and its binding names p.Node without
+// a sandbox, the same transaction makes it name p.ID. A name another sandbox holds is ErrNameTaken; a
 // placement of p.ID held by another node (or for another owner or name) is
 // ErrConflict. A retry of a claim that succeeded (same id, node, owner and
 // name) is nil. An empty p.State is written as "creating". Failure modes:
@@ -137,6 +171,7 @@ func (n *Node) ClaimPlacement(ctx context.Context, p Placement) error {
 		then = append(then, clientv3.OpPut(nk, encodeRef(p.ID)))
 		els = append(els, clientv3.OpGet(nk))
 	}
+	then = append(then, bindingOps(p.Key, Binding{Node: p.Node}, Binding{Node: p.Node, ID: p.ID})...)
 	ctx, cancel := n.op(ctx)
 	defer cancel()
 	resp, err := n.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
@@ -200,7 +235,10 @@ func (n *Node) ReleasePlacementOf(ctx context.Context, id, node string) error {
 		if !ok || (node != "" && cur.Node != node) {
 			return nil
 		}
-		ok, err = n.changePlacement(ctx, cur, clientv3.OpDelete(pk))
+		// The key's binding forgets the sandbox: a retry of its create
+		// makes another one.
+		ops := append([]clientv3.Op{clientv3.OpDelete(pk)}, bindingOps(cur.Key, Binding{Node: cur.Node, ID: id}, Binding{Node: cur.Node})...)
+		ok, err = n.changePlacement(ctx, cur, ops...)
 		if err != nil {
 			return unknownOutcome("release placement "+id, err)
 		}
@@ -322,12 +360,12 @@ func (n *Node) Tombstone(ctx context.Context, id, node string) error {
 	return nil
 }
 
-// changePlacement applies op to cur's placement key and frees cur's name
+// changePlacement applies ops (cur's placement key first) and frees cur's name
 // (only while it still names cur.ID), in one transaction that holds only
 // while the placement is still at cur.Revision; it reports whether it
 // held. ReleasePlacementOf (a delete) and Tombstone (a put) share it.
-func (n *Node) changePlacement(ctx context.Context, cur Placement, op clientv3.Op) (bool, error) {
-	then := []clientv3.Op{op}
+func (n *Node) changePlacement(ctx context.Context, cur Placement, ops ...clientv3.Op) (bool, error) {
+	then := ops
 	if cur.Name != "" {
 		nk := nameKey(cur.Owner, cur.Name)
 		then = append(then, clientv3.OpTxn(
@@ -345,7 +383,8 @@ func (n *Node) changePlacement(ctx context.Context, cur Placement, op clientv3.O
 	return resp.Succeeded, nil
 }
 
-// TakeOver moves placement p to newNode in state "creating", if and only
+// TakeOver moves placement p to newNode in state "creating" (and the
+// binding of its p.Key, when it names p.ID on p.Node, with it), if and only
 // if placements/<p.ID> is still at p.Revision (as read from the directory
 // or etcd): of racing callers holding the same p, exactly one gets true.
 // false means another change came first (re-read before trying again).
@@ -365,11 +404,14 @@ func (n *Node) TakeOver(ctx context.Context, p Placement, newNode string) (bool,
 		return false, fmt.Errorf("take over %s: %w", p.ID, err)
 	}
 	pk := placementKey(p.ID)
+	// The key's binding moves with the sandbox: a retry of its create goes
+	// to the node that recreates it.
+	then := append([]clientv3.Op{clientv3.OpPut(pk, string(val))}, bindingOps(p.Key, Binding{Node: p.Node, ID: p.ID}, Binding{Node: newNode, ID: p.ID})...)
 	ctx, cancel := n.op(ctx)
 	defer cancel()
 	resp, err := n.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(pk), "=", p.Revision)).
-		Then(clientv3.OpPut(pk, string(val))).Commit()
+		Then(then...).Commit()
 	if err != nil {
 		return false, unknownOutcome("take over "+p.ID, err)
 	}
@@ -426,96 +468,83 @@ func (n *Node) ReleaseHostname(ctx context.Context, host, id string) error {
 	return unknownOutcome("release hostname "+host, err)
 }
 
-// BindKey binds idem/<scope>/<owner>/<hex sha256(key)> to node, if no node
-// is bound to it yet, under a lease of ttl (rounded up to whole seconds;
-// etcd may raise a very short one to its minimum), and returns the node
-// bound: node when this call bound it, or the node an earlier call bound
-// (which may be node itself: a retry). Failure modes: ErrUnavailable (the
-// binding may have been applied: retry, which returns it).
-func (n *Node) BindKey(ctx context.Context, scope, owner, key, node string, ttl time.Duration) (bound string, err error) {
+// BindKey binds idem/<scope>/<owner>/<hex sha256(key)> (IdemKey) to node,
+// if no node is bound to it yet, under a lease of ttl (rounded up to whole
+// seconds; etcd may raise a very short one to its minimum), and returns the
+// binding: node when this call bound it, or what an earlier call bound
+// (which may be node itself: a retry), with the sandbox its create made
+// once that create claimed its placement. Failure modes: ErrUnavailable
+// (the binding may have been applied: retry, which returns it).
+func (n *Node) BindKey(ctx context.Context, scope, owner, key, node string, ttl time.Duration) (Binding, error) {
 	if err := segment("scope", scope); err != nil {
-		return "", fmt.Errorf("bind key: %w", err)
+		return Binding{}, fmt.Errorf("bind key: %w", err)
 	}
 	if owner == "" || node == "" || ttl <= 0 {
-		return "", fmt.Errorf("bind key: %w: owner, node and a positive ttl are required", ErrInvalidArgument)
+		return Binding{}, fmt.Errorf("bind key: %w: owner, node and a positive ttl are required", ErrInvalidArgument)
 	}
-	sum := sha256.Sum256([]byte(key))
-	k := idemPrefix + scope + "/" + url.PathEscape(owner) + "/" + hex.EncodeToString(sum[:])
-	val, err := json.Marshal(binding{Node: node})
-	if err != nil {
-		return "", err
-	}
+	k := IdemKey(scope, owner, key)
 	ctx, cancel := n.op(ctx)
 	defer cancel()
 	g, err := n.cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
 	if err != nil {
-		return "", unavailable("bind key: grant lease", err)
+		return Binding{}, unavailable("bind key: grant lease", err)
 	}
 	resp, err := n.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, string(val), clientv3.WithLease(g.ID))).
+		Then(clientv3.OpPut(k, encodeBinding(Binding{Node: node}), clientv3.WithLease(g.ID))).
 		Else(clientv3.OpGet(k)).Commit()
 	if err != nil {
-		return "", unknownOutcome("bind key", err)
+		return Binding{}, unknownOutcome("bind key", err)
 	}
 	if resp.Succeeded {
-		return node, nil
+		return Binding{Node: node}, nil
 	}
 	// The lease holds nothing: revoke it rather than keep it for ttl. A
 	// failure here costs nothing but etcd's memory until it expires.
 	_, _ = n.cli.Revoke(ctx, g.ID)
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		return "", fmt.Errorf("bind key: %w: the binding vanished", ErrConflict)
+		return Binding{}, fmt.Errorf("bind key: %w: the binding vanished", ErrConflict)
 	}
-	var b binding
+	var b Binding
 	if err := json.Unmarshal(kvs[0].Value, &b); err != nil {
-		return "", fmt.Errorf("bind key: %w", err)
+		return Binding{}, fmt.Errorf("bind key: %w", err)
 	}
-	return b.Node, nil
+	return b, nil
 }
 
-// RebindKey moves the binding of BindKey's key from node from (a node
-// that departed: the first attempt died with it) to node to, keeping its
-// lease, in one transaction that holds only while the key still names
-// from: of racing callers one moves it and every one returns the node it
-// names now. An absent binding is bound to to afresh (as BindKey).
-// Failure modes: ErrUnavailable.
-func (n *Node) RebindKey(ctx context.Context, scope, owner, key, from, to string, ttl time.Duration) (bound string, err error) {
+// RebindKey moves BindKey's key from binding from (its node departed, and
+// the first attempt with it or its sandbox was lost) to node to, without a
+// sandbox, keeping its lease, in one transaction that holds only while the
+// key still says from: of racing callers one moves it and every one
+// returns the binding as it is now. An absent binding is bound to to
+// afresh (as BindKey). Failure modes: ErrUnavailable.
+func (n *Node) RebindKey(ctx context.Context, scope, owner, key string, from Binding, to string, ttl time.Duration) (Binding, error) {
 	if err := segment("scope", scope); err != nil {
-		return "", fmt.Errorf("rebind key: %w", err)
+		return Binding{}, fmt.Errorf("rebind key: %w", err)
 	}
-	sum := sha256.Sum256([]byte(key))
-	k := idemPrefix + scope + "/" + url.PathEscape(owner) + "/" + hex.EncodeToString(sum[:])
-	oldVal, err := json.Marshal(binding{Node: from})
-	if err != nil {
-		return "", err
-	}
-	newVal, err := json.Marshal(binding{Node: to})
-	if err != nil {
-		return "", err
-	}
+	k := IdemKey(scope, owner, key)
 	tctx, cancel := n.op(ctx)
 	resp, err := n.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.Value(k), "=", string(oldVal))).
-		Then(clientv3.OpPut(k, string(newVal), clientv3.WithIgnoreLease())).
+		If(clientv3.Compare(clientv3.Value(k), "=", encodeBinding(from))).
+		Then(clientv3.OpPut(k, encodeBinding(Binding{Node: to}), clientv3.WithIgnoreLease())).
 		Else(clientv3.OpGet(k)).Commit()
 	cancel()
 	if err != nil {
-		return "", unknownOutcome("rebind key", err)
+		return Binding{}, unknownOutcome("rebind key", err)
 	}
 	if resp.Succeeded {
-		return to, nil
+		return Binding{Node: to}, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
 		return n.BindKey(ctx, scope, owner, key, to, ttl)
 	}
-	var b binding
+	var b Binding
 	if err := json.Unmarshal(kvs[0].Value, &b); err != nil {
-		return "", fmt.Errorf("rebind key: %w", err)
+		return Binding{}, fmt.Errorf("rebind key: %w", err)
 	}
-	return b.Node, nil
+	return b, nil
 }
 
 // LookupName returns the id of the sandbox that names/<owner>/<name>

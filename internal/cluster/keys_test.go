@@ -209,25 +209,25 @@ func TestBindKey_FirstBinderWinsUntilExpiry(t *testing.T) {
 	a := openNode(t, "a", []string{m.ClientURL()})
 	b := openNode(t, "b", []string{m.ClientURL()})
 	ctx := t.Context()
-	if got, err := a.BindKey(ctx, "create", "alice", "key-1", "a", time.Second); err != nil || got != "a" {
+	if got, err := a.BindKey(ctx, "create", "alice", "key-1", "a", time.Second); err != nil || got.Node != "a" {
 		t.Fatalf("BindKey on a: got %q, %v; want a", got, err)
 	}
-	if got, err := a.BindKey(ctx, "create", "alice", "key-1", "a", time.Second); err != nil || got != "a" {
+	if got, err := a.BindKey(ctx, "create", "alice", "key-1", "a", time.Second); err != nil || got.Node != "a" {
 		t.Errorf("BindKey retry on a: got %q, %v; want a", got, err)
 	}
-	if got, err := b.BindKey(ctx, "create", "alice", "key-1", "b", time.Second); err != nil || got != "a" {
+	if got, err := b.BindKey(ctx, "create", "alice", "key-1", "b", time.Second); err != nil || got.Node != "a" {
 		t.Errorf("BindKey on b: got %q, %v; want a (the first binder)", got, err)
 	}
-	if got, err := b.BindKey(ctx, "create", "bob", "key-1", "b", time.Second); err != nil || got != "b" {
+	if got, err := b.BindKey(ctx, "create", "bob", "key-1", "b", time.Second); err != nil || got.Node != "b" {
 		t.Errorf("BindKey of the same key for another owner: got %q, %v; want b", got, err)
 	}
-	if got, err := b.BindKey(ctx, "e2b", "alice", "key-1", "b", time.Second); err != nil || got != "b" {
+	if got, err := b.BindKey(ctx, "e2b", "alice", "key-1", "b", time.Second); err != nil || got.Node != "b" {
 		t.Errorf("BindKey of the same key in another scope: got %q, %v; want b", got, err)
 	}
 	// The binding's lease expires (etcd raises 1 s to its minimum, ~2 s).
 	waitFor(t, 15*time.Second, "the binding to expire", func() bool {
 		got, err := b.BindKey(ctx, "create", "alice", "key-1", "b", time.Minute)
-		return err == nil && got == "b"
+		return err == nil && got.Node == "b"
 	})
 }
 
@@ -245,11 +245,11 @@ func TestRebindKey_OneWinnerFromTheDepartedNode(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range got {
 		wg.Go(func() {
-			b, err := a.RebindKey(ctx, "v1", "alice", "k", "dead", fmt.Sprintf("n%d", i), time.Minute)
+			b, err := a.RebindKey(ctx, "v1", "alice", "k", Binding{Node: "dead"}, fmt.Sprintf("n%d", i), time.Minute)
 			if err != nil {
 				t.Errorf("RebindKey %d: %v", i, err)
 			}
-			got[i] = b
+			got[i] = b.Node
 		})
 	}
 	wg.Wait()
@@ -258,10 +258,10 @@ func TestRebindKey_OneWinnerFromTheDepartedNode(t *testing.T) {
 			t.Fatalf("racing rebinds answered %v: want one live node for all", got)
 		}
 	}
-	if b, err := a.BindKey(ctx, "v1", "alice", "k", "other", time.Minute); err != nil || b != got[0] {
+	if b, err := a.BindKey(ctx, "v1", "alice", "k", "other", time.Minute); err != nil || b.Node != got[0] {
 		t.Errorf("BindKey after the rebind: %q, %v; want %q", b, err, got[0])
 	}
-	if b, err := a.RebindKey(ctx, "v1", "alice", "k", "dead", "late", time.Minute); err != nil || b != got[0] {
+	if b, err := a.RebindKey(ctx, "v1", "alice", "k", Binding{Node: "dead"}, "late", time.Minute); err != nil || b.Node != got[0] {
 		t.Errorf("a late rebind from the dead node: %q, %v; want %q kept", b, err, got[0])
 	}
 }
@@ -356,4 +356,56 @@ func waitName(t *testing.T, n *Node, owner, name, want string) {
 		}
 		return err == nil && id == want
 	})
+}
+
+// A keyed create's binding names its sandbox once the placement is
+// claimed, moves with the placement when a failover takes it over, and
+// forgets the sandbox when the placement is released (a retry then makes
+// another); a binding of another node is never touched.
+func TestBindKey_NamesItsSandboxAndMovesWithIt(t *testing.T) {
+	t.Parallel()
+	m := startSingle(t)
+	a := openNode(t, "a", []string{m.ClientURL()})
+	ctx := t.Context()
+	key := IdemKey("v1.create", "alice", "k")
+	if _, err := a.BindKey(ctx, "v1.create", "alice", "k", "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	bound := func() Binding {
+		t.Helper()
+		b, err := a.BindKey(ctx, "v1.create", "alice", "k", "x", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// A claim of another node leaves the binding alone.
+	if err := a.ClaimPlacement(ctx, Placement{ID: "sb0", Node: "z", Owner: "alice", Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := bound(), (Binding{Node: "a"}); got != want {
+		t.Errorf("after another node's claim: %+v, want %+v", got, want)
+	}
+	if err := a.ClaimPlacement(ctx, Placement{ID: "sb1", Node: "a", Owner: "alice", Name: "web", Failover: "recreate", Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := bound(), (Binding{Node: "a", ID: "sb1"}); got != want {
+		t.Errorf("after the claim: %+v, want %+v", got, want)
+	}
+	p, ok, err := a.FreshPlacement(ctx, "sb1")
+	if err != nil || !ok {
+		t.Fatalf("read placement: %v %v", ok, err)
+	}
+	if won, err := a.TakeOver(ctx, p, "b"); err != nil || !won {
+		t.Fatalf("take over: %v %v", won, err)
+	}
+	if got, want := bound(), (Binding{Node: "b", ID: "sb1"}); got != want {
+		t.Errorf("after the take over: %+v, want %+v", got, want)
+	}
+	if err := a.ReleasePlacementOf(ctx, "sb1", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := bound(), (Binding{Node: "b"}); got != want {
+		t.Errorf("after the release: %+v, want %+v", got, want)
+	}
 }

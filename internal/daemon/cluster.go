@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
+	apiv1 "github.com/sandboxd/sandboxd/internal/api/v1"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/cluster"
 	"github.com/sandboxd/sandboxd/internal/cluster/forward"
@@ -220,8 +221,12 @@ func (k clusterKeys) ClaimSandbox(ctx context.Context, p service.Placement) erro
 			return err
 		}
 	}
+	var key string
+	if p.Key.Scope != "" {
+		key = cluster.IdemKey(p.Key.Scope, p.Owner, p.Key.Fingerprint)
+	}
 	err := k.c.node.ClaimPlacement(ctx, cluster.Placement{
-		ID: p.ID, Node: k.c.self, Owner: p.Owner, Name: p.Name, State: cluster.StateRunning, Failover: p.Failover, Spec: sealed,
+		ID: p.ID, Node: k.c.self, Owner: p.Owner, Name: p.Name, State: cluster.StateRunning, Failover: p.Failover, Spec: sealed, Key: key,
 	})
 	return serviceErr(err)
 }
@@ -258,6 +263,8 @@ func (k clusterKeys) SetIntents(ctx context.Context, id string, in service.Inten
 	return serviceErr(err)
 }
 
+func (k clusterKeys) Ready(ctx context.Context) error { return serviceErr(k.c.node.Healthy(ctx)) }
+
 func (k clusterKeys) ClaimHostname(ctx context.Context, host, id string) error {
 	return serviceErr(k.c.node.ClaimHostname(ctx, host, id))
 }
@@ -278,6 +285,8 @@ func serviceErr(err error) error {
 		return fmt.Errorf("%w: %w", service.ErrNameConflict, err)
 	case errors.Is(err, cluster.ErrHostnameTaken):
 		return fmt.Errorf("%w: %w", service.ErrHostnameConflict, err)
+	case errors.Is(err, cluster.ErrUnavailable):
+		return service.Unavailable(service.ReasonNoQuorum, err)
 	}
 	return fmt.Errorf("%w: %w", service.ErrUnavailable, err)
 }
@@ -348,7 +357,10 @@ func (l locator) target(ctx context.Context, id string) (forward.Target, bool, e
 		}
 	}
 	// Its node is gone and the failover has not moved it yet.
-	return forward.Target{}, false, fmt.Errorf("%w: sandbox %s: its node %s is down", service.ErrUnavailable, id, p.Node)
+	if p.Failover == service.FailoverRecreate {
+		return forward.Target{}, false, service.Unavailable(fmt.Sprintf("sandbox %s is being recreated: its node %s departed", id, p.Node), nil)
+	}
+	return forward.Target{}, false, service.Unavailable(fmt.Sprintf("sandbox %s: its node %s is down", id, p.Node), nil)
 }
 
 func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (forward.Target, bool, error) {
@@ -408,11 +420,21 @@ func (l locator) owner(ctx context.Context, r *http.Request) (string, bool) {
 
 // Place picks the node of a create: this node when the create mounts
 // volumes (they are this node's), else the node an Idempotency-Key is
-// bound to (bound now, to the chosen node, by the key's first attempt),
-// else two random live nodes, the one with more free memory.
+// bound to (bound now, to the chosen node, by the key's first attempt;
+// after a failover, the node that recreated the key's sandbox), else two
+// random live nodes, the one with more free memory. While this node's
+// view of the cluster is unhealthy it places nothing: a retryable 503,
+// "the cluster has no quorum". A key whose sandbox is being recreated is
+// a retryable 503 too (keySandbox, keyRecreating).
 func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bool, error) {
 	if mountsVolumes(r) {
 		return forward.Target{}, false, nil
+	}
+	if *l.c.health.Load() != "" {
+		// Every create needs the cluster (its placement claim), and without
+		// quorum the directory still lists nodes that are gone (their
+		// leases cannot expire): say why now, rather than forward to one.
+		return forward.Target{}, false, service.Unavailable(service.ReasonNoQuorum, nil)
 	}
 	nodes := l.c.node.Nodes()
 	cands := make([]forward.Candidate, 0, len(nodes))
@@ -426,29 +448,85 @@ func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bo
 		return forward.Target{}, false, nil
 	}
 	if owner, scope, key, ttl, ok := l.routeKey(ctx, r); ok {
-		bound, err := l.c.node.BindKey(ctx, scope, owner, key, chosen.Node, ttl)
+		b, err := l.c.node.BindKey(ctx, scope, owner, key, chosen.Node, ttl)
 		if err != nil {
 			return forward.Target{}, false, err
 		}
-		if _, live := urls[bound]; !live && *l.c.health.Load() == "" {
+		if _, live := urls[b.Node]; !live && *l.c.health.Load() == "" {
+			if t, ok, err := l.keySandbox(ctx, b, urls); ok || err != nil {
+				return t, ok && t.Node != l.c.self, err
+			}
 			// The node of the first attempt departed, and its attempt with
-			// it (a sandbox that asked for failover is recreated under its
-			// id; the key's local claim died with that node's database):
-			// the retry is the key's create now, on a live node.
-			if bound, err = l.c.node.RebindKey(ctx, scope, owner, key, bound, chosen.Node, ttl); err != nil {
+			// it (it made no sandbox, or one that was lost: the key's local
+			// claim died with that node's database): the retry is the
+			// key's create now, on a live node.
+			if b, err = l.c.node.RebindKey(ctx, scope, owner, key, b, chosen.Node, ttl); err != nil {
 				return forward.Target{}, false, err
 			}
 		}
-		url, live := urls[bound]
+		url, live := urls[b.Node]
 		if !live {
-			return forward.Target{}, false, fmt.Errorf("%w: the node %s that has this key's first attempt is down", service.ErrUnavailable, bound)
+			return forward.Target{}, false, fmt.Errorf("%w: the node %s that has this key's first attempt is down", service.ErrUnavailable, b.Node)
 		}
-		chosen = forward.Candidate{Node: bound, URL: url}
+		if err := l.keyRecreating(ctx, b); err != nil {
+			return forward.Target{}, false, err
+		}
+		chosen = forward.Candidate{Node: b.Node, URL: url}
 	}
 	if chosen.Node == l.c.self {
 		return forward.Target{}, false, nil
 	}
 	return forward.Target{Node: chosen.Node, URL: chosen.URL}, true, nil
+}
+
+// keySandbox is where a retried keyed create goes when the node its key
+// is bound to departed and the key names sandbox b.ID that is to be
+// recreated (failover "recreate"): to the live node that has it now,
+// whose claim of the key replays it (ok), or, while the failover has not
+// moved it yet, nowhere: a retryable 503 that says so. A key without a
+// sandbox, or whose sandbox was lost or deleted, is neither (false, nil):
+// its create runs again.
+func (l locator) keySandbox(ctx context.Context, b cluster.Binding, urls map[string]string) (forward.Target, bool, error) {
+	if b.ID == "" {
+		return forward.Target{}, false, nil
+	}
+	p, ok := l.c.node.Placement(b.ID)
+	if !ok {
+		var err error
+		if p, ok, err = l.c.node.FreshPlacement(ctx, b.ID); err != nil {
+			return forward.Target{}, false, err
+		}
+	}
+	if !ok || p.Failover != service.FailoverRecreate || p.State == cluster.StateLost || p.State == cluster.StateDeleted {
+		return forward.Target{}, false, nil
+	}
+	if url, live := urls[p.Node]; live && p.State == cluster.StateRunning {
+		return forward.Target{Node: p.Node, URL: url}, true, nil
+	}
+	return forward.Target{}, false, service.Unavailable(fmt.Sprintf("sandbox %s, which this Idempotency-Key made, is being recreated: its node %s departed", b.ID, b.Node), nil)
+}
+
+// keyRecreating is a retryable 503 when the key's sandbox is being
+// recreated on b.Node (a failover took it over, moving the binding, and
+// has not finished): that node claims the key only as its recreate
+// starts, and a retry that came first would make a second sandbox. It
+// reads the directory, and etcd only when the directory has not seen the
+// takeover yet; a key without a sandbox costs nothing.
+func (l locator) keyRecreating(ctx context.Context, b cluster.Binding) error {
+	if b.ID == "" {
+		return nil
+	}
+	p, ok := l.c.node.Placement(b.ID)
+	if !ok || p.Node != b.Node {
+		var err error
+		if p, ok, err = l.c.node.FreshPlacement(ctx, b.ID); err != nil {
+			return err
+		}
+	}
+	if ok && p.Node == b.Node && p.State == cluster.StateCreating {
+		return service.Unavailable(fmt.Sprintf("sandbox %s, which this Idempotency-Key made, is being recreated on node %s", b.ID, b.Node), nil)
+	}
+	return nil
 }
 
 // maxRouteBody bounds what Place reads of a create's body (to find an
@@ -507,7 +585,10 @@ func (l locator) routeKey(ctx context.Context, r *http.Request) (owner, scope, k
 		return "", "", "", 0, false
 	}
 	if v1 {
-		return owner, "v1", r.Header.Get("Idempotency-Key"), idempotencyTTL, true
+		// The same scope and fingerprint as the create's claim (the
+		// service names the key's sandbox in the binding by them).
+		scope, key := apiv1.CreateKey(owner, r.Header.Get("Idempotency-Key"))
+		return owner, scope, key, idempotencyTTL, true
 	}
 	body, ok := peekBody(r)
 	if !ok {
@@ -804,7 +885,15 @@ func (c *clusterNode) handler(next http.Handler, svc *service.Service, authn *au
 				return
 			}
 			msg := "the node that has this sandbox did not answer; retry"
-			if errors.Is(err, service.ErrUnavailable) || errors.Is(err, cluster.ErrUnavailable) {
+			if forward.RefOf(r, domain, apiHosts).Kind == forward.Create {
+				msg = "the node chosen for this create did not answer; retry"
+			}
+			switch why := service.UnavailableReason(err); {
+			case why != "":
+				msg = why + "; retry"
+			case errors.Is(err, cluster.ErrUnavailable):
+				msg = service.ReasonNoQuorum + "; retry"
+			case errors.Is(err, service.ErrUnavailable):
 				msg = err.Error() // the locator's own words: node ids, no addresses
 			}
 			writeError(w, http.StatusServiceUnavailable, "unavailable", msg, true)

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -47,17 +48,40 @@ type Cluster interface {
 	// SetIntents records id's exposures and custom domains on its
 	// placement, for a failover to replay.
 	SetIntents(ctx context.Context, id string, in Intents) error
+	// Ready is nil when the cluster can commit a write now (it answers a
+	// linearizable read): a destroy asks before it commits, since its
+	// keys' release cannot be undone.
+	Ready(ctx context.Context) error
 }
 
 // Placement is what the cluster keeps of a sandbox this node creates.
 type Placement struct {
 	ID, Owner, Name string
+	// Key is the idempotency key of the create that made it (zero for
+	// none): the cluster's binding of that key (scope, Owner and
+	// fingerprint) names the sandbox from its claim on, so that a retry
+	// of the create after a failover finds it.
+	Key KeyRef
 	// Failover is FailoverNone or FailoverRecreate.
 	Failover string
 	// Recovery is the normalized create request (Recovery), in the clear:
 	// the cluster seals it with a key every node can open, since the node
 	// that recreates it is another one.
 	Recovery []byte
+}
+
+// KeyRef names an idempotency key: OnceKey's Scope and Fingerprint (the
+// owner is the placement's).
+type KeyRef struct{ Scope, Fingerprint string }
+
+// recoveryKey is the idempotency key a recreate claims on its new node, so
+// that a retry of the create that made the sandbox answers it there.
+type recoveryKey struct {
+	Scope        string        `json:"scope"`
+	Fingerprint  string        `json:"fingerprint"`
+	RequestHash  string        `json:"request_hash,omitempty"`
+	PendingTTL   time.Duration `json:"pending_ttl"`
+	ReplayWindow time.Duration `json:"replay_window"`
 }
 
 // recovery is what a failover needs to make a sandbox again: its request
@@ -80,6 +104,7 @@ type recovery struct {
 	Runtime     string            `json:"runtime,omitempty"`
 	Quota       Quota             `json:"quota"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+	Key         *recoveryKey      `json:"key,omitempty"`
 }
 
 // placementOf is the placement a create of id records, with its recovery
@@ -87,6 +112,11 @@ type recovery struct {
 // recreated needs none, and its secret env then never leaves the node).
 func placementOf(id string, req CreateRequest) (Placement, error) {
 	p := Placement{ID: id, Owner: req.Owner, Name: req.Name, Failover: req.Failover}
+	var key *recoveryKey
+	if k := req.Once; k != nil && !k.Delivery {
+		p.Key = KeyRef{Scope: k.Scope, Fingerprint: k.Fingerprint}
+		key = &recoveryKey{Scope: k.Scope, Fingerprint: k.Fingerprint, RequestHash: k.RequestHash, PendingTTL: k.PendingTTL, ReplayWindow: k.ReplayWindow}
+	}
 	if req.Failover != FailoverRecreate {
 		return p, nil
 	}
@@ -94,6 +124,7 @@ func placementOf(id string, req CreateRequest) (Placement, error) {
 		Owner: req.Owner, Image: req.Image, Name: req.Name, MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB,
 		Env: req.Env, SecretEnv: req.SecretEnv, Tags: req.Tags, TimeoutMS: req.Timeout.Milliseconds(),
 		Network: req.Network, Policy: req.NetworkPolicy, Runtime: req.Runtime, Quota: req.Quota, Annotations: req.Annotations,
+		Key: key,
 	})
 	if err != nil {
 		return Placement{}, fmt.Errorf("recovery spec of %s: %w", id, err)
@@ -108,12 +139,16 @@ func requestOf(spec []byte) (CreateRequest, error) {
 	if err := json.Unmarshal(spec, &r); err != nil {
 		return CreateRequest{}, fmt.Errorf("recovery spec: %w", err)
 	}
-	return CreateRequest{
+	req := CreateRequest{
 		Owner: r.Owner, Image: r.Image, Name: r.Name, MilliCPU: r.MilliCPU, MemoryMB: r.MemoryMB,
 		Env: maps.Clone(r.Env), SecretEnv: maps.Clone(r.SecretEnv), Tags: maps.Clone(r.Tags),
 		Timeout: time.Duration(r.TimeoutMS) * time.Millisecond, Network: r.Network, NetworkPolicy: r.Policy, Runtime: r.Runtime,
 		Quota: r.Quota, Annotations: maps.Clone(r.Annotations), Failover: FailoverRecreate,
-	}, nil
+	}
+	if k := r.Key; k != nil {
+		req.Once = &OnceKey{Scope: k.Scope, Fingerprint: k.Fingerprint, RequestHash: k.RequestHash, PendingTTL: k.PendingTTL, ReplayWindow: k.ReplayWindow}
+	}
+	return req, nil
 }
 
 // claimCluster is the create chain's cluster step: after the row's insert
@@ -175,12 +210,50 @@ func clusterErr(err error, name string) error {
 // kept; ports and domains are the caller's to replay (ReplayExposure,
 // ReplayDomain). The caller has won the placement for this node. A sandbox
 // of that id already here (a retry) is returned as it is.
+//
+// A sandbox made by a create with an idempotency key is recreated under
+// that key's claim on this node (the key's cluster binding moved here
+// with the placement): a retry of the create that arrives meanwhile waits
+// for the recreate, and one after it replays the sandbox, as on the node
+// that made it.
 func (s *Service) Recreate(ctx context.Context, id string, spec []byte) (*Created, error) {
+	if !runtime.ValidSandboxID(id) {
+		return nil, invalid("id", "%q is not a valid sandbox id", id)
+	}
 	req, err := requestOf(spec)
 	if err != nil {
 		return nil, err
 	}
-	return s.CreateSandboxWithID(ctx, id, req)
+	k := req.Once
+	if k == nil {
+		return s.CreateSandboxWithID(ctx, id, req)
+	}
+	creq := store.ClaimRequest{Scope: k.Scope, Fingerprint: k.Fingerprint, RequestHash: k.RequestHash, PendingTTL: k.PendingTTL}
+	acquiredAt := time.Now()
+	cl, err := s.Store.Claim(ctx, creq)
+	if err != nil || cl.Outcome != store.ClaimAcquired {
+		// This node has the key already (a repeat of this recreate, whose
+		// claim names the sandbox), or cannot say: the sandbox comes first.
+		if err != nil {
+			s.Logger.Warn("failover: claim the idempotency key of a recreated sandbox", "sandbox", id, "err", err)
+		}
+		return s.CreateSandboxWithID(ctx, id, req)
+	}
+	hold := s.holdClaim(ctx, cl, k.PendingTTL, acquiredAt)
+	created, err := s.createWithID(ctx, req, id, &cl)
+	hold.stop()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	if err != nil {
+		if _, derr := s.Store.DeleteClaim(dctx, cl); derr != nil {
+			err = errors.Join(err, fmt.Errorf("delete idempotency claim: %w", derr))
+		}
+		return nil, err
+	}
+	if err := s.Store.Complete(dctx, cl, created.ID, k.ReplayWindow); err != nil {
+		s.Logger.Warn("failover: complete the idempotency claim of a recreated sandbox", "sandbox", id, "err", err)
+	}
+	return created, nil
 }
 
 // ExposePort is exposePort (ports.go), recorded on the sandbox's placement

@@ -25,6 +25,8 @@ type keysCluster struct {
 	hostnames  map[string]string // hostname → id
 	intents    map[string]service.Intents
 	fail       error // every call fails with it when set
+	// failRelease, when set, fails ReleaseSandbox only.
+	failRelease error
 }
 
 func newKeysCluster() *keysCluster {
@@ -52,6 +54,9 @@ func (c *keysCluster) ReleaseSandbox(_ context.Context, id string) error {
 	defer c.mu.Unlock()
 	if c.fail != nil {
 		return c.fail
+	}
+	if c.failRelease != nil {
+		return c.failRelease
 	}
 	if p, ok := c.placements[id]; ok && c.names[p.Owner+"/"+p.Name] == id {
 		delete(c.names, p.Owner+"/"+p.Name)
@@ -98,6 +103,12 @@ func (c *keysCluster) SetIntents(_ context.Context, id string, in service.Intent
 	return nil
 }
 
+func (c *keysCluster) Ready(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fail
+}
+
 func (c *keysCluster) snapshot() (placements int, names, hostnames map[string]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -125,7 +136,9 @@ func TestCluster_NameHeldElsewhereIsAConflictThatLeavesNothing(t *testing.T) {
 
 // A cluster that cannot answer refuses the create as unavailable
 // (retryable), with nothing left behind; so does a destroy, which leaves
-// the sandbox marked for the reconciler to finish once the cluster is back.
+// the sandbox as it was (visible, its keys held) until the cluster is
+// back. A destroy whose cluster step fails after its commit succeeds, and
+// the reconciler finishes it once the cluster is back.
 func TestCluster_UnavailableRefusesAndLeavesNothing(t *testing.T) {
 	t.Parallel()
 	kc := newKeysCluster()
@@ -143,15 +156,30 @@ func TestCluster_UnavailableRefusesAndLeavesNothing(t *testing.T) {
 	if _, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Name: "two"}); !errors.Is(err, service.ErrUnavailable) {
 		t.Fatalf("create without quorum: %v, want ErrUnavailable", err)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); !errors.Is(err, service.ErrUnavailable) {
-		t.Fatalf("destroy without quorum: %v, want ErrUnavailable", err)
+	if err := h.svc.Destroy(ctx, admin, sb.ID); !errors.Is(err, service.ErrUnavailable) || service.UnavailableReason(err) != service.ReasonNoQuorum {
+		t.Fatalf("destroy without quorum: %v, want ErrUnavailable naming the quorum", err)
+	}
+	if got, err := h.svc.Get(ctx, admin, sb.ID); err != nil || got.State != service.StateRunning {
+		t.Errorf("a sandbox whose destroy was refused: %+v, %v; want it running", got, err)
+	}
+	if n, _, _ := kc.snapshot(); n != 1 {
+		t.Errorf("placements after the refused destroy: %d, want 1", n)
+	}
+
+	// The cluster answers the check, then not the release: committed.
+	kc.mu.Lock()
+	kc.failRelease = fmt.Errorf("no quorum: %w", service.ErrUnavailable)
+	kc.fail = nil
+	kc.mu.Unlock()
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatalf("destroy whose release failed after its commit: %v, want nil", err)
 	}
 	if _, err := h.svc.Get(ctx, admin, sb.ID); !errors.Is(err, service.ErrNotFound) {
-		t.Errorf("a sandbox whose destroy began still reads: %v", err)
+		t.Errorf("a sandbox whose destroy was committed still reads: %v", err)
 	}
 
 	kc.mu.Lock()
-	kc.fail = nil
+	kc.failRelease = nil
 	kc.mu.Unlock()
 	h.clock.Advance(2 * time.Minute) // past the grace of a destroy in progress
 	if err := h.svc.Reconcile(ctx, false); err != nil {

@@ -79,6 +79,8 @@ func (s *Service) CreateOnce(ctx context.Context, c Caller, r CreateOnceRequest)
 	if r.Key.Delivery {
 		return s.createDelivered(ctx, c, r)
 	}
+	key := r.Key
+	r.Create.Once = &key
 	req := store.ClaimRequest{Scope: r.Key.Scope, Fingerprint: r.Key.Fingerprint, RequestHash: r.Key.RequestHash, PendingTTL: r.Key.PendingTTL}
 	// mine is a sandbox this call made under a claim it then lost: it is the
 	// answer only if the key settles on it. A call that ends before it saw

@@ -81,6 +81,53 @@ func (e *QuotaError) Error() string { return e.Reason }
 // ErrQuotaExceeded.
 func (e *QuotaError) Unwrap() []error { return []error{ErrCapacityExhausted, ErrQuotaExceeded} }
 
+// UnavailableError is ErrUnavailable with its cause in words safe to show
+// any caller ("the cluster has no quorum", "the container engine is
+// unreachable"): the edges answer Reason, never Err, whose text may name
+// internal addresses.
+type UnavailableError struct {
+	Reason string
+	Err    error
+}
+
+func (e *UnavailableError) Error() string {
+	if e.Err == nil {
+		return e.Reason
+	}
+	return e.Reason + ": " + e.Err.Error()
+}
+
+// Unwrap makes the error ErrUnavailable (503, retryable), and Err.
+func (e *UnavailableError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrUnavailable}
+	}
+	return []error{ErrUnavailable, e.Err}
+}
+
+// Unavailable is an *UnavailableError: err (may be nil) because of reason.
+func Unavailable(reason string, err error) error { return &UnavailableError{Reason: reason, Err: err} }
+
+// UnavailableReason is the shown cause of an unavailable err, "" when it
+// names none.
+func UnavailableReason(err error) string {
+	var ue *UnavailableError
+	if errors.As(err, &ue) {
+		return ue.Reason
+	}
+	return ""
+}
+
+// Reasons an UnavailableError gives.
+const (
+	// ReasonNoQuorum is a call that needs the cluster while it cannot
+	// commit (a majority of its members is gone).
+	ReasonNoQuorum = "the cluster has no quorum"
+	// ReasonEngineUnreachable is a call that needs the container engine
+	// while it does not answer.
+	ReasonEngineUnreachable = "the container engine is unreachable"
+)
+
 // RetryAfterError carries how long a caller should wait before retrying.
 type RetryAfterError struct {
 	Err   error

@@ -136,10 +136,19 @@ func (s *Service) runningAgent(ctx context.Context, c Caller, idOrName string) (
 	case store.StateRunning:
 	case store.StatePaused:
 		return nil, fmt.Errorf("sandbox %s: %w", row.ID, ErrPaused)
+	case store.StateCreating:
+		return nil, beingCreated(row.ID)
 	default:
 		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", row.ID, row.State, ErrConflict)
 	}
 	return s.Agent(ctx, row.ID)
+}
+
+// beingCreated is a call for a sandbox whose create (or, in a cluster, its
+// recreate after its node departed) has not finished: it is retryable,
+// as the sandbox is about to run.
+func beingCreated(id string) error {
+	return Unavailable(fmt.Sprintf("sandbox %s is being created (or recreated after its node departed)", id), nil)
 }
 
 // FileEntry is one directory entry inside a sandbox.

@@ -238,6 +238,15 @@ func mergePages(f ListFilter, pages []Page) ([]Sandbox, string) {
 // Destroy having done it first, and a repeat of a destroy that was cut
 // short finishes it. A sandbox that no longer exists, or whose destroy
 // had already begun (the reaper's, say), is ErrNotFound: one call wins.
+//
+// It is all or nothing. Before the mark (the commit) it checks what the
+// teardown needs: the container engine answers about the sandbox, and in
+// cluster mode the cluster can commit (its keys are released next). When
+// either does not, the answer is a retryable *UnavailableError naming the
+// cause, and the sandbox is as it was: visible, running, its name held.
+// Once marked, the destroy is committed: a step that fails after it (the
+// engine or the cluster went away in between) is logged and left to the
+// reconciler, which finishes marked rows, and the call succeeds.
 func (s *Service) Destroy(ctx context.Context, c Caller, idOrName string) error {
 	if err := s.requireReady(); err != nil {
 		return err
@@ -255,7 +264,44 @@ func (s *Service) Destroy(ctx context.Context, c Caller, idOrName string) error 
 		}
 		return fmt.Errorf("sandbox %q: %w", idOrName, ErrNotFound)
 	}
-	return s.destroy(ctx, row.ID)
+	if err := s.destroyPrecheck(ctx, row.ID); err != nil {
+		return err
+	}
+	if _, err := s.Store.BeginDestroy(ctx, row.ID); err != nil {
+		return s.mapStoreErr(err, row.ID)
+	}
+	if err := s.finishDestroy(ctx, row.ID); err != nil {
+		s.Logger.Warn("destroy: committed, but a step failed; the reconciler finishes it", "sandbox", row.ID, "err", err)
+	}
+	return nil
+}
+
+// precheckTimeout bounds each of destroyPrecheck's questions.
+const precheckTimeout = 10 * time.Second
+
+// destroyPrecheck asks, before a destroy commits, whether its teardown can
+// run: the engine answers about sandbox id (a container that is not there
+// is an answer), and the cluster, in cluster mode, can commit the release
+// of its keys. It changes nothing.
+func (s *Service) destroyPrecheck(ctx context.Context, id string) error {
+	if s.Cluster != nil {
+		cctx, cancel := context.WithTimeout(ctx, precheckTimeout)
+		err := s.Cluster.Ready(cctx)
+		cancel()
+		if err != nil {
+			return Unavailable(ReasonNoQuorum, err)
+		}
+	}
+	ectx, cancel := context.WithTimeout(ctx, precheckTimeout)
+	_, err := s.Runtime.Inspect(ectx, id)
+	cancel()
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return Unavailable(ReasonEngineUnreachable, err)
+	}
+	return nil
 }
 
 // destroy marks the row (store.BeginDestroy), then tears the sandbox down
@@ -272,6 +318,13 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 // finishDestroy tears down a sandbox whose row is marked for destroy. Each
 // step is idempotent, so it may run again after any failure.
 func (s *Service) finishDestroy(ctx context.Context, id string) error {
+	// The cluster's keys first, then the local teardown, the row last: a
+	// destroy the cluster cannot finish leaves a marked row (and the
+	// container) that the reconciler finishes later, and the name is free
+	// as soon as the cluster has committed the destroy.
+	if err := s.releaseCluster(ctx, id); err != nil {
+		return err
+	}
 	if err := s.Router.Remove(ctx, id); err != nil {
 		return fmt.Errorf("remove route of %s: %w", id, err)
 	}
@@ -283,11 +336,6 @@ func (s *Service) finishDestroy(ctx context.Context, id string) error {
 	}
 	if err := s.Volumes.Release(ctx, id); err != nil {
 		return fmt.Errorf("release mounts of %s: %w", id, err)
-	}
-	// The cluster's keys before the row: a destroy the cluster cannot
-	// finish leaves a marked row that the reconciler finishes later.
-	if err := s.releaseCluster(ctx, id); err != nil {
-		return err
 	}
 	s.forgetClient(id)
 	if err := s.Store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {

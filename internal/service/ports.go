@@ -82,7 +82,7 @@ func (s *Service) exposePort(ctx context.Context, c Caller, idOrName string, por
 		return Exposure{}, err
 	}
 	if row.State == store.StateCreating {
-		return Exposure{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
+		return Exposure{}, beingCreated(row.ID)
 	}
 	if port < 1 || port > 65535 {
 		return Exposure{}, invalid("port", "must be between 1 and 65535")

@@ -84,6 +84,12 @@ type CreateRequest struct {
 	// FailoverNone or FailoverRecreate (cluster.go). A single node has
 	// nothing to fail over to and only records it.
 	Failover string
+
+	// Once is the idempotency key the create runs under: CreateOnce sets
+	// it (callers leave it nil). In a cluster the key's binding names the
+	// sandbox, and a failover's recreate takes the key with it
+	// (cluster.go).
+	Once *OnceKey
 }
 
 // Mount binds a named volume (a directory the daemon keeps) into the

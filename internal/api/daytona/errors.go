@@ -95,6 +95,9 @@ func classify(err error) errorBody {
 		status, msg = http.StatusTooManyRequests, "the host is out of capacity; retry later"
 	case errors.Is(err, service.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		status, msg = http.StatusServiceUnavailable, "temporarily unavailable; retry later"
+		if why := service.UnavailableReason(err); why != "" {
+			msg = why + "; retry later"
+		}
 	}
 	return errorBody{StatusCode: status, Message: msg, Error: http.StatusText(status), Code: code, Source: source}
 }

@@ -63,6 +63,9 @@ func classify(err error) (status int, msg string) {
 	case errors.Is(err, service.ErrCapacityExhausted):
 		return http.StatusTooManyRequests, "the host is out of capacity; retry later"
 	case errors.Is(err, service.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		if why := service.UnavailableReason(err); why != "" {
+			return http.StatusServiceUnavailable, why + "; retry later"
+		}
 		return http.StatusServiceUnavailable, "temporarily unavailable; retry later"
 	}
 	return http.StatusInternalServerError, "internal error"

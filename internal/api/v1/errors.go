@@ -115,6 +115,9 @@ func classify(err error) (Code, string) {
 	case errors.Is(err, service.ErrCapacityExhausted):
 		return CodeCapacityExhausted, "the host is out of capacity; retry later"
 	case errors.Is(err, service.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		if why := service.UnavailableReason(err); why != "" {
+			return CodeUnavailable, why + "; retry later"
+		}
 		return CodeUnavailable, "temporarily unavailable; retry later"
 	}
 	return CodeInternal, "internal error"

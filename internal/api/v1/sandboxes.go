@@ -63,9 +63,10 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	c := caller(r)
 	once := service.CreateOnceRequest{Create: body.toService(c.Owner)}
 	if key != "" {
+		scope, fp := CreateKey(c.Owner, key)
 		once.Key = service.OnceKey{
-			Scope:        createScope,
-			Fingerprint:  hashHex(c.Owner + "\x00" + key),
+			Scope:        scope,
+			Fingerprint:  fp,
 			RequestHash:  requestHash(body),
 			PendingTTL:   createPendingTTL,
 			ReplayWindow: createReplayWindow,
@@ -77,6 +78,13 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeCreated(w, created)
 	return nil
+}
+
+// CreateKey is the scope and fingerprint of owner's create with
+// Idempotency-Key key: its claim on the node, and (cluster mode) the key a
+// cluster binds to one node and to the sandbox the create makes.
+func CreateKey(owner, key string) (scope, fingerprint string) {
+	return createScope, hashHex(owner + "\x00" + key)
 }
 
 func writeCreated(w http.ResponseWriter, c *service.Created) {
