@@ -5,7 +5,9 @@ package docker
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -77,8 +79,15 @@ type Options struct {
 	// GVisorRuntime is the engine's name for runsc, used for sandboxes
 	// with runtime.IsolationGVisor (default DefaultGVisorRuntime).
 	GVisorRuntime string
-	// QualifyNames names each container "<sandbox id>.<node id>" instead
-	// of "<sandbox id>". Cluster mode sets it: a sandbox that failed over
+	// NameKey keys the containers' names (see ContainerName): with it, a
+	// container's name, which the engine's resolver answers to every
+	// container on the same network, tells nothing of the sandbox id. The
+	// daemon keeps one per node, in its data directory. Empty, the names
+	// are an unkeyed hash of the id (tests and benchmarks): still one-way,
+	// but anyone may compute a known id's name.
+	NameKey []byte
+	// QualifyNames names each container "<name>.<node id>" instead of
+	// "<name>" (see ContainerName). Cluster mode sets it: a sandbox that failed over
 	// keeps its id on its new node, and where two nodes share an engine
 	// (tests, a node restarted on the host it left) the stale node's
 	// container and the new owner's must not collide, nor may the stale
@@ -304,13 +313,34 @@ func newAttemptID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// name is the engine's name of a sandbox's container (Options.QualifyNames).
-func (r *Runtime) name(sandboxID string) string {
+// namePrefix starts every container name this runtime gives.
+const namePrefix = "sandbox-"
+
+// ContainerName is the engine's name of a sandbox's container:
+// "sandbox-" and 32 hex digits of HMAC-SHA256(Options.NameKey, sandbox
+// id), followed by "." and the node id with Options.QualifyNames. The
+// engine's resolver answers a container's name (and its hostname, the
+// same label) to every container on its network, forwards and PTR
+// records alike, so the name must not be the sandbox id: a sandbox with
+// network would learn its neighbours' ids. Deterministic, so that every
+// lookup by sandbox id stays one engine call.
+func (r *Runtime) ContainerName(sandboxID string) string {
+	n := r.label(sandboxID)
 	if r.opts.QualifyNames {
-		return sandboxID + "." + r.opts.NodeID
+		return n + "." + r.opts.NodeID
 	}
-	return sandboxID
+	return n
 }
+
+// label is the first label of ContainerName, which is also the
+// container's hostname.
+func (r *Runtime) label(sandboxID string) string {
+	m := hmac.New(sha256.New, r.opts.NameKey)
+	m.Write([]byte(sandboxID))
+	return namePrefix + hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+func (r *Runtime) name(sandboxID string) string { return r.ContainerName(sandboxID) }
 
 // findAttempt returns the id of the container named name if this Create
 // attempt made it, or "". Best effort, with a fresh context.
@@ -343,7 +373,7 @@ func (r *Runtime) containerConfig(spec runtime.Spec, attempt string) *container.
 
 	return &container.Config{
 		Image:    spec.Image,
-		Hostname: spec.SandboxID,
+		Hostname: r.label(spec.SandboxID), // not the id: see ContainerName
 		Env:      env,
 		Labels:   labels,
 		// With an explicit entrypoint and no Cmd the engine ignores the
@@ -616,6 +646,7 @@ func (r *Runtime) ListOurs(ctx context.Context) ([]runtime.Instance, error) {
 	}
 	out := make([]runtime.Instance, 0, len(res.Items))
 	for _, c := range res.Items {
+		r.adoptName(ctx, c.ID, c.Labels[runtime.LabelSandbox], c.Names)
 		out = append(out, runtime.Instance{
 			SandboxID:   c.Labels[runtime.LabelSandbox],
 			ContainerID: c.ID,
@@ -625,6 +656,28 @@ func (r *Runtime) ListOurs(ctx context.Context) ([]runtime.Instance, error) {
 	}
 	slices.SortFunc(out, func(a, b runtime.Instance) int { return strings.Compare(a.SandboxID, b.SandboxID) })
 	return out, nil
+}
+
+// adoptName renames a container of ours whose name is not ContainerName:
+// one made by a daemon from before the names were keyed (named by the
+// sandbox id) or under another key. ListOurs calls it, so the daemon's
+// startup reconcile renames every such container before the daemon looks
+// one up by name; the engine renames a running container in place (its
+// resolver records follow). A failure is logged: the container is still
+// listed, and the next ListOurs tries again.
+func (r *Runtime) adoptName(ctx context.Context, containerID, sandboxID string, names []string) {
+	if !runtime.ValidSandboxID(sandboxID) {
+		return
+	}
+	want := r.ContainerName(sandboxID)
+	if slices.Contains(names, "/"+want) {
+		return
+	}
+	if _, err := r.cli.ContainerRename(ctx, containerID, client.ContainerRenameOptions{NewName: want}); err != nil {
+		r.log.Warn("rename a sandbox's container to its keyed name", "sandbox", sandboxID, "container", containerID, "names", names, "err", err)
+		return
+	}
+	r.log.Info("renamed a sandbox's container to its keyed name", "sandbox", sandboxID, "container", containerID, "was", names)
 }
 
 // notFound turns the engine's not-found into runtime.ErrNotFound.

@@ -259,7 +259,7 @@ func (b *box) wantUsable(t *testing.T) {
 func (b *box) agentOutput() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rc, err := env.cli.ContainerLogs(ctx, b.id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	rc, err := env.cli.ContainerLogs(ctx, b.rt.ContainerName(b.id), client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		return err.Error()
 	}
