@@ -44,6 +44,10 @@ func main() {
 	if err != nil {
 		log.Warn("agent token", "err", err)
 	}
+	// After takeToken: an exec (its re-exec) makes a process dumpable again.
+	if err := undumpable(); err != nil {
+		log.Warn("make the agent non-dumpable", "err", err)
+	}
 	cfg, err := parseConfig(os.Args[1:], token)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "toolboxd:", err)
