@@ -11,7 +11,9 @@ import "golang.org/x/sys/unix"
 // /proc/1 files become root's and refuse ptrace-mode access alike. The
 // agent's own hold of each child at its exec (oom.go) is unaffected: the
 // child asks to be traced (PTRACE_TRACEME), and an exec makes the child
-// dumpable again; a process is still traced by its own parent. yama's
+// dumpable again; a process is still traced by its own parent. (gVisor
+// refuses that TRACEME: the agent does not hold children there, see run.)
+// yama's
 // ptrace_scope would also do, but it is the host's setting, not ours.
 func undumpable() error {
 	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)

@@ -362,6 +362,8 @@ func (r *Runtime) containerConfig(spec runtime.Spec, attempt string) *container.
 	env = append(env, runtime.EnvAgentToken+"="+spec.AgentToken)
 	if spec.Isolation != runtime.IsolationGVisor { // see startAgent
 		env = append(env, runtime.EnvAgentHandoff+"="+runtime.AgentSocketDir+"/"+runtime.AgentHandoffName)
+	} else {
+		env = append(env, runtime.EnvAgentIsolation+"="+string(runtime.IsolationGVisor))
 	}
 
 	labels := make(map[string]string, len(spec.Labels)+3)
@@ -407,8 +409,10 @@ func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostC
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.HostPath, Target: m.Path, ReadOnly: m.ReadOnly})
 	}
 	var ociRuntime string // the engine's default (runc)
+	securityOpt := []string{"seccomp=" + seccompJSON()}
 	if spec.Isolation == runtime.IsolationGVisor {
 		ociRuntime = r.opts.GVisorRuntime
+		securityOpt = nil // see seccomp.go
 	}
 	return &container.HostConfig{
 		Runtime:     ociRuntime,
@@ -420,8 +424,10 @@ func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostC
 		// Its own cgroup namespace: /proc/self/cgroup and the cgroup mounts
 		// show "/", not the host's hierarchy and container ids.
 		CgroupnsMode: container.CgroupnsModePrivate,
-		// SecurityOpt stays empty: the engine's default seccomp (and
-		// AppArmor, where present) profile applies. no-new-privileges is
+		SecurityOpt:  securityOpt,
+		// The sandboxes' own seccomp profile (seccomp.go: the engine's
+		// default rules, less io_uring); the engine's default AppArmor
+		// profile, where present, still applies. no-new-privileges is
 		// not set on purpose: it would disable setuid programs, and sudo
 		// from the unprivileged user to root is a feature (E2B's "user"
 		// has passwordless sudo). It would protect nothing the caller

@@ -442,3 +442,92 @@ var capNumbers = map[string]uint{
 	"CAP_SETUID": unix.CAP_SETUID, "CAP_SETPCAP": unix.CAP_SETPCAP, "CAP_NET_BIND_SERVICE": unix.CAP_NET_BIND_SERVICE,
 	"CAP_SYS_CHROOT": unix.CAP_SYS_CHROOT, "CAP_AUDIT_WRITE": unix.CAP_AUDIT_WRITE,
 }
+
+// kernelDoors asks the kernel for what the sandboxes' seccomp profile
+// refuses, and for what it must keep: one line per call, "name: ok" or
+// "name: errno N".
+const kernelDoors = `
+import ctypes, os, threading, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(name, nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *args)
+    print("%s: %s" % (name, "ok" if r >= 0 else "errno %d" % ctypes.get_errno()))
+params = ctypes.create_string_buffer(120)
+call("io_uring_setup", 425, ctypes.c_uint(4), params)
+call("io_uring_enter", 426, ctypes.c_int(-1), ctypes.c_uint(0), ctypes.c_uint(0), ctypes.c_uint(0), None, ctypes.c_size_t(0))
+call("io_uring_register", 427, ctypes.c_int(-1), ctypes.c_uint(0), None, ctypes.c_uint(0))
+call("userfaultfd", 323, ctypes.c_int(0))
+call("keyctl", 250, ctypes.c_int(0), ctypes.c_long(-3), ctypes.c_long(0))
+call("unshare_user", 272, ctypes.c_int(0x10000000))
+call("personality_query", 135, ctypes.c_ulong(0xffffffff))
+t = threading.Thread(target=lambda: None); t.start(); t.join(); print("thread: ok")
+try:
+    socket.socket(40, socket.SOCK_STREAM); print("vsock: ok")
+except OSError as e:
+    print("vsock: errno %d" % e.errno)
+os.mkfifo("/tmp/fifo"); print("mkfifo: ok")
+`
+
+// TestSandbox_SeccompRefusesIOUring (issue 27, item 6): under runc the
+// sandboxes' own seccomp profile refuses io_uring (EPERM, or ENOSYS where
+// the kernel lacks it), userfaultfd, the keyring, user namespaces and
+// vsock, and keeps what programs need: threads (glibc's clone3, answered
+// ENOSYS, falls back to clone), personality queries, fifos. Under gVisor
+// (when the engine has runsc) the profile is not passed and sandboxes
+// still run: there every call, io_uring's included, is the sentry's own
+// implementation, and none reaches the host's kernel.
+func TestSandbox_SeccompRefusesIOUring(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	want := map[string]string{
+		"io_uring_setup": "refused", "io_uring_enter": "refused", "io_uring_register": "refused",
+		"userfaultfd": "refused", "keyctl": "refused", "unshare_user": "refused", "vsock": "refused",
+		"personality_query": "ok", "thread": "ok", "mkfifo": "ok",
+	}
+	check := func(t *testing.T, out string, only ...string) {
+		t.Helper()
+		got := map[string]string{}
+		for line := range strings.Lines(out) {
+			name, res, ok := strings.Cut(strings.TrimSpace(line), ": ")
+			if !ok {
+				continue
+			}
+			switch res {
+			case "ok":
+				got[name] = "ok"
+			case fmt.Sprintf("errno %d", unix.EPERM), fmt.Sprintf("errno %d", unix.ENOSYS):
+				got[name] = "refused"
+			default:
+				got[name] = res
+			}
+		}
+		for name, w := range want {
+			if len(only) > 0 && !slices.Contains(only, name) {
+				continue
+			}
+			if got[name] != w {
+				t.Errorf("%s: %q, want %s\n%s", name, got[name], w, out)
+			}
+		}
+	}
+	t.Run("runc", func(t *testing.T) {
+		t.Parallel()
+		b := newBox(t, newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}), func(s *runtime.Spec) {
+			s.Image = baseImage
+		})
+		check(t, b.sh(t, "python3 -c '"+kernelDoors+"'"))
+	})
+	t.Run("gvisor", func(t *testing.T) {
+		t.Parallel()
+		requireGVisor(t)
+		b := newBox(t, newRuntime(t, runtimetest.Options{NodeID: "node-gv-" + runtimetest.NewSandboxID()[3:]}), func(s *runtime.Spec) {
+			s.Image, s.Isolation = baseImage, runtime.IsolationGVisor
+			s.MemoryMB, s.PidsLimit = max(runtime.MinGVisorMemoryMB, 256), runtime.MinGVisorPidsLimit
+		})
+		out := b.sh(t, "python3 -c '"+kernelDoors+"'")
+		t.Logf("under gVisor:\n%s", out)
+		check(t, out, "thread", "mkfifo")
+	})
+}
+
