@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -531,3 +532,51 @@ func TestSandbox_SeccompRefusesIOUring(t *testing.T) {
 	})
 }
 
+// TestCommit_ImageHoldsNoAgentToken (issue 27, item 6): a sandbox
+// captured as an image (templates, snapshots) leaves neither its agent
+// token nor its env in anything the engine shows of the image: its
+// config, and the copy of the container's config the engine records
+// beside it (ContainerConfig), which registries receive on a push.
+func TestCommit_ImageHoldsNoAgentToken(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	node := "node-" + runtimetest.NewSandboxID()[3:]
+	rt := newRuntime(t, runtimetest.Options{NodeID: node})
+	b := newBox(t, rt, func(s *runtime.Spec) { s.Env = map[string]string{"SANDBOX_SECRET": "hush-" + s.SandboxID} })
+	secrets := []string{"tok-" + b.id, "hush-" + b.id}
+	cinfo, err := exec.CommandContext(t.Context(), "docker", "inspect", rt.ContainerName(b.id)).Output()
+	if err != nil || !strings.Contains(string(cinfo), secrets[0]) {
+		t.Fatalf("the container's config does not show its token (%v): the check looks in the wrong place", err)
+	}
+	ref := "sandboxd/test-commit:" + b.id
+	t.Cleanup(func() { _ = rt.RemoveImage(context.Background(), ref) })
+	start := time.Now()
+	img, err := rt.Commit(t.Context(), b.id, ref, runtime.ImageConfig{Env: []string{"KEPT=1"}})
+	if err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	t.Logf("commit took %v", time.Since(start))
+	out, err := exec.CommandContext(t.Context(), "docker", "image", "inspect", img.ID).Output()
+	if err != nil {
+		t.Fatalf("docker image inspect: %v", err)
+	}
+	for _, s := range secrets {
+		if strings.Contains(string(out), s) {
+			t.Errorf("the image shows %q:\n%s", s, out)
+		}
+	}
+	if !slices.Contains(img.Config.Env, "KEPT=1") {
+		t.Errorf("image env %q lacks KEPT=1", img.Config.Env)
+	}
+	// Nothing of the commit is left running or listed.
+	res, err := env.cli.ContainerList(t.Context(), client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", runtime.LabelPrefix+"commit=1", runtime.LabelNode+"="+node)})
+	if err != nil || len(res.Items) != 0 {
+		t.Errorf("intermediate containers left: %d, %v", len(res.Items), err)
+	}
+	// The image still makes a sandbox.
+	b2 := newBox(t, rt, func(s *runtime.Spec) { s.Image = ref })
+	if got := b2.sh(t, "echo $KEPT"); got != "1\n" {
+		t.Errorf("a sandbox of the image: KEPT=%q", got)
+	}
+}
