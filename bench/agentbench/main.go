@@ -139,6 +139,9 @@ func seccompCost(ctx context.Context, dir, bin, image string, n int) error {
 		return err
 	}
 	defer engine.close()
+	if err := createCost(ctx, bin, image, ours.rt, engine.rt, 10); err != nil {
+		return err
+	}
 	fmt.Printf("\n%-44s %5s %10s %10s\n", "exec round trip, by seccomp profile", "n", "p50", "p95")
 	for _, w := range []struct {
 		name string
@@ -156,16 +159,23 @@ func seccompCost(ctx context.Context, dir, bin, image string, n int) error {
 				return err
 			}
 		}
-		for range n {
-			d, err := ours.exec(ctx, w.cmd)
-			if err != nil {
-				return err
+		for i := range n {
+			// Which goes first alternates: no profile always follows the other.
+			pair := []*benchSandbox{ours, engine}
+			if i%2 == 1 {
+				pair[0], pair[1] = engine, ours
 			}
-			o = append(o, d)
-			if d, err = engine.exec(ctx, w.cmd); err != nil {
-				return err
+			for _, sb := range pair {
+				d, err := sb.exec(ctx, w.cmd)
+				if err != nil {
+					return err
+				}
+				if sb == ours {
+					o = append(o, d)
+				} else {
+					e = append(e, d)
+				}
 			}
-			e = append(e, d)
 		}
 		slices.Sort(o)
 		slices.Sort(e)
@@ -173,6 +183,41 @@ func seccompCost(ctx context.Context, dir, bin, image string, n int) error {
 		fmt.Printf("%-44s %5d %10s %10s\n", w.name+": engine default (baseline)", n, pct(e, 50), pct(e, 95))
 		fmt.Printf("%s: p50 %+.1f%%, p95 %+.1f%%\n", w.name, change(pct(o, 50), pct(e, 50)), change(pct(o, 95), pct(e, 95)))
 	}
+	return nil
+}
+
+// createCost prints create → agent ready under each profile (the engine
+// parses and runc compiles whichever it is given), n each, alternating.
+func createCost(ctx context.Context, bin, image string, ours, engine *docker.Runtime, n int) error {
+	var o, e []time.Duration
+	for i := range n {
+		pair := []*docker.Runtime{ours, engine}
+		if i%2 == 1 {
+			pair[0], pair[1] = engine, ours
+		}
+		for _, rt := range pair {
+			id := runtimetest.NewSandboxID()
+			begin := time.Now()
+			_, err := rt.Create(ctx, runtime.Spec{SandboxID: id, Image: image, AgentBinary: bin, AgentToken: "bench-" + id})
+			d := time.Since(begin)
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = rt.Destroy(dctx, id)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("create sandbox: %w", err)
+			}
+			if rt == ours {
+				o = append(o, d)
+			} else {
+				e = append(e, d)
+			}
+		}
+	}
+	slices.Sort(o)
+	slices.Sort(e)
+	fmt.Printf("\n%-44s %5s %10s %10s\n", "create → agent ready, by seccomp profile", "n", "p50", "p95")
+	fmt.Printf("%-44s %5d %10s %10s\n", "sandboxd profile", n, pct(o, 50), pct(o, 95))
+	fmt.Printf("%-44s %5d %10s %10s\n", "engine default (baseline)", n, pct(e, 50), pct(e, 95))
 	return nil
 }
 
