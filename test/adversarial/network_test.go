@@ -18,6 +18,7 @@ import (
 // bridge of t's own, removed (with its firewall) after the daemon stops.
 func networkDaemon(t *testing.T, name string) *daemontest.Daemon {
 	t.Helper()
+	requireDocker(t) // before the cleanup below: nothing to tear down then
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	bridge := "adv" + hex.EncodeToString(b[:]) // an interface name: at most 15 bytes
@@ -25,10 +26,10 @@ func networkDaemon(t *testing.T, name string) *daemontest.Daemon {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := netpolicy.New(netpolicy.Options{Bridge: bridge}).Teardown(ctx); err != nil {
-			t.Errorf("firewall teardown: %v", err)
-		}
 		if exec.CommandContext(ctx, "docker", "network", "inspect", bridge).Run() == nil {
+			if err := netpolicy.New(netpolicy.Options{Bridge: bridge}).Teardown(ctx); err != nil {
+				t.Errorf("firewall teardown: %v", err)
+			}
 			if out, err := exec.CommandContext(ctx, "docker", "network", "rm", bridge).CombinedOutput(); err != nil {
 				t.Errorf("docker network rm %s: %v: %s", bridge, err, out)
 			}
