@@ -112,6 +112,9 @@ type Runtime struct {
 
 	boots [bootLockStripes]sync.Mutex // see bootLock
 
+	// commitLeftoverAge is commitLeftoverAge (tests shorten it).
+	commitLeftoverAge time.Duration
+
 	// agentOOMScore is the agent's oom_score_adj: -1000 (never the OOM
 	// killer's victim: when the agent dies the sandbox does) where the
 	// engine may lower scores, else 0; either way the agent starts its
@@ -158,7 +161,7 @@ func New(opts Options) (*Runtime, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Runtime{cli: opts.Client, opts: opts, log: log, cpuPrevs: make(map[string]cpuSample), pids: make(map[string]int)}
+	r := &Runtime{cli: opts.Client, opts: opts, log: log, cpuPrevs: make(map[string]cpuSample), pids: make(map[string]int), commitLeftoverAge: commitLeftoverAge}
 	if mayLowerOOMScores() {
 		r.agentOOMScore = -1000
 	}
@@ -646,19 +649,27 @@ func (r *Runtime) Inspect(ctx context.Context, sandboxID string) (runtime.Status
 	}, nil
 }
 
-// ListOurs implements runtime.Runtime.
+// ListOurs implements runtime.Runtime. One engine list by the node's label
+// serves it and two repairs: a container named as an older daemon named
+// it is renamed (adoptName), and an intermediate container a crashed
+// Commit left is removed (sweepCommitLeftover).
 func (r *Runtime) ListOurs(ctx context.Context) ([]runtime.Instance, error) {
 	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
-		All: true,
-		Filters: make(client.Filters).Add("label",
-			runtime.LabelManaged+"=1",
-			runtime.LabelNode+"="+r.opts.NodeID),
+		All:     true,
+		Filters: make(client.Filters).Add("label", runtime.LabelNode+"="+r.opts.NodeID),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	out := make([]runtime.Instance, 0, len(res.Items))
 	for _, c := range res.Items {
+		if c.Labels[labelCommit] == "1" {
+			r.sweepCommitLeftover(ctx, c.ID, c.Created)
+			continue
+		}
+		if c.Labels[runtime.LabelManaged] != "1" {
+			continue
+		}
 		r.adoptName(ctx, c.ID, c.Labels[runtime.LabelSandbox], c.Names)
 		out = append(out, runtime.Instance{
 			SandboxID:   c.Labels[runtime.LabelSandbox],
@@ -669,6 +680,22 @@ func (r *Runtime) ListOurs(ctx context.Context) ([]runtime.Instance, error) {
 	}
 	slices.SortFunc(out, func(a, b runtime.Instance) int { return strings.Compare(a.SandboxID, b.SandboxID) })
 	return out, nil
+}
+
+// commitLeftoverAge is how old Commit's intermediate container must be
+// before ListOurs removes it: Commit removes its own within a second or
+// two, so an older one was left by a daemon that died mid-commit.
+const commitLeftoverAge = 10 * time.Minute
+
+// sweepCommitLeftover removes Commit's intermediate container (it never
+// runs) once it is older than commitLeftoverAge. Best effort, logged.
+func (r *Runtime) sweepCommitLeftover(ctx context.Context, containerID string, created int64) {
+	if time.Since(time.Unix(created, 0)) < r.commitLeftoverAge {
+		return
+	}
+	if err := r.remove(ctx, containerID); err != nil {
+		r.log.Warn("remove a commit's leftover intermediate container", "container", containerID, "err", err)
+	}
 }
 
 // adoptName renames a container of ours whose name is not ContainerName:

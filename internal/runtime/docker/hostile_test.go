@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
 
@@ -578,5 +580,41 @@ func TestCommit_ImageHoldsNoAgentToken(t *testing.T) {
 	b2 := newBox(t, rt, func(s *runtime.Spec) { s.Image = ref })
 	if got := b2.sh(t, "echo $KEPT"); got != "1\n" {
 		t.Errorf("a sandbox of the image: KEPT=%q", got)
+	}
+}
+
+// TestListOurs_SweepsACommitsLeftover: an intermediate container of Commit
+// that a crashed daemon left (never run, labelled with the node) is
+// removed by ListOurs once it is old, and not listed as a sandbox; a young
+// one (a Commit in progress) is left alone.
+func TestListOurs_SweepsACommitsLeftover(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	node := "node-" + runtimetest.NewSandboxID()[3:]
+	rt := newRuntime(t, runtimetest.Options{NodeID: node})
+	made, err := env.cli.ContainerCreate(t.Context(), client.ContainerCreateOptions{
+		Config: &container.Config{Image: testImage, Entrypoint: []string{"true"},
+			Labels: map[string]string{runtime.LabelNode: node, runtime.LabelPrefix + "commit": "1"}},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = env.cli.ContainerRemove(context.Background(), made.ID, client.ContainerRemoveOptions{Force: true})
+	})
+	list, err := rt.ListOurs(t.Context())
+	if err != nil || len(list) != 0 {
+		t.Fatalf("ListOurs = %+v, %v; want no sandbox", list, err)
+	}
+	if _, err := env.cli.ContainerInspect(t.Context(), made.ID, client.ContainerInspectOptions{}); err != nil {
+		t.Fatalf("a young intermediate container was removed: %v", err)
+	}
+	docker.SetCommitLeftoverAge(rt, 0)
+	if _, err := rt.ListOurs(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.cli.ContainerInspect(t.Context(), made.ID, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Errorf("the old intermediate container is still there: %v", err)
 	}
 }
