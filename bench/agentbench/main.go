@@ -9,8 +9,11 @@
 // then N times each with a fresh connection per exec, through the
 // runtime's peer-checked DialAgent and through a plain dial (the
 // difference is the cost of checking who answers on the agent socket),
-// and destroys the container. Absolute numbers are noisy on shared
-// machines; the ratio is the figure.
+// and destroys the container. Then it compares the sandboxes' seccomp
+// profile with the engine's default: one more sandbox under each, the
+// same execs alternating between them (`true`, and a dd of 20,000 one-byte
+// blocks: 40,000 filtered system calls). Absolute numbers are noisy on
+// shared machines; the ratio is the figure.
 package main
 
 import (
@@ -81,7 +84,7 @@ func run(ctx context.Context, image string, n, dn int) error {
 		}
 		return err
 	}
-	dockerExec := func() error { return exec.CommandContext(ctx, "docker", "exec", id, "true").Run() }
+	dockerExec := func() error { return exec.CommandContext(ctx, "docker", "exec", rt.ContainerName(id), "true").Run() }
 
 	for range 10 { // warm-up: connections, page cache
 		if err := agentExec(); err != nil {
@@ -119,7 +122,146 @@ func run(ctx context.Context, image string, n, dn int) error {
 	fmt.Printf("%-40s %5d %10s %10s\n", "DialAgent (peer-checked)", n, pct(checked, 50), pct(checked, 95))
 	fmt.Printf("%-40s %5d %10s %10s\n", "plain unix dial (no check)", n, pct(unchecked, 50), pct(unchecked, 95))
 	fmt.Printf("peer check cost, p50: %s\n", pct(checked, 50)-pct(unchecked, 50))
+	return seccompCost(ctx, dir, bin, image, n)
+}
+
+// seccompCost prints the exec round trip in a sandbox under the
+// sandboxes' own seccomp profile beside one under the engine's default,
+// alternating so that both see the same load.
+func seccompCost(ctx context.Context, dir, bin, image string, n int) error {
+	ours, err := newSandbox(ctx, filepath.Join(dir, "o"), "agentbench-ours", bin, image, false)
+	if err != nil {
+		return err
+	}
+	defer ours.close()
+	engine, err := newSandbox(ctx, filepath.Join(dir, "e"), "agentbench-engine", bin, image, true)
+	if err != nil {
+		return err
+	}
+	defer engine.close()
+	if err := createCost(ctx, bin, image, ours.rt, engine.rt, 10); err != nil {
+		return err
+	}
+	fmt.Printf("\n%-44s %5s %10s %10s\n", "exec round trip, by seccomp profile", "n", "p50", "p95")
+	for _, w := range []struct {
+		name string
+		cmd  []string
+	}{
+		{"`true`", []string{"true"}},
+		{"dd, 40k syscalls", []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=20000", "status=none"}},
+	} {
+		var o, e []time.Duration
+		for range 10 { // warm-up
+			if _, err := ours.exec(ctx, w.cmd); err != nil {
+				return err
+			}
+			if _, err := engine.exec(ctx, w.cmd); err != nil {
+				return err
+			}
+		}
+		for i := range n {
+			// Which goes first alternates: no profile always follows the other.
+			pair := []*benchSandbox{ours, engine}
+			if i%2 == 1 {
+				pair[0], pair[1] = engine, ours
+			}
+			for _, sb := range pair {
+				d, err := sb.exec(ctx, w.cmd)
+				if err != nil {
+					return err
+				}
+				if sb == ours {
+					o = append(o, d)
+				} else {
+					e = append(e, d)
+				}
+			}
+		}
+		slices.Sort(o)
+		slices.Sort(e)
+		fmt.Printf("%-44s %5d %10s %10s\n", w.name+": sandboxd profile", n, pct(o, 50), pct(o, 95))
+		fmt.Printf("%-44s %5d %10s %10s\n", w.name+": engine default (baseline)", n, pct(e, 50), pct(e, 95))
+		fmt.Printf("%s: p50 %+.1f%%, p95 %+.1f%%\n", w.name, change(pct(o, 50), pct(e, 50)), change(pct(o, 95), pct(e, 95)))
+	}
 	return nil
+}
+
+// createCost prints create → agent ready under each profile (the engine
+// parses and runc compiles whichever it is given), n each, alternating.
+func createCost(ctx context.Context, bin, image string, ours, engine *docker.Runtime, n int) error {
+	var o, e []time.Duration
+	for i := range n {
+		pair := []*docker.Runtime{ours, engine}
+		if i%2 == 1 {
+			pair[0], pair[1] = engine, ours
+		}
+		for _, rt := range pair {
+			id := runtimetest.NewSandboxID()
+			begin := time.Now()
+			_, err := rt.Create(ctx, runtime.Spec{SandboxID: id, Image: image, AgentBinary: bin, AgentToken: "bench-" + id})
+			d := time.Since(begin)
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = rt.Destroy(dctx, id)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("create sandbox: %w", err)
+			}
+			if rt == ours {
+				o = append(o, d)
+			} else {
+				e = append(e, d)
+			}
+		}
+	}
+	slices.Sort(o)
+	slices.Sort(e)
+	fmt.Printf("\n%-44s %5s %10s %10s\n", "create → agent ready, by seccomp profile", "n", "p50", "p95")
+	fmt.Printf("%-44s %5d %10s %10s\n", "sandboxd profile", n, pct(o, 50), pct(o, 95))
+	fmt.Printf("%-44s %5d %10s %10s\n", "engine default (baseline)", n, pct(e, 50), pct(e, 95))
+	return nil
+}
+
+func change(got, base time.Duration) float64 {
+	return 100 * (float64(got) - float64(base)) / float64(base)
+}
+
+// benchSandbox is one sandbox of its own runtime, with an agent client.
+type benchSandbox struct {
+	rt *docker.Runtime
+	id string
+	c  *agent.Client
+}
+
+func newSandbox(ctx context.Context, sockets, node, bin, image string, engineSeccomp bool) (*benchSandbox, error) {
+	rt, err := docker.New(docker.Options{NodeID: node, SocketRoot: sockets, EngineSeccomp: engineSeccomp})
+	if err != nil {
+		return nil, fmt.Errorf("docker.New: %w", err)
+	}
+	id := runtimetest.NewSandboxID()
+	token := "bench-" + id
+	if _, err := rt.Create(ctx, runtime.Spec{SandboxID: id, Image: image, AgentBinary: bin, AgentToken: token}); err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return rt.DialAgent(ctx, id) }, token)
+	return &benchSandbox{rt: rt, id: id, c: c}, nil
+}
+
+func (b *benchSandbox) exec(ctx context.Context, cmd []string) (time.Duration, error) {
+	begin := time.Now()
+	res, err := b.c.Exec(ctx, agent.ExecRequest{Cmd: cmd})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("%q: exit code %d: %s", cmd, res.ExitCode, res.Stderr)
+	}
+	return time.Since(begin), err
+}
+
+func (b *benchSandbox) close() {
+	b.c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = b.rt.Destroy(ctx, b.id)
+	b.rt.Close()
 }
 
 // dialCost measures the exec round trip when every exec opens a new

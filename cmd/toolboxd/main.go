@@ -12,6 +12,9 @@
 //	                         runtime sets it: the socket directory is
 //	                         read-only in the sandbox, see package
 //	                         agent/handoff); --listen is then ignored
+//	SANDBOXD_AGENT_ISOLATION "gvisor" under gVisor: children are not held
+//	                         at their exec (the agent is not dumpable, and
+//	                         gVisor then refuses the child's PTRACE_TRACEME)
 //	SANDBOXD_AGENT_TOKEN     the agent token; required; removed from the
 //	                         environment at once (see takeToken) so no
 //	                         child, nor /proc/1/environ, ever shows it
@@ -33,6 +36,9 @@ const (
 	envToken   = "SANDBOXD_AGENT_TOKEN"
 	envSocket  = "SANDBOXD_AGENT_SOCKET"
 	envHandoff = "SANDBOXD_AGENT_HANDOFF"
+	// envIsolation is "gvisor" under gVisor: children are not held at
+	// their exec there (see run).
+	envIsolation = "SANDBOXD_AGENT_ISOLATION"
 )
 
 const defaultSocket = "/run/sandboxd/agent.sock"
@@ -43,6 +49,10 @@ func main() {
 	token, err := takeToken()
 	if err != nil {
 		log.Warn("agent token", "err", err)
+	}
+	// After takeToken: an exec (its re-exec) makes a process dumpable again.
+	if err := undumpable(); err != nil {
+		log.Warn("make the agent non-dumpable", "err", err)
 	}
 	cfg, err := parseConfig(os.Args[1:], token)
 	if err != nil {
@@ -62,6 +72,7 @@ type config struct {
 	socket  string
 	handoff string // when set, the daemon hands the socket over here
 	token   string
+	gvisor  bool // envIsolation
 }
 
 func parseConfig(args []string, token string) (config, error) {
@@ -78,5 +89,5 @@ func parseConfig(args []string, token string) (config, error) {
 	if token == "" {
 		return config{}, errors.New(envToken + " is not set: refusing to serve without a token")
 	}
-	return config{socket: socket, handoff: *handoff, token: token}, nil
+	return config{socket: socket, handoff: *handoff, token: token, gvisor: os.Getenv(envIsolation) == "gvisor"}, nil
 }

@@ -38,6 +38,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		reserveThreads(reservedThreads) // see oom.go
 		r := reaper.New(log)
 		waiter, atExec = guardOOM(r, log)
+		if cfg.gvisor {
+			// gVisor refuses PTRACE_TRACEME to the child of a process that
+			// is not dumpable (Linux does not), and its sentry has no OOM
+			// killer of its own: the hold would fail every start and order
+			// nothing.
+			atExec = nil
+		}
 		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancel() // after the processes are gone: runs before wg.Wait
 		wg.Go(func() { _ = r.Run(rctx) })

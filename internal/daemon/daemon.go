@@ -242,9 +242,15 @@ func (d *Daemon) probeGVisor(drt *docker.Runtime) bool {
 // when set, and opens the volume directory under dataDir.
 func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runtime.Runtime) runtime.Runtime) (runtime.Runtime, *volume.Dir, error) {
 	sockets := socketRoot(dataDir)
+	// Containers' names are keyed, so that the engine's resolver, which
+	// answers them on the sandboxes' network, gives no sandbox id away.
+	nameKey, err := d.key(dataDir, "container-names.key")
+	if err != nil {
+		return nil, nil, fmt.Errorf("container name key: %w", err)
+	}
 	drt, err := docker.New(docker.Options{
 		NodeID: d.Config.NodeID, SocketRoot: sockets, Logger: d.logger, QualifyNames: d.cluster != nil,
-		Network: d.Config.SandboxNetworkName,
+		Network: d.Config.SandboxNetworkName, NameKey: nameKey,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker.New: %w", err)

@@ -5,8 +5,8 @@
 // # Identity
 //
 // Every operation is keyed by the sandbox id, never by an engine-specific id:
-// the id is the container (or VM) name, so a daemon that lost its database can
-// still find, inspect and destroy its sandboxes. A sandbox id must be a DNS
+// the container (or VM) is found by its labels, so a daemon that lost its
+// database can still find, inspect and destroy its sandboxes. A sandbox id must be a DNS
 // label (see [ValidSandboxID]); the API hands out "sb-" + 16 lowercase hex.
 //
 // # The container contract (runtime/docker)
@@ -14,7 +14,9 @@
 // Create turns a [Spec] into one running container and returns only once the
 // agent inside answers:
 //
-//   - name and hostname = sandbox id;
+//   - name and hostname: a keyed hash of the sandbox id, never the id
+//     (docker.Runtime.ContainerName: the engine's resolver answers them to
+//     the sandbox's neighbours);
 //   - labels sandboxd.managed=1, sandboxd.node=<node id>, sandboxd.sandbox=<sandbox id>
 //     (see [LabelManaged], [LabelNode], [LabelSandbox]) plus the caller's labels,
 //     so the reconciler, and anyone auditing a host, can find every container

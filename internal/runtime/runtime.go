@@ -168,6 +168,12 @@ const (
 	EnvAgentHandoff = "SANDBOXD_AGENT_HANDOFF"
 	// EnvAgentToken carries the agent token to the agent, which unsets it.
 	EnvAgentToken = "SANDBOXD_AGENT_TOKEN"
+	// EnvAgentIsolation tells the agent its sandbox runs under gVisor
+	// (value "gvisor"; unset under runc). The agent then starts its
+	// children without holding them at their exec (cmd/toolboxd): gVisor
+	// refuses PTRACE_TRACEME to the child of a non-dumpable process, and
+	// its sentry has no OOM killer whose order the hold would set.
+	EnvAgentIsolation = "SANDBOXD_AGENT_ISOLATION"
 	// EnvAgentSocket overrides the agent's socket path (tests only; the
 	// runtime never sets it).
 	EnvAgentSocket = "SANDBOXD_AGENT_SOCKET"
@@ -323,7 +329,7 @@ func (s Spec) Validate() error {
 		switch {
 		case !envKeyPattern.MatchString(k):
 			errs = append(errs, fmt.Errorf("env key %q is not a valid name", k))
-		case k == EnvAgentToken || k == EnvAgentHandoff:
+		case k == EnvAgentToken || k == EnvAgentHandoff || k == EnvAgentIsolation:
 			errs = append(errs, fmt.Errorf("env key %s is reserved", k))
 		}
 	}

@@ -1,6 +1,7 @@
 package adversarial_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -124,5 +125,84 @@ func TestAgent_ForkBombLeavesTheDaemonAndOthersAlone(t *testing.T) {
 	}
 	if err := watch.Stop(); err != nil {
 		t.Error(err)
+	}
+}
+
+// attachToAgent is what root in a sandbox would try against its agent
+// (PID 1): ptrace it, read its memory and its environment. It prints one
+// line per attempt that worked; an attach that worked is undone at once,
+// so that the old code's agent survives the test.
+const attachToAgent = `
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+if libc.ptrace(16, 1, None, None) == 0:  # PTRACE_ATTACH
+    print("attached")
+    os.waitpid(1, 0x40000000)  # __WALL
+    libc.ptrace(17, 1, None, None)  # PTRACE_DETACH
+for f in ["/proc/1/environ", "/proc/1/mem", "/proc/1/maps", "/proc/1/auxv"]:
+    try:
+        with open(f, "rb") as fh:
+            fh.read(64)
+        print("read", f)
+    except OSError:
+        pass
+`
+
+// TestAgent_SandboxCannotTraceItsAgent (issue 27, item 6): root in a runc
+// sandbox cannot ptrace the agent, nor read its memory or environment
+// through /proc/1 (the agent is not dumpable), while the agent's own hold
+// of each child at its exec (a ptrace of its own) keeps working: a command
+// runs after the attack.
+func TestAgent_SandboxCannotTraceItsAgent(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "ptrace")
+	mallory := tenant(t, d, "mallory")
+	sb := sandbox(t, mallory, sandboxd.CreateRequest{Image: baseImage})
+
+	res, err := mallory.Exec(t.Context(), sb.ID, sandboxd.ExecRequest{Cmd: []string{"python3", "-c", attachToAgent}, Timeout: time.Minute})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("attack: %+v, %v", res, err)
+	}
+	if res.Stdout != "" {
+		t.Errorf("root in the sandbox reached its agent:\n%s", res.Stdout)
+	}
+	// The sandbox's own processes stay traceable by their parent (the
+	// agent's exec hold depends on the same kernel rule).
+	if res := sh(t, mallory, sb.ID, `python3 -c 'import os; print(open("/proc/%d/environ" % os.getpid(), "rb").read().count(b"PATH="))'`); res.Stdout != "1\n" {
+		t.Errorf("a process reading its own /proc environ: %+v", res)
+	}
+	if res := sh(t, mallory, sb.ID, "echo still answering"); res.Stdout != "still answering\n" {
+		t.Errorf("exec after the attack: %+v", res)
+	}
+}
+
+// TestAgent_FilesAPICannotRemoveSystemFiles (issue 27, item 6): the
+// files API refuses to remove /dev/null (every command's stdin), another
+// device node, /proc or /sys, or the agent's binary and socket directory,
+// with a typed 400; commands keep running afterwards. Before, the delete
+// of /dev/null succeeded and every later exec failed until a restart.
+func TestAgent_FilesAPICannotRemoveSystemFiles(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "devnull")
+	mallory := tenant(t, d, "mallory")
+	sb := sandbox(t, mallory, sandboxd.CreateRequest{})
+	for _, p := range []string{"/dev/null", "/dev/zero", "/dev", "/proc/1", "/sys", "/run/sandboxd", "/opt/sandboxd/toolboxd"} {
+		err := mallory.RemoveFile(t.Context(), sb.ID, p)
+		var apiErr *sandboxd.APIError
+		if !errors.As(err, &apiErr) || apiErr.Status != 400 || apiErr.Code != "invalid_argument" {
+			t.Errorf("delete %s: %v, want 400 invalid_argument", p, err)
+		}
+	}
+	res, err := mallory.Exec(t.Context(), sb.ID, sandboxd.ExecRequest{Cmd: []string{"sh", "-c", "test -c /dev/null && test -c /dev/zero && echo ok"}})
+	if err != nil || res.Stdout != "ok\n" {
+		t.Errorf("exec after the deletes: %+v, %v; want ok", res, err)
+	}
+	// The user's files, and /dev/shm's, stay removable.
+	sh(t, mallory, sb.ID, "touch /tmp/mine /dev/shm/mine")
+	for _, p := range []string{"/tmp/mine", "/dev/shm/mine"} {
+		if err := mallory.RemoveFile(t.Context(), sb.ID, p); err != nil {
+			t.Errorf("delete %s: %v", p, err)
+		}
 	}
 }

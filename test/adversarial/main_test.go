@@ -60,6 +60,13 @@ func runMain(m *testing.M) int {
 // at the end of t, with the tail of its log on failure.
 func startDaemon(t *testing.T, name string, extraArgs ...string) *daemontest.Daemon {
 	t.Helper()
+	requireDocker(t)
+	return env.dt.Start(t, name, extraArgs...)
+}
+
+// requireDocker skips t (fails it in CI) without a usable Docker engine.
+func requireDocker(t *testing.T) {
+	t.Helper()
 	testenv.NeedsDocker(t)
 	if env.dockerErr != nil {
 		if !testenv.CI() {
@@ -67,7 +74,6 @@ func startDaemon(t *testing.T, name string, extraArgs ...string) *daemontest.Dae
 		}
 		t.Fatalf("Docker is unreachable and CI is set: %v", env.dockerErr)
 	}
-	return env.dt.Start(t, name, extraArgs...)
 }
 
 // adminClient is a Go SDK client of d with its admin token.

@@ -98,7 +98,7 @@ func TestCluster_FailoverRecreatesOnAnotherNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !slices.ContainsFunc(cs, func(x ctr) bool {
-			return x.Node != victim.NodeID() && x.State == "running" && x.Name == sb.ID+"."+x.Node
+			return x.Node != victim.NodeID() && x.State == "running" && qualifiedName(x, sb.ID)
 		}) {
 			t.Errorf("sandbox %s answers, but no container of a survivor runs it: %+v", sb.ID, cs)
 		}

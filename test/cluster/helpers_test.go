@@ -196,6 +196,13 @@ func containersOf(ctx context.Context, id string) ([]ctr, error) {
 	return cs, nil
 }
 
+// qualifiedName reports whether c's name is a keyed container name
+// qualified by its node ("<name>.<node id>") that does not show the
+// sandbox id (docker.Runtime.ContainerName).
+func qualifiedName(c ctr, id string) bool {
+	return strings.HasSuffix(c.Name, "."+c.Node) && !strings.Contains(c.Name, id)
+}
+
 // ownerOf is the node whose container runs sandbox id (its node label).
 func ownerOf(ctx context.Context, t *testing.T, c *daemontest.Cluster, id string) *daemontest.Daemon {
 	t.Helper()
@@ -208,8 +215,8 @@ func ownerOf(ctx context.Context, t *testing.T, c *daemontest.Cluster, id string
 	}
 	for _, d := range c.Nodes {
 		if d.NodeID() == cs[0].Node {
-			if want := id + "." + d.NodeID(); cs[0].Name != want {
-				t.Errorf("container of %s is named %q, want %q", id, cs[0].Name, want)
+			if !qualifiedName(cs[0], id) {
+				t.Errorf("container of %s is named %q, want a keyed name qualified by its node %s", id, cs[0].Name, d.NodeID())
 			}
 			return d
 		}

@@ -332,7 +332,7 @@ func TestCluster_LeaderKillDuringCreates(t *testing.T) {
 		}
 		var bad []string
 		for id := range final {
-			if l := cs[id]; len(l) != 1 || l[0].State != "running" || l[0].Name != id+"."+l[0].Node {
+			if l := cs[id]; len(l) != 1 || l[0].State != "running" || !qualifiedName(l[0], id) {
 				bad = append(bad, fmt.Sprintf("key %d's %s: %+v", final[id], id, l))
 			}
 		}

@@ -5,7 +5,9 @@ package docker
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -77,8 +79,19 @@ type Options struct {
 	// GVisorRuntime is the engine's name for runsc, used for sandboxes
 	// with runtime.IsolationGVisor (default DefaultGVisorRuntime).
 	GVisorRuntime string
-	// QualifyNames names each container "<sandbox id>.<node id>" instead
-	// of "<sandbox id>". Cluster mode sets it: a sandbox that failed over
+	// EngineSeccomp runs runc sandboxes under the engine's default seccomp
+	// profile instead of the sandboxes' own (seccomp.go): for benchmarks
+	// that compare the two (bench/agentbench). The daemon never sets it.
+	EngineSeccomp bool
+	// NameKey keys the containers' names (see ContainerName): with it, a
+	// container's name, which the engine's resolver answers to every
+	// container on the same network, tells nothing of the sandbox id. The
+	// daemon keeps one per node, in its data directory. Empty, the names
+	// are an unkeyed hash of the id (tests and benchmarks): still one-way,
+	// but anyone may compute a known id's name.
+	NameKey []byte
+	// QualifyNames names each container "<name>.<node id>" instead of
+	// "<name>" (see ContainerName). Cluster mode sets it: a sandbox that failed over
 	// keeps its id on its new node, and where two nodes share an engine
 	// (tests, a node restarted on the host it left) the stale node's
 	// container and the new owner's must not collide, nor may the stale
@@ -98,6 +111,9 @@ type Runtime struct {
 	pids     map[string]int       // host pid of each sandbox's agent (boot.go)
 
 	boots [bootLockStripes]sync.Mutex // see bootLock
+
+	// commitLeftoverAge is commitLeftoverAge (tests shorten it).
+	commitLeftoverAge time.Duration
 
 	// agentOOMScore is the agent's oom_score_adj: -1000 (never the OOM
 	// killer's victim: when the agent dies the sandbox does) where the
@@ -145,7 +161,7 @@ func New(opts Options) (*Runtime, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Runtime{cli: opts.Client, opts: opts, log: log, cpuPrevs: make(map[string]cpuSample), pids: make(map[string]int)}
+	r := &Runtime{cli: opts.Client, opts: opts, log: log, cpuPrevs: make(map[string]cpuSample), pids: make(map[string]int), commitLeftoverAge: commitLeftoverAge}
 	if mayLowerOOMScores() {
 		r.agentOOMScore = -1000
 	}
@@ -304,13 +320,34 @@ func newAttemptID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// name is the engine's name of a sandbox's container (Options.QualifyNames).
-func (r *Runtime) name(sandboxID string) string {
+// namePrefix starts every container name this runtime gives.
+const namePrefix = "sandbox-"
+
+// ContainerName is the engine's name of a sandbox's container:
+// "sandbox-" and 32 hex digits of HMAC-SHA256(Options.NameKey, sandbox
+// id), followed by "." and the node id with Options.QualifyNames. The
+// engine's resolver answers a container's name (and its hostname, the
+// same label) to every container on its network, forwards and PTR
+// records alike, so the name must not be the sandbox id: a sandbox with
+// network would learn its neighbours' ids. Deterministic, so that every
+// lookup by sandbox id stays one engine call.
+func (r *Runtime) ContainerName(sandboxID string) string {
+	n := r.label(sandboxID)
 	if r.opts.QualifyNames {
-		return sandboxID + "." + r.opts.NodeID
+		return n + "." + r.opts.NodeID
 	}
-	return sandboxID
+	return n
 }
+
+// label is the first label of ContainerName, which is also the
+// container's hostname.
+func (r *Runtime) label(sandboxID string) string {
+	m := hmac.New(sha256.New, r.opts.NameKey)
+	m.Write([]byte(sandboxID))
+	return namePrefix + hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+func (r *Runtime) name(sandboxID string) string { return r.ContainerName(sandboxID) }
 
 // findAttempt returns the id of the container named name if this Create
 // attempt made it, or "". Best effort, with a fresh context.
@@ -332,6 +369,8 @@ func (r *Runtime) containerConfig(spec runtime.Spec, attempt string) *container.
 	env = append(env, runtime.EnvAgentToken+"="+spec.AgentToken)
 	if spec.Isolation != runtime.IsolationGVisor { // see startAgent
 		env = append(env, runtime.EnvAgentHandoff+"="+runtime.AgentSocketDir+"/"+runtime.AgentHandoffName)
+	} else {
+		env = append(env, runtime.EnvAgentIsolation+"="+string(runtime.IsolationGVisor))
 	}
 
 	labels := make(map[string]string, len(spec.Labels)+3)
@@ -343,7 +382,7 @@ func (r *Runtime) containerConfig(spec runtime.Spec, attempt string) *container.
 
 	return &container.Config{
 		Image:    spec.Image,
-		Hostname: spec.SandboxID,
+		Hostname: r.label(spec.SandboxID), // not the id: see ContainerName
 		Env:      env,
 		Labels:   labels,
 		// With an explicit entrypoint and no Cmd the engine ignores the
@@ -377,8 +416,13 @@ func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostC
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.HostPath, Target: m.Path, ReadOnly: m.ReadOnly})
 	}
 	var ociRuntime string // the engine's default (runc)
+	securityOpt := []string{"seccomp=" + seccompJSON()}
+	if r.opts.EngineSeccomp {
+		securityOpt = nil
+	}
 	if spec.Isolation == runtime.IsolationGVisor {
 		ociRuntime = r.opts.GVisorRuntime
+		securityOpt = nil // see seccomp.go
 	}
 	return &container.HostConfig{
 		Runtime:     ociRuntime,
@@ -390,8 +434,10 @@ func (r *Runtime) hostConfig(spec runtime.Spec, sockDir string) *container.HostC
 		// Its own cgroup namespace: /proc/self/cgroup and the cgroup mounts
 		// show "/", not the host's hierarchy and container ids.
 		CgroupnsMode: container.CgroupnsModePrivate,
-		// SecurityOpt stays empty: the engine's default seccomp (and
-		// AppArmor, where present) profile applies. no-new-privileges is
+		SecurityOpt:  securityOpt,
+		// The sandboxes' own seccomp profile (seccomp.go: the engine's
+		// default rules, less io_uring); the engine's default AppArmor
+		// profile, where present, still applies. no-new-privileges is
 		// not set on purpose: it would disable setuid programs, and sudo
 		// from the unprivileged user to root is a feature (E2B's "user"
 		// has passwordless sudo). It would protect nothing the caller
@@ -603,19 +649,28 @@ func (r *Runtime) Inspect(ctx context.Context, sandboxID string) (runtime.Status
 	}, nil
 }
 
-// ListOurs implements runtime.Runtime.
+// ListOurs implements runtime.Runtime. One engine list by the node's label
+// serves it and two repairs: a container named as an older daemon named
+// it is renamed (adoptName), and an intermediate container a crashed
+// Commit left is removed (sweepCommitLeftover).
 func (r *Runtime) ListOurs(ctx context.Context) ([]runtime.Instance, error) {
 	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
-		All: true,
-		Filters: make(client.Filters).Add("label",
-			runtime.LabelManaged+"=1",
-			runtime.LabelNode+"="+r.opts.NodeID),
+		All:     true,
+		Filters: make(client.Filters).Add("label", runtime.LabelNode+"="+r.opts.NodeID),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	out := make([]runtime.Instance, 0, len(res.Items))
 	for _, c := range res.Items {
+		if c.Labels[labelCommit] == "1" {
+			r.sweepCommitLeftover(ctx, c.ID, c.Created)
+			continue
+		}
+		if c.Labels[runtime.LabelManaged] != "1" {
+			continue
+		}
+		r.adoptName(ctx, c.ID, c.Labels[runtime.LabelSandbox], c.Names)
 		out = append(out, runtime.Instance{
 			SandboxID:   c.Labels[runtime.LabelSandbox],
 			ContainerID: c.ID,
@@ -625,6 +680,44 @@ func (r *Runtime) ListOurs(ctx context.Context) ([]runtime.Instance, error) {
 	}
 	slices.SortFunc(out, func(a, b runtime.Instance) int { return strings.Compare(a.SandboxID, b.SandboxID) })
 	return out, nil
+}
+
+// commitLeftoverAge is how old Commit's intermediate container must be
+// before ListOurs removes it: Commit removes its own within a second or
+// two, so an older one was left by a daemon that died mid-commit.
+const commitLeftoverAge = 10 * time.Minute
+
+// sweepCommitLeftover removes Commit's intermediate container (it never
+// runs) once it is older than commitLeftoverAge. Best effort, logged.
+func (r *Runtime) sweepCommitLeftover(ctx context.Context, containerID string, created int64) {
+	if time.Since(time.Unix(created, 0)) < r.commitLeftoverAge {
+		return
+	}
+	if err := r.remove(ctx, containerID); err != nil {
+		r.log.Warn("remove a commit's leftover intermediate container", "container", containerID, "err", err)
+	}
+}
+
+// adoptName renames a container of ours whose name is not ContainerName:
+// one made by a daemon from before the names were keyed (named by the
+// sandbox id) or under another key. ListOurs calls it, so the daemon's
+// startup reconcile renames every such container before the daemon looks
+// one up by name; the engine renames a running container in place (its
+// resolver records follow). A failure is logged: the container is still
+// listed, and the next ListOurs tries again.
+func (r *Runtime) adoptName(ctx context.Context, containerID, sandboxID string, names []string) {
+	if !runtime.ValidSandboxID(sandboxID) {
+		return
+	}
+	want := r.ContainerName(sandboxID)
+	if slices.Contains(names, "/"+want) {
+		return
+	}
+	if _, err := r.cli.ContainerRename(ctx, containerID, client.ContainerRenameOptions{NewName: want}); err != nil {
+		r.log.Warn("rename a sandbox's container to its keyed name", "sandbox", sandboxID, "container", containerID, "names", names, "err", err)
+		return
+	}
+	r.log.Info("renamed a sandbox's container to its keyed name", "sandbox", sandboxID, "container", containerID, "was", names)
 }
 
 // notFound turns the engine's not-found into runtime.ErrNotFound.

@@ -174,7 +174,7 @@ func requireGVisor(t *testing.T) {
 // facts reports the container as the engine sees it.
 func facts(t *testing.T, sandboxID string) runtimetest.Facts {
 	t.Helper()
-	res, err := env.cli.ContainerInspect(t.Context(), sandboxID, client.ContainerInspectOptions{})
+	res, err := env.cli.ContainerInspect(t.Context(), containerOf(t, sandboxID), client.ContainerInspectOptions{})
 	if err != nil {
 		t.Fatalf("inspect %s: %v", sandboxID, err)
 	}
@@ -204,6 +204,19 @@ func facts(t *testing.T, sandboxID string) runtimetest.Facts {
 		f.Mounts = append(f.Mounts, runtimetest.Mount{Source: m.Source, Target: m.Destination, ReadOnly: !m.RW})
 	}
 	return f
+}
+
+// containerOf is the id of the one container labelled with sandboxID (its
+// name is keyed: docker.Runtime.ContainerName).
+func containerOf(t *testing.T, sandboxID string) string {
+	t.Helper()
+	res, err := env.cli.ContainerList(t.Context(), client.ContainerListOptions{
+		All: true, Filters: make(client.Filters).Add("label", runtime.LabelSandbox+"="+sandboxID),
+	})
+	if err != nil || len(res.Items) != 1 {
+		t.Fatalf("containers labelled %s: %d, %v; want one", sandboxID, len(res.Items), err)
+	}
+	return res.Items[0].ID
 }
 
 // foreign starts an unlabelled container beside ours.
@@ -310,7 +323,7 @@ func TestCreate_AnswerLost(t *testing.T) {
 	if !errors.Is(err, errAnswerLost) {
 		t.Fatalf("Create = %v, want the injected error", err)
 	}
-	if _, err := env.cli.ContainerInspect(t.Context(), id, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+	if _, err := env.cli.ContainerInspect(t.Context(), rt.ContainerName(id), client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
 		t.Errorf("container %s after a Create whose answer was lost: inspect err = %v, want not found", id, err)
 	}
 	if _, err := os.Stat(rt.SocketDir(id)); !errors.Is(err, os.ErrNotExist) {
@@ -347,5 +360,43 @@ func TestDialAgent_RefusesASymlinkPlantedBySandbox(t *testing.T) {
 	if conn, err := rt.DialAgent(t.Context(), id); err == nil {
 		conn.Close()
 		t.Fatal("DialAgent followed a symlink planted in the socket directory")
+	}
+}
+
+// TestListOurs_AdoptsOlderNames (issue 27, item 1b): a container made by a
+// daemon from before the names were keyed is named by its sandbox id; the
+// next runtime's ListOurs (the daemon's startup reconcile) finds it by its
+// labels and renames it to its keyed name, after which every call by id
+// reaches it. The keyed name and the hostname do not show the id.
+func TestListOurs_AdoptsOlderNames(t *testing.T) {
+	requireEnv(t)
+	t.Parallel()
+	node := "node-" + runtimetest.NewSandboxID()[3:]
+	old := newRuntime(t, runtimetest.Options{NodeID: node}, func(o *docker.Options) { o.NameKey = []byte("old key") })
+	b := newBox(t, old, nil)
+	if _, err := env.cli.ContainerRename(t.Context(), old.ContainerName(b.id), client.ContainerRenameOptions{NewName: b.id}); err != nil {
+		t.Fatalf("rename to the older name: %v", err)
+	}
+	rt := newRuntime(t, runtimetest.Options{NodeID: node}, func(o *docker.Options) { o.NameKey = []byte("new key") })
+	name := rt.ContainerName(b.id)
+	if strings.Contains(name, b.id[3:]) || name == old.ContainerName(b.id) {
+		t.Fatalf("ContainerName(%s) = %q: shows the id, or ignores the key", b.id, name)
+	}
+	if st, err := rt.Inspect(t.Context(), b.id); err != nil || st.State != runtime.StateMissing {
+		t.Fatalf("Inspect before ListOurs = %+v, %v; want missing (the check proves nothing)", st, err)
+	}
+	list, err := rt.ListOurs(t.Context())
+	if err != nil || len(list) != 1 || list[0].SandboxID != b.id {
+		t.Fatalf("ListOurs = %+v, %v; want %s", list, err, b.id)
+	}
+	if st, err := rt.Inspect(t.Context(), b.id); err != nil || st.State != runtime.StateRunning {
+		t.Fatalf("Inspect after ListOurs = %+v, %v; want running", st, err)
+	}
+	res, err := env.cli.ContainerInspect(t.Context(), name, client.ContainerInspectOptions{})
+	if err != nil || res.Container.Name != "/"+name {
+		t.Fatalf("container named %q: %v", name, err)
+	}
+	if err := rt.Destroy(t.Context(), b.id); err != nil {
+		t.Fatalf("Destroy: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -23,7 +24,19 @@ var _ runtime.Images = (*Runtime)(nil)
 // would be copied into the image (the agent token among them), and its
 // entrypoint (the agent's path) too when cfg has none. So each such key
 // is set explicitly, to an empty value, and the entrypoint to an empty
-// list: the image carries cfg and nothing of the sandbox's.
+// list: the image's configuration carries cfg and nothing of the
+// sandbox's.
+//
+// The engine also records the committed container's whole configuration
+// in the image, beside it ("container_config", shown by docker image
+// inspect as ContainerConfig and pushed to registries): the agent token
+// and the sandbox's env in clear. So the sandbox is committed to an
+// untagged intermediate image, a container that never runs is created
+// from that image, and the image ref is committed from it: the config
+// recorded then is the intermediate's, cfg's. The intermediate stays as
+// the image's parent (untagged, in the engine's store only, as the
+// sandbox's own container config is) and goes with it (RemoveImage).
+// This costs a container create, an empty commit and a remove.
 func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime.ImageConfig) (runtime.Image, error) {
 	if err := checkID(sandboxID); err != nil {
 		return runtime.Image{}, err
@@ -64,20 +77,72 @@ func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime
 			}
 		}
 	}
+	// The intermediate container's labels are blanked like the sandbox's.
+	c.Labels[labelCommit] = ""
 	paused := ins.Container.State != nil && ins.Container.State.Status == container.StatePaused
-	res, err := r.cli.ContainerCommit(ctx, ins.Container.ID, client.ContainerCommitOptions{
-		Reference: ref,
-		Config:    c,
-		NoPause:   paused, // the engine cannot pause a paused container again
+	mid, err := r.cli.ContainerCommit(ctx, ins.Container.ID, client.ContainerCommitOptions{
+		Config:  c,
+		NoPause: paused, // the engine cannot pause a paused container again
 	})
 	if err != nil {
 		return runtime.Image{}, fmt.Errorf("commit sandbox %s as %s: %w", sandboxID, ref, notFound(err))
 	}
-	img, err := r.InspectImage(ctx, res.ID)
+	id, err := r.recommit(ctx, mid.ID, ref, c)
+	if err != nil {
+		return runtime.Image{}, fmt.Errorf("commit sandbox %s as %s: %w", sandboxID, ref, err)
+	}
+	img, err := r.InspectImage(ctx, id)
 	if err != nil {
 		return runtime.Image{}, fmt.Errorf("commit sandbox %s as %s: %w", sandboxID, ref, err)
 	}
 	return img, nil
+}
+
+// labelCommit marks the short-lived container Commit makes (recommit), so
+// that one a crash left is recognisable: it never runs, and the daemon's
+// node label lets the node's cleanup find it.
+const labelCommit = runtime.LabelPrefix + "commit"
+
+// recommit commits the image mid again, through a container of its own
+// that never runs, as ref with the configuration c; mid (untagged)
+// becomes the result's parent, or is removed when this fails. It returns
+// the new image's id.
+func (r *Runtime) recommit(ctx context.Context, mid, ref string, c *container.Config) (_ string, err error) {
+	defer func() {
+		if err != nil {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			if _, rmErr := r.cli.ImageRemove(ctx, mid, client.ImageRemoveOptions{}); rmErr != nil && !cerrdefs.IsNotFound(rmErr) {
+				err = errors.Join(err, fmt.Errorf("undo: remove intermediate image: %w", rmErr))
+			}
+		}
+	}()
+	tmp, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image: mid,
+			// Never run. An entrypoint of its own keeps the image's Cmd
+			// off the container, so the merge below adds none.
+			Entrypoint: []string{"true"},
+			Labels:     map[string]string{runtime.LabelNode: r.opts.NodeID, labelCommit: "1"},
+		},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	})
+	if err != nil {
+		return "", fmt.Errorf("intermediate container: %w", err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if rmErr := r.remove(ctx, tmp.ID); rmErr != nil {
+			// The image is made either way; the container never runs.
+			r.log.Warn("commit: remove the intermediate container", "container", tmp.ID, "err", rmErr)
+		}
+	}()
+	res, err := r.cli.ContainerCommit(ctx, tmp.ID, client.ContainerCommitOptions{Reference: ref, Config: c, NoPause: true})
+	if err != nil {
+		return "", err
+	}
+	return res.ID, nil
 }
 
 // InspectImage implements runtime.Images.

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/sandboxd/sandboxd/internal/agent/server/filesystem"
@@ -374,5 +375,35 @@ func TestRemoveAndMove_RefuseTheAgentsPaths(t *testing.T) {
 	}
 	if _, err := e.client.Remove(t.Context(), connect.NewRequest(&rpc.RemoveRequest{Path: filepath.Join(run, "other")})); err != nil {
 		t.Errorf("remove a neighbour of the socket directory: %v", err)
+	}
+}
+
+// TestRemoveAndMove_RefuseSystemPaths (issue 27, item 6): no file call
+// removes or renames a device node, wherever it is, or anything under
+// /dev, /proc or /sys (the agent runs every process with /dev/null as its
+// stdin); the entries of /dev/shm stay the user's. Only paths that do not
+// exist and a device node of the test's own are named, so that the test
+// cannot harm the host it runs on, whatever the code does.
+func TestRemoveAndMove_RefuseSystemPaths(t *testing.T) {
+	e := newEnv(t, filesystem.Options{})
+	node := filepath.Join(e.dir, "null")
+	if err := unix.Mknod(node, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Skipf("cannot make a device node here: %v", err)
+	}
+	missing := "sandboxd-test-" + filepath.Base(e.dir)
+	for _, p := range []string{node, "/dev/" + missing, "/proc/" + missing, "/sys/" + missing} {
+		_, err := e.client.Remove(t.Context(), connect.NewRequest(&rpc.RemoveRequest{Path: p}))
+		wantCode(t, "remove "+p, err, connect.CodeInvalidArgument)
+	}
+	_, err := e.client.Move(t.Context(), connect.NewRequest(&rpc.MoveRequest{Source: node, Destination: filepath.Join(e.dir, "moved")}))
+	wantCode(t, "move a device node", err, connect.CodeInvalidArgument)
+	if _, err := os.Lstat(node); err != nil {
+		t.Errorf("the device node is gone: %v", err)
+	}
+	shm := filepath.Join("/dev/shm", missing)
+	mustWrite(t, shm, "")
+	t.Cleanup(func() { os.Remove(shm) })
+	if _, err := e.client.Remove(t.Context(), connect.NewRequest(&rpc.RemoveRequest{Path: shm})); err != nil {
+		t.Errorf("remove a file in /dev/shm: %v", err)
 	}
 }
