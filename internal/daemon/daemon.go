@@ -190,7 +190,7 @@ func (d *Daemon) resolvePaths() (dataDir, agentBinary string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("data dir: %w", err)
 	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	if err := privateDir(dataDir, d.logger); err != nil {
 		return "", "", fmt.Errorf("data dir: %w", err)
 	}
 	agentBinary, err = filepath.Abs(d.Config.AgentBinary)
@@ -207,6 +207,29 @@ func (d *Daemon) resolvePaths() (dataDir, agentBinary string, err error) {
 		}
 	}
 	return dataDir, agentBinary, nil
+}
+
+// privateDir makes dir, the data directory, 0700: created so, or an
+// existing one that others may read or enter tightened (it holds the
+// database, the keyring and the admin token), saying so in the log.
+func privateDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("make %s private (0700; it is %o): %w", dir, perm, err)
+		}
+		log.Warn("data dir was open to other users; made it 0700", "dir", dir, "was", fmt.Sprintf("%o", perm))
+	}
+	return nil
 }
 
 // openStore opens the store in dataDir (registering its Close) and the
