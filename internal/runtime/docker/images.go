@@ -24,7 +24,8 @@ var _ runtime.Images = (*Runtime)(nil)
 // entrypoint (the agent's path) too when cfg has none. So each such key
 // is set explicitly, to an empty value, and the entrypoint to an empty
 // list: the image carries cfg and nothing of the sandbox's.
-func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime.ImageConfig) (runtime.Image, error) {
+func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime.ImageConfig) (_ runtime.Image, err error) {
+	defer func() { err = engineErr(err) }()
 	if err := checkID(sandboxID); err != nil {
 		return runtime.Image{}, err
 	}
@@ -81,7 +82,8 @@ func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime
 }
 
 // InspectImage implements runtime.Images.
-func (r *Runtime) InspectImage(ctx context.Context, ref string) (runtime.Image, error) {
+func (r *Runtime) InspectImage(ctx context.Context, ref string) (_ runtime.Image, err error) {
+	defer func() { err = engineErr(err) }()
 	res, err := r.cli.ImageInspect(ctx, ref)
 	if cerrdefs.IsNotFound(err) || cerrdefs.IsInvalidArgument(err) {
 		// A reference the engine cannot parse names no image either.
@@ -101,8 +103,9 @@ func (r *Runtime) InspectImage(ctx context.Context, ref string) (runtime.Image, 
 }
 
 // RemoveImage implements runtime.Images.
-func (r *Runtime) RemoveImage(ctx context.Context, ref string) error {
-	_, err := r.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true})
+func (r *Runtime) RemoveImage(ctx context.Context, ref string) (err error) {
+	defer func() { err = engineErr(err) }()
+	_, err = r.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true})
 	switch {
 	case err == nil, cerrdefs.IsNotFound(err):
 		return nil
@@ -113,8 +116,9 @@ func (r *Runtime) RemoveImage(ctx context.Context, ref string) error {
 }
 
 // TagImage implements runtime.Images.
-func (r *Runtime) TagImage(ctx context.Context, src, dst string) error {
-	_, err := r.cli.ImageTag(ctx, client.ImageTagOptions{Source: src, Target: dst})
+func (r *Runtime) TagImage(ctx context.Context, src, dst string) (err error) {
+	defer func() { err = engineErr(err) }()
+	_, err = r.cli.ImageTag(ctx, client.ImageTagOptions{Source: src, Target: dst})
 	if cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("tag image %s as %s: %w: %w", src, dst, runtime.ErrImageNotFound, err)
 	}
