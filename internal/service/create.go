@@ -209,8 +209,11 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 		}
 	}
 
-	// 7. admission.
+	// 7. admission (a build's sandbox: held by its build).
 	if err := t.run("admission", func() error {
+		if req.admitted {
+			return nil
+		}
 		ask := admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, Owner: req.Owner}
 		err := s.Admission.ReserveWithin(id, ask, req.Quota)
 		// Idle sandboxes of the pool never keep a tenant out: while the
