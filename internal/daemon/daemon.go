@@ -405,11 +405,23 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Images:     d.images,
 		HostMemory: hostMemory,
 		Firewall:   d.firewall,
+		Probes:     d.probes(),
 	})
 	if err != nil {
 		return fmt.Errorf("service.New: %w", err)
 	}
 	return nil
+}
+
+// probes are readiness's checks: the engine's ping, the data dir's space
+// and the database's files.
+func (d *Daemon) probes() service.Probes {
+	db := filepath.Join(d.dataDir, "sandboxd.db")
+	p := service.Probes{DataDir: d.dataDir, StoreFiles: []string{db, db + "-wal"}}
+	if drt, ok := d.images.(*docker.Runtime); ok {
+		p.Engine = drt.Ping
+	}
+	return p
 }
 
 // peerSandboxes is the E2B facade's PeerSandboxes: nil on a single node.
