@@ -85,11 +85,11 @@ func (s *Service) probe(ctx context.Context) []HealthFault {
 		var fs unix.Statfs_t
 		switch err := unix.Statfs(p.DataDir, &fs); {
 		case err != nil:
-			out = append(out, HealthFault{Cause: CauseStore, Detail: fmt.Sprintf("the data directory cannot be read: %v", errors.Unwrap(err))})
+			out = append(out, HealthFault{Cause: CauseStore, Detail: fmt.Sprintf("the data directory cannot be read (%v)", err)})
 		case fs.Flags&unix.ST_RDONLY != 0:
 			out = append(out, HealthFault{Cause: CauseStore, Detail: "the data directory's filesystem is read-only"})
 		case fs.Bavail*uint64(fs.Bsize) < MinFreeBytes:
-			out = append(out, HealthFault{Cause: CauseDisk, Detail: fmt.Sprintf("the data directory's filesystem has %d bytes free", fs.Bavail*uint64(fs.Bsize))})
+			out = append(out, HealthFault{Cause: CauseDisk, Detail: fmt.Sprintf("the data directory's filesystem is full (under %d MiB free)", MinFreeBytes>>20)})
 		}
 	}
 	for _, f := range p.StoreFiles {
