@@ -642,7 +642,7 @@ type buildJob struct {
 // removed). The build sandbox is destroyed either way.
 func (s *Service) runBuild(job buildJob) {
 	t, r, log := job.t, job.recipe, job.log
-	defer s.Admission.Release(job.hold) // BuildTemplate reserved it
+	defer s.Admission.Release(job.hold) // BuildTemplate reserved it; released below, this is for a panic
 	qctx, qcancel := context.WithTimeout(context.Background(), buildTimeout)
 	err := job.queued.wait(qctx, log)
 	qcancel()
@@ -654,6 +654,10 @@ func (s *Service) runBuild(job buildJob) {
 	if err == nil {
 		err = s.build(ctx, job)
 	}
+	// The build's sandbox is gone (build destroys it before it returns):
+	// its hold goes before anyone can see the build end (its state, its
+	// log), so that a create made on seeing it is not refused for it.
+	s.Admission.Release(job.hold)
 	if err == nil {
 		var img runtime.Image
 		if img, err = s.Images.InspectImage(ctx, t.Image); err == nil {
