@@ -209,9 +209,11 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 		}
 	}
 
-	// 7. admission (a build's sandbox: held by its build).
+	// 7. admission. A build's sandbox reserves nothing: its build holds
+	// its capacity, for the build's owner, from its request to its end
+	// (BuildTemplate).
 	if err := t.run("admission", func() error {
-		if req.admitted {
+		if req.Owner == buildOwner {
 			return nil
 		}
 		ask := admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, Owner: req.Owner}

@@ -84,11 +84,6 @@ type CreateRequest struct {
 	// FailoverNone or FailoverRecreate (cluster.go). A single node has
 	// nothing to fail over to and only records it.
 	Failover string
-
-	// admitted: the sandbox's capacity is already held under another
-	// reservation (a template build's, held for its owner from its
-	// request to its end): the create chain reserves none of its own.
-	admitted bool
 }
 
 // Mount binds a named volume (a directory the daemon keeps) into the

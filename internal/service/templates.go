@@ -685,7 +685,7 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 	// The base was checked by BuildTemplate: an image that is no
 	// template's, or a template of the owner's, whose start command a
 	// build does not run.
-	sb, err := s.createChain(ctx, CreateRequest{Owner: buildOwner, Image: r.Base, Timeout: buildTimeout, admitted: true}, "", nil, nil)
+	sb, err := s.createChain(ctx, CreateRequest{Owner: buildOwner, Image: r.Base, Timeout: buildTimeout}, "", nil, nil)
 	if err != nil {
 		return fmt.Errorf("start the build sandbox: %w", err)
 	}
