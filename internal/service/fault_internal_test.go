@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -39,5 +40,25 @@ func TestFault(t *testing.T) {
 	}
 	if !errors.Is(&FaultError{Cause: CauseDisk, Err: errors.New("x")}, ErrUnavailable) {
 		t.Error("a FaultError does not match ErrUnavailable")
+	}
+}
+
+// TestFaults_ProbesAreRateLimited: a storm of readiness checks costs one
+// engine ping per probeEvery, and the fault is named while the ping
+// fails.
+func TestFaults_ProbesAreRateLimited(t *testing.T) {
+	var pings int
+	s := &Service{Deps: Deps{Probes: Probes{
+		Engine: func(context.Context) error { pings++; return runtime.ErrUnavailable },
+		DataDir: t.TempDir(),
+	}}}
+	for range 100 {
+		got := s.Faults(t.Context())
+		if len(got) != 1 || got[0].Cause != CauseEngine {
+			t.Fatalf("Faults = %+v, want the engine's", got)
+		}
+	}
+	if pings != 1 {
+		t.Errorf("100 readiness checks pinged the engine %d times, want 1", pings)
 	}
 }
