@@ -49,7 +49,7 @@ func TestFault(t *testing.T) {
 func TestFaults_ProbesAreRateLimited(t *testing.T) {
 	var pings int
 	s := &Service{Deps: Deps{Probes: Probes{
-		Engine: func(context.Context) error { pings++; return runtime.ErrUnavailable },
+		Engine:  func(context.Context) error { pings++; return runtime.ErrUnavailable },
 		DataDir: t.TempDir(),
 	}}}
 	for range 100 {
