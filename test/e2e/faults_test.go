@@ -32,9 +32,9 @@ import (
 // probes, which run at most every few seconds).
 const faultDeadline = 60 * time.Second
 
-// TestFault_EngineUnreachable: with the engine cut off, create and
-// destroy answer 503 naming the engine, /readyz is 503 with cause
-// engine; exec in a running sandbox goes on (it talks to the sandbox's
+// TestFault_EngineUnreachable: with the engine cut off, create (on the
+// three APIs) and destroy answer 503 naming the engine, /readyz is 503
+// with cause engine; exec in a running sandbox goes on (it talks to the sandbox's
 // agent, not the engine). Restored: /readyz is 200, the destroy retried
 // succeeds and a create works.
 func TestFault_EngineUnreachable(t *testing.T) {
@@ -53,6 +53,15 @@ func TestFault_EngineUnreachable(t *testing.T) {
 	proxy.cut()
 	status, body := call(ctx, d, http.MethodPost, "/v1/sandboxes", map[string]any{"image": busyboxImage, "cpu": 0.25, "memory_mb": 128})
 	wantFault(t, "create", status, body, "engine")
+	// The facades answer in their SDKs' shapes, naming the cause too.
+	status, body = call(ctx, d, http.MethodPost, "/sandboxes", map[string]any{})
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"code":503`) || !strings.Contains(string(body), "(cause: engine)") {
+		t.Errorf("E2B create with the engine cut off: %d %s; want 503 {code: 503} naming the engine", status, body)
+	}
+	status, body = call(ctx, d, http.MethodPost, "/daytona/api/sandbox", map[string]any{})
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"statusCode":503`) || !strings.Contains(string(body), "(cause: engine)") {
+		t.Errorf("Daytona create with the engine cut off: %d %s; want 503 {statusCode: 503} naming the engine", status, body)
+	}
 	status, body = call(ctx, d, http.MethodPost, "/v1/sandboxes/"+sb+"/exec", map[string]any{"command": "echo still-here"})
 	if status != http.StatusOK || !strings.Contains(string(body), "still-here") {
 		t.Errorf("exec in a running sandbox with the engine cut off: %d %s; want 200 (the agent answers)", status, body)
