@@ -527,7 +527,12 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 	// the quota has no room for is refused now, with the quota's error,
 	// rather than failing after its wait or holding a sandbox past it.
 	hold := buildHold(id)
-	if err := s.Admission.ReserveWithin(hold, buildRequest(c.Owner), c.Quota); err != nil {
+	err = s.Admission.ReserveWithin(hold, buildRequest(c.Owner), c.Quota)
+	// As for a create: idle sandboxes of the pool make room on a full host.
+	for ex := (*admission.ExhaustedError)(nil); errors.As(err, &ex) && s.evictIdle(ctx); {
+		err = s.Admission.ReserveWithin(hold, buildRequest(c.Owner), c.Quota)
+	}
+	if err != nil {
 		queued.cancel()
 		return Template{}, false, admissionErr(err)
 	}
