@@ -33,10 +33,12 @@ import (
 const faultDeadline = 60 * time.Second
 
 // TestFault_EngineUnreachable: with the engine cut off, create (on the
-// three APIs) and destroy answer 503 naming the engine, /readyz is 503
-// with cause engine; exec in a running sandbox goes on (it talks to the sandbox's
-// agent, not the engine). Restored: /readyz is 200, the destroy retried
-// succeeds and a create works.
+// three APIs) answers 503 naming the engine; exec in a running sandbox
+// goes on (it talks to the sandbox's agent, not the engine). The daemon
+// restarted meanwhile: exec (which must ask the engine who the agent is)
+// and destroy answer 503 naming the engine, /readyz is 503 with cause
+// engine. Restored: /readyz is 200, the destroy retried finishes and a
+// create works.
 func TestFault_EngineUnreachable(t *testing.T) {
 	requireDocker(t)
 	t.Parallel()
