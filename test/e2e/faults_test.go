@@ -51,6 +51,8 @@ func TestFault_EngineUnreachable(t *testing.T) {
 	waitReady(ctx, t, d, http.StatusOK, "")
 	sb := createRaw(ctx, t, d)
 	t.Cleanup(func() { _, _ = call(context.Background(), d, http.MethodDelete, "/v1/sandboxes/"+sb, nil) })
+	sb2 := createRaw(ctx, t, d)
+	t.Cleanup(func() { _, _ = call(context.Background(), d, http.MethodDelete, "/v1/sandboxes/"+sb2, nil) })
 
 	proxy.cut()
 	status, body := call(ctx, d, http.MethodPost, "/v1/sandboxes", map[string]any{"image": busyboxImage, "cpu": 0.25, "memory_mb": 128})
@@ -68,6 +70,10 @@ func TestFault_EngineUnreachable(t *testing.T) {
 	if status != http.StatusOK || !strings.Contains(string(body), "still-here") {
 		t.Errorf("exec in a running sandbox with the engine cut off: %d %s; want 200 (the agent answers)", status, body)
 	}
+	status, body = call(ctx, d, http.MethodDelete, "/v1/sandboxes/"+sb2, nil)
+	wantFault(t, "destroy", status, body, "engine")
+	waitReady(ctx, t, d, http.StatusServiceUnavailable, "engine")
+
 	// A daemon restarted meanwhile has not met the sandbox's agent yet:
 	// it asks the engine who the agent is before it trusts the socket,
 	// so its exec needs the engine, and says so.
@@ -81,15 +87,17 @@ func TestFault_EngineUnreachable(t *testing.T) {
 	status, body = call(ctx, d, http.MethodPost, "/v1/sandboxes/"+sb+"/exec", map[string]any{"command": "echo still-here"})
 	wantFault(t, "exec after a restart, with the engine cut off", status, body, "engine")
 	status, body = call(ctx, d, http.MethodDelete, "/v1/sandboxes/"+sb, nil)
-	wantFault(t, "destroy", status, body, "engine")
+	wantFault(t, "destroy during the startup repair", status, body, "engine")
 	waitReady(ctx, t, d, http.StatusServiceUnavailable, "engine")
 
 	proxy.restore(t)
 	waitReady(ctx, t, d, http.StatusOK, "")
 	// The destroy cut short marked the sandbox gone; its retry finishes
 	// the teardown (204, or 404: "not the call that destroyed it").
-	if status, body := call(ctx, d, http.MethodDelete, "/v1/sandboxes/"+sb, nil); status != http.StatusNoContent && status != http.StatusNotFound {
-		t.Errorf("the destroy retried once the engine is back: %d %s; want 204 or 404", status, body)
+	for _, id := range []string{sb, sb2} {
+		if status, body := call(ctx, d, http.MethodDelete, "/v1/sandboxes/"+id, nil); status != http.StatusNoContent && status != http.StatusNotFound {
+			t.Errorf("the destroy of %s retried once the engine is back: %d %s; want 204 or 404", id, status, body)
+		}
 	}
 	waitNoContainers(ctx, t, d)
 	again := createRaw(ctx, t, d)
