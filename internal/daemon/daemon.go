@@ -190,7 +190,7 @@ func (d *Daemon) resolvePaths() (dataDir, agentBinary string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("data dir: %w", err)
 	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	if err := privateDir(dataDir, d.logger); err != nil {
 		return "", "", fmt.Errorf("data dir: %w", err)
 	}
 	agentBinary, err = filepath.Abs(d.Config.AgentBinary)
@@ -207,6 +207,29 @@ func (d *Daemon) resolvePaths() (dataDir, agentBinary string, err error) {
 		}
 	}
 	return dataDir, agentBinary, nil
+}
+
+// privateDir makes dir, the data directory, 0700: created so, or an
+// existing one that others may read or enter tightened (it holds the
+// database, the keyring and the admin token), saying so in the log.
+func privateDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("make %s private (0700; it is %o): %w", dir, perm, err)
+		}
+		log.Warn("data dir was open to other users; made it 0700", "dir", dir, "was", fmt.Sprintf("%o", perm))
+	}
+	return nil
 }
 
 // openStore opens the store in dataDir (registering its Close) and the
@@ -390,6 +413,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		HostMemory: hostMemory,
 		Firewall:   d.firewall,
 		Resolver:   dnsResolver(cfg.DNSResolver),
+		Probes:     d.probes(),
 	})
 	if err != nil {
 		return fmt.Errorf("service.New: %w", err)
@@ -408,6 +432,17 @@ func dnsResolver(addr string) *net.Resolver {
 		var d net.Dialer
 		return d.DialContext(ctx, network, addr)
 	}}
+}
+
+// probes are readiness's checks: the engine's ping, the data dir's space
+// and the database's files.
+func (d *Daemon) probes() service.Probes {
+	db := filepath.Join(d.dataDir, "sandboxd.db")
+	p := service.Probes{DataDir: d.dataDir, StoreFiles: []string{db, db + "-wal"}}
+	if drt, ok := d.images.(*docker.Runtime); ok {
+		p.Engine = drt.Ping
+	}
+	return p
 }
 
 // peerSandboxes is the E2B facade's PeerSandboxes: nil on a single node.

@@ -256,3 +256,47 @@ func TestDomains_APIHostIsReserved(t *testing.T) {
 		t.Errorf("GET /healthz on the API host: %d %s, want the API's 200", code, body)
 	}
 }
+
+// TestNew_DataDirIsPrivate: a data dir others may enter is made 0700,
+// and the database, its WAL and its index are 0600.
+func TestNew_DataDirIsPrivate(t *testing.T) {
+	requireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	agent, err := runtimetest.BuildAgent(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDaemonWith(t, agent, daemon.Options{}, "--data-dir", loosePrivateDir(t))
+	fi, err := os.Stat(d.Config.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != 0o700 {
+		t.Errorf("data dir mode = %o, want 700", got)
+	}
+	for _, name := range []string{"sandboxd.db", "sandboxd.db-wal", "sandboxd.db-shm"} {
+		fi, err := os.Stat(filepath.Join(d.Config.DataDir, name))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if got := fi.Mode().Perm(); got != 0o600 {
+			t.Errorf("%s mode = %o, want 600", name, got)
+		}
+	}
+}
+
+// loosePrivateDir is a fresh directory of mode 0755, removed at the end.
+func loosePrivateDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dmn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

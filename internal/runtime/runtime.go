@@ -103,6 +103,13 @@ var (
 	// on its socket (code in the sandbox replaced it). The connection is
 	// refused, never used.
 	ErrAgentImpostor = errors.New("agent socket answered by a process other than the sandbox's agent")
+	// ErrUnavailable: the engine did not answer (its socket is gone or
+	// refuses connections, or the connection broke mid-call). Nothing is
+	// known about the sandbox; retry once the engine is back.
+	ErrUnavailable = errors.New("container engine unavailable")
+	// ErrNoSpace: the engine (or the host directory a runtime writes)
+	// ran out of disk space. Retry once space is freed.
+	ErrNoSpace = errors.New("no space left on device")
 )
 
 // AgentNotReadyError is returned (wrapped) when a sandbox's agent does not

@@ -209,8 +209,13 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 		}
 	}
 
-	// 7. admission.
+	// 7. admission. A build's sandbox reserves nothing: its build holds
+	// its capacity, for the build's owner, from its request to its end
+	// (BuildTemplate).
 	if err := t.run("admission", func() error {
+		if req.Owner == buildOwner {
+			return nil
+		}
 		ask := admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, Owner: req.Owner}
 		err := s.Admission.ReserveWithin(id, ask, req.Quota)
 		// Idle sandboxes of the pool never keep a tenant out: while the

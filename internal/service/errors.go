@@ -3,8 +3,10 @@ package service
 import (
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -166,4 +168,68 @@ func Is(err, target error) bool {
 		}
 	}
 	return false
+}
+
+// The causes of a fault: the dependency that failed under a call. A
+// fault answers 503 unavailable (retryable) naming its cause on every
+// edge, and /readyz names the causes that last while it is asked.
+const (
+	// CauseEngine: the container engine does not answer.
+	CauseEngine = "engine"
+	// CauseDisk: the data directory's filesystem, or the engine's, is full.
+	CauseDisk = "disk"
+	// CauseStore: the database cannot be written (read-only, or I/O errors).
+	CauseStore = "store"
+)
+
+// FaultError is a call that failed because a dependency did, named by
+// Cause. It matches ErrUnavailable. Fault also recognizes the runtime's
+// and the store's fault sentinels and the host's errnos unwrapped, so the
+// service passes those up with their context like any other error.
+type FaultError struct {
+	Cause string
+	Err   error
+}
+
+func (e *FaultError) Error() string { return FaultMessage(e.Cause) + ": " + e.Err.Error() }
+
+// Unwrap makes errors.Is(err, ErrUnavailable) true, and reaches Err.
+func (e *FaultError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
+
+// Fault reports whether err is a fault of a dependency and which: a
+// *FaultError, the runtime's ErrUnavailable (engine) or ErrNoSpace
+// (disk), the store's ErrDiskFull (disk) or ErrUnwritable (store), or
+// ENOSPC/EDQUOT (disk) or EROFS (store) from a file the service wrote.
+// The edges classify with it, before the domain's own sentinels: a call
+// a dependency failed under says nothing else reliable.
+func Fault(err error) (cause string, ok bool) {
+	var fe *FaultError
+	switch {
+	case err == nil:
+		return "", false
+	case errors.As(err, &fe):
+		return fe.Cause, true
+	case errors.Is(err, runtime.ErrNoSpace), errors.Is(err, store.ErrDiskFull),
+		errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return CauseDisk, true
+	case errors.Is(err, runtime.ErrUnavailable):
+		return CauseEngine, true
+	case errors.Is(err, store.ErrUnwritable), errors.Is(err, syscall.EROFS):
+		return CauseStore, true
+	}
+	return "", false
+}
+
+// FaultMessage is what every edge says of a fault with cause: safe to
+// show (no paths, no engine text), naming the cause.
+func FaultMessage(cause string) string {
+	switch cause {
+	case CauseEngine:
+		return "unavailable (cause: engine): the container engine does not answer; retry later"
+	case CauseDisk:
+		return "unavailable (cause: disk): the host's disk is full; retry once space is freed"
+	case CauseStore:
+		return "unavailable (cause: store): the daemon's database cannot be written; retry later"
+	}
+	return "unavailable (cause: " + cause + "); retry later"
 }

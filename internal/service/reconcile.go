@@ -37,7 +37,7 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	err := s.reconcile(ctx, startup)
 	if startup && err != nil {
 		if ok, _ := s.Ready(); !ok {
-			s.setReady("startup repair failed: " + err.Error())
+			s.setNotReady("startup repair failed: "+err.Error(), err)
 		}
 	}
 	return err
@@ -555,7 +555,7 @@ func (s *Service) repairUntilReady(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		s.setReady(fmt.Sprintf("startup repair failed (attempt %d, next in %v): %v", attempt, wait, err))
+		s.setNotReady(fmt.Sprintf("startup repair failed (attempt %d, next in %v): %v", attempt, wait, err), err)
 		s.Logger.Warn("startup repair failed; retrying", "attempt", attempt, "in", wait, "err", err)
 		t := time.NewTimer(wait)
 		select {
@@ -579,6 +579,8 @@ func (s *Service) Ready() (bool, string) {
 type readiness struct {
 	ready  bool
 	reason string
+	// cause is the fault that failed the startup repair (Fault), if any.
+	cause string
 }
 
 // setReady marks the service ready (reason "") or not ready with reason.
@@ -586,15 +588,27 @@ func (s *Service) setReady(reason string) {
 	s.readiness.Store(&readiness{ready: reason == "", reason: reason})
 }
 
+// setNotReady marks the service not ready with reason, err having failed
+// the startup repair: a fault's cause is kept for the refusals.
+func (s *Service) setNotReady(reason string, err error) {
+	cause, _ := Fault(err)
+	s.readiness.Store(&readiness{reason: reason, cause: cause})
+}
+
 // requireReady is the first check of every call that changes what a
 // sandbox has on the host (create, start, stop, destroy, ports, domains):
 // until the startup repair is done, a pass in progress could restore a
 // route or listener from a snapshot older than the change.
 func (s *Service) requireReady() error {
-	if ok, reason := s.Ready(); !ok {
-		return fmt.Errorf("%w: the daemon is starting: %s", ErrUnavailable, reason)
+	r := s.readiness.Load()
+	switch {
+	case r.ready:
+		return nil
+	case r.cause != "":
+		// The repair waits for a dependency: the refusal names it.
+		return &FaultError{Cause: r.cause, Err: fmt.Errorf("the daemon is starting: %s", r.reason)}
 	}
-	return nil
+	return fmt.Errorf("%w: the daemon is starting: %s", ErrUnavailable, r.reason)
 }
 
 // repairConcurrency bounds the Docker calls one reconcile pass makes at once.

@@ -240,6 +240,9 @@ type Deps struct {
 	// Resolver looks up the TXT records that prove control of a custom
 	// domain (domains.go); nil: net.DefaultResolver.
 	Resolver TXTResolver
+	// Probes are readiness's checks of the engine, the disk and the
+	// store (health.go); the zero value checks nothing.
+	Probes Probes
 }
 
 // Service is sandboxd's domain layer. It is safe for concurrent use.
@@ -268,6 +271,8 @@ type Service struct {
 
 	// readiness is set by the startup repair (Reconcile with startup).
 	readiness atomic.Pointer[readiness]
+	// health caches the dependencies' last probe (Faults).
+	health health
 
 	// engineInFlight is set by a startup pass that rolled back a create
 	// whose container it did not see: the dead process may have sent the

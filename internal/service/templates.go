@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
@@ -520,22 +521,39 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 	}
 	specJSON, _ := json.Marshal(spec)
 	id := cmp.Or(r.ID, NewTemplateID())
+	// The build's sandbox counts against the owner's quota (sandboxes,
+	// CPU, memory) and the host's capacity from now until the build ends,
+	// however it ends (runBuild releases it), queued or running: a build
+	// the quota has no room for is refused now, with the quota's error,
+	// rather than failing after its wait or holding a sandbox past it.
+	hold := buildHold(id)
+	err = s.Admission.ReserveWithin(hold, buildRequest(c.Owner), c.Quota)
+	// As for a create: idle sandboxes of the pool make room on a full host.
+	for ex := (*admission.ExhaustedError)(nil); errors.As(err, &ex) && s.evictIdle(ctx); {
+		err = s.Admission.ReserveWithin(hold, buildRequest(c.Owner), c.Quota)
+	}
+	if err != nil {
+		queued.cancel()
+		return Template{}, false, admissionErr(err)
+	}
 	row, err := s.Store.CreateTemplate(ctx, store.Template{
 		ID: id, Owner: c.Owner, Name: r.Name, Kind: store.TemplateBuild, Image: templateRef(id),
 		BaseImage: baseRef, RecipeHash: hash, Spec: specJSON,
 	})
+	if err != nil {
+		queued.cancel()
+		s.Admission.Release(hold)
+	}
 	if errors.Is(err, store.ErrIDConflict) && r.ID != "" {
 		// A retry of the same id that raced this one: that one's.
-		queued.cancel()
 		if found, gerr := s.Store.GetTemplate(ctx, r.ID); gerr == nil && found.Owner == c.Owner {
 			return s.withTags(ctx, fromTemplateRow(found)), true, nil
 		}
 	}
 	if err != nil {
-		queued.cancel()
 		return Template{}, false, s.mapTemplateErr(err, r.Name)
 	}
-	job.t, job.log, job.queued = row, s.builds.open(id), queued
+	job.t, job.log, job.queued, job.hold = row, s.builds.open(id), queued, hold
 	go s.runBuild(job)
 	return fromTemplateRow(row), false, nil
 }
@@ -599,6 +617,17 @@ func sameTags(t store.Template, tags []string) bool {
 	return slices.Equal(spec.Tags, tags)
 }
 
+// buildHold names an admission reservation for a build of template id:
+// not a sandbox id, and one per call, so a racing retry of the same id
+// that loses never releases the winner's.
+func buildHold(id string) string { return "build:" + id + ":" + NewTemplateID() }
+
+// buildRequest is what a build's sandbox holds for owner: a sandbox of
+// the default size (the build creates its sandbox with no size).
+func buildRequest(owner string) admission.Request {
+	return admission.Request{MilliCPU: defaultMilliCPU, MemoryMB: defaultMemoryMB, Owner: owner}
+}
+
 // buildJob is one build: template t from recipe over base (Recipe.Base
 // is its reference), its steps starting as user in workdir (a base
 // template's).
@@ -609,6 +638,8 @@ type buildJob struct {
 	user, workdir string
 	log           *buildLog
 	queued        *queuedBuild
+	// hold is the build's admission reservation (buildHold).
+	hold string
 }
 
 // runBuild builds a template in a sandbox of the base image and settles
@@ -616,6 +647,7 @@ type buildJob struct {
 // removed). The build sandbox is destroyed either way.
 func (s *Service) runBuild(job buildJob) {
 	t, r, log := job.t, job.recipe, job.log
+	defer s.Admission.Release(job.hold) // BuildTemplate reserved it; released below, this is for a panic
 	qctx, qcancel := context.WithTimeout(context.Background(), buildTimeout)
 	err := job.queued.wait(qctx, log)
 	qcancel()
@@ -627,6 +659,10 @@ func (s *Service) runBuild(job buildJob) {
 	if err == nil {
 		err = s.build(ctx, job)
 	}
+	// The build's sandbox is gone (build destroys it before it returns):
+	// its hold goes before anyone can see the build end (its state, its
+	// log), so that a create made on seeing it is not refused for it.
+	s.Admission.Release(job.hold)
 	if err == nil {
 		var img runtime.Image
 		if img, err = s.Images.InspectImage(ctx, t.Image); err == nil {

@@ -445,3 +445,49 @@ func TestTemplate_CopyStepsFilesModesAndLinks(t *testing.T) {
 		t.Errorf("a link with content: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// A build's sandbox counts against its owner's quota from its request to
+// its end: with the owner's one sandbox running a build is refused with
+// the quota's error; with it gone the build runs, and while it runs a
+// create is refused; once it ended, the create goes through.
+func TestTemplate_BuildCountsAgainstTheQuota(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	alice := service.Caller{Owner: "alice", Quota: service.Quota{Sandboxes: 1}}
+	create := func() (*service.Created, error) {
+		return h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: alice.Owner, Image: busybox, Quota: alice.Quota})
+	}
+	sb, err := create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(ctx), admin, sb.ID) })
+	recipe := service.Recipe{Base: busybox, Steps: []service.Step{{Run: "sleep 15"}}}
+	if tpl, _, err := h.svc.BuildTemplate(ctx, alice, recipe); !errors.Is(err, service.ErrQuotaExceeded) {
+		t.Fatalf("a build while the owner's one sandbox runs: %+v, %v; want ErrQuotaExceeded", tpl, err)
+	}
+	if err := h.svc.Destroy(ctx, alice, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	tpl, _, err := h.svc.BuildTemplate(ctx, alice, recipe)
+	if err != nil {
+		t.Fatalf("the build once the sandbox is gone: %v", err)
+	}
+	eventually(t, "the build sandbox runs", func() bool { return h.containers(t) == 1 })
+	if sb, err := create(); !errors.Is(err, service.ErrQuotaExceeded) {
+		if err == nil {
+			_ = h.svc.Destroy(context.WithoutCancel(ctx), admin, sb.ID)
+		}
+		t.Errorf("a create while the owner's build runs: %v; want ErrQuotaExceeded", err)
+	}
+	if got, log := waitBuilt(t, h, alice, tpl.ID); got.State != store.TemplateReady {
+		t.Fatalf("the build: %+v\n%s", got, log)
+	}
+	sb, err = create()
+	if err != nil {
+		t.Fatalf("a create once the build ended: %v", err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(ctx), admin, sb.ID) })
+}

@@ -40,6 +40,14 @@ var (
 	ErrSchemaTooNew = errors.New("store: database schema is newer than this binary")
 	// ErrInvalidArgument: the input is malformed; nothing was changed.
 	ErrInvalidArgument = errors.New("store: invalid argument")
+	// ErrDiskFull: a write found the database's disk full (SQLITE_FULL);
+	// nothing was changed. Retry once space is freed.
+	ErrDiskFull = errors.New("store: database or disk is full")
+	// ErrUnwritable: a write could not reach the database file: it, its
+	// WAL or its filesystem is read-only (SQLITE_READONLY), or the disk
+	// answered with an I/O error (SQLITE_IOERR, SQLITE_CANTOPEN). Nothing
+	// was changed. Retry once the store is writable.
+	ErrUnwritable = errors.New("store: database is read-only or failing")
 )
 
 // PoolExhaustedError reports that every candidate in [Lo, Hi] of Pool is taken.
@@ -109,4 +117,18 @@ func isPrimaryKeyViolation(err error) bool {
 // isForeignKeyViolation reports whether err is a FOREIGN KEY constraint violation.
 func isForeignKeyViolation(err error) bool {
 	return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
+
+// fault classifies err, from a write, onto ErrDiskFull or ErrUnwritable
+// by its SQLite result code; other errors pass unchanged. The primary
+// code is the extended code's low byte (SQLITE_IOERR_WRITE is an
+// SQLITE_IOERR).
+func fault(err error) error {
+	switch sqliteCode(err) & 0xff {
+	case sqlite3.SQLITE_FULL:
+		return fmt.Errorf("%w: %w", ErrDiskFull, err)
+	case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN:
+		return fmt.Errorf("%w: %w", ErrUnwritable, err)
+	}
+	return err
 }

@@ -102,6 +102,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: resolve %q: %w", path, err)
 	}
+	if err := privateFiles(abs); err != nil {
+		return nil, err
+	}
 	if err := checkSchemaVersion(ctx, abs, len(migs)); err != nil {
 		return nil, err
 	}
@@ -204,6 +207,43 @@ func fileURI(path string, q url.Values) string {
 	return u.String()
 }
 
+// fileMode is the mode of the database and of its -wal and -shm files:
+// they hold every sandbox's sealed secrets and the token hashes, and are
+// the daemon's alone.
+const fileMode = 0o600
+
+// privateFiles makes the database at path 0600 before SQLite opens it:
+// it creates a missing file (an empty file is an empty database) with
+// that mode, which SQLite then gives the -wal and -shm files it creates
+// beside it, and tightens an existing database, -wal or -shm that is
+// looser (written by an older binary, or by SQLite's default 0644).
+func privateFiles(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, fileMode)
+	switch {
+	case err == nil:
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("store: create %s: %w", path, err)
+		}
+	case !errors.Is(err, os.ErrExist):
+		return fmt.Errorf("store: create %s: %w", path, err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if fi.Mode().Perm()&^fileMode != 0 {
+			if err := os.Chmod(p, fileMode); err != nil {
+				return fmt.Errorf("store: make %s private (0600): %w", p, err)
+			}
+		}
+	}
+	return nil
+}
+
 // checkSchemaVersion refuses a database written by a newer binary before anything opens
 // it for writing (a writer would switch the journal mode and replay the WAL). A missing
 // file is fine: it will be created.
@@ -238,18 +278,19 @@ func checkSchemaVersion(ctx context.Context, path string, supported int) error {
 
 // write runs fn in a write transaction (BEGIN IMMEDIATE on the single writer connection)
 // and commits if fn returns nil. Callers queue for the writer in database/sql's pool,
-// so the context bounds the wait.
+// so the context bounds the wait. A write the disk refuses is ErrDiskFull or
+// ErrUnwritable (fault), for every write of the store at once.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return fmt.Errorf("begin: %w", fault(err))
 	}
 	defer tx.Rollback() // a no-op after Commit
 	if err := fn(tx); err != nil {
-		return err
+		return fault(err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("commit: %w", fault(err))
 	}
 	return nil
 }

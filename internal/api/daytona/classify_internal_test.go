@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -49,6 +50,9 @@ func TestWriteError_EveryDomainError(t *testing.T) {
 		{"CapacityWithoutHint", wrap(service.ErrCapacityExhausted), body(429, "the host is out of capacity; retry later"), "1"},
 		{"Unavailable", wrap(service.ErrUnavailable), body(503, "temporarily unavailable; retry later"), ""},
 		{"DeadlineExceeded", wrap(context.DeadlineExceeded), body(503, "temporarily unavailable; retry later"), ""},
+		{"EngineDown", fmt.Errorf("create sandbox sb-1: %w: dial unix /var/run/docker.sock", runtime.ErrUnavailable), body(503, service.FaultMessage(service.CauseEngine)), ""},
+		{"DiskFull", wrap(store.ErrDiskFull), body(503, service.FaultMessage(service.CauseDisk)), ""},
+		{"StoreReadOnly", wrap(store.ErrUnwritable), body(503, service.FaultMessage(service.CauseStore)), ""},
 		{"FacadeError", badRequest("snapshot %q is not known", "x"), body(400, `snapshot "x" is not known`), ""},
 		{"FileNotFound", fileError(wrap(service.ErrNotFound), "/home/user/a.txt"),
 			errorBody{StatusCode: 404, Message: "file not found: /home/user/a.txt", Error: "Not Found", Code: codeFileNotFound, Source: sourceDaemon}, ""},

@@ -79,6 +79,9 @@ func classify(err error) errorBody {
 		status, msg, code, source = apiErr.Status, apiErr.Message, apiErr.Code, apiErr.Source
 	case errors.Is(err, auth.ErrUnauthenticated):
 		status, msg = http.StatusUnauthorized, "invalid API key"
+	case isFault(err):
+		cause, _ := service.Fault(err)
+		status, msg = http.StatusServiceUnavailable, service.FaultMessage(cause)
 	case service.Is(err, service.ErrInvalidArgument):
 		status, msg = http.StatusBadRequest, err.Error()
 	case service.Is(err, service.ErrNotFound):
@@ -131,4 +134,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v) // our types always marshal; an error is a gone client
+}
+
+// isFault reports whether a dependency failed under the call (service.Fault).
+func isFault(err error) bool {
+	_, ok := service.Fault(err)
+	return ok
 }

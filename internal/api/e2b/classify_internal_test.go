@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -50,6 +51,9 @@ func TestWriteError_EveryDomainError(t *testing.T) {
 		{"CapacityWithoutHint", wrap(service.ErrCapacityExhausted), 429, "the host is out of capacity; retry later", "1"},
 		{"Unavailable", wrap(service.ErrUnavailable), 503, "temporarily unavailable; retry later", ""},
 		{"DeadlineExceeded", wrap(context.DeadlineExceeded), 503, "temporarily unavailable; retry later", ""},
+		{"EngineDown", fmt.Errorf("create sandbox sb-1: %w: dial unix /var/run/docker.sock", runtime.ErrUnavailable), 503, service.FaultMessage(service.CauseEngine), ""},
+		{"DiskFull", wrap(store.ErrDiskFull), 503, service.FaultMessage(service.CauseDisk), ""},
+		{"StoreReadOnly", wrap(store.ErrUnwritable), 503, service.FaultMessage(service.CauseStore), ""},
 		{"FacadeError", badRequest("template %q is not known", "nope"), 400, `template "nope" is not known`, ""},
 		{"FacadeErrorWrapped", fmt.Errorf("create: %w", errorf(http.StatusNotFound, "sandbox %s not found", "sb-1")), 404, "sandbox sb-1 not found", ""},
 		{"Unknown", errors.New("dial /run/secret.sock: refused"), 500, "internal error", ""},

@@ -48,6 +48,9 @@ func classify(err error) (status int, msg string) {
 		return apiErr.Status, apiErr.Message
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return http.StatusUnauthorized, "invalid API key"
+	case isFault(err):
+		cause, _ := service.Fault(err)
+		return http.StatusServiceUnavailable, service.FaultMessage(cause)
 	case service.Is(err, service.ErrIdempotencyKeyReused):
 		return http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request body"
 	case service.Is(err, service.ErrInvalidArgument):
@@ -125,4 +128,10 @@ func (f *Facade) sandboxNotFound(w http.ResponseWriter, r *http.Request, id stri
 		code = "unavailable"
 	}
 	writeJSON(w, http.StatusBadGateway, body{SandboxID: id, Message: sandboxNotFoundMessage, Code: code})
+}
+
+// isFault reports whether a dependency failed under the call (service.Fault).
+func isFault(err error) bool {
+	_, ok := service.Fault(err)
+	return ok
 }

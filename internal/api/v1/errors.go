@@ -96,6 +96,9 @@ func classify(err error) (Code, string) {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		// One answer for every way a credential can be wrong (see package auth).
 		return CodeUnauthenticated, "missing or invalid API token"
+	case isFault(err):
+		cause, _ := service.Fault(err)
+		return CodeUnavailable, service.FaultMessage(cause)
 	case service.Is(err, service.ErrIdempotencyKeyReused):
 		return CodeIdempotencyKeyReused, "this Idempotency-Key was used with a different request body"
 	case service.Is(err, service.ErrInvalidArgument):
@@ -131,4 +134,10 @@ func retryAfter(err error) string {
 		return ""
 	}
 	return strconv.Itoa(max(1, int(math.Ceil(ra.After.Seconds()))))
+}
+
+// isFault reports whether a dependency failed under the call (service.Fault).
+func isFault(err error) bool {
+	_, ok := service.Fault(err)
+	return ok
 }

@@ -16,7 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 func newTestServer(t *testing.T, logs *bytes.Buffer) *server {
@@ -42,6 +44,9 @@ func TestWriteError(t *testing.T) {
 		{"capacity without hint", fmt.Errorf("x: %w", service.ErrCapacityExhausted), 429, CodeCapacityExhausted, "1"},
 		{"name conflict", fmt.Errorf("a sandbox named \"web\" already exists: %w", service.ErrNameConflict), 409, CodeNameConflict, ""},
 		{"internal", errors.New("dial /run/x.sock: " + secret), 500, CodeInternal, ""},
+		{"engine down", fmt.Errorf("create sandbox sb-1: %w: dial unix /run/x.sock: "+secret, runtime.ErrUnavailable), 503, CodeUnavailable, ""},
+		{"disk full", fmt.Errorf("store row: %w: "+secret, store.ErrDiskFull), 503, CodeUnavailable, ""},
+		{"store read-only", fmt.Errorf("store row: %w: "+secret, store.ErrUnwritable), 503, CodeUnavailable, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,6 +66,9 @@ func TestWriteError(t *testing.T) {
 			}
 			if body.Error.Code != tt.code || body.Error.Retryable != codes[tt.code].retryable {
 				t.Errorf("body %s", w.Body)
+			}
+			if tt.code == CodeUnavailable && !strings.Contains(body.Error.Message, "(cause: ") {
+				t.Errorf("a fault's answer does not name its cause: %s", w.Body)
 			}
 			if strings.Contains(w.Body.String(), secret) {
 				t.Errorf("the answer leaks the internal error: %s", w.Body)

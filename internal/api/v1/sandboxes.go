@@ -33,10 +33,26 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
 }
 
 // readyz is readiness: 200 once the startup repair has succeeded (routes,
-// ports and domains restored, capacity recomputed), else 503 with why.
+// ports and domains restored, capacity recomputed) and while the engine
+// answers, the data directory has space and the database can be written;
+// else 503 with why: "starting" (with the cause when a dependency's fault
+// is what the startup repair waits for), or "unavailable" with the cause
+// (engine, disk, store) and every fault seen. A fault's 503 lasts while the probes
+// (at most one every few seconds) see it.
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 	if ok, reason := s.svc.Ready(); !ok {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting", "reason": reason, "version": s.version})
+		body := map[string]any{"status": "starting", "reason": reason, "version": s.version}
+		if faults := s.svc.Faults(r.Context()); len(faults) > 0 {
+			body["cause"], body["faults"] = faults[0].Cause, faults // what the repair waits for
+		}
+		writeJSON(w, http.StatusServiceUnavailable, body)
+		return nil
+	}
+	if faults := s.svc.Faults(r.Context()); len(faults) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{
+			"status": "unavailable", "cause": faults[0].Cause, "reason": faults[0].Detail,
+			"faults": faults, "version": s.version,
+		})
 		return nil
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "version": s.version})

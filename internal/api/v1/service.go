@@ -18,6 +18,9 @@ import (
 type Service interface {
 	CreateOnce(ctx context.Context, c service.Caller, r service.CreateOnceRequest) (*service.Created, error)
 	Ready() (ok bool, reason string)
+	// Faults are the dependencies' faults now (engine, disk, store),
+	// probed at most every few seconds.
+	Faults(ctx context.Context) []service.HealthFault
 	Get(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	List(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
 	// ListLocal is List of this node's sandboxes only (the same in a single node).

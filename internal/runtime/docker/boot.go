@@ -191,7 +191,7 @@ func (r *Runtime) checkPeer(ctx context.Context, sandboxID string, conn net.Conn
 	}
 	want, err := r.enginePID(ctx, sandboxID)
 	if err != nil {
-		return fmt.Errorf("check the agent socket's peer: %w", err)
+		return fmt.Errorf("check the agent socket's peer: %w", engineErr(err))
 	}
 	r.setPID(sandboxID, want)
 	switch got {

@@ -178,7 +178,8 @@ func New(opts Options) (*Runtime, error) {
 // Isolations reports the isolations the engine offers: always
 // runtime.IsolationContainer, and runtime.IsolationGVisor when the engine
 // has runsc registered under Options.GVisorRuntime.
-func (r *Runtime) Isolations(ctx context.Context) ([]runtime.Isolation, error) {
+func (r *Runtime) Isolations(ctx context.Context) (_ []runtime.Isolation, err error) {
+	defer func() { err = engineErr(err) }()
 	info, err := r.cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("engine info: %w", err)
@@ -229,6 +230,7 @@ func checkID(id string) error {
 // (create), the agent's sockets, start, the socket handoff and agent
 // readiness (boot.go).
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
+	defer func() { err = engineErr(err) }()
 	id := spec.SandboxID
 	if err := spec.Validate(); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
@@ -514,7 +516,8 @@ func (r *Runtime) remove(ctx context.Context, containerID string) error {
 }
 
 // Start implements runtime.Runtime.
-func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
+func (r *Runtime) Start(ctx context.Context, sandboxID string) (err error) {
+	defer func() { err = engineErr(err) }()
 	if err := checkID(sandboxID); err != nil {
 		return err
 	}
@@ -548,12 +551,13 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 }
 
 // Stop implements runtime.Runtime.
-func (r *Runtime) Stop(ctx context.Context, sandboxID string) error {
+func (r *Runtime) Stop(ctx context.Context, sandboxID string) (err error) {
+	defer func() { err = engineErr(err) }()
 	if err := checkID(sandboxID); err != nil {
 		return err
 	}
 	timeout := int(math.Ceil(r.opts.StopTimeout.Seconds()))
-	_, err := r.cli.ContainerStop(ctx, r.name(sandboxID), client.ContainerStopOptions{Timeout: &timeout})
+	_, err = r.cli.ContainerStop(ctx, r.name(sandboxID), client.ContainerStopOptions{Timeout: &timeout})
 	r.forgetPID(sandboxID) // whatever happened, the next pid comes from the engine
 	if err != nil {
 		return fmt.Errorf("stop sandbox %s: %w", sandboxID, notFound(err))
@@ -563,12 +567,14 @@ func (r *Runtime) Stop(ctx context.Context, sandboxID string) error {
 
 // Pause implements runtime.Runtime: docker pause, the cgroup freezer
 // (runsc pauses its sandbox the same way).
-func (r *Runtime) Pause(ctx context.Context, sandboxID string) error {
+func (r *Runtime) Pause(ctx context.Context, sandboxID string) (err error) {
+	defer func() { err = engineErr(err) }()
 	return r.freeze(ctx, sandboxID, true)
 }
 
 // Resume implements runtime.Runtime: docker unpause.
-func (r *Runtime) Resume(ctx context.Context, sandboxID string) error {
+func (r *Runtime) Resume(ctx context.Context, sandboxID string) (err error) {
+	defer func() { err = engineErr(err) }()
 	return r.freeze(ctx, sandboxID, false)
 }
 
@@ -605,7 +611,8 @@ func (r *Runtime) freeze(ctx context.Context, sandboxID string, pause bool) erro
 }
 
 // Destroy implements runtime.Runtime.
-func (r *Runtime) Destroy(ctx context.Context, sandboxID string) error {
+func (r *Runtime) Destroy(ctx context.Context, sandboxID string) (err error) {
+	defer func() { err = engineErr(err) }()
 	if err := checkID(sandboxID); err != nil {
 		return err
 	}
@@ -623,7 +630,8 @@ func (r *Runtime) Destroy(ctx context.Context, sandboxID string) error {
 }
 
 // Inspect implements runtime.Runtime.
-func (r *Runtime) Inspect(ctx context.Context, sandboxID string) (runtime.Status, error) {
+func (r *Runtime) Inspect(ctx context.Context, sandboxID string) (_ runtime.Status, err error) {
+	defer func() { err = engineErr(err) }()
 	if err := checkID(sandboxID); err != nil {
 		return runtime.Status{}, err
 	}
@@ -653,7 +661,8 @@ func (r *Runtime) Inspect(ctx context.Context, sandboxID string) (runtime.Status
 // serves it and two repairs: a container named as an older daemon named
 // it is renamed (adoptName), and an intermediate container a crashed
 // Commit left is removed (sweepCommitLeftover).
-func (r *Runtime) ListOurs(ctx context.Context) ([]runtime.Instance, error) {
+func (r *Runtime) ListOurs(ctx context.Context) (_ []runtime.Instance, err error) {
+	defer func() { err = engineErr(err) }()
 	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
 		Filters: make(client.Filters).Add("label", runtime.LabelNode+"="+r.opts.NodeID),

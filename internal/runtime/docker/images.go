@@ -37,7 +37,8 @@ var _ runtime.Images = (*Runtime)(nil)
 // the image's parent (untagged, in the engine's store only, as the
 // sandbox's own container config is) and goes with it (RemoveImage).
 // This costs a container create, an empty commit and a remove.
-func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime.ImageConfig) (runtime.Image, error) {
+func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime.ImageConfig) (_ runtime.Image, err error) {
+	defer func() { err = engineErr(err) }()
 	if err := checkID(sandboxID); err != nil {
 		return runtime.Image{}, err
 	}
@@ -146,7 +147,8 @@ func (r *Runtime) recommit(ctx context.Context, mid, ref string, c *container.Co
 }
 
 // InspectImage implements runtime.Images.
-func (r *Runtime) InspectImage(ctx context.Context, ref string) (runtime.Image, error) {
+func (r *Runtime) InspectImage(ctx context.Context, ref string) (_ runtime.Image, err error) {
+	defer func() { err = engineErr(err) }()
 	res, err := r.cli.ImageInspect(ctx, ref)
 	if cerrdefs.IsNotFound(err) || cerrdefs.IsInvalidArgument(err) {
 		// A reference the engine cannot parse names no image either.
@@ -166,8 +168,9 @@ func (r *Runtime) InspectImage(ctx context.Context, ref string) (runtime.Image, 
 }
 
 // RemoveImage implements runtime.Images.
-func (r *Runtime) RemoveImage(ctx context.Context, ref string) error {
-	_, err := r.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true})
+func (r *Runtime) RemoveImage(ctx context.Context, ref string) (err error) {
+	defer func() { err = engineErr(err) }()
+	_, err = r.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true})
 	switch {
 	case err == nil, cerrdefs.IsNotFound(err):
 		return nil
@@ -178,8 +181,9 @@ func (r *Runtime) RemoveImage(ctx context.Context, ref string) error {
 }
 
 // TagImage implements runtime.Images.
-func (r *Runtime) TagImage(ctx context.Context, src, dst string) error {
-	_, err := r.cli.ImageTag(ctx, client.ImageTagOptions{Source: src, Target: dst})
+func (r *Runtime) TagImage(ctx context.Context, src, dst string) (err error) {
+	defer func() { err = engineErr(err) }()
+	_, err = r.cli.ImageTag(ctx, client.ImageTagOptions{Source: src, Target: dst})
 	if cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("tag image %s as %s: %w: %w", src, dst, runtime.ErrImageNotFound, err)
 	}

@@ -34,7 +34,8 @@ const (
 // with traffic between containers on is refused, not used). It is safe to
 // call from several daemons sharing the engine: a racing create's
 // conflict is settled by the inspect after it.
-func (r *Runtime) EnsureNetwork(ctx context.Context, name, bridge string) (Network, error) {
+func (r *Runtime) EnsureNetwork(ctx context.Context, name, bridge string) (_ Network, err error) {
+	defer func() { err = engineErr(err) }()
 	n, err := r.inspectNetwork(ctx, name)
 	if errors.Is(err, runtime.ErrNotFound) {
 		_, err = r.cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{
@@ -77,7 +78,8 @@ func (r *Runtime) inspectNetwork(ctx context.Context, name string) (Network, err
 // SandboxIP is a running sandbox's IPv4 address on the sandboxes' network
 // (Options.Network); invalid when the sandbox has no network. ErrNotFound
 // when it has no container.
-func (r *Runtime) SandboxIP(ctx context.Context, sandboxID string) (netip.Addr, error) {
+func (r *Runtime) SandboxIP(ctx context.Context, sandboxID string) (_ netip.Addr, err error) {
+	defer func() { err = engineErr(err) }()
 	if err := checkID(sandboxID); err != nil {
 		return netip.Addr{}, err
 	}

@@ -20,7 +20,8 @@ type cpuSample struct {
 
 // Stats implements runtime.Runtime with one one-shot sample (stream=false,
 // no pre-sample: the engine answers at once instead of after a second).
-func (r *Runtime) Stats(ctx context.Context, sandboxID string) (runtime.Stats, error) {
+func (r *Runtime) Stats(ctx context.Context, sandboxID string) (_ runtime.Stats, err error) {
+	defer func() { err = engineErr(err) }()
 	if err := checkID(sandboxID); err != nil {
 		return runtime.Stats{}, err
 	}

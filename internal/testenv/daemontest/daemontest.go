@@ -173,6 +173,10 @@ type Daemon struct {
 	dataDir string
 	logPath string
 	args    []string // extra flags, e.g. --cpu-budget
+	// Env is added to the daemon's environment at each start (e.g.
+	// DOCKER_HOST, to reach the engine through a test's proxy). Set it
+	// before Start.
+	Env []string
 
 	mu     sync.Mutex
 	port   int
@@ -363,7 +367,7 @@ func (d *Daemon) spawn() (*exec.Cmd, chan struct{}, error) {
 		"--log-level", "debug",
 	}, d.args...)
 	cmd := exec.Command(d.env.Bins.Sandboxd, args...)
-	cmd.Env = HermeticEnv()
+	cmd.Env = append(HermeticEnv(), d.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// If the test binary dies, the daemon dies with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
