@@ -470,6 +470,14 @@ try:
 except OSError as e:
     print("vsock: errno %d" % e.errno)
 os.mkfifo("/tmp/fifo"); print("mkfifo: ok")
+d = os.open("/tmp", os.O_RDONLY)
+vol = ctypes.create_string_buffer(4096); vol[8:11] = b"sv1"
+call("btrfs_subvol_create", 16, ctypes.c_int(d), ctypes.c_ulong(0x5000940E), vol)
+call("btrfs_subvol_create_high", 16, ctypes.c_int(d), ctypes.c_ulong(0x15000940E), vol)
+a = os.open("/tmp/ra", os.O_CREAT | os.O_RDWR); os.write(a, b"x" * 8192)
+b = os.open("/tmp/rb", os.O_CREAT | os.O_RDWR)
+r = libc.syscall(ctypes.c_long(16), ctypes.c_int(b), ctypes.c_ulong(0x40049409), ctypes.c_long(a)); e = ctypes.get_errno()
+print("reflink: %s" % ("ok" if r >= 0 or e != 1 else "errno 1"))
 `
 
 // TestSandbox_SeccompRefusesIOUring (issue 27, item 6): under runc the
@@ -486,7 +494,8 @@ func TestSandbox_SeccompRefusesIOUring(t *testing.T) {
 	want := map[string]string{
 		"io_uring_setup": "refused", "io_uring_enter": "refused", "io_uring_register": "refused",
 		"userfaultfd": "refused", "keyctl": "refused", "unshare_user": "refused", "vsock": "refused",
-		"personality_query": "ok", "thread": "ok", "mkfifo": "ok",
+		"btrfs_subvol_create": "refused", "btrfs_subvol_create_high": "refused",
+		"personality_query": "ok", "thread": "ok", "mkfifo": "ok", "reflink": "ok",
 	}
 	check := func(t *testing.T, out string, only ...string) {
 		t.Helper()

@@ -21,6 +21,12 @@ import (
 //     it (programs that can use it fall back to epoll and the
 //     synchronous calls on EPERM).
 //   - AF_VSOCK sockets: the host's vsock is no business of a container's.
+//   - btrfs's own ioctls (type 0x94), but for the three that became the
+//     generic reflink calls (FICLONE, FICLONERANGE, FIDEDUPERANGE, which cp
+//     uses): on the engine's btrfs storage a sandbox's disk limit is the
+//     qgroup of its container's subvolume, and a subvolume the sandbox
+//     made itself (BTRFS_IOC_SUBVOL_CREATE needs no privilege) would be
+//     counted by no qgroup. An ioctl of another type is allowed as before.
 //
 // What the engine's default also refuses, and so does this profile:
 // userfaultfd (a favourite of kernel exploits: it stalls the kernel at a
@@ -110,7 +116,7 @@ var seccompAllowed = []string{
 	"mq_timedreceive_time64", "mq_timedsend", "mq_timedsend_time64", "mq_unlink", "semctl", "semget",
 	"semop", "semtimedop", "semtimedop_time64", "shmat", "shmctl", "shmdt", "shmget",
 	// The system.
-	"getrandom", "ioctl", "sethostname", "setdomainname", "sysinfo", "uname", "olduname",
+	"getrandom", "sethostname", "setdomainname", "sysinfo", "uname", "olduname",
 	"arm_fadvise64_64", "arm_sync_file_range", "sync_file_range2",
 }
 
@@ -153,7 +159,37 @@ const (
 	// objects, the door to most namespace exploits.
 	cloneNamespaceFlags = 0x7E020000
 	afVsock             = 40
+	// btrfsIoctlType is the type byte (bits 8–15 of an ioctl's command)
+	// of btrfs's ioctls.
+	btrfsIoctlType = 0x94
 )
+
+// reflinkIoctls are the btrfs-numbered ioctls every file system that can
+// share extents implements: FICLONE, FICLONERANGE, FIDEDUPERANGE. Shared
+// extents are counted by the container's qgroup like any other.
+var reflinkIoctls = []uint64{0x40049409, 0x4020940D, 0xC0189436}
+
+// ioctlRules allow every ioctl whose type byte is not btrfs's, and the
+// reflink ioctls. A rule that refuses a command beside an unconditional
+// allow is not enough (libseccomp lets the allow win), so the allow
+// itself is conditional: one rule per bit of the type byte, each matching
+// the commands whose type differs from btrfs's in that bit. Only the low
+// 16 bits are compared, so junk in the register's upper half cannot slip
+// a btrfs command past them.
+func ioctlRules() []seccompSyscall {
+	var rules []seccompSyscall
+	for bit := range 8 {
+		mask := uint64(1) << (8 + bit)
+		want := uint64(^btrfsIoctlType&0xff) << 8 & mask
+		rules = append(rules, seccompSyscall{Names: []string{"ioctl"}, Action: "SCMP_ACT_ALLOW",
+			Args: []seccompArg{{Index: 1, Value: mask, ValueTwo: want, Op: "SCMP_CMP_MASKED_EQ"}}})
+	}
+	for _, cmd := range reflinkIoctls {
+		rules = append(rules, seccompSyscall{Names: []string{"ioctl"}, Action: "SCMP_ACT_ALLOW",
+			Args: []seccompArg{{Index: 1, Value: cmd, Op: "SCMP_CMP_EQ"}}})
+	}
+	return rules
+}
 
 // personas are the personality(2) arguments allowed: the default
 // (PER_LINUX), UNAME26, ADDR_NO_RANDOMIZE, both, and the query (0xffffffff).
@@ -177,6 +213,7 @@ func buildSeccompProfile() seccompProfile {
 				Args: []seccompArg{{Index: 0, Value: afVsock, Op: "SCMP_CMP_NE"}}},
 		},
 	}
+	p.Syscalls = append(p.Syscalls, ioctlRules()...)
 	for _, v := range personas {
 		p.Syscalls = append(p.Syscalls, seccompSyscall{Names: []string{"personality"}, Action: "SCMP_ACT_ALLOW",
 			Args: []seccompArg{{Index: 0, Value: v, Op: "SCMP_CMP_EQ"}}})
