@@ -26,6 +26,7 @@ const (
 	CodeNameConflict         Code = "name_conflict"
 	CodeHostnameConflict     Code = "hostname_conflict"
 	CodePayloadTooLarge      Code = "payload_too_large"
+	CodeDiskFull             Code = "disk_full"
 	CodeIdempotencyKeyReused Code = "idempotency_key_reused"
 	CodeCapacityExhausted    Code = "capacity_exhausted"
 	CodeInternal             Code = "internal"
@@ -47,6 +48,7 @@ var codes = map[Code]struct {
 	CodeNameConflict:         {http.StatusConflict, false},
 	CodeHostnameConflict:     {http.StatusConflict, false},
 	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, false},
+	CodeDiskFull:             {http.StatusInsufficientStorage, false},
 	CodeIdempotencyKeyReused: {http.StatusUnprocessableEntity, false},
 	CodeCapacityExhausted:    {http.StatusTooManyRequests, true},
 	CodeInternal:             {http.StatusInternalServerError, true},
@@ -100,6 +102,8 @@ func classify(err error) (Code, string) {
 		return CodeIdempotencyKeyReused, "this Idempotency-Key was used with a different request body"
 	case service.Is(err, service.ErrInvalidArgument):
 		return CodeInvalidArgument, err.Error()
+	case errors.Is(err, service.ErrDiskFull):
+		return CodeDiskFull, "the sandbox's disk is full (its disk limit, or the host's file system): free space in it first"
 	case service.Is(err, service.ErrNotFound), errors.Is(err, auth.ErrTokenNotFound):
 		return CodeNotFound, err.Error()
 	case service.Is(err, service.ErrPermissionDenied):
