@@ -37,7 +37,7 @@ type Sandbox struct {
 	// host's kernel enforces it (a write past it fails with ENOSPC or
 	// EDQUOT) or it is only recorded (the daemon logs why at start).
 	DiskMB       int               `json:"disk_mb,omitempty"`
-	DiskEnforced bool              `json:"disk_enforced"`
+	DiskEnforced bool              `json:"disk_enforced,omitempty"`
 	Tags         map[string]string `json:"tags,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
 	Network      bool              `json:"network"`

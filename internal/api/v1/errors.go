@@ -40,14 +40,16 @@ var codes = map[Code]struct {
 	status    int
 	retryable bool
 }{
-	CodeInvalidArgument:      {http.StatusBadRequest, false},
-	CodeUnauthenticated:      {http.StatusUnauthorized, false},
-	CodePermissionDenied:     {http.StatusForbidden, false},
-	CodeNotFound:             {http.StatusNotFound, false},
-	CodeConflict:             {http.StatusConflict, false},
-	CodeNameConflict:         {http.StatusConflict, false},
-	CodeHostnameConflict:     {http.StatusConflict, false},
-	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, false},
+	CodeInvalidArgument:  {http.StatusBadRequest, false},
+	CodeUnauthenticated:  {http.StatusUnauthorized, false},
+	CodePermissionDenied: {http.StatusForbidden, false},
+	CodeNotFound:         {http.StatusNotFound, false},
+	CodeConflict:         {http.StatusConflict, false},
+	CodeNameConflict:     {http.StatusConflict, false},
+	CodeHostnameConflict: {http.StatusConflict, false},
+	CodePayloadTooLarge:  {http.StatusRequestEntityTooLarge, false},
+	// A write past the sandbox's disk limit: the same write fails again
+	// until the sandbox frees space, so it is not retryable.
 	CodeDiskFull:             {http.StatusInsufficientStorage, false},
 	CodeIdempotencyKeyReused: {http.StatusUnprocessableEntity, false},
 	CodeCapacityExhausted:    {http.StatusTooManyRequests, true},
