@@ -83,9 +83,10 @@ func TestDisk_SandboxCannotFillTheHostsDisk(t *testing.T) {
 		}
 	}
 	_, freeAfter := engineDisk(t)
-	// Others share this file system; what matters is that the 4 GiB and
-	// the 1 GiB never landed: a limited sandbox costs the host ~64 MiB.
-	if freeBefore > freeAfter && freeBefore-freeAfter > 1024*mib {
+	// Others share this file system (other tests' sandboxes and images
+	// come and go), hence the margin; what matters is that the 5 GiB
+	// never landed: a limited sandbox costs the host ~64 MiB.
+	if freeBefore > freeAfter && freeBefore-freeAfter > 2048*mib {
 		t.Errorf("the host's free space fell by %d MiB during the attack", (freeBefore-freeAfter)/mib)
 	}
 
