@@ -105,6 +105,18 @@ wait_engine() { # wait_engine SECONDS [PID]: 0 when up, 1 on timeout or when PID
 	return 1
 }
 
+# btrfs_quotas MNT: quotas on, and their numbers made consistent. Docker's
+# btrfs driver turns quotas on itself at the first sized container, but a
+# file system whose qgroups the kernel has marked inconsistent (the first
+# scan still running, or a subvolume removed with numbers left; dmesg says
+# "qgroup marked inconsistent") does not enforce their limits until a
+# rescan: a sandbox then writes past its disk limit. Both steps are
+# idempotent; a failure is logged, not fatal (the driver still tries).
+btrfs_quotas() {
+	btrfs quota enable "$1" >&2 && btrfs quota rescan -w "$1" >&2 ||
+		log "WARNING: could not enable and rescan btrfs quotas on $1: disk limits may not hold until 'btrfs quota rescan -w $1'"
+}
+
 # prepare_btrfs_root: make (once) and mount the btrfs file system that holds
 # the engine's data root; prints the data root. Idempotent: an existing loop
 # file is reused (never reformatted), a mounted one is left mounted.
@@ -113,6 +125,7 @@ prepare_btrfs_root() {
 	local img=$dir/btrfs.img mnt=$dir/docker
 	if mountpoint -q "$mnt"; then
 		[[ $(findmnt -n -o FSTYPE "$mnt") == btrfs ]] || { log "$mnt is mounted but not btrfs"; return 1; }
+		btrfs_quotas "$mnt"
 		echo "$mnt"
 		return 0
 	fi
@@ -134,6 +147,7 @@ prepare_btrfs_root() {
 		mv "$img.tmp" "$img"
 	fi
 	mount -o loop,noatime "$img" "$mnt" >&2 || { log "cannot loop-mount $img"; return 1; }
+	btrfs_quotas "$mnt"
 	echo "$mnt"
 }
 

@@ -72,6 +72,7 @@ CPU, memory, network) and mounts nothing is served from it in milliseconds.`,
 	}
 	set.Flags().Float64Var(&class.CPU, "cpu", 0, "CPU cores of each class (default: a create's)")
 	set.Flags().Int64Var(&class.MemoryMB, "memory-mb", 0, "memory of each class in MB (default: a create's)")
+	set.Flags().Int64Var(&class.DiskMB, "disk-mb", 0, "disk limit of each class in MiB (default: a create's)")
 	set.Flags().StringVar(&class.Runtime, "runtime", "", "docker or gvisor (default: the daemon's)")
 	set.Flags().BoolVar(&class.Network, "network", false, "classes of sandboxes with network")
 	cmd.AddCommand(set)

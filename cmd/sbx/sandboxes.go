@@ -31,8 +31,8 @@ func (c *cli) createCmd() *cobra.Command {
 			if req.Tags, err = parseKV(cmd, "tag", tags); err != nil {
 				return err
 			}
-			if req.CPU < 0 || req.MemoryMB < 0 || req.Timeout < 0 {
-				return usagef(cmd, "--cpu, --memory and --timeout must not be negative")
+			if req.CPU < 0 || req.MemoryMB < 0 || req.DiskMB < 0 || req.Timeout < 0 {
+				return usagef(cmd, "--cpu, --memory, --disk and --timeout must not be negative")
 			}
 			if len(allow) > 0 || len(deny) > 0 {
 				mode := sandboxd.NetworkOpen
@@ -62,6 +62,7 @@ func (c *cli) createCmd() *cobra.Command {
 	f.StringVar(&req.Name, "name", "", "unique name of the sandbox")
 	f.Float64Var(&req.CPU, "cpu", 0, "CPUs")
 	f.IntVar(&req.MemoryMB, "memory", 0, "memory in MiB")
+	f.IntVar(&req.DiskMB, "disk", 0, "disk limit in MiB: what the sandbox may write to its file system (default: the daemon's)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable `K=V` (repeatable)")
 	f.StringArrayVar(&tags, "tag", nil, "tag `K=V` (repeatable)")
 	f.DurationVar(&req.Timeout, "timeout", 0, "destroy the sandbox after this long (e.g. 10m)")
@@ -150,6 +151,13 @@ func (c *cli) printSandbox(sb *sandboxd.Sandbox) error {
 	row("image", sb.Image)
 	row("cpu", fmt.Sprint(sb.CPU))
 	row("memory", fmt.Sprintf("%d MiB", sb.MemoryMB))
+	if sb.DiskMB > 0 {
+		enforced := "enforced"
+		if !sb.DiskEnforced {
+			enforced = "NOT enforced on this host"
+		}
+		row("disk", fmt.Sprintf("%d MiB (%s)", sb.DiskMB, enforced))
+	}
 	row("network", fmt.Sprint(sb.Network))
 	row("tags", orDash(formatKV(sb.Tags)))
 	row("created", sb.CreatedAt.Local().Format(time.RFC3339))

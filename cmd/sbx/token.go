@@ -88,6 +88,7 @@ func (c *cli) tokenCmd() *cobra.Command {
 	create.Flags().Int64Var(&quota.Sandboxes, "max-sandboxes", 0, "sandboxes the owner may run at once (user tokens; 0: the daemon's default)")
 	create.Flags().Float64Var(&quota.CPU, "max-cpu", 0, "CPU cores the owner's sandboxes may hold at once")
 	create.Flags().Int64Var(&quota.MemoryMB, "max-memory-mb", 0, "memory in MB the owner's sandboxes may hold at once")
+	create.Flags().Int64Var(&quota.DiskMB, "max-disk-mb", 0, "disk in MB the owner's sandboxes' disk limits may add up to")
 	cmd.AddCommand(
 		create,
 		e2bKey,

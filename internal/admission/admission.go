@@ -49,23 +49,31 @@ func (b Budget) Validate() error {
 type Request struct {
 	MilliCPU int64
 	MemoryMB int64
+	// DiskMB is the sandbox's disk limit. It counts against its owner's
+	// quota only: the host has no disk budget here (the engine's file
+	// system is the host's bound, each sandbox's limit the kernel's).
+	DiskMB int64
 	// Owner is the tenant the capacity counts against for quotas; it
 	// takes no part in sums.
 	Owner string
 }
 
 func (r Request) String() string {
+	if r.DiskMB != 0 {
+		return fmt.Sprintf("%dm CPU, %d MB, %d MB disk", r.MilliCPU, r.MemoryMB, r.DiskMB)
+	}
 	return fmt.Sprintf("%dm CPU, %d MB", r.MilliCPU, r.MemoryMB)
 }
 
 func (r Request) add(o Request) Request {
-	return Request{MilliCPU: r.MilliCPU + o.MilliCPU, MemoryMB: r.MemoryMB + o.MemoryMB}
+	return Request{MilliCPU: r.MilliCPU + o.MilliCPU, MemoryMB: r.MemoryMB + o.MemoryMB, DiskMB: r.DiskMB + o.DiskMB}
 }
 func (r Request) sub(o Request) Request {
-	return Request{MilliCPU: r.MilliCPU - o.MilliCPU, MemoryMB: r.MemoryMB - o.MemoryMB}
+	return Request{MilliCPU: r.MilliCPU - o.MilliCPU, MemoryMB: r.MemoryMB - o.MemoryMB, DiskMB: r.DiskMB - o.DiskMB}
 }
 
-// fits reports whether r fits within free in every dimension.
+// fits reports whether r fits within free in the host's dimensions (CPU
+// and memory; disk is a quota dimension only).
 func (r Request) fits(free Request) bool {
 	return r.MilliCPU <= free.MilliCPU && r.MemoryMB <= free.MemoryMB
 }
@@ -126,7 +134,7 @@ func (c *Controller) Holdings() map[string]Holding {
 	defer c.mu.Unlock()
 	out := make(map[string]Holding, len(c.owners))
 	for owner, u := range c.owners {
-		out[owner] = Holding{Sandboxes: u.sandboxes, Request: Request{MilliCPU: u.MilliCPU, MemoryMB: u.MemoryMB}}
+		out[owner] = Holding{Sandboxes: u.sandboxes, Request: Request{MilliCPU: u.MilliCPU, MemoryMB: u.MemoryMB, DiskMB: u.DiskMB}}
 	}
 	return out
 }
@@ -168,7 +176,7 @@ func (c *Controller) ReserveWithin(id string, req Request, q Quota) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty id", ErrInvalidRequest)
 	}
-	if req.MilliCPU < 0 || req.MemoryMB < 0 {
+	if req.MilliCPU < 0 || req.MemoryMB < 0 || req.DiskMB < 0 {
 		return fmt.Errorf("%w: negative amount %s for %s", ErrInvalidRequest, req, id)
 	}
 	c.mu.Lock()
@@ -271,7 +279,7 @@ func (c *Controller) Reset(live map[string]Request) {
 	defer c.mu.Unlock()
 	c.held, c.used, c.owners = make(map[string]Request, len(live)), Request{}, make(map[string]ownerUse)
 	for id, req := range live {
-		req.MilliCPU, req.MemoryMB = max(req.MilliCPU, 0), max(req.MemoryMB, 0)
+		req.MilliCPU, req.MemoryMB, req.DiskMB = max(req.MilliCPU, 0), max(req.MemoryMB, 0), max(req.DiskMB, 0)
 		c.hold(id, req)
 	}
 }

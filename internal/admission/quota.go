@@ -13,13 +13,15 @@ type Quota struct {
 	Sandboxes int64
 	MilliCPU  int64
 	MemoryMB  int64
+	// DiskMB bounds the sum of the owner's sandboxes' disk limits.
+	DiskMB int64
 }
 
 // IsZero reports whether q limits nothing.
 func (q Quota) IsZero() bool { return q == Quota{} }
 
 func (q Quota) String() string {
-	return fmt.Sprintf("%s sandboxes, %s CPU, %s MB", limit(q.Sandboxes, ""), limit(q.MilliCPU, "m"), limit(q.MemoryMB, ""))
+	return fmt.Sprintf("%s sandboxes, %s CPU, %s MB, %s MB disk", limit(q.Sandboxes, ""), limit(q.MilliCPU, "m"), limit(q.MemoryMB, ""), limit(q.DiskMB, ""))
 }
 
 func limit(v int64, unit string) string {
@@ -39,7 +41,7 @@ type ownerUse struct {
 // up now; it comes back as the owner stops or destroys sandboxes.
 type QuotaError struct {
 	Owner string
-	// Dimension is what ran out: "sandboxes", "cpu" or "memory".
+	// Dimension is what ran out: "sandboxes", "cpu", "memory" or "disk".
 	Dimension string
 	// Limit and Used are in the dimension's unit (count, millicores, MB);
 	// Used is what the owner held when refused.
@@ -54,6 +56,8 @@ func (e *QuotaError) Error() string {
 		return fmt.Sprintf("quota exceeded: owner %q may run %d sandboxes at once and runs %d; stop or destroy one first", e.Owner, e.Limit, e.Used)
 	case "cpu":
 		return fmt.Sprintf("quota exceeded: owner %q may hold %g CPU cores and holds %g", e.Owner, float64(e.Limit)/1000, float64(e.Used)/1000)
+	case "disk":
+		return fmt.Sprintf("quota exceeded: owner %q may hold %d MB of disk (the sum of its sandboxes' disk limits) and holds %d", e.Owner, e.Limit, e.Used)
 	}
 	return fmt.Sprintf("quota exceeded: owner %q may hold %d MB of memory and holds %d", e.Owner, e.Limit, e.Used)
 }
@@ -63,7 +67,7 @@ func (e *QuotaError) Unwrap() error { return ErrQuotaExceeded }
 
 // admits checks that req fits in what q leaves an owner holding used.
 func (q Quota) admits(used ownerUse, req Request) error {
-	if (q.MilliCPU > 0 && req.MilliCPU > q.MilliCPU) || (q.MemoryMB > 0 && req.MemoryMB > q.MemoryMB) {
+	if (q.MilliCPU > 0 && req.MilliCPU > q.MilliCPU) || (q.MemoryMB > 0 && req.MemoryMB > q.MemoryMB) || (q.DiskMB > 0 && req.DiskMB > q.DiskMB) {
 		return fmt.Errorf("%w: %s requested, owner %q's quota is %s", ErrExceedsQuota, req, req.Owner, q)
 	}
 	refuse := func(dim string, limit, usedNow int64) error {
@@ -76,6 +80,8 @@ func (q Quota) admits(used ownerUse, req Request) error {
 		return refuse("cpu", q.MilliCPU, used.MilliCPU)
 	case q.MemoryMB > 0 && used.MemoryMB+req.MemoryMB > q.MemoryMB:
 		return refuse("memory", q.MemoryMB, used.MemoryMB)
+	case q.DiskMB > 0 && used.DiskMB+req.DiskMB > q.DiskMB:
+		return refuse("disk", q.DiskMB, used.DiskMB)
 	}
 	return nil
 }

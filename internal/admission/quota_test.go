@@ -136,3 +136,37 @@ func TestReserveWithin_CountsWhatTheOwnerHoldsElsewhere(t *testing.T) {
 		t.Errorf("Holdings = %v, want %v (this controller's only)", got, want)
 	}
 }
+
+// TestReserveWithin_DiskQuota: disk limits sum per owner against the
+// quota's DiskMB (not against the host's budget, which has no disk), a
+// release gives them back, and another owner is not counted.
+func TestReserveWithin_DiskQuota(t *testing.T) {
+	c := admission.New(admission.Budget{MilliCPU: 100_000, MemoryMB: 100_000})
+	q := admission.Quota{DiskMB: 1000}
+	disk := func(owner string, mb int64) admission.Request {
+		return admission.Request{MilliCPU: 100, MemoryMB: 64, DiskMB: mb, Owner: owner}
+	}
+	if err := c.ReserveWithin("a", disk("alice", 600), q); err != nil {
+		t.Fatal(err)
+	}
+	var qe *admission.QuotaError
+	if err := c.ReserveWithin("b", disk("alice", 500), q); !errors.As(err, &qe) || qe.Dimension != "disk" || qe.Limit != 1000 || qe.Used != 600 {
+		t.Fatalf("second reservation past the disk quota: %v, want a disk *QuotaError (limit 1000, used 600)", err)
+	}
+	if _, held := c.Held("b"); held {
+		t.Fatal("a refused reservation is held")
+	}
+	if err := c.ReserveWithin("b", disk("bob", 900), q); err != nil {
+		t.Fatalf("another owner: %v", err)
+	}
+	if err := c.ReserveWithin("c", disk("alice", 2000), q); !errors.Is(err, admission.ErrExceedsQuota) {
+		t.Fatalf("larger than the whole quota: %v, want ErrExceedsQuota", err)
+	}
+	c.Release("a")
+	if err := c.ReserveWithin("d", disk("alice", 1000), q); err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	if got := c.Holdings()["alice"].DiskMB; got != 1000 {
+		t.Errorf("Holdings: alice's disk %d, want 1000", got)
+	}
+}

@@ -67,12 +67,13 @@ type Token struct {
 }
 
 // Quota is what a user token's owner may hold at once: running
-// sandboxes, their CPU (1000 per core) and memory (MB). A zero field is
-// unlimited.
+// sandboxes, their CPU (1000 per core), memory (MB) and disk limits
+// (MiB, summed). A zero field is unlimited.
 type Quota struct {
 	Sandboxes int64
 	MilliCPU  int64
 	MemoryMB  int64
+	DiskMB    int64
 }
 
 // Generate makes a new token for owner with role, and returns the plaintext

@@ -87,11 +87,12 @@ type NodeInfo struct {
 }
 
 // OwnerUsage is what one owner holds on a node: its sandboxes that hold
-// capacity, and their CPU and memory.
+// capacity, and their CPU, memory and disk limits.
 type OwnerUsage struct {
 	Sandboxes int64 `json:"n"`
 	MilliCPU  int64 `json:"cpu"`
 	MemoryMB  int64 `json:"mem"`
+	DiskMB    int64 `json:"disk,omitempty"`
 }
 
 // published is what nodes/<id> says of this node beyond its address; it
@@ -461,6 +462,7 @@ func (n *Node) UsageElsewhere(owner string) OwnerUsage {
 		sum.Sandboxes += u.Sandboxes
 		sum.MilliCPU += u.MilliCPU
 		sum.MemoryMB += u.MemoryMB
+		sum.DiskMB += u.DiskMB
 	}
 	return sum
 }

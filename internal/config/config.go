@@ -92,6 +92,10 @@ type Daemon struct {
 	// TemplateStorageMB bounds each owner's templates and snapshots
 	// together, in MB of image (0: unlimited).
 	TemplateStorageMB int64
+	// DiskDefaultMB is the disk limit of a create that asks for none, and
+	// DiskMaxMB the most one may ask for, in MiB of what the sandbox
+	// writes to its own file system.
+	DiskDefaultMB, DiskMaxMB int64
 	// Pool is how many started, idle sandboxes the warm pool keeps per
 	// image (default CPU, memory and runtime, no network); the default is
 	// two of DefaultImage. The admin API (PUT /v1/pools) changes it at
@@ -133,12 +137,18 @@ type Daemon struct {
 	AdvertiseTLS string
 }
 
+// MinDiskMB is the smallest disk limit a sandbox may have: the agent and
+// a shell need a little room to write (their state, a temporary file).
+const MinDiskMB = 16
+
 // Quota bounds what one owner holds at once; a zero field is unlimited.
 type Quota struct {
 	Sandboxes, MilliCPU, MemoryMB int64
+	// DiskMB bounds the sum of the owner's sandboxes' disk limits.
+	DiskMB int64
 }
 
-// ParseQuota reads "sandboxes=N,cpu=C,memory_mb=M" (any subset, cpu in
+// ParseQuota reads "sandboxes=N,cpu=C,memory_mb=M,disk_mb=D" (any subset, cpu in
 // cores; "" is no quota).
 func ParseQuota(s string) (Quota, error) {
 	var q Quota
@@ -161,8 +171,10 @@ func ParseQuota(s string) (Quota, error) {
 			q.MilliCPU = int64(n*1000 + 0.5)
 		case "memory_mb":
 			q.MemoryMB = int64(n)
+		case "disk_mb":
+			q.DiskMB = int64(n)
 		default:
-			return Quota{}, fmt.Errorf("quota %q: keys are sandboxes, cpu and memory_mb", item)
+			return Quota{}, fmt.Errorf("quota %q: keys are sandboxes, cpu, memory_mb and disk_mb", item)
 		}
 	}
 	return q, nil
@@ -210,6 +222,10 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"percent of the host's memory to keep available: under it, paused sandboxes are stopped, longest paused first; 0: never (env SANDBOXD_PAUSE_MEMORY_FLOOR)")
 	fs.Int64Var(&d.TemplateStorageMB, "template-storage-max", d.TemplateStorageMB,
 		"MB of images each owner's templates and snapshots may hold together; 0: unlimited (env SANDBOXD_TEMPLATE_STORAGE_MAX)")
+	fs.Int64Var(&d.DiskDefaultMB, "disk-default-mb", d.DiskDefaultMB,
+		"disk limit in MiB of a sandbox whose create asks for none (env SANDBOXD_DISK_DEFAULT_MB)")
+	fs.Int64Var(&d.DiskMaxMB, "disk-max-mb", d.DiskMaxMB,
+		"largest disk limit in MiB a create may ask for (env SANDBOXD_DISK_MAX_MB)")
 	pool := ""
 	if v, ok := env("SANDBOXD_POOL"); ok {
 		pool = v
@@ -229,7 +245,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		defaultQuota = v
 	}
 	fs.StringVar(&defaultQuota, "default-quota", defaultQuota,
-		"quota of user tokens created without one: sandboxes=N,cpu=C,memory_mb=M (env SANDBOXD_DEFAULT_QUOTA; default unlimited)")
+		"quota of user tokens created without one: sandboxes=N,cpu=C,memory_mb=M,disk_mb=D (env SANDBOXD_DEFAULT_QUOTA; default unlimited)")
 	if err := fs.Parse(args); err != nil {
 		return Daemon{}, err
 	}
@@ -325,6 +341,12 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	if d.TemplateStorageMB, err = strconv.ParseInt(get("SANDBOXD_TEMPLATE_STORAGE_MAX", "10240"), 10, 64); err != nil || d.TemplateStorageMB < 0 {
 		return Daemon{}, fmt.Errorf("SANDBOXD_TEMPLATE_STORAGE_MAX: must be a whole number of MB, 0 or more")
 	}
+	if d.DiskDefaultMB, err = strconv.ParseInt(get("SANDBOXD_DISK_DEFAULT_MB", "10240"), 10, 64); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_DISK_DEFAULT_MB: must be a whole number of MiB")
+	}
+	if d.DiskMaxMB, err = strconv.ParseInt(get("SANDBOXD_DISK_MAX_MB", "102400"), 10, 64); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_DISK_MAX_MB: must be a whole number of MiB")
+	}
 	if d.E2BBodyDedupe, err = parseDedupe(d.E2BBodyDedupe); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_BODY_DEDUPE: %w", err)
 	}
@@ -338,6 +360,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 }
 
 func (d Daemon) validate() error {
+	if d.DiskMaxMB < MinDiskMB || d.DiskDefaultMB < MinDiskMB || d.DiskDefaultMB > d.DiskMaxMB {
+		return fmt.Errorf("--disk-default-mb %d, --disk-max-mb %d: each at least %d, the default at most the maximum", d.DiskDefaultMB, d.DiskMaxMB, MinDiskMB)
+	}
 	if d.E2BReplayWindow <= 0 {
 		return fmt.Errorf("--e2b-replay-window %v: must be positive", d.E2BReplayWindow)
 	}

@@ -620,7 +620,7 @@ func (c *clusterNode) publishHeadroom(ctx context.Context, adm *admission.Contro
 		usage := make(map[string]cluster.OwnerUsage, len(holdings))
 		for owner, h := range holdings {
 			if owner != store.PoolOwner { // idle sandboxes count against no quota
-				usage[owner] = cluster.OwnerUsage{Sandboxes: h.Sandboxes, MilliCPU: h.MilliCPU, MemoryMB: h.MemoryMB}
+				usage[owner] = cluster.OwnerUsage{Sandboxes: h.Sandboxes, MilliCPU: h.MilliCPU, MemoryMB: h.MemoryMB, DiskMB: h.DiskMB}
 			}
 		}
 		c.node.SetUsage(usage)
@@ -637,7 +637,7 @@ func (c *clusterNode) publishHeadroom(ctx context.Context, adm *admission.Contro
 // more.
 func (c *clusterNode) holdingElsewhere(owner string) admission.Holding {
 	u := c.node.UsageElsewhere(owner)
-	return admission.Holding{Sandboxes: u.Sandboxes, Request: admission.Request{MilliCPU: u.MilliCPU, MemoryMB: u.MemoryMB}}
+	return admission.Holding{Sandboxes: u.Sandboxes, Request: admission.Request{MilliCPU: u.MilliCPU, MemoryMB: u.MemoryMB, DiskMB: u.DiskMB}}
 }
 
 // watchHealth refreshes the cluster's part of /readyz.
@@ -1054,6 +1054,7 @@ func (c *clusterNode) serveNodes(w http.ResponseWriter, r *http.Request, authn *
 		Sandboxes int64   `json:"sandboxes"`
 		CPU       float64 `json:"cpu"`
 		MemoryMB  int64   `json:"memory_mb"`
+		DiskMB    int64   `json:"disk_mb"`
 	}
 	type node struct {
 		ID           string `json:"id"`
@@ -1075,7 +1076,7 @@ func (c *clusterNode) serveNodes(w http.ResponseWriter, r *http.Request, authn *
 			MemoryMB: n.Headroom.MemoryMB, FreeMilliCPU: n.Headroom.FreeMilliCPU, FreeMemoryMB: n.Headroom.FreeMemoryMB}
 		if owner != "" {
 			u := n.Usage[owner]
-			item.OwnerUsage = &usage{Sandboxes: u.Sandboxes, CPU: float64(u.MilliCPU) / 1000, MemoryMB: u.MemoryMB}
+			item.OwnerUsage = &usage{Sandboxes: u.Sandboxes, CPU: float64(u.MilliCPU) / 1000, MemoryMB: u.MemoryMB, DiskMB: u.DiskMB}
 		}
 		items = append(items, item)
 	}

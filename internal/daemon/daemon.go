@@ -89,6 +89,8 @@ type Daemon struct {
 	firewall service.Firewall
 	// images is the engine's image side (templates, snapshots, forks).
 	images runtime.Images
+	// disk says whether the engine enforces sandboxes' disk limits.
+	disk runtime.DiskLimiter
 	// cluster is this node's part in a cluster (cluster.go); nil on a
 	// single node.
 	cluster *clusterNode
@@ -261,6 +263,25 @@ func (d *Daemon) probeGVisor(drt *docker.Runtime) bool {
 	return slices.Contains(isos, runtime.IsolationGVisor)
 }
 
+// probeDisk says at start whether the engine enforces sandboxes' disk
+// limits. Where it does not, sandboxes still get their limit recorded,
+// answered with disk_enforced false: nothing polls in its place. An engine
+// that does not answer yet is asked again at the first create.
+func (d *Daemon) probeDisk(drt *docker.Runtime) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lim, err := drt.DiskLimits(ctx)
+	switch {
+	case err != nil:
+		d.logger.Warn("could not ask the engine whether it enforces disk limits; asked again at the first create", "err", err)
+	case lim.Enforced:
+		d.logger.Info("sandboxes' disk limits are enforced by the kernel", "how", lim.How, "default_mb", d.Config.DiskDefaultMB, "max_mb", d.Config.DiskMaxMB)
+	default:
+		d.logger.Warn("SANDBOXES' DISK LIMITS ARE NOT ENFORCED: a sandbox can fill the engine's file system; run the engine through scripts/setup-docker.sh (a btrfs data root) or on overlay2 over xfs with pquota",
+			"why", lim.How)
+	}
+}
+
 // openRuntime connects to Docker (registering its Close), wrapped by wrap
 // when set, and opens the volume directory under dataDir.
 func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runtime.Runtime) runtime.Runtime) (runtime.Runtime, *volume.Dir, error) {
@@ -273,7 +294,7 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 	}
 	drt, err := docker.New(docker.Options{
 		NodeID: d.Config.NodeID, SocketRoot: sockets, Logger: d.logger, QualifyNames: d.cluster != nil,
-		Network: d.Config.SandboxNetworkName, NameKey: nameKey,
+		Network: d.Config.SandboxNetworkName, NameKey: nameKey, DiskProbeImage: d.Config.DefaultImage,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker.New: %w", err)
@@ -291,7 +312,9 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 		return nil
 	})
 	d.gvisor = d.probeGVisor(drt)
+	d.probeDisk(drt)
 	d.images = drt
+	d.disk = drt
 	var rt runtime.Runtime = drt
 	if wrap != nil {
 		rt = wrap(rt)
@@ -391,6 +414,8 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Pool:              poolTargets(cfg.Pool),
 		PauseMax:          cfg.PauseMax,
 		TemplateStorageMB: cfg.TemplateStorageMB,
+		DiskDefaultMB:     cfg.DiskDefaultMB,
+		DiskMaxMB:         cfg.DiskMaxMB,
 		PausedMemoryFloor: cfg.PausedMemoryFloor,
 		HostPortLo:        cfg.HostPortLo,
 		HostPortHi:        cfg.HostPortHi,
@@ -414,6 +439,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Firewall:   d.firewall,
 		Resolver:   dnsResolver(cfg.DNSResolver),
 		Probes:     d.probes(),
+		Disk:       d.disk,
 	})
 	if err != nil {
 		return fmt.Errorf("service.New: %w", err)

@@ -78,7 +78,7 @@ func ensureAdminToken(ctx context.Context, st *store.Store, dataDir string) (str
 // writers of both processes).
 func TokenCommand(args []string, stdout, stderr io.Writer) int {
 	usage := func() int {
-		fmt.Fprintln(stderr, "usage: sandboxd token create --name N [--role admin|user] [--owner O] [--quota sandboxes=N,cpu=C,memory_mb=M] | list | revoke ID  [--data-dir DIR]")
+		fmt.Fprintln(stderr, "usage: sandboxd token create --name N [--role admin|user] [--owner O] [--quota sandboxes=N,cpu=C,memory_mb=M,disk_mb=D] | list | revoke ID  [--data-dir DIR]")
 		return 2
 	}
 	if len(args) == 0 {
@@ -91,7 +91,7 @@ func TokenCommand(args []string, stdout, stderr io.Writer) int {
 	name := fs.String("name", "", "a label for the token (create)")
 	role := fs.String("role", "user", "admin or user (create)")
 	owner := fs.String("owner", "", "tenant whose sandboxes a user token sees (create; default: the name)")
-	quota := fs.String("quota", "", "what a user token's owner may hold at once: sandboxes=N,cpu=C,memory_mb=M (create; default unlimited)")
+	quota := fs.String("quota", "", "what a user token's owner may hold at once: sandboxes=N,cpu=C,memory_mb=M,disk_mb=D (create; default unlimited)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
@@ -116,7 +116,7 @@ func TokenCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		q, err := config.ParseQuota(*quota)
 		if err != nil || (r == auth.RoleAdmin && q != (config.Quota{})) {
-			fmt.Fprintln(stderr, "sandboxd token create: --quota: want sandboxes=N,cpu=C,memory_mb=M, for a user token only:", err)
+			fmt.Fprintln(stderr, "sandboxd token create: --quota: want sandboxes=N,cpu=C,memory_mb=M,disk_mb=D, for a user token only:", err)
 			return 2
 		}
 		plain, tok, hash := auth.Generate(r, *owner)
@@ -181,6 +181,9 @@ func quotaString(q store.Quota) string {
 	}
 	if q.MemoryMB > 0 {
 		parts = append(parts, fmt.Sprintf("memory_mb=%d", q.MemoryMB))
+	}
+	if q.DiskMB > 0 {
+		parts = append(parts, fmt.Sprintf("disk_mb=%d", q.DiskMB))
 	}
 	if len(parts) == 0 {
 		return "-"

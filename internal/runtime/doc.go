@@ -24,6 +24,11 @@
 //     naming the Create call that made it, so that a Create whose engine
 //     answer was lost removes its own container and never another's;
 //   - limits: CPU (NanoCPUs), memory (no extra swap) and pids, as the Spec says;
+//     and the disk ([Spec.DiskMB]) as the engine's storage option "size"
+//     where its storage driver enforces one ([DiskLimiter]: btrfs, whose
+//     qgroup counts the image too, so the image's size is added; overlay2
+//     on xfs with pquota); elsewhere the limit is not enforced and the
+//     daemon says so at start;
 //   - never privileged; every capability dropped but [SandboxCapabilities];
 //     a private cgroup namespace; the engine's default seccomp profile (and
 //     no no-new-privileges: setuid programs such as sudo keep working); no

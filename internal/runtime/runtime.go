@@ -235,6 +235,12 @@ type Spec struct {
 	MemoryMB int64
 	// PidsLimit bounds the number of processes; 0 means no limit.
 	PidsLimit int64
+	// DiskMB bounds, in MiB, what the sandbox may write to its own file
+	// system (its writable layer: files it writes, uploads into it); 0
+	// means no limit. A write past it fails with ENOSPC or EDQUOT. Only a
+	// runtime that reports DiskLimits.Enforced enforces it; others ignore
+	// it (see DiskLimiter).
+	DiskMB int64
 	// Env is added to the sandbox's environment (the agent's, which its
 	// processes inherit). Keys must be valid and must not be EnvAgentToken
 	// or EnvAgentHandoff.
@@ -254,6 +260,28 @@ type Spec struct {
 	// Isolation is the kernel boundary between the sandbox and the host
 	// (IsolationContainer when empty).
 	Isolation Isolation
+}
+
+// DiskLimiter is implemented by runtimes that can say whether they
+// enforce Spec.DiskMB. A runtime that does not implement it enforces no
+// disk limit.
+type DiskLimiter interface {
+	// DiskLimits reports how the runtime enforces Spec.DiskMB. It asks
+	// the engine once and remembers a successful answer; an error (the
+	// engine does not answer) is not remembered, so a later call asks
+	// again.
+	DiskLimits(ctx context.Context) (DiskLimits, error)
+}
+
+// DiskLimits is what a runtime says of its disk limits.
+type DiskLimits struct {
+	// Enforced: every sandbox created with Spec.DiskMB > 0 gets a limit
+	// enforced by the kernel (a write past it fails with ENOSPC or
+	// EDQUOT). Without it Spec.DiskMB is only recorded: nothing polls.
+	Enforced bool
+	// How names the mechanism ("btrfs qgroup", "overlay2 size on xfs
+	// pquota") or, when not enforced, why not; for logs.
+	How string
 }
 
 // Isolation is what stands between a sandbox's processes and the host
@@ -308,8 +336,8 @@ func (s Spec) Validate() error {
 	if s.Image == "" {
 		errs = append(errs, errors.New("image is empty"))
 	}
-	if s.CPU < 0 || s.MemoryMB < 0 || s.PidsLimit < 0 {
-		errs = append(errs, fmt.Errorf("negative limit (cpu %v, memory %d MiB, pids %d)", s.CPU, s.MemoryMB, s.PidsLimit))
+	if s.CPU < 0 || s.MemoryMB < 0 || s.PidsLimit < 0 || s.DiskMB < 0 {
+		errs = append(errs, fmt.Errorf("negative limit (cpu %v, memory %d MiB, pids %d, disk %d MiB)", s.CPU, s.MemoryMB, s.PidsLimit, s.DiskMB))
 	}
 	if s.AgentBinary == "" || !path.IsAbs(s.AgentBinary) {
 		errs = append(errs, fmt.Errorf("agent binary %q is not an absolute path", s.AgentBinary))

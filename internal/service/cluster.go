@@ -95,6 +95,7 @@ type recovery struct {
 	Name        string            `json:"name,omitempty"`
 	MilliCPU    int64             `json:"milli_cpu"`
 	MemoryMB    int64             `json:"memory_mb"`
+	DiskMB      int64             `json:"disk_mb,omitempty"`
 	Env         map[string]string `json:"env,omitempty"`
 	SecretEnv   map[string]string `json:"secret_env,omitempty"`
 	Tags        map[string]string `json:"tags,omitempty"`
@@ -121,7 +122,7 @@ func placementOf(id string, req CreateRequest) (Placement, error) {
 		return p, nil
 	}
 	spec, err := json.Marshal(recovery{
-		Owner: req.Owner, Image: req.Image, Name: req.Name, MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB,
+		Owner: req.Owner, Image: req.Image, Name: req.Name, MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		Env: req.Env, SecretEnv: req.SecretEnv, Tags: req.Tags, TimeoutMS: req.Timeout.Milliseconds(),
 		Network: req.Network, Policy: req.NetworkPolicy, Runtime: req.Runtime, Quota: req.Quota, Annotations: req.Annotations,
 		Key: key,
@@ -140,7 +141,7 @@ func requestOf(spec []byte) (CreateRequest, error) {
 		return CreateRequest{}, fmt.Errorf("recovery spec: %w", err)
 	}
 	req := CreateRequest{
-		Owner: r.Owner, Image: r.Image, Name: r.Name, MilliCPU: r.MilliCPU, MemoryMB: r.MemoryMB,
+		Owner: r.Owner, Image: r.Image, Name: r.Name, MilliCPU: r.MilliCPU, MemoryMB: r.MemoryMB, DiskMB: r.DiskMB,
 		Env: maps.Clone(r.Env), SecretEnv: maps.Clone(r.SecretEnv), Tags: maps.Clone(r.Tags),
 		Timeout: time.Duration(r.TimeoutMS) * time.Millisecond, Network: r.Network, NetworkPolicy: r.Policy, Runtime: r.Runtime,
 		Quota: r.Quota, Annotations: maps.Clone(r.Annotations), Failover: FailoverRecreate,

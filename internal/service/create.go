@@ -175,7 +175,11 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 
 	// 6. the claim names the id; the row, in state creating, claims the id
 	// and the name.
-	row := s.newRow(id, req, sec)
+	enforced, err := s.diskEnforced(ctx)
+	if err != nil {
+		return nil, err
+	}
+	row := s.newRow(id, req, sec, enforced)
 	if err := t.run("store", func() error {
 		if cl != nil {
 			if err := s.Store.AttachClaimTarget(ctx, *cl, id); err != nil {
@@ -216,7 +220,7 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 		if req.Owner == buildOwner {
 			return nil
 		}
-		ask := admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, Owner: req.Owner}
+		ask := admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Owner: req.Owner}
 		err := s.Admission.ReserveWithin(id, ask, req.Quota)
 		// Idle sandboxes of the pool never keep a tenant out: while the
 		// host is full and the pool holds some, they make room.
@@ -330,7 +334,7 @@ func (s *Service) seal(id string, req CreateRequest) (sec sandboxSecrets, err er
 
 // newRow is the row a create inserts: state creating, no expiry yet (the
 // timeout starts at the commit).
-func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets) store.Sandbox {
+func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets, diskEnforced bool) store.Sandbox {
 	return store.Sandbox{
 		ID:               id,
 		Name:             req.Name,
@@ -354,10 +358,27 @@ func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets) store
 			Annotations:   req.Annotations,
 			Runtime:       req.Runtime,
 			SecretEnvKeys: slices.Sorted(maps.Keys(req.SecretEnv)),
+			DiskMB:        req.DiskMB,
+			DiskEnforced:  diskEnforced && req.DiskMB > 0,
 
 			PauseOnTimeout: req.PauseOnTimeout,
 		}),
 	}
+}
+
+// diskEnforced reports whether the runtime enforces disk limits
+// (Deps.Disk). The runtime asks its engine once and latches the answer,
+// so this is an atomic load after the first create; an engine that does
+// not answer is ErrUnavailable (the runtime's create would fail too).
+func (s *Service) diskEnforced(ctx context.Context) (bool, error) {
+	if s.Disk == nil {
+		return false, nil
+	}
+	lim, err := s.Disk.DiskLimits(ctx)
+	if err != nil {
+		return false, fmt.Errorf("%w: ask the runtime whether it enforces disk limits: %w", ErrUnavailable, err)
+	}
+	return lim.Enforced, nil
 }
 
 // runtimeSpec is what the runtime is asked to start: the env (the secret
@@ -369,6 +390,7 @@ func (s *Service) runtimeSpec(id string, req CreateRequest, token string, binds 
 		Image:       req.Image,
 		CPU:         float64(req.MilliCPU) / 1000,
 		MemoryMB:    req.MemoryMB,
+		DiskMB:      req.DiskMB,
 		PidsLimit:   defaultPidsLimit,
 		Env:         maps.Clone(req.Env),
 		Network:     req.Network,

@@ -286,7 +286,7 @@ func TestReconcile_RepairsHost(t *testing.T) {
 	if err != nil || got.State != store.StateError {
 		t.Errorf("lost sandbox: state %v err %v, want error", got.State, err)
 	}
-	if used, _ := h.adm.Usage(); used != (admission.Request{MilliCPU: 500, MemoryMB: 256}) {
+	if used, _ := h.adm.Usage(); used != (admission.Request{MilliCPU: 500, MemoryMB: 256, DiskMB: service.DefaultDiskMB}) {
 		t.Errorf("admission after reconcile: %v, want only the healthy sandbox", used)
 	}
 }

@@ -113,7 +113,7 @@ func Decide(s Snapshot) Plan {
 			if s.Startup {
 				p.Restore = append(p.Restore, r.ID)
 				if r.State == store.StateRunning || r.State == store.StatePaused {
-					p.Live[r.ID] = admission.Request{MilliCPU: r.CPUMillis, MemoryMB: r.MemoryMB, Owner: r.Owner}
+					p.Live[r.ID] = holding(r)
 				}
 			}
 		}

@@ -46,6 +46,10 @@ var (
 	// ErrUnavailable is a dependency that is down or a node that may not
 	// serve the call; retry later or elsewhere.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrDiskFull is a write into a sandbox (an upload) past its disk
+	// limit, or past what its file system has left (ENOSPC, EDQUOT).
+	// Nothing was written in its place; free space in the sandbox first.
+	ErrDiskFull = errors.New("the sandbox's disk is full")
 )
 
 // FieldError is a validation failure of one request field. It unwraps to

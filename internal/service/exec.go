@@ -300,6 +300,8 @@ func agentHTTPErr(he *agent.HTTPError) error {
 		return &FieldError{Field: "path", Reason: msg}
 	case http.StatusForbidden:
 		return fmt.Errorf("%w: %s", ErrPermissionDenied, msg)
+	case http.StatusInsufficientStorage: // ENOSPC or EDQUOT: the disk limit
+		return fmt.Errorf("%w: %s", ErrDiskFull, msg)
 	}
 	return he
 }

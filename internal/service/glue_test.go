@@ -219,7 +219,7 @@ func TestStartupRepair_RetriedUntilTheEngineAnswers(t *testing.T) {
 	if !listening(ep.HostPort) {
 		t.Errorf("TCP listener on %d not restored", ep.HostPort)
 	}
-	if used, _ := adm.Usage(); used != (admission.Request{MilliCPU: 500, MemoryMB: 256}) {
+	if used, _ := adm.Usage(); used != (admission.Request{MilliCPU: 500, MemoryMB: 256, DiskMB: service.DefaultDiskMB}) {
 		t.Errorf("admission after the repair: %v, want the running sandbox's", used)
 	}
 }

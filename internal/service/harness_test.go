@@ -75,6 +75,7 @@ type harness struct {
 	keyring *secrets.Keyring
 	nodeID  string
 	volRoot string // the volume directory's root on the host
+	drt     *docker.Runtime
 }
 
 type harnessOptions struct {
@@ -164,6 +165,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	h := &harness{
 		store:   &faultyStore{Store: st},
 		rt:      runtimetest.NewFaulty(drt),
+		drt:     drt,
 		routes:  &faultyRouter{Router: router},
 		adm:     admission.New(opts.budget),
 		vols:    &faultyVolumes{Dir: vols},
@@ -197,6 +199,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Clock:      clk.Now,
 		Cluster:    opts.cluster,
 		Images:     drt,
+		Disk:       drt,
 		HostMemory: opts.memory,
 		Firewall:   firewall,
 		Resolver:   opts.resolver,

@@ -416,7 +416,7 @@ func (s *Service) Start(ctx context.Context, c Caller, idOrName string) (Sandbox
 // startLocked is Start of a sandbox that is not running, under its
 // transition lock.
 func (s *Service) startLocked(ctx context.Context, c Caller, row store.Sandbox) (Sandbox, error) {
-	req := admission.Request{MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB, Owner: row.Owner}
+	req := holding(row)
 	if err := s.Admission.ReserveWithin(row.ID, req, c.Quota); err != nil {
 		return Sandbox{}, admissionErr(err)
 	}

@@ -28,7 +28,9 @@ import (
 // ready) is rebuilt from those rows at start.
 
 // PoolClass is what makes two sandboxes interchangeable before a claim:
-// the image, the runtime, the CPU, the memory and whether it has network.
+// the image, the runtime, the CPU, the memory, the disk limit (so only
+// creates of a pooled class's disk limit, the default unless a target
+// says otherwise, are served from the pool) and whether it has network.
 // Everything else (owner, name, tags, env, secrets, timeout, annotations)
 // is applied at the claim.
 type PoolClass struct {
@@ -36,11 +38,12 @@ type PoolClass struct {
 	Runtime  string `json:"runtime"`
 	MilliCPU int64  `json:"milli_cpu"`
 	MemoryMB int64  `json:"memory_mb"`
+	DiskMB   int64  `json:"disk_mb"`
 	Network  bool   `json:"network"`
 }
 
 func (c PoolClass) String() string {
-	return fmt.Sprintf("%s/%s/%dm/%dMB/net=%v", c.Image, c.Runtime, c.MilliCPU, c.MemoryMB, c.Network)
+	return fmt.Sprintf("%s/%s/%dm/%dMB/disk=%dMB/net=%v", c.Image, c.Runtime, c.MilliCPU, c.MemoryMB, c.DiskMB, c.Network)
 }
 
 // PoolTarget is how many idle sandboxes of a class the pool keeps.
@@ -318,7 +321,7 @@ func (p *pool) drain() []pooled {
 // poolClass is the class a create request falls in; only a request
 // without mounts, by a tenant, falls in one.
 func poolClass(req CreateRequest) PoolClass {
-	return PoolClass{Image: req.Image, Runtime: req.Runtime, MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, Network: req.Network}
+	return PoolClass{Image: req.Image, Runtime: req.Runtime, MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Network: req.Network}
 }
 
 // normalizeTargets validates targets, filling each class's defaults the
@@ -330,7 +333,7 @@ func (s *Service) normalizeTargets(targets []PoolTarget) (map[PoolClass]int, err
 		if t.Size < 0 || t.Size > MaxPoolSize {
 			return nil, invalid(field+".size", "must be between 0 and %d", MaxPoolSize)
 		}
-		req, err := s.normalize(CreateRequest{Owner: store.PoolOwner, Image: t.Image, Runtime: t.Runtime, MilliCPU: t.MilliCPU, MemoryMB: t.MemoryMB, Network: t.Network})
+		req, err := s.normalize(CreateRequest{Owner: store.PoolOwner, Image: t.Image, Runtime: t.Runtime, MilliCPU: t.MilliCPU, MemoryMB: t.MemoryMB, DiskMB: t.DiskMB, Network: t.Network})
 		if err != nil {
 			var fe *FieldError
 			if errors.As(err, &fe) {
@@ -436,7 +439,7 @@ func (s *Service) refill(ctx context.Context, c PoolClass) {
 	start := time.Now()
 	created, err := s.create(ctx, CreateRequest{
 		Owner: store.PoolOwner, Image: c.Image, Runtime: c.Runtime,
-		MilliCPU: c.MilliCPU, MemoryMB: c.MemoryMB, Network: c.Network,
+		MilliCPU: c.MilliCPU, MemoryMB: c.MemoryMB, DiskMB: c.DiskMB, Network: c.Network,
 	}, "", nil)
 	var e pooled
 	if err == nil {
@@ -526,7 +529,7 @@ func (s *Service) adoptable(ctx context.Context, row store.Sandbox) string {
 	}
 	var spec sandboxSpec
 	_ = json.Unmarshal(row.Spec, &spec) // written by us; a bad row is of no wanted class
-	c := PoolClass{Image: row.Image, Runtime: cmp.Or(spec.Runtime, RuntimeDocker), MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB, Network: spec.Network}
+	c := PoolClass{Image: row.Image, Runtime: cmp.Or(spec.Runtime, RuntimeDocker), MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB, DiskMB: spec.DiskMB, Network: spec.Network}
 	tok, err := s.openToken(row)
 	if err != nil {
 		return err.Error()

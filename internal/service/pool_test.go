@@ -642,3 +642,42 @@ func TestPool_ClaimPublishesTheEventsOfACreate(t *testing.T) {
 		t.Errorf("events %v, want %s", got, want)
 	}
 }
+
+// The pool's class carries the disk limit: a create that asks for the
+// default (or nothing) is served from the pool and reads the default, one
+// that asks for another limit is served cold with its own, and both are
+// recorded with whether the engine enforces them.
+func TestPool_DiskLimitIsPartOfTheClass(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: poolOf(1)})
+	runPool(t, h)
+	waitReady(t, h, 1)
+	ctx := t.Context()
+	lim, err := h.drt.DiskLimits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hit(pooled) || pooled.DiskMB != service.DefaultDiskMB || pooled.DiskEnforced != lim.Enforced {
+		t.Errorf("a default create: pool hit %v, disk %d MiB enforced %v; want a hit, %d MiB, enforced %v",
+			hit(pooled), pooled.DiskMB, pooled.DiskEnforced, service.DefaultDiskMB, lim.Enforced)
+	}
+	own, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, DiskMB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hit(own) || own.DiskMB != 64 || own.DiskEnforced != lim.Enforced {
+		t.Errorf("a 64 MiB create: pool hit %v, disk %d MiB enforced %v; want cold, 64 MiB, enforced %v", hit(own), own.DiskMB, own.DiskEnforced, lim.Enforced)
+	}
+	if got, err := h.svc.Get(ctx, admin, own.ID); err != nil || got.DiskMB != 64 || got.DiskEnforced != lim.Enforced {
+		t.Errorf("read back: %d MiB enforced %v (%v)", got.DiskMB, got.DiskEnforced, err)
+	}
+	for _, id := range []string{pooled.ID, own.ID} {
+		if err := h.svc.Destroy(ctx, admin, id); err != nil {
+			t.Error(err)
+		}
+	}
+}

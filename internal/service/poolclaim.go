@@ -120,7 +120,7 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 	}
 	// The host's budget already counts the sandbox (under the pool's
 	// owner): moving it to its owner only checks the owner's quota.
-	size := admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB}
+	size := admission.Request{MilliCPU: req.MilliCPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB}
 	own := size
 	own.Owner = req.Owner
 	if err := s.Admission.ReserveWithin(id, own, req.Quota); err != nil {
@@ -177,10 +177,13 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		expires = s.Clock().Add(req.Timeout)
 	}
 	commit := s.Cluster == nil
+	// The pooled sandbox was created by this runtime, so its answer is
+	// latched: no I/O.
+	enforced, _ := s.diskEnforced(ctx)
 	row, err := s.Store.ClaimPooled(ctx, store.PoolClaim{
 		ID: id, Owner: req.Owner, Name: req.Name, Tags: req.Tags, Env: req.Env,
 		SealedSecrets: sec.sealedEnv, AgentTokenSealed: sec.sealedToken, BootTokenSealed: r.sealedToken,
-		SSHPublicKey: sec.keys.Public, Spec: s.newRow(id, req, sec).Spec, Claim: cl,
+		SSHPublicKey: sec.keys.Public, Spec: s.newRow(id, req, sec, enforced).Spec, Claim: cl,
 		Delivery: r.delivery, DeliveryWindow: r.window,
 		Commit: commit, ExpiresAt: expires,
 	})

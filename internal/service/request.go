@@ -33,6 +33,12 @@ const (
 	defaultMemoryMB = 512
 	// defaultPidsLimit keeps a fork bomb inside one sandbox.
 	defaultPidsLimit = 1024
+	// MinDiskMB is the smallest disk limit: the agent and a shell need a
+	// little room to write. DefaultDiskMB and DefaultDiskMaxMB are the
+	// default and the largest when Config leaves them zero.
+	MinDiskMB        = 16
+	DefaultDiskMB    = 10 * 1024
+	DefaultDiskMaxMB = 100 * 1024
 )
 
 // CreateRequest is a request for a new sandbox, already decoded by an edge.
@@ -49,6 +55,11 @@ type CreateRequest struct {
 	Name     string
 	MilliCPU int64
 	MemoryMB int64
+	// DiskMB bounds what the sandbox may write to its own file system, in
+	// MiB (uploads included; volumes are not in it); 0 means the daemon's
+	// default. Enforced by the kernel where the runtime can
+	// (Sandbox.DiskEnforced).
+	DiskMB int64
 	// Env is visible to every process in the sandbox and in API answers.
 	Env map[string]string
 	// SecretEnv is visible to processes but sealed at rest and never
@@ -174,6 +185,12 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 	}
 	if req.MemoryMB < minMemoryMB || req.MemoryMB > maxMemoryMB {
 		return req, invalid("memory_mb", "must be between %d and %d", minMemoryMB, maxMemoryMB)
+	}
+	if req.DiskMB == 0 {
+		req.DiskMB = cmp.Or(s.cfg.DiskDefaultMB, DefaultDiskMB)
+	}
+	if maxDisk := cmp.Or(s.cfg.DiskMaxMB, DefaultDiskMaxMB); req.DiskMB < MinDiskMB || req.DiskMB > maxDisk {
+		return req, invalid("disk_mb", "must be between %d and %d", MinDiskMB, maxDisk)
 	}
 	if req.Timeout < 0 || req.Timeout > maxTimeout {
 		return req, invalid("timeout_s", "must be between 0 and %d seconds", int(maxTimeout.Seconds()))

@@ -40,7 +40,7 @@ func TestNormalize_Defaults(t *testing.T) {
 	}
 	want := CreateRequest{
 		Owner: "alice", Image: "sandboxd/base:bookworm",
-		MilliCPU: defaultMilliCPU, MemoryMB: defaultMemoryMB, Runtime: "docker",
+		MilliCPU: defaultMilliCPU, MemoryMB: defaultMemoryMB, DiskMB: DefaultDiskMB, Runtime: "docker",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("normalize(empty) (-want +got):\n%s", diff)
@@ -54,7 +54,7 @@ func TestNormalize_Defaults(t *testing.T) {
 // through unchanged but for the defaults.
 func TestNormalize_Accepts(t *testing.T) {
 	base := func() CreateRequest {
-		return CreateRequest{Image: "img", MilliCPU: 1000, MemoryMB: 512, Runtime: "docker"}
+		return CreateRequest{Image: "img", MilliCPU: 1000, MemoryMB: 512, DiskMB: 1024, Runtime: "docker"}
 	}
 	for _, tc := range []struct {
 		name         string
@@ -82,6 +82,8 @@ func TestNormalize_Accepts(t *testing.T) {
 		{"CPUMax", false, func(r *CreateRequest) { r.MilliCPU = 16_000 }},
 		{"MemoryMin", false, func(r *CreateRequest) { r.MemoryMB = 64 }},
 		{"MemoryMax", false, func(r *CreateRequest) { r.MemoryMB = 64 * 1024 }},
+		{"DiskMin", false, func(r *CreateRequest) { r.DiskMB = MinDiskMB }},
+		{"DiskMax", false, func(r *CreateRequest) { r.DiskMB = DefaultDiskMaxMB }},
 		{"TimeoutZero", false, func(r *CreateRequest) { r.Timeout = 0 }},
 		{"TimeoutMax", false, func(r *CreateRequest) { r.Timeout = 7 * 24 * time.Hour }},
 		{"EnvMaxCount", false, func(r *CreateRequest) { r.Env = nVars(256) }},
@@ -143,6 +145,9 @@ func TestNormalize_Rejects(t *testing.T) {
 		{"MemoryBelowMin", func(r *CreateRequest) { r.MemoryMB = 63 }, "memory_mb"},
 		{"MemoryAboveMax", func(r *CreateRequest) { r.MemoryMB = 64*1024 + 1 }, "memory_mb"},
 		{"MemoryNegative", func(r *CreateRequest) { r.MemoryMB = -512 }, "memory_mb"},
+		{"DiskBelowMin", func(r *CreateRequest) { r.DiskMB = MinDiskMB - 1 }, "disk_mb"},
+		{"DiskAboveMax", func(r *CreateRequest) { r.DiskMB = DefaultDiskMaxMB + 1 }, "disk_mb"},
+		{"DiskNegative", func(r *CreateRequest) { r.DiskMB = -1 }, "disk_mb"},
 
 		{"TimeoutNegative", func(r *CreateRequest) { r.Timeout = -time.Second }, "timeout_s"},
 		{"TimeoutAboveMax", func(r *CreateRequest) { r.Timeout = 7*24*time.Hour + time.Second }, "timeout_s"},

@@ -7,6 +7,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -40,9 +41,14 @@ type Sandbox struct {
 	State    State
 	MilliCPU int64
 	MemoryMB int64
-	Tags     map[string]string
-	Env      map[string]string
-	Network  bool
+	// DiskMB is the sandbox's disk limit in MiB (0 for sandboxes made
+	// before disk limits); DiskEnforced says whether the kernel enforces
+	// it (the runtime could when the sandbox was created).
+	DiskMB       int64
+	DiskEnforced bool
+	Tags         map[string]string
+	Env          map[string]string
+	Network      bool
 	// NetworkPolicy is the network policy in force.
 	NetworkPolicy netpolicy.Policy
 	// Runtime is what runs the sandbox: RuntimeDocker or RuntimeGVisor.
@@ -100,6 +106,10 @@ type sandboxSpec struct {
 	// Failover is the create's (cluster.go): a sandbox recreated on
 	// failover is recreated with its create's network policy.
 	Failover string `json:"failover,omitempty"`
+	// DiskMB is the disk limit the container was created with, and
+	// DiskEnforced whether the runtime enforced it then.
+	DiskMB       int64 `json:"disk_mb,omitempty"`
+	DiskEnforced bool  `json:"disk_enforced,omitempty"`
 }
 
 func fromRow(row store.Sandbox) Sandbox {
@@ -113,6 +123,8 @@ func fromRow(row store.Sandbox) Sandbox {
 		State:         row.State,
 		MilliCPU:      row.CPUMillis,
 		MemoryMB:      row.MemoryMB,
+		DiskMB:        spec.DiskMB,
+		DiskEnforced:  spec.DiskEnforced,
 		Tags:          row.Tags,
 		Env:           row.Env,
 		Network:       spec.Network,
@@ -128,6 +140,12 @@ func fromRow(row store.Sandbox) Sandbox {
 
 		PauseOnTimeout: spec.PauseOnTimeout,
 	}
+}
+
+// holding is the capacity a sandbox's row holds in admission: its CPU
+// and memory on the host, its disk limit against its owner's quota.
+func holding(row store.Sandbox) admission.Request {
+	return admission.Request{MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB, DiskMB: specOf(row).DiskMB, Owner: row.Owner}
 }
 
 // specOf is a row's spec (empty for a row whose spec does not decode).

@@ -199,6 +199,10 @@ type Config struct {
 	// TemplateStorageMB bounds the size of each owner's templates and
 	// snapshots together (0: unlimited).
 	TemplateStorageMB int64
+	// DiskDefaultMB is the disk limit of a create that asks for none
+	// (0: DefaultDiskMB); DiskMaxMB the largest one may ask for (0:
+	// DefaultDiskMaxMB).
+	DiskDefaultMB, DiskMaxMB int64
 	// StuckCreating is how long a row may stay in state creating before the
 	// reconciler rolls it back.
 	StuckCreating time.Duration
@@ -219,6 +223,10 @@ type Deps struct {
 	Logger    *slog.Logger
 	Clock     func() time.Time
 	Metrics   *Metrics
+	// Disk says whether the runtime enforces disk limits (the engine's,
+	// not a wrapper's); nil: it does not, and sandboxes' disk limits are
+	// only recorded (Sandbox.DiskEnforced false).
+	Disk runtime.DiskLimiter
 	// Gate, when set, is asked before every local create (cluster topology
 	// and role check); an error refuses the create with no side effects.
 	Gate func(ctx context.Context) error

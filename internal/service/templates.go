@@ -963,7 +963,7 @@ func (s *Service) forkRequest(ctx context.Context, row store.Sandbox, t store.Te
 	var spec sandboxSpec
 	_ = json.Unmarshal(row.Spec, &spec) // written by us
 	req := CreateRequest{
-		Owner: row.Owner, MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB, Env: row.Env, Tags: row.Tags,
+		Owner: row.Owner, MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB, DiskMB: spec.DiskMB, Env: row.Env, Tags: row.Tags,
 		Network: spec.Network, Runtime: spec.Runtime, Annotations: spec.Annotations, Quota: c.Quota,
 		PauseOnTimeout: spec.PauseOnTimeout, Template: t.ID,
 	}

@@ -34,9 +34,10 @@ type Quota struct {
 	Sandboxes int64
 	MilliCPU  int64
 	MemoryMB  int64
+	DiskMB    int64
 }
 
-const apiTokenColumns = `id, name, role, owner, quota_sandboxes, quota_milli_cpu, quota_memory_mb, created_at, revoked_at`
+const apiTokenColumns = `id, name, role, owner, quota_sandboxes, quota_milli_cpu, quota_memory_mb, quota_disk_mb, created_at, revoked_at`
 
 func scanAPIToken(r rowScanner) (APIToken, error) {
 	var (
@@ -44,7 +45,7 @@ func scanAPIToken(r rowScanner) (APIToken, error) {
 		created int64
 		revoked sql.NullInt64
 	)
-	if err := r.Scan(&t.ID, &t.Name, &t.Role, &t.Owner, &t.Quota.Sandboxes, &t.Quota.MilliCPU, &t.Quota.MemoryMB, &created, &revoked); err != nil {
+	if err := r.Scan(&t.ID, &t.Name, &t.Role, &t.Owner, &t.Quota.Sandboxes, &t.Quota.MilliCPU, &t.Quota.MemoryMB, &t.Quota.DiskMB, &created, &revoked); err != nil {
 		return APIToken{}, err
 	}
 	t.CreatedAt = time.UnixMilli(created).UTC()
@@ -60,15 +61,15 @@ func (s *Store) CreateAPIToken(ctx context.Context, t *APIToken, secretSHA256 [3
 	if t.ID == "" || (t.Role != RoleAdmin && t.Role != RoleUser) {
 		return invalidf("create api token: id %q, role %q", t.ID, t.Role)
 	}
-	if q := t.Quota; q.Sandboxes < 0 || q.MilliCPU < 0 || q.MemoryMB < 0 {
+	if q := t.Quota; q.Sandboxes < 0 || q.MilliCPU < 0 || q.MemoryMB < 0 || q.DiskMB < 0 {
 		return invalidf("create api token: negative quota %+v", q)
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		now := s.nowMillis()
 		res, err := tx.ExecContext(ctx, `INSERT INTO api_tokens (id, secret_sha256, name, role, owner,
-			quota_sandboxes, quota_milli_cpu, quota_memory_mb, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-			t.ID, secretSHA256[:], t.Name, t.Role, t.Owner, t.Quota.Sandboxes, t.Quota.MilliCPU, t.Quota.MemoryMB, now)
+			quota_sandboxes, quota_milli_cpu, quota_memory_mb, quota_disk_mb, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			t.ID, secretSHA256[:], t.Name, t.Role, t.Owner, t.Quota.Sandboxes, t.Quota.MilliCPU, t.Quota.MemoryMB, t.Quota.DiskMB, now)
 		if err != nil {
 			return err
 		}

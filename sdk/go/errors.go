@@ -22,6 +22,7 @@ const (
 	CodeNameConflict         ErrorCode = "name_conflict"          // 409
 	CodeHostnameConflict     ErrorCode = "hostname_conflict"      // 409
 	CodePayloadTooLarge      ErrorCode = "payload_too_large"      // 413
+	CodeDiskFull             ErrorCode = "disk_full"              // 507: a write past the sandbox's disk limit
 	CodeIdempotencyKeyReused ErrorCode = "idempotency_key_reused" // 422
 	CodeCapacityExhausted    ErrorCode = "capacity_exhausted"     // 429, with Retry-After
 	CodeInternal             ErrorCode = "internal"               // 500
@@ -44,6 +45,7 @@ var (
 	ErrNameConflict         error = &sentinel{CodeNameConflict}
 	ErrHostnameConflict     error = &sentinel{CodeHostnameConflict}
 	ErrPayloadTooLarge      error = &sentinel{CodePayloadTooLarge}
+	ErrDiskFull             error = &sentinel{CodeDiskFull}
 	ErrIdempotencyKeyReused error = &sentinel{CodeIdempotencyKeyReused}
 	ErrCapacityExhausted    error = &sentinel{CodeCapacityExhausted}
 	ErrInternal             error = &sentinel{CodeInternal}
@@ -127,6 +129,8 @@ func codeForStatus(status int) ErrorCode {
 		return CodeNotFound
 	case http.StatusConflict:
 		return CodeConflict
+	case http.StatusInsufficientStorage:
+		return CodeDiskFull
 	case http.StatusRequestEntityTooLarge:
 		return CodePayloadTooLarge
 	case http.StatusUnprocessableEntity:

@@ -15,6 +15,7 @@ type Pool struct {
 	Runtime  string  `json:"runtime,omitempty"`
 	CPU      float64 `json:"cpu,omitempty"`
 	MemoryMB int64   `json:"memory_mb,omitempty"`
+	DiskMB   int64   `json:"disk_mb,omitempty"`
 	Network  bool    `json:"network,omitempty"`
 	Size     int     `json:"size"`
 	Ready    int     `json:"ready,omitempty"`

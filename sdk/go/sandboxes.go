@@ -26,15 +26,21 @@ const (
 
 // Sandbox is the API's sandbox object.
 type Sandbox struct {
-	ID       string            `json:"id"`
-	Name     string            `json:"name,omitempty"`
-	Image    string            `json:"image"`
-	State    State             `json:"state"`
-	CPU      float64           `json:"cpu"`
-	MemoryMB int               `json:"memory_mb"`
-	Tags     map[string]string `json:"tags,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-	Network  bool              `json:"network"`
+	ID       string  `json:"id"`
+	Name     string  `json:"name,omitempty"`
+	Image    string  `json:"image"`
+	State    State   `json:"state"`
+	CPU      float64 `json:"cpu"`
+	MemoryMB int     `json:"memory_mb"`
+	// DiskMB is the sandbox's disk limit in MiB: what it may write to its
+	// own file system (uploads included). DiskEnforced says whether the
+	// host's kernel enforces it (a write past it fails with ENOSPC or
+	// EDQUOT) or it is only recorded (the daemon logs why at start).
+	DiskMB       int               `json:"disk_mb,omitempty"`
+	DiskEnforced bool              `json:"disk_enforced,omitempty"`
+	Tags         map[string]string `json:"tags,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	Network      bool              `json:"network"`
 	// NetworkPolicy is the policy in force when it has network.
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 	// CreatedAt is when the sandbox was created (UTC).
@@ -73,6 +79,8 @@ type CreateRequest struct {
 	Name     string  `json:"name,omitempty"`
 	CPU      float64 `json:"cpu,omitempty"`
 	MemoryMB int     `json:"memory_mb,omitempty"`
+	// DiskMB is the disk limit in MiB; 0 takes the daemon's default.
+	DiskMB int `json:"disk_mb,omitempty"`
 	// Env is visible to every process in the sandbox and is returned by
 	// the API; SecretEnv is too, but is stored sealed and never returned.
 	Env       map[string]string `json:"env,omitempty"`

@@ -37,6 +37,8 @@ type Quota struct {
 	Sandboxes int64   `json:"sandboxes,omitempty"`
 	CPU       float64 `json:"cpu,omitempty"` // cores
 	MemoryMB  int64   `json:"memory_mb,omitempty"`
+	// DiskMB bounds the sum of the owner's sandboxes' disk limits.
+	DiskMB int64 `json:"disk_mb,omitempty"`
 }
 
 // Token is an API token. Secret is set only in the result of CreateToken.

@@ -46,7 +46,9 @@
 // the SDK never has to poll. Names resolve through the service's unique
 // name index; a sandbox created without a name is named by its id. Labels
 // are the sandbox's tags (list filters on them, AND). cpu is in cores,
-// memory and disk in GiB; disk is recorded, not enforced. gpu is refused
+// memory and disk in GiB; disk is the sandbox's disk limit (0 or absent:
+// the daemon's default), enforced by the kernel where the engine can
+// (native API: disk_enforced). gpu is refused
 // (400), never
 // ignored, and so is every other field set to anything but its zero value
 // (linkedSandbox, ttlMinutes, autoPauseInterval, secrets, kvm, spot,

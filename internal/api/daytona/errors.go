@@ -92,6 +92,8 @@ func classify(err error) errorBody {
 		status, msg = http.StatusConflict, err.Error()
 	case service.Is(err, service.ErrConflict):
 		status, msg = http.StatusConflict, err.Error()
+	case errors.Is(err, service.ErrDiskFull):
+		status, msg = http.StatusInsufficientStorage, "the sandbox's disk is full: free space in it first"
 	case errors.Is(err, service.ErrQuotaExceeded):
 		status, msg = http.StatusTooManyRequests, err.Error() // names the caller's own quota
 	case errors.Is(err, service.ErrCapacityExhausted):

@@ -174,9 +174,12 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 		req.MemoryMB = int64(math.Round(*b.Memory * mibPerGiB))
 	}
 	if b.Disk != nil {
-		if *b.Disk < 0 {
-			return service.CreateRequest{}, badRequest("disk must not be negative")
+		if *b.Disk < 0 || *b.Disk > 1<<20 || math.IsNaN(*b.Disk) {
+			return service.CreateRequest{}, badRequest("disk must be a number of GiB, 0 or more (0: the daemon's default)")
 		}
+		// The sandbox's disk limit (0 takes the daemon's default), enforced
+		// by the kernel where the engine can.
+		req.DiskMB = int64(math.Round(*b.Disk * mibPerGiB))
 		req.Annotations[annDisk] = strconv.FormatFloat(*b.Disk, 'f', -1, 64)
 	}
 	return req, nil

@@ -179,8 +179,10 @@ func dto(sb service.Sandbox, toolboxURL string, full bool) sandboxDTO {
 		}
 		d.NetworkAllowList, d.DomainAllowList = strings.Join(cidrs, ","), strings.Join(p.Hosts(), ",")
 	}
-	if disk, err := strconv.ParseFloat(sb.Annotations[annDisk], 64); err == nil {
-		d.Disk = disk
+	if sb.DiskMB > 0 {
+		d.Disk = round2(float64(sb.DiskMB) / mibPerGiB)
+	} else if disk, err := strconv.ParseFloat(sb.Annotations[annDisk], 64); err == nil {
+		d.Disk = disk // a sandbox from before disk limits
 	}
 	if !sb.ExpiresAt.IsZero() {
 		d.ExpiresAt = sb.ExpiresAt.UTC().Format(time.RFC3339Nano)

@@ -61,6 +61,8 @@ func classify(err error) (status int, msg string) {
 		return http.StatusForbidden, err.Error()
 	case service.Is(err, service.ErrNameConflict), service.Is(err, service.ErrConflict):
 		return http.StatusConflict, err.Error()
+	case errors.Is(err, service.ErrDiskFull):
+		return http.StatusInsufficientStorage, "the sandbox's disk is full: free space in it first"
 	case errors.Is(err, service.ErrQuotaExceeded):
 		return http.StatusTooManyRequests, err.Error() // names the caller's own quota
 	case errors.Is(err, service.ErrCapacityExhausted):

@@ -175,6 +175,7 @@ func listed(sb service.Sandbox) listedSandbox {
 		EnvdVersion:  envdVersion,
 		CPUCount:     max(1, (sb.MilliCPU+999)/1000),
 		MemoryMB:     sb.MemoryMB,
+		DiskSizeMB:   sb.DiskMB,
 		StartedAt:    sb.CreatedAt.UTC().Format(time.RFC3339Nano),
 		EndAt:        end.UTC().Format(time.RFC3339Nano),
 		State:        e2bState(sb.State),

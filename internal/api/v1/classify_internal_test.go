@@ -61,6 +61,7 @@ func TestClassify_EveryDomainError(t *testing.T) {
 		{"CapacityWithoutHint", wrap(service.ErrCapacityExhausted), 429, CodeCapacityExhausted, true, "the host is out of capacity; retry later", "1"},
 		{"Unavailable", wrap(service.ErrUnavailable), 503, CodeUnavailable, true, "temporarily unavailable; retry later (request id rid1)", ""},
 		{"DeadlineExceeded", wrap(context.DeadlineExceeded), 503, CodeUnavailable, true, "temporarily unavailable; retry later (request id rid1)", ""},
+		{"DiskFull", fmt.Errorf("upload: %w: no space left on device", service.ErrDiskFull), 507, CodeDiskFull, false, "the sandbox's disk is full (its disk limit, or the host's file system): free space in it first", ""},
 		{"TooLarge", fmt.Errorf("decode: %w", &http.MaxBytesError{Limit: 1024}), 413, CodePayloadTooLarge, false, "request body exceeds 1024 bytes", ""},
 		{"EdgeError", errorf(CodePermissionDenied, "admin only"), 403, CodePermissionDenied, false, "admin only", ""},
 		{"EdgeErrorWrapped", fmt.Errorf("tokens: %w", errorf(CodeInvalidArgument, "bad role %q", "x")), 400, CodeInvalidArgument, false, `bad role "x"`, ""},
@@ -124,11 +125,14 @@ func TestCodes_Closed(t *testing.T) {
 		CodeInvalidArgument: 400, CodeUnauthenticated: 401, CodePermissionDenied: 403, CodeNotFound: 404,
 		CodeConflict: 409, CodeNameConflict: 409, CodeHostnameConflict: 409, CodePayloadTooLarge: 413,
 		CodeIdempotencyKeyReused: 422, CodeCapacityExhausted: 429, CodeInternal: 500, CodeUnavailable: 503,
+		CodeDiskFull: 507,
 	}
 	got := map[Code]int{}
 	for c, v := range codes {
 		got[c] = v.status
-		if wantRetry := v.status == 429 || v.status >= 500; v.retryable != wantRetry {
+		// disk_full is the one 5xx that is not retryable: the sandbox's
+		// own disk is full, and stays so until it frees space.
+		if wantRetry := (v.status == 429 || v.status >= 500) && c != CodeDiskFull; v.retryable != wantRetry {
 			t.Errorf("%s: retryable = %v, want %v", c, v.retryable, wantRetry)
 		}
 	}

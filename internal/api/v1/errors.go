@@ -26,6 +26,7 @@ const (
 	CodeNameConflict         Code = "name_conflict"
 	CodeHostnameConflict     Code = "hostname_conflict"
 	CodePayloadTooLarge      Code = "payload_too_large"
+	CodeDiskFull             Code = "disk_full"
 	CodeIdempotencyKeyReused Code = "idempotency_key_reused"
 	CodeCapacityExhausted    Code = "capacity_exhausted"
 	CodeInternal             Code = "internal"
@@ -39,14 +40,17 @@ var codes = map[Code]struct {
 	status    int
 	retryable bool
 }{
-	CodeInvalidArgument:      {http.StatusBadRequest, false},
-	CodeUnauthenticated:      {http.StatusUnauthorized, false},
-	CodePermissionDenied:     {http.StatusForbidden, false},
-	CodeNotFound:             {http.StatusNotFound, false},
-	CodeConflict:             {http.StatusConflict, false},
-	CodeNameConflict:         {http.StatusConflict, false},
-	CodeHostnameConflict:     {http.StatusConflict, false},
-	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, false},
+	CodeInvalidArgument:  {http.StatusBadRequest, false},
+	CodeUnauthenticated:  {http.StatusUnauthorized, false},
+	CodePermissionDenied: {http.StatusForbidden, false},
+	CodeNotFound:         {http.StatusNotFound, false},
+	CodeConflict:         {http.StatusConflict, false},
+	CodeNameConflict:     {http.StatusConflict, false},
+	CodeHostnameConflict: {http.StatusConflict, false},
+	CodePayloadTooLarge:  {http.StatusRequestEntityTooLarge, false},
+	// A write past the sandbox's disk limit: the same write fails again
+	// until the sandbox frees space, so it is not retryable.
+	CodeDiskFull:             {http.StatusInsufficientStorage, false},
 	CodeIdempotencyKeyReused: {http.StatusUnprocessableEntity, false},
 	CodeCapacityExhausted:    {http.StatusTooManyRequests, true},
 	CodeInternal:             {http.StatusInternalServerError, true},
@@ -103,6 +107,8 @@ func classify(err error) (Code, string) {
 		return CodeIdempotencyKeyReused, "this Idempotency-Key was used with a different request body"
 	case service.Is(err, service.ErrInvalidArgument):
 		return CodeInvalidArgument, err.Error()
+	case errors.Is(err, service.ErrDiskFull):
+		return CodeDiskFull, "the sandbox's disk is full (its disk limit, or the host's file system): free space in it first"
 	case service.Is(err, service.ErrNotFound), errors.Is(err, auth.ErrTokenNotFound):
 		return CodeNotFound, err.Error()
 	case service.Is(err, service.ErrPermissionDenied):

@@ -15,6 +15,7 @@ type poolJSON struct {
 	Runtime  string  `json:"runtime,omitempty"`
 	CPU      float64 `json:"cpu,omitempty"`
 	MemoryMB int64   `json:"memory_mb,omitempty"`
+	DiskMB   int64   `json:"disk_mb,omitempty"`
 	Network  bool    `json:"network,omitempty"`
 	Size     int     `json:"size"`
 	Ready    int     `json:"ready"`
@@ -30,6 +31,7 @@ type poolsRequest struct {
 		Runtime  string  `json:"runtime"`
 		CPU      float64 `json:"cpu"`
 		MemoryMB int64   `json:"memory_mb"`
+		DiskMB   int64   `json:"disk_mb"`
 		Network  bool    `json:"network"`
 		Size     int     `json:"size"`
 	} `json:"pools"`
@@ -51,7 +53,7 @@ func toPoolsJSON(st []service.PoolStatus) poolsJSON {
 	out := poolsJSON{Pools: make([]poolJSON, len(st))}
 	for i, p := range st {
 		out.Pools[i] = poolJSON{
-			Image: p.Image, Runtime: p.Runtime, CPU: float64(p.MilliCPU) / 1000, MemoryMB: p.MemoryMB,
+			Image: p.Image, Runtime: p.Runtime, CPU: float64(p.MilliCPU) / 1000, MemoryMB: p.MemoryMB, DiskMB: p.DiskMB,
 			Network: p.Network, Size: p.Size, Ready: p.Ready, Filling: p.Filling, SandboxIDs: p.IDs,
 		}
 	}
@@ -87,7 +89,7 @@ func (s *server) setPools(w http.ResponseWriter, r *http.Request) error {
 		}
 		targets[i] = service.PoolTarget{PoolClass: service.PoolClass{
 			Image: p.Image, Runtime: p.Runtime, MilliCPU: int64(math.Round(p.CPU * 1000)),
-			MemoryMB: p.MemoryMB, Network: p.Network,
+			MemoryMB: p.MemoryMB, DiskMB: p.DiskMB, Network: p.Network,
 		}, Size: p.Size}
 	}
 	st, err := s.svc.SetPool(r.Context(), targets)

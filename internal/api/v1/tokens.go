@@ -108,8 +108,8 @@ func (s *server) tokenQuota(role auth.Role, asked *quotaJSON) (auth.Quota, error
 		return s.defaultQuota, nil
 	}
 	q := asked.toAuth()
-	if q.Sandboxes < 0 || q.MilliCPU < 0 || q.MemoryMB < 0 {
-		return auth.Quota{}, fieldError("quota", "sandboxes, cpu and memory_mb must not be negative (0 is unlimited)")
+	if q.Sandboxes < 0 || q.MilliCPU < 0 || q.MemoryMB < 0 || q.DiskMB < 0 {
+		return auth.Quota{}, fieldError("quota", "sandboxes, cpu, memory_mb and disk_mb must not be negative (0 is unlimited)")
 	}
 	return q, nil
 }

@@ -17,12 +17,16 @@ import (
 
 // sandboxJSON is the sandbox object.
 type sandboxJSON struct {
-	ID            string            `json:"id"`
-	Name          string            `json:"name,omitempty"`
-	Image         string            `json:"image"`
-	State         string            `json:"state"`
-	CPU           float64           `json:"cpu"`
-	MemoryMB      int64             `json:"memory_mb"`
+	ID       string  `json:"id"`
+	Name     string  `json:"name,omitempty"`
+	Image    string  `json:"image"`
+	State    string  `json:"state"`
+	CPU      float64 `json:"cpu"`
+	MemoryMB int64   `json:"memory_mb"`
+	// DiskMB is the sandbox's disk limit (absent for sandboxes made
+	// before disk limits); DiskEnforced whether the kernel enforces it.
+	DiskMB        int64             `json:"disk_mb,omitempty"`
+	DiskEnforced  bool              `json:"disk_enforced"`
 	Tags          map[string]string `json:"tags"`
 	Env           map[string]string `json:"env,omitempty"`
 	Network       bool              `json:"network"`
@@ -59,6 +63,8 @@ func toSandboxJSON(sb service.Sandbox) sandboxJSON {
 		State:        string(sb.State),
 		CPU:          float64(sb.MilliCPU) / 1000,
 		MemoryMB:     sb.MemoryMB,
+		DiskMB:       sb.DiskMB,
+		DiskEnforced: sb.DiskEnforced,
 		Tags:         sb.Tags,
 		Env:          sb.Env,
 		Network:      sb.Network,
@@ -100,6 +106,7 @@ type createRequest struct {
 	Name      string            `json:"name,omitempty"`
 	CPU       float64           `json:"cpu,omitempty"`
 	MemoryMB  int64             `json:"memory_mb,omitempty"`
+	DiskMB    int64             `json:"disk_mb,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
 	Tags      map[string]string `json:"tags,omitempty"`
@@ -120,6 +127,7 @@ func (c createRequest) toService(owner string) service.CreateRequest {
 		Name:      c.Name,
 		MilliCPU:  milliCPU(c.CPU),
 		MemoryMB:  c.MemoryMB,
+		DiskMB:    c.DiskMB,
 		Env:       c.Env,
 		SecretEnv: c.SecretEnv,
 		Tags:      c.Tags,
@@ -256,17 +264,19 @@ type quotaJSON struct {
 	Sandboxes int64   `json:"sandboxes,omitempty"`
 	CPU       float64 `json:"cpu,omitempty"`
 	MemoryMB  int64   `json:"memory_mb,omitempty"`
+	// DiskMB bounds the sum of the owner's sandboxes' disk limits.
+	DiskMB int64 `json:"disk_mb,omitempty"`
 }
 
 func (q quotaJSON) toAuth() auth.Quota {
-	return auth.Quota{Sandboxes: q.Sandboxes, MilliCPU: milliCPU(q.CPU), MemoryMB: q.MemoryMB}
+	return auth.Quota{Sandboxes: q.Sandboxes, MilliCPU: milliCPU(q.CPU), MemoryMB: q.MemoryMB, DiskMB: q.DiskMB}
 }
 
 func toQuotaJSON(q auth.Quota) *quotaJSON {
 	if q == (auth.Quota{}) {
 		return nil
 	}
-	return &quotaJSON{Sandboxes: q.Sandboxes, CPU: float64(q.MilliCPU) / 1000, MemoryMB: q.MemoryMB}
+	return &quotaJSON{Sandboxes: q.Sandboxes, CPU: float64(q.MilliCPU) / 1000, MemoryMB: q.MemoryMB, DiskMB: q.DiskMB}
 }
 
 // tokenJSON describes a token; Token (the secret) only in the create answer.

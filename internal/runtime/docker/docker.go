@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -97,6 +98,10 @@ type Options struct {
 	// container and the new owner's must not collide, nor may the stale
 	// node's cleanup reach the new owner's.
 	QualifyNames bool
+	// DiskProbeImage is a local image DiskLimits may create (never start)
+	// a container from, on an overlay2 engine, to learn whether it
+	// enforces a size. Empty: such an engine is taken as not enforcing.
+	DiskProbeImage string
 }
 
 // Runtime is the Docker implementation of runtime.Runtime.
@@ -114,6 +119,11 @@ type Runtime struct {
 
 	// commitLeftoverAge is commitLeftoverAge (tests shorten it).
 	commitLeftoverAge time.Duration
+	// The disk limits, latched by DiskLimits (disk.go): disk is written
+	// under diskMu before diskLatched is set, and read only after.
+	diskLatched atomic.Bool
+	diskMu      sync.Mutex
+	disk        diskState
 
 	// agentOOMScore is the agent's oom_score_adj: -1000 (never the OOM
 	// killer's victim: when the agent dies the sandbox does) where the
@@ -276,11 +286,17 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		}
 	}()
 
+	storage, err := r.storageOpt(ctx, spec)
+	if err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: disk limit: %w", id, err)
+	}
 	attempt := newAttemptID()
+	hc := r.hostConfig(spec, sockDir)
+	hc.StorageOpt = storage
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name:       r.name(id),
 		Config:     r.containerConfig(spec, attempt),
-		HostConfig: r.hostConfig(spec, sockDir),
+		HostConfig: hc,
 	})
 	if err != nil {
 		err = r.classifyCreateErr(ctx, spec.Image, err)

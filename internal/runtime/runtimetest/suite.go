@@ -157,6 +157,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Exec_ThroughAgent", s.testExec},
 		{"Files_ThroughAgent", s.testFiles},
 		{"Isolation", s.testIsolation},
+		{"DiskLimit", s.testDiskLimit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -139,3 +139,38 @@ func (s *suite) testIsolation(t *testing.T) {
 		t.Errorf("the two sandboxes share a host name: %v", names)
 	}
 }
+
+// testDiskLimit: where the runtime says it enforces Spec.DiskMB, a
+// sandbox cannot write past it (the write fails: ENOSPC or EDQUOT) and
+// still writes within it. A runtime that enforces none skips, saying so.
+func (s *suite) testDiskLimit(t *testing.T) {
+	rt, _ := s.newRuntime(t)
+	dl, ok := rt.(runtime.DiskLimiter)
+	if !ok {
+		t.Skip("the runtime enforces no disk limit (it is no runtime.DiskLimiter)")
+	}
+	lim, err := dl.DiskLimits(opCtx(t))
+	if err != nil {
+		t.Fatalf("DiskLimits: %v", err)
+	}
+	if !lim.Enforced {
+		t.Skipf("the runtime's engine enforces no disk limit: %s", lim.How)
+	}
+	id := NewSandboxID()
+	spec := s.spec(id)
+	spec.DiskMB = 32
+	s.create(t, rt, spec)
+	c := agentClient(t, rt, id, spec.AgentToken)
+	res := sh(t, c, `fallocate -l 256M /big && echo fallocate-ok; dd if=/dev/zero of=/fill bs=1M count=128 2>/dev/null && echo dd-ok; sync; wc -c < /fill`)
+	out := string(res.Stdout)
+	if strings.Contains(out, "fallocate-ok") || strings.Contains(out, "dd-ok") {
+		t.Errorf("a sandbox with a 32 MiB limit wrote past it:\n%s%s", out, res.Stderr)
+	}
+	lines := strings.Fields(out)
+	if n, err := strconv.ParseInt(lines[len(lines)-1], 10, 64); err != nil || n > 48<<20 {
+		t.Errorf("a sandbox with a 32 MiB limit holds a %s-byte file", lines[len(lines)-1])
+	}
+	if res := sh(t, c, `rm -f /fill /big; echo ok > /small && cat /small`); string(res.Stdout) != "ok\n" {
+		t.Errorf("after freeing space the sandbox cannot write: %q %q", res.Stdout, res.Stderr)
+	}
+}
