@@ -46,6 +46,30 @@ export PATH="$PATH:/usr/sbin:/usr/bin:/sbin"
 
 engine_up() { command -v docker >/dev/null 2>&1 && docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; }
 
+# btrfs_quotas MNT: quotas on, and their numbers made consistent. Docker's
+# btrfs driver turns quotas on itself at the first sized container, but a
+# file system whose qgroups the kernel has marked inconsistent (the first
+# scan still running, or a subvolume removed with numbers left; dmesg says
+# "qgroup marked inconsistent") does not enforce their limits until a
+# rescan: a sandbox then writes past its disk limit. Both steps are
+# idempotent; a failure is logged, not fatal (the driver still tries).
+#
+# The kernel also marks them inconsistent, instead of counting, when a
+# subvolume whose tree is deeper than qgroups/drop_subtree_threshold (3 by
+# default) is removed, as an image's or a large sandbox's can be: the
+# threshold is raised to the deepest tree (8), so removals are counted
+# (slower to delete, never unenforced). It does not survive a remount, so
+# it is set at every setup.
+btrfs_quotas() {
+	btrfs quota enable "$1" >&2 && btrfs quota rescan -w "$1" >&2 ||
+		log "WARNING: could not enable and rescan btrfs quotas on $1: disk limits may not hold until 'btrfs quota rescan -w $1'"
+	local knob
+	knob=/sys/fs/btrfs/$(findmnt -n -o UUID --target "$1")/qgroups/drop_subtree_threshold
+	if [[ -w $knob ]]; then
+		echo 8 >"$knob" || log "WARNING: could not raise $knob"
+	fi
+}
+
 # disk_limits_note: says whether the running engine can enforce a disk limit.
 disk_limits_note() {
 	local driver fs
@@ -60,6 +84,10 @@ disk_limits_note() {
 
 if engine_up; then
 	log "engine already answering, $(elapsed_ms) ms"
+	root=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || true)
+	if [[ -n $root && $(findmnt -n -o FSTYPE --target "$root" 2>/dev/null) == btrfs ]]; then
+		btrfs_quotas "$root"
+	fi
 	disk_limits_note
 	exit 0
 fi
@@ -103,18 +131,6 @@ wait_engine() { # wait_engine SECONDS [PID]: 0 when up, 1 on timeout or when PID
 		sleep 0.25
 	done
 	return 1
-}
-
-# btrfs_quotas MNT: quotas on, and their numbers made consistent. Docker's
-# btrfs driver turns quotas on itself at the first sized container, but a
-# file system whose qgroups the kernel has marked inconsistent (the first
-# scan still running, or a subvolume removed with numbers left; dmesg says
-# "qgroup marked inconsistent") does not enforce their limits until a
-# rescan: a sandbox then writes past its disk limit. Both steps are
-# idempotent; a failure is logged, not fatal (the driver still tries).
-btrfs_quotas() {
-	btrfs quota enable "$1" >&2 && btrfs quota rescan -w "$1" >&2 ||
-		log "WARNING: could not enable and rescan btrfs quotas on $1: disk limits may not hold until 'btrfs quota rescan -w $1'"
 }
 
 # prepare_btrfs_root: make (once) and mount the btrfs file system that holds
