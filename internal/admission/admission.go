@@ -214,12 +214,37 @@ func (c *Controller) Release(id string) {
 	c.drop(id)
 }
 
+// Park keeps, of id's reservation, only its disk: what a stopped sandbox
+// still holds, since its container keeps what it wrote. Its CPU and memory
+// go back to the host and the owner, and it no longer counts among the
+// owner's running sandboxes; its disk counts in the owner's quota until
+// the sandbox is destroyed (Release). A later ReserveWithin for id (a
+// start) resizes it back. Parking an id that holds nothing is a no-op.
+func (c *Controller) Park(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	req, ok := c.held[id]
+	if !ok {
+		return
+	}
+	c.drop(id)
+	if req.DiskMB > 0 {
+		c.hold(id, Request{DiskMB: req.DiskMB, Owner: req.Owner})
+	}
+}
+
+// runs reports whether a reservation is a running sandbox's (a parked one
+// holds only disk): only those count against the owner's sandboxes.
+func (r Request) runs() bool { return r.MilliCPU > 0 || r.MemoryMB > 0 }
+
 // hold records req for id; the caller holds mu and id holds nothing.
 func (c *Controller) hold(id string, req Request) {
 	c.held[id] = req
 	c.used = c.used.add(req)
 	u := c.owners[req.Owner]
-	u.sandboxes++
+	if req.runs() {
+		u.sandboxes++
+	}
 	u.Request = u.Request.add(req)
 	c.owners[req.Owner] = u
 }
@@ -233,9 +258,11 @@ func (c *Controller) drop(id string) {
 	delete(c.held, id)
 	c.used = c.used.sub(req)
 	u := c.owners[req.Owner]
-	u.sandboxes--
+	if req.runs() {
+		u.sandboxes--
+	}
 	u.Request = u.Request.sub(req)
-	if u.sandboxes <= 0 {
+	if u.sandboxes <= 0 && u.MilliCPU <= 0 && u.MemoryMB <= 0 && u.DiskMB <= 0 {
 		delete(c.owners, req.Owner)
 	} else {
 		c.owners[req.Owner] = u
@@ -247,7 +274,9 @@ func (c *Controller) drop(id string) {
 func (c *Controller) ownerUseWithout(owner, id string) ownerUse {
 	u := c.owners[owner]
 	if old, ok := c.held[id]; ok && old.Owner == owner {
-		u.sandboxes--
+		if old.runs() {
+			u.sandboxes--
+		}
 		u.Request = u.Request.sub(old)
 	}
 	return u

@@ -170,3 +170,54 @@ func TestReserveWithin_DiskQuota(t *testing.T) {
 		t.Errorf("Holdings: alice's disk %d, want 1000", got)
 	}
 }
+
+// TestPark_StoppedSandboxKeepsItsDisk: a stopped sandbox (Park) gives its
+// CPU, memory and place among the owner's running sandboxes back, but its
+// container keeps what it wrote, so its disk counts in the owner's quota
+// until it is destroyed: stop-and-create cycles cannot pass the quota.
+func TestPark_StoppedSandboxKeepsItsDisk(t *testing.T) {
+	c := admission.New(admission.Budget{MilliCPU: 4000, MemoryMB: 4096})
+	q := admission.Quota{Sandboxes: 1, DiskMB: 100}
+	sized := func(disk int64) admission.Request {
+		return admission.Request{MilliCPU: 1000, MemoryMB: 512, DiskMB: disk, Owner: "alice"}
+	}
+	if err := c.ReserveWithin("a", sized(64), q); err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	c.Park("a")
+	if got, _ := c.Held("a"); got != (admission.Request{DiskMB: 64, Owner: "alice"}) {
+		t.Fatalf("parked holds %v, want only its 64 MB of disk", got)
+	}
+	if used, _ := c.Usage(); used.MilliCPU != 0 || used.MemoryMB != 0 {
+		t.Errorf("the host still holds %v for a stopped sandbox", used)
+	}
+	// Its running slot is free (quota of 1 sandbox), its disk is not.
+	var qe *admission.QuotaError
+	if err := c.ReserveWithin("b", sized(64), q); !errors.As(err, &qe) || qe.Dimension != "disk" {
+		t.Fatalf("a create past the disk a stopped sandbox holds: %v, want the disk quota", err)
+	}
+	if err := c.ReserveWithin("b", sized(32), q); err != nil {
+		t.Fatalf("a create within what is left: %v", err)
+	}
+	// Starting a again is a resize of its parked reservation: the running
+	// slot is b's now.
+	if err := c.ReserveWithin("a", sized(64), q); !errors.As(err, &qe) || qe.Dimension != "sandboxes" {
+		t.Fatalf("start past the sandboxes quota: %v, want it refused on sandboxes", err)
+	}
+	if got, _ := c.Held("a"); got.DiskMB != 64 || got.MilliCPU != 0 {
+		t.Errorf("a refused start changed the parked reservation: %v", got)
+	}
+	if h := c.Holdings()["alice"]; h.Sandboxes != 1 || h.DiskMB != 96 {
+		t.Errorf("alice holds %+v, want 1 running sandbox and 96 MB of disk", h)
+	}
+	// Destroy frees the disk.
+	c.Release("a")
+	if h := c.Holdings()["alice"]; h.DiskMB != 32 {
+		t.Errorf("after the destroy alice holds %+v, want 32 MB of disk", h)
+	}
+	c.Park("missing") // a no-op
+	c.Release("b")
+	if _, ok := c.Holdings()["alice"]; ok {
+		t.Error("alice still listed after all is released")
+	}
+}

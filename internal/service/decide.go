@@ -114,6 +114,10 @@ func Decide(s Snapshot) Plan {
 				p.Restore = append(p.Restore, r.ID)
 				if r.State == store.StateRunning || r.State == store.StatePaused {
 					p.Live[r.ID] = holding(r)
+				} else if h := holding(r); h.DiskMB > 0 {
+					// Stopped (or in error) with its container: its files
+					// still count in its owner's disk quota (Admission.Park).
+					p.Live[r.ID] = admission.Request{DiskMB: h.DiskMB, Owner: h.Owner}
 				}
 			}
 		}

@@ -383,7 +383,7 @@ func (s *Service) stopLocked(ctx context.Context, row store.Sandbox) (Sandbox, e
 	if err != nil {
 		return Sandbox{}, s.mapStoreErr(err, row.ID)
 	}
-	s.Admission.Release(row.ID)
+	s.Admission.Park(row.ID) // its files stay: its disk still counts
 	return fromRow(updated), nil
 }
 
@@ -424,11 +424,11 @@ func (s *Service) startLocked(ctx context.Context, c Caller, row store.Sandbox) 
 	// configuration names: staged again before it starts, never an empty
 	// directory in their place.
 	if err := s.restage(ctx, row); err != nil {
-		s.Admission.Release(row.ID)
+		s.Admission.Park(row.ID)
 		return Sandbox{}, fmt.Errorf("start %s: stage its mounts: %w", row.ID, err)
 	}
 	if err := s.Runtime.Start(ctx, row.ID); err != nil {
-		s.Admission.Release(row.ID)
+		s.Admission.Park(row.ID)
 		if errors.Is(err, runtime.ErrNotFound) {
 			return Sandbox{}, fmt.Errorf("sandbox %s has no container left (state %s): %w", row.ID, row.State, ErrConflict)
 		}
@@ -441,7 +441,7 @@ func (s *Service) startLocked(ctx context.Context, c Caller, row store.Sandbox) 
 			s.Logger.Warn("start: stop after the network policy failed", "sandbox", row.ID, "err", serr)
 		}
 		cancel()
-		s.Admission.Release(row.ID)
+		s.Admission.Park(row.ID)
 		return Sandbox{}, fmt.Errorf("start %s: apply its network policy: %w", row.ID, err)
 	}
 	// A started agent has lost what the daemon handed it with its memory.
@@ -451,7 +451,7 @@ func (s *Service) startLocked(ctx context.Context, c Caller, row store.Sandbox) 
 			s.Logger.Warn("start: stop after the secret env failed", "sandbox", row.ID, "err", serr)
 		}
 		cancel()
-		s.Admission.Release(row.ID)
+		s.Admission.Park(row.ID)
 		return Sandbox{}, fmt.Errorf("start %s: hand the secret env to the agent: %w", row.ID, err)
 	}
 	updated, err := s.Store.UpdateSandboxState(ctx, row.ID, nil, store.StateRunning, "")

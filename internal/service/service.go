@@ -134,6 +134,9 @@ type Router interface {
 type Admission interface {
 	ReserveWithin(id string, req admission.Request, q admission.Quota) error
 	Release(id string)
+	// Park keeps only id's disk: a stopped sandbox's container keeps what
+	// it wrote, so its disk counts in its owner's quota until destroyed.
+	Park(id string)
 	Reset(live map[string]admission.Request)
 }
 

@@ -144,11 +144,23 @@ func TestDisk_OwnerDiskQuotaRefusesACreate(t *testing.T) {
 		t.Fatalf("create a token with a disk quota: %v", err)
 	}
 	c := sandboxd.New(d.URL(), tok.Secret)
-	sandbox(t, c, sandboxd.CreateRequest{DiskMB: 64})
+	first := sandbox(t, c, sandboxd.CreateRequest{DiskMB: 64})
 	_, err = c.CreateSandbox(t.Context(), sandboxd.CreateRequest{Image: busyboxImage, DiskMB: 64})
 	var apiErr *sandboxd.APIError
 	if !errors.Is(err, sandboxd.ErrCapacityExhausted) || !errors.As(err, &apiErr) || !strings.Contains(apiErr.Message, "disk") {
 		t.Fatalf("a create past the disk quota: %v, want 429 capacity_exhausted naming the disk", err)
+	}
+	// A stopped sandbox keeps its files, so its disk still counts: stop
+	// and create again is no way past the quota.
+	if _, err := c.StopSandbox(t.Context(), first.ID); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	_, err = c.CreateSandbox(t.Context(), sandboxd.CreateRequest{Image: busyboxImage, DiskMB: 64})
+	if !errors.Is(err, sandboxd.ErrCapacityExhausted) || !errors.As(err, &apiErr) || !strings.Contains(apiErr.Message, "disk") {
+		t.Fatalf("a create past the disk quota beside a stopped sandbox: %v, want 429 capacity_exhausted naming the disk", err)
+	}
+	if _, err := c.StartSandbox(t.Context(), first.ID); err != nil {
+		t.Fatalf("start the stopped sandbox again within its own disk: %v", err)
 	}
 	// The default (10 GiB) is past the quota too: a create that asks for
 	// nothing is still counted.

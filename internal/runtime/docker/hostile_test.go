@@ -478,6 +478,21 @@ a = os.open("/tmp/ra", os.O_CREAT | os.O_RDWR); os.write(a, b"x" * 8192)
 b = os.open("/tmp/rb", os.O_CREAT | os.O_RDWR)
 r = libc.syscall(ctypes.c_long(16), ctypes.c_int(b), ctypes.c_ulong(0x40049409), ctypes.c_long(a)); e = ctypes.get_errno()
 print("reflink: %s" % ("ok" if r >= 0 or e != 1 else "errno 1"))
+import platform, struct
+if platform.machine() == "x86_64":
+    # socket(AF_VSOCK) through the 32-bit socketcall (int 0x80), whose
+    # arguments seccomp cannot read: the code and its arguments live in
+    # a page under 4 GiB.
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    m = libc.mmap(None, 4096, 7, 0x22 | 0x40, -1, 0)
+    ctypes.memmove(m + 2048, struct.pack("<III", 40, 1, 0), 12)
+    code = b"\x53\xb8\x66\x00\x00\x00\xbb\x01\x00\x00\x00\xb9" + struct.pack("<I", m + 2048) + b"\xcd\x80\x5b\xc3"
+    ctypes.memmove(m, code, len(code))
+    r = ctypes.CFUNCTYPE(ctypes.c_int)(m)()
+    print("socketcall_vsock: %s" % ("ok" if r >= 0 else "errno %d" % -r))
+else:
+    print("socketcall_vsock: errno 38")
 `
 
 // TestSandbox_SeccompRefusesIOUring (issue 27, item 6): under runc the
@@ -494,7 +509,7 @@ func TestSandbox_SeccompRefusesIOUring(t *testing.T) {
 	want := map[string]string{
 		"io_uring_setup": "refused", "io_uring_enter": "refused", "io_uring_register": "refused",
 		"userfaultfd": "refused", "keyctl": "refused", "unshare_user": "refused", "vsock": "refused",
-		"btrfs_subvol_create": "refused", "btrfs_subvol_create_high": "refused",
+		"btrfs_subvol_create": "refused", "btrfs_subvol_create_high": "refused", "socketcall_vsock": "refused",
 		"personality_query": "ok", "thread": "ok", "mkfifo": "ok", "reflink": "ok",
 	}
 	check := func(t *testing.T, out string, only ...string) {

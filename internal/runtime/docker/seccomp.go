@@ -20,7 +20,9 @@ import (
 //     long history of privilege escalations; nothing a sandbox runs needs
 //     it (programs that can use it fall back to epoll and the
 //     synchronous calls on EPERM).
-//   - AF_VSOCK sockets: the host's vsock is no business of a container's.
+//   - AF_VSOCK sockets: the host's vsock is no business of a container's;
+//     and so socketcall, the 32-bit multiplexer through which a socket's
+//     family cannot be checked (ENOSYS: the C library uses the direct calls).
 //   - btrfs's own ioctls (type 0x94), but for the three that became the
 //     generic reflink calls (FICLONE, FICLONERANGE, FIDEDUPERANGE, which cp
 //     uses): on the engine's btrfs storage a sandbox's disk limit is the
@@ -111,7 +113,7 @@ var seccompAllowed = []string{
 	// Sockets and IPC (socket itself is below, without AF_VSOCK).
 	"accept", "accept4", "bind", "connect", "getpeername", "getsockname", "getsockopt", "listen",
 	"recv", "recvfrom", "recvmmsg", "recvmmsg_time64", "recvmsg", "send", "sendmmsg", "sendmsg",
-	"sendto", "setsockopt", "shutdown", "socketcall", "socketpair", "pipe", "pipe2", "ipc", "msgctl",
+	"sendto", "setsockopt", "shutdown", "socketpair", "pipe", "pipe2", "ipc", "msgctl",
 	"msgget", "msgrcv", "msgsnd", "mq_getsetattr", "mq_notify", "mq_open", "mq_timedreceive",
 	"mq_timedreceive_time64", "mq_timedsend", "mq_timedsend_time64", "mq_unlink", "semctl", "semget",
 	"semop", "semtimedop", "semtimedop_time64", "shmat", "shmctl", "shmdt", "shmget",
@@ -211,6 +213,13 @@ func buildSeccompProfile() seccompProfile {
 			{Names: []string{"clone3"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: &enosys, Comment: "the C library falls back to clone"},
 			{Names: []string{"socket"}, Action: "SCMP_ACT_ALLOW", Comment: "any family but AF_VSOCK",
 				Args: []seccompArg{{Index: 0, Value: afVsock, Op: "SCMP_CMP_NE"}}},
+			// The 32-bit multiplexer hides socket's family behind a pointer
+			// seccomp cannot read: refused, so a 32-bit program cannot open
+			// an AF_VSOCK socket through it. ENOSYS (not the default EPERM:
+			// a rule whose action is the default's is dropped by the OCI
+			// runtime) makes the C library use the direct socket calls,
+			// which every kernel this runs on has.
+			{Names: []string{"socketcall"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: &enosys, Comment: "socket's family is checkable only on the direct call"},
 		},
 	}
 	p.Syscalls = append(p.Syscalls, ioctlRules()...)
