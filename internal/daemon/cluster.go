@@ -82,6 +82,11 @@ type clusterNode struct {
 	// (servePeerEvents): one per node, a new one ends the old.
 	streamsMu sync.Mutex
 	streams   map[string]chan struct{}
+	// recreating holds the ids of the sandboxes this node took over and
+	// is recreating (failOne): from the takeover until the local row
+	// exists the placement names this node but the service knows nothing
+	// of the id, and a call for it is a retryable 503, not a 404.
+	recreating sync.Map
 }
 
 // openCluster joins the cluster that dataDir's cluster file names, or
@@ -340,6 +345,11 @@ func (l locator) target(ctx context.Context, id string) (forward.Target, bool, e
 		var err error
 		if p, ok, err = l.c.node.FreshPlacement(ctx, id); err != nil {
 			l.c.logger.Warn("cluster: read a placement the directory lacks", "sandbox", id, "err", err)
+		}
+	}
+	if ok && p.Node == l.c.self {
+		if _, busy := l.c.recreating.Load(id); busy {
+			return forward.Target{}, false, service.Unavailable(fmt.Sprintf("sandbox %s is being recreated on this node", id), nil)
 		}
 	}
 	if !ok || p.Node == l.c.self {
@@ -691,6 +701,10 @@ func (c *clusterNode) failOne(ctx context.Context, svc *service.Service, p clust
 		c.markLost(ctx, log, p.ID, p.Node)
 		return
 	}
+	// Marked before the takeover commits, so that no call sees this
+	// node named without the mark; a lost takeover clears it at once.
+	c.recreating.Store(p.ID, struct{}{})
+	defer c.recreating.Delete(p.ID)
 	won, err := c.node.TakeOver(ctx, p, c.self)
 	if err != nil || !won {
 		if err != nil {
