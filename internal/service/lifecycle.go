@@ -428,6 +428,14 @@ func (s *Service) startLocked(ctx context.Context, c Caller, row store.Sandbox) 
 		return Sandbox{}, fmt.Errorf("start %s: stage its mounts: %w", row.ID, err)
 	}
 	if err := s.Runtime.Start(ctx, row.ID); err != nil {
+		// A destroy does not take the transition lock: one that began
+		// meanwhile is removing the container under this start, and the
+		// sandbox is gone to callers (and holds nothing, whichever of its
+		// release and this start's reservation came first).
+		if now, gerr := s.Store.GetSandbox(ctx, row.ID); errors.Is(gerr, store.ErrNotFound) || gerr == nil && !now.DestroyingSince.IsZero() {
+			s.Admission.Release(row.ID)
+			return Sandbox{}, fmt.Errorf("sandbox %s was destroyed while it started: %w", row.ID, ErrNotFound)
+		}
 		s.Admission.Park(row.ID)
 		if errors.Is(err, runtime.ErrNotFound) {
 			return Sandbox{}, fmt.Errorf("sandbox %s has no container left (state %s): %w", row.ID, row.State, ErrConflict)
