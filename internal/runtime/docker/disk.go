@@ -28,6 +28,9 @@ type diskState struct {
 	// bytes, which include the image's shared extents), so the image's
 	// size is added to Spec.DiskMB. overlay2's counts the upper layer only.
 	addsImage bool
+	// qgroups repairs the btrfs qgroups the engine's removals leave
+	// inconsistent (qgroup.go); nil elsewhere.
+	qgroups *qgroups
 }
 
 // DiskLimits implements runtime.DiskLimiter. It reads the engine's
@@ -73,7 +76,17 @@ func (r *Runtime) probeDisk(ctx context.Context) (diskState, error) {
 	}
 	switch {
 	case driver == "btrfs":
-		return diskState{limits: runtime.DiskLimits{Enforced: true, How: "btrfs qgroup per container"}, addsImage: true}, nil
+		q, err := newQgroups(info.Info.DockerRootDir)
+		if err != nil {
+			// Not on this host's file systems (a remote engine): its
+			// qgroups cannot be repaired from here, so a limit would stop
+			// holding at the engine's first removal.
+			return diskState{limits: runtime.DiskLimits{How: "btrfs qgroups the daemon cannot repair: " + err.Error()}}, nil
+		}
+		if err := q.repair(); err != nil {
+			return diskState{}, err
+		}
+		return diskState{limits: runtime.DiskLimits{Enforced: true, How: "btrfs qgroup per container"}, addsImage: true, qgroups: q}, nil
 	case driver == "overlay2" && backing == "xfs":
 		if r.opts.DiskProbeImage == "" {
 			return diskState{limits: runtime.DiskLimits{How: "overlay2 on xfs, not probed (no probe image)"}}, nil
@@ -128,6 +141,11 @@ func (r *Runtime) storageOpt(ctx context.Context, spec runtime.Spec) (map[string
 	if !lim.Enforced {
 		return nil, nil
 	}
+	// Counting may have stopped at another daemon's removal: a sysfs read,
+	// and a rescan only then.
+	if err := r.disk.qgroups.repair(); err != nil {
+		return nil, err
+	}
 	size := spec.DiskMB << 20
 	if r.disk.addsImage {
 		img, err := r.cli.ImageInspect(ctx, spec.Image)
@@ -143,4 +161,14 @@ func (r *Runtime) storageOpt(ctx context.Context, spec runtime.Spec) (map[string
 		size += img.Size + img.Size/16
 	}
 	return map[string]string{"size": strconv.FormatInt(size, 10)}, nil
+}
+
+// repairQgroups is run after the runtime removed a container or an image:
+// see qgroup.go. Before the disk limits are known there is nothing to
+// repair; a failure is the caller's to log.
+func (r *Runtime) repairQgroups() error {
+	if !r.diskLatched.Load() {
+		return nil
+	}
+	return r.disk.qgroups.repair()
 }

@@ -515,7 +515,14 @@ func (r *Runtime) remove(ctx context.Context, containerID string) error {
 	for {
 		_, err := r.cli.ContainerRemove(ctx, containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		switch {
-		case err == nil, cerrdefs.IsNotFound(err):
+		case err == nil:
+			// The engine's removal may have stopped the kernel's counting
+			// of every sandbox's disk (qgroup.go).
+			if err := r.repairQgroups(); err != nil {
+				r.log.Warn("disk limits: rescan the qgroups after a removal", "err", err)
+			}
+			return nil
+		case cerrdefs.IsNotFound(err):
 			return nil
 		case cerrdefs.IsConflict(err):
 			// "removal already in progress" (a concurrent Destroy): wait

@@ -642,3 +642,38 @@ func TestListOurs_SweepsACommitsLeftover(t *testing.T) {
 		t.Errorf("the old intermediate container is still there: %v", err)
 	}
 }
+
+// TestQgroups_CountingResumesAfterARemoval: on a btrfs engine the
+// engine's removal of a sized container leaves the kernel's qgroups
+// inconsistent (it stops counting, and no sandbox is held to its disk
+// limit); the runtime rescans before its Destroy returns, and a sandbox
+// made after it is held to its limit.
+func TestQgroups_CountingResumesAfterARemoval(t *testing.T) {
+	requireEnv(t)
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	lim, err := rt.DiskLimits(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lim.Enforced || !strings.Contains(lim.How, "btrfs") {
+		t.Skipf("the engine enforces no btrfs disk limit here (%s)", lim.How)
+	}
+	for i := range 3 {
+		// The base image: its container's subvolume references the
+		// image's hundreds of MB, which the kernel drops after the qgroup
+		// is gone.
+		b := newBox(t, rt, func(s *runtime.Spec) { s.Image, s.DiskMB = baseImage, 32 })
+		b.sh(t, "dd if=/dev/zero of=/fill bs=1M count=8 2>/dev/null; sync")
+		if err := rt.Destroy(t.Context(), b.id); err != nil {
+			t.Fatal(err)
+		}
+		if docker.QgroupsInconsistent(rt) {
+			t.Fatalf("removal %d left the qgroups inconsistent: no sandbox is held to its disk limit", i)
+		}
+	}
+	b := newBox(t, rt, func(s *runtime.Spec) { s.DiskMB = 32 })
+	out := b.sh(t, "dd if=/dev/zero of=/big bs=1M count=256 2>&1; echo rc=$?")
+	if !strings.Contains(out, "rc=1") {
+		t.Errorf("a 32 MiB sandbox wrote 256 MiB after removals:\n%s", out)
+	}
+}

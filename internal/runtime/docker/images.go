@@ -172,7 +172,12 @@ func (r *Runtime) RemoveImage(ctx context.Context, ref string) (err error) {
 	defer func() { err = engineErr(err) }()
 	_, err = r.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true})
 	switch {
-	case err == nil, cerrdefs.IsNotFound(err):
+	case err == nil:
+		if err := r.repairQgroups(); err != nil { // its layers' subvolumes went: qgroup.go
+			r.log.Warn("disk limits: rescan the qgroups after an image removal", "err", err)
+		}
+		return nil
+	case cerrdefs.IsNotFound(err):
 		return nil
 	case cerrdefs.IsConflict(err):
 		return fmt.Errorf("remove image %s: %w: %w", ref, runtime.ErrImageInUse, err)
