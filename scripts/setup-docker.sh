@@ -54,20 +54,15 @@ engine_up() { command -v docker >/dev/null 2>&1 && docker info --format '{{.Serv
 # rescan: a sandbox then writes past its disk limit. Both steps are
 # idempotent; a failure is logged, not fatal (the driver still tries).
 #
-# The kernel also marks them inconsistent, instead of counting, when a
-# subvolume whose tree is deeper than qgroups/drop_subtree_threshold (3 by
-# default) is removed, as an image's or a large sandbox's can be: the
-# threshold is raised to the deepest tree (8), so removals are counted
-# (slower to delete, never unenforced). It does not survive a remount, so
-# it is set at every setup.
+# The kernel also marks them inconsistent when the engine removes a
+# container's qgroup before its extents are dropped; the daemon rescans
+# then (internal/runtime/docker/qgroup.go). qgroups/drop_subtree_threshold
+# stays at the kernel's default: raising it makes the kernel count every
+# dropped subvolume's extents, which kept btrfs-cleaner busy for minutes
+# after a test run and made every container start take seconds.
 btrfs_quotas() {
 	btrfs quota enable "$1" >&2 && btrfs quota rescan -w "$1" >&2 ||
 		log "WARNING: could not enable and rescan btrfs quotas on $1: disk limits may not hold until 'btrfs quota rescan -w $1'"
-	local knob
-	knob=/sys/fs/btrfs/$(findmnt -n -o UUID --target "$1")/qgroups/drop_subtree_threshold
-	if [[ -w $knob ]]; then
-		echo 8 >"$knob" || log "WARNING: could not raise $knob"
-	fi
 }
 
 # disk_limits_note: says whether the running engine can enforce a disk limit.
