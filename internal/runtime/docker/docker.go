@@ -601,6 +601,10 @@ func (r *Runtime) Resume(ctx context.Context, sandboxID string) (err error) {
 	return r.freeze(ctx, sandboxID, false)
 }
 
+// freezeAttempts bounds the pauses a freeze tries when the freezer gives
+// up (about 1.2 s of waiting in all).
+const freezeAttempts = 4
+
 // freeze pauses (or unpauses) a sandbox. The engine refuses to pause a
 // paused container and to unpause one that is not paused, so a refusal is
 // checked against the container's state: the state asked for is success.
@@ -612,7 +616,21 @@ func (r *Runtime) freeze(ctx context.Context, sandboxID string, pause bool) erro
 	var err error
 	if pause {
 		verb = "pause"
-		_, err = r.cli.ContainerPause(ctx, r.name(sandboxID), client.ContainerPauseOptions{})
+		// The cgroup freezer gives up ("unable to freeze") while a task
+		// of the sandbox will not stop in time, as one blocked in the
+		// kernel on a slow file system commit does; a moment later it
+		// freezes. The engine's message is the only sign of it.
+		for attempt := 1; ; attempt++ {
+			_, err = r.cli.ContainerPause(ctx, r.name(sandboxID), client.ContainerPauseOptions{})
+			if err == nil || attempt == freezeAttempts || !strings.Contains(err.Error(), "unable to freeze") {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s sandbox %s: %w (after: %w)", verb, sandboxID, ctx.Err(), err)
+			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+			}
+		}
 	} else {
 		_, err = r.cli.ContainerUnpause(ctx, r.name(sandboxID), client.ContainerUnpauseOptions{})
 	}
