@@ -1,4 +1,4 @@
-// Command clusterbench measures what cluster mode (issue 15) costs, on a
+// Command clusterbench measures what cluster mode costs, on a
 // loopback cluster of sandboxd nodes it starts itself, each figure beside a
 // baseline taken in the same run:
 //

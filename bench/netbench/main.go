@@ -1,4 +1,4 @@
-// Command netbench measures network policies (issue 17) beside their
+// Command netbench measures network policies beside their
 // baselines, in one run against one daemon started with --sandbox-network
 // on a bridge of the bench's own, with an HTTP server in a network
 // namespace the bench makes (nothing leaves the machine):

@@ -1,4 +1,4 @@
-// Command poolbench measures the warm pool (issue 14: a pooled create in
+// Command poolbench measures the warm pool (a pooled create in
 // under 3 ms) beside the cold path and `docker run -d` of the same image,
 // all in one run against one daemon:
 //

@@ -1,5 +1,5 @@
 // Command templatebench measures templates, snapshots, forks and pause
-// (issue 16) beside their baselines, all in one run against one daemon:
+// beside their baselines, all in one run against one daemon:
 //
 //		go run ./bench/templatebench [-n 5] [-image sandboxd/base:bookworm]
 //

@@ -22,7 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 )
 
-// These tests play the attack of issue 11 for real: code inside a sandbox
+// These tests play the hostile sandbox's attack for real: code inside a sandbox
 // listens on a socket and answers the daemon's client like a hostile
 // agent (runtimetest/fakeagent). Whatever it sends, each call must fail
 // on its own, soon, and the daemon's heap must not grow by more than

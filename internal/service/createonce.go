@@ -30,7 +30,7 @@ type OnceKey struct {
 	// with Delivery, how long an undelivered create stays adoptable.
 	ReplayWindow time.Duration
 	// Delivery selects the rule for creates that carry no key of their own
-	// (E2B's identical bodies, issue 12): the create is never collapsed with
+	// (E2B's identical bodies): the create is never collapsed with
 	// another. It is tracked until its answer is handed over
 	// (Created.Delivery); only a create whose client went away first is
 	// adopted, by one identical create (same Scope and Fingerprint) within

@@ -16,7 +16,7 @@ import (
 var ErrUndelivered = errors.New("the client went away before the answer was written")
 
 // Delivery tracks one create made under OnceKey.Delivery until its answer
-// reaches its client (issue 12). The rule:
+// reaches its client. The rule:
 //
 //   - a create whose answer was handed over (HandOver succeeded, and the
 //     write did not fail) is its client's: never replayed, adopted or

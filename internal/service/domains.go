@@ -14,7 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-// Custom domains need proof of control before they route (issue 27).
+// Custom domains need proof of control before they route.
 //
 // A hostname outside the preview domain (one inside it is refused, as are
 // the daemon's own API hosts and IP literals) is bound pending: it routes

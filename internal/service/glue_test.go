@@ -1,6 +1,6 @@
 package service_test
 
-// Regression tests of issue 10's bugs in the service's glue, one per bug,
+// Regression tests of bugs found in the service's glue, one per bug,
 // each named after what broke. They run on real SQLite and Docker with
 // faults injected by the harness's wrappers.
 

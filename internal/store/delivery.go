@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Deliveries: claims of the creates that have no Idempotency-Key (issue 12).
+// Deliveries: claims of the creates that have no Idempotency-Key.
 //
 // Such a create is never collapsed with another while its client waits, so
 // its claim is not keyed by the request alone: each create has its own row,

@@ -11,7 +11,7 @@ import (
 )
 
 // rssBound is how much the daemon's resident memory may grow while one
-// sandbox attacks it (issue 11: "at most a few tens of MB").
+// sandbox attacks it.
 const rssBound = 64 << 20
 
 // takeOverAgentSocket is what root in a sandbox would try against its
@@ -41,7 +41,7 @@ except OSError:
     pass
 `
 
-// TestAgent_SandboxCannotTakeOverItsAgentSocket (issue 11, items 1 and 5):
+// TestAgent_SandboxCannotTakeOverItsAgentSocket:
 // root in a sandbox cannot remove, replace or add anything in its agent
 // socket directory, nor write through it; its mountinfo does not show the
 // daemon's data directory; its agent keeps answering through the daemon,
@@ -87,7 +87,7 @@ const forkBomb = `mkfifo /tmp/hold
 read a < /proc/1/oom_score_adj; echo $((a+1)) > /proc/$$/oom_score_adj
 read <> /tmp/hold`
 
-// TestAgent_ForkBombLeavesTheDaemonAndOthersAlone (issue 11, item 6): a
+// TestAgent_ForkBombLeavesTheDaemonAndOthersAlone: a
 // fork bomb in a 256 MB sandbox runs into its pids limit and the OOM
 // killer; the agent survives it (the sandbox does not go to error), the
 // daemon's memory stays bounded, another tenant's sandbox keeps answering
@@ -149,7 +149,7 @@ for f in ["/proc/1/environ", "/proc/1/mem", "/proc/1/maps", "/proc/1/auxv"]:
         pass
 `
 
-// TestAgent_SandboxCannotTraceItsAgent (issue 27, item 6): root in a runc
+// TestAgent_SandboxCannotTraceItsAgent: root in a runc
 // sandbox cannot ptrace the agent, nor read its memory or environment
 // through /proc/1 (the agent is not dumpable), while the agent's own hold
 // of each child at its exec (a ptrace of its own) keeps working: a command
@@ -177,7 +177,7 @@ func TestAgent_SandboxCannotTraceItsAgent(t *testing.T) {
 	}
 }
 
-// TestAgent_FilesAPICannotRemoveSystemFiles (issue 27, item 6): the
+// TestAgent_FilesAPICannotRemoveSystemFiles: the
 // files API refuses to remove /dev/null (every command's stdin), another
 // device node, /proc or /sys, or the agent's binary and socket directory,
 // with a typed 400; commands keep running afterwards. Before, the delete

@@ -18,7 +18,7 @@ import (
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
-// The edges of issue 11 (items 2, 3, 9 and 10), attacked on a whole daemon.
+// The API edges, attacked on a whole daemon.
 
 // tenantSecret is tenant with the token's secret, for raw HTTP.
 func tenantSecret(t *testing.T, d *daemontest.Daemon, owner string) (*sandboxd.Client, string) {

@@ -72,7 +72,7 @@ except OSError as e:
     print("raw PTR failed:", e)
 `
 
-// TestNetwork_ResolverGivesNoNeighbourIDs (issue 27, item 1b): a sandbox
+// TestNetwork_ResolverGivesNoNeighbourIDs: a sandbox
 // with network asks the engine's resolver on the shared bridge for the
 // name of another tenant's sandbox's address (PTR, through libc and
 // straight to 127.0.0.11) and for that sandbox's id: no answer shows the

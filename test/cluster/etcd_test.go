@@ -28,7 +28,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
 )
 
-// The attacks of issue 27 on the cluster's etcd, against the shared
+// The attacks on the cluster's etcd, against the shared
 // cluster's real members: whoever reaches an etcd port without a node
 // certificate must not read or write a key (a token-hash key written there
 // would be an admin token on every node), nor talk to a member's peer

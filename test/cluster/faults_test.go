@@ -18,7 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
 )
 
-// The cluster under faults (issue 27, items 7, 9 and 10): a keyed create
+// The cluster under faults: a keyed create
 // retried after a failover, a destroy during a quorum loss or an engine
 // outage, and what calls answer meanwhile.
 

@@ -22,7 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
 )
 
-// The fault tests perform each fault of issue 27's item 8 against a real
+// The fault tests perform each fault (engine, disk, store) against a real
 // daemon of the test's own: the engine cut off (through a socket proxy
 // of the test's), the database made read-only under it, its data dir's
 // filesystem filled. Each answers 503 unavailable naming its cause,

@@ -363,7 +363,7 @@ func TestDialAgent_RefusesASymlinkPlantedBySandbox(t *testing.T) {
 	}
 }
 
-// TestListOurs_AdoptsOlderNames (issue 27, item 1b): a container made by a
+// TestListOurs_AdoptsOlderNames: a container made by a
 // daemon from before the names were keyed is named by its sandbox id; the
 // next runtime's ListOurs (the daemon's startup reconcile) finds it by its
 // labels and renames it to its keyed name, after which every call by id

@@ -34,7 +34,7 @@ import (
 )
 
 // Tests of what code inside a sandbox can do to the daemon through the
-// agent socket (issue 11): each plays the attack for real, from inside a
+// agent socket: each plays the attack for real, from inside a
 // container.
 
 // logBuffer collects a runtime's log records.
@@ -495,7 +495,7 @@ else:
     print("socketcall_vsock: errno 38")
 `
 
-// TestSandbox_SeccompRefusesIOUring (issue 27, item 6): under runc the
+// TestSandbox_SeccompRefusesIOUring: under runc the
 // sandboxes' own seccomp profile refuses io_uring (EPERM, or ENOSYS where
 // the kernel lacks it), userfaultfd, the keyring, user namespaces and
 // vsock, and keeps what programs need: threads (glibc's clone3, answered
@@ -558,7 +558,7 @@ func TestSandbox_SeccompRefusesIOUring(t *testing.T) {
 	})
 }
 
-// TestCommit_ImageHoldsNoAgentToken (issue 27, item 6): a sandbox
+// TestCommit_ImageHoldsNoAgentToken: a sandbox
 // captured as an image (templates, snapshots) leaves neither its agent
 // token nor its env in anything the engine shows of the image: its
 // config, and the copy of the container's config the engine records

@@ -378,7 +378,7 @@ func TestRemoveAndMove_RefuseTheAgentsPaths(t *testing.T) {
 	}
 }
 
-// TestRemoveAndMove_RefuseSystemPaths (issue 27, item 6): no file call
+// TestRemoveAndMove_RefuseSystemPaths: no file call
 // removes or renames a device node, wherever it is, or anything under
 // /dev, /proc or /sys (the agent runs every process with /dev/null as its
 // stdin); the entries of /dev/shm stay the user's. Only paths that do not
