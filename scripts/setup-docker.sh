@@ -46,23 +46,63 @@ export PATH="$PATH:/usr/sbin:/usr/bin:/sbin"
 
 engine_up() { command -v docker >/dev/null 2>&1 && docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; }
 
-# btrfs_quotas MNT: quotas on, and their numbers made consistent. Docker's
-# btrfs driver turns quotas on itself at the first sized container, but a
-# file system whose qgroups the kernel has marked inconsistent (the first
-# scan still running, or a subvolume removed with numbers left; dmesg says
-# "qgroup marked inconsistent") does not enforce their limits until a
-# rescan: a sandbox then writes past its disk limit. Both steps are
-# idempotent; a failure is logged, not fatal (the driver still tries).
-#
-# The kernel also marks them inconsistent when the engine removes a
-# container's qgroup before its extents are dropped; the daemon rescans
-# then (internal/runtime/docker/qgroup.go). qgroups/drop_subtree_threshold
-# stays at the kernel's default: raising it makes the kernel count every
-# dropped subvolume's extents, which kept btrfs-cleaner busy for minutes
-# after a test run and made every container start take seconds.
+# Disk limits are the qgroup limits of the containers' subvolumes, counted
+# by one of two kinds of btrfs quotas:
+#   - simple quotas (kernel 6.7+): an extent counts toward the subvolume
+#     that wrote it, once, when it is written and when it is freed; a
+#     sandbox's limit is what it writes, its image's shared extents are
+#     the image's. Counting never stops, and dropping a removed subvolume
+#     costs the kernel nothing more than without quotas.
+#   - full qgroups (older kernels): every extent is counted toward every
+#     subvolume that references it, by walking its back references. The
+#     kernel stops counting (marks the qgroups inconsistent) when the
+#     engine removes a container's qgroup before its extents are dropped,
+#     until a rescan (the daemon rescans: internal/runtime/docker/qgroup.go),
+#     and btrfs-cleaner spends a core for many minutes after a few hundred
+#     removals, which made every container start take seconds.
+# So the file system this script made for the engine gets simple quotas
+# where the kernel has them. Switching from full qgroups drops every
+# qgroup and its limit, so it is done only while no qgroup has a limit (no
+# sized container exists); otherwise full qgroups stay, with a warning.
+
+# quota_ctl MNT CMD...: BTRFS_IOC_QUOTA_CTL on MNT with each command in
+# turn (linux/btrfs.h: 1 enable, 2 disable, 4 enable simple quotas).
+# Debian 12's btrfs-progs (6.2) predates simple quotas, so the ioctl is made
+# from perl (perl-base is essential in Debian).
+quota_ctl() {
+	perl -e 'use Fcntl; my $d = shift;
+		sysopen(my $fh, $d, O_RDONLY | O_DIRECTORY) or die "open $d: $!\n";
+		for my $cmd (@ARGV) { ioctl($fh, 0xC0109428, pack("QQ", $cmd, 0)) or die "btrfs quota ctl $cmd on $d: $!\n" }' "$@"
+}
+
+# btrfs_quotas MNT [own]: quotas on MNT. With "own" (the file system this
+# script made) simple quotas where the kernel has them; otherwise, and on
+# file systems of the operator's, full qgroups, on and consistent (a file
+# system whose qgroups are inconsistent enforces no limit until a rescan).
+# Idempotent; a failure is logged, not fatal (the driver still tries).
 btrfs_quotas() {
-	btrfs quota enable "$1" >&2 && btrfs quota rescan -w "$1" >&2 ||
-		log "WARNING: could not enable and rescan btrfs quotas on $1: disk limits may not hold until 'btrfs quota rescan -w $1'"
+	local mnt=$1 own=${2:-} qdir mode limited
+	qdir=/sys/fs/btrfs/$(findmnt -n -o UUID --target "$mnt" 2>/dev/null)/qgroups
+	mode=$(cat "$qdir/mode" 2>/dev/null || true)
+	[[ -z $mode && -d $qdir ]] && mode=qgroup # kernels before 6.7 have no mode file
+	if [[ $own == own && -e /sys/fs/btrfs/features/simple_quota ]]; then
+		case ${mode:-disabled} in
+		squota) return 0 ;;
+		disabled)
+			quota_ctl "$mnt" 4 && { log "btrfs simple quotas enabled on $mnt"; return 0; }
+			;;
+		*)
+			limited=$(btrfs qgroup show -r --raw "$mnt" 2>/dev/null | awk 'NR > 2 && $4 != "none" { n++ } END { print n + 0 }')
+			if [[ $limited == 0 ]]; then
+				quota_ctl "$mnt" 2 4 && { log "btrfs quotas on $mnt switched to simple quotas"; return 0; }
+			else
+				log "WARNING: $mnt keeps full btrfs qgroups: $limited qgroups have limits (sized containers exist); remove them and run this again to switch to simple quotas"
+			fi
+			;;
+		esac
+	fi
+	btrfs quota enable "$mnt" >&2 && btrfs quota rescan -w "$mnt" >&2 ||
+		log "WARNING: could not enable and rescan btrfs quotas on $mnt: disk limits may not hold until 'btrfs quota rescan -w $mnt'"
 }
 
 # disk_limits_note: says whether the running engine can enforce a disk limit.
@@ -71,7 +111,7 @@ disk_limits_note() {
 	driver=$(docker info --format '{{.Driver}}' 2>/dev/null || true)
 	fs=$(docker info --format '{{range .DriverStatus}}{{if eq (index . 0) "Backing Filesystem"}}{{index . 1}}{{end}}{{end}}' 2>/dev/null || true)
 	case "$driver/$fs" in
-	btrfs/*) log "storage: btrfs, sandboxes' disk limits enforced by qgroups" ;;
+	btrfs/*) log "storage: btrfs, sandboxes' disk limits enforced by qgroups ($(cat "/sys/fs/btrfs/$(findmnt -n -o UUID --target "$(docker info --format '{{.DockerRootDir}}')")/qgroups/mode" 2>/dev/null || echo full))" ;;
 	overlay2/xfs) log "storage: overlay2 on xfs, disk limits enforced where it is mounted with pquota" ;;
 	*) log "WARNING: storage driver '$driver' on '${fs:-?}' cannot enforce sandboxes' disk limits; the daemon will say so (restart dockerd through this script, with no engine running, to get a btrfs data root)" ;;
 	esac
@@ -81,7 +121,9 @@ if engine_up; then
 	log "engine already answering, $(elapsed_ms) ms"
 	root=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || true)
 	if [[ -n $root && $(findmnt -n -o FSTYPE --target "$root" 2>/dev/null) == btrfs ]]; then
-		btrfs_quotas "$root"
+		own=
+		[[ $root == "${SANDBOXD_ENGINE_DIR:-/var/lib/sandboxd-engine}/docker" ]] && own=own
+		btrfs_quotas "$root" $own
 	fi
 	disk_limits_note
 	exit 0
@@ -136,7 +178,7 @@ prepare_btrfs_root() {
 	local img=$dir/btrfs.img mnt=$dir/docker
 	if mountpoint -q "$mnt"; then
 		[[ $(findmnt -n -o FSTYPE "$mnt") == btrfs ]] || { log "$mnt is mounted but not btrfs"; return 1; }
-		btrfs_quotas "$mnt"
+		btrfs_quotas "$mnt" own
 		echo "$mnt"
 		return 0
 	fi
@@ -158,7 +200,7 @@ prepare_btrfs_root() {
 		mv "$img.tmp" "$img"
 	fi
 	mount -o loop,noatime "$img" "$mnt" >&2 || { log "cannot loop-mount $img"; return 1; }
-	btrfs_quotas "$mnt"
+	btrfs_quotas "$mnt" own
 	echo "$mnt"
 }
 

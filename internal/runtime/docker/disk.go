@@ -24,9 +24,10 @@ const diskProbeMB = 16
 type diskState struct {
 	limits runtime.DiskLimits
 	// addsImage: the engine's size counts the image's own bytes too
-	// (btrfs: the qgroup limits the container subvolume's referenced
-	// bytes, which include the image's shared extents), so the image's
-	// size is added to Spec.DiskMB. overlay2's counts the upper layer only.
+	// (btrfs with full qgroups: the qgroup limits the container
+	// subvolume's referenced bytes, which include the image's shared
+	// extents), so the image's size is added to Spec.DiskMB. Simple
+	// quotas and overlay2 count what the container writes only.
 	addsImage bool
 	// qgroups repairs the btrfs qgroups the engine's removals leave
 	// inconsistent (qgroup.go); nil elsewhere.
@@ -36,7 +37,8 @@ type diskState struct {
 // DiskLimits implements runtime.DiskLimiter. It reads the engine's
 // storage driver once (Info) and latches the answer:
 //
-//   - btrfs: enforced by a qgroup per container (Docker's btrfs driver);
+//   - btrfs: enforced by a qgroup per container (Docker's btrfs driver),
+//     counted by simple quotas or by full qgroups (qgroup.go);
 //   - overlay2 on xfs: enforced when the file system is mounted with
 //     pquota, which only the engine knows: a container is created (not
 //     started) from Options.DiskProbeImage with a size and removed again;
@@ -83,10 +85,13 @@ func (r *Runtime) probeDisk(ctx context.Context) (diskState, error) {
 			// holding at the engine's first removal.
 			return diskState{limits: runtime.DiskLimits{How: "btrfs qgroups the daemon cannot repair: " + err.Error()}}, nil
 		}
+		if q.simple {
+			return diskState{limits: runtime.DiskLimits{Enforced: true, How: "btrfs qgroup per container, simple quotas"}}, nil
+		}
 		if err := q.repair(); err != nil {
 			return diskState{}, err
 		}
-		return diskState{limits: runtime.DiskLimits{Enforced: true, How: "btrfs qgroup per container"}, addsImage: true, qgroups: q}, nil
+		return diskState{limits: runtime.DiskLimits{Enforced: true, How: "btrfs qgroup per container, full qgroups"}, addsImage: true, qgroups: q}, nil
 	case driver == "overlay2" && backing == "xfs":
 		if r.opts.DiskProbeImage == "" {
 			return diskState{limits: runtime.DiskLimits{How: "overlay2 on xfs, not probed (no probe image)"}}, nil
@@ -126,7 +131,7 @@ func (r *Runtime) probeStorageOpt(ctx context.Context) (bool, error) {
 
 // storageOpt is the engine's storage options for spec: nil without a
 // disk limit or where the engine cannot enforce one, else the size. On
-// btrfs the size is the image's size, plus a sixteenth of it for the
+// btrfs with full qgroups the size is the image's size, plus a sixteenth of it for the
 // file system's own metadata over the image's bytes (measured here:
 // sandboxd/base's 338 MiB are 349 MiB referenced), plus Spec.DiskMB: one
 // ImageInspect, ~0.5 ms against a local engine.

@@ -11,8 +11,11 @@ import (
 )
 
 // Qgroup repair. On a btrfs engine a sandbox's disk limit is its container
-// subvolume's qgroup limit, and the kernel only enforces a limit while its
-// qgroup numbers are consistent. The engine's btrfs driver removes a
+// subvolume's qgroup limit. With simple quotas (kernel 6.7+, what
+// scripts/setup-docker.sh enables) an extent counts toward the subvolume
+// that wrote it and counting never stops: there is nothing to repair. With
+// full qgroups the kernel only enforces a limit while its qgroup numbers
+// are consistent. The engine's btrfs driver removes a
 // container (or an image layer) by deleting its subvolume and then, at
 // once, its qgroup; the kernel drops the subvolume's extents later, so the
 // qgroup still has numbers when it goes, and the kernel (6.x) then marks
@@ -38,7 +41,11 @@ const (
 type qgroups struct {
 	root string // the engine's data root, on the btrfs file system
 	flag string // its qgroups' sysfs "inconsistent" file
-	mu   sync.Mutex
+	// simple: the file system counts with simple quotas; a limit then
+	// counts what the container wrote, never its image's extents, and
+	// there is nothing to repair.
+	simple bool
+	mu     sync.Mutex
 }
 
 // newQgroups finds the sysfs flag of root's btrfs file system. It fails
@@ -55,11 +62,13 @@ func newQgroups(root string) (*qgroups, error) {
 	}
 	id := info[16:32] // after max_id and num_devices
 	uuid := fmt.Sprintf("%x-%x-%x-%x-%x", id[0:4], id[4:6], id[6:8], id[8:10], id[10:16])
-	flag := "/sys/fs/btrfs/" + uuid + "/qgroups/inconsistent"
-	if _, err := os.Stat(flag); err != nil {
+	dir := "/sys/fs/btrfs/" + uuid + "/qgroups/"
+	if _, err := os.Stat(dir + "inconsistent"); err != nil {
 		return nil, fmt.Errorf("qgroups of %s: %w", root, err)
 	}
-	return &qgroups{root: root, flag: flag}, nil
+	// Kernels before 6.7 have no mode file: full qgroups.
+	mode, _ := os.ReadFile(dir + "mode")
+	return &qgroups{root: root, flag: dir + "inconsistent", simple: strings.TrimSpace(string(mode)) == "squota"}, nil
 }
 
 // inconsistent reports whether the kernel has stopped counting.
@@ -73,7 +82,7 @@ func (q *qgroups) inconsistent() bool {
 // rescan another process started is waited for). Without a file system to
 // repair it does nothing.
 func (q *qgroups) repair() error {
-	if q == nil || !q.inconsistent() {
+	if q == nil || q.simple || !q.inconsistent() {
 		return nil
 	}
 	q.mu.Lock()
