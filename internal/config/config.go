@@ -96,6 +96,10 @@ type Daemon struct {
 	// DiskMaxMB the most one may ask for, in MiB of what the sandbox
 	// writes to its own file system.
 	DiskDefaultMB, DiskMaxMB int64
+	// VolumeSizeMB is the size of each new volume, a file system of its
+	// own where the daemon can make one; it counts in its owner's disk
+	// quota while the volume exists.
+	VolumeSizeMB int64
 	// Pool is how many started, idle sandboxes the warm pool keeps per
 	// image (default CPU, memory and runtime, no network); the default is
 	// two of DefaultImage. The admin API (PUT /v1/pools) changes it at
@@ -226,6 +230,8 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"disk limit in MiB of a sandbox whose create asks for none (env SANDBOXD_DISK_DEFAULT_MB)")
 	fs.Int64Var(&d.DiskMaxMB, "disk-max-mb", d.DiskMaxMB,
 		"largest disk limit in MiB a create may ask for (env SANDBOXD_DISK_MAX_MB)")
+	fs.Int64Var(&d.VolumeSizeMB, "volume-size-mb", d.VolumeSizeMB,
+		"size in MiB of each new volume, a file system of its own; it counts in its owner's disk quota (env SANDBOXD_VOLUME_SIZE_MB)")
 	pool := ""
 	if v, ok := env("SANDBOXD_POOL"); ok {
 		pool = v
@@ -347,6 +353,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	if d.DiskMaxMB, err = strconv.ParseInt(get("SANDBOXD_DISK_MAX_MB", "102400"), 10, 64); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_DISK_MAX_MB: must be a whole number of MiB")
 	}
+	if d.VolumeSizeMB, err = strconv.ParseInt(get("SANDBOXD_VOLUME_SIZE_MB", "10240"), 10, 64); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_VOLUME_SIZE_MB: must be a whole number of MiB")
+	}
 	if d.E2BBodyDedupe, err = parseDedupe(d.E2BBodyDedupe); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_BODY_DEDUPE: %w", err)
 	}
@@ -362,6 +371,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 func (d Daemon) validate() error {
 	if d.DiskMaxMB < MinDiskMB || d.DiskDefaultMB < MinDiskMB || d.DiskDefaultMB > d.DiskMaxMB {
 		return fmt.Errorf("--disk-default-mb %d, --disk-max-mb %d: each at least %d, the default at most the maximum", d.DiskDefaultMB, d.DiskMaxMB, MinDiskMB)
+	}
+	if d.VolumeSizeMB < MinDiskMB || d.VolumeSizeMB > d.DiskMaxMB {
+		return fmt.Errorf("--volume-size-mb %d: at least %d and at most --disk-max-mb %d", d.VolumeSizeMB, MinDiskMB, d.DiskMaxMB)
 	}
 	if d.E2BReplayWindow <= 0 {
 		return fmt.Errorf("--e2b-replay-window %v: must be positive", d.E2BReplayWindow)

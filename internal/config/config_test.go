@@ -41,6 +41,7 @@ func wantDefaults(t *testing.T) Daemon {
 		TemplateStorageMB:  10240,
 		DiskDefaultMB:      10240,
 		DiskMaxMB:          102400,
+		VolumeSizeMB:       10240,
 		PausedMemoryFloor:  10,
 		SandboxNetworkName: "sandboxd0",
 		Pool:               []PoolSize{{Image: "sandboxd/base:bookworm", Size: 2}},

@@ -319,9 +319,14 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 	if wrap != nil {
 		rt = wrap(rt)
 	}
-	volumes, err := volume.New(filepath.Join(dataDir, "volumes"))
+	volumes, err := volume.New(filepath.Join(dataDir, "volumes"), d.Config.VolumeSizeMB)
 	if err != nil {
 		return nil, nil, fmt.Errorf("volume.New: %w", err)
+	}
+	if size, why := volumes.Limits(); size > 0 {
+		d.logger.Info("volumes are file systems of their own", "size_mb", size)
+	} else {
+		d.logger.Warn("VOLUMES ARE NOT LIMITED: a sandbox can fill the data directory's file system through a volume", "why", why)
 	}
 	return rt, volumes, nil
 }
@@ -444,6 +449,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 	if err != nil {
 		return fmt.Errorf("service.New: %w", err)
 	}
+	volumes.Dropped = d.Service.VolumeDropped
 	return nil
 }
 

@@ -233,10 +233,18 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 	}
 	undo.push("release admission", func(context.Context) error { s.Admission.Release(id); return nil })
 
-	// 8. mounts.
+	// 8. mounts. A volume that does not exist yet is made by Prepare; its
+	// size is held in the owner's disk quota first (holdNewVolumes).
 	var binds []runtime.Mount
 	if len(req.Mounts) > 0 {
-		if err := t.run("mounts", func() (err error) {
+		if err := t.run("mounts", func() error {
+			held, err := s.holdNewVolumes(ctx, req)
+			if err != nil {
+				return err
+			}
+			// Runs after Abandon: the holds of the volumes it removed (or
+			// that were never made) go.
+			undo.push("release new volumes' holds", func(context.Context) error { s.unholdVolumes(req.Owner, held); return nil })
 			binds, err = s.Volumes.Prepare(ctx, req.Owner, id, req.Mounts)
 			return err
 		}); err != nil {

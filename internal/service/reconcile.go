@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -255,6 +257,26 @@ func (s *Service) pruneClaims(ctx context.Context, claims []store.StaleClaim) er
 	return errors.Join(errs...)
 }
 
+// volumeHolds is what the volumes hold in their owners' disk quotas: each
+// limited volume its size (volumeHold).
+func (s *Service) volumeHolds(ctx context.Context) (map[string]admission.Request, error) {
+	held := map[string]admission.Request{}
+	vc, ok := s.Volumes.(VolumeCatalog)
+	if !ok {
+		return held, nil
+	}
+	vols, err := vc.AllVolumes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vols {
+		if v.SizeMB > 0 {
+			held[volumeHold(v.Owner, v.Name)] = admission.Request{Owner: v.Owner, DiskMB: v.SizeMB}
+		}
+	}
+	return held, nil
+}
+
 // restore is the startup phase: capacity from the running rows, pending
 // claims released (their holders died with the last process: the callers'
 // retries take them over at once, adopting what survived), and the
@@ -262,7 +284,12 @@ func (s *Service) pruneClaims(ctx context.Context, claims []store.StaleClaim) er
 // pass that re-installed them could race a destroy and give a deleted
 // sandbox its routes (and host ports) back.
 func (s *Service) restore(ctx context.Context, p Plan, lost map[string]bool) error {
-	s.Admission.Reset(p.Live)
+	held, err := s.volumeHolds(ctx)
+	if err != nil {
+		return err
+	}
+	maps.Copy(held, p.Live)
+	s.Admission.Reset(held)
 	n, err := s.Store.ReleasePendingClaims(ctx)
 	if err != nil {
 		return err

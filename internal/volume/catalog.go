@@ -25,7 +25,8 @@ func (d *Dir) ownerDir(owner string) string {
 }
 
 // CreateVolume makes an empty volume, writable by every account (mode
-// 0777); one that exists is service.ErrConflict.
+// 0777), of the Dir's size when volumes are limited; one that exists is
+// service.ErrConflict.
 func (d *Dir) CreateVolume(_ context.Context, owner, name string) (service.Volume, error) {
 	if !naming.ValidLabel(name) {
 		return service.Volume{}, fmt.Errorf("%w: volume %q is not a DNS label", service.ErrInvalidArgument, name)
@@ -33,25 +34,49 @@ func (d *Dir) CreateVolume(_ context.Context, owner, name string) (service.Volum
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	dir := d.ownerDir(owner)
-	if _, err := mkdir(dir); err != nil {
+	if _, err := makeOwnerDir(dir, owner); err != nil {
 		return service.Volume{}, fmt.Errorf("volume %q: %w", name, err)
 	}
 	host := filepath.Join(dir, name)
-	created, err := mkdir(host)
+	// Writable by every account of the owner's sandboxes (Daytona's run
+	// as an unprivileged user). Only the daemon reaches it on the host:
+	// the volume root is 0700.
+	created, err := d.makeVolume(host, 0o777)
 	if err != nil {
 		return service.Volume{}, fmt.Errorf("volume %q: %w", name, err)
 	}
 	if !created {
 		return service.Volume{}, fmt.Errorf("%w: volume with name %s already exists", service.ErrConflict, name)
 	}
-	// Writable by every account of the owner's sandboxes (Daytona's run
-	// as an unprivileged user). Only the daemon reaches it on the host:
-	// the volume root is 0700.
-	if err := os.Chmod(host, 0o777); err != nil {
-		_ = os.Remove(host)
-		return service.Volume{}, fmt.Errorf("volume %q: %w", name, err)
-	}
 	return stat(host, name)
+}
+
+// SizeMB implements service.VolumeCatalog: the size of a new volume, 0
+// when volumes are not limited.
+func (d *Dir) SizeMB() int64 { return d.sizeMB }
+
+// AllVolumes lists every owner's volumes (for the daemon's start: their
+// sizes count in their owners' disk quotas).
+func (d *Dir) AllVolumes(ctx context.Context) ([]service.OwnedVolume, error) {
+	dirs, err := os.ReadDir(d.root)
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	var out []service.OwnedVolume
+	for _, e := range dirs {
+		owner, err := os.ReadFile(filepath.Join(d.root, e.Name(), ownerFile))
+		if !e.IsDir() || err != nil {
+			continue // not an owner directory, or one from before owners were written down
+		}
+		vs, err := d.ListVolumes(ctx, string(owner))
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vs {
+			out = append(out, service.OwnedVolume{Owner: string(owner), Volume: v})
+		}
+	}
+	return out, nil
 }
 
 // StatVolume describes one volume; none is service.ErrNotFound.
@@ -70,7 +95,7 @@ func stat(host, name string) (service.Volume, error) {
 	case err != nil:
 		return service.Volume{}, fmt.Errorf("volume %q: %w", name, err)
 	}
-	return service.Volume{Name: name, ModTime: fi.ModTime()}, nil
+	return service.Volume{Name: name, ModTime: fi.ModTime(), SizeMB: fsSizeMB(host + fsSuffix)}, nil
 }
 
 // ListVolumes lists the owner's volumes by name.
@@ -91,13 +116,14 @@ func (d *Dir) ListVolumes(_ context.Context, owner string) ([]service.Volume, er
 		if err != nil {
 			continue // removed meanwhile
 		}
-		out = append(out, service.Volume{Name: e.Name(), ModTime: fi.ModTime()})
+		out = append(out, service.Volume{Name: e.Name(), ModTime: fi.ModTime(), SizeMB: fsSizeMB(filepath.Join(d.ownerDir(owner), e.Name()+fsSuffix))})
 	}
 	slices.SortFunc(out, func(a, b service.Volume) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
-// RemoveVolume removes a volume and everything in it. A volume a sandbox
+// RemoveVolume removes a volume and everything in it (its file system,
+// unmounted first). A volume a sandbox
 // of this process prepared and still holds is service.ErrConflict; the
 // caller checks the sandboxes the store knows. Nothing in the volume is
 // followed: symbolic links are removed, not their targets.
@@ -114,8 +140,19 @@ func (d *Dir) RemoveVolume(_ context.Context, owner, name string) error {
 	if d.users[host] > 0 {
 		return fmt.Errorf("%w: volume %s is being mounted", service.ErrConflict, name)
 	}
-	if err := os.RemoveAll(host); err != nil {
+	if err := d.removeVolume(owner, host); err != nil {
 		return fmt.Errorf("remove volume %q: %w", name, err)
 	}
 	return nil
+}
+
+// IfAbsent implements service.VolumeCatalog: fn runs under Dir's lock
+// when owner has no volume name, so no volume is made or removed while
+// it runs.
+func (d *Dir) IfAbsent(owner, name string, fn func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err := os.Lstat(filepath.Join(d.ownerDir(owner), name)); errors.Is(err, fs.ErrNotExist) {
+		fn()
+	}
 }

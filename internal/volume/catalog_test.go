@@ -26,7 +26,7 @@ func names(t *testing.T, d *volume.Dir, owner string) []string {
 }
 
 func TestCatalog_CreateListStatRemovePerOwner(t *testing.T) {
-	d, err := volume.New(t.TempDir())
+	d, err := volume.New(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

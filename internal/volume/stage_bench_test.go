@@ -32,7 +32,7 @@ func BenchmarkPrepareRelease(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			base := b.TempDir()
-			d, err := volume.New(filepath.Join(base, "volumes"))
+			d, err := volume.New(filepath.Join(base, "volumes"), 0)
 			if err != nil {
 				b.Fatal(err)
 			}

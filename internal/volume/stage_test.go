@@ -55,7 +55,7 @@ func newFixture(t *testing.T) fixture {
 	t.Helper()
 	needRoot(t)
 	base := t.TempDir()
-	d, err := volume.New(filepath.Join(base, "volumes"))
+	d, err := volume.New(filepath.Join(base, "volumes"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestSweep_RemovesOnlyTheGone(t *testing.T) {
 		}
 	}
 	// A fresh Dir: what a restarted daemon has, nothing in memory.
-	fresh, err := volume.New(filepath.Join(f.base, "volumes"))
+	fresh, err := volume.New(filepath.Join(f.base, "volumes"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,15 @@
 // Package volume keeps named volumes: directories under the daemon's data
 // directory that sandboxes bind-mount and that outlive any one sandbox.
 // Volumes belong to an owner: <root>/<hash of owner>/<name>, so a tenant
-// can never mount another tenant's volume by naming it. A mount of a
+// can never mount another tenant's volume by naming it. Where the daemon
+// can, each volume is a file system of its own, of a fixed size, so that
+// no sandbox fills the host's disk through one (fs.go). A mount of a
 // subpath of a volume is staged by the daemon (stage.go) so that no
 // sandbox sharing the volume can turn it into a mount of the host.
 package volume
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -27,6 +27,14 @@ import (
 // Dir keeps volumes under one root directory.
 type Dir struct {
 	root string
+	// sizeMB is the size of each new volume's file system (fs.go); 0:
+	// volumes are plain directories, with no limit, and noLimit says why.
+	sizeMB  int64
+	noLimit string
+	// Dropped, when set, is told of every volume Dir removes (RemoveVolume,
+	// Abandon), under Dir's lock: the daemon releases the disk the volume
+	// held in its owner's quota.
+	Dropped func(owner, name string)
 	// staging holds the staged mounts of subpaths (stage.go):
 	// <staging>/<sandbox id>/<mount index>.
 	staging string
@@ -61,18 +69,107 @@ type madeSubdir struct {
 // New returns a Dir rooted at root (created 0700 when missing). Subpath
 // mounts are staged in "mounts" beside root (<data-dir>/mounts for the
 // daemon's <data-dir>/volumes), also 0700.
-func New(root string) (*Dir, error) {
+//
+// With sizeMB > 0 every new volume is a file system of that size where
+// this process can make one (a probe, ~30 ms); where it cannot, volumes
+// are plain directories and Limits says why. Volumes whose mount is gone
+// (a reboot) are mounted again.
+func New(root string, sizeMB int64) (*Dir, error) {
 	staging := filepath.Join(filepath.Dir(filepath.Clean(root)), "mounts")
 	for _, dir := range []string{root, staging} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("volume root: %w", err)
 		}
 	}
-	return &Dir{
+	d := &Dir{
 		root: root, staging: staging,
 		made: map[string][]string{}, users: map[string]int{}, binds: map[string][]string{},
 		subdirs: map[string][]madeSubdir{}, staged: map[string][]string{},
-	}, nil
+	}
+	if err := d.remount(); err != nil {
+		return nil, err
+	}
+	switch {
+	case sizeMB <= 0:
+		d.noLimit = "no volume size configured"
+	default:
+		if err := probeFS(root); err != nil {
+			d.noLimit = "cannot make a file system per volume: " + err.Error()
+		} else {
+			d.sizeMB = sizeMB
+		}
+	}
+	return d, nil
+}
+
+// Limits returns the size of a new volume in MiB, or 0 and why volumes
+// are not limited.
+func (d *Dir) Limits() (sizeMB int64, why string) {
+	return d.sizeMB, d.noLimit
+}
+
+// remount mounts again every volume file system whose mount is gone.
+func (d *Dir) remount() error {
+	imgs, _ := filepath.Glob(filepath.Join(d.root, "*", "*"+fsSuffix))
+	var errs []error
+	for _, img := range imgs {
+		mnt := strings.TrimSuffix(img, fsSuffix)
+		if isMountRoot(mnt) || !naming.ValidLabel(filepath.Base(mnt)) {
+			continue
+		}
+		if err := mountFS(img, mnt); err != nil {
+			errs = append(errs, fmt.Errorf("mount volume %s again: %w", mnt, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ownerFile, in an owner's directory, holds the owner's name (the
+// directory is named by its hash): AllVolumes reads it.
+const ownerFile = ".owner"
+
+// makeOwnerDir makes owner's directory, and reports whether it did.
+func makeOwnerDir(dir, owner string) (bool, error) {
+	created, err := mkdir(dir)
+	if err != nil || !created {
+		return created, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner), 0o600); err != nil {
+		_ = os.Remove(dir)
+		return false, err
+	}
+	return true, nil
+}
+
+// makeVolume makes the volume host (its owner directory exists): a file
+// system of its own when volumes are limited, else a directory with mode.
+// It reports whether it made it; one that exists is left as it is.
+func (d *Dir) makeVolume(host string, mode os.FileMode) (bool, error) {
+	created, err := mkdir(host)
+	if err != nil || !created {
+		return created, err
+	}
+	if d.sizeMB > 0 {
+		err = makeFS(host+fsSuffix, host, d.sizeMB)
+	} else {
+		err = os.Chmod(host, mode)
+	}
+	if err != nil {
+		_ = os.Remove(host)
+		return false, err
+	}
+	return true, nil
+}
+
+// removeVolume removes the volume host of owner and tells Dropped.
+func (d *Dir) removeVolume(owner, host string) error {
+	if err := removeFS(host+fsSuffix, host); err != nil {
+		return err
+	}
+	if d.Dropped != nil {
+		d.Dropped(owner, filepath.Base(host))
+	}
+	return nil
 }
 
 // Prepare creates every named volume of owner that does not exist yet and
@@ -85,8 +182,7 @@ func New(root string) (*Dir, error) {
 // by Abandon if the create fails, and Prepare undoes its own work when it
 // fails.
 func (d *Dir) Prepare(_ context.Context, owner, sandboxID string, mounts []service.Mount) (_ []runtime.Mount, err error) {
-	sum := sha256.Sum256([]byte(owner))
-	ownerDir := filepath.Join(d.root, hex.EncodeToString(sum[:8]))
+	ownerDir := d.ownerDir(owner)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var made, used, staged []string
@@ -97,7 +193,7 @@ func (d *Dir) Prepare(_ context.Context, owner, sandboxID string, mounts []servi
 				err = errors.Join(err, uerr)
 			}
 			d.removeSubdirs(sandboxID, subdirs)
-			removeEmpty(made)
+			d.removeEmpty(owner, made)
 			return
 		}
 		d.subdirs[sandboxID] = append(d.subdirs[sandboxID], subdirs...)
@@ -114,14 +210,18 @@ func (d *Dir) Prepare(_ context.Context, owner, sandboxID string, mounts []servi
 			return nil, fmt.Errorf("volume %q: not a DNS label", m.Volume)
 		}
 		host := filepath.Join(ownerDir, m.Volume)
-		for _, dir := range []string{ownerDir, host} {
-			created, err := mkdir(dir)
-			if err != nil {
-				return nil, fmt.Errorf("volume %q: %w", m.Volume, err)
-			}
-			if created {
-				made = append(made, dir)
-			}
+		created, err := makeOwnerDir(ownerDir, owner)
+		if err != nil {
+			return nil, fmt.Errorf("volume %q: %w", m.Volume, err)
+		}
+		if created {
+			made = append(made, ownerDir)
+		}
+		if created, err = d.makeVolume(host, 0o755); err != nil {
+			return nil, fmt.Errorf("volume %q: %w", m.Volume, err)
+		}
+		if created {
+			made = append(made, host)
 		}
 		used = append(used, ownerDir, host)
 		source := host
@@ -175,7 +275,7 @@ func (d *Dir) Abandon(_ context.Context, sandboxID string) error {
 			free = append(free, p)
 		}
 	}
-	removeEmpty(free)
+	d.removeEmpty("", free)
 	return nil
 }
 
@@ -228,11 +328,37 @@ func (d *Dir) dropUsers(sandboxID string) {
 	delete(d.binds, sandboxID)
 }
 
-// removeEmpty removes the directories in dirs that are empty, children
-// before parents (dirs lists parents first). A directory that is not
-// empty stays: it is in use.
-func removeEmpty(dirs []string) {
+// removeEmpty removes the owner directories and volumes in dirs (made by
+// one Prepare of owner, or of an owner its owner directory names when
+// owner is "") that are empty, children before parents (dirs lists
+// parents first). One that is not empty stays: it is in use.
+func (d *Dir) removeEmpty(owner string, dirs []string) {
 	for _, p := range slices.Backward(dirs) {
-		_ = os.Remove(p) // ENOTEMPTY: keep it
+		if filepath.Dir(p) == filepath.Clean(d.root) { // an owner directory
+			if names, err := readNames(p); err == nil && len(names) == 1 && names[0] == ownerFile {
+				_ = os.Remove(filepath.Join(p, ownerFile))
+			}
+			_ = os.Remove(p) // ENOTEMPTY: keep it
+			continue
+		}
+		if names, err := readNames(p); err != nil || len(names) > 0 {
+			continue
+		}
+		who := owner
+		if who == "" {
+			b, _ := os.ReadFile(filepath.Join(filepath.Dir(p), ownerFile))
+			who = string(b)
+		}
+		_ = d.removeVolume(who, p) // a failure keeps it: still a volume
 	}
+}
+
+// readNames lists the names in dir.
+func readNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
 }

@@ -12,7 +12,7 @@ import (
 // TestPrepare_VolumesArePerOwner: two owners naming the same volume get
 // two directories; one owner gets the same directory every time.
 func TestPrepare_VolumesArePerOwner(t *testing.T) {
-	d, err := volume.New(t.TempDir())
+	d, err := volume.New(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func entries(t *testing.T, root string) []string {
 func TestAbandon_RemovesOnlyWhatTheFailedCreateMade(t *testing.T) {
 	ctx := t.Context()
 	root := t.TempDir()
-	d, err := volume.New(root)
+	d, err := volume.New(root, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,15 @@
 package adversarial_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -191,5 +195,109 @@ func TestDisk_OwnerDiskQuotaRefusesACreate(t *testing.T) {
 	}
 	if list, err := c.ListSandboxes(t.Context(), sandboxd.ListOptions{}); err != nil || len(list.Items) != 2 {
 		t.Errorf("the owner holds %v (%v), want its 2 sandboxes", list, err)
+	}
+}
+
+// Volumes count too: each is a file system of its own size
+// (--volume-size-mb), so a sandbox that writes or uploads into one gets
+// ENOSPC (507 disk_full) at the size, and the size of every volume counts
+// in its owner's disk quota from its making to its removal, a restart
+// included; a create refused by the quota leaves no volume behind.
+func TestDisk_VolumeCannotFillTheHostsDisk(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "disk-volume", "--volume-size-mb", "32")
+	tok, err := adminClient(d).CreateToken(t.Context(), sandboxd.CreateTokenRequest{
+		Name: "volumes", Role: sandboxd.RoleUser, Owner: "volumes", Quota: &sandboxd.Quota{DiskMB: 100},
+	})
+	if err != nil {
+		t.Fatalf("create a token with a disk quota: %v", err)
+	}
+	c := sandboxd.New(d.URL(), tok.Secret)
+
+	// 32 (the sandbox) + 32 (its new volume) of 100.
+	sb := sandbox(t, c, sandboxd.CreateRequest{DiskMB: 32, Mounts: []sandboxd.Mount{{Volume: "big", Path: "/data"}}})
+	r := sh(t, c, sb.ID, `dd if=/dev/zero of=/data/fill bs=1M count=256 2>&1; echo "dd=$?"; sync; wc -c < /data/fill`)
+	out := r.Stdout + r.Stderr
+	if strings.Contains(out, "dd=0") || !strings.Contains(out, "No space left") {
+		t.Errorf("256 MiB into a 32 MiB volume did not stop with ENOSPC:\n%s", out)
+	}
+	if lines := strings.Fields(r.Stdout); len(lines) == 0 {
+		t.Errorf("no size read back:\n%s", out)
+	} else if n, err := strconv.ParseInt(lines[len(lines)-1], 10, 64); err != nil || n > 32*mib {
+		t.Errorf("the sandbox wrote %q bytes into a 32 MiB volume:\n%s", lines[len(lines)-1], out)
+	}
+	sh(t, c, sb.ID, "rm -f /data/fill")
+	err = c.UploadFile(t.Context(), sb.ID, "/data/big.bin", io.LimitReader(zeros{}, 64*mib))
+	if !errors.Is(err, sandboxd.ErrDiskFull) {
+		t.Errorf("upload of 64 MiB into a 32 MiB volume: %v, want 507 disk_full", err)
+	}
+
+	// 64 held; a sandbox of 16 with a new volume of 32 would make 112.
+	_, err = c.CreateSandbox(t.Context(), sandboxd.CreateRequest{Image: busyboxImage, DiskMB: 16, Mounts: []sandboxd.Mount{{Volume: "more", Path: "/m"}}})
+	var apiErr *sandboxd.APIError
+	if !errors.Is(err, sandboxd.ErrCapacityExhausted) || !errors.As(err, &apiErr) || !strings.Contains(apiErr.Message, "disk") {
+		t.Fatalf("a new volume past the disk quota: %v, want 429 capacity_exhausted naming the disk", err)
+	}
+	// The volume that exists holds nothing more, and the refused one holds
+	// nothing: 64 + 16 fits (with "more" still held it would be 112).
+	sandbox(t, c, sandboxd.CreateRequest{DiskMB: 16, Mounts: []sandboxd.Mount{{Volume: "big", Path: "/data"}}})
+
+	// A restart counts the volume again (80 held): 32 more is past 100.
+	if err := d.Restart(t.Context()); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	_, err = c.CreateSandbox(t.Context(), sandboxd.CreateRequest{Image: busyboxImage, DiskMB: 32})
+	if !errors.Is(err, sandboxd.ErrCapacityExhausted) {
+		t.Errorf("after a restart, a create past the quota with the volume counted: %v, want 429 capacity_exhausted", err)
+	}
+	if r := sh(t, c, sb.ID, "echo kept > /data/k && cat /data/k"); r.Stdout != "kept\n" {
+		t.Errorf("after a restart the volume does not take writes: %+v", r)
+	}
+}
+
+// A retry storm of creates that each make a new volume: the volumes'
+// sizes are held in the quota before any is made, so of six creates that
+// each need 16 + 32 MiB of a 100 MiB quota exactly two get through, and
+// the refused ones leave no volume on the host.
+func TestDisk_VolumeQuotaHoldsUnderARace(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "disk-volume-race", "--volume-size-mb", "32")
+	tok, err := adminClient(d).CreateToken(t.Context(), sandboxd.CreateTokenRequest{
+		Name: "racer", Role: sandboxd.RoleUser, Owner: "racer", Quota: &sandboxd.Quota{DiskMB: 100},
+	})
+	if err != nil {
+		t.Fatalf("create a token with a disk quota: %v", err)
+	}
+	c := sandboxd.New(d.URL(), tok.Secret)
+	const n = 6
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			sb, err := c.CreateSandbox(t.Context(), sandboxd.CreateRequest{
+				Image: busyboxImage, DiskMB: 16, Mounts: []sandboxd.Mount{{Volume: fmt.Sprintf("v%d", i), Path: "/v"}},
+			})
+			errs[i] = err
+			if err == nil {
+				t.Cleanup(func() { _ = c.DestroySandbox(context.Background(), sb.ID) })
+			}
+		})
+	}
+	wg.Wait()
+	ok := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, sandboxd.ErrCapacityExhausted):
+			t.Errorf("create %d: %v, want success or 429 capacity_exhausted", i, err)
+		}
+	}
+	if ok != 2 {
+		t.Errorf("%d creates of 48 MiB each passed a 100 MiB quota, want 2", ok)
+	}
+	imgs, _ := filepath.Glob(filepath.Join(d.DataDir(), "volumes", "*", "*.ext4"))
+	if len(imgs) != ok {
+		t.Errorf("%d volumes on the host after %d creates got through: %v", len(imgs), ok, imgs)
 	}
 }

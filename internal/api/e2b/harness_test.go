@@ -152,7 +152,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		drt.Close()
 	})
 	volRoot := filepath.Join(dir, "volumes")
-	vols, err := volume.New(volRoot)
+	vols, err := volume.New(volRoot, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
