@@ -18,8 +18,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,7 +25,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -66,7 +63,7 @@ func run(ctx context.Context, out io.Writer, images []string, n int, diskMB int6
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	agentBin, err := agentBinary(ctx, agentPath, tmp)
+	agentBin, err := benchd.AgentBinary(ctx, agentPath, tmp)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -147,7 +144,7 @@ func spec(id, image, agentBin string, diskMB int64) runtime.Spec {
 // sample creates a sandbox, runs `true` through its agent, and destroys
 // it (untimed): create → first exec, and its create → ready part.
 func sample(ctx context.Context, rt *docker.Runtime, image, agentBin string, diskMB int64) (total, create time.Duration, err error) {
-	id := newID()
+	id := benchd.NewSandboxID()
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
@@ -171,7 +168,7 @@ func sample(ctx context.Context, rt *docker.Runtime, image, agentBin string, dis
 
 // checkLimit makes sure a limited sandbox cannot write twice its limit.
 func checkLimit(ctx context.Context, rt *docker.Runtime, image, agentBin string, diskMB int64) error {
-	id := newID()
+	id := benchd.NewSandboxID()
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
@@ -190,34 +187,4 @@ func checkLimit(ctx context.Context, rt *docker.Runtime, image, agentBin string,
 		return errors.New("a sandbox with the limit wrote twice its limit: the engine does not enforce it")
 	}
 	return nil
-}
-
-// agentBinary returns flagPath, else bin/toolboxd, else a fresh static build.
-func agentBinary(ctx context.Context, flagPath, tmp string) (string, error) {
-	for _, p := range []string{flagPath, "bin/toolboxd"} {
-		if p == "" {
-			continue
-		}
-		if abs, err := filepath.Abs(p); err == nil {
-			if _, err := os.Stat(abs); err == nil {
-				return abs, nil
-			} else if p == flagPath {
-				return "", err
-			}
-		}
-	}
-	out := filepath.Join(tmp, "toolboxd")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/toolboxd")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/toolboxd: %w\n%s", err, b)
-	}
-	return out, nil
-}
-
-// newID returns a sandbox id in the API's format ("sb-" + 16 hex digits).
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
 }

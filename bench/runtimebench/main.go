@@ -19,8 +19,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,6 +37,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandboxd/sandboxd/bench/internal/benchd"
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
@@ -93,7 +92,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	defer os.RemoveAll(tmp)
 
-	agent, err := agentBinary(ctx, cfg.agent, tmp)
+	agent, err := benchd.AgentBinary(ctx, cfg.agent, tmp)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -205,7 +204,7 @@ func benchSpec(id, image, agent string, iso runtime.Isolation) runtime.Spec {
 }
 
 func createReadyIn(ctx context.Context, rt *docker.Runtime, image, agent string, iso runtime.Isolation) (time.Duration, error) {
-	id := newID()
+	id := benchd.NewSandboxID()
 	start := time.Now()
 	_, err := rt.Create(ctx, benchSpec(id, image, agent, iso))
 	d := time.Since(start)
@@ -226,36 +225,6 @@ func dockerRun(ctx context.Context, image string) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: %s", err, b)
 	}
 	return d, nil
-}
-
-// agentBinary returns flagPath, else bin/toolboxd, else a fresh static build.
-func agentBinary(ctx context.Context, flagPath, tmp string) (string, error) {
-	for _, p := range []string{flagPath, "bin/toolboxd"} {
-		if p == "" {
-			continue
-		}
-		if abs, err := filepath.Abs(p); err == nil {
-			if _, err := os.Stat(abs); err == nil {
-				return abs, nil
-			} else if p == flagPath {
-				return "", err
-			}
-		}
-	}
-	out := filepath.Join(tmp, "toolboxd")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/toolboxd")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/toolboxd: %w\n%s", err, b)
-	}
-	return out, nil
-}
-
-// newID returns a sandbox id in the API's format ("sb-" + 16 hex digits).
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
 }
 
 // quantile is the nearest-rank quantile of sorted samples.
@@ -293,7 +262,7 @@ func gvisorPairs(ctx context.Context, rt *docker.Runtime, image, agentPath strin
 		}
 	}
 	clientIn := func(iso runtime.Isolation) (*agent.Client, error) {
-		id := newID()
+		id := benchd.NewSandboxID()
 		ids = append(ids, id)
 		if _, err := rt.Create(ctx, benchSpec(id, image, agentPath, iso)); err != nil {
 			return nil, err

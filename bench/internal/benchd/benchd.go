@@ -8,6 +8,8 @@ package benchd
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -425,4 +427,36 @@ func FreePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// AgentBinary returns flagPath, else bin/toolboxd, else a fresh static
+// build in tmp.
+func AgentBinary(ctx context.Context, flagPath, tmp string) (string, error) {
+	for _, p := range []string{flagPath, "bin/toolboxd"} {
+		if p == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			if _, err := os.Stat(abs); err == nil {
+				return abs, nil
+			} else if p == flagPath {
+				return "", err
+			}
+		}
+	}
+	out := filepath.Join(tmp, "toolboxd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/toolboxd")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/toolboxd: %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+// NewSandboxID returns a sandbox id in the API's format ("sb-" + 16 hex
+// digits).
+func NewSandboxID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
 }
