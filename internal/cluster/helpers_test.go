@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,15 +29,24 @@ func testLogger() *slog.Logger {
 }
 
 // freeURL returns https://127.0.0.1:<port> for a port that was free a
-// moment ago.
+// moment ago. The port is drawn below the kernel's ephemeral range
+// (ip_local_port_range starts at 32768 by default), where the kernel
+// never hands one to an outgoing connection: a port the kernel chose
+// (":0") is an ephemeral one, and on a busy machine another process's
+// connection could take it between this check and the member's bind.
 func freeURL(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // taken: draw again
+		}
+		l.Close()
+		return "https://" + addr
 	}
-	defer l.Close()
-	return "https://" + l.Addr().String()
+	t.Fatal("no free port in 20000-31999 after 100 draws")
+	return ""
 }
 
 // testPKIs holds each test's PKI (testPKI), by *testing.T.
