@@ -92,11 +92,21 @@ btrfs_quotas() {
 			quota_ctl "$mnt" 4 && { log "btrfs simple quotas enabled on $mnt"; return 0; }
 			;;
 		*)
-			limited=$(btrfs qgroup show -r --raw "$mnt" 2>/dev/null | awk 'NR > 2 && $4 != "none" { n++ } END { print n + 0 }')
+			# A listing that fails counts as limits: never drop them blind.
+			# On a running engine, only while it has no container at all.
+			local listing
+			if listing=$(btrfs qgroup show -r --raw "$mnt" 2>/dev/null); then
+				limited=$(awk 'NR > 2 && $4 != "none" { n++ } END { print n + 0 }' <<<"$listing")
+			else
+				limited="unknown (the qgroup listing failed)"
+			fi
+			if [[ $limited == 0 ]] && engine_up && [[ -n $(docker ps -aq 2>/dev/null) ]]; then
+				limited="unknown (the running engine has containers)"
+			fi
 			if [[ $limited == 0 ]]; then
 				quota_ctl "$mnt" 2 4 && { log "btrfs quotas on $mnt switched to simple quotas"; return 0; }
 			else
-				log "WARNING: $mnt keeps full btrfs qgroups: $limited qgroups have limits (sized containers exist); remove them and run this again to switch to simple quotas"
+				log "WARNING: $mnt keeps full btrfs qgroups: limits held: $limited; remove the sized containers and run this again to switch to simple quotas"
 			fi
 			;;
 		esac

@@ -194,7 +194,7 @@ func (c *Controller) ReserveWithin(id string, req Request, q Quota) error {
 	}
 	others := c.used.sub(old)
 	free := c.budget.request().sub(others)
-	if !req.fits(free) {
+	if req.runs() && !req.fits(free) { // a hold of disk alone takes no room on the host
 		return &ExhaustedError{
 			Requested:  req,
 			Free:       Request{MilliCPU: max(free.MilliCPU, 0), MemoryMB: max(free.MemoryMB, 0)},

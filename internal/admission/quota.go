@@ -57,7 +57,7 @@ func (e *QuotaError) Error() string {
 	case "cpu":
 		return fmt.Sprintf("quota exceeded: owner %q may hold %g CPU cores and holds %g", e.Owner, float64(e.Limit)/1000, float64(e.Used)/1000)
 	case "disk":
-		return fmt.Sprintf("quota exceeded: owner %q may hold %d MB of disk (the sum of its sandboxes' disk limits) and holds %d", e.Owner, e.Limit, e.Used)
+		return fmt.Sprintf("quota exceeded: owner %q may hold %d MB of disk (the sum of its sandboxes' disk limits and its volumes' sizes) and holds %d", e.Owner, e.Limit, e.Used)
 	}
 	return fmt.Sprintf("quota exceeded: owner %q may hold %d MB of memory and holds %d", e.Owner, e.Limit, e.Used)
 }
@@ -74,7 +74,7 @@ func (q Quota) admits(used ownerUse, req Request) error {
 		return &QuotaError{Owner: req.Owner, Dimension: dim, Limit: limit, Used: usedNow, RetryAfter: retryAfter}
 	}
 	switch {
-	case q.Sandboxes > 0 && used.sandboxes+1 > q.Sandboxes:
+	case req.runs() && q.Sandboxes > 0 && used.sandboxes+1 > q.Sandboxes: // a hold of disk alone (a volume) is no sandbox
 		return refuse("sandboxes", q.Sandboxes, used.sandboxes)
 	case q.MilliCPU > 0 && used.MilliCPU+req.MilliCPU > q.MilliCPU:
 		return refuse("cpu", q.MilliCPU, used.MilliCPU)

@@ -171,6 +171,30 @@ func TestReserveWithin_DiskQuota(t *testing.T) {
 	}
 }
 
+// TestReserveWithin_DiskAloneIsNoSandbox: a hold of disk alone (a
+// volume's size) counts in the disk quota only: not against the owner's
+// sandboxes, and it needs no room on a host that is full (or overcommitted
+// after a Reset).
+func TestReserveWithin_DiskAloneIsNoSandbox(t *testing.T) {
+	c := admission.New(admission.Budget{MilliCPU: 1000, MemoryMB: 1000})
+	q := admission.Quota{Sandboxes: 1, DiskMB: 1000}
+	if err := c.ReserveWithin("sb", admission.Request{MilliCPU: 1000, MemoryMB: 1000, DiskMB: 100, Owner: "alice"}, q); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"volume:alice/a", "volume:alice/b"} {
+		if err := c.ReserveWithin(id, admission.Request{DiskMB: 300, Owner: "alice"}, q); err != nil {
+			t.Fatalf("%s beside the owner's one sandbox on a full host: %v", id, err)
+		}
+	}
+	var qe *admission.QuotaError
+	if err := c.ReserveWithin("volume:alice/c", admission.Request{DiskMB: 400, Owner: "alice"}, q); !errors.As(err, &qe) || qe.Dimension != "disk" {
+		t.Fatalf("a volume past the disk quota: %v, want a disk *QuotaError", err)
+	}
+	if got := c.Holdings()["alice"]; got.Sandboxes != 1 || got.DiskMB != 700 {
+		t.Errorf("Holdings: %+v, want 1 sandbox and 700 MB of disk", got)
+	}
+}
+
 // TestPark_StoppedSandboxKeepsItsDisk: a stopped sandbox (Park) gives its
 // CPU, memory and place among the owner's running sandboxes back, but its
 // container keeps what it wrote, so its disk counts in the owner's quota

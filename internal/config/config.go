@@ -98,8 +98,10 @@ type Daemon struct {
 	DiskDefaultMB, DiskMaxMB int64
 	// VolumeSizeMB is the size of each new volume, a file system of its
 	// own where the daemon can make one; it counts in its owner's disk
-	// quota while the volume exists.
-	VolumeSizeMB int64
+	// quota while the volume exists. VolumeStorageMaxMB bounds all the
+	// volumes' sizes together (0: half of the data directory's file
+	// system).
+	VolumeSizeMB, VolumeStorageMaxMB int64
 	// Pool is how many started, idle sandboxes the warm pool keeps per
 	// image (default CPU, memory and runtime, no network); the default is
 	// two of DefaultImage. The admin API (PUT /v1/pools) changes it at
@@ -232,6 +234,8 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"largest disk limit in MiB a create may ask for (env SANDBOXD_DISK_MAX_MB)")
 	fs.Int64Var(&d.VolumeSizeMB, "volume-size-mb", d.VolumeSizeMB,
 		"size in MiB of each new volume, a file system of its own; it counts in its owner's disk quota (env SANDBOXD_VOLUME_SIZE_MB)")
+	fs.Int64Var(&d.VolumeStorageMaxMB, "volume-storage-max", d.VolumeStorageMaxMB,
+		"MiB all volumes' sizes may come to together; 0: half of the data directory's file system (env SANDBOXD_VOLUME_STORAGE_MAX)")
 	pool := ""
 	if v, ok := env("SANDBOXD_POOL"); ok {
 		pool = v
@@ -355,6 +359,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	}
 	if d.VolumeSizeMB, err = strconv.ParseInt(get("SANDBOXD_VOLUME_SIZE_MB", "10240"), 10, 64); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_VOLUME_SIZE_MB: must be a whole number of MiB")
+	}
+	if d.VolumeStorageMaxMB, err = strconv.ParseInt(get("SANDBOXD_VOLUME_STORAGE_MAX", "0"), 10, 64); err != nil || d.VolumeStorageMaxMB < 0 {
+		return Daemon{}, fmt.Errorf("SANDBOXD_VOLUME_STORAGE_MAX: must be a whole number of MiB, 0 or more")
 	}
 	if d.E2BBodyDedupe, err = parseDedupe(d.E2BBodyDedupe); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_BODY_DEDUPE: %w", err)

@@ -319,12 +319,15 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 	if wrap != nil {
 		rt = wrap(rt)
 	}
-	volumes, err := volume.New(filepath.Join(dataDir, "volumes"), d.Config.VolumeSizeMB)
+	volumes, warnings, err := volume.New(filepath.Join(dataDir, "volumes"), volume.Options{SizeMB: d.Config.VolumeSizeMB, MaxTotalMB: d.Config.VolumeStorageMaxMB})
 	if err != nil {
 		return nil, nil, fmt.Errorf("volume.New: %w", err)
 	}
-	if size, why := volumes.Limits(); size > 0 {
-		d.logger.Info("volumes are file systems of their own", "size_mb", size)
+	for _, w := range warnings {
+		d.logger.Warn("volumes: " + w)
+	}
+	if size, total, why := volumes.Limits(); size > 0 {
+		d.logger.Info("volumes are file systems of their own", "size_mb", size, "all_volumes_max_mb", total)
 	} else {
 		d.logger.Warn("VOLUMES ARE NOT LIMITED: a sandbox can fill the data directory's file system through a volume", "why", why)
 	}

@@ -233,19 +233,12 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 	}
 	undo.push("release admission", func(context.Context) error { s.Admission.Release(id); return nil })
 
-	// 8. mounts. A volume that does not exist yet is made by Prepare; its
-	// size is held in the owner's disk quota first (holdNewVolumes).
+	// 8. mounts. A volume that does not exist yet is made by Prepare, its
+	// size held in the owner's disk quota first (reserveVolumes).
 	var binds []runtime.Mount
 	if len(req.Mounts) > 0 {
-		if err := t.run("mounts", func() error {
-			held, err := s.holdNewVolumes(ctx, req)
-			if err != nil {
-				return err
-			}
-			// Runs after Abandon: the holds of the volumes it removed (or
-			// that were never made) go.
-			undo.push("release new volumes' holds", func(context.Context) error { s.unholdVolumes(req.Owner, held); return nil })
-			binds, err = s.Volumes.Prepare(ctx, req.Owner, id, req.Mounts)
+		if err := t.run("mounts", func() (err error) {
+			binds, err = s.Volumes.Prepare(ctx, req.Owner, id, req.Mounts, s.reserveVolumes(Caller{Owner: req.Owner, Quota: req.Quota}))
 			return err
 		}); err != nil {
 			// Prepare removed what it made before failing.

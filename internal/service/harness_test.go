@@ -149,7 +149,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		drt.Close()
 	})
 	volRoot := filepath.Join(dir, "volumes")
-	vols, err := volume.New(volRoot, 0)
+	vols, _, err := volume.New(volRoot, volume.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,11 +478,11 @@ type faultyVolumes struct {
 	failPrepare bool
 }
 
-func (f *faultyVolumes) Prepare(ctx context.Context, owner, id string, mounts []service.Mount) ([]runtime.Mount, error) {
+func (f *faultyVolumes) Prepare(ctx context.Context, owner, id string, mounts []service.Mount, reserve service.VolumeReserve) ([]runtime.Mount, error) {
 	if f.failPrepare {
 		return nil, errInjected
 	}
-	binds, err := f.Dir.Prepare(ctx, owner, id, mounts)
+	binds, err := f.Dir.Prepare(ctx, owner, id, mounts, reserve)
 	if err == nil {
 		f.mu.Lock()
 		if f.live == nil {

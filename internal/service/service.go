@@ -145,7 +145,8 @@ type Volumes interface {
 	// Prepare makes sure every volume of owner exists and returns the host
 	// paths to bind, in the order of mounts. Volumes are per owner: two
 	// tenants naming the same volume get two directories.
-	Prepare(ctx context.Context, owner, sandboxID string, mounts []Mount) ([]runtime.Mount, error)
+	// A volume it makes has its size reserved first, by reserve.
+	Prepare(ctx context.Context, owner, sandboxID string, mounts []Mount, reserve VolumeReserve) ([]runtime.Mount, error)
 	// Abandon undoes Prepare for a create that failed: the volume
 	// directories it created are removed while still empty and unused, so
 	// a refused create leaves nothing on the host.

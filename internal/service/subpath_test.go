@@ -115,7 +115,7 @@ func TestCreate_BadSubpathIs400AndChangesNothing(t *testing.T) {
 // returns its host directory.
 func (h *harness) volumeDir(t *testing.T, owner, name string) string {
 	t.Helper()
-	binds, err := h.vols.Dir.Prepare(t.Context(), owner, "sb-00000000000000ff", []service.Mount{{Volume: name, Path: "/v"}})
+	binds, err := h.vols.Dir.Prepare(t.Context(), owner, "sb-00000000000000ff", []service.Mount{{Volume: name, Path: "/v"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestReconcile_SweepsAStaleStagedMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	const gone = "sb-00000000000000ee"
-	if _, err := h.vols.Dir.Prepare(ctx, "alice", gone, subpathRequest().Mounts); err != nil {
+	if _, err := h.vols.Dir.Prepare(ctx, "alice", gone, subpathRequest().Mounts, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.stagedMounts(t); len(got) != 2 {

@@ -3,7 +3,6 @@ package service
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -16,8 +15,9 @@ import (
 // Volumes beyond the create chain; *volume.Dir implements it. A Volumes
 // that does not implement it has no volume management (ErrUnavailable).
 type VolumeCatalog interface {
-	// CreateVolume makes an empty volume; ErrConflict when it exists.
-	CreateVolume(ctx context.Context, owner, name string) (Volume, error)
+	// CreateVolume makes an empty volume, its size reserved first by
+	// reserve; ErrConflict when it exists.
+	CreateVolume(ctx context.Context, owner, name string, reserve VolumeReserve) (Volume, error)
 	// StatVolume describes one volume; ErrNotFound when there is none.
 	StatVolume(ctx context.Context, owner, name string) (Volume, error)
 	// ListVolumes lists the owner's volumes by name.
@@ -25,15 +25,17 @@ type VolumeCatalog interface {
 	// RemoveVolume removes a volume and its data; ErrNotFound when there is
 	// none, ErrConflict when a sandbox of this process is mounting it.
 	RemoveVolume(ctx context.Context, owner, name string) error
-	// SizeMB is the size of a new volume: what it holds in its owner's
-	// disk quota. 0: volumes have no size limit (and hold nothing).
-	SizeMB() int64
 	// AllVolumes lists every owner's volumes.
 	AllVolumes(ctx context.Context) ([]OwnedVolume, error)
-	// IfAbsent calls fn, under the catalog's lock, when owner has no
-	// volume name: a volume cannot appear or go while fn runs.
-	IfAbsent(owner, name string, fn func())
 }
+
+// VolumeReserve holds the size of an owner's new volume in the owner's
+// disk quota. Volumes calls it, under its own lock, just before it makes
+// a volume that does not exist (never for one that does), and tells
+// Service.VolumeDropped when it removes the volume or fails to make it:
+// a volume holds its size exactly while it exists. An error refuses the
+// volume.
+type VolumeReserve func(name string, sizeMB int64) error
 
 // Volume is a named volume of an owner.
 type Volume struct {
@@ -71,25 +73,17 @@ func validVolume(name string) error {
 // in its owner's disk quota from its making to its removal.
 func volumeHold(owner, name string) string { return "volume:" + owner + "/" + name }
 
-// holdVolume reserves, in the caller's disk quota, the size of the
-// volume name, before it is made: a quota error refuses it. A volume that
-// exists holds its size already (the same reservation).
-func (s *Service) holdVolume(vc VolumeCatalog, c Caller, name string) error {
-	size := vc.SizeMB()
-	if size <= 0 {
-		return nil
+// reserveVolumes is the VolumeReserve of a caller: a new volume's size
+// held in c's disk quota.
+func (s *Service) reserveVolumes(c Caller) VolumeReserve {
+	return func(name string, sizeMB int64) error {
+		return admissionErr(s.Admission.ReserveWithin(volumeHold(c.Owner, name), admission.Request{Owner: c.Owner, DiskMB: sizeMB}, c.Quota))
 	}
-	return admissionErr(s.Admission.ReserveWithin(volumeHold(c.Owner, name), admission.Request{Owner: c.Owner, DiskMB: size}, c.Quota))
 }
 
-// unholdVolume drops the reservation holdVolume made when the volume was
-// not made after all.
-func (s *Service) unholdVolume(vc VolumeCatalog, owner, name string) {
-	vc.IfAbsent(owner, name, func() { s.Admission.Release(volumeHold(owner, name)) })
-}
-
-// VolumeDropped is told by the volume catalog of each volume it removed:
-// its size no longer counts in its owner's quota.
+// VolumeDropped is told by Volumes of each volume it removed (or failed
+// to make after its reservation): its size no longer counts in its
+// owner's quota.
 func (s *Service) VolumeDropped(owner, name string) {
 	s.Admission.Release(volumeHold(owner, name))
 }
@@ -105,48 +99,7 @@ func (s *Service) CreateVolume(ctx context.Context, c Caller, name string) (Volu
 	if err != nil {
 		return Volume{}, err
 	}
-	if err := s.holdVolume(vc, c, name); err != nil {
-		return Volume{}, err
-	}
-	v, err := vc.CreateVolume(ctx, c.Owner, name)
-	if err != nil {
-		s.unholdVolume(vc, c.Owner, name)
-	}
-	return v, err
-}
-
-// holdNewVolumes reserves, before a create's Prepare, the size of each
-// volume of its mounts that does not exist yet (Prepare makes it). It
-// returns the names it reserved for.
-func (s *Service) holdNewVolumes(ctx context.Context, req CreateRequest) ([]string, error) {
-	vc, ok := s.Volumes.(VolumeCatalog)
-	if !ok || vc.SizeMB() <= 0 {
-		return nil, nil
-	}
-	var held []string
-	for _, m := range req.Mounts {
-		if _, err := vc.StatVolume(ctx, req.Owner, m.Volume); !errors.Is(err, ErrNotFound) || slices.Contains(held, m.Volume) {
-			continue
-		}
-		if err := s.holdVolume(vc, Caller{Owner: req.Owner, Quota: req.Quota}, m.Volume); err != nil {
-			s.unholdVolumes(req.Owner, held)
-			return nil, err
-		}
-		held = append(held, m.Volume)
-	}
-	return held, nil
-}
-
-// unholdVolumes undoes holdNewVolumes for the volumes that were not made
-// (or were removed again by Abandon).
-func (s *Service) unholdVolumes(owner string, names []string) {
-	vc, ok := s.Volumes.(VolumeCatalog)
-	if !ok {
-		return
-	}
-	for _, n := range names {
-		s.unholdVolume(vc, owner, n)
-	}
+	return vc.CreateVolume(ctx, c.Owner, name, s.reserveVolumes(c))
 }
 
 // GetVolume describes a volume of the caller's owner; ErrNotFound when

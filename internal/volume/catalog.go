@@ -25,35 +25,29 @@ func (d *Dir) ownerDir(owner string) string {
 }
 
 // CreateVolume makes an empty volume, writable by every account (mode
-// 0777), of the Dir's size when volumes are limited; one that exists is
-// service.ErrConflict.
-func (d *Dir) CreateVolume(_ context.Context, owner, name string) (service.Volume, error) {
+// 0777), of the Dir's size when volumes are limited (its size reserved
+// first, by reserve); one that exists is service.ErrConflict.
+func (d *Dir) CreateVolume(_ context.Context, owner, name string, reserve Reserve) (service.Volume, error) {
 	if !naming.ValidLabel(name) {
 		return service.Volume{}, fmt.Errorf("%w: volume %q is not a DNS label", service.ErrInvalidArgument, name)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	dir := d.ownerDir(owner)
-	if _, err := makeOwnerDir(dir, owner); err != nil {
+	if _, err := makeOwnerDir(d.ownerDir(owner), owner); err != nil {
 		return service.Volume{}, fmt.Errorf("volume %q: %w", name, err)
 	}
-	host := filepath.Join(dir, name)
 	// Writable by every account of the owner's sandboxes (Daytona's run
 	// as an unprivileged user). Only the daemon reaches it on the host:
 	// the volume root is 0700.
-	created, err := d.makeVolume(host, 0o777)
+	created, err := d.makeVolume(owner, name, 0o777, reserve)
 	if err != nil {
 		return service.Volume{}, fmt.Errorf("volume %q: %w", name, err)
 	}
 	if !created {
 		return service.Volume{}, fmt.Errorf("%w: volume with name %s already exists", service.ErrConflict, name)
 	}
-	return stat(host, name)
+	return stat(filepath.Join(d.ownerDir(owner), name), name)
 }
-
-// SizeMB implements service.VolumeCatalog: the size of a new volume, 0
-// when volumes are not limited.
-func (d *Dir) SizeMB() int64 { return d.sizeMB }
 
 // AllVolumes lists every owner's volumes (for the daemon's start: their
 // sizes count in their owners' disk quotas).
@@ -146,13 +140,3 @@ func (d *Dir) RemoveVolume(_ context.Context, owner, name string) error {
 	return nil
 }
 
-// IfAbsent implements service.VolumeCatalog: fn runs under Dir's lock
-// when owner has no volume name, so no volume is made or removed while
-// it runs.
-func (d *Dir) IfAbsent(owner, name string, fn func()) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, err := os.Lstat(filepath.Join(d.ownerDir(owner), name)); errors.Is(err, fs.ErrNotExist) {
-		fn()
-	}
-}

@@ -26,7 +26,7 @@ func names(t *testing.T, d *volume.Dir, owner string) []string {
 }
 
 func TestCatalog_CreateListStatRemovePerOwner(t *testing.T) {
-	d, err := volume.New(t.TempDir(), 0)
+	d, _, err := volume.New(t.TempDir(), volume.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,14 +35,14 @@ func TestCatalog_CreateListStatRemovePerOwner(t *testing.T) {
 		t.Errorf("fresh owner lists %v", got)
 	}
 	for _, n := range []string{"b-vol", "a-vol"} {
-		if _, err := d.CreateVolume(ctx, "alice", n); err != nil {
+		if _, err := d.CreateVolume(ctx, "alice", n, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := d.CreateVolume(ctx, "alice", "a-vol"); !errors.Is(err, service.ErrConflict) {
+	if _, err := d.CreateVolume(ctx, "alice", "a-vol", nil); !errors.Is(err, service.ErrConflict) {
 		t.Errorf("duplicate: %v, want ErrConflict", err)
 	}
-	if _, err := d.CreateVolume(ctx, "alice", "../x"); !errors.Is(err, service.ErrInvalidArgument) {
+	if _, err := d.CreateVolume(ctx, "alice", "../x", nil); !errors.Is(err, service.ErrInvalidArgument) {
 		t.Errorf("bad name: %v, want ErrInvalidArgument", err)
 	}
 	if diff := cmp.Diff([]string{"a-vol", "b-vol"}, names(t, d, "alice")); diff != "" {
@@ -57,7 +57,7 @@ func TestCatalog_CreateListStatRemovePerOwner(t *testing.T) {
 
 	// A volume with data, a symbolic link out of it and a subdirectory is
 	// removed whole; the link's target stays.
-	binds, err := d.Prepare(ctx, "alice", "sb-1", []service.Mount{{Volume: "a-vol", Path: "/data"}})
+	binds, err := d.Prepare(ctx, "alice", "sb-1", []service.Mount{{Volume: "a-vol", Path: "/data"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

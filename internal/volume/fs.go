@@ -37,17 +37,24 @@ const fsSuffix = ".ext4"
 // fsToolTimeout bounds mkfs and mount.
 const fsToolTimeout = 30 * time.Second
 
-// makeFS makes the file system of a new volume: img (which must not exist)
-// of sizeMB, mounted on mnt (an empty directory). On failure nothing of it
-// is left.
-func makeFS(img, mnt string, sizeMB int64) (err error) {
-	f, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+// makeFS makes the file system of the new volume host, of sizeMB, and
+// mounts it on host (which must not exist). The image is made under a
+// temporary name and renamed into place once formatted, so that a crash
+// leaves either a whole image (mounted again at start) or a temporary one
+// (removed at start). On failure nothing of it is left.
+func makeFS(host string, sizeMB int64) (err error) {
+	img := host + fsSuffix
+	tmp := filepath.Join(filepath.Dir(host), "."+filepath.Base(host)+fsSuffix+".tmp")
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("volume file system: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			_ = os.Remove(img)
+			_ = os.Remove(tmp)
+			if rerr := removeFS(host); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("undo: %w", rerr))
+			}
 		}
 	}()
 	err = f.Truncate(sizeMB << 20)
@@ -61,17 +68,23 @@ func makeFS(img, mnt string, sizeMB int64) (err error) {
 	// of a sparse file's blocks, inode tables and journal left to be
 	// initialised lazily (mountFS turns the background zeroing off: the
 	// file reads zeros where nothing was written).
-	if err := runTool("mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0", img); err != nil {
+	if err := runTool("mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0", tmp); err != nil {
 		return err
 	}
-	if err := mountFS(img, mnt); err != nil {
+	if err := os.Rename(tmp, img); err != nil {
+		return fmt.Errorf("volume file system: %w", err)
+	}
+	if err := os.Mkdir(host, 0o700); err != nil {
+		return fmt.Errorf("volume file system: %w", err)
+	}
+	if err := mountFS(img, host); err != nil {
 		return err
 	}
 	// Every account of the owner's sandboxes may write (Daytona's run as
 	// an unprivileged user); only the daemon reaches it on the host, the
 	// volume root is 0700. A volume starts empty: no lost+found.
-	if err := errors.Join(os.Chmod(mnt, 0o777), os.Remove(filepath.Join(mnt, "lost+found"))); err != nil {
-		return errors.Join(fmt.Errorf("volume file system: %w", err), unmountFS(mnt))
+	if err := errors.Join(os.Chmod(host, 0o777), os.Remove(filepath.Join(host, "lost+found"))); err != nil {
+		return fmt.Errorf("volume file system: %w", err)
 	}
 	return nil
 }
@@ -92,23 +105,25 @@ func unmountFS(mnt string) error {
 	return fmt.Errorf("unmount volume %s: %w", mnt, err)
 }
 
-// removeFS unmounts a volume's file system and removes its image and
-// mount point; a volume without one (made by a daemon without volume
-// limits) has its directory removed with everything in it.
-func removeFS(img, mnt string) error {
+// removeFS unmounts the file system of the volume host and removes its
+// image, then its mount point; a volume without one (a plain directory)
+// is removed with everything in it. A crash between the two leaves an
+// empty directory, which New removes.
+func removeFS(host string) error {
+	img := host + fsSuffix
 	if _, err := os.Lstat(img); errors.Is(err, fs.ErrNotExist) {
-		return os.RemoveAll(mnt)
+		return os.RemoveAll(host)
 	}
-	if err := unmountFS(mnt); err != nil {
+	if err := unmountFS(host); err != nil {
 		return err
 	}
-	if isMountRoot(mnt) {
-		return fmt.Errorf("volume %s is still mounted", mnt)
+	if isMountRoot(host) {
+		return fmt.Errorf("volume %s is still mounted", host)
 	}
 	if err := os.Remove(img); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return os.RemoveAll(mnt) // the mount point, empty once unmounted
+	return os.RemoveAll(host) // the mount point, empty once unmounted
 }
 
 // fsSizeMB is the size of a volume's file system image in MiB; 0 when the
@@ -134,22 +149,24 @@ func runTool(name string, args ...string) error {
 
 // probeFS reports why this process cannot give volumes file systems of
 // their own, or nil when it can: it makes, mounts and removes a 16 MiB
-// one under root.
+// one under root (and any a crashed probe left).
 func probeFS(root string) error {
 	for _, tool := range []string{"mkfs.ext4", "mount"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return err
 		}
 	}
-	mnt := filepath.Join(root, ".probe-"+strconv.Itoa(os.Getpid()))
-	img := mnt + fsSuffix
-	_ = removeFS(img, mnt) // a crashed probe's
-	if err := os.Mkdir(mnt, 0o700); err != nil {
+	left, _ := filepath.Glob(filepath.Join(root, "*.probe-*"))
+	for _, p := range left {
+		if strings.HasSuffix(p, ".tmp") {
+			_ = os.Remove(p)
+		} else {
+			_ = removeFS(strings.TrimSuffix(p, fsSuffix))
+		}
+	}
+	host := filepath.Join(root, ".probe-"+strconv.Itoa(os.Getpid()))
+	if err := makeFS(host, 16); err != nil {
 		return err
 	}
-	if err := makeFS(img, mnt, 16); err != nil {
-		_ = os.Remove(mnt)
-		return err
-	}
-	return removeFS(img, mnt)
+	return removeFS(host)
 }

@@ -32,12 +32,12 @@ func BenchmarkPrepareRelease(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			base := b.TempDir()
-			d, err := volume.New(filepath.Join(base, "volumes"), 0)
+			d, _, err := volume.New(filepath.Join(base, "volumes"), volume.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
 			ctx := b.Context()
-			if _, err := d.Prepare(ctx, "alice", "sb-0000000000000000", []service.Mount{{Volume: "data", Path: "/p", Subpath: "users/alice"}}); err != nil {
+			if _, err := d.Prepare(ctx, "alice", "sb-0000000000000000", []service.Mount{{Volume: "data", Path: "/p", Subpath: "users/alice"}}, nil); err != nil {
 				b.Fatal(err)
 			}
 			d.Release(ctx, "sb-0000000000000000")
@@ -46,7 +46,7 @@ func BenchmarkPrepareRelease(b *testing.B) {
 			for b.Loop() {
 				id := fmt.Sprintf("sb-%016x", i+1)
 				t0 := time.Now()
-				if _, err := d.Prepare(ctx, "alice", id, []service.Mount{c.mount(i)}); err != nil {
+				if _, err := d.Prepare(ctx, "alice", id, []service.Mount{c.mount(i)}, nil); err != nil {
 					b.Fatal(err)
 				}
 				t1 := time.Now()

@@ -55,7 +55,7 @@ func newFixture(t *testing.T) fixture {
 	t.Helper()
 	needRoot(t)
 	base := t.TempDir()
-	d, err := volume.New(filepath.Join(base, "volumes"), 0)
+	d, _, err := volume.New(filepath.Join(base, "volumes"), volume.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func newFixture(t *testing.T) fixture {
 // volumeDir is the host directory of owner's volume, made by a whole mount.
 func (f fixture) volumeDir(t *testing.T, owner, name string) string {
 	t.Helper()
-	binds, err := f.d.Prepare(t.Context(), owner, "sb-00000000000000aa", []service.Mount{{Volume: name, Path: "/v"}})
+	binds, err := f.d.Prepare(t.Context(), owner, "sb-00000000000000aa", []service.Mount{{Volume: name, Path: "/v"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,8 @@ func TestStage_SubpathIsItsOwnMountAndPersists(t *testing.T) {
 	binds, err := f.d.Prepare(ctx, "alice", id, []service.Mount{
 		{Volume: "data", Path: "/whole"},
 		{Volume: "data", Path: "/part", Subpath: "users/alice"},
-	})
+	}, nil)
+
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestStage_LinksAndFilesAreRefused(t *testing.T) {
 	os.Symlink("../../../..", filepath.Join(vol, "real", "up"))
 	os.WriteFile(filepath.Join(vol, "file"), []byte("x"), 0o644)
 	for _, sub := range []string{"root", "root/etc", "etc", "inner", "real/up", "real/up/etc", "file", "file/x", "../x", "/etc", "a/../b"} {
-		_, err := f.d.Prepare(ctx, "alice", "sb-0000000000000002", []service.Mount{{Volume: "data", Path: "/p", Subpath: sub}})
+		_, err := f.d.Prepare(ctx, "alice", "sb-0000000000000002", []service.Mount{{Volume: "data", Path: "/p", Subpath: sub}}, nil)
 		if !errors.Is(err, service.ErrInvalidArgument) {
 			t.Errorf("subpath %q: %v, want ErrInvalidArgument", sub, err)
 		}
@@ -167,7 +168,7 @@ func TestAbandon_DetachesAndRemovesWhatTheSubpathMade(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
 	const id = "sb-0000000000000003"
-	if _, err := f.d.Prepare(ctx, "alice", id, []service.Mount{{Volume: "fresh", Path: "/p", Subpath: "a/b/c"}}); err != nil {
+	if _, err := f.d.Prepare(ctx, "alice", id, []service.Mount{{Volume: "fresh", Path: "/p", Subpath: "a/b/c"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.d.Abandon(ctx, id); err != nil {
@@ -191,12 +192,12 @@ func TestSweep_RemovesOnlyTheGone(t *testing.T) {
 	ctx := t.Context()
 	m := []service.Mount{{Volume: "data", Path: "/p", Subpath: "x"}}
 	for _, id := range []string{"sb-0000000000000004", "sb-0000000000000005"} {
-		if _, err := f.d.Prepare(ctx, "alice", id, m); err != nil {
+		if _, err := f.d.Prepare(ctx, "alice", id, m, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A fresh Dir: what a restarted daemon has, nothing in memory.
-	fresh, err := volume.New(filepath.Join(f.base, "volumes"), 0)
+	fresh, _, err := volume.New(filepath.Join(f.base, "volumes"), volume.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +258,7 @@ func TestStage_RaceWithALinkSwapNeverMountsTheHost(t *testing.T) {
 		if i%2 == 1 {
 			sub = "sub/x"
 		}
-		binds, err := f.d.Prepare(ctx, "alice", id, []service.Mount{{Volume: "data", Path: "/p", Subpath: sub}})
+		binds, err := f.d.Prepare(ctx, "alice", id, []service.Mount{{Volume: "data", Path: "/p", Subpath: sub}}, nil)
 		if err != nil {
 			if !errors.Is(err, service.ErrInvalidArgument) && !errors.Is(err, service.ErrConflict) {
 				t.Fatalf("subpath %q: %v, want a refusal of the request", sub, err)
@@ -287,10 +288,10 @@ func TestAbandon_KeepsADirectoryAnotherSandboxStaged(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
 	m := []service.Mount{{Volume: "data", Path: "/p", Subpath: "a/b"}}
-	if _, err := f.d.Prepare(ctx, "alice", "sb-0000000000000007", m); err != nil {
+	if _, err := f.d.Prepare(ctx, "alice", "sb-0000000000000007", m, nil); err != nil {
 		t.Fatal(err)
 	}
-	binds, err := f.d.Prepare(ctx, "alice", "sb-0000000000000008", m)
+	binds, err := f.d.Prepare(ctx, "alice", "sb-0000000000000008", m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

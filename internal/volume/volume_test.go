@@ -12,17 +12,17 @@ import (
 // TestPrepare_VolumesArePerOwner: two owners naming the same volume get
 // two directories; one owner gets the same directory every time.
 func TestPrepare_VolumesArePerOwner(t *testing.T) {
-	d, err := volume.New(t.TempDir(), 0)
+	d, _, err := volume.New(t.TempDir(), volume.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mounts := []service.Mount{{Volume: "data", Path: "/data"}}
-	a, err := d.Prepare(t.Context(), "alice", "sb-1", mounts)
+	a, err := d.Prepare(t.Context(), "alice", "sb-1", mounts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _ := d.Prepare(t.Context(), "alice", "sb-2", mounts)
-	b, err := d.Prepare(t.Context(), "bob", "sb-3", mounts)
+	again, _ := d.Prepare(t.Context(), "alice", "sb-2", mounts, nil)
+	b, err := d.Prepare(t.Context(), "bob", "sb-3", mounts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestPrepare_VolumesArePerOwner(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(b[0].HostPath, "secret")); err == nil {
 		t.Error("bob sees alice's file")
 	}
-	if _, err := d.Prepare(t.Context(), "alice", "sb-4", []service.Mount{{Volume: "../x", Path: "/x"}}); err == nil {
+	if _, err := d.Prepare(t.Context(), "alice", "sb-4", []service.Mount{{Volume: "../x", Path: "/x"}}, nil); err == nil {
 		t.Error("a volume name with a path separator was accepted")
 	}
 }
@@ -69,11 +69,11 @@ func entries(t *testing.T, root string) []string {
 func TestAbandon_RemovesOnlyWhatTheFailedCreateMade(t *testing.T) {
 	ctx := t.Context()
 	root := t.TempDir()
-	d, err := volume.New(root, 0)
+	d, _, err := volume.New(root, volume.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Prepare(ctx, "alice", "sb-1", []service.Mount{{Volume: "a", Path: "/a"}, {Volume: "b", Path: "/b"}}); err != nil {
+	if _, err := d.Prepare(ctx, "alice", "sb-1", []service.Mount{{Volume: "a", Path: "/a"}, {Volume: "b", Path: "/b"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Abandon(ctx, "sb-1"); err != nil {
@@ -85,17 +85,18 @@ func TestAbandon_RemovesOnlyWhatTheFailedCreateMade(t *testing.T) {
 
 	// kept: "old" existed (a committed sandbox made it), "shared" is
 	// prepared by a live sandbox too, "full" holds data.
-	old, _ := d.Prepare(ctx, "alice", "sb-2", []service.Mount{{Volume: "old", Path: "/o"}})
+	old, _ := d.Prepare(ctx, "alice", "sb-2", []service.Mount{{Volume: "old", Path: "/o"}}, nil)
 	if err := d.Release(ctx, "sb-2"); err != nil { // committed, then destroyed
 		t.Fatal(err)
 	}
 	binds, err := d.Prepare(ctx, "alice", "sb-3", []service.Mount{
 		{Volume: "old", Path: "/o"}, {Volume: "shared", Path: "/s"}, {Volume: "full", Path: "/f"}, {Volume: "gone", Path: "/g"},
-	})
+	}, nil)
+
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Prepare(ctx, "alice", "sb-4", []service.Mount{{Volume: "shared", Path: "/s"}}); err != nil {
+	if _, err := d.Prepare(ctx, "alice", "sb-4", []service.Mount{{Volume: "shared", Path: "/s"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(binds[2].HostPath, "data"), []byte("x"), 0o600); err != nil {

@@ -152,7 +152,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		drt.Close()
 	})
 	volRoot := filepath.Join(dir, "volumes")
-	vols, err := volume.New(volRoot, 0)
+	vols, _, err := volume.New(volRoot, volume.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
