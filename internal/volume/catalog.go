@@ -139,4 +139,3 @@ func (d *Dir) RemoveVolume(_ context.Context, owner, name string) error {
 	}
 	return nil
 }
-

@@ -476,7 +476,7 @@ func (d *Dir) removeEmpty(dirs []string) {
 			continue
 		}
 		b, _ := os.ReadFile(filepath.Join(filepath.Dir(p), ownerFile)) // Prepare wrote it
-		_ = d.removeVolume(string(b), p)                                  // a failure keeps it: still a volume
+		_ = d.removeVolume(string(b), p)                               // a failure keeps it: still a volume
 	}
 }
 
