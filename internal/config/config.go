@@ -1,6 +1,6 @@
-// Package config is the one place that reads sandboxd's flags and
-// environment. Every other package receives the values it needs as plain
-// fields; nothing else calls os.Getenv.
+// Package config is the one place that reads sandboxd's flags, its
+// environment and its config file (file.go). Every other package receives
+// the values it needs as plain fields; nothing else calls os.Getenv.
 package config
 
 import (
