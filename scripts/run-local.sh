@@ -68,4 +68,5 @@ MSG
 done
 echo "sandboxd did not become healthy; last log lines:" >&2
 tail -20 "$data_dir/sandboxd.log" >&2
+[ "$network" = false ] || echo "(if it could not set up the sandbox network's firewall on this host, SANDBOXD_SANDBOX_NETWORK=false make run starts it without)" >&2
 exit 1
