@@ -15,6 +15,25 @@ LDFLAGS     := -s -w -X github.com/sandboxd/sandboxd/internal/version.Version=$(
 DATA_DIR    ?= $(CURDIR)/.sandboxd
 LISTEN      ?= 127.0.0.1:7070
 TEST_TIMEOUT ?= 30m
+BUILD_DIR   ?= bin
+
+# make install / uninstall (DESTDIR honoured) and make dist.
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+SHAREDIR    ?= $(PREFIX)/share/sandboxd
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSCONFDIR  ?= /etc
+LOCALSTATEDIR ?= /var
+DIST_DIR    ?= dist
+ARCH        ?= $(shell $(GO) env GOARCH)
+DIST_NAME   := sandboxd-$(VERSION)-linux-$(ARCH)
+# Archive timestamps: the last commit's, so the same tree gives the same bytes.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+BINARIES    := sandboxd sbx toolboxd
+# What the daemon needs beside its binaries at run time: the scripts that
+# set up the engine and build the images, and the images' recipes.
+SHARE_SCRIPTS := scripts/build-images.sh scripts/setup-docker.sh scripts/setup-gvisor.sh
+SHARE_IMAGES   = $(shell find images -type f ! -path '*/__pycache__/*' | LC_ALL=C sort)
 
 .PHONY: help
 help: ## list the targets
@@ -26,8 +45,44 @@ setup: ## install what is missing (Docker engine, images, npm SDKs); idempotent
 
 .PHONY: build
 build: ## build bin/sandboxd, bin/toolboxd and bin/sbx
-	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+	@mkdir -p $(BUILD_DIR)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BUILD_DIR)/ ./cmd/...
+
+.PHONY: install
+install: build ## install the binaries, the systemd unit and /etc/sandboxd/sandboxd.conf (when missing) under DESTDIR, PREFIX (/usr/local)
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SHAREDIR)/scripts $(DESTDIR)$(SYSCONFDIR)/sandboxd
+	install -m 0755 $(addprefix $(BUILD_DIR)/,$(BINARIES)) $(DESTDIR)$(BINDIR)/
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' packaging/sandboxd.service.in >$(DESTDIR)$(UNITDIR)/.sandboxd.service.tmp
+	chmod 0644 $(DESTDIR)$(UNITDIR)/.sandboxd.service.tmp
+	mv -f $(DESTDIR)$(UNITDIR)/.sandboxd.service.tmp $(DESTDIR)$(UNITDIR)/sandboxd.service
+	install -m 0755 $(SHARE_SCRIPTS) $(DESTDIR)$(SHAREDIR)/scripts/
+	for f in $(SHARE_IMAGES); do install -D -m 0644 "$$f" "$(DESTDIR)$(SHAREDIR)/$$f"; done
+	install -m 0644 packaging/sandboxd.conf $(DESTDIR)$(SHAREDIR)/sandboxd.conf.example
+	@# The config is the operator's once there: never overwritten.
+	[ -e $(DESTDIR)$(SYSCONFDIR)/sandboxd/sandboxd.conf ] || install -m 0600 packaging/sandboxd.conf $(DESTDIR)$(SYSCONFDIR)/sandboxd/sandboxd.conf
+	install -d -m 0700 $(DESTDIR)$(LOCALSTATEDIR)/lib/sandboxd
+	@[ -n "$(DESTDIR)" ] || echo "installed; next: systemctl daemon-reload && systemctl enable --now sandboxd (images: $(SHAREDIR)/scripts/build-images.sh)"
+
+.PHONY: uninstall
+uninstall: ## remove what install put; never the data (/var/lib/sandboxd) or the config
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(BINARIES)) $(DESTDIR)$(UNITDIR)/sandboxd.service
+	rm -f $(addprefix $(DESTDIR)$(SHAREDIR)/,$(SHARE_SCRIPTS) $(SHARE_IMAGES) sandboxd.conf.example)
+	for d in $(sort $(dir $(addprefix $(DESTDIR)$(SHAREDIR)/,$(SHARE_SCRIPTS) $(SHARE_IMAGES)))); do rmdir -p --ignore-fail-on-non-empty "$$d" 2>/dev/null || true; done
+	@[ -n "$(DESTDIR)" ] || echo "uninstalled; $(SYSCONFDIR)/sandboxd and /var/lib/sandboxd are kept (systemctl disable --now sandboxd first if it runs)"
+
+.PHONY: dist
+dist: ## release archive dist/sandboxd-VERSION-linux-ARCH.tar.gz and dist/SHA256SUMS
+	rm -rf $(DIST_DIR)/.stage $(DIST_DIR)/$(DIST_NAME)
+	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DIST_DIR))/.stage PREFIX=/usr/local >/dev/null
+	mkdir -p $(DIST_DIR)/$(DIST_NAME)
+	cp -a $(DIST_DIR)/.stage/usr/local/bin $(DIST_DIR)/.stage/usr/local/share $(DIST_DIR)/$(DIST_NAME)/
+	install -m 0644 $(DIST_DIR)/.stage/usr/local/lib/systemd/system/sandboxd.service packaging/sandboxd.conf README.md $(DIST_DIR)/$(DIST_NAME)/
+	[ ! -f LICENSE ] || install -m 0644 LICENSE $(DIST_DIR)/$(DIST_NAME)/
+	tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner --format=gnu \
+		-C $(DIST_DIR) -cf - $(DIST_NAME) | gzip -n >$(DIST_DIR)/$(DIST_NAME).tar.gz
+	rm -rf $(DIST_DIR)/.stage $(DIST_DIR)/$(DIST_NAME)
+	cd $(DIST_DIR) && sha256sum $(DIST_NAME).tar.gz >SHA256SUMS
+	@echo "$(DIST_DIR)/$(DIST_NAME).tar.gz"
 
 .PHONY: run
 run: setup build ## start a local daemon in the background (data in .sandboxd/)

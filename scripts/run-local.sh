@@ -19,19 +19,36 @@ stop() {
 if [ "${1:-}" = "--stop" ]; then stop "$2"; echo "sandboxd stopped"; exit 0; fi
 
 data_dir=$1 listen=$2
+# Sandbox network is on: the policy is fail-closed (a sandbox has none
+# unless its create asks, and then only what its policy allows: never the
+# host, link-local addresses or other sandboxes). SANDBOXD_SANDBOX_NETWORK=false
+# turns it off.
+network=${SANDBOXD_SANDBOX_NETWORK:-true}
+case $network in true | false) ;; *) echo "run-local: SANDBOXD_SANDBOX_NETWORK=$network: want true or false" >&2; exit 2 ;; esac
 mkdir -p "$data_dir"
 stop "$data_dir"
-nohup bin/sandboxd --data-dir "$data_dir" --listen "$listen" >>"$data_dir/sandboxd.log" 2>&1 &
+nohup bin/sandboxd --data-dir "$data_dir" --listen "$listen" --sandbox-network="$network" >>"$data_dir/sandboxd.log" 2>&1 &
 echo $! >"$data_dir/sandboxd.pid"
 
 # The E2B hint names the data dir only when it is not the checkout's.
 e2b_key="bin/sbx token e2b-key"
 [ "$(cd "$data_dir" && pwd)" = "$PWD/.sandboxd" ] || e2b_key="SBX_DATA_DIR=$data_dir $e2b_key"
 
+if [ "$network" = true ]; then
+  net_line="Sandbox network: on. A sandbox has outbound network only when its create asks
+(sbx create --network or --allow CIDR/host; an E2B create asks unless allowInternetAccess
+is false), and never reaches the host, link-local addresses or other sandboxes.
+SANDBOXD_SANDBOX_NETWORK=false make run starts the daemon with none."
+else
+  net_line="Sandbox network: off. No sandbox has network, whatever its create asks."
+fi
+
 for _ in $(seq 100); do
   if curl -fsS "http://$listen/healthz" >/dev/null 2>&1; then
     cat <<MSG
 sandboxd is running on http://$listen (pid $(cat "$data_dir/sandboxd.pid"), log: $data_dir/sandboxd.log)
+$net_line
+Native creates expire after 1h unless they say otherwise (sbx create --timeout 0: never).
 
 Try next:
   bin/sbx create --image sandboxd/base:bookworm --name hello
@@ -51,4 +68,5 @@ MSG
 done
 echo "sandboxd did not become healthy; last log lines:" >&2
 tail -20 "$data_dir/sandboxd.log" >&2
+[ "$network" = false ] || echo "(if it could not set up the sandbox network's firewall on this host, SANDBOXD_SANDBOX_NETWORK=false make run starts it without)" >&2
 exit 1

@@ -10,6 +10,8 @@ command -v go >/dev/null || { echo "setup: Go is required (go 1.26+) and not on 
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v node >/dev/null || missing+=(nodejs npm)
+# systemd-analyze verifies the unit `make install` puts (test/install).
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   apt-get -q update >/dev/null

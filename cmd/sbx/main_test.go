@@ -361,6 +361,32 @@ func TestCreate_Request(t *testing.T) {
 	}
 }
 
+// TestCreate_Timeout: no --timeout leaves the daemon's default (no
+// timeout_s); --timeout 0 asks for none (timeout_s 0).
+func TestCreate_Timeout(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, `{}`},
+		{[]string{"--timeout", "0"}, `{"timeout_s":0}`},
+		{[]string{"--timeout=0s"}, `{"timeout_s":0}`},
+		{[]string{"--timeout", "90s"}, `{"timeout_s":90}`},
+	} {
+		f, srv := newFakeAPI(t)
+		got := sbx(t, srv, "", append([]string{"create"}, tc.args...)...)
+		if got.code != 0 {
+			t.Fatalf("%q: exit %d: %s", tc.args, got.code, got.stderr)
+		}
+		var body, want any
+		json.Unmarshal([]byte(f.bodies["POST /v1/sandboxes"]), &body)
+		json.Unmarshal([]byte(tc.want), &want)
+		if diff := cmp.Diff(want, body); diff != "" {
+			t.Errorf("%q: create body (-want +got):\n%s", tc.args, diff)
+		}
+	}
+}
+
 func TestJSON_PrintsAPIObject(t *testing.T) {
 	_, srv := newFakeAPI(t)
 	got := sbx(t, srv, "", "get", "--json", "web")

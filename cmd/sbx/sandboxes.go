@@ -34,6 +34,7 @@ func (c *cli) createCmd() *cobra.Command {
 			if req.CPU < 0 || req.MemoryMB < 0 || req.DiskMB < 0 || req.Timeout < 0 {
 				return usagef(cmd, "--cpu, --memory, --disk and --timeout must not be negative")
 			}
+			req.NoTimeout = req.Timeout == 0 && cmd.Flags().Changed("timeout")
 			if len(allow) > 0 || len(deny) > 0 {
 				mode := sandboxd.NetworkOpen
 				if len(allow) > 0 {
@@ -65,7 +66,7 @@ func (c *cli) createCmd() *cobra.Command {
 	f.IntVar(&req.DiskMB, "disk", 0, "disk limit in MiB: what the sandbox may write to its file system (default: the daemon's)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable `K=V` (repeatable)")
 	f.StringArrayVar(&tags, "tag", nil, "tag `K=V` (repeatable)")
-	f.DurationVar(&req.Timeout, "timeout", 0, "destroy the sandbox after this long (e.g. 10m)")
+	f.DurationVar(&req.Timeout, "timeout", 0, "destroy the sandbox after this long (e.g. 10m; 0: never; default: the daemon's --default-timeout, 1h unless changed)")
 	f.BoolVar(&req.Network, "network", false, "give the sandbox outbound network access")
 	f.StringSliceVar(&allow, "allow", nil, "restrict the network to these CIDRs and host names (repeat or comma-separate; implies --network)")
 	f.StringSliceVar(&deny, "deny", nil, "CIDRs the sandbox never reaches (implies --network)")

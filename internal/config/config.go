@@ -1,10 +1,9 @@
-// Package config is the one place that reads sandboxd's flags and
-// environment. Every other package receives the values it needs as plain
-// fields; nothing else calls os.Getenv.
+// Package config is the one place that reads sandboxd's flags, its
+// environment and its config file (file.go). Every other package receives
+// the values it needs as plain fields; nothing else calls os.Getenv.
 package config
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -59,6 +58,10 @@ type Daemon struct {
 	// DefaultRuntime is the runtime of a create that names none: docker
 	// or gvisor.
 	DefaultRuntime string
+	// DefaultTimeout is the lifetime of a native API create that sends no
+	// timeout_s (one that sends 0 asks for none). Zero: no default. The
+	// E2B and Daytona facades keep their SDKs' own defaults.
+	DefaultTimeout time.Duration
 	// HostPortLo and HostPortHi bound the pool of host ports that TCP
 	// exposures take (inclusive).
 	HostPortLo, HostPortHi int
@@ -143,6 +146,10 @@ type Daemon struct {
 	AdvertiseTLS string
 }
 
+// MaxTimeout is the longest --default-timeout: the longest timeout a
+// create may ask for (the service's bound).
+const MaxTimeout = 7 * 24 * time.Hour
+
 // MinDiskMB is the smallest disk limit a sandbox may have: the agent and
 // a shell need a little room to write (their state, a temporary file).
 const MinDiskMB = 16
@@ -187,14 +194,21 @@ func ParseQuota(s string) (Quota, error) {
 }
 
 // Parse reads the daemon's configuration from args (without the program
-// name) and the environment lookup function env (os.LookupEnv in main).
-// Flags win over environment variables, which win over defaults.
+// name), the environment lookup function env (os.LookupEnv in main) and
+// the config file that --config or SANDBOXD_CONFIG names (file.go).
+// Flags win over environment variables, which win over the file, which
+// wins over defaults.
 func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	d, err := defaults(env)
 	if err != nil {
 		return Daemon{}, err
 	}
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
+	configPath := ""
+	if v, ok := env("SANDBOXD_CONFIG"); ok {
+		configPath = v
+	}
+	fs.StringVar(&configPath, "config", configPath, "settings file: one name = value a line (the names of these flags), # comments; flags and environment win over it (env SANDBOXD_CONFIG)")
 	fs.StringVar(&d.Listen, "listen", d.Listen, "HTTP listen address (env SANDBOXD_LISTEN)")
 	fs.StringVar(&d.DataDir, "data-dir", d.DataDir, "data directory (env SANDBOXD_DATA_DIR)")
 	fs.StringVar(&d.AgentBinary, "agent-binary", d.AgentBinary, "toolboxd binary mounted into sandboxes (default: beside sandboxd)")
@@ -209,6 +223,8 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
 	fs.StringVar(&d.DefaultRuntime, "default-runtime", d.DefaultRuntime, "runtime used when a request names none: docker or gvisor (env SANDBOXD_DEFAULT_RUNTIME)")
+	fs.DurationVar(&d.DefaultTimeout, "default-timeout", d.DefaultTimeout,
+		"lifetime of a native create that sends no timeout_s (timeout_s 0 asks for none); 0: no default (env SANDBOXD_DEFAULT_TIMEOUT)")
 	portRange := fmt.Sprintf("%d-%d", d.HostPortLo, d.HostPortHi)
 	if v, ok := env("SANDBOXD_HOST_PORTS"); ok && v != "" {
 		portRange = v // parsed below with the flag, so a bad value is an error too
@@ -259,6 +275,25 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	if err := fs.Parse(args); err != nil {
 		return Daemon{}, err
 	}
+	var origin map[string]string
+	if configPath != "" {
+		set := make(map[string]bool)
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		overridden := func(name string) bool {
+			if set[name] {
+				return true
+			}
+			key, ok := flagEnv[name]
+			if !ok {
+				return false
+			}
+			v, ok := env(key)
+			return ok && v != ""
+		}
+		if origin, err = applyFile(fs, configPath, overridden); err != nil {
+			return Daemon{}, err
+		}
+	}
 	q, err := ParseQuota(defaultQuota)
 	if err != nil {
 		return Daemon{}, fmt.Errorf("--default-quota: %w", err)
@@ -278,7 +313,10 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	if d.APIHosts, err = normalizeHosts(d.APIHosts); err != nil {
 		return Daemon{}, fmt.Errorf("--api-host: %w", err)
 	}
-	return d, d.validate()
+	if err := d.validate(); err != nil {
+		return Daemon{}, withOrigin(err, origin)
+	}
+	return d, nil
 }
 
 // normalizeHosts lowercases each host and drops a :port and a trailing dot
@@ -372,59 +410,65 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	if d.DomainCheckEvery, err = time.ParseDuration(get("SANDBOXD_DOMAIN_CHECK_EVERY", "30s")); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_DOMAIN_CHECK_EVERY: %w", err)
 	}
+	if d.DefaultTimeout, err = time.ParseDuration(get("SANDBOXD_DEFAULT_TIMEOUT", "1h")); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_DEFAULT_TIMEOUT: %w", err)
+	}
 	return d, nil
 }
 
 func (d Daemon) validate() error {
 	if d.DiskMaxMB < MinDiskMB || d.DiskDefaultMB < MinDiskMB || d.DiskDefaultMB > d.DiskMaxMB {
-		return fmt.Errorf("--disk-default-mb %d, --disk-max-mb %d: each at least %d, the default at most the maximum", d.DiskDefaultMB, d.DiskMaxMB, MinDiskMB)
+		return bad([]string{"disk-default-mb", "disk-max-mb"}, "--disk-default-mb %d, --disk-max-mb %d: each at least %d, the default at most the maximum", d.DiskDefaultMB, d.DiskMaxMB, MinDiskMB)
 	}
 	if d.VolumeSizeMB < MinDiskMB || d.VolumeSizeMB > d.DiskMaxMB {
-		return fmt.Errorf("--volume-size-mb %d: at least %d and at most --disk-max-mb %d", d.VolumeSizeMB, MinDiskMB, d.DiskMaxMB)
+		return bad([]string{"volume-size-mb", "disk-max-mb"}, "--volume-size-mb %d: at least %d and at most --disk-max-mb %d", d.VolumeSizeMB, MinDiskMB, d.DiskMaxMB)
 	}
 	if d.E2BReplayWindow <= 0 {
-		return fmt.Errorf("--e2b-replay-window %v: must be positive", d.E2BReplayWindow)
+		return bad([]string{"e2b-replay-window"}, "--e2b-replay-window %v: must be positive", d.E2BReplayWindow)
 	}
 	if d.PauseMax < 0 {
-		return fmt.Errorf("--pause-max %v: must be zero (never) or positive", d.PauseMax)
+		return bad([]string{"pause-max"}, "--pause-max %v: must be zero (never) or positive", d.PauseMax)
 	}
 	if n := d.SandboxNetworkName; n == "" || len(n) > 15 || strings.ContainsAny(n, " /:\t\n\x00") {
-		return fmt.Errorf("--sandbox-network-name %q: must be an interface name, 1 to 15 bytes", n)
+		return bad([]string{"sandbox-network-name"}, "--sandbox-network-name %q: must be an interface name, 1 to 15 bytes", n)
 	}
 	if d.DefaultRuntime != "docker" && d.DefaultRuntime != "gvisor" {
-		return fmt.Errorf("--default-runtime %q: want docker or gvisor", d.DefaultRuntime)
+		return bad([]string{"default-runtime"}, "--default-runtime %q: want docker or gvisor", d.DefaultRuntime)
 	}
 	if err := loopbackOnly("--listen", d.Listen); err != nil {
-		return err
+		return &invalid{flags: []string{"listen"}, err: err}
 	}
 	if d.HTTPSListen != "" {
 		if err := loopbackOnly("--https-listen", d.HTTPSListen); err != nil {
-			return err
+			return &invalid{flags: []string{"https-listen"}, err: err}
 		}
 	}
 	if d.PprofListen != "" {
 		if err := loopbackOnly("--pprof-listen", d.PprofListen); err != nil {
-			return err
+			return &invalid{flags: []string{"pprof-listen"}, err: err}
 		}
 	}
+	if d.DefaultTimeout < 0 || d.DefaultTimeout > MaxTimeout {
+		return bad([]string{"default-timeout"}, "--default-timeout %v: from 0 (none) to %v", d.DefaultTimeout, MaxTimeout)
+	}
 	if d.DataDir == "" {
-		return errors.New("--data-dir is required")
+		return bad([]string{"data-dir"}, "--data-dir is required")
 	}
 	if d.MilliCPU <= 0 || d.MemoryMB <= 0 {
-		return errors.New("--cpu-budget and --memory-budget must be positive")
+		return bad([]string{"cpu-budget", "memory-budget"}, "--cpu-budget and --memory-budget must be positive")
 	}
 	if d.IdleTimeout <= 0 || d.RequestTimeout <= 0 {
-		return errors.New("--idle-timeout and --request-timeout must be positive")
+		return bad([]string{"idle-timeout", "request-timeout"}, "--idle-timeout and --request-timeout must be positive")
 	}
 	if d.MaxConns < 0 {
-		return errors.New("--max-conns must be 0 (automatic) or positive")
+		return bad([]string{"max-conns"}, "--max-conns must be 0 (automatic) or positive")
 	}
 	if d.DomainCheckEvery <= 0 {
-		return errors.New("--domain-check-every must be positive")
+		return bad([]string{"domain-check-every"}, "--domain-check-every must be positive")
 	}
 	if d.DNSResolver != "" {
 		if _, _, err := net.SplitHostPort(d.DNSResolver); err != nil {
-			return fmt.Errorf("--dns-resolver %q: want host:port", d.DNSResolver)
+			return bad([]string{"dns-resolver"}, "--dns-resolver %q: want host:port", d.DNSResolver)
 		}
 	}
 	return nil

@@ -31,6 +31,7 @@ func wantDefaults(t *testing.T) Daemon {
 		TLSListen:          "127.0.0.1:7443",
 		DefaultImage:       "sandboxd/base:bookworm",
 		DefaultRuntime:     "docker",
+		DefaultTimeout:     time.Hour,
 		HostPortLo:         40000,
 		HostPortHi:         40999,
 		MilliCPU:           int64(runtime.NumCPU()) * 4000,

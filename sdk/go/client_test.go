@@ -226,6 +226,32 @@ func TestCreateSandbox_CallerIdempotencyKey(t *testing.T) {
 	}
 }
 
+// TestCreateSandbox_Timeout: no Timeout sends no timeout_s (the daemon's
+// default), NoTimeout sends 0 (none), a Timeout wins over NoTimeout.
+func TestCreateSandbox_Timeout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		req  sandboxd.CreateRequest
+		want string
+	}{
+		{"default", sandboxd.CreateRequest{}, `{}`},
+		{"none", sandboxd.CreateRequest{NoTimeout: true}, `{"timeout_s":0}`},
+		{"explicit", sandboxd.CreateRequest{Timeout: 90 * time.Second}, `{"timeout_s":90}`},
+		{"explicit wins", sandboxd.CreateRequest{Timeout: time.Minute, NoTimeout: true}, `{"timeout_s":60}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{t: t, replies: []func(http.ResponseWriter, *http.Request){replySandbox(201)}}
+			c, _ := newClient(t, rec)
+			if _, err := c.CreateSandbox(t.Context(), tc.req); err != nil {
+				t.Fatal(err)
+			}
+			if diff := jsonDiff(t, rec.requests()[0].Body, tc.want); diff != "" {
+				t.Errorf("body (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestCreateSandbox_RetriesTransientWithSameKey(t *testing.T) {
 	rec := &recorder{t: t, replies: []func(http.ResponseWriter, *http.Request){
 		replyError(503, "unavailable", "draining", true),

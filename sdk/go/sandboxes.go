@@ -87,8 +87,13 @@ type CreateRequest struct {
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
 	Tags      map[string]string `json:"tags,omitempty"`
 	// Timeout is the sandbox's lifetime, counted from creation, rounded up
-	// to whole seconds; zero means no timeout (or the daemon's default).
+	// to whole seconds; zero takes the daemon's default (--default-timeout,
+	// 1 h unless its operator changed it).
 	Timeout time.Duration `json:"-"`
+	// NoTimeout asks for a sandbox that never expires (timeout_s 0 on the
+	// wire) when Timeout is zero: it lives until destroyed, holding its
+	// share of the host and the owner's quota.
+	NoTimeout bool `json:"-"`
 	// Network gives the sandbox outbound network access (mode open);
 	// NetworkPolicy, when set, says where it may connect instead.
 	Network       bool           `json:"-"`
@@ -106,7 +111,8 @@ type CreateRequest struct {
 // createBody is the wire form of CreateRequest.
 type createBody struct {
 	CreateRequest
-	TimeoutS int64 `json:"timeout_s,omitempty"`
+	// TimeoutS is absent for the daemon's default, 0 for none.
+	TimeoutS *int64 `json:"timeout_s,omitempty"`
 	// Network is true, or a policy.
 	Network any `json:"network,omitempty"`
 }
@@ -154,6 +160,16 @@ func (c *Client) SetNetworkPolicy(ctx context.Context, id string, p NetworkPolic
 
 // seconds rounds d up to whole seconds; the API counts in seconds and a
 // positive duration must not become "no timeout".
+// timeoutOf is a create's timeout_s: nil (the daemon's default), 0 (none)
+// or the lifetime in seconds.
+func timeoutOf(req CreateRequest) *int64 {
+	s := seconds(req.Timeout)
+	if s == 0 && !req.NoTimeout {
+		return nil
+	}
+	return &s
+}
+
 func seconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -182,7 +198,7 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (*Sandbox
 		retry:  retrySafe,
 	}
 	var sb Sandbox
-	if err := c.do(ctx, r, createBody{req, seconds(req.Timeout), networkOf(req)}, &sb); err != nil {
+	if err := c.do(ctx, r, createBody{req, timeoutOf(req), networkOf(req)}, &sb); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	return &sb, nil

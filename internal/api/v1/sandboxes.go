@@ -77,7 +77,7 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	c := caller(r)
-	once := service.CreateOnceRequest{Create: body.toService(c.Owner)}
+	once := service.CreateOnceRequest{Create: body.toService(c.Owner, s.defaultTimeout)}
 	if key != "" {
 		scope, fp := CreateKey(c.Owner, key)
 		once.Key = service.OnceKey{

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/api/apitest"
 )
@@ -77,6 +78,43 @@ func TestCreate_DefaultImage(t *testing.T) {
 	if sb.Image != apitest.BaseImage {
 		t.Errorf("image = %q, want the default %q", sb.Image, apitest.BaseImage)
 	}
+}
+
+// TestCreate_DefaultTimeout: a create that sends no timeout_s gets the
+// daemon's --default-timeout (1 h by default, the test stack's); one that
+// sends 0 has none; an explicit value is kept. Absent and 0 are different
+// bodies for an Idempotency-Key.
+func TestCreate_DefaultTimeout(t *testing.T) {
+	t.Parallel()
+	tok := token(t, "default-timeout")
+	lifetime := func(sb sandbox) time.Duration {
+		if sb.ExpiresAt == nil {
+			return 0
+		}
+		return sb.ExpiresAt.Sub(sb.CreatedAt)
+	}
+	// The lifetime counts from the commit, a little after created_at.
+	const slack = 2 * time.Minute
+	absent := create(t, tok, `{`+busybox+`}`)
+	if got := lifetime(absent); got < time.Hour || got > time.Hour+slack {
+		t.Errorf("no timeout_s: expires_at - created_at = %v (expires_at %v), want the 1h default", got, absent.ExpiresAt)
+	}
+	none := create(t, tok, `{`+busybox+`,"timeout_s":0}`)
+	if none.ExpiresAt != nil {
+		t.Errorf("timeout_s 0: expires_at = %v, want none", none.ExpiresAt)
+	}
+	if got := decode[sandbox](t, do(t, tok, "GET", "/v1/sandboxes/"+none.ID, ""), http.StatusOK); got.ExpiresAt != nil {
+		t.Errorf("timeout_s 0: GET expires_at = %v, want none", got.ExpiresAt)
+	}
+	explicit := create(t, tok, `{`+busybox+`,"timeout_s":120}`)
+	if got := lifetime(explicit); got < 2*time.Minute || got > 2*time.Minute+slack {
+		t.Errorf("timeout_s 120: lifetime %v, want 2m", got)
+	}
+	key := "default-timeout-" + absent.ID
+	keyed := decode[sandbox](t, do(t, tok, "POST", "/v1/sandboxes", `{`+busybox+`}`, "Idempotency-Key", key), http.StatusCreated)
+	t.Cleanup(func() { destroy(t, keyed.ID) })
+	wantError(t, do(t, tok, "POST", "/v1/sandboxes", `{`+busybox+`,"timeout_s":0}`, "Idempotency-Key", key),
+		http.StatusUnprocessableEntity, "idempotency_key_reused")
 }
 
 // TestCreate_Answer checks the create answer: the sandbox object, the

@@ -61,6 +61,9 @@ type Options struct {
 	// DefaultQuota is the quota of a user token created without one.
 	// Zero: unlimited.
 	DefaultQuota auth.Quota
+	// DefaultTimeout is the lifetime of a sandbox whose create sends no
+	// timeout_s (one that sends 0 has none). Zero: no default.
+	DefaultTimeout time.Duration
 }
 
 // server holds what every handler needs.
@@ -74,7 +77,8 @@ type server struct {
 	timeout time.Duration
 	version string
 
-	defaultQuota auth.Quota
+	defaultQuota   auth.Quota
+	defaultTimeout time.Duration
 }
 
 // New returns the handler of the native API: every route of the table in
@@ -103,7 +107,8 @@ func New(opts Options) (http.Handler, error) {
 		timeout: opts.RequestTimeout,
 		version: opts.Version,
 
-		defaultQuota: opts.DefaultQuota,
+		defaultQuota:   opts.DefaultQuota,
+		defaultTimeout: opts.DefaultTimeout,
 	}
 	m, err := newMetrics(opts.Registry, s.countByState)
 	if err != nil {

@@ -110,16 +110,25 @@ type createRequest struct {
 	Env       map[string]string `json:"env,omitempty"`
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
 	Tags      map[string]string `json:"tags,omitempty"`
-	TimeoutS  int64             `json:"timeout_s,omitempty"`
-	Network   *networkJSON      `json:"network,omitempty"`
-	Mounts    []mountJSON       `json:"mounts,omitempty"`
-	Runtime   string            `json:"runtime,omitempty"`
+	// TimeoutS is the sandbox's lifetime in seconds: absent, the daemon's
+	// --default-timeout; 0, none. (A pointer, so that the two differ in
+	// the canonical form too.)
+	TimeoutS *int64       `json:"timeout_s,omitempty"`
+	Network  *networkJSON `json:"network,omitempty"`
+	Mounts   []mountJSON  `json:"mounts,omitempty"`
+	Runtime  string       `json:"runtime,omitempty"`
 	// Failover is what a cluster does when the sandbox's node is lost:
 	// "recreate", or empty (it becomes lost).
 	Failover string `json:"failover,omitempty"`
 }
 
-func (c createRequest) toService(owner string) service.CreateRequest {
+// toService is the service's request for owner; a create that sends no
+// timeout_s gets defaultTimeout.
+func (c createRequest) toService(owner string, defaultTimeout time.Duration) service.CreateRequest {
+	timeout := defaultTimeout
+	if c.TimeoutS != nil {
+		timeout = seconds(*c.TimeoutS)
+	}
 	req := service.CreateRequest{
 		Owner:     owner,
 		Image:     c.Image,
@@ -131,7 +140,7 @@ func (c createRequest) toService(owner string) service.CreateRequest {
 		Env:       c.Env,
 		SecretEnv: c.SecretEnv,
 		Tags:      c.Tags,
-		Timeout:   seconds(c.TimeoutS),
+		Timeout:   timeout,
 		Runtime:   c.Runtime,
 		Failover:  c.Failover,
 	}
