@@ -59,6 +59,7 @@ var flagEnv = map[string]string{
 	"disk-default-mb":      "SANDBOXD_DISK_DEFAULT_MB",
 	"disk-max-mb":          "SANDBOXD_DISK_MAX_MB",
 	"volume-size-mb":       "SANDBOXD_VOLUME_SIZE_MB",
+	"volume-storage-max":   "SANDBOXD_VOLUME_STORAGE_MAX",
 	"pool":                 "SANDBOXD_POOL",
 	"idle-timeout":         "SANDBOXD_IDLE_TIMEOUT",
 	"request-timeout":      "SANDBOXD_REQUEST_TIMEOUT",
