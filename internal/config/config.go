@@ -23,6 +23,11 @@ type Daemon struct {
 	// Listen is the address of the HTTP listener (API, facades, ingress).
 	// It must be a loopback address unless AllowPublic is set.
 	Listen string
+	// AllowPublic lets Listen and HTTPSListen be any address or host name
+	// (a cluster across hosts, docs/deploy.md). Every route but /healthz,
+	// /readyz and public previews then asks for a credential, /metrics
+	// an admin token.
+	AllowPublic bool
 	// DataDir holds the database, keys, agent sockets and the admin token.
 	DataDir string
 	// AgentBinary is the toolboxd binary bind-mounted into every sandbox.
@@ -194,6 +199,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	}
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
 	fs.StringVar(&d.Listen, "listen", d.Listen, "HTTP listen address (env SANDBOXD_LISTEN)")
+	fs.BoolVar(&d.AllowPublic, "allow-public", d.AllowPublic, "let --listen and --https-listen be a non-loopback address or a host name; /metrics then needs an admin token (env SANDBOXD_ALLOW_PUBLIC)")
 	fs.StringVar(&d.DataDir, "data-dir", d.DataDir, "data directory (env SANDBOXD_DATA_DIR)")
 	fs.StringVar(&d.AgentBinary, "agent-binary", d.AgentBinary, "toolboxd binary mounted into sandboxes (default: beside sandboxd)")
 	fs.StringVar(&d.NodeID, "node-id", d.NodeID, "node id used in container labels (env SANDBOXD_NODE_ID; default: one kept in the data dir)")
@@ -301,6 +307,7 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	}
 	d := Daemon{
 		Listen:             get("SANDBOXD_LISTEN", "127.0.0.1:7070"),
+		AllowPublic:        get("SANDBOXD_ALLOW_PUBLIC", "false") == "true",
 		DataDir:            get("SANDBOXD_DATA_DIR", ".sandboxd"),
 		AgentBinary:        get("SANDBOXD_AGENT_BINARY", ""),
 		NodeID:             get("SANDBOXD_NODE_ID", ""),
@@ -387,16 +394,16 @@ func (d Daemon) validate() error {
 	if d.DefaultRuntime != "docker" && d.DefaultRuntime != "gvisor" {
 		return fmt.Errorf("--default-runtime %q: want docker or gvisor", d.DefaultRuntime)
 	}
-	if err := loopbackOnly("--listen", d.Listen); err != nil {
+	if err := listenAddr("--listen", d.Listen, d.AllowPublic); err != nil {
 		return err
 	}
 	if d.HTTPSListen != "" {
-		if err := loopbackOnly("--https-listen", d.HTTPSListen); err != nil {
+		if err := listenAddr("--https-listen", d.HTTPSListen, d.AllowPublic); err != nil {
 			return err
 		}
 	}
 	if d.PprofListen != "" {
-		if err := loopbackOnly("--pprof-listen", d.PprofListen); err != nil {
+		if err := loopbackOnly("--pprof-listen", d.PprofListen, "(profiles show memory and command lines)"); err != nil {
 			return err
 		}
 	}
@@ -423,15 +430,29 @@ func (d Daemon) validate() error {
 	return nil
 }
 
-// loopbackOnly refuses a listen address that is not on loopback (local
-// mode serves nothing beyond the host).
-func loopbackOnly(flag, addr string) error {
+// listenAddr checks an API listen address: host:port, and on loopback
+// unless public is set (--allow-public: the operator chose to serve beyond
+// the host, where every route but health and public previews asks for a
+// credential).
+func listenAddr(flag, addr string, public bool) error {
+	if !public {
+		return loopbackOnly(flag, addr, "without --allow-public")
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	return nil
+}
+
+// loopbackOnly refuses a listen address that is not on loopback, saying
+// why (local mode serves nothing beyond the host).
+func loopbackOnly(flag, addr, why string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", flag, addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("%s %q: only loopback addresses are allowed in local mode", flag, addr)
+		return fmt.Errorf("%s %q: only loopback addresses are allowed %s", flag, addr, why)
 	}
 	return nil
 }

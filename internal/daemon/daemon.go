@@ -522,7 +522,8 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		Version:        version.Version,
 		RequestTimeout: d.Config.RequestTimeout,
 
-		DefaultQuota: auth.Quota(d.Config.DefaultQuota),
+		DefaultQuota:   auth.Quota(d.Config.DefaultQuota),
+		PrivateMetrics: d.Config.AllowPublic,
 	})
 	if err != nil {
 		return fmt.Errorf("v1.New: %w", err)

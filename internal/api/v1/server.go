@@ -61,6 +61,10 @@ type Options struct {
 	// DefaultQuota is the quota of a user token created without one.
 	// Zero: unlimited.
 	DefaultQuota auth.Quota
+	// PrivateMetrics makes /metrics ask for an admin token: the daemon
+	// listens beyond loopback (--allow-public), where only /healthz and
+	// /readyz answer a caller without a credential.
+	PrivateMetrics bool
 }
 
 // server holds what every handler needs.
@@ -113,6 +117,9 @@ func New(opts Options) (http.Handler, error) {
 
 	mux := http.NewServeMux()
 	for _, rt := range routes() {
+		if rt.path == "/metrics" && opts.PrivateMetrics {
+			rt.access = adminOnly
+		}
 		mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
 	return s.logRequests(s.rejectUnmatched(mux)), nil
