@@ -56,6 +56,11 @@ type Daemon struct {
 	HTTPSListen string
 	// ACMEEmail is the ACME account contact for production certificates.
 	ACMEEmail string
+	// HTTPSCert and HTTPSKey are the operator's certificate (PEM, the
+	// chain after the leaf) and its key for HTTPSListen: served for every
+	// server name it covers (the API's, a wildcard of the preview domain);
+	// other names get ACME's or the local CA's. Both or neither.
+	HTTPSCert, HTTPSKey string
 	// TLSListen is the address of the SNI passthrough listener for TLS
 	// port exposures; it is bound on the first TCP or TLS exposure.
 	TLSListen string
@@ -210,6 +215,8 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.HTTPSListen, "https-listen", d.HTTPSListen, "also serve over TLS on this address (env SANDBOXD_HTTPS_LISTEN; default off)")
 	fs.StringVar(&d.PprofListen, "pprof-listen", d.PprofListen, "serve net/http/pprof on this loopback address (default off)")
 	fs.StringVar(&d.ACMEEmail, "acme-email", d.ACMEEmail, "ACME account email: certificates for --https-listen from ACME instead of a local CA")
+	fs.StringVar(&d.HTTPSCert, "https-cert", d.HTTPSCert, "certificate (PEM, with its chain) served on --https-listen for the names it covers; with --https-key (env SANDBOXD_HTTPS_CERT)")
+	fs.StringVar(&d.HTTPSKey, "https-key", d.HTTPSKey, "the key of --https-cert, PEM (env SANDBOXD_HTTPS_KEY)")
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
 	fs.StringVar(&d.DefaultRuntime, "default-runtime", d.DefaultRuntime, "runtime used when a request names none: docker or gvisor (env SANDBOXD_DEFAULT_RUNTIME)")
@@ -314,6 +321,8 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		Domain:             get("SANDBOXD_DOMAIN", "localhost"),
 		TLSListen:          get("SANDBOXD_TLS_LISTEN", "127.0.0.1:7443"),
 		HTTPSListen:        get("SANDBOXD_HTTPS_LISTEN", ""),
+		HTTPSCert:          get("SANDBOXD_HTTPS_CERT", ""),
+		HTTPSKey:           get("SANDBOXD_HTTPS_KEY", ""),
 		DefaultImage:       get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
 		APIHosts:           splitList(get("SANDBOXD_API_HOSTS", "")),
 		DefaultRuntime:     get("SANDBOXD_DEFAULT_RUNTIME", "docker"),
@@ -401,6 +410,9 @@ func (d Daemon) validate() error {
 		if err := listenAddr("--https-listen", d.HTTPSListen, d.AllowPublic); err != nil {
 			return err
 		}
+	}
+	if (d.HTTPSCert == "") != (d.HTTPSKey == "") || d.HTTPSCert != "" && d.HTTPSListen == "" {
+		return errors.New("--https-cert and --https-key go together, with --https-listen")
 	}
 	if d.PprofListen != "" {
 		if err := loopbackOnly("--pprof-listen", d.PprofListen, "(profiles show memory and command lines)"); err != nil {

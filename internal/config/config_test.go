@@ -78,6 +78,9 @@ func TestParse_Sources(t *testing.T) {
 		{"ListenPublicAllowed", nil, []string{"--allow-public", "--listen", "10.0.0.1:7070", "--https-listen", "api.example.com:443"}, func(d *Daemon) {
 			d.AllowPublic, d.Listen, d.HTTPSListen = true, "10.0.0.1:7070", "api.example.com:443"
 		}},
+		{"HTTPSCertFlags", nil, []string{"--https-listen", "127.0.0.1:7443", "--https-cert", "/etc/sandboxd/api.crt", "--https-key", "/etc/sandboxd/api.key"}, func(d *Daemon) {
+			d.HTTPSListen, d.HTTPSCert, d.HTTPSKey = "127.0.0.1:7443", "/etc/sandboxd/api.crt", "/etc/sandboxd/api.key"
+		}},
 		{"ListenPublicAllowedEnv", map[string]string{"SANDBOXD_ALLOW_PUBLIC": "true", "SANDBOXD_LISTEN": "node1.example.com:7070"}, nil, func(d *Daemon) {
 			d.AllowPublic, d.Listen = true, "node1.example.com:7070"
 		}},
@@ -176,6 +179,8 @@ func TestParse_Rejects(t *testing.T) {
 		// --allow-public opens the API's listeners only: profiles show
 		// memory and command lines.
 		{"PprofListenPublicAllowed", nil, []string{"--allow-public", "--pprof-listen", "10.0.0.1:6060"}, `--pprof-listen "10.0.0.1:6060": only loopback addresses are allowed (profiles show memory and command lines)`},
+		{"HTTPSCertWithoutKey", nil, []string{"--https-listen", "127.0.0.1:7443", "--https-cert", "c.pem"}, "--https-cert and --https-key go together, with --https-listen"},
+		{"HTTPSCertWithoutListen", nil, []string{"--https-cert", "c.pem", "--https-key", "k.pem"}, "--https-cert and --https-key go together, with --https-listen"},
 		{"ListenPublicAllowedNoPort", nil, []string{"--allow-public", "--listen", "10.0.0.1"}, `--listen "10.0.0.1": address 10.0.0.1: missing port in address`},
 		{"DataDirEmpty", nil, []string{"--data-dir", ""}, "--data-dir is required"},
 		{"CPUBudgetZero", nil, []string{"--cpu-budget", "0"}, "--cpu-budget and --memory-budget must be positive"},

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -584,15 +585,18 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 	return nil
 }
 
-// listenHTTPS binds the TLS listener for preview URLs: certificates from
-// ACME (certmagic, issued on demand for routable hosts only) when an ACME
-// email is configured, else from a local CA made at start whose
-// certificate is written to <data-dir>/preview-ca.pem for clients to trust.
+// listenHTTPS binds the TLS listener for the API and preview URLs: the
+// operator's certificate (--https-cert) for the names it covers; for
+// the others certificates from ACME (certmagic, issued on demand for
+// routable hosts and --api-host names only) when an ACME email is
+// configured, else from a local CA made at start whose certificate is
+// written to <data-dir>/preview-ca.pem for clients to trust.
 func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
+	allow := func(host string) bool { return d.Router.Routable(host) || slices.Contains(cfg.APIHosts, host) }
 	var tlsConf *tls.Config
 	if cfg.ACMEEmail != "" {
 		acme, err := ingress.NewACME(ingress.ACMEOptions{
-			Email: cfg.ACMEEmail, StorageDir: filepath.Join(dataDir, "acme"), Routable: d.Router.Routable,
+			Email: cfg.ACMEEmail, StorageDir: filepath.Join(dataDir, "acme"), Routable: allow,
 		})
 		if err != nil {
 			return err
@@ -607,7 +611,13 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 		if err := os.WriteFile(filepath.Join(dataDir, "preview-ca.pem"), ca.CertPEM(), 0o644); err != nil {
 			return err
 		}
-		tlsConf = ca.TLSConfig(d.Router.Routable)
+		tlsConf = ca.TLSConfig(allow)
+	}
+	if cfg.HTTPSCert != "" {
+		var err error
+		if tlsConf, err = withOperatorCert(tlsConf, cfg.HTTPSCert, cfg.HTTPSKey); err != nil {
+			return err
+		}
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPSListen)
 	if err != nil {
@@ -616,6 +626,32 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	d.httpsLn = tls.NewListener(d.limiter.Wrap(ln), tlsConf) // counted before the handshake
 	d.closers = append(d.closers, func() error { d.httpsLn.Close(); return nil })
 	return nil
+}
+
+// withOperatorCert returns base serving the certificate in certFile (its
+// key in keyFile) for every server name the certificate covers, and for a
+// hello that names none (a client dialing an address); other names are
+// base's. The files are read once, at start.
+func withOperatorCert(base *tls.Config, certFile, keyFile string) (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--https-cert, --https-key: %w", err)
+	}
+	leaf := pair.Leaf // set by LoadX509KeyPair
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("--https-cert: %w", err)
+		}
+	}
+	conf := base.Clone()
+	next := base.GetCertificate
+	conf.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if hello.ServerName == "" || leaf.VerifyHostname(hello.ServerName) == nil {
+			return &pair, nil
+		}
+		return next(hello)
+	}
+	return conf, nil
 }
 
 // loadOrCreateNodeID returns the node id kept in path, creating one at
