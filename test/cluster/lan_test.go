@@ -22,7 +22,8 @@ import (
 // In the LAN pass (main_test.go) every node is a host of its own,
 // configured by name with no loopback address: its command line, its
 // cluster file and what it publishes to the others name only LAN names
-// and addresses, and the others reach it by name. A stranger on the LAN
+// and addresses, and the others reach it by name, its API over HTTPS
+// with the operator's certificate (--https-cert). A stranger on the LAN
 // (no credential: the switch's address) gets nothing but health: the
 // native, E2B and Daytona APIs and /metrics answer 401, and each node's
 // etcd refuses a client without the cluster's certificate.
@@ -102,27 +103,30 @@ func TestLAN_NodesByNameClosedToStrangers(t *testing.T) {
 		}
 	}
 
-	// A stranger on the LAN: no token.
+	// A stranger on the LAN: no token, on the HTTPS listener the nodes
+	// advertise and on the plain one (--listen).
 	for _, d := range c.Nodes {
-		for _, tc := range []struct {
-			path string
-			want int
-		}{
-			{"/healthz", http.StatusOK},
-			{"/metrics", http.StatusUnauthorized},
-			{"/v1/sandboxes", http.StatusUnauthorized},
-			{"/v1/cluster/nodes", http.StatusUnauthorized},
-			{"/sandboxes", http.StatusUnauthorized},           // E2B
-			{"/daytona/api/sandbox", http.StatusUnauthorized}, // Daytona
-		} {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+tc.path, nil)
-			resp, err := freshConns.Do(req)
-			if err != nil {
-				t.Fatalf("GET %s on %s: %v", tc.path, d.NodeID(), err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != tc.want {
-				t.Errorf("GET %s on %s without a token: %s, want %d", tc.path, d.NodeID(), resp.Status, tc.want)
+		for _, base := range []string{d.URL(), "http://" + net.JoinHostPort(d.Host().Name, "7070")} {
+			for _, tc := range []struct {
+				path string
+				want int
+			}{
+				{"/healthz", http.StatusOK},
+				{"/metrics", http.StatusUnauthorized},
+				{"/v1/sandboxes", http.StatusUnauthorized},
+				{"/v1/cluster/nodes", http.StatusUnauthorized},
+				{"/sandboxes", http.StatusUnauthorized},           // E2B
+				{"/daytona/api/sandbox", http.StatusUnauthorized}, // Daytona
+			} {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+tc.path, nil)
+				resp, err := freshConns.Do(req)
+				if err != nil {
+					t.Fatalf("GET %s%s: %v", base, tc.path, err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != tc.want {
+					t.Errorf("GET %s%s without a token: %s, want %d", base, tc.path, resp.Status, tc.want)
+				}
 			}
 		}
 		if a, err := call(ctx, d, http.MethodGet, "/metrics", nil); err != nil || a.Status != http.StatusOK {

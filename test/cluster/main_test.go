@@ -24,6 +24,7 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -86,9 +87,16 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
 		return 1
 	}
-	// Every HTTP client of the tests reaches LAN hosts from their switch
-	// (and anything else as before).
-	http.DefaultTransport.(*http.Transport).DialContext = daemontest.DialContext
+	// Every HTTP client of the tests reaches LAN hosts from their switch,
+	// trusting their certificates (and anything else as before).
+	roots, err := daemontest.LANRootCAs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cluster:", err)
+		return 1
+	}
+	for _, t := range []*http.Transport{http.DefaultTransport.(*http.Transport), freshConns.Transport.(*http.Transport)} {
+		t.DialContext, t.TLSClientConfig = daemontest.DialContext, &tls.Config{RootCAs: roots}
+	}
 	mode := os.Getenv("SANDBOXD_TEST_CLUSTER_LAN")
 	code := 0
 	if mode != "only" {

@@ -174,6 +174,9 @@ func (e *Env) clusterCmd(ctx context.Context, d *Daemon, args ...string) (string
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = HermeticEnv()
+	if d.host != nil {
+		cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+d.host.CA) // join --via-api over HTTPS
+	}
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
@@ -231,7 +234,7 @@ func ready(ctx context.Context, baseURL string) error {
 	if err != nil {
 		return err
 	}
-	resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: transport}).Do(req)
+	resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: transport()}).Do(req)
 	if err != nil {
 		return err
 	}

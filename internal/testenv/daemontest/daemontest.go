@@ -10,6 +10,7 @@ package daemontest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -253,8 +254,9 @@ func (d *Daemon) NodeID() string { return d.nodeID }
 // DataDir is the daemon's --data-dir.
 func (d *Daemon) DataDir() string { return d.dataDir }
 
-// URL is the base URL of the daemon's API: on a LAN host, by the host's
-// name (reach it through DialContext).
+// URL is the base URL of the daemon's API: on a LAN host, HTTPS by the
+// host's name, which is also what the node advertises to the others
+// (reach it through DialContext, trusting LANRootCAs).
 func (d *Daemon) URL() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -263,7 +265,7 @@ func (d *Daemon) URL() string {
 
 func (d *Daemon) urlLocked() string {
 	if d.host != nil {
-		return "http://" + net.JoinHostPort(d.host.Name, strconv.Itoa(lanAPIPort))
+		return "https://" + net.JoinHostPort(d.host.Name, strconv.Itoa(lanHTTPSPort))
 	}
 	return "http://127.0.0.1:" + strconv.Itoa(d.port)
 }
@@ -366,7 +368,8 @@ func (d *Daemon) spawn() (*exec.Cmd, chan struct{}, error) {
 	listen, tlsListen := "", ""
 	if d.host != nil {
 		// No loopback anywhere: the API and the SNI listener on the host's
-		// name, which the daemon also advertises to the other nodes.
+		// name, which the daemon also advertises to the other nodes (the
+		// API over HTTPS, so tokens cross the LAN in TLS only).
 		d.port = lanAPIPort
 		listen = net.JoinHostPort(d.host.Name, strconv.Itoa(lanAPIPort))
 		tlsListen = net.JoinHostPort(d.host.Name, strconv.Itoa(lanTLSPort))
@@ -401,10 +404,16 @@ func (d *Daemon) spawn() (*exec.Cmd, chan struct{}, error) {
 	}, d.args...)
 	cmd := exec.Command(d.env.Bins.Sandboxd, args...)
 	if d.host != nil {
-		args = append([]string{"netns", "exec", d.host.NS, d.env.Bins.Sandboxd, "--allow-public"}, args...)
+		https := net.JoinHostPort(d.host.Name, strconv.Itoa(lanHTTPSPort))
+		args = append([]string{"netns", "exec", d.host.NS, d.env.Bins.Sandboxd, "--allow-public",
+			"--https-listen", https, "--https-cert", d.host.Cert, "--https-key", d.host.Key,
+			"--advertise-url", "https://" + https}, args...)
 		cmd = exec.Command("ip", args...) // ip execs sandboxd: same process
 	}
 	cmd.Env = append(HermeticEnv(), d.Env...)
+	if d.host != nil {
+		cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+d.host.CA) // the other nodes' certificates
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// If the test binary dies, the daemon dies with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -552,7 +561,7 @@ func RemoveContainers(ctx context.Context, nodeID string) error {
 // waitHealthy polls GET /healthz until it answers 200, the process exits,
 // or ctx ends.
 func waitHealthy(ctx context.Context, baseURL string, exited <-chan struct{}) error {
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: transport}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: transport()}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	var last error
@@ -578,8 +587,14 @@ func waitHealthy(ctx context.Context, baseURL string, exited <-chan struct{}) er
 }
 
 // transport is the HTTP transport of the package's own calls: it reaches
-// daemons on a LAN (DialContext).
-var transport = &http.Transport{DialContext: DialContext, DisableKeepAlives: true}
+// daemons on a LAN (DialContext, LANRootCAs).
+var transport = sync.OnceValue(func() *http.Transport {
+	t := &http.Transport{DialContext: DialContext, DisableKeepAlives: true}
+	if roots, err := LANRootCAs(); err == nil {
+		t.TLSClientConfig = &tls.Config{RootCAs: roots}
+	}
+	return t
+})
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {

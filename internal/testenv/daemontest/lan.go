@@ -22,6 +22,7 @@ import (
 // its own, so nothing else listens there.
 const (
 	lanAPIPort     = 7070
+	lanHTTPSPort   = 7444
 	lanTLSPort     = 7443
 	lanEtcdClient  = 2379
 	lanEtcdPeer    = 2380
@@ -33,15 +34,21 @@ const (
 // bridge lives in a namespace of its own (the switch), which also holds
 // the address the test dials from (DialContext). Hosts reach each other
 // by name: `ip netns exec` binds /etc/netns/<namespace>/hosts, which
-// names every host of the LAN, over /etc/hosts. Nothing of it is in the
+// names every host of the LAN, over /etc/hosts. Each host has a TLS
+// certificate for its name from the process's LAN CA (LANRootCAs), which
+// the daemons trust through SSL_CERT_FILE, so their API is served, and
+// their calls to each other made, over TLS. Nothing of it is in the
 // host's network namespace; Close removes every namespace (their veths go
-// with them) and hosts file.
+// with them), hosts file and certificate.
 type LAN struct {
 	// Switch is the namespace that holds the bridge and the test's
 	// address (.254).
 	Switch string
 	Prefix netip.Prefix
 	Hosts  []LANHost
+	// Dir holds the CA's certificate (ca.pem) and each host's
+	// certificate and key.
+	Dir string
 }
 
 // LANHost is one host of a LAN.
@@ -50,6 +57,9 @@ type LANHost struct {
 	// the test) reach it by; Addr its only address besides loopback.
 	NS, Name string
 	Addr     netip.Addr
+	// Cert and Key are the files of its certificate for Name; CA the LAN
+	// CA's certificate (an SSL_CERT_FILE).
+	Cert, Key, CA string
 }
 
 // lanSeq numbers this process's LANs: each gets 10.229.<seq>.0/24, so the
@@ -91,6 +101,24 @@ func NewLAN(names []string) (_ *LAN, err error) {
 			err = errors.Join(err, l.Close())
 		}
 	}()
+	if l.Dir, err = os.MkdirTemp("", "sbxlan-"); err != nil {
+		return nil, err
+	}
+	ca, err := lanCA()
+	if err != nil {
+		return nil, err
+	}
+	caFile := filepath.Join(l.Dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.CertPEM(), 0o644); err != nil {
+		return nil, err
+	}
+	for i := range l.Hosts {
+		h := &l.Hosts[i]
+		h.CA, h.Cert, h.Key = caFile, filepath.Join(l.Dir, h.NS+".crt"), filepath.Join(l.Dir, h.NS+".key")
+		if err := ca.issue(h.Name, h.Cert, h.Key); err != nil {
+			return nil, err
+		}
+	}
 	sw := []string{"-n", l.Switch}
 	steps := [][]string{
 		{"netns", "add", l.Switch},
@@ -162,6 +190,11 @@ func (l *LAN) Close() error {
 	}
 	for _, h := range l.Hosts {
 		if err := os.RemoveAll(filepath.Join("/etc/netns", h.NS)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if l.Dir != "" {
+		if err := os.RemoveAll(l.Dir); err != nil {
 			errs = append(errs, err)
 		}
 	}
