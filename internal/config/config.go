@@ -64,6 +64,9 @@ type Daemon struct {
 	// TLSListen is the address of the SNI passthrough listener for TLS
 	// port exposures; it is bound on the first TCP or TLS exposure.
 	TLSListen string
+	// TCPHost is the host raw TCP exposures bind their host ports on and
+	// name in their tcp:// URLs. Loopback unless AllowPublic is set.
+	TCPHost string
 	// DefaultImage is used when a create request names no image.
 	DefaultImage string
 	// DefaultRuntime is the runtime of a create that names none: docker
@@ -218,6 +221,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.HTTPSCert, "https-cert", d.HTTPSCert, "certificate (PEM, with its chain) served on --https-listen for the names it covers; with --https-key (env SANDBOXD_HTTPS_CERT)")
 	fs.StringVar(&d.HTTPSKey, "https-key", d.HTTPSKey, "the key of --https-cert, PEM (env SANDBOXD_HTTPS_KEY)")
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
+	fs.StringVar(&d.TCPHost, "tcp-host", d.TCPHost, "host (address or name) raw TCP exposures bind their host ports on and name in their URLs; beyond loopback with --allow-public (env SANDBOXD_TCP_HOST)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
 	fs.StringVar(&d.DefaultRuntime, "default-runtime", d.DefaultRuntime, "runtime used when a request names none: docker or gvisor (env SANDBOXD_DEFAULT_RUNTIME)")
 	portRange := fmt.Sprintf("%d-%d", d.HostPortLo, d.HostPortHi)
@@ -320,6 +324,7 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		NodeID:             get("SANDBOXD_NODE_ID", ""),
 		Domain:             get("SANDBOXD_DOMAIN", "localhost"),
 		TLSListen:          get("SANDBOXD_TLS_LISTEN", "127.0.0.1:7443"),
+		TCPHost:            get("SANDBOXD_TCP_HOST", "127.0.0.1"),
 		HTTPSListen:        get("SANDBOXD_HTTPS_LISTEN", ""),
 		HTTPSCert:          get("SANDBOXD_HTTPS_CERT", ""),
 		HTTPSKey:           get("SANDBOXD_HTTPS_KEY", ""),
@@ -410,6 +415,11 @@ func (d Daemon) validate() error {
 		if err := listenAddr("--https-listen", d.HTTPSListen, d.AllowPublic); err != nil {
 			return err
 		}
+	}
+	if ip := net.ParseIP(d.TCPHost); d.TCPHost == "" || strings.ContainsAny(d.TCPHost, ":[]") && ip == nil {
+		return fmt.Errorf("--tcp-host %q: want an address or a host name, no port", d.TCPHost)
+	} else if !d.AllowPublic && d.TCPHost != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("--tcp-host %q: only loopback addresses are allowed without --allow-public", d.TCPHost)
 	}
 	if (d.HTTPSCert == "") != (d.HTTPSKey == "") || d.HTTPSCert != "" && d.HTTPSListen == "" {
 		return errors.New("--https-cert and --https-key go together, with --https-listen")

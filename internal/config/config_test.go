@@ -29,6 +29,7 @@ func wantDefaults(t *testing.T) Daemon {
 		AgentBinary:        filepath.Join(filepath.Dir(exe), "toolboxd"),
 		Domain:             "localhost",
 		TLSListen:          "127.0.0.1:7443",
+		TCPHost:            "127.0.0.1",
 		DefaultImage:       "sandboxd/base:bookworm",
 		DefaultRuntime:     "docker",
 		HostPortLo:         40000,
@@ -78,6 +79,7 @@ func TestParse_Sources(t *testing.T) {
 		{"ListenPublicAllowed", nil, []string{"--allow-public", "--listen", "10.0.0.1:7070", "--https-listen", "api.example.com:443"}, func(d *Daemon) {
 			d.AllowPublic, d.Listen, d.HTTPSListen = true, "10.0.0.1:7070", "api.example.com:443"
 		}},
+		{"TCPHostPublic", nil, []string{"--allow-public", "--tcp-host", "sbx1.example.net"}, func(d *Daemon) { d.AllowPublic, d.TCPHost = true, "sbx1.example.net" }},
 		{"HTTPSCertFlags", nil, []string{"--https-listen", "127.0.0.1:7443", "--https-cert", "/etc/sandboxd/api.crt", "--https-key", "/etc/sandboxd/api.key"}, func(d *Daemon) {
 			d.HTTPSListen, d.HTTPSCert, d.HTTPSKey = "127.0.0.1:7443", "/etc/sandboxd/api.crt", "/etc/sandboxd/api.key"
 		}},
@@ -179,6 +181,8 @@ func TestParse_Rejects(t *testing.T) {
 		// --allow-public opens the API's listeners only: profiles show
 		// memory and command lines.
 		{"PprofListenPublicAllowed", nil, []string{"--allow-public", "--pprof-listen", "10.0.0.1:6060"}, `--pprof-listen "10.0.0.1:6060": only loopback addresses are allowed (profiles show memory and command lines)`},
+		{"TCPHostPublic", nil, []string{"--tcp-host", "10.0.0.1"}, `--tcp-host "10.0.0.1": only loopback addresses are allowed without --allow-public`},
+		{"TCPHostWithPort", nil, []string{"--tcp-host", "127.0.0.1:80"}, `--tcp-host "127.0.0.1:80": want an address or a host name, no port`},
 		{"HTTPSCertWithoutKey", nil, []string{"--https-listen", "127.0.0.1:7443", "--https-cert", "c.pem"}, "--https-cert and --https-key go together, with --https-listen"},
 		{"HTTPSCertWithoutListen", nil, []string{"--https-cert", "c.pem", "--https-key", "k.pem"}, "--https-cert and --https-key go together, with --https-listen"},
 		{"ListenPublicAllowedNoPort", nil, []string{"--allow-public", "--listen", "10.0.0.1"}, `--listen "10.0.0.1": address 10.0.0.1: missing port in address`},

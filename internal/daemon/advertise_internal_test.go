@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"net"
+	"slices"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/config"
 )
 
 // TestAdvertised: a node advertises the host it was configured with (a
@@ -33,6 +36,22 @@ func TestAdvertised(t *testing.T) {
 		}
 		if err != nil || got != tc.want {
 			t.Errorf("advertised(%q) = %q, %v; want %q", tc.listen, got, err, tc.want)
+		}
+	}
+}
+
+// TestReservedHosts_AdvertisedName: the name a node advertises to the
+// others is its API's, so no sandbox may bind it as a custom domain, like
+// the hosts of its listeners and --api-host names.
+func TestReservedHosts_AdvertisedName(t *testing.T) {
+	cfg := config.Daemon{
+		Listen: "127.0.0.1:7070", HTTPSListen: "sbx1.example.net:443",
+		AdvertiseURL: "https://SBX1-api.example.net:8443", APIHosts: []string{"api.example.net"},
+	}
+	got := reservedHosts(cfg, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7070})
+	for _, want := range []string{"api.example.net", "127.0.0.1", "sbx1.example.net", "sbx1-api.example.net"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("reservedHosts = %q, lacks %q", got, want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -368,6 +369,7 @@ func (d *Daemon) buildIngress(dialer *serviceDialer, previews *auth.PreviewToken
 		Authorize:        authorizePreview(d.Auth, previews, d.Store, d.Config.Domain),
 		CredentialCookie: previewCookie,
 		TLSAddr:          d.Config.TLSListen,
+		BindAddr:         d.Config.TCPHost,
 		Logger:           d.logger,
 	}
 	if d.cluster != nil {
@@ -426,6 +428,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		HostPortLo:        cfg.HostPortLo,
 		HostPortHi:        cfg.HostPortHi,
 		TLSPort:           tlsPortN,
+		TCPHost:           cfg.TCPHost,
 		PublicURL:         func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
 		DomainCheckEvery:  cfg.DomainCheckEvery,
 	}, service.Deps{
@@ -495,16 +498,20 @@ func (d *Daemon) elsewhere() func(http.ResponseWriter, *http.Request, string) bo
 }
 
 // reservedHosts are the host names that reach the daemon's API: those
-// configured with --api-host, and the hosts of its listen addresses (an
-// IP literal or localhost, which AddDomain refuses anyway; listed so the
-// rule does not hang on that). A custom domain equal to one would route
-// the API's own traffic into a sandbox.
+// configured with --api-host, the hosts of its listen addresses and the
+// one it advertises to other cluster nodes (an IP literal or localhost,
+// which AddDomain refuses anyway; listed so the rule does not hang on
+// that). A custom domain equal to one would route the API's own traffic
+// into a sandbox.
 func reservedHosts(cfg config.Daemon, ln net.Addr) []string {
 	hosts := append([]string(nil), cfg.APIHosts...)
 	for _, addr := range []string{cfg.Listen, ln.String(), cfg.HTTPSListen} {
 		if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
 			hosts = append(hosts, naming.NormalizeHost(host))
 		}
+	}
+	if u, err := url.Parse(cfg.AdvertiseURL); err == nil && u.Hostname() != "" {
+		hosts = append(hosts, naming.NormalizeHost(u.Hostname()))
 	}
 	return hosts
 }

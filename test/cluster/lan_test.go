@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -172,4 +173,59 @@ func etcdWithoutCert(ctx context.Context, addr string) error {
 		return nil
 	}
 	return fmt.Errorf("no answer: %v", err)
+}
+
+// A raw TCP exposure made through another node answers on its owner's
+// host by name (--tcp-host): the URL names the owner's host, not
+// 127.0.0.1, and a client on the LAN reaches the sandbox's app there.
+func TestLAN_TCPExposureAnswersOnItsOwnersName(t *testing.T) {
+	if !env.lan {
+		requireDocker(t)
+		t.Skip("runs in the LAN pass only")
+	}
+	t.Parallel()
+	c := sharedCluster(t)
+	ctx := testContext(t, 3*time.Minute)
+	sb := create(ctx, t, c, c.Nodes[0], createBody("", nil, ""))
+	owner := ownerOf(ctx, t, c, sb.ID)
+	via := c.Nodes[0]
+	if via == owner {
+		via = c.Nodes[1]
+	}
+	if err := serveHTTP(ctx, owner, sb.ID, "tcp-"+sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	a, err := call(ctx, via, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/ports", map[string]any{"port": 8080, "protocol": "tcp", "public": true})
+	if err != nil || a.Status != http.StatusOK {
+		t.Fatalf("expose 8080 as tcp through %s: %v, %v", via.NodeID(), a, err)
+	}
+	var p struct {
+		URL string `json:"url"`
+	}
+	if err := json.Unmarshal(a.Body, &p); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil || u.Scheme != "tcp" || u.Hostname() != owner.Host().Name {
+		t.Fatalf("tcp exposure's URL %q (%v), want tcp://%s:<port>", p.URL, err, owner.Host().Name)
+	}
+	err = testenv.Poll(ctx, testenv.Deadline, func() error {
+		conn, err := daemontest.DialContext(ctx, "tcp", u.Host)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := conn.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
+			return err
+		}
+		b, err := io.ReadAll(conn)
+		if !strings.Contains(string(b), "tcp-"+sb.ID) {
+			return fmt.Errorf("%s answered %q, %v", p.URL, b, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
 }

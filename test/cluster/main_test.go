@@ -58,14 +58,15 @@ var env struct {
 
 // lanTests are the tests the LAN pass runs (unless
 // SANDBOXD_TEST_CLUSTER_LAN=all): join by name, a sandbox used through
-// another node, TLS exposures carried between hosts, failover, quorum
-// loss, and what a stranger on the network gets.
+// another node, TLS and TCP exposures from another host, failover,
+// quorum loss, and what a stranger on the network gets.
 var lanTests = map[string]bool{
 	"TestCluster_SandboxOfAnotherNodeWorksThroughThisOne": true,
 	"TestTLS_AnswersOnEveryNode":                          true,
 	"TestCluster_FailoverRecreatesOnAnotherNode":          true,
 	"TestCluster_QuorumLossRefusesCreatesButKeepsExec":    true,
 	"TestLAN_NodesByNameClosedToStrangers":                true,
+	"TestLAN_TCPExposureAnswersOnItsOwnersName":           true,
 }
 
 func TestMain(m *testing.M) {

@@ -407,7 +407,7 @@ func (d *Daemon) spawn() (*exec.Cmd, chan struct{}, error) {
 		https := net.JoinHostPort(d.host.Name, strconv.Itoa(lanHTTPSPort))
 		args = append([]string{"netns", "exec", d.host.NS, d.env.Bins.Sandboxd, "--allow-public",
 			"--https-listen", https, "--https-cert", d.host.Cert, "--https-key", d.host.Key,
-			"--advertise-url", "https://" + https}, args...)
+			"--advertise-url", "https://" + https, "--tcp-host", d.host.Name}, args...)
 		cmd = exec.Command("ip", args...) // ip execs sandboxd: same process
 	}
 	cmd.Env = append(HermeticEnv(), d.Env...)
