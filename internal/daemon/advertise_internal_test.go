@@ -55,3 +55,23 @@ func TestReservedHosts_AdvertisedName(t *testing.T) {
 		}
 	}
 }
+
+// TestPreviewURL: beyond loopback with an HTTPS listener, preview URLs are
+// https on its port (none for 443); otherwise plain HTTP on the listener's.
+func TestPreviewURL(t *testing.T) {
+	const host = "8080-sb-0123456789abcdef.sbx.example.com"
+	for _, tc := range []struct {
+		cfg  config.Daemon
+		want string
+	}{
+		{config.Daemon{}, "http://" + host + ":7070"},
+		{config.Daemon{HTTPSListen: "127.0.0.1:7444"}, "http://" + host + ":7070"},
+		{config.Daemon{AllowPublic: true}, "http://" + host + ":7070"},
+		{config.Daemon{AllowPublic: true, HTTPSListen: "sbx1.example.net:443"}, "https://" + host},
+		{config.Daemon{AllowPublic: true, HTTPSListen: "sbx1.example.net:7444"}, "https://" + host + ":7444"},
+	} {
+		if got := previewURL(tc.cfg, "7070")(host); got != tc.want {
+			t.Errorf("previewURL(%+v) = %q, want %q", tc.cfg, got, tc.want)
+		}
+	}
+}

@@ -398,7 +398,7 @@ func poolTargets(sizes []config.PoolSize) []service.PoolTarget {
 }
 
 // buildService builds the service over the parts made so far. Its public
-// URLs use the port of the daemon's listener.
+// URLs are previewURL's.
 func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *volume.Dir, keyring *secrets.Keyring, clock func() time.Time) error {
 	cfg := d.Config
 	_, listenPort, _ := net.SplitHostPort(d.ln.Addr().String())
@@ -429,7 +429,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		HostPortHi:        cfg.HostPortHi,
 		TLSPort:           tlsPortN,
 		TCPHost:           cfg.TCPHost,
-		PublicURL:         func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
+		PublicURL:         previewURL(cfg, listenPort),
 		DomainCheckEvery:  cfg.DomainCheckEvery,
 	}, service.Deps{
 		Store:      d.Store,
@@ -633,6 +633,21 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	d.httpsLn = tls.NewListener(d.limiter.Wrap(ln), tlsConf) // counted before the handshake
 	d.closers = append(d.closers, func() error { d.httpsLn.Close(); return nil })
 	return nil
+}
+
+// previewURL turns a preview host into the URL users open: over TLS on
+// the --https-listen port (left out when 443) when the daemon serves
+// beyond loopback (--allow-public) with an HTTPS listener, since its plain
+// listener is then for the host or the nodes; else plain HTTP on the
+// listener's port, as on one host.
+func previewURL(cfg config.Daemon, listenPort string) func(host string) string {
+	if _, port, err := net.SplitHostPort(cfg.HTTPSListen); cfg.AllowPublic && err == nil {
+		if port == "443" {
+			return func(host string) string { return "https://" + host }
+		}
+		return func(host string) string { return "https://" + net.JoinHostPort(host, port) }
+	}
+	return func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) }
 }
 
 // withOperatorCert returns base serving the certificate in certFile (its
