@@ -75,3 +75,20 @@ func TestPreviewURL(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopbackURL: what counts as a loopback URL for the advertise
+// warning.
+func TestLoopbackURL(t *testing.T) {
+	for u, want := range map[string]bool{
+		"http://127.0.0.1:7070":          true,
+		"https://localhost":              true,
+		"http://[::1]:7070":              true,
+		"https://sbx1.example.net":       false,
+		"https://10.0.0.1:2379":          false,
+		"http://cluster-1.sandboxd.test": false,
+	} {
+		if got := loopbackURL(u); got != want {
+			t.Errorf("loopbackURL(%q) = %v, want %v", u, got, want)
+		}
+	}
+}

@@ -13,8 +13,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,6 +138,11 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 		}
 		apiURL = "http://" + addr
 	}
+	if loopbackURL(apiURL) && !slices.ContainsFunc(f.Endpoints, loopbackURL) {
+		// Another host would call its own loopback: the call comes back
+		// to it, which answers from its own view (the loop guard).
+		d.logger.Warn("cluster: this node advertises a loopback API URL, but its etcd is reached beyond loopback: other hosts cannot reach this node; set --advertise-url (docs/deploy.md)", "api", apiURL)
+	}
 	c.node, err = cluster.Open(sctx, cluster.Config{
 		NodeID: d.Config.NodeID, Endpoints: f.Endpoints, TLS: tlsCfg, APIURL: apiURL, Secret: secret, Logger: d.logger,
 		LeaseTTL: leaseTTL,
@@ -153,9 +160,10 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 // publishTLS binds the SNI listener now (other nodes forward TLS
 // connections to it before this node exposes anything) and publishes its
 // address in the node's nodes/ key: advertise when set, else the
-// configured host with the bound port (advertised). A node without a TLS listen address publishes none; one whose
-// listener does not bind publishes none and says so (TLS exposures then
-// fail here as on a single node, and nobody is sent to a dead address).
+// configured host with the bound port (advertised). A node without a TLS
+// listen address publishes none; one whose listener does not bind
+// publishes none and says so (TLS exposures then fail here as on a single
+// node, and nobody is sent to a dead address).
 func (c *clusterNode) publishTLS(ctx context.Context, r *ingress.Router, listen, advertise string) error {
 	if advertise != "" {
 		if _, _, err := net.SplitHostPort(advertise); err != nil {
@@ -178,6 +186,17 @@ func (c *clusterNode) publishTLS(ctx context.Context, r *ingress.Router, listen,
 	c.node.SetTLSAddr(advertise)
 	c.logger.Info("cluster node: tls", "listen", addr.String(), "advertise", advertise)
 	return nil
+}
+
+// loopbackURL reports whether u's host is a loopback address or
+// localhost.
+func loopbackURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(p.Hostname())
+	return p.Hostname() == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // advertised is the host:port other nodes reach a listener by when no
