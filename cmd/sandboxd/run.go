@@ -21,6 +21,11 @@ func run(ctx context.Context, cfg config.Daemon, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+		// --allow-public: config refuses this address otherwise.
+		logger.Warn("the API listens beyond loopback in plain HTTP: tokens cross the network in clear; serve users on --https-listen and keep --listen on a network only the nodes reach (docs/deploy.md)",
+			"listen", ln.Addr().String())
+	}
 	if cfg.PprofListen != "" {
 		stop, err := servePprof(cfg.PprofListen, logger)
 		if err != nil {

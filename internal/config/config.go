@@ -22,6 +22,11 @@ type Daemon struct {
 	// Listen is the address of the HTTP listener (API, facades, ingress).
 	// It must be a loopback address unless AllowPublic is set.
 	Listen string
+	// AllowPublic lets Listen and HTTPSListen be any address or host name
+	// (a cluster across hosts, docs/deploy.md). Every route but /healthz,
+	// /readyz and public previews then asks for a credential, /metrics
+	// an admin token.
+	AllowPublic bool
 	// DataDir holds the database, keys, agent sockets and the admin token.
 	DataDir string
 	// AgentBinary is the toolboxd binary bind-mounted into every sandbox.
@@ -50,9 +55,17 @@ type Daemon struct {
 	HTTPSListen string
 	// ACMEEmail is the ACME account contact for production certificates.
 	ACMEEmail string
+	// HTTPSCert and HTTPSKey are the operator's certificate (PEM, the
+	// chain after the leaf) and its key for HTTPSListen: served for every
+	// server name it covers (the API's, a wildcard of the preview domain);
+	// other names get ACME's or the local CA's. Both or neither.
+	HTTPSCert, HTTPSKey string
 	// TLSListen is the address of the SNI passthrough listener for TLS
 	// port exposures; it is bound on the first TCP or TLS exposure.
 	TLSListen string
+	// TCPHost is the host raw TCP exposures bind their host ports on and
+	// name in their tcp:// URLs. Loopback unless AllowPublic is set.
+	TCPHost string
 	// DefaultImage is used when a create request names no image.
 	DefaultImage string
 	// DefaultRuntime is the runtime of a create that names none: docker
@@ -210,6 +223,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	}
 	fs.StringVar(&configPath, "config", configPath, "settings file: one name = value a line (the names of these flags), # comments; flags and environment win over it (env SANDBOXD_CONFIG)")
 	fs.StringVar(&d.Listen, "listen", d.Listen, "HTTP listen address (env SANDBOXD_LISTEN)")
+	fs.BoolVar(&d.AllowPublic, "allow-public", d.AllowPublic, "let --listen and --https-listen be a non-loopback address or a host name; /metrics then needs an admin token (env SANDBOXD_ALLOW_PUBLIC)")
 	fs.StringVar(&d.DataDir, "data-dir", d.DataDir, "data directory (env SANDBOXD_DATA_DIR)")
 	fs.StringVar(&d.AgentBinary, "agent-binary", d.AgentBinary, "toolboxd binary mounted into sandboxes (default: beside sandboxd)")
 	fs.StringVar(&d.NodeID, "node-id", d.NodeID, "node id used in container labels (env SANDBOXD_NODE_ID; default: one kept in the data dir)")
@@ -220,7 +234,10 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.HTTPSListen, "https-listen", d.HTTPSListen, "also serve over TLS on this address (env SANDBOXD_HTTPS_LISTEN; default off)")
 	fs.StringVar(&d.PprofListen, "pprof-listen", d.PprofListen, "serve net/http/pprof on this loopback address (default off)")
 	fs.StringVar(&d.ACMEEmail, "acme-email", d.ACMEEmail, "ACME account email: certificates for --https-listen from ACME instead of a local CA")
+	fs.StringVar(&d.HTTPSCert, "https-cert", d.HTTPSCert, "certificate (PEM, with its chain) served on --https-listen for the names it covers; with --https-key (env SANDBOXD_HTTPS_CERT)")
+	fs.StringVar(&d.HTTPSKey, "https-key", d.HTTPSKey, "the key of --https-cert, PEM (env SANDBOXD_HTTPS_KEY)")
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
+	fs.StringVar(&d.TCPHost, "tcp-host", d.TCPHost, "host (address or name) raw TCP exposures bind their host ports on and name in their URLs; beyond loopback with --allow-public (env SANDBOXD_TCP_HOST)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
 	fs.StringVar(&d.DefaultRuntime, "default-runtime", d.DefaultRuntime, "runtime used when a request names none: docker or gvisor (env SANDBOXD_DEFAULT_RUNTIME)")
 	fs.DurationVar(&d.DefaultTimeout, "default-timeout", d.DefaultTimeout,
@@ -343,12 +360,16 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	}
 	d := Daemon{
 		Listen:             get("SANDBOXD_LISTEN", "127.0.0.1:7070"),
+		AllowPublic:        get("SANDBOXD_ALLOW_PUBLIC", "false") == "true",
 		DataDir:            get("SANDBOXD_DATA_DIR", ".sandboxd"),
 		AgentBinary:        get("SANDBOXD_AGENT_BINARY", ""),
 		NodeID:             get("SANDBOXD_NODE_ID", ""),
 		Domain:             get("SANDBOXD_DOMAIN", "localhost"),
 		TLSListen:          get("SANDBOXD_TLS_LISTEN", "127.0.0.1:7443"),
+		TCPHost:            get("SANDBOXD_TCP_HOST", "127.0.0.1"),
 		HTTPSListen:        get("SANDBOXD_HTTPS_LISTEN", ""),
+		HTTPSCert:          get("SANDBOXD_HTTPS_CERT", ""),
+		HTTPSKey:           get("SANDBOXD_HTTPS_KEY", ""),
 		DefaultImage:       get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
 		APIHosts:           splitList(get("SANDBOXD_API_HOSTS", "")),
 		DefaultRuntime:     get("SANDBOXD_DEFAULT_RUNTIME", "docker"),
@@ -435,16 +456,24 @@ func (d Daemon) validate() error {
 	if d.DefaultRuntime != "docker" && d.DefaultRuntime != "gvisor" {
 		return bad([]string{"default-runtime"}, "--default-runtime %q: want docker or gvisor", d.DefaultRuntime)
 	}
-	if err := loopbackOnly("--listen", d.Listen); err != nil {
+	if err := listenAddr("--listen", d.Listen, d.AllowPublic); err != nil {
 		return &invalid{flags: []string{"listen"}, err: err}
 	}
 	if d.HTTPSListen != "" {
-		if err := loopbackOnly("--https-listen", d.HTTPSListen); err != nil {
+		if err := listenAddr("--https-listen", d.HTTPSListen, d.AllowPublic); err != nil {
 			return &invalid{flags: []string{"https-listen"}, err: err}
 		}
 	}
+	if ip := net.ParseIP(d.TCPHost); d.TCPHost == "" || strings.ContainsAny(d.TCPHost, ":[]") && ip == nil {
+		return bad([]string{"tcp-host"}, "--tcp-host %q: want an address or a host name, no port", d.TCPHost)
+	} else if !d.AllowPublic && d.TCPHost != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return bad([]string{"tcp-host"}, "--tcp-host %q: only loopback addresses are allowed without --allow-public", d.TCPHost)
+	}
+	if (d.HTTPSCert == "") != (d.HTTPSKey == "") || d.HTTPSCert != "" && d.HTTPSListen == "" {
+		return bad([]string{"https-cert", "https-key"}, "--https-cert and --https-key go together, with --https-listen")
+	}
 	if d.PprofListen != "" {
-		if err := loopbackOnly("--pprof-listen", d.PprofListen); err != nil {
+		if err := loopbackOnly("--pprof-listen", d.PprofListen, "(profiles show memory and command lines)"); err != nil {
 			return &invalid{flags: []string{"pprof-listen"}, err: err}
 		}
 	}
@@ -474,15 +503,29 @@ func (d Daemon) validate() error {
 	return nil
 }
 
-// loopbackOnly refuses a listen address that is not on loopback (local
-// mode serves nothing beyond the host).
-func loopbackOnly(flag, addr string) error {
+// listenAddr checks an API listen address: host:port, and on loopback
+// unless public is set (--allow-public: the operator chose to serve beyond
+// the host, where every route but health and public previews asks for a
+// credential).
+func listenAddr(flag, addr string, public bool) error {
+	if !public {
+		return loopbackOnly(flag, addr, "without --allow-public")
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	return nil
+}
+
+// loopbackOnly refuses a listen address that is not on loopback, saying
+// why (local mode serves nothing beyond the host).
+func loopbackOnly(flag, addr, why string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", flag, addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("%s %q: only loopback addresses are allowed in local mode", flag, addr)
+		return fmt.Errorf("%s %q: only loopback addresses are allowed %s", flag, addr, why)
 	}
 	return nil
 }

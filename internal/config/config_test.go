@@ -29,6 +29,7 @@ func wantDefaults(t *testing.T) Daemon {
 		AgentBinary:        filepath.Join(filepath.Dir(exe), "toolboxd"),
 		Domain:             "localhost",
 		TLSListen:          "127.0.0.1:7443",
+		TCPHost:            "127.0.0.1",
 		DefaultImage:       "sandboxd/base:bookworm",
 		DefaultRuntime:     "docker",
 		DefaultTimeout:     time.Hour,
@@ -76,6 +77,16 @@ func TestParse_Sources(t *testing.T) {
 		{"ListenEnv", map[string]string{"SANDBOXD_LISTEN": "127.0.0.2:8080"}, nil, func(d *Daemon) { d.Listen = "127.0.0.2:8080" }},
 		{"ListenFlagWins", map[string]string{"SANDBOXD_LISTEN": "127.0.0.2:8080"}, []string{"--listen", "localhost:9000"}, func(d *Daemon) { d.Listen = "localhost:9000" }},
 		{"ListenIPv6Loopback", nil, []string{"--listen=[::1]:7070"}, func(d *Daemon) { d.Listen = "[::1]:7070" }},
+		{"ListenPublicAllowed", nil, []string{"--allow-public", "--listen", "10.0.0.1:7070", "--https-listen", "api.example.com:443"}, func(d *Daemon) {
+			d.AllowPublic, d.Listen, d.HTTPSListen = true, "10.0.0.1:7070", "api.example.com:443"
+		}},
+		{"TCPHostPublic", nil, []string{"--allow-public", "--tcp-host", "sbx1.example.net"}, func(d *Daemon) { d.AllowPublic, d.TCPHost = true, "sbx1.example.net" }},
+		{"HTTPSCertFlags", nil, []string{"--https-listen", "127.0.0.1:7443", "--https-cert", "/etc/sandboxd/api.crt", "--https-key", "/etc/sandboxd/api.key"}, func(d *Daemon) {
+			d.HTTPSListen, d.HTTPSCert, d.HTTPSKey = "127.0.0.1:7443", "/etc/sandboxd/api.crt", "/etc/sandboxd/api.key"
+		}},
+		{"ListenPublicAllowedEnv", map[string]string{"SANDBOXD_ALLOW_PUBLIC": "true", "SANDBOXD_LISTEN": "node1.example.com:7070"}, nil, func(d *Daemon) {
+			d.AllowPublic, d.Listen = true, "node1.example.com:7070"
+		}},
 		{"EmptyEnvIsUnset", map[string]string{"SANDBOXD_LISTEN": "", "SANDBOXD_DATA_DIR": ""}, nil, func(*Daemon) {}},
 		{"DataDirEnv", map[string]string{"SANDBOXD_DATA_DIR": "/var/lib/sandboxd"}, nil, func(d *Daemon) { d.DataDir = "/var/lib/sandboxd" }},
 		{"DataDirFlag", nil, []string{"-data-dir", "/srv/sbx"}, func(d *Daemon) { d.DataDir = "/srv/sbx" }},
@@ -159,15 +170,23 @@ func TestParse_Rejects(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"ListenPublic", nil, []string{"--listen", "0.0.0.0:7070"}, `--listen "0.0.0.0:7070": only loopback addresses are allowed in local mode`},
-		{"ListenAllInterfaces", nil, []string{"--listen", ":7070"}, `--listen ":7070": only loopback addresses are allowed in local mode`},
-		{"ListenHostName", nil, []string{"--listen", "example.com:7070"}, `--listen "example.com:7070": only loopback addresses are allowed in local mode`},
-		{"ListenPublicEnv", map[string]string{"SANDBOXD_LISTEN": "10.0.0.1:7070"}, nil, `--listen "10.0.0.1:7070": only loopback addresses are allowed in local mode`},
+		{"ListenPublic", nil, []string{"--listen", "0.0.0.0:7070"}, `--listen "0.0.0.0:7070": only loopback addresses are allowed without --allow-public`},
+		{"ListenAllInterfaces", nil, []string{"--listen", ":7070"}, `--listen ":7070": only loopback addresses are allowed without --allow-public`},
+		{"ListenHostName", nil, []string{"--listen", "example.com:7070"}, `--listen "example.com:7070": only loopback addresses are allowed without --allow-public`},
+		{"ListenPublicEnv", map[string]string{"SANDBOXD_LISTEN": "10.0.0.1:7070"}, nil, `--listen "10.0.0.1:7070": only loopback addresses are allowed without --allow-public`},
 		{"ListenNoPort", nil, []string{"--listen", "127.0.0.1"}, `--listen "127.0.0.1": address 127.0.0.1: missing port in address`},
-		{"HTTPSListenPublic", nil, []string{"--https-listen", "0.0.0.0:443"}, `--https-listen "0.0.0.0:443": only loopback addresses are allowed in local mode`},
+		{"HTTPSListenPublic", nil, []string{"--https-listen", "0.0.0.0:443"}, `--https-listen "0.0.0.0:443": only loopback addresses are allowed without --allow-public`},
 		{"HTTPSListenNoPort", nil, []string{"--https-listen", "localhost"}, `--https-listen "localhost": address localhost: missing port in address`},
-		{"PprofListenPublic", nil, []string{"--pprof-listen", "0.0.0.0:6060"}, `--pprof-listen "0.0.0.0:6060": only loopback addresses are allowed in local mode`},
-		{"PprofListenAllInterfaces", nil, []string{"--pprof-listen", ":6060"}, `--pprof-listen ":6060": only loopback addresses are allowed in local mode`},
+		{"PprofListenPublic", nil, []string{"--pprof-listen", "0.0.0.0:6060"}, `--pprof-listen "0.0.0.0:6060": only loopback addresses are allowed (profiles show memory and command lines)`},
+		{"PprofListenAllInterfaces", nil, []string{"--pprof-listen", ":6060"}, `--pprof-listen ":6060": only loopback addresses are allowed (profiles show memory and command lines)`},
+		// --allow-public opens the API's listeners only: profiles show
+		// memory and command lines.
+		{"PprofListenPublicAllowed", nil, []string{"--allow-public", "--pprof-listen", "10.0.0.1:6060"}, `--pprof-listen "10.0.0.1:6060": only loopback addresses are allowed (profiles show memory and command lines)`},
+		{"TCPHostPublic", nil, []string{"--tcp-host", "10.0.0.1"}, `--tcp-host "10.0.0.1": only loopback addresses are allowed without --allow-public`},
+		{"TCPHostWithPort", nil, []string{"--tcp-host", "127.0.0.1:80"}, `--tcp-host "127.0.0.1:80": want an address or a host name, no port`},
+		{"HTTPSCertWithoutKey", nil, []string{"--https-listen", "127.0.0.1:7443", "--https-cert", "c.pem"}, "--https-cert and --https-key go together, with --https-listen"},
+		{"HTTPSCertWithoutListen", nil, []string{"--https-cert", "c.pem", "--https-key", "k.pem"}, "--https-cert and --https-key go together, with --https-listen"},
+		{"ListenPublicAllowedNoPort", nil, []string{"--allow-public", "--listen", "10.0.0.1"}, `--listen "10.0.0.1": address 10.0.0.1: missing port in address`},
 		{"DataDirEmpty", nil, []string{"--data-dir", ""}, "--data-dir is required"},
 		{"CPUBudgetZero", nil, []string{"--cpu-budget", "0"}, "--cpu-budget and --memory-budget must be positive"},
 		{"MemoryBudgetNegative", nil, []string{"--memory-budget", "-1"}, "--cpu-budget and --memory-budget must be positive"},

@@ -120,7 +120,7 @@ func TestParse_ConfigFileRejects(t *testing.T) {
 		{"BadQuote", 0o600, "node-id = \"a\\q\"\n", `FILE:1: node-id: bad quoted value: invalid syntax`},
 		{"Duplicate", 0o600, "listen = 127.0.0.1:1\n\nlisten = 127.0.0.1:2\n", "FILE:3: listen is set again (first on line 1)"},
 		{"ConfigInConfig", 0o600, "config = /etc/other.conf\n", "FILE:1: config: a config file cannot name another"},
-		{"PublicListen", 0o600, "# the API\nlisten = 0.0.0.0:7070\n", `--listen "0.0.0.0:7070": only loopback addresses are allowed in local mode (set in the config file: listen at FILE:2)`},
+		{"PublicListen", 0o600, "# the API\nlisten = 0.0.0.0:7070\n", `--listen "0.0.0.0:7070": only loopback addresses are allowed without --allow-public (set in the config file: listen at FILE:2)`},
 		{"CrossField", 0o600, "disk-max-mb = 1024\ndisk-default-mb = 2048\n", "--disk-default-mb 2048, --disk-max-mb 1024: each at least 16, the default at most the maximum (set in the config file: disk-default-mb at FILE:2, disk-max-mb at FILE:1)"},
 		{"DefaultTimeoutTooLong", 0o600, "default-timeout = 200h\n", "--default-timeout 200h0m0s: from 0 (none) to 168h0m0s (set in the config file: default-timeout at FILE:1)"},
 		{"GroupWritable", 0o620, "listen = 127.0.0.1:1\n", "config file FILE: writable by group or others (mode 0620): whoever can write it chooses what the daemon runs; chmod 600 FILE"},

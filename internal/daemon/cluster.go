@@ -13,8 +13,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,7 +132,16 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 	}
 	apiURL := d.Config.AdvertiseURL
 	if apiURL == "" {
-		apiURL = "http://" + d.ln.Addr().String()
+		addr, err := advertised(d.Config.Listen, d.ln.Addr())
+		if err != nil {
+			return nil, fmt.Errorf("--listen: %w; set --advertise-url", err)
+		}
+		apiURL = "http://" + addr
+	}
+	if loopbackURL(apiURL) && !slices.ContainsFunc(f.Endpoints, loopbackURL) {
+		// Another host would call its own loopback: the call comes back
+		// to it, which answers from its own view (the loop guard).
+		d.logger.Warn("cluster: this node advertises a loopback API URL, but its etcd is reached beyond loopback: other hosts cannot reach this node; set --advertise-url (docs/deploy.md)", "api", apiURL)
 	}
 	c.node, err = cluster.Open(sctx, cluster.Config{
 		NodeID: d.Config.NodeID, Endpoints: f.Endpoints, TLS: tlsCfg, APIURL: apiURL, Secret: secret, Logger: d.logger,
@@ -148,10 +159,11 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 
 // publishTLS binds the SNI listener now (other nodes forward TLS
 // connections to it before this node exposes anything) and publishes its
-// address in the node's nodes/ key: advertise when set, else the bound
-// address. A node without a TLS listen address publishes none; one whose
-// listener does not bind publishes none and says so (TLS exposures then
-// fail here as on a single node, and nobody is sent to a dead address).
+// address in the node's nodes/ key: advertise when set, else the
+// configured host with the bound port (advertised). A node without a TLS
+// listen address publishes none; one whose listener does not bind
+// publishes none and says so (TLS exposures then fail here as on a single
+// node, and nobody is sent to a dead address).
 func (c *clusterNode) publishTLS(ctx context.Context, r *ingress.Router, listen, advertise string) error {
 	if advertise != "" {
 		if _, _, err := net.SplitHostPort(advertise); err != nil {
@@ -167,11 +179,44 @@ func (c *clusterNode) publishTLS(ctx context.Context, r *ingress.Router, listen,
 		return nil
 	}
 	if advertise == "" {
-		advertise = addr.String()
+		if advertise, err = advertised(listen, addr); err != nil {
+			return fmt.Errorf("--tls-listen: %w; set --advertise-tls", err)
+		}
 	}
 	c.node.SetTLSAddr(advertise)
 	c.logger.Info("cluster node: tls", "listen", addr.String(), "advertise", advertise)
 	return nil
+}
+
+// loopbackURL reports whether u's host is a loopback address or
+// localhost.
+func loopbackURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(p.Hostname())
+	return p.Hostname() == "localhost" || ip != nil && ip.IsLoopback()
+}
+
+// advertised is the host:port other nodes reach a listener by when no
+// --advertise-* flag says: the configured host (a name stays a name, so
+// nodes reach each other by name) with the port it bound (the configured
+// one may be 0). A listener on every address (0.0.0.0, ::, or no host)
+// names no address another node could dial: that is an error.
+func advertised(listen string, bound net.Addr) (string, error) {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return "", fmt.Errorf("%q listens on every address, which names none the other nodes can reach", listen)
+	}
+	_, port, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
 // tlsDirectory is what tlsRemote reads of the cluster (*cluster.Node's

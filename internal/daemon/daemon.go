@@ -8,12 +8,14 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -370,6 +372,7 @@ func (d *Daemon) buildIngress(dialer *serviceDialer, previews *auth.PreviewToken
 		Authorize:        authorizePreview(d.Auth, previews, d.Store, d.Config.Domain),
 		CredentialCookie: previewCookie,
 		TLSAddr:          d.Config.TLSListen,
+		BindAddr:         d.Config.TCPHost,
 		Logger:           d.logger,
 	}
 	if d.cluster != nil {
@@ -398,7 +401,7 @@ func poolTargets(sizes []config.PoolSize) []service.PoolTarget {
 }
 
 // buildService builds the service over the parts made so far. Its public
-// URLs use the port of the daemon's listener.
+// URLs are previewURL's.
 func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *volume.Dir, keyring *secrets.Keyring, clock func() time.Time) error {
 	cfg := d.Config
 	_, listenPort, _ := net.SplitHostPort(d.ln.Addr().String())
@@ -428,7 +431,8 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		HostPortLo:        cfg.HostPortLo,
 		HostPortHi:        cfg.HostPortHi,
 		TLSPort:           tlsPortN,
-		PublicURL:         func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) },
+		TCPHost:           cfg.TCPHost,
+		PublicURL:         previewURL(cfg, listenPort),
 		DomainCheckEvery:  cfg.DomainCheckEvery,
 	}, service.Deps{
 		Store:      d.Store,
@@ -497,16 +501,20 @@ func (d *Daemon) elsewhere() func(http.ResponseWriter, *http.Request, string) bo
 }
 
 // reservedHosts are the host names that reach the daemon's API: those
-// configured with --api-host, and the hosts of its listen addresses (an
-// IP literal or localhost, which AddDomain refuses anyway; listed so the
-// rule does not hang on that). A custom domain equal to one would route
-// the API's own traffic into a sandbox.
+// configured with --api-host, the hosts of its listen addresses and the
+// one it advertises to other cluster nodes (an IP literal or localhost,
+// which AddDomain refuses anyway; listed so the rule does not hang on
+// that). A custom domain equal to one would route the API's own traffic
+// into a sandbox.
 func reservedHosts(cfg config.Daemon, ln net.Addr) []string {
 	hosts := append([]string(nil), cfg.APIHosts...)
 	for _, addr := range []string{cfg.Listen, ln.String(), cfg.HTTPSListen} {
 		if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
 			hosts = append(hosts, naming.NormalizeHost(host))
 		}
+	}
+	if u, err := url.Parse(cfg.AdvertiseURL); err == nil && u.Hostname() != "" {
+		hosts = append(hosts, naming.NormalizeHost(u.Hostname()))
 	}
 	return hosts
 }
@@ -527,6 +535,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 
 		DefaultQuota:   auth.Quota(d.Config.DefaultQuota),
 		DefaultTimeout: d.Config.DefaultTimeout,
+		PrivateMetrics: d.Config.AllowPublic,
 	})
 	if err != nil {
 		return fmt.Errorf("v1.New: %w", err)
@@ -587,15 +596,18 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 	return nil
 }
 
-// listenHTTPS binds the TLS listener for preview URLs: certificates from
-// ACME (certmagic, issued on demand for routable hosts only) when an ACME
-// email is configured, else from a local CA made at start whose
-// certificate is written to <data-dir>/preview-ca.pem for clients to trust.
+// listenHTTPS binds the TLS listener for the API and preview URLs: the
+// operator's certificate (--https-cert) for the names it covers; for
+// the others certificates from ACME (certmagic, issued on demand for
+// routable hosts and --api-host names only) when an ACME email is
+// configured, else from a local CA made at start whose certificate is
+// written to <data-dir>/preview-ca.pem for clients to trust.
 func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
+	allow := func(host string) bool { return d.Router.Routable(host) || slices.Contains(cfg.APIHosts, host) }
 	var tlsConf *tls.Config
 	if cfg.ACMEEmail != "" {
 		acme, err := ingress.NewACME(ingress.ACMEOptions{
-			Email: cfg.ACMEEmail, StorageDir: filepath.Join(dataDir, "acme"), Routable: d.Router.Routable,
+			Email: cfg.ACMEEmail, StorageDir: filepath.Join(dataDir, "acme"), Routable: allow,
 		})
 		if err != nil {
 			return err
@@ -610,7 +622,13 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 		if err := os.WriteFile(filepath.Join(dataDir, "preview-ca.pem"), ca.CertPEM(), 0o644); err != nil {
 			return err
 		}
-		tlsConf = ca.TLSConfig(d.Router.Routable)
+		tlsConf = ca.TLSConfig(allow)
+	}
+	if cfg.HTTPSCert != "" {
+		var err error
+		if tlsConf, err = withOperatorCert(tlsConf, cfg.HTTPSCert, cfg.HTTPSKey); err != nil {
+			return err
+		}
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPSListen)
 	if err != nil {
@@ -619,6 +637,47 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	d.httpsLn = tls.NewListener(d.limiter.Wrap(ln), tlsConf) // counted before the handshake
 	d.closers = append(d.closers, func() error { d.httpsLn.Close(); return nil })
 	return nil
+}
+
+// previewURL turns a preview host into the URL users open: over TLS on
+// the --https-listen port (left out when 443) when the daemon serves
+// beyond loopback (--allow-public) with an HTTPS listener, since its plain
+// listener is then for the host or the nodes; else plain HTTP on the
+// listener's port, as on one host.
+func previewURL(cfg config.Daemon, listenPort string) func(host string) string {
+	if _, port, err := net.SplitHostPort(cfg.HTTPSListen); cfg.AllowPublic && err == nil {
+		if port == "443" {
+			return func(host string) string { return "https://" + host }
+		}
+		return func(host string) string { return "https://" + net.JoinHostPort(host, port) }
+	}
+	return func(host string) string { return "http://" + net.JoinHostPort(host, listenPort) }
+}
+
+// withOperatorCert returns base serving the certificate in certFile (its
+// key in keyFile) for every server name the certificate covers, and for a
+// hello that names none (a client dialing an address); other names are
+// base's. The files are read once, at start.
+func withOperatorCert(base *tls.Config, certFile, keyFile string) (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--https-cert, --https-key: %w", err)
+	}
+	leaf := pair.Leaf // set by LoadX509KeyPair
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("--https-cert: %w", err)
+		}
+	}
+	conf := base.Clone()
+	next := base.GetCertificate
+	conf.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if hello.ServerName == "" || leaf.VerifyHostname(hello.ServerName) == nil {
+			return &pair, nil
+		}
+		return next(hello)
+	}
+	return conf, nil
 }
 
 // loadOrCreateNodeID returns the node id kept in path, creating one at

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -235,7 +236,11 @@ func (s *Service) exposure(ep store.ExposedPort) Exposure {
 			e.URL = "http://" + host
 		}
 	case store.ProtocolTCP:
-		e.URL = fmt.Sprintf("tcp://127.0.0.1:%d", ep.HostPort)
+		tcpHost := s.cfg.TCPHost
+		if tcpHost == "" {
+			tcpHost = "127.0.0.1"
+		}
+		e.URL = "tcp://" + net.JoinHostPort(tcpHost, strconv.Itoa(ep.HostPort))
 	case store.ProtocolTLS:
 		e.URL = "tls://" + host
 		if s.cfg.TLSPort > 0 {

@@ -172,6 +172,9 @@ type Config struct {
 	PublicURL func(host string) string
 	// TLSPort is the SNI listener's port, for tls:// URLs (0: unknown).
 	TLSPort int
+	// TCPHost is the host tcp:// URLs name (the one host ports are bound
+	// on). Empty: 127.0.0.1.
+	TCPHost string
 	// Domain is the preview domain: <port>-<sandbox-id>.<Domain>.
 	Domain string
 	// ReservedHosts may never be bound as custom domains: the daemon's own

@@ -129,27 +129,59 @@ func (ns *NetNS) ServeHTTP(addr netip.Addr, port int) (stop func(), err error) {
 // Listen opens a TCP listener in the namespace: the socket is made there,
 // from a thread that enters it and comes back.
 func (ns *NetNS) Listen(addr string) (net.Listener, error) {
+	var ln net.Listener
+	err := InNetNS(ns.Name, func() (err error) {
+		ln, err = (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
+		return err
+	})
+	if err != nil && ln != nil {
+		ln.Close()
+		ln = nil
+	}
+	return ln, err
+}
+
+// DialIn dials addr (an IP literal and a port) from inside the network
+// namespace named name (`ip netns add`): the connection's socket lives
+// there, whichever thread later reads it.
+func DialIn(ctx context.Context, name, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := InNetNS(name, func() (err error) {
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	if err != nil && c != nil {
+		c.Close()
+		c = nil
+	}
+	return c, err
+}
+
+// InNetNS runs fn on a thread that has entered the network namespace
+// named name and comes back to its own afterwards. Sockets fn makes
+// belong to that namespace; fn must not start goroutines that make any.
+func InNetNS(name string, fn func() error) error {
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	orig, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer orig.Close()
-	target, err := os.Open("/var/run/netns/" + ns.Name)
+	target, err := os.Open("/var/run/netns/" + name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, fmt.Errorf("enter %s: %w", ns.Name, err)
+		return fmt.Errorf("enter %s: %w", name, err)
 	}
-	ln, lerr := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
+	ferr := fn()
 	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
 		// The thread is in the wrong namespace: it must never run
 		// anything else. Leaving it locked makes the runtime end it.
 		goruntime.LockOSThread()
-		return nil, fmt.Errorf("leave %s: %w", ns.Name, err)
+		return fmt.Errorf("leave %s: %w", name, err)
 	}
-	return ln, lerr
+	return ferr
 }

@@ -63,6 +63,7 @@ func call(ctx context.Context, d *daemontest.Daemon, method, path string, body a
 // for a forward to a node that does not answer, and the next request on it
 // fails with "connection reset by peer" (the daemon bug the quorum test
 // steps around with this client; reported with this package).
+// TestMain makes it reach LAN hosts.
 var freshConns = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 // callWith is call through hc.

@@ -8,13 +8,25 @@
 // cluster of its own. Every node is stopped at the end and every container
 // labelled with its node id is removed, whatever the outcome.
 //
+// The package runs twice. The first pass runs every test on loopback. The
+// second (the LAN pass) runs lanTests again with every node of every
+// cluster on a host of its own: a network namespace on a bridge that only
+// the test's namespaces see, configured by host name with no loopback
+// address (daemontest.LAN), as a cluster across machines is; the test
+// reaches the nodes from the bridge's own namespace. SANDBOXD_TEST_CLUSTER_LAN
+// selects: unset, both passes; "off", the first only; "only", the LAN
+// pass only; "all", both, the LAN pass running every test. The LAN pass
+// needs root and iproute2; without them it is skipped, and fails in CI.
+//
 // Without a reachable Docker engine the tests skip, unless CI is set, in
 // which case they fail; under -short they skip.
 package cluster_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -39,6 +51,22 @@ var env struct {
 	sharedOnce sync.Once
 	shared     *daemontest.Cluster
 	sharedErr  error
+
+	// lan is set during the LAN pass; lanAll runs every test in it.
+	lan, lanAll bool
+}
+
+// lanTests are the tests the LAN pass runs (unless
+// SANDBOXD_TEST_CLUSTER_LAN=all): join by name, a sandbox used through
+// another node, TLS and TCP exposures from another host, failover,
+// quorum loss, and what a stranger on the network gets.
+var lanTests = map[string]bool{
+	"TestCluster_SandboxOfAnotherNodeWorksThroughThisOne": true,
+	"TestTLS_AnswersOnEveryNode":                          true,
+	"TestCluster_FailoverRecreatesOnAnotherNode":          true,
+	"TestCluster_QuorumLossRefusesCreatesButKeepsExec":    true,
+	"TestLAN_NodesByNameClosedToStrangers":                true,
+	"TestLAN_TCPExposureAnswersOnItsOwnersName":           true,
 }
 
 func TestMain(m *testing.M) {
@@ -60,7 +88,46 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
 		return 1
 	}
-	code := m.Run()
+	// Every HTTP client of the tests reaches LAN hosts from their switch,
+	// trusting their certificates (and anything else as before).
+	roots, err := daemontest.LANRootCAs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cluster:", err)
+		return 1
+	}
+	for _, t := range []*http.Transport{http.DefaultTransport.(*http.Transport), freshConns.Transport.(*http.Transport)} {
+		t.DialContext, t.TLSClientConfig = daemontest.DialContext, &tls.Config{RootCAs: roots}
+	}
+	mode := os.Getenv("SANDBOXD_TEST_CLUSTER_LAN")
+	code := 0
+	if mode != "only" {
+		code = m.Run()
+		code = max(code, closeShared(code))
+	}
+	if mode != "off" && !testenv.Short() {
+		if why := daemontest.CanMakeLAN(); why != "" {
+			fmt.Fprintf(os.Stderr, "cluster: LAN pass skipped: %s\n", why)
+			if testenv.CI() {
+				code = 1
+			}
+		} else {
+			fmt.Fprintln(os.Stderr, "cluster: LAN pass: every node on a network namespace of its own, by name (SANDBOXD_TEST_CLUSTER_LAN)")
+			env.lan, env.lanAll, env.dt.LAN = true, mode == "all", true
+			env.sharedOnce, env.shared, env.sharedErr = sync.Once{}, nil, nil
+			code = max(code, m.Run())
+			code = max(code, closeShared(code))
+		}
+	}
+	code = testenv.Exit(code)
+	env.dt.Close(code != 0)
+	return code
+}
+
+// closeShared checks that the tests left nothing on the shared cluster,
+// if one was started, and closes it; it returns 1 on a leak or a failed
+// cleanup. code is the run's so far: when it is not 0 the nodes' logs are
+// printed.
+func closeShared(code int) int {
 	if env.shared != nil {
 		// Every test destroys what it made on the shared cluster: a
 		// container still there is a leak, which Close's sweep would hide.
@@ -84,15 +151,18 @@ func runMain(m *testing.M) int {
 			code = 1
 		}
 	}
-	code = testenv.Exit(code)
-	env.dt.Close(code != 0)
 	return code
 }
 
 // requireDocker skips t under -short or when Docker (or a test image) is
 // missing outside CI, and fails it in CI.
+//
+// In the LAN pass it also skips the tests that pass does not run.
 func requireDocker(t *testing.T) {
 	t.Helper()
+	if env.lan && !env.lanAll && !lanTests[t.Name()] {
+		t.Skip("not in the LAN pass (SANDBOXD_TEST_CLUSTER_LAN=all runs it there)")
+	}
 	testenv.NeedsDocker(t)
 	if env.dockerErr == nil {
 		return

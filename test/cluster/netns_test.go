@@ -72,8 +72,8 @@ func twoNamespaces(t *testing.T) (a, b netns) {
 }
 
 // startIn starts sandboxd on dataDir inside ns (API on the namespace's
-// loopback: the API listens on loopback only) and waits for /readyz; it
-// is stopped at the end of t.
+// loopback; the LAN pass runs nodes whose API is beyond it) and waits for
+// /readyz; it is stopped at the end of t.
 func startIn(ctx context.Context, t *testing.T, ns netns, dataDir, nodeID string, hostPorts int) {
 	t.Helper()
 	logPath := filepath.Join(dataDir, "sandboxd.log")
@@ -156,7 +156,7 @@ func TestCluster_TwoNamespacesByAddress(t *testing.T) {
 	}
 	ports := env.dt.PortBase + 4000
 	startIn(ctx, t, a, dirA, idA, ports)
-	// The API listens on loopback only, so the join's certificate request
+	// The API listens on loopback here, so the join's certificate request
 	// runs where it reaches node A's API; the new member then peers with
 	// A's across the namespaces, by address.
 	if out, err := a.exec(ctx, env.dt.Bins.Sandboxd, "cluster", "join", "--data-dir", dirB,

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -139,9 +138,15 @@ func tlsAddrs(ctx context.Context, t *testing.T, d *daemontest.Daemon) map[strin
 // host, verifying the chain against roots, sends "ping\n" and returns the
 // line that comes back.
 func tlsRoundTrip(addr, host string, roots *x509.CertPool) (string, error) {
-	d := &net.Dialer{Timeout: 5 * time.Second}
-	c, err := tls.DialWithDialer(d, "tcp", addr, &tls.Config{ServerName: host, RootCAs: roots, MinVersion: tls.VersionTLS12})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	raw, err := daemontest.DialContext(ctx, "tcp", addr) // a LAN host's address from its switch
 	if err != nil {
+		return "", err
+	}
+	c := tls.Client(raw, &tls.Config{ServerName: host, RootCAs: roots, MinVersion: tls.VersionTLS12})
+	if err := c.HandshakeContext(ctx); err != nil {
+		c.Close()
 		return "", err
 	}
 	defer c.Close()

@@ -64,6 +64,10 @@ type Options struct {
 	// DefaultTimeout is the lifetime of a sandbox whose create sends no
 	// timeout_s (one that sends 0 has none). Zero: no default.
 	DefaultTimeout time.Duration
+	// PrivateMetrics makes /metrics ask for an admin token: the daemon
+	// listens beyond loopback (--allow-public), where only /healthz and
+	// /readyz answer a caller without a credential.
+	PrivateMetrics bool
 }
 
 // server holds what every handler needs.
@@ -118,6 +122,9 @@ func New(opts Options) (http.Handler, error) {
 
 	mux := http.NewServeMux()
 	for _, rt := range routes() {
+		if rt.path == "/metrics" && opts.PrivateMetrics {
+			rt.access = adminOnly
+		}
 		mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
 	return s.logRequests(s.rejectUnmatched(mux)), nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,7 +25,8 @@ import (
 const joinTimeout = 90 * time.Second
 
 // Cluster is daemons that form one cluster, each running an embedded etcd
-// member on 127.0.0.1 with TLS and client certificates (docs/cluster.md). Its nodes are ordinary Daemons:
+// member with TLS and client certificates (docs/cluster.md), on 127.0.0.1
+// or, with Env.LAN, each on a LAN host of its own. Its nodes are ordinary Daemons:
 // Kill, Stop and Restart them one by one; a restart rejoins with the
 // cluster files in its data directory.
 type Cluster struct {
@@ -33,6 +35,9 @@ type Cluster struct {
 	Nodes []*Daemon
 	// etcdClients are the members' etcd client URLs (https), by node.
 	etcdClients []string
+	// LAN is the network the nodes' hosts are on (Env.LAN), nil when they
+	// run on this host's loopback. Close removes it after the nodes.
+	LAN *LAN
 }
 
 // EtcdClients are the etcd client URLs of the nodes' members, in the
@@ -72,21 +77,39 @@ func (e *Env) NewCluster(ctx context.Context, nodes []ClusterNode) (_ *Cluster, 
 			err = errors.Join(err, c.Close())
 		}
 	}()
-	for i, n := range nodes {
-		d := e.New(n.Name, n.Args...)
-		c.Nodes = append(c.Nodes, d)
+	for _, n := range nodes {
+		c.Nodes = append(c.Nodes, e.New(n.Name, n.Args...))
+	}
+	if e.LAN {
+		names := make([]string, len(c.Nodes))
+		for i, d := range c.Nodes {
+			names[i] = d.NodeID()
+		}
+		if c.LAN, err = NewLAN(names); err != nil {
+			return nil, fmt.Errorf("LAN: %w", err)
+		}
+		for i, d := range c.Nodes {
+			d.host = &c.LAN.Hosts[i]
+		}
+	}
+	for i, d := range c.Nodes {
 		// The cluster commands take the node id from the data dir; the
 		// daemon's --node-id must be the same (it names the etcd member).
 		if err := os.WriteFile(filepath.Join(d.DataDir(), "node-id"), []byte(d.NodeID()+"\n"), 0o600); err != nil {
 			return nil, err
 		}
-		client, peer, err := freePair()
-		if err != nil {
+		var client, peer string
+		if d.host != nil {
+			// The member binds and advertises an address (a name is
+			// refused: docs/cluster.md), the host's own.
+			client = net.JoinHostPort(d.host.Addr.String(), strconv.Itoa(lanEtcdClient))
+			peer = net.JoinHostPort(d.host.Addr.String(), strconv.Itoa(lanEtcdPeer))
+		} else if client, peer, err = freePair(); err != nil {
 			return nil, err
 		}
 		args := []string{"--data-dir", d.DataDir(), "--etcd-client", client, "--etcd-peer", peer}
 		if i == 0 {
-			if out, err := e.clusterCmd(ctx, append([]string{"init"}, args...)...); err != nil {
+			if out, err := e.clusterCmd(ctx, d, append([]string{"init"}, args...)...); err != nil {
 				return nil, fmt.Errorf("cluster init %s: %w\n%s", d.NodeID(), err, out)
 			}
 		} else {
@@ -94,7 +117,7 @@ func (e *Env) NewCluster(ctx context.Context, nodes []ClusterNode) (_ *Cluster, 
 				"--secret-file", filepath.Join(c.Nodes[0].DataDir(), "cluster.secret"),
 				"--via-api", c.Nodes[0].URL())
 			err := testenv.Poll(ctx, joinTimeout, func() error {
-				out, err := e.clusterCmd(ctx, append([]string{"join"}, args...)...)
+				out, err := e.clusterCmd(ctx, d, append([]string{"join"}, args...)...)
 				if err != nil {
 					return fmt.Errorf("%w: %s", err, out)
 				}
@@ -142,10 +165,18 @@ func (e *Env) StartCluster(t testing.TB, nodes []ClusterNode) *Cluster {
 	return c
 }
 
-// clusterCmd runs `sandboxd cluster args...` and returns its output.
-func (e *Env) clusterCmd(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, e.Bins.Sandboxd, append([]string{"cluster"}, args...)...)
+// clusterCmd runs `sandboxd cluster args...` on d's host and returns its
+// output.
+func (e *Env) clusterCmd(ctx context.Context, d *Daemon, args ...string) (string, error) {
+	args = append([]string{e.Bins.Sandboxd, "cluster"}, args...)
+	if d.host != nil {
+		args = append([]string{"ip", "netns", "exec", d.host.NS}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = HermeticEnv()
+	if d.host != nil {
+		cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+d.host.CA) // join --via-api over HTTPS
+	}
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
@@ -153,7 +184,7 @@ func (e *Env) clusterCmd(ctx context.Context, args ...string) (string, error) {
 // Members is `sandboxd cluster members` run on d's data directory: the
 // cluster's etcd members and the live nodes, as a table.
 func (c *Cluster) Members(ctx context.Context, d *Daemon) (string, error) {
-	return d.env.clusterCmd(ctx, "members", "--data-dir", d.DataDir())
+	return d.env.clusterCmd(ctx, d, "members", "--data-dir", d.DataDir())
 }
 
 // WaitReady waits until every one of nodes answers /readyz 200 and lists
@@ -182,7 +213,8 @@ func (c *Cluster) WaitReady(ctx context.Context, nodes ...*Daemon) error {
 }
 
 // Close closes every node at once (Daemon.Close: stop, remove its
-// containers and data directory). It is safe to call more than once.
+// containers and data directory), then removes the LAN. It is safe to
+// call more than once.
 func (c *Cluster) Close() error {
 	errs := make([]error, len(c.Nodes))
 	var wg sync.WaitGroup
@@ -190,6 +222,9 @@ func (c *Cluster) Close() error {
 		wg.Go(func() { errs[i] = d.Close() })
 	}
 	wg.Wait()
+	if c.LAN != nil {
+		errs = append(errs, c.LAN.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -199,7 +234,7 @@ func ready(ctx context.Context, baseURL string) error {
 	if err != nil {
 		return err
 	}
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: transport()}).Do(req)
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,15 @@
 // built binaries end to end (test/e2e, test/adversarial): it builds the
 // binaries of this checkout once, starts daemons as child processes on
 // 127.0.0.1 with their own data directories and node ids, and removes
-// every container they labelled when they are closed.
+// every container they labelled when they are closed. A cluster's nodes
+// can instead each run on a host of their own (LAN): a network namespace
+// joined to the others' by a bridge, reached by name, no loopback in
+// their configuration.
 package daemontest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -56,6 +60,11 @@ type Env struct {
 	// test binary uses its own so that packages running at once never
 	// share one.
 	PortBase int
+	// LAN makes NewCluster put every node on a host of its own: a
+	// network namespace on a LAN (NewLAN), configured by host name with
+	// no loopback address, as on separate machines. Set it between runs,
+	// never while a cluster is starting.
+	LAN bool
 
 	seq atomic.Int32
 }
@@ -177,6 +186,9 @@ type Daemon struct {
 	// DOCKER_HOST, to reach the engine through a test's proxy). Set it
 	// before Start.
 	Env []string
+	// host, when set, is the LAN host the daemon runs on (`ip netns
+	// exec`), listening on its name with fixed ports.
+	host *LANHost
 
 	mu     sync.Mutex
 	port   int
@@ -242,12 +254,25 @@ func (d *Daemon) NodeID() string { return d.nodeID }
 // DataDir is the daemon's --data-dir.
 func (d *Daemon) DataDir() string { return d.dataDir }
 
-// URL is the base URL of the daemon's API.
+// URL is the base URL of the daemon's API: on a LAN host, HTTPS by the
+// host's name, which is also what the node advertises to the others
+// (reach it through DialContext, trusting LANRootCAs).
 func (d *Daemon) URL() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.urlLocked()
+}
+
+func (d *Daemon) urlLocked() string {
+	if d.host != nil {
+		return "https://" + net.JoinHostPort(d.host.Name, strconv.Itoa(lanHTTPSPort))
+	}
 	return "http://127.0.0.1:" + strconv.Itoa(d.port)
 }
+
+// Host is the LAN host the daemon runs on, nil when it runs in this
+// process's network namespace.
+func (d *Daemon) Host() *LANHost { return d.host }
 
 // Token is the admin token the daemon wrote at its first start.
 func (d *Daemon) Token() string {
@@ -317,7 +342,7 @@ func (d *Daemon) startOnce(ctx context.Context) error {
 		return err
 	}
 	d.cmd, d.exited = cmd, exited
-	url := "http://127.0.0.1:" + strconv.Itoa(d.port)
+	url := d.urlLocked()
 	d.mu.Unlock()
 
 	if err := waitHealthy(ctx, url, exited); err != nil {
@@ -340,16 +365,27 @@ func (d *Daemon) startOnce(ctx context.Context) error {
 
 // spawn starts the process (d.mu held) and a goroutine that waits for it.
 func (d *Daemon) spawn() (*exec.Cmd, chan struct{}, error) {
-	if d.port == 0 {
-		p, err := FreePort()
+	listen, tlsListen := "", ""
+	if d.host != nil {
+		// No loopback anywhere: the API and the SNI listener on the host's
+		// name, which the daemon also advertises to the other nodes (the
+		// API over HTTPS, so tokens cross the LAN in TLS only).
+		d.port = lanAPIPort
+		listen = net.JoinHostPort(d.host.Name, strconv.Itoa(lanAPIPort))
+		tlsListen = net.JoinHostPort(d.host.Name, strconv.Itoa(lanTLSPort))
+	} else {
+		if d.port == 0 {
+			p, err := FreePort()
+			if err != nil {
+				return nil, nil, err
+			}
+			d.port = p
+		}
+		tlsPort, err := FreePort()
 		if err != nil {
 			return nil, nil, err
 		}
-		d.port = p
-	}
-	tlsPort, err := FreePort()
-	if err != nil {
-		return nil, nil, err
+		listen, tlsListen = "127.0.0.1:"+strconv.Itoa(d.port), "127.0.0.1:"+strconv.Itoa(tlsPort)
 	}
 	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -359,15 +395,25 @@ func (d *Daemon) spawn() (*exec.Cmd, chan struct{}, error) {
 	fmt.Fprintf(logf, "---- %s: starting %s on port %d at %s\n", d.env.Prefix, d.nodeID, d.port, time.Now().Format(time.RFC3339Nano))
 
 	args := append([]string{
-		"--listen", "127.0.0.1:" + strconv.Itoa(d.port),
-		"--tls-listen", "127.0.0.1:" + strconv.Itoa(tlsPort),
+		"--listen", listen,
+		"--tls-listen", tlsListen,
 		"--data-dir", d.dataDir,
 		"--node-id", d.nodeID,
 		"--agent-binary", d.env.Bins.Toolboxd,
 		"--log-level", "debug",
 	}, d.args...)
 	cmd := exec.Command(d.env.Bins.Sandboxd, args...)
+	if d.host != nil {
+		https := net.JoinHostPort(d.host.Name, strconv.Itoa(lanHTTPSPort))
+		args = append([]string{"netns", "exec", d.host.NS, d.env.Bins.Sandboxd, "--allow-public",
+			"--https-listen", https, "--https-cert", d.host.Cert, "--https-key", d.host.Key,
+			"--advertise-url", "https://" + https, "--tcp-host", d.host.Name}, args...)
+		cmd = exec.Command("ip", args...) // ip execs sandboxd: same process
+	}
 	cmd.Env = append(HermeticEnv(), d.Env...)
+	if d.host != nil {
+		cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+d.host.CA) // the other nodes' certificates
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// If the test binary dies, the daemon dies with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -515,7 +561,7 @@ func RemoveContainers(ctx context.Context, nodeID string) error {
 // waitHealthy polls GET /healthz until it answers 200, the process exits,
 // or ctx ends.
 func waitHealthy(ctx context.Context, baseURL string, exited <-chan struct{}) error {
-	hc := &http.Client{Timeout: 2 * time.Second}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: transport()}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	var last error
@@ -539,6 +585,16 @@ func waitHealthy(ctx context.Context, baseURL string, exited <-chan struct{}) er
 		}
 	}
 }
+
+// transport is the HTTP transport of the package's own calls: it reaches
+// daemons on a LAN (DialContext, LANRootCAs).
+var transport = sync.OnceValue(func() *http.Transport {
+	t := &http.Transport{DialContext: DialContext, DisableKeepAlives: true}
+	if roots, err := LANRootCAs(); err == nil {
+		t.TLSClientConfig = &tls.Config{RootCAs: roots}
+	}
+	return t
+})
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
