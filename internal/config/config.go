@@ -237,7 +237,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.HTTPSCert, "https-cert", d.HTTPSCert, "certificate (PEM, with its chain) served on --https-listen for the names it covers; with --https-key (env SANDBOXD_HTTPS_CERT)")
 	fs.StringVar(&d.HTTPSKey, "https-key", d.HTTPSKey, "the key of --https-cert, PEM (env SANDBOXD_HTTPS_KEY)")
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
-	fs.StringVar(&d.TCPHost, "tcp-host", d.TCPHost, "host (address or name) raw TCP exposures bind their host ports on and name in their URLs; beyond loopback with --allow-public (env SANDBOXD_TCP_HOST)")
+	fs.StringVar(&d.TCPHost, "tcp-host", d.TCPHost, "host (address or name) raw TCP exposures bind their host ports on and name in their URLs; beyond loopback with --allow-public, where they answer anyone who reaches this host: a raw TCP exposure has no credential (env SANDBOXD_TCP_HOST)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
 	fs.StringVar(&d.DefaultRuntime, "default-runtime", d.DefaultRuntime, "runtime used when a request names none: docker or gvisor (env SANDBOXD_DEFAULT_RUNTIME)")
 	fs.DurationVar(&d.DefaultTimeout, "default-timeout", d.DefaultTimeout,
@@ -466,6 +466,8 @@ func (d Daemon) validate() error {
 	}
 	if ip := net.ParseIP(d.TCPHost); d.TCPHost == "" || strings.ContainsAny(d.TCPHost, ":[]") && ip == nil {
 		return bad([]string{"tcp-host"}, "--tcp-host %q: want an address or a host name, no port", d.TCPHost)
+	} else if ip != nil && ip.IsUnspecified() {
+		return bad([]string{"tcp-host"}, "--tcp-host %q: TCP exposures' URLs name this host, so it must be one clients reach (an address of this host or its name), not every address", d.TCPHost)
 	} else if !d.AllowPublic && d.TCPHost != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return bad([]string{"tcp-host"}, "--tcp-host %q: only loopback addresses are allowed without --allow-public", d.TCPHost)
 	}

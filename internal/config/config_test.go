@@ -184,6 +184,7 @@ func TestParse_Rejects(t *testing.T) {
 		{"PprofListenPublicAllowed", nil, []string{"--allow-public", "--pprof-listen", "10.0.0.1:6060"}, `--pprof-listen "10.0.0.1:6060": only loopback addresses are allowed (profiles show memory and command lines)`},
 		{"TCPHostPublic", nil, []string{"--tcp-host", "10.0.0.1"}, `--tcp-host "10.0.0.1": only loopback addresses are allowed without --allow-public`},
 		{"TCPHostWithPort", nil, []string{"--tcp-host", "127.0.0.1:80"}, `--tcp-host "127.0.0.1:80": want an address or a host name, no port`},
+		{"TCPHostEvery", nil, []string{"--allow-public", "--tcp-host", "0.0.0.0"}, `--tcp-host "0.0.0.0": TCP exposures' URLs name this host, so it must be one clients reach (an address of this host or its name), not every address`},
 		{"HTTPSCertWithoutKey", nil, []string{"--https-listen", "127.0.0.1:7443", "--https-cert", "c.pem"}, "--https-cert and --https-key go together, with --https-listen"},
 		{"HTTPSCertWithoutListen", nil, []string{"--https-cert", "c.pem", "--https-key", "k.pem"}, "--https-cert and --https-key go together, with --https-listen"},
 		{"ListenPublicAllowedNoPort", nil, []string{"--allow-public", "--listen", "10.0.0.1"}, `--listen "10.0.0.1": address 10.0.0.1: missing port in address`},

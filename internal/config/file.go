@@ -144,7 +144,9 @@ func applyFile(fs *flag.FlagSet, path string, overridden func(name string) bool)
 // other than root and this process's user could have written, and one
 // that holds a secret and is readable by group or others.
 func readFile(path string) ([]fileLine, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO in its place would block the open until a writer
+	// came; it is refused below as not a regular file.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("config file: %w", err)
 	}

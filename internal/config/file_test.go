@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,6 +146,13 @@ func TestParse_ConfigFileUnreadable(t *testing.T) {
 	}
 	if _, err := Parse([]string{"--config", dir}, envOf(nil)); err == nil || err.Error() != fmt.Sprintf("config file %s: not a regular file", dir) {
 		t.Errorf("directory: Parse = %v", err)
+	}
+	fifo := filepath.Join(dir, "fifo.conf")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse([]string{"--config", fifo}, envOf(nil)); err == nil || err.Error() != fmt.Sprintf("config file %s: not a regular file", fifo) {
+		t.Errorf("a FIFO (its open must not wait for a writer): Parse = %v", err)
 	}
 	big := writeConfig(t, 0o600, "# "+strings.Repeat("x", maxFileBytes)+"\n")
 	if _, err := Parse([]string{"--config", big}, envOf(nil)); err == nil || !strings.Contains(err.Error(), "larger than") {
