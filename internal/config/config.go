@@ -11,9 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/distribution/reference"
 
 	"github.com/sandboxd/sandboxd/internal/naming"
 )
@@ -100,6 +103,13 @@ type Daemon struct {
 	// own where the daemon can make one; it counts in its owner's disk
 	// quota while the volume exists.
 	VolumeSizeMB int64
+	// RegistryAllow lists the registry hosts images may be pulled from
+	// ("docker.io" is Docker Hub; "host:port", or a host for all its
+	// ports); empty: any.
+	RegistryAllow []string
+	// ImageMaxMB refuses a pull whose image is bigger, and removes it
+	// (0: no cap).
+	ImageMaxMB int64
 	// Pool is how many started, idle sandboxes the warm pool keeps per
 	// image (default CPU, memory and runtime, no network); the default is
 	// two of DefaultImage. The admin API (PUT /v1/pools) changes it at
@@ -232,6 +242,11 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"largest disk limit in MiB a create may ask for (env SANDBOXD_DISK_MAX_MB)")
 	fs.Int64Var(&d.VolumeSizeMB, "volume-size-mb", d.VolumeSizeMB,
 		"size in MiB of each new volume, a file system of its own; it counts in its owner's disk quota (env SANDBOXD_VOLUME_SIZE_MB)")
+	registryAllow := strings.Join(d.RegistryAllow, ",")
+	fs.StringVar(&registryAllow, "registry-allow", registryAllow,
+		"comma-separated registry hosts images may be pulled from (docker.io is Docker Hub; a host without a port allows all its ports); empty: any (env SANDBOXD_REGISTRY_ALLOW)")
+	fs.Int64Var(&d.ImageMaxMB, "image-max-mb", d.ImageMaxMB,
+		"refuse, and remove, a pulled image bigger than this many MiB; 0: no cap (env SANDBOXD_IMAGE_MAX_MB)")
 	pool := ""
 	if v, ok := env("SANDBOXD_POOL"); ok {
 		pool = v
@@ -268,6 +283,9 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		return Daemon{}, fmt.Errorf("--host-ports: %w", err)
 	}
 	d.HostPortLo, d.HostPortHi = lo, hi
+	if d.RegistryAllow, err = ParseRegistryAllow(registryAllow); err != nil {
+		return Daemon{}, fmt.Errorf("--registry-allow: %w", err)
+	}
 	if apiHosts != nil { // the flags replace the environment's list
 		d.APIHosts = apiHosts
 	}
@@ -275,6 +293,33 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		return Daemon{}, fmt.Errorf("--api-host: %w", err)
 	}
 	return d, d.validate()
+}
+
+// ParseRegistryAllow reads a comma-separated list of registry hosts as
+// the reference parser names them: lowercase, "docker.io" for Docker Hub
+// (index.docker.io too), a port kept. Empty items are skipped.
+func ParseRegistryAllow(s string) ([]string, error) {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.ToLower(strings.TrimSpace(item))
+		if item == "" {
+			continue
+		}
+		named, err := reference.ParseNormalizedNamed(item + "/x")
+		if err != nil || strings.ContainsAny(item, "/@") {
+			return nil, fmt.Errorf("%q is not a registry host", item)
+		}
+		host := reference.Domain(named)
+		if host == "docker.io" && item != "docker.io" && item != "index.docker.io" {
+			// "team/x" parses as Hub's namespace team: a host needs a dot
+			// or a port, or is localhost.
+			return nil, fmt.Errorf("%q is not a registry host (a host has a dot or a port, or is localhost)", item)
+		}
+		if !slices.Contains(out, host) {
+			out = append(out, host)
+		}
+	}
+	return out, nil
 }
 
 // normalizeHosts lowercases each host and drops a :port and a trailing dot
@@ -356,6 +401,12 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	if d.VolumeSizeMB, err = strconv.ParseInt(get("SANDBOXD_VOLUME_SIZE_MB", "10240"), 10, 64); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_VOLUME_SIZE_MB: must be a whole number of MiB")
 	}
+	if d.ImageMaxMB, err = strconv.ParseInt(get("SANDBOXD_IMAGE_MAX_MB", "0"), 10, 64); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_IMAGE_MAX_MB: must be a whole number of MiB")
+	}
+	if v, ok := env("SANDBOXD_REGISTRY_ALLOW"); ok {
+		d.RegistryAllow = strings.Split(v, ",") // checked with the flag's value
+	}
 	if d.E2BBodyDedupe, err = parseDedupe(d.E2BBodyDedupe); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_BODY_DEDUPE: %w", err)
 	}
@@ -374,6 +425,9 @@ func (d Daemon) validate() error {
 	}
 	if d.VolumeSizeMB < MinDiskMB || d.VolumeSizeMB > d.DiskMaxMB {
 		return fmt.Errorf("--volume-size-mb %d: at least %d and at most --disk-max-mb %d", d.VolumeSizeMB, MinDiskMB, d.DiskMaxMB)
+	}
+	if d.ImageMaxMB < 0 {
+		return fmt.Errorf("--image-max-mb %d: must be zero (no cap) or positive", d.ImageMaxMB)
 	}
 	if d.E2BReplayWindow <= 0 {
 		return fmt.Errorf("--e2b-replay-window %v: must be positive", d.E2BReplayWindow)

@@ -212,6 +212,14 @@ type Config struct {
 	// DomainCheckEvery is how often RunBackground looks up pending custom
 	// domains (CheckPendingDomains). Zero: 30 s.
 	DomainCheckEvery time.Duration
+	// RegistryAllow lists the registry hosts images may be pulled from
+	// (lowercase; "docker.io" is Docker Hub); empty: any. Images already
+	// on the host are used whatever their registry.
+	RegistryAllow []string
+	// ImageMaxMB refuses a pull whose image is bigger (0: no cap).
+	ImageMaxMB int64
+	// PullTimeout bounds one pull (0: DefaultPullTimeout).
+	PullTimeout time.Duration
 }
 
 // Deps are the service's collaborators. Everything with a side effect is
@@ -248,6 +256,9 @@ type Deps struct {
 	// Images captures sandboxes as images (templates.go); nil refuses
 	// templates, snapshots and forks as unavailable.
 	Images runtime.Images
+	// Puller pulls images a create names and the engine lacks (pull.go);
+	// nil: such a create is refused as before, the image not present.
+	Puller runtime.Puller
 	// Resolver looks up the TXT records that prove control of a custom
 	// domain (domains.go); nil: net.DefaultResolver.
 	Resolver TXTResolver
@@ -279,6 +290,9 @@ type Service struct {
 	// (ref → until when); imageVerdictCount bounds it.
 	imageVerdicts     sync.Map
 	imageVerdictCount atomic.Int64
+
+	// pulls are the image pulls under way (pull.go).
+	pulls pulls
 
 	// readiness is set by the startup repair (Reconcile with startup).
 	readiness atomic.Pointer[readiness]

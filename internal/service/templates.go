@@ -465,6 +465,12 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		r.Base = from.Image
 	}
 	baseRef := cmp.Or(r.Base, s.cfg.DefaultImage)
+	if r.FromTemplate == "" && !isTemplateImage(baseRef) {
+		// A base the engine lacks is pulled (pull.go).
+		if err := s.ensureImage(ctx, baseRef); err != nil {
+			return Template{}, false, err
+		}
+	}
 	base, err := imgs.InspectImage(ctx, baseRef)
 	if errors.Is(err, runtime.ErrImageNotFound) {
 		return Template{}, false, &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", baseRef), Kind: ErrImageNotPresent}

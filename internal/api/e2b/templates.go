@@ -310,8 +310,8 @@ func (f *Facade) startBuild(w http.ResponseWriter, r *http.Request, c service.Ca
 		}
 		recipe.Name, recipe.Tags, recipe.ID = b.name, b.tags, id
 		t, _, err := f.svc.BuildTemplate(r.Context(), c, recipe)
-		if service.Is(err, service.ErrImageNotPresent) {
-			return badRequest("%v: sandboxd pulls no images; build or load the image on the host first", err)
+		if service.Is(err, service.ErrImageNotPresent) && !service.IsPullRefusal(err) {
+			return badRequest("%v", err)
 		}
 		if err != nil {
 			return err
