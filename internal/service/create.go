@@ -152,7 +152,7 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 	// 2c. the image: pulled through the engine when it lacks it (pull.go),
 	// once per node however many creates wait. Before any side effect, so
 	// a failed pull leaves nothing to undo.
-	if err := t.run("image", func() error { return s.ensureImage(ctx, req.Image) }); err != nil {
+	if err := t.run("image", func() error { return s.ensureImage(ctx, req.Owner, req.Image) }); err != nil {
 		return nil, err
 	}
 

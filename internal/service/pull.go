@@ -13,6 +13,7 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // Images from registries. A create (and a template's base) may name any
@@ -91,6 +92,7 @@ type pulls struct {
 }
 
 type pullFlight struct {
+	key     string
 	ref     string
 	done    chan struct{}
 	err     error // set before done closes
@@ -145,45 +147,79 @@ func registryAllowed(allow []string, host string) bool {
 	return false
 }
 
-// ensureImage makes the image ref present on this node, pulling it when
-// the engine lacks it (see the top of this file). Without a Puller, or for
+// ensureImage makes the image ref present on this node for owner,
+// pulling it when the engine lacks it (see the top of this file) with
+// owner's credential for its registry, if any. While any owner holds a
+// credential for the image's registry, owner's own access is checked even
+// when the image is present (registries.go). Without a Puller, or for
 // what is not a pullable reference, it does nothing: the runtime's create
 // then says the image is not there, as before. It has no side effect to
 // undo but the pulled image, which is a cache.
-func (s *Service) ensureImage(ctx context.Context, ref string) error {
+func (s *Service) ensureImage(ctx context.Context, owner, ref string) error {
 	if s.Puller == nil || s.Images == nil || ref == "" || isTemplateImage(ref) {
 		return nil
 	}
-	if until, ok := s.imageVerdicts.Load(ref); ok && s.Clock().Before(until.(time.Time)) {
-		return nil // checkImage saw it a moment ago
+	named, pullable := normalizeRef(ref)
+	host := ""
+	private := false
+	if pullable {
+		host = reference.Domain(named)
+		var err error
+		if private, err = s.privateRegistry(ctx, host); err != nil {
+			return err
+		}
+		// The daemon's own creates (a build's sandbox, the pool's) were
+		// checked when they were asked for, or are the operator's.
+		private = private && owner != buildOwner && owner != store.PoolOwner
 	}
-	_, err := s.Images.InspectImage(ctx, ref)
-	switch {
-	case err == nil:
+	if private && s.accessKnown(owner, named.String()) {
 		return nil
-	case !errors.Is(err, runtime.ErrImageNotFound):
-		return fmt.Errorf("inspect image %q: %w", ref, err)
 	}
-	named, ok := normalizeRef(ref)
-	if !ok {
+	if !private {
+		if until, ok := s.imageVerdicts.Load(ref); ok && s.Clock().Before(until.(time.Time)) {
+			return nil // checkImage saw it a moment ago
+		}
+		_, err := s.Images.InspectImage(ctx, ref)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, runtime.ErrImageNotFound):
+			return fmt.Errorf("inspect image %q: %w", ref, err)
+		}
+	}
+	if !pullable {
 		return nil
 	}
-	host := reference.Domain(named)
 	if !registryAllowed(s.cfg.RegistryAllow, host) {
 		return &ImageError{Kind: ErrPermissionDenied, Reason: fmt.Sprintf(
 			"image %q is not on this host, and its registry %q is not in the registries this host may pull from (--registry-allow: %s)",
 			ref, host, strings.Join(s.cfg.RegistryAllow, ","))}
 	}
-	if err := s.pulls.join(ctx, s, named.String(), host); err != nil {
+	var auth *runtime.RegistryAuth
+	if owner != buildOwner && owner != store.PoolOwner {
+		var err error
+		if auth, err = s.registryAuth(ctx, owner, host); err != nil {
+			return err
+		}
+	}
+	key := named.String()
+	if private {
+		key = accessKey(owner, key) // never joined across owners
+	}
+	if err := s.pulls.join(ctx, s, key, named.String(), host, auth); err != nil {
 		return err
+	}
+	if private {
+		s.noteAccess(owner, named.String())
 	}
 	// An image that calls itself a template's is refused as checkImage
 	// refuses it, pulled or not.
 	return s.checkImage(ctx, "image", ref)
 }
 
-// join waits for the pull of key, starting it when none runs.
-func (p *pulls) join(ctx context.Context, s *Service, key, host string) error {
+// join waits for the pull keyed key (of ref, with auth), starting it when
+// none runs.
+func (p *pulls) join(ctx context.Context, s *Service, key, ref, host string, auth *runtime.RegistryAuth) error {
 	p.mu.Lock()
 	if p.flights == nil {
 		p.flights = map[string]*pullFlight{}
@@ -196,10 +232,10 @@ func (p *pulls) join(ctx context.Context, s *Service, key, host string) error {
 		}
 		fctx, cancel := context.WithCancelCause(context.Background())
 		fctx, cancelT := context.WithTimeout(fctx, timeout)
-		f = &pullFlight{ref: key, done: make(chan struct{}), cancel: func(c error) { cancel(c); cancelT() }}
+		f = &pullFlight{key: key, ref: ref, done: make(chan struct{}), cancel: func(c error) { cancel(c); cancelT() }}
 		f.bytes.Store(&runtime.PullProgress{})
 		p.flights[key] = f
-		go p.run(fctx, s, f, host, timeout)
+		go p.run(fctx, s, f, host, auth, timeout)
 	}
 	f.waiters++
 	if f.idle != nil {
@@ -243,10 +279,10 @@ func (p *pulls) leave(f *pullFlight) {
 
 // run is one pull: the engine's, then the size check. Its outcome goes to
 // every waiter.
-func (p *pulls) run(ctx context.Context, s *Service, f *pullFlight, host string, timeout time.Duration) {
-	err := p.pull(ctx, s, f, host, timeout)
+func (p *pulls) run(ctx context.Context, s *Service, f *pullFlight, host string, auth *runtime.RegistryAuth, timeout time.Duration) {
+	err := p.pull(ctx, s, f, host, auth, timeout)
 	p.mu.Lock()
-	delete(p.flights, f.ref)
+	delete(p.flights, f.key)
 	f.err = err
 	if f.idle != nil {
 		f.idle.Stop()
@@ -256,16 +292,19 @@ func (p *pulls) run(ctx context.Context, s *Service, f *pullFlight, host string,
 	f.cancel(nil)
 }
 
-func (p *pulls) pull(ctx context.Context, s *Service, f *pullFlight, host string, timeout time.Duration) error {
+func (p *pulls) pull(ctx context.Context, s *Service, f *pullFlight, host string, auth *runtime.RegistryAuth, timeout time.Duration) error {
 	// A pull that finished just before this one was started has nothing
-	// to do (its waiters looked before it was done).
-	if _, err := s.Images.InspectImage(ctx, f.ref); err == nil {
-		return nil
+	// to do (its waiters looked before it was done). An owner's access
+	// check (a key of its own) always asks the registry.
+	if f.key == f.ref {
+		if _, err := s.Images.InspectImage(ctx, f.ref); err == nil {
+			return nil
+		}
 	}
 	p.count.Add(1)
 	capB := s.cfg.ImageMaxMB << 20
 	start := time.Now()
-	err := s.Puller.PullImage(ctx, f.ref, nil, func(pp runtime.PullProgress) {
+	err := s.Puller.PullImage(ctx, f.ref, auth, func(pp runtime.PullProgress) {
 		f.bytes.Store(&pp)
 		// The layers' compressed sizes alone past the cap: the image is
 		// bigger still once unpacked.
@@ -321,14 +360,23 @@ func (s *Service) pullErr(ctx context.Context, ref, host string, timeout time.Du
 	return err // the engine's faults (Fault classifies them)
 }
 
-// ImageStatus reports what this node has of the image ref.
-func (s *Service) ImageStatus(ctx context.Context, ref string) (PullState, error) {
+// ImageStatus reports what this node has of the image ref for c: an
+// image from a registry some owner holds a credential for is reported
+// present only to an owner whose access was checked (ensureImage).
+func (s *Service) ImageStatus(ctx context.Context, c Caller, ref string) (PullState, error) {
 	if err := validateImage(ref); err != nil || ref == "" {
 		return PullState{}, invalid("image", "must be an image reference")
 	}
 	st := PullState{Ref: ref}
 	if named, ok := normalizeRef(ref); ok {
 		st.Ref = named.String()
+		private, err := s.privateRegistry(ctx, reference.Domain(named))
+		if err != nil {
+			return PullState{}, err
+		}
+		if private && !s.accessKnown(c.Owner, st.Ref) {
+			return st, nil // told to nobody unchecked
+		}
 	}
 	if s.Images == nil {
 		return st, nil
@@ -360,12 +408,12 @@ func (s *Service) ImageStatus(ctx context.Context, ref string) (PullState, error
 // PullImage makes the image ref present on this node, pulling it (or
 // joining the pull under way) when it is not: what a create does before
 // its container, on its own. Safe to repeat.
-func (s *Service) PullImage(ctx context.Context, ref string) error {
+func (s *Service) PullImage(ctx context.Context, c Caller, ref string) error {
 	if err := validateImage(ref); err != nil || ref == "" {
 		return invalid("image", "must be an image reference")
 	}
 	if err := s.checkImage(ctx, "image", ref); err != nil {
 		return err
 	}
-	return s.ensureImage(ctx, ref)
+	return s.ensureImage(ctx, c.Owner, ref)
 }

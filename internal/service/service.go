@@ -100,6 +100,12 @@ type Store interface {
 	SupersededBuilds(ctx context.Context, before time.Time) ([]store.Template, error)
 	DeleteSupersededBuild(ctx context.Context, id string, before time.Time) (bool, error)
 	TemplateBytes(ctx context.Context, owner string) (int64, error)
+
+	PutRegistryCredential(ctx context.Context, c store.RegistryCredential) error
+	GetRegistryCredential(ctx context.Context, owner, host string) (store.RegistryCredential, error)
+	ListRegistryCredentials(ctx context.Context, owner string) ([]store.RegistryCredential, error)
+	DeleteRegistryCredential(ctx context.Context, owner, host string) error
+	RegistryHasCredentials(ctx context.Context, host string) (bool, error)
 }
 
 // Runtime is what the service needs of the sandbox runtime.
@@ -293,6 +299,12 @@ type Service struct {
 
 	// pulls are the image pulls under way (pull.go).
 	pulls pulls
+	// registryHosts caches whether any owner holds a credential for a
+	// registry host (host → bool); accessVerdicts when an owner was last
+	// let pull an image from such a host (registries.go).
+	registryHosts      sync.Map
+	accessVerdicts     sync.Map
+	accessVerdictCount atomic.Int64
 
 	// readiness is set by the startup repair (Reconcile with startup).
 	readiness atomic.Pointer[readiness]

@@ -467,7 +467,7 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 	baseRef := cmp.Or(r.Base, s.cfg.DefaultImage)
 	if r.FromTemplate == "" && !isTemplateImage(baseRef) {
 		// A base the engine lacks is pulled (pull.go).
-		if err := s.ensureImage(ctx, baseRef); err != nil {
+		if err := s.ensureImage(ctx, c.Owner, baseRef); err != nil {
 			return Template{}, false, err
 		}
 	}

@@ -304,3 +304,103 @@ func TestPull_OperatorControls(t *testing.T) {
 		createTestSandbox(ctx, t, c, sandboxd.CreateRequest{Image: busyboxImage})
 	})
 }
+
+// userClient makes a user token of owner on d and returns its client.
+func userClient(ctx context.Context, t *testing.T, d *daemonProcess, owner string) *sandboxd.Client {
+	t.Helper()
+	tok, err := newClient(d, false).CreateToken(ctx, sandboxd.CreateTokenRequest{Name: owner, Role: sandboxd.RoleUser, Owner: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sandboxd.New(d.URL(), tok.Secret, sandboxd.WithRetryPolicy(sandboxd.RetryPolicy{MaxAttempts: 1}))
+}
+
+func TestPull_RegistryCredentialsPerOwner(t *testing.T) {
+	d := sharedDaemon(t)
+	ctx := testContext(t, 5*time.Minute)
+	reg := registrytest.Start(t, registrytest.Options{User: "alice", Password: "s3cret-pw"})
+	ref := reg.Push(t, busyboxImage, "team/app")
+	suffix := registrytest.RandomTag()
+	alice := userClient(ctx, t, d, "alice-"+suffix)
+	mallory := userClient(ctx, t, d, "mallory-"+suffix)
+	eve := userClient(ctx, t, d, "eve-"+suffix)
+	req := sandboxd.CreateRequest{Image: ref, CPU: 0.25, MemoryMB: 128}
+
+	// Without a credential the registry refuses the pull.
+	_, err := alice.CreateSandbox(ctx, req)
+	wantAPIError(t, err, http.StatusForbidden, sandboxd.CodePermissionDenied, reg.Host, "refused the credentials")
+	noSandboxOf(ctx, t, d, newClient(d, false), ref)
+
+	// With one, it works; the secret is never answered.
+	if _, err := alice.PutRegistryCredential(ctx, reg.Host, "alice", "s3cret-pw"); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := alice.ListRegistryCredentials(ctx)
+	if err != nil || len(creds) != 1 || creds[0].Host != reg.Host || creds[0].Username != "alice" {
+		t.Fatalf("ListRegistryCredentials = %+v, %v", creds, err)
+	}
+	sb := createTestSandbox(ctx, t, alice, req)
+	if sb.Image != ref {
+		t.Errorf("image = %q", sb.Image)
+	}
+	if !imagePresent(ctx, ref) {
+		t.Fatalf("the engine lacks %s after alice's create", ref)
+	}
+	asked := len(reg.Requests())
+
+	// Another owner without a credential cannot use the node's copy.
+	_, err = eve.CreateSandbox(ctx, req)
+	wantAPIError(t, err, http.StatusForbidden, sandboxd.CodePermissionDenied, reg.Host, "refused the credentials")
+	if img, err := eve.GetImage(ctx, ref); err != nil || img.Present {
+		t.Errorf("eve's GetImage = %+v, %v: want not present", img, err)
+	}
+	if len(reg.Requests()) == asked {
+		t.Errorf("eve's create did not ask the registry (the node's copy was used unchecked)")
+	}
+	// One with a wrong credential neither.
+	if _, err := mallory.PutRegistryCredential(ctx, reg.Host, "alice", "guessed"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = mallory.CreateSandbox(ctx, req)
+	wantAPIError(t, err, http.StatusForbidden, sandboxd.CodePermissionDenied, reg.Host, "refused the credentials")
+	for _, c := range []*sandboxd.Client{eve, mallory} {
+		all, err := listAll(ctx, c, sandboxd.ListOptions{})
+		if err != nil || len(all) != 0 {
+			t.Errorf("a refused owner has sandboxes: %+v, %v", all, err)
+		}
+	}
+	// Alice still can; her credential removed, she cannot.
+	createTestSandbox(ctx, t, alice, req)
+	if err := alice.DeleteRegistryCredential(ctx, reg.Host); err != nil {
+		t.Fatal(err)
+	}
+	_, err = alice.CreateSandbox(ctx, req)
+	wantAPIError(t, err, http.StatusForbidden, sandboxd.CodePermissionDenied, reg.Host)
+}
+
+func TestPull_ImagesAPI(t *testing.T) {
+	d := sharedDaemon(t)
+	ctx := testContext(t, 3*time.Minute)
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, busyboxImage, "t/busybox")
+	c := newClient(d, true)
+	img, err := c.GetImage(ctx, ref)
+	if err != nil || img.Present || img.Pulling {
+		t.Fatalf("GetImage before = %+v, %v", img, err)
+	}
+	for range 2 { // idempotent
+		img, err = c.PullImage(ctx, ref)
+		if err != nil || !img.Present || img.SizeBytes <= 0 {
+			t.Fatalf("PullImage = %+v, %v", img, err)
+		}
+	}
+	if img, err = c.GetImage(ctx, ref); err != nil || !img.Present {
+		t.Fatalf("GetImage after = %+v, %v", img, err)
+	}
+	repo, tag := repoTag(ref)
+	if n := reg.ManifestRequests(repo, tag); n != 1 {
+		t.Errorf("two pulls asked the registry %d times, want 1", n)
+	}
+	_, err = c.PullImage(ctx, reg.Host+"/t/nothere:v1")
+	wantAPIError(t, err, http.StatusNotFound, sandboxd.CodeNotFound, "not found in its registry")
+}

@@ -309,32 +309,38 @@ func (r *Registry) ManifestRequests(repo, tag string) int {
 // of t (it is pulled by the test).
 func (r *Registry) Push(t testing.TB, src, repo string) string {
 	t.Helper()
-	ref := fmt.Sprintf("%s/%s:%s", r.Host, repo, RandomTag())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	t.Cleanup(func() { RemoveLocal(ref) })
-	if err := docker(ctx, "", "tag", src, ref); err != nil {
-		t.Fatal(err)
+	ref, err := r.PushRef(ctx, src, repo)
+	if ref != "" {
+		t.Cleanup(func() { RemoveLocal(ref) })
 	}
-	if r.user != "" {
-		cfg := t.TempDir() // the CLI's login goes to a config of this test's own
-		if err := docker(ctx, r.password, "--config", cfg, "login", "-u", r.user, "--password-stdin", r.Host); err != nil {
-			RemoveLocal(ref)
-			t.Fatal(err)
-		}
-		err := docker(ctx, "", "--config", cfg, "push", ref)
-		RemoveLocal(ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ref
-	}
-	err := docker(ctx, "", "push", ref)
-	RemoveLocal(ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ref
+}
+
+// PushRef is Push outside a test: the caller removes the pulled reference
+// (RemoveLocal) when it is done.
+func (r *Registry) PushRef(ctx context.Context, src, repo string) (string, error) {
+	ref := fmt.Sprintf("%s/%s:%s", r.Host, repo, RandomTag())
+	if err := docker(ctx, "", "tag", src, ref); err != nil {
+		return "", err
+	}
+	defer RemoveLocal(ref)
+	if r.user == "" {
+		return ref, docker(ctx, "", "push", ref)
+	}
+	cfg, err := os.MkdirTemp("", "registrytest-login") // the CLI's login, in a config of its own
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(cfg)
+	if err := docker(ctx, r.password, "--config", cfg, "login", "-u", r.user, "--password-stdin", r.Host); err != nil {
+		return "", err
+	}
+	return ref, docker(ctx, "", "--config", cfg, "push", ref)
 }
 
 // RemoveLocal removes the engine's local reference ref (not the image
