@@ -404,3 +404,22 @@ func TestPull_ImagesAPI(t *testing.T) {
 	_, err = c.PullImage(ctx, reg.Host+"/t/nothere:v1")
 	wantAPIError(t, err, http.StatusNotFound, sandboxd.CodeNotFound, "not found in its registry")
 }
+
+func TestPull_CLI(t *testing.T) {
+	d := sharedDaemon(t)
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, busyboxImage, "t/busybox")
+	dir := t.TempDir()
+	if r := mustSbx(t, d, dir, "images", ref); !strings.Contains(r.stdout, "absent") {
+		t.Errorf("sbx images before the pull: %q", r.stdout)
+	}
+	if r := mustSbx(t, d, dir, "pull", ref); !strings.Contains(r.stdout, ref+": present") {
+		t.Errorf("sbx pull: %q", r.stdout)
+	}
+	if r := mustSbx(t, d, dir, "images", ref); !strings.Contains(r.stdout, "present") {
+		t.Errorf("sbx images after the pull: %q", r.stdout)
+	}
+	if r := sbx(t, d, dir, "pull", reg.Host+"/t/nothere:v1"); r.code == 0 || !strings.Contains(r.stderr, "not found in its registry") {
+		t.Errorf("sbx pull of a missing image: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -101,6 +101,9 @@ func Start(t testing.TB, opts Options) *Registry {
 // New prepares a registry whose storage, config and htpasswd file live in
 // dir; Start runs it.
 func New(dir string, opts Options) (*Registry, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	pp, err := freePort()
 	if err != nil {
 		return nil, err
