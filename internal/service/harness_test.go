@@ -93,6 +93,10 @@ type harnessOptions struct {
 	network bool
 	// resolver is Deps.Resolver (nil: the system's).
 	resolver service.TXTResolver
+	// puller wraps the engine's Puller (nil: none, the engine's own);
+	// pullIdleGrace is Config.PullIdleGrace.
+	puller        func(runtime.Puller) runtime.Puller
+	pullIdleGrace time.Duration
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -182,6 +186,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		StuckCreating: time.Minute,
 		Pool:          opts.pool,
 		PauseMax:      opts.pauseMax,
+		PullIdleGrace: opts.pullIdleGrace,
 		AllowNetwork:  opts.network,
 		PausedMemoryFloor: func() int {
 			if opts.memory != nil {
@@ -203,6 +208,12 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		HostMemory: opts.memory,
 		Firewall:   firewall,
 		Resolver:   opts.resolver,
+		Puller: func() runtime.Puller {
+			if opts.puller != nil {
+				return opts.puller(drt)
+			}
+			return drt
+		}(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,7 +26,7 @@ import (
 // One pull per normalized reference runs at a time on the node however
 // many creates wait for it (pulls.join). A waiter whose context ends stops
 // waiting; the pull goes on for the others. A pull nobody waits for any
-// more is cancelled after pullIdleGrace (a retry in that window joins it),
+// more is cancelled after Config.PullIdleGrace (a retry in that window joins it),
 // and every pull ends by Config.PullTimeout.
 //
 // A pulled image is a cache, not an orphan: nothing removes it but the
@@ -40,10 +41,10 @@ const CauseRegistry = "registry"
 const (
 	// DefaultPullTimeout bounds one pull (Config.PullTimeout).
 	DefaultPullTimeout = 15 * time.Minute
-	// pullIdleGrace is how long a pull goes on once nobody waits for it:
-	// a client that timed out and retries joins it instead of starting
-	// over.
-	pullIdleGrace = 30 * time.Second
+	// DefaultPullIdleGrace is how long a pull goes on once nobody waits
+	// for it (Config.PullIdleGrace): a client that timed out and retries
+	// joins it instead of starting over.
+	DefaultPullIdleGrace = 30 * time.Second
 )
 
 // DockerHub is the name of Docker Hub in --registry-allow (and the domain
@@ -246,17 +247,17 @@ func (p *pulls) join(ctx context.Context, s *Service, key, ref, host string, aut
 
 	select {
 	case <-f.done:
-		p.leave(f)
+		p.leave(f, 0)
 		return f.err
 	case <-ctx.Done():
-		p.leave(f)
+		p.leave(f, cmp.Or(s.cfg.PullIdleGrace, DefaultPullIdleGrace))
 		return ctx.Err()
 	}
 }
 
-// leave is a waiter going; the last one leaves the pull pullIdleGrace to
-// be joined again before it is cancelled.
-func (p *pulls) leave(f *pullFlight) {
+// leave is a waiter going; the last one leaves the pull grace to be
+// joined again before it is cancelled.
+func (p *pulls) leave(f *pullFlight, grace time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f.waiters--
@@ -268,7 +269,7 @@ func (p *pulls) leave(f *pullFlight) {
 		return
 	default:
 	}
-	f.idle = time.AfterFunc(pullIdleGrace, func() {
+	f.idle = time.AfterFunc(grace, func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if f.waiters == 0 {

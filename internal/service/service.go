@@ -226,6 +226,9 @@ type Config struct {
 	ImageMaxMB int64
 	// PullTimeout bounds one pull (0: DefaultPullTimeout).
 	PullTimeout time.Duration
+	// PullIdleGrace is how long a pull nobody waits for any more goes on
+	// before it is cancelled (0: DefaultPullIdleGrace).
+	PullIdleGrace time.Duration
 }
 
 // Deps are the service's collaborators. Everything with a side effect is
