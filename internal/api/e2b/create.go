@@ -166,7 +166,10 @@ func (f *Facade) afterCreate(ctx context.Context, sb service.Sandbox) error {
 // at all stays a 400.
 func templateErr(template string, err error) error {
 	if service.IsPullRefusal(err) {
-		return err // not in its registry (404), or refused (403): its own words
+		if service.Is(err, service.ErrNotFound) {
+			return errorf(http.StatusNotFound, "template %q not found: %v", template, err)
+		}
+		return err // refused (403): its own words
 	}
 	if errors.Is(err, service.ErrImageNotPresent) {
 		return errorf(http.StatusNotFound, "template %q not found: no such image on this host", template)
