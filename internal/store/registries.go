@@ -16,10 +16,23 @@ type RegistryCredential struct {
 	CreatedAt             time.Time
 }
 
+// MaxRegistryCredentials bounds how many registry credentials one owner
+// keeps.
+const MaxRegistryCredentials = 64
+
 // PutRegistryCredential stores c, replacing the owner's credential for
-// the host if there is one (a retry stores the same).
+// the host if there is one (a retry stores the same). A new host past
+// MaxRegistryCredentials of the owner's is ErrInvalidArgument.
 func (s *Store) PutRegistryCredential(ctx context.Context, c RegistryCredential) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		var n, have int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE host = ?) FROM registry_credentials WHERE owner = ?`,
+			c.Host, c.Owner).Scan(&n, &have); err != nil {
+			return err
+		}
+		if have == 0 && n >= MaxRegistryCredentials {
+			return fmt.Errorf("%w: at most %d registry credentials per owner; delete one first", ErrInvalidArgument, MaxRegistryCredentials)
+		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO registry_credentials (owner, host, username, sealed_secret, created_at)
 			VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (owner, host) DO UPDATE SET username = excluded.username,
