@@ -526,7 +526,10 @@ type ImageConfig struct {
 
 // Image is a local image.
 type Image struct {
-	ID     string
-	Size   int64
+	ID   string
+	Size int64
+	// Refs are the references the engine knows it by: its repository
+	// tags and digests ("127.0.0.1:5000/t/x:v1", "…/t/x@sha256:…").
+	Refs   []string
 	Config ImageConfig
 }

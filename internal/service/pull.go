@@ -180,10 +180,10 @@ func (s *Service) ensureImage(ctx context.Context, owner, ref string) error {
 		if until, ok := s.imageVerdicts.Load(ref); ok && s.Clock().Before(until.(time.Time)) {
 			return nil // checkImage saw it a moment ago
 		}
-		_, err := s.Images.InspectImage(ctx, ref)
+		img, err := s.Images.InspectImage(ctx, ref)
 		switch {
 		case err == nil:
-			return nil
+			return s.refuseByID(ctx, owner, ref, img)
 		case !errors.Is(err, runtime.ErrImageNotFound):
 			return fmt.Errorf("inspect image %q: %w", ref, err)
 		}
@@ -216,6 +216,26 @@ func (s *Service) ensureImage(ctx context.Context, owner, ref string) error {
 	// An image that calls itself a template's is refused as checkImage
 	// refuses it, pulled or not.
 	return s.checkImage(ctx, "image", ref)
+}
+
+// refuseByID refuses a tenant's ref that names a private registry's image
+// by its id (byIDFromPrivate).
+func (s *Service) refuseByID(ctx context.Context, owner, ref string, img runtime.Image) error {
+	if owner == buildOwner || owner == store.PoolOwner {
+		return nil
+	}
+	byID, err := s.byIDFromPrivate(ctx, ref, img)
+	if err != nil {
+		return err
+	}
+	if byID {
+		return byIDRefused(ref)
+	}
+	return nil
+}
+
+func byIDRefused(ref string) error {
+	return &FieldError{Field: "image", Reason: fmt.Sprintf("image %q is not present on this host (name an image from a registry by its reference, not by its id)", ref), Kind: ErrImageNotPresent}
 }
 
 // join waits for the pull keyed key (of ref, with auth), starting it when

@@ -162,6 +162,38 @@ func (s *Service) privateRegistry(ctx context.Context, host string) (bool, error
 	return has, nil
 }
 
+// byIDFromPrivate reports whether ref found img other than by one of its
+// names (an image id, or the unique prefix of one, which the engine also
+// takes) while img came from a registry some owner holds a credential
+// for: such a create is refused, or naming a private image's id would
+// skip the caller's access check.
+func (s *Service) byIDFromPrivate(ctx context.Context, ref string, img runtime.Image) (bool, error) {
+	want := ""
+	if named, ok := normalizeRef(ref); ok {
+		want = named.String()
+	}
+	for _, r := range img.Refs {
+		n, err := reference.ParseNormalizedNamed(r)
+		if err != nil {
+			continue
+		}
+		if want != "" && (n.String() == want || reference.TagNameOnly(n).String() == want) {
+			return false, nil // found by this name
+		}
+	}
+	for _, r := range img.Refs {
+		n, err := reference.ParseNormalizedNamed(r)
+		if err != nil {
+			continue
+		}
+		private, err := s.privateRegistry(ctx, reference.Domain(n))
+		if err != nil || private {
+			return private, err
+		}
+	}
+	return false, nil
+}
+
 func accessKey(owner, ref string) string { return owner + "\x00" + ref }
 
 // accessKnown reports whether owner was let pull ref within

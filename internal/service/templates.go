@@ -1040,6 +1040,9 @@ func (s *Service) checkImage(ctx context.Context, field, ref string) error {
 	case img.Config.Labels[labelTemplate] != "":
 		return notPresent
 	}
+	if byID, err := s.byIDFromPrivate(ctx, ref, img); err != nil || byID {
+		return cmp.Or(err, byIDRefused(ref)) // never cached
+	}
 	if s.imageVerdictCount.Add(1) > maxImageVerdicts {
 		s.imageVerdicts.Clear()
 		s.imageVerdictCount.Store(0)

@@ -357,6 +357,19 @@ func TestPull_RegistryCredentialsPerOwner(t *testing.T) {
 	if len(reg.Requests()) == asked {
 		t.Errorf("eve's create did not ask the registry (the node's copy was used unchecked)")
 	}
+	// Nor by the image's id, or a prefix of it (the engine takes both).
+	id, err := docker(ctx, "image", "inspect", "--format", "{{.Id}}", ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = strings.TrimSpace(id)
+	for _, byID := range []string{id, strings.TrimPrefix(id, "sha256:")[:12]} {
+		sb, err := eve.CreateSandbox(ctx, sandboxd.CreateRequest{Image: byID, CPU: 0.25, MemoryMB: 128})
+		if err == nil {
+			destroyAtEnd(t, eve, sb.ID)
+		}
+		wantAPIError(t, err, http.StatusBadRequest, sandboxd.CodeInvalidArgument, "not by its id")
+	}
 	// One with a wrong credential neither.
 	if _, err := mallory.PutRegistryCredential(ctx, reg.Host, "alice", "guessed"); err != nil {
 		t.Fatal(err)
