@@ -93,8 +93,9 @@ type harnessOptions struct {
 	network bool
 	// resolver is Deps.Resolver (nil: the system's).
 	resolver service.TXTResolver
-	// puller wraps the engine's Puller (nil: none, the engine's own);
-	// pullIdleGrace is Config.PullIdleGrace.
+	// puller, when set, wraps the engine's Puller and the service pulls
+	// (only from 127.0.0.1); nil: no Puller, a missing image is refused
+	// as not present. pullIdleGrace is Config.PullIdleGrace.
 	puller        func(runtime.Puller) runtime.Puller
 	pullIdleGrace time.Duration
 }
@@ -187,6 +188,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Pool:          opts.pool,
 		PauseMax:      opts.pauseMax,
 		PullIdleGrace: opts.pullIdleGrace,
+		RegistryAllow: []string{"127.0.0.1"},
 		AllowNetwork:  opts.network,
 		PausedMemoryFloor: func() int {
 			if opts.memory != nil {
@@ -212,7 +214,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 			if opts.puller != nil {
 				return opts.puller(drt)
 			}
-			return drt
+			return nil
 		}(),
 	})
 	if err != nil {
