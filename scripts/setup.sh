@@ -18,6 +18,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get -y -q --no-install-recommends install "${missing[@]}" >/dev/null
 fi
 
+# The distribution registry the pull tests run on loopback (started by
+# internal/testenv/registrytest). The package's own service would listen on
+# :5000 on every interface: it is stopped and disabled once installed.
+if ! command -v docker-registry >/dev/null; then
+  echo "setup: installing docker-registry (for the pull tests)"
+  apt-get -q update >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get -y -q --no-install-recommends install docker-registry >/dev/null
+  if command -v systemctl >/dev/null; then systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi
+fi
+
 scripts/setup-docker.sh
 scripts/setup-gvisor.sh
 scripts/build-images.sh

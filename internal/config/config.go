@@ -10,9 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/distribution/reference"
 
 	"github.com/sandboxd/sandboxd/internal/naming"
 )
@@ -118,6 +121,13 @@ type Daemon struct {
 	// volumes' sizes together (0: half of the data directory's file
 	// system).
 	VolumeSizeMB, VolumeStorageMaxMB int64
+	// RegistryAllow lists the registry hosts images may be pulled from
+	// ("docker.io" is Docker Hub; "host:port", or a host for all its
+	// ports); empty: any.
+	RegistryAllow []string
+	// ImageMaxMB refuses a pull whose image is bigger, and removes it
+	// (0: no cap).
+	ImageMaxMB int64
 	// Pool is how many started, idle sandboxes the warm pool keeps per
 	// image (default CPU, memory and runtime, no network); the default is
 	// two of DefaultImage. The admin API (PUT /v1/pools) changes it at
@@ -269,6 +279,11 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"size in MiB of each new volume, a file system of its own; it counts in its owner's disk quota (env SANDBOXD_VOLUME_SIZE_MB)")
 	fs.Int64Var(&d.VolumeStorageMaxMB, "volume-storage-max", d.VolumeStorageMaxMB,
 		"MiB all volumes' sizes may come to together; 0: half of the data directory's file system (env SANDBOXD_VOLUME_STORAGE_MAX)")
+	registryAllow := strings.Join(d.RegistryAllow, ",")
+	fs.StringVar(&registryAllow, "registry-allow", registryAllow,
+		"comma-separated registry hosts images may be pulled from (docker.io is Docker Hub; a host without a port allows all its ports); empty: any (env SANDBOXD_REGISTRY_ALLOW)")
+	fs.Int64Var(&d.ImageMaxMB, "image-max-mb", d.ImageMaxMB,
+		"refuse, and remove, a pulled image bigger than this many MiB; 0: no cap (env SANDBOXD_IMAGE_MAX_MB)")
 	pool := ""
 	if v, ok := env("SANDBOXD_POOL"); ok {
 		pool = v
@@ -324,6 +339,9 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		return Daemon{}, fmt.Errorf("--host-ports: %w", err)
 	}
 	d.HostPortLo, d.HostPortHi = lo, hi
+	if d.RegistryAllow, err = ParseRegistryAllow(registryAllow); err != nil {
+		return Daemon{}, fmt.Errorf("--registry-allow: %w", err)
+	}
 	if apiHosts != nil { // the flags replace the environment's list
 		d.APIHosts = apiHosts
 	}
@@ -334,6 +352,33 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		return Daemon{}, withOrigin(err, origin)
 	}
 	return d, nil
+}
+
+// ParseRegistryAllow reads a comma-separated list of registry hosts as
+// the reference parser names them: lowercase, "docker.io" for Docker Hub
+// (index.docker.io too), a port kept. Empty items are skipped.
+func ParseRegistryAllow(s string) ([]string, error) {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.ToLower(strings.TrimSpace(item))
+		if item == "" {
+			continue
+		}
+		named, err := reference.ParseNormalizedNamed(item + "/x")
+		if err != nil || strings.ContainsAny(item, "/@") {
+			return nil, fmt.Errorf("%q is not a registry host", item)
+		}
+		host := reference.Domain(named)
+		if host == "docker.io" && item != "docker.io" && item != "index.docker.io" {
+			// "team/x" parses as Hub's namespace team: a host needs a dot
+			// or a port, or is localhost.
+			return nil, fmt.Errorf("%q is not a registry host (a host has a dot or a port, or is localhost)", item)
+		}
+		if !slices.Contains(out, host) {
+			out = append(out, host)
+		}
+	}
+	return out, nil
 }
 
 // normalizeHosts lowercases each host and drops a :port and a trailing dot
@@ -422,6 +467,12 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	if d.VolumeStorageMaxMB, err = strconv.ParseInt(get("SANDBOXD_VOLUME_STORAGE_MAX", "0"), 10, 64); err != nil || d.VolumeStorageMaxMB < 0 {
 		return Daemon{}, fmt.Errorf("SANDBOXD_VOLUME_STORAGE_MAX: must be a whole number of MiB, 0 or more")
 	}
+	if d.ImageMaxMB, err = strconv.ParseInt(get("SANDBOXD_IMAGE_MAX_MB", "0"), 10, 64); err != nil {
+		return Daemon{}, fmt.Errorf("SANDBOXD_IMAGE_MAX_MB: must be a whole number of MiB")
+	}
+	if v, ok := env("SANDBOXD_REGISTRY_ALLOW"); ok {
+		d.RegistryAllow = strings.Split(v, ",") // checked with the flag's value
+	}
 	if d.E2BBodyDedupe, err = parseDedupe(d.E2BBodyDedupe); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_BODY_DEDUPE: %w", err)
 	}
@@ -443,6 +494,9 @@ func (d Daemon) validate() error {
 	}
 	if d.VolumeSizeMB < MinDiskMB || d.VolumeSizeMB > d.DiskMaxMB {
 		return bad([]string{"volume-size-mb", "disk-max-mb"}, "--volume-size-mb %d: at least %d and at most --disk-max-mb %d", d.VolumeSizeMB, MinDiskMB, d.DiskMaxMB)
+	}
+	if d.ImageMaxMB < 0 {
+		return fmt.Errorf("--image-max-mb %d: must be zero (no cap) or positive", d.ImageMaxMB)
 	}
 	if d.E2BReplayWindow <= 0 {
 		return bad([]string{"e2b-replay-window"}, "--e2b-replay-window %v: must be positive", d.E2BReplayWindow)

@@ -64,6 +64,8 @@ var flagEnv = map[string]string{
 	"disk-max-mb":          "SANDBOXD_DISK_MAX_MB",
 	"volume-size-mb":       "SANDBOXD_VOLUME_SIZE_MB",
 	"volume-storage-max":   "SANDBOXD_VOLUME_STORAGE_MAX",
+	"registry-allow":       "SANDBOXD_REGISTRY_ALLOW",
+	"image-max-mb":         "SANDBOXD_IMAGE_MAX_MB",
 	"pool":                 "SANDBOXD_POOL",
 	"idle-timeout":         "SANDBOXD_IDLE_TIMEOUT",
 	"request-timeout":      "SANDBOXD_REQUEST_TIMEOUT",

@@ -91,6 +91,8 @@ type Daemon struct {
 	firewall service.Firewall
 	// images is the engine's image side (templates, snapshots, forks).
 	images runtime.Images
+	// puller pulls the images creates name and the engine lacks.
+	puller runtime.Puller
 	// disk says whether the engine enforces sandboxes' disk limits.
 	disk runtime.DiskLimiter
 	// cluster is this node's part in a cluster (cluster.go); nil on a
@@ -316,6 +318,7 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 	d.gvisor = d.probeGVisor(drt)
 	d.probeDisk(drt)
 	d.images = drt
+	d.puller = drt
 	d.disk = drt
 	var rt runtime.Runtime = drt
 	if wrap != nil {
@@ -434,6 +437,8 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		TCPHost:           cfg.TCPHost,
 		PublicURL:         previewURL(cfg, listenPort),
 		DomainCheckEvery:  cfg.DomainCheckEvery,
+		RegistryAllow:     cfg.RegistryAllow,
+		ImageMaxMB:        cfg.ImageMaxMB,
 	}, service.Deps{
 		Store:      d.Store,
 		Runtime:    rt,
@@ -447,6 +452,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Cluster:    d.clusterKeys(),
 		Peers:      d.peerLister(),
 		Images:     d.images,
+		Puller:     d.puller,
 		HostMemory: hostMemory,
 		Firewall:   d.firewall,
 		Resolver:   dnsResolver(cfg.DNSResolver),

@@ -24,7 +24,7 @@ type Runtime interface {
 	// On any failure Create leaves nothing behind that it created: no
 	// container, no socket directory. An id that is already taken fails with
 	// ErrAlreadyExists and leaves the existing sandbox untouched. A missing
-	// image fails with ErrImageNotFound (images are never pulled), an invalid
+	// image fails with ErrImageNotFound (Create never pulls: see Puller), an invalid
 	// spec with ErrInvalidSpec, an agent that does not come up with
 	// ErrAgentNotReady.
 	Create(ctx context.Context, spec Spec) (Instance, error)
@@ -87,8 +87,8 @@ type Runtime interface {
 var (
 	// ErrNotFound: the sandbox has no container (or never had one).
 	ErrNotFound = errors.New("sandbox not found in runtime")
-	// ErrImageNotFound: the image is not present locally. Runtimes never
-	// pull: images are built on the host (scripts/build-images.sh).
+	// ErrImageNotFound: the image is not present locally. Create never
+	// pulls; a Puller does, before it.
 	ErrImageNotFound = errors.New("image not found locally")
 	// ErrAlreadyExists: a sandbox with this id already exists.
 	ErrAlreadyExists = errors.New("sandbox already exists in runtime")
@@ -469,6 +469,48 @@ type Images interface {
 	TagImage(ctx context.Context, src, dst string) error
 }
 
+// Puller pulls images from registries into the engine's store. The
+// docker runtime implements it.
+type Puller interface {
+	// PullImage pulls ref (a normalized reference) with auth (nil:
+	// anonymous), reporting the bytes downloaded so far to progress (may
+	// be nil) as the engine tells them. It returns when the image is
+	// present. Its errors: ErrNotInRegistry (the registry has no such
+	// image, or hides it from these credentials), ErrRegistryAuth (the
+	// registry refused the credentials, or asked for some and got none),
+	// ErrRegistryUnavailable (the registry did not answer, or broke off
+	// mid-pull), ErrUnavailable (the engine), or the context's error.
+	// The engine keeps no partial image: a failed pull tags nothing.
+	PullImage(ctx context.Context, ref string, auth *RegistryAuth, progress func(PullProgress)) error
+}
+
+// RegistryAuth is a credential for one registry.
+type RegistryAuth struct {
+	// ServerAddress is the registry's host ("127.0.0.1:5000",
+	// "docker.io").
+	ServerAddress string
+	Username      string
+	// Password is the password or token.
+	Password string
+}
+
+// PullProgress is how far a pull is: bytes downloaded of the layers the
+// engine has announced so far (Total grows as layers are announced).
+type PullProgress struct {
+	Done, Total int64
+}
+
+// Errors of a pull (Puller).
+var (
+	// ErrNotInRegistry: the registry has no image by that reference.
+	ErrNotInRegistry = errors.New("image not found in the registry")
+	// ErrRegistryAuth: the registry refused the credentials.
+	ErrRegistryAuth = errors.New("the registry refused the credentials")
+	// ErrRegistryUnavailable: the registry could not be reached or broke
+	// off the pull; retry later.
+	ErrRegistryUnavailable = errors.New("registry unavailable")
+)
+
 // ErrImageInUse: a container still uses the image.
 var ErrImageInUse = errors.New("image in use by a container")
 
@@ -484,7 +526,10 @@ type ImageConfig struct {
 
 // Image is a local image.
 type Image struct {
-	ID     string
-	Size   int64
+	ID   string
+	Size int64
+	// Refs are the references the engine knows it by: its repository
+	// tags and digests ("127.0.0.1:5000/t/x:v1", "…/t/x@sha256:…").
+	Refs   []string
 	Config ImageConfig
 }

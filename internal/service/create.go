@@ -149,6 +149,13 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 		}()
 	}
 
+	// 2c. the image: pulled through the engine when it lacks it (pull.go),
+	// once per node however many creates wait. Before any side effect, so
+	// a failed pull leaves nothing to undo.
+	if err := t.run("image", func() error { return s.ensureImage(ctx, req.Owner, req.Image) }); err != nil {
+		return nil, err
+	}
+
 	// 3. choose the id (secrets are bound to it).
 	id := idOverride
 	if id == "" {

@@ -39,9 +39,10 @@ var (
 	ErrQuotaExceeded = errors.New("quota exceeded")
 	// ErrIdempotencyKeyReused is an Idempotency-Key sent again with another body.
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
-	// ErrImageNotPresent is a create whose image is not on the host (a
-	// *FieldError for "image" that also matches it): images are never
-	// pulled. A facade may answer it as its own "template not found".
+	// ErrImageNotPresent is a create whose image is not on the host and
+	// could not be pulled (a *FieldError for "image", or an *ImageError,
+	// that also matches it). A facade may answer it as its own "template
+	// not found".
 	ErrImageNotPresent = errors.New("image not present")
 	// ErrUnavailable is a dependency that is down or a node that may not
 	// serve the call; retry later or elsewhere.
@@ -234,6 +235,8 @@ func FaultMessage(cause string) string {
 		return "unavailable (cause: disk): the host's disk is full; retry once space is freed"
 	case CauseStore:
 		return "unavailable (cause: store): the daemon's database cannot be written; retry later"
+	case CauseRegistry:
+		return "unavailable (cause: registry): the image's registry could not be reached or broke off the pull; retry later"
 	}
 	return "unavailable (cause: " + cause + "); retry later"
 }

@@ -93,6 +93,11 @@ type harnessOptions struct {
 	network bool
 	// resolver is Deps.Resolver (nil: the system's).
 	resolver service.TXTResolver
+	// puller, when set, wraps the engine's Puller and the service pulls
+	// (only from 127.0.0.1); nil: no Puller, a missing image is refused
+	// as not present. pullIdleGrace is Config.PullIdleGrace.
+	puller        func(runtime.Puller) runtime.Puller
+	pullIdleGrace time.Duration
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -182,6 +187,8 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		StuckCreating: time.Minute,
 		Pool:          opts.pool,
 		PauseMax:      opts.pauseMax,
+		PullIdleGrace: opts.pullIdleGrace,
+		RegistryAllow: []string{"127.0.0.1"},
 		AllowNetwork:  opts.network,
 		PausedMemoryFloor: func() int {
 			if opts.memory != nil {
@@ -203,6 +210,12 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		HostMemory: opts.memory,
 		Firewall:   firewall,
 		Resolver:   opts.resolver,
+		Puller: func() runtime.Puller {
+			if opts.puller != nil {
+				return opts.puller(drt)
+			}
+			return nil
+		}(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -100,6 +100,12 @@ type Store interface {
 	SupersededBuilds(ctx context.Context, before time.Time) ([]store.Template, error)
 	DeleteSupersededBuild(ctx context.Context, id string, before time.Time) (bool, error)
 	TemplateBytes(ctx context.Context, owner string) (int64, error)
+
+	PutRegistryCredential(ctx context.Context, c store.RegistryCredential) error
+	GetRegistryCredential(ctx context.Context, owner, host string) (store.RegistryCredential, error)
+	ListRegistryCredentials(ctx context.Context, owner string) ([]store.RegistryCredential, error)
+	DeleteRegistryCredential(ctx context.Context, owner, host string) error
+	RegistryHasCredentials(ctx context.Context, host string) (bool, error)
 }
 
 // Runtime is what the service needs of the sandbox runtime.
@@ -216,6 +222,17 @@ type Config struct {
 	// DomainCheckEvery is how often RunBackground looks up pending custom
 	// domains (CheckPendingDomains). Zero: 30 s.
 	DomainCheckEvery time.Duration
+	// RegistryAllow lists the registry hosts images may be pulled from
+	// (lowercase; "docker.io" is Docker Hub); empty: any. Images already
+	// on the host are used whatever their registry.
+	RegistryAllow []string
+	// ImageMaxMB refuses a pull whose image is bigger (0: no cap).
+	ImageMaxMB int64
+	// PullTimeout bounds one pull (0: DefaultPullTimeout).
+	PullTimeout time.Duration
+	// PullIdleGrace is how long a pull nobody waits for any more goes on
+	// before it is cancelled (0: DefaultPullIdleGrace).
+	PullIdleGrace time.Duration
 }
 
 // Deps are the service's collaborators. Everything with a side effect is
@@ -252,6 +269,9 @@ type Deps struct {
 	// Images captures sandboxes as images (templates.go); nil refuses
 	// templates, snapshots and forks as unavailable.
 	Images runtime.Images
+	// Puller pulls images a create names and the engine lacks (pull.go);
+	// nil: such a create is refused as before, the image not present.
+	Puller runtime.Puller
 	// Resolver looks up the TXT records that prove control of a custom
 	// domain (domains.go); nil: net.DefaultResolver.
 	Resolver TXTResolver
@@ -283,6 +303,15 @@ type Service struct {
 	// (ref → until when); imageVerdictCount bounds it.
 	imageVerdicts     sync.Map
 	imageVerdictCount atomic.Int64
+
+	// pulls are the image pulls under way (pull.go).
+	pulls pulls
+	// registryHosts caches whether any owner holds a credential for a
+	// registry host (host → bool); accessVerdicts when an owner was last
+	// let pull an image from such a host (registries.go).
+	registryHosts      sync.Map
+	accessVerdicts     sync.Map
+	accessVerdictCount atomic.Int64
 
 	// readiness is set by the startup repair (Reconcile with startup).
 	readiness atomic.Pointer[readiness]

@@ -465,6 +465,12 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		r.Base = from.Image
 	}
 	baseRef := cmp.Or(r.Base, s.cfg.DefaultImage)
+	if r.FromTemplate == "" && !isTemplateImage(baseRef) {
+		// A base the engine lacks is pulled (pull.go).
+		if err := s.ensureImage(ctx, c.Owner, baseRef); err != nil {
+			return Template{}, false, err
+		}
+	}
 	base, err := imgs.InspectImage(ctx, baseRef)
 	if errors.Is(err, runtime.ErrImageNotFound) {
 		return Template{}, false, &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", baseRef), Kind: ErrImageNotPresent}
@@ -1033,6 +1039,9 @@ func (s *Service) checkImage(ctx context.Context, field, ref string) error {
 		return fmt.Errorf("inspect image %q: %w", ref, err)
 	case img.Config.Labels[labelTemplate] != "":
 		return notPresent
+	}
+	if byID, err := s.byIDFromPrivate(ctx, ref, img); err != nil || byID {
+		return cmp.Or(err, byIDRefused(ref)) // never cached
 	}
 	if s.imageVerdictCount.Add(1) > maxImageVerdicts {
 		s.imageVerdicts.Clear()

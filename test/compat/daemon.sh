@@ -36,7 +36,7 @@ compat_start_daemon() {
 	# sandbox): the suites run files in parallel, one of them eight creates
 	# at once, and their sandboxes sit idle.
 	"$daemon" --data-dir "$data_dir" --listen "127.0.0.1:$port" --tls-listen 127.0.0.1:0 \
-		--pool "${SANDBOXD_COMPAT_POOL:-}" --cpu-budget 64000 >"$data_dir/sandboxd.log" 2>&1 &
+		--pool "${SANDBOXD_COMPAT_POOL:-}" --cpu-budget 64000 --registry-allow 127.0.0.1 >"$data_dir/sandboxd.log" 2>&1 &
 	daemon_pid=$!
 	SANDBOXD_URL="http://127.0.0.1:$port"
 	for _ in $(seq 300); do # 30 s
@@ -76,4 +76,46 @@ compat_stop_daemon() {
 		[[ -z $ids ]] || docker rmi -f $ids >/dev/null 2>&1 || true
 	fi
 	rm -rf "$data_dir"
+}
+
+registry_pid="" registry_dir=""
+
+# compat_start_registry starts Debian's docker-registry (make setup installs
+# it) on a free 127.0.0.1 port with a throwaway storage dir, pushes
+# sandboxd/base:bookworm to it under a fresh tag and removes that tag from
+# the engine, so a test that names it makes the daemon pull it. It sets
+# COMPAT_REGISTRY (host:port) and COMPAT_REGISTRY_IMAGE (the reference);
+# without docker-registry it sets neither and the tests that need them skip.
+compat_start_registry() {
+	command -v docker-registry >/dev/null || { log "docker-registry is not installed: the registry tests skip"; return 0; }
+	local port tag
+	port=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })')
+	registry_dir=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-compat-registry.XXXXXX")
+	printf 'version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s/storage\nhttp:\n  addr: 127.0.0.1:%s\n' \
+		"$registry_dir" "$port" >"$registry_dir/config.yml"
+	docker-registry serve "$registry_dir/config.yml" >"$registry_dir/registry.log" 2>&1 &
+	registry_pid=$!
+	for _ in $(seq 100); do # 10 s
+		curl -fsS --max-time 2 "http://127.0.0.1:$port/v2/" >/dev/null 2>&1 && break
+		kill -0 "$registry_pid" 2>/dev/null || die "docker-registry exited: $(cat "$registry_dir/registry.log")"
+		sleep 0.1
+	done
+	tag="t$(date +%s)$$"
+	COMPAT_REGISTRY="127.0.0.1:$port"
+	COMPAT_REGISTRY_IMAGE="$COMPAT_REGISTRY/compat/base:$tag"
+	docker tag sandboxd/base:bookworm "$COMPAT_REGISTRY_IMAGE" >/dev/null
+	docker push "$COMPAT_REGISTRY_IMAGE" >/dev/null || die "push $COMPAT_REGISTRY_IMAGE to the loopback registry failed"
+	docker rmi "$COMPAT_REGISTRY_IMAGE" >/dev/null
+	export COMPAT_REGISTRY COMPAT_REGISTRY_IMAGE
+	log "loopback registry on $COMPAT_REGISTRY with $COMPAT_REGISTRY_IMAGE"
+}
+
+# compat_stop_registry stops the registry compat_start_registry started and
+# removes what the daemon pulled from it.
+compat_stop_registry() {
+	[[ -n $registry_pid ]] || return 0
+	kill -TERM "$registry_pid" 2>/dev/null || true
+	wait "$registry_pid" 2>/dev/null || true
+	docker rmi "$COMPAT_REGISTRY_IMAGE" >/dev/null 2>&1 || true
+	rm -rf "$registry_dir"
 }

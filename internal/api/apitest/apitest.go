@@ -92,6 +92,7 @@ func New(ctx context.Context, opts Options) (_ *Env, err error) {
 		"--tls-listen", "127.0.0.1:0",
 		"--cpu-budget", "1000000", "--memory-budget", "1000000",
 		"--pool", "none", // the background work (the pool's refill) does not run here
+		"--registry-allow", "127.0.0.1", // pulls stay on this machine
 	}, func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, err

@@ -109,6 +109,7 @@ func newStack(ctx context.Context, dir, nodeID, agentBin string, extra ...string
 		"--default-image", apitest.BaseImage,
 		"--tls-listen", "127.0.0.1:0",
 		"--pool", "none", // the warm pool has tests of its own
+		"--registry-allow", "127.0.0.1", // pulls stay on this machine
 
 		"--cpu-budget", "1000000", "--memory-budget", "1000000",
 	}, extra...), func(string) (string, bool) { return "", false })

@@ -276,8 +276,8 @@ func (f *Facade) buildForCreate(ctx context.Context, c service.Caller, dockerfil
 		return "", err
 	}
 	t, _, err := f.svc.BuildTemplate(ctx, c, service.Recipe{Base: base, Steps: steps})
-	if service.Is(err, service.ErrImageNotPresent) {
-		return "", badRequest("image %q is not present on this host: sandboxd does not pull images; pull or build it on the host first", base)
+	if service.Is(err, service.ErrImageNotPresent) && !service.IsPullRefusal(err) {
+		return "", badRequest("%v", err)
 	}
 	if err != nil {
 		return "", err

@@ -314,8 +314,8 @@ func (f *Facade) createSnapshot(w http.ResponseWriter, r *http.Request, c servic
 		return badRequest("give imageName or buildInfo.dockerfileContent")
 	}
 	t, _, err := f.svc.BuildTemplate(r.Context(), c, recipe)
-	if errors.Is(err, service.ErrImageNotPresent) {
-		return badRequest("image %q is not present on this host: sandboxd does not pull images; pull or build it on the host first", recipe.Base)
+	if errors.Is(err, service.ErrImageNotPresent) && !service.IsPullRefusal(err) {
+		return badRequest("%v", err)
 	}
 	if err != nil {
 		return err

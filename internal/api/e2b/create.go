@@ -165,6 +165,12 @@ func (f *Facade) afterCreate(ctx context.Context, sb service.Sandbox) error {
 // "template not found" (404). A template id that is no image reference
 // at all stays a 400.
 func templateErr(template string, err error) error {
+	if service.IsPullRefusal(err) {
+		if service.Is(err, service.ErrNotFound) {
+			return errorf(http.StatusNotFound, "template %q not found: %v", template, err)
+		}
+		return err // refused (403): its own words
+	}
 	if errors.Is(err, service.ErrImageNotPresent) {
 		return errorf(http.StatusNotFound, "template %q not found: no such image on this host", template)
 	}

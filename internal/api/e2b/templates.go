@@ -310,8 +310,8 @@ func (f *Facade) startBuild(w http.ResponseWriter, r *http.Request, c service.Ca
 		}
 		recipe.Name, recipe.Tags, recipe.ID = b.name, b.tags, id
 		t, _, err := f.svc.BuildTemplate(r.Context(), c, recipe)
-		if service.Is(err, service.ErrImageNotPresent) {
-			return badRequest("%v: sandboxd pulls no images; build or load the image on the host first", err)
+		if service.Is(err, service.ErrImageNotPresent) && !service.IsPullRefusal(err) {
+			return badRequest("%v", err)
 		}
 		if err != nil {
 			return err
@@ -332,7 +332,7 @@ func (f *Facade) recipeOf(owner string, body buildStartBody) (service.Recipe, er
 	builtinBase := false
 	switch {
 	case len(body.FromImageRegistry) > 0:
-		return rec, badRequest("fromImageRegistry: sandboxd pulls no images; build or load the image on the host and name it in fromImage")
+		return rec, badRequest("fromImageRegistry: sandboxd takes registry credentials through its own API (POST /v1/registries), never in a build; store them there and name the image in fromImage")
 	case body.FromTemplate != "":
 		from := strings.TrimSuffix(body.FromTemplate, ":"+e2bDefaultTag)
 		if img, builtin := f.images[from]; builtin {

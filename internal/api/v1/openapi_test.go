@@ -38,7 +38,9 @@ func TestOpenAPI_MatchesRoutes(t *testing.T) {
 	}
 	var inServer []string
 	for _, rt := range routes() {
-		inServer = append(inServer, rt.method+" "+rt.path)
+		// A wildcard that takes the rest of the path ({ref...}, an image
+		// reference with its slashes) is a plain parameter in OpenAPI.
+		inServer = append(inServer, rt.method+" "+strings.ReplaceAll(rt.path, "...}", "}"))
 	}
 	slices.Sort(inSpec)
 	slices.Sort(inServer)

@@ -80,6 +80,12 @@ func routes() []route {
 		{http.MethodPost, "/v1/templates/{id}/tags", user, jsonBody, (*server).tagTemplate},
 		{http.MethodDelete, "/v1/templates/{id}/tags/{tag}", user, jsonBody, (*server).untagTemplate},
 
+		{http.MethodPost, "/v1/registries", user, jsonBody, (*server).putRegistry},
+		{http.MethodGet, "/v1/registries", user, jsonBody, (*server).listRegistries},
+		{http.MethodDelete, "/v1/registries/{host}", user, jsonBody, (*server).deleteRegistry},
+		{http.MethodPost, "/v1/images/pull", user, jsonBody, (*server).pullImage},
+		{http.MethodGet, "/v1/images/{ref...}", user, jsonBody, (*server).getImage},
+
 		{http.MethodGet, "/v1/pools", adminOnly, jsonBody, (*server).listPools},
 		{http.MethodPut, "/v1/pools", adminOnly, jsonBody, (*server).setPools},
 

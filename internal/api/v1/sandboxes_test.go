@@ -47,8 +47,9 @@ func TestCreate_BadInput(t *testing.T) {
 		{"name like an id", `{` + busybox + `,"name":"sb-0123456789abcdef"}`, nil, 400, "invalid_argument"},
 		{"bad env key", `{` + busybox + `,"env":{"1X":"y"}}`, nil, 400, "invalid_argument"},
 		{"unknown runtime", `{` + busybox + `,"runtime":"qemu"}`, nil, 400, "invalid_argument"},
-		// Images are never pulled: one not on the host is the caller's mistake.
-		{"image not on the host", `{"image":"nope/nope:1"}`, nil, 400, "invalid_argument"},
+		// An image not on the host is pulled, but only from the registries
+		// --registry-allow names (apitest: 127.0.0.1).
+		{"image from a registry not allowed", `{"image":"nope/nope:1"}`, nil, 403, "permission_denied"},
 		{"image with spaces", `{"image":"a b"}`, nil, 400, "invalid_argument"},
 		{"oversize body", `{"image":"` + strings.Repeat("x", 1<<20) + `"}`, nil, 413, "payload_too_large"},
 		{"idempotency key too long", `{` + busybox + `}`, []string{"Idempotency-Key", strings.Repeat("k", 256)}, 400, "invalid_argument"},

@@ -59,6 +59,12 @@ type Service interface {
 	FollowBuildLog(ctx context.Context, c service.Caller, idOrName string, w func([]byte) error) error
 	GetTemplate(ctx context.Context, c service.Caller, idOrName string) (service.Template, error)
 	ListTemplates(ctx context.Context, c service.Caller) ([]service.Template, error)
+
+	PutRegistryCredential(ctx context.Context, c service.Caller, in service.RegistryCredentialInput) (service.RegistryCredential, error)
+	ListRegistryCredentials(ctx context.Context, c service.Caller) ([]service.RegistryCredential, error)
+	DeleteRegistryCredential(ctx context.Context, c service.Caller, host string) error
+	ImageStatus(ctx context.Context, c service.Caller, ref string) (service.PullState, error)
+	PullImage(ctx context.Context, c service.Caller, ref string) error
 	DeleteTemplate(ctx context.Context, c service.Caller, idOrName string) error
 	Snapshot(ctx context.Context, c service.Caller, sandboxIDOrName, name string) (service.Template, error)
 	Fork(ctx context.Context, c service.Caller, sandboxIDOrName string, n int) ([]*service.Created, error)

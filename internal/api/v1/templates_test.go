@@ -89,7 +89,7 @@ func TestTemplates_BadInput(t *testing.T) {
 		{"copy content not base64", "POST", "/v1/templates", `{"steps":[{"copy":{"path":"/a","content":"!!"}}]}`, 400, "invalid_argument"},
 		{"relative copy path", "POST", "/v1/templates", `{"steps":[{"copy":{"path":"a","content":""}}]}`, 400, "invalid_argument"},
 		{"ready without start", "POST", "/v1/templates", `{"ready_cmd":"true"}`, 400, "invalid_argument"},
-		{"base not on the host", "POST", "/v1/templates", `{"base":"nope/nope:1"}`, 400, "invalid_argument"},
+		{"base from a registry not allowed", "POST", "/v1/templates", `{"base":"nope/nope:1"}`, 403, "permission_denied"},
 		{"recipe name not a label", "POST", "/v1/templates", `{"name":"Not_A_Label"}`, 400, "invalid_argument"},
 		{"create from an unknown name", "POST", "/v1/sandboxes", `{"template":"nope"}`, 404, "not_found"},
 		{"create from an unknown id", "POST", "/v1/sandboxes", `{"template":"tpl-0000000000000000"}`, 404, "not_found"},

@@ -156,7 +156,7 @@ func (r *Runtime) storageOpt(ctx context.Context, spec runtime.Spec) (map[string
 		img, err := r.cli.ImageInspect(ctx, spec.Image)
 		if err != nil {
 			if cerrdefs.IsNotFound(err) {
-				return nil, fmt.Errorf("%w: %s (build it with scripts/build-images.sh; images are never pulled)", runtime.ErrImageNotFound, spec.Image)
+				return nil, fmt.Errorf("%w: %s (create does not pull: the service pulls before it)", runtime.ErrImageNotFound, spec.Image)
 			}
 			return nil, fmt.Errorf("inspect image %s for its size: %w", spec.Image, err)
 		}

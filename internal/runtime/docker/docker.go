@@ -487,7 +487,7 @@ func (r *Runtime) classifyCreateErr(ctx context.Context, image string, err error
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		if _, ierr := r.cli.ImageInspect(ctx, image); cerrdefs.IsNotFound(ierr) {
-			return fmt.Errorf("%w: %s (build it with scripts/build-images.sh; images are never pulled)", runtime.ErrImageNotFound, image)
+			return fmt.Errorf("%w: %s (create does not pull: the service pulls before it)", runtime.ErrImageNotFound, image)
 		}
 	case cerrdefs.IsInvalidArgument(err):
 		return fmt.Errorf("%w: %w", runtime.ErrInvalidSpec, err)

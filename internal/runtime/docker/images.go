@@ -157,7 +157,7 @@ func (r *Runtime) InspectImage(ctx context.Context, ref string) (_ runtime.Image
 	if err != nil {
 		return runtime.Image{}, fmt.Errorf("inspect image %s: %w", ref, err)
 	}
-	img := runtime.Image{ID: res.ID, Size: res.Size}
+	img := runtime.Image{ID: res.ID, Size: res.Size, Refs: append(slices.Clone(res.RepoTags), res.RepoDigests...)}
 	if cfg := res.Config; cfg != nil {
 		img.Config = runtime.ImageConfig{
 			Env: cfg.Env, Cmd: cfg.Cmd, Entrypoint: cfg.Entrypoint,

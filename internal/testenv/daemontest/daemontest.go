@@ -401,6 +401,9 @@ func (d *Daemon) spawn() (*exec.Cmd, chan struct{}, error) {
 		"--node-id", d.nodeID,
 		"--agent-binary", d.env.Bins.Toolboxd,
 		"--log-level", "debug",
+		// Pulls stay on this machine (a test's own --registry-allow,
+		// later, replaces this).
+		"--registry-allow", "127.0.0.1",
 	}, d.args...)
 	cmd := exec.Command(d.env.Bins.Sandboxd, args...)
 	if d.host != nil {

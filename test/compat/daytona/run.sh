@@ -60,6 +60,7 @@ cleanup() {
 			timeout 90 node sweep.js || true
 		fi
 	fi
+	compat_stop_registry
 	compat_stop_daemon "$status"
 	exit "$status"
 }
@@ -68,6 +69,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 compat_start_daemon daytona
+[[ ${1:-} == --bench ]] || compat_start_registry
 
 # The SDK's whole configuration: the endpoint and the key, from the process
 # environment, exactly as a team switching to sandboxd would set them.

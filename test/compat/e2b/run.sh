@@ -44,6 +44,7 @@ cleanup() {
 			timeout 90 node sweep.js || true
 		fi
 	fi
+	compat_stop_registry
 	compat_stop_daemon "$status"
 	exit "$status"
 }
@@ -59,6 +60,7 @@ if [[ -z ${SANDBOXD_URL:-} ]]; then
 	export COMPAT_E2B_REPLAY_WINDOW_MS="${COMPAT_E2B_REPLAY_WINDOW_MS:-5000}"
 fi
 compat_start_daemon e2b
+[[ ${1:-} == --bench ]] || compat_start_registry
 
 # The SDK's configuration. No E2B_DEBUG (it skips the API), no E2B_DOMAIN
 # (E2B_SANDBOX_URL decides where envd traffic goes).

@@ -1,0 +1,129 @@
+package docker
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/api/types/registry"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/runtime"
+)
+
+var _ runtime.Puller = (*Runtime)(nil)
+
+// PullImage implements runtime.Puller: one ImagePull, its JSON progress
+// stream drained to the end (the pull is done when the stream ends
+// without an error message). Ending ctx closes the stream, which makes
+// the engine abandon the pull.
+func (r *Runtime) PullImage(ctx context.Context, ref string, auth *runtime.RegistryAuth, progress func(runtime.PullProgress)) error {
+	opts := client.ImagePullOptions{}
+	if auth != nil {
+		b, err := json.Marshal(registry.AuthConfig{Username: auth.Username, Password: auth.Password, ServerAddress: auth.ServerAddress})
+		if err != nil {
+			return err
+		}
+		opts.RegistryAuth = base64.URLEncoding.EncodeToString(b)
+	}
+	resp, err := r.cli.ImagePull(ctx, ref, opts)
+	if err != nil {
+		return pullErr(ctx, ref, err)
+	}
+	var layers pullLayers
+	for m, err := range resp.JSONMessages(ctx) {
+		if err != nil {
+			return pullErr(ctx, ref, err)
+		}
+		if m.Error != nil {
+			return pullErr(ctx, ref, m.Error)
+		}
+		if layers.add(m) && progress != nil {
+			progress(layers.sum())
+		}
+	}
+	return ctx.Err()
+}
+
+// pullLayers adds up the engine's per-layer download progress.
+type pullLayers struct {
+	ids         []string
+	done, total map[string]int64
+}
+
+// add takes one progress message; it reports whether the sum changed.
+func (l *pullLayers) add(m jsonstream.Message) bool {
+	if m.ID == "" {
+		return false
+	}
+	if l.done == nil {
+		l.done, l.total = map[string]int64{}, map[string]int64{}
+	}
+	if _, ok := l.total[m.ID]; !ok {
+		l.ids = append(l.ids, m.ID)
+		l.total[m.ID] = 0
+	}
+	switch {
+	case m.Status == "Downloading" && m.Progress != nil:
+		l.done[m.ID], l.total[m.ID] = m.Progress.Current, max(l.total[m.ID], m.Progress.Total)
+	case m.Status == "Download complete", m.Status == "Pull complete", m.Status == "Already exists":
+		l.done[m.ID] = l.total[m.ID]
+	default:
+		return false
+	}
+	return true
+}
+
+func (l *pullLayers) sum() runtime.PullProgress {
+	var p runtime.PullProgress
+	for _, id := range l.ids {
+		p.Done += l.done[id]
+		p.Total += l.total[id]
+	}
+	return p
+}
+
+// pullErr classifies a failed pull. The engine types a missing manifest
+// (404) and nothing else: a registry that refuses credentials, asks for
+// some, is unreachable or breaks off the stream all come back as a 500
+// or an error message in the stream whose only distinction is its text,
+// so the text is matched here, in one place (pull_test.go holds the
+// engine's phrasings).
+func pullErr(ctx context.Context, ref string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("pull %s: %w", ref, ctx.Err())
+	}
+	if e := engineErr(err); errors.Is(e, runtime.ErrUnavailable) || errors.Is(e, runtime.ErrNoSpace) {
+		return fmt.Errorf("pull %s: %w", ref, e)
+	}
+	return fmt.Errorf("pull %s: %w: %w", ref, classifyPull(err), err)
+}
+
+func classifyPull(err error) error {
+	if cerrdefs.IsNotFound(err) {
+		return runtime.ErrNotInRegistry
+	}
+	if cerrdefs.IsUnauthorized(err) || cerrdefs.IsPermissionDenied(err) {
+		return runtime.ErrRegistryAuth
+	}
+	if cerrdefs.IsInvalidArgument(err) {
+		return runtime.ErrInvalidSpec
+	}
+	msg := strings.ToLower(err.Error())
+	for _, s := range []string{"unauthorized", "no basic auth credentials", "authentication required", "incorrect username or password", "denied: requested access"} {
+		if strings.Contains(msg, s) {
+			return runtime.ErrRegistryAuth
+		}
+	}
+	for _, s := range []string{"manifest unknown", "not found: manifest", "repository does not exist", "name unknown"} {
+		if strings.Contains(msg, s) {
+			return runtime.ErrNotInRegistry
+		}
+	}
+	return runtime.ErrRegistryUnavailable
+}
