@@ -281,7 +281,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"MiB all volumes' sizes may come to together; 0: half of the data directory's file system (env SANDBOXD_VOLUME_STORAGE_MAX)")
 	registryAllow := strings.Join(d.RegistryAllow, ",")
 	fs.StringVar(&registryAllow, "registry-allow", registryAllow,
-		"comma-separated registry hosts images may be pulled from (docker.io is Docker Hub; a host without a port allows all its ports); empty: any (env SANDBOXD_REGISTRY_ALLOW)")
+		"comma-separated registry hosts images may be pulled from (docker.io is Docker Hub; a host without a port allows all its ports); '*': any, which lets tenants point the engine at any host the daemon's host reaches (env SANDBOXD_REGISTRY_ALLOW)")
 	fs.Int64Var(&d.ImageMaxMB, "image-max-mb", d.ImageMaxMB,
 		"refuse, and remove, a pulled image bigger than this many MiB; 0: no cap (env SANDBOXD_IMAGE_MAX_MB)")
 	pool := ""
@@ -356,13 +356,17 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 
 // ParseRegistryAllow reads a comma-separated list of registry hosts as
 // the reference parser names them: lowercase, "docker.io" for Docker Hub
-// (index.docker.io too), a port kept. Empty items are skipped.
+// (index.docker.io too), a port kept. Empty items are skipped; "*" (or
+// nothing at all) allows every registry, and is nil.
 func ParseRegistryAllow(s string) ([]string, error) {
 	var out []string
 	for item := range strings.SplitSeq(s, ",") {
 		item = strings.ToLower(strings.TrimSpace(item))
 		if item == "" {
 			continue
+		}
+		if item == "*" {
+			return nil, nil
 		}
 		named, err := reference.ParseNormalizedNamed(item + "/x")
 		if err != nil || strings.ContainsAny(item, "/@") {
@@ -467,12 +471,13 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	if d.VolumeStorageMaxMB, err = strconv.ParseInt(get("SANDBOXD_VOLUME_STORAGE_MAX", "0"), 10, 64); err != nil || d.VolumeStorageMaxMB < 0 {
 		return Daemon{}, fmt.Errorf("SANDBOXD_VOLUME_STORAGE_MAX: must be a whole number of MiB, 0 or more")
 	}
-	if d.ImageMaxMB, err = strconv.ParseInt(get("SANDBOXD_IMAGE_MAX_MB", "0"), 10, 64); err != nil {
+	if d.ImageMaxMB, err = strconv.ParseInt(get("SANDBOXD_IMAGE_MAX_MB", "10240"), 10, 64); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_IMAGE_MAX_MB: must be a whole number of MiB")
 	}
-	if v, ok := env("SANDBOXD_REGISTRY_ALLOW"); ok {
-		d.RegistryAllow = strings.Split(v, ",") // checked with the flag's value
-	}
+	// Docker Hub only by default: the engine fetches whatever a registry
+	// (or its token realm) a tenant names points it at, from the host's
+	// network, so every other host is the operator's choice.
+	d.RegistryAllow = strings.Split(get("SANDBOXD_REGISTRY_ALLOW", "docker.io"), ",") // checked with the flag's value
 	if d.E2BBodyDedupe, err = parseDedupe(d.E2BBodyDedupe); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_BODY_DEDUPE: %w", err)
 	}

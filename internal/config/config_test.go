@@ -44,6 +44,8 @@ func wantDefaults(t *testing.T) Daemon {
 		DiskDefaultMB:      10240,
 		DiskMaxMB:          102400,
 		VolumeSizeMB:       10240,
+		RegistryAllow:      []string{"docker.io"},
+		ImageMaxMB:         10240,
 		PausedMemoryFloor:  10,
 		SandboxNetworkName: "sandboxd0",
 		Pool:               []PoolSize{{Image: "sandboxd/base:bookworm", Size: 2}},

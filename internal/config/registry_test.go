@@ -15,11 +15,12 @@ func TestParse_RegistryAllowAndImageCap(t *testing.T) {
 		wantAllow []string
 		wantMB    int64
 	}{
-		{"Defaults", nil, nil, nil, 0},
+		{"Defaults", nil, nil, []string{"docker.io"}, 10240},
+		{"Any", nil, []string{"--registry-allow", "*"}, nil, 10240},
 		{"Flags", nil, []string{"--registry-allow", " Docker.io, index.docker.io,127.0.0.1:5000,registry.example.com,", "--image-max-mb", "512"},
 			[]string{"docker.io", "127.0.0.1:5000", "registry.example.com"}, 512},
 		{"Env", map[string]string{"SANDBOXD_REGISTRY_ALLOW": "localhost:5000", "SANDBOXD_IMAGE_MAX_MB": "64"}, nil, []string{"localhost:5000"}, 64},
-		{"FlagOverEnv", map[string]string{"SANDBOXD_REGISTRY_ALLOW": "localhost:5000"}, []string{"--registry-allow", "127.0.0.1"}, []string{"127.0.0.1"}, 0},
+		{"FlagOverEnv", map[string]string{"SANDBOXD_REGISTRY_ALLOW": "localhost:5000"}, []string{"--registry-allow", "127.0.0.1"}, []string{"127.0.0.1"}, 10240},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := Parse(tc.args, envOf(tc.env))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,6 +128,26 @@ func normalizeRef(ref string) (named reference.Named, ok bool) {
 	return reference.TagNameOnly(n), true
 }
 
+// localOnly reports whether named is one of the images this host builds
+// itself (scripts/build-images.sh names them sandboxd/…, and the
+// daemon's default image): never pulled, so that a registry namespace of
+// the same name elsewhere can never stand in for them.
+func (s *Service) localOnly(named reference.Named) bool {
+	if reference.Domain(named) == DockerHub && strings.HasPrefix(reference.Path(named), "sandboxd/") {
+		return true
+	}
+	if d, ok := normalizeRef(s.cfg.DefaultImage); ok && d.String() == named.String() {
+		return true
+	}
+	return false
+}
+
+// pulledFromRegistry reports whether the engine knows img by a registry
+// digest (name@sha256:…), which only a pull or a push gives it.
+func pulledFromRegistry(img runtime.Image) bool {
+	return slices.ContainsFunc(img.Refs, func(r string) bool { return strings.Contains(r, "@sha256:") })
+}
+
 // registryAllowed reports whether an operator's allow list (hosts,
 // lowercase; empty: any) lets images be pulled from host (a reference's
 // domain, "host" or "host:port"). An entry without a port allows every
@@ -161,10 +182,13 @@ func (s *Service) ensureImage(ctx context.Context, owner, ref string) error {
 		return nil
 	}
 	named, pullable := normalizeRef(ref)
+	if pullable && s.localOnly(named) {
+		return nil // never pulled: the runtime's create says how to build it
+	}
 	host := ""
 	private := false
 	if pullable {
-		host = reference.Domain(named)
+		host = strings.ToLower(reference.Domain(named)) // registry hosts are names: any case is the same host
 		var err error
 		if private, err = s.privateRegistry(ctx, host); err != nil {
 			return err
@@ -175,6 +199,14 @@ func (s *Service) ensureImage(ctx context.Context, owner, ref string) error {
 	}
 	if private && s.accessKnown(owner, named.String()) {
 		return nil
+	}
+	if private {
+		// An image made on this host (built or imported: the engine knows
+		// it by no registry digest) came from no registry, so no
+		// credential guards it: used as it is, never pulled over.
+		if img, err := s.Images.InspectImage(ctx, ref); err == nil && !pulledFromRegistry(img) {
+			return s.refuseByID(ctx, owner, ref, img)
+		}
 	}
 	if !private {
 		if until, ok := s.imageVerdicts.Load(ref); ok && s.Clock().Before(until.(time.Time)) {

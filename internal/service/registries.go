@@ -125,7 +125,8 @@ func (s *Service) DeleteRegistryCredential(ctx context.Context, c Caller, host s
 	if err := s.Store.DeleteRegistryCredential(ctx, c.Owner, h); err != nil {
 		return err
 	}
-	s.registryHosts.Delete(h) // looked up again on the next create
+	// The host stays private (store.RegistryHasCredentials): the node's
+	// copies pulled with the credential are still there.
 	s.forgetAccess(c.Owner)
 	return nil
 }
@@ -147,18 +148,22 @@ func (s *Service) registryAuth(ctx context.Context, owner, host string) (*runtim
 	return &runtime.RegistryAuth{ServerAddress: host, Username: row.Username, Password: string(plain)}, nil
 }
 
-// privateRegistry reports whether any owner holds a credential for host
-// (cached per host; PutRegistryCredential and DeleteRegistryCredential
-// keep the cache).
+// privateRegistry reports whether any owner holds, or ever held, a
+// credential for host. A yes is cached (it never turns back: the store
+// keeps the host); a no is asked again each time, so a credential stored
+// meanwhile is never missed, and a host a caller merely names adds
+// nothing to the cache.
 func (s *Service) privateRegistry(ctx context.Context, host string) (bool, error) {
-	if v, ok := s.registryHosts.Load(host); ok {
-		return v.(bool), nil
+	if _, ok := s.registryHosts.Load(host); ok {
+		return true, nil
 	}
 	has, err := s.Store.RegistryHasCredentials(ctx, host)
 	if err != nil {
 		return false, err
 	}
-	s.registryHosts.Store(host, has)
+	if has {
+		s.registryHosts.Store(host, true)
+	}
 	return has, nil
 }
 

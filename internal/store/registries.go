@@ -38,6 +38,11 @@ func (s *Store) PutRegistryCredential(ctx context.Context, c RegistryCredential)
 			ON CONFLICT (owner, host) DO UPDATE SET username = excluded.username,
 				sealed_secret = excluded.sealed_secret, created_at = excluded.created_at`,
 			c.Owner, c.Host, c.Username, c.SealedSecret, c.CreatedAt.UnixMilli())
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO registry_private_hosts (host, since) VALUES (?, ?) ON CONFLICT (host) DO NOTHING`,
+			c.Host, c.CreatedAt.UnixMilli())
 		return err
 	})
 	if err != nil {
@@ -99,11 +104,11 @@ func (s *Store) DeleteRegistryCredential(ctx context.Context, owner, host string
 	return nil
 }
 
-// RegistryHasCredentials reports whether any owner holds a credential for
-// host.
+// RegistryHasCredentials reports whether any owner holds, or ever held, a
+// credential for host: its images are private (registry_private_hosts).
 func (s *Store) RegistryHasCredentials(ctx context.Context, host string) (bool, error) {
 	var one int
-	err := s.reader.QueryRowContext(ctx, `SELECT 1 FROM registry_credentials WHERE host = ? LIMIT 1`, host).Scan(&one)
+	err := s.reader.QueryRowContext(ctx, `SELECT 1 FROM registry_private_hosts WHERE host = ?`, host).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}

@@ -40,8 +40,13 @@ func TestRegistryCredentials(t *testing.T) {
 	if err := s.DeleteRegistryCredential(ctx, "a", "r.example:5000"); err != nil {
 		t.Fatal(err)
 	}
-	if has, _ := s.RegistryHasCredentials(ctx, "r.example:5000"); has {
-		t.Fatal("the host still has credentials")
+	// The node's copies pulled with the credential stay: the host stays
+	// private after its last credential goes.
+	if has, _ := s.RegistryHasCredentials(ctx, "r.example:5000"); !has {
+		t.Fatal("the host's last credential deleted, its images became public")
+	}
+	if has, _ := s.RegistryHasCredentials(ctx, "never.example"); has {
+		t.Fatal("a host nobody stored a credential for is private")
 	}
 	for i := range store.MaxRegistryCredentials {
 		if err := put("c", fmt.Sprintf("r%d.example", i), "u"); err != nil {

@@ -389,6 +389,18 @@ func TestPull_RegistryCredentialsPerOwner(t *testing.T) {
 	}
 	_, err = alice.CreateSandbox(ctx, req)
 	wantAPIError(t, err, http.StatusForbidden, sandboxd.CodePermissionDenied, reg.Host)
+	// With every credential for the host gone the node's copy is still
+	// the private registry's: nobody without access uses it.
+	if err := mallory.DeleteRegistryCredential(ctx, reg.Host); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*sandboxd.Client{eve, mallory} {
+		sb, err := c.CreateSandbox(ctx, req)
+		if err == nil {
+			destroyAtEnd(t, c, sb.ID)
+		}
+		wantAPIError(t, err, http.StatusForbidden, sandboxd.CodePermissionDenied, reg.Host)
+	}
 }
 
 func TestPull_ImagesAPI(t *testing.T) {

@@ -13,3 +13,11 @@ CREATE TABLE registry_credentials (
 	PRIMARY KEY (owner, host)
 );
 CREATE INDEX registry_credentials_host ON registry_credentials (host);
+
+-- A host any owner ever stored a credential for: its images stay private
+-- (a create re-checks the caller's access) after the last credential is
+-- deleted, since the node's copies pulled with one stay. Never deleted.
+CREATE TABLE registry_private_hosts (
+	host  TEXT    PRIMARY KEY CHECK (host <> ''),
+	since INTEGER NOT NULL
+);
