@@ -253,7 +253,8 @@ func TestSnapshots_RefusedBuildsAre400s(t *testing.T) {
 	}{
 		{"copy", map[string]any{"name": uniqueName("bad"), "buildInfo": map[string]any{"dockerfileContent": "FROM sandboxd/base:bookworm\nCOPY a /a\n"}}, "line 2 (COPY a /a)", 0},
 		{"cmd", map[string]any{"name": uniqueName("bad"), "buildInfo": map[string]any{"dockerfileContent": "FROM sandboxd/base:bookworm\nCMD [\"sleep\"]\n"}}, "CMD is not supported", 0},
-		{"missing image", map[string]any{"name": uniqueName("bad"), "imageName": "sandboxd/no-such-image:1"}, "may pull from", http.StatusForbidden},
+		{"missing image", map[string]any{"name": uniqueName("bad"), "imageName": "example/no-such-image:1"}, "may pull from", http.StatusForbidden},
+		{"missing local image", map[string]any{"name": uniqueName("bad"), "imageName": "sandboxd/no-such-image:1"}, "not present on this host", 0},
 		{"not a label", map[string]any{"name": "My_Snapshot", "imageName": "sandboxd/base:bookworm"}, "DNS label", 0},
 		{"no image", map[string]any{"name": uniqueName("bad")}, "imageName", 0},
 	} {
