@@ -34,20 +34,35 @@ func testLogger() *slog.Logger {
 // never hands one to an outgoing connection: a port the kernel chose
 // (":0") is an ephemeral one, and on a busy machine another process's
 // connection could take it between this check and the member's bind.
+// A port is handed out once per process (handedOut), so that two tests
+// running in parallel never draw the same one.
 func freeURL(t *testing.T) string {
 	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		port := 20000 + rand.IntN(12000)
+		if handedOut.ports[port] {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			continue // taken: draw again
 		}
 		l.Close()
+		handedOut.ports[port] = true
 		return "https://" + addr
 	}
 	t.Fatal("no free port in 20000-31999 after 100 draws")
 	return ""
 }
+
+// handedOut is the ports freeURL gave out in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // testPKIs holds each test's PKI (testPKI), by *testing.T.
 var testPKIs sync.Map
