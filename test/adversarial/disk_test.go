@@ -16,7 +16,7 @@ import (
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
-// Issue 27, item 3: one 512 MB sandbox ran `fallocate -l 20G` and took
+// An attacker review found that one 512 MB sandbox ran `fallocate -l 20G` and took
 // 20 GB of the host. Every sandbox now has a disk limit the kernel
 // enforces: the write that goes over gets ENOSPC or EDQUOT, and the host
 // and the other sandboxes see nothing.

@@ -16,7 +16,7 @@ import (
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
-// Issue 27, items 1a, 1c and 4: the preview ingress. No stranger runs code
+// The preview ingress, as an attacker tries it. No stranger runs code
 // in a tenant's sandbox, a native port is private unless made public, and
 // no credential of the daemon reaches a sandbox's server.
 

@@ -16,7 +16,7 @@ import (
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
-// Issue 11, items 11, 7 and 4, attacked on a whole daemon: bad input
+// Attacked on a whole daemon: bad input
 // answered 500 (and left volume directories behind), one tenant's token
 // taking the whole host, and session output held without bound.
 

@@ -16,7 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-// Issue 12: identical creates are never collapsed; only a create whose
+// Identical creates are never collapsed; only a create whose
 // client went away before its answer is adopted, by one identical retry
 // inside the window, and destroyed after it.
 
