@@ -53,7 +53,7 @@ func call(t *testing.T, d *daemontest.Daemon, method, host, path, body string, h
 	return resp.StatusCode, string(b)
 }
 
-// Item 2: a "private" tcp or tls exposure used to answer public:false and
+// A "private" tcp or tls exposure used to answer public:false and
 // be reachable from the host with no credential. It is refused, and no
 // host port or route is taken.
 func TestEdges_PrivateTCPExposureIsRefused(t *testing.T) {
@@ -72,7 +72,7 @@ func TestEdges_PrivateTCPExposureIsRefused(t *testing.T) {
 	}
 }
 
-// Item 3: idle kept-alive connections are closed after --idle-timeout, and
+// Idle kept-alive connections are closed after --idle-timeout, and
 // with --max-conns a flood of held connections neither exhausts the
 // daemon's descriptors nor stops it answering: each is served in turn, a
 // fresh client is answered, another tenant's sandbox keeps working.
@@ -139,7 +139,7 @@ func holdIdle(addr string, i int) error {
 	return nil
 }
 
-// Item 9: tenant B may use a name tenant A holds, and the E2B envd route
+// Tenant B may use a name tenant A holds, and the E2B envd route
 // answers a header naming another tenant's sandbox exactly like one naming
 // nothing.
 func TestEdges_TenantNamesNeitherCollideNorLeak(t *testing.T) {
@@ -163,7 +163,7 @@ func TestEdges_TenantNamesNeitherCollideNorLeak(t *testing.T) {
 	}
 }
 
-// Item 10: on the API's port, a preview host is the sandbox app's for
+// On the API's port, a preview host is the sandbox app's for
 // every path (the E2B facade used to answer /sandboxes with "missing API
 // key"), and a name given with --api-host cannot be bound as a custom
 // domain.

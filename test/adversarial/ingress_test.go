@@ -169,7 +169,7 @@ func startEcho(t *testing.T, c *sandboxd.Client, id string) {
 	sh(t, c, id, "cat >/tmp/echo.py <<'EOF'\n"+echoHeaders+"EOF\nnohup python3 /tmp/echo.py >/dev/null 2>&1 &")
 }
 
-// Item 4: a sandbox's server used to see the caller's credentials it was
+// A sandbox's server used to see the caller's credentials it was
 // sent along with (the E2B key, the envd and traffic tokens, a Basic
 // Authorization holding an API token, an API token in a cookie, the
 // cluster's node MAC). Through the native preview host and through E2B's
@@ -269,7 +269,7 @@ func webApp(t *testing.T, c *sandboxd.Client, text string) *sandboxd.Sandbox {
 	return sb
 }
 
-// Item 3: any tenant could bind any hostname, its own or another's, and
+// Any tenant could bind any hostname, its own or another's, and
 // it routed at once. Now a tenant's claim routes nothing until the
 // hostname's TXT record (on a real DNS server here, the daemon's
 // --dns-resolver) holds that claim's value: mallory's claims of an

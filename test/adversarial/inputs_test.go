@@ -43,7 +43,7 @@ func footprint(t *testing.T, d *daemontest.Daemon, secret string) string {
 	return fmt.Sprintf("%d containers, %d sandboxes, volume paths %v", len(ins), len(page.Items), vols)
 }
 
-// Item 11: a hostile image reference (on all three APIs), a CPU count
+// A hostile image reference (on all three APIs), a CPU count
 // above the host's and volumes over the agent's or the kernel's paths
 // were 500s, some after making volume directories (and /sys/fs/cgroup was
 // accepted). Each is a 4xx that leaves nothing.
@@ -83,7 +83,7 @@ func TestInputs_HostileCreatesAre4xxAndLeaveNothing(t *testing.T) {
 	}
 }
 
-// Item 11: file calls on the root, read-only and kernel paths, and on the
+// File calls on the root, read-only and kernel paths, and on the
 // agent's own binary and socket, were 500s (DELETE /run/sandboxd cut the
 // daemon off from the sandbox). They are 4xx and the sandbox keeps
 // answering; another tenant never notices.
@@ -117,7 +117,7 @@ func TestInputs_HostileFileCallsAre4xx(t *testing.T) {
 	}
 }
 
-// Item 7: one token took 15 of the host's 16 GB and the next tenant got
+// One token took 15 of the host's 16 GB and the next tenant got
 // 429. A token's quota holds however many creates race, and another
 // tenant still creates.
 func TestInputs_QuotaHoldsAcrossConcurrentCreates(t *testing.T) {
@@ -166,7 +166,7 @@ func TestInputs_QuotaHoldsAcrossConcurrentCreates(t *testing.T) {
 	}
 }
 
-// Item 4: four Daytona sessions took the daemon from 172 MB to 585 MB.
+// Four Daytona sessions took the daemon from 172 MB to 585 MB.
 // Sixteen commands printing 10 MiB each now keep the daemon's resident
 // memory within a few tens of MB of where it started.
 func TestInputs_SessionOutputKeepsTheDaemonsMemoryBounded(t *testing.T) {
