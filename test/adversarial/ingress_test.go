@@ -53,7 +53,7 @@ func createE2B(t *testing.T, d *daemontest.Daemon, secret, body string) e2bSandb
 	return sb
 }
 
-// Item 1a: anyone who knows a secure E2B sandbox's id used to run code in
+// Anyone who knows a secure E2B sandbox's id used to run code in
 // its interpreter, by header or by host, with no credential. Now 49999
 // wants the sandbox's envd access token to run code (another sandbox's,
 // or the traffic token, will not do); the SDK's token-less context calls
@@ -107,7 +107,7 @@ func TestIngress_SecureInterpreterWantsTheAccessToken(t *testing.T) {
 	}
 }
 
-// Item 1c: a native exposure without public: true answers neither a
+// A native exposure without public: true answers neither a
 // request with no token nor one with another tenant's token, in any of
 // the places a token may come in; the owner's token opens it.
 func TestIngress_NativePortsArePrivateByDefault(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
-// Item 8: a sandbox's secret env sat in the engine's configuration of its
+// A sandbox's secret env sat in the engine's configuration of its
 // container, in `docker inspect` and in the engine's config.v2.json, for
 // anyone who can read the engine (and for every process of the sandbox in
 // its PID 1's environment). Now the agent gets it over its socket once it
