@@ -46,7 +46,10 @@ type Placement struct {
 	// sandbox, "" for none: its binding names the sandbox from the claim
 	// on, and moves with it (TakeOver), so that a retry of the create
 	// after a failover finds it.
-	Key      string `json:"key,omitempty"`
+	Key string `json:"key,omitempty"`
+	// Template is the template the sandbox was made from, "" for none:
+	// a template in use anywhere is not deleted (TemplateUsers).
+	Template string `json:"template,omitempty"`
 	Revision int64  `json:"-"` // etcd ModRevision when read (ignored on write)
 }
 

@@ -139,6 +139,8 @@ type Node struct {
 	// never etcd.
 	tokens map[string]tokenRecord
 	names  map[string]string
+	// templates is templates/ (FollowTemplates).
+	templates templateDir
 
 	departed chan string
 }
@@ -193,6 +195,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		nodes:      map[string]NodeInfo{},
 		placements: map[string]Placement{},
 		hostnames:  map[string]string{},
+		templates:  templateDir{records: map[string]TemplateRecord{}, holders: map[string]map[string]bool{}},
 		departed:   make(chan string, departedBuffer),
 		missReads:  rate.NewLimiter(missReadsPerSecond, missReadsPerSecond),
 		now:        published{tlsAddr: cfg.TLSAddr},

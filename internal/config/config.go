@@ -128,6 +128,11 @@ type Daemon struct {
 	// ImageMaxMB refuses a pull whose image is bigger, and removes it
 	// (0: no cap).
 	ImageMaxMB int64
+	// Registry is, in cluster mode, the registry ("host[:port][/path]")
+	// the nodes share templates through, with the "user:password" in
+	// RegistryAuthFile (empty: anonymous). "": templates' records are
+	// shared, their images stay on the node that made them.
+	Registry, RegistryAuthFile string
 	// Pool is how many started, idle sandboxes the warm pool keeps per
 	// image (default CPU, memory and runtime, no network); the default is
 	// two of DefaultImage. The admin API (PUT /v1/pools) changes it at
@@ -284,6 +289,10 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"comma-separated registry hosts images may be pulled from (docker.io is Docker Hub; a host without a port allows all its ports); '*': any, which lets tenants point the engine at any host the daemon's host reaches (env SANDBOXD_REGISTRY_ALLOW)")
 	fs.Int64Var(&d.ImageMaxMB, "image-max-mb", d.ImageMaxMB,
 		"refuse, and remove, a pulled image bigger than this many MiB; 0: no cap (env SANDBOXD_IMAGE_MAX_MB)")
+	fs.StringVar(&d.Registry, "registry", d.Registry,
+		"cluster mode: the registry (host[:port][/path]) the nodes push templates to and pull them from, so that every node creates from any node's templates (env SANDBOXD_REGISTRY)")
+	fs.StringVar(&d.RegistryAuthFile, "registry-auth-file", d.RegistryAuthFile,
+		"file holding user:password for --registry; unset: anonymous (env SANDBOXD_REGISTRY_AUTH_FILE)")
 	pool := ""
 	if v, ok := env("SANDBOXD_POOL"); ok {
 		pool = v
@@ -342,6 +351,9 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	if d.RegistryAllow, err = ParseRegistryAllow(registryAllow); err != nil {
 		return Daemon{}, fmt.Errorf("--registry-allow: %w", err)
 	}
+	if d.Registry, err = parseClusterRegistry(d.Registry); err != nil {
+		return Daemon{}, fmt.Errorf("--registry: %w", err)
+	}
 	if apiHosts != nil { // the flags replace the environment's list
 		d.APIHosts = apiHosts
 	}
@@ -352,6 +364,25 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		return Daemon{}, withOrigin(err, origin)
 	}
 	return d, nil
+}
+
+// parseClusterRegistry checks --registry: a registry host (a name or an
+// address, with a port or not) and an optional repository path, no
+// scheme; lowercased.
+func parseClusterRegistry(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	s = strings.ToLower(strings.TrimSuffix(s, "/"))
+	if strings.Contains(s, "://") {
+		return "", fmt.Errorf("%q: give host[:port][/path], without a scheme", s)
+	}
+	host, _, _ := strings.Cut(s, "/")
+	if _, err := reference.ParseNormalizedNamed(s + "/sandboxd/templates"); err != nil || host == "" ||
+		(!strings.ContainsAny(host, ".:") && host != "localhost") {
+		return "", fmt.Errorf("%q: not a registry host[:port][/path] (a host needs a dot or a port, as the engine reads it)", s)
+	}
+	return s, nil
 }
 
 // ParseRegistryAllow reads a comma-separated list of registry hosts as
@@ -478,6 +509,8 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	// (or its token realm) a tenant names points it at, from the host's
 	// network, so every other host is the operator's choice.
 	d.RegistryAllow = strings.Split(get("SANDBOXD_REGISTRY_ALLOW", "docker.io"), ",") // checked with the flag's value
+	d.Registry = get("SANDBOXD_REGISTRY", "")
+	d.RegistryAuthFile = get("SANDBOXD_REGISTRY_AUTH_FILE", "")
 	if d.E2BBodyDedupe, err = parseDedupe(d.E2BBodyDedupe); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_E2B_BODY_DEDUPE: %w", err)
 	}

@@ -66,6 +66,8 @@ var flagEnv = map[string]string{
 	"volume-storage-max":   "SANDBOXD_VOLUME_STORAGE_MAX",
 	"registry-allow":       "SANDBOXD_REGISTRY_ALLOW",
 	"image-max-mb":         "SANDBOXD_IMAGE_MAX_MB",
+	"registry":             "SANDBOXD_REGISTRY",
+	"registry-auth-file":   "SANDBOXD_REGISTRY_AUTH_FILE",
 	"pool":                 "SANDBOXD_POOL",
 	"idle-timeout":         "SANDBOXD_IDLE_TIMEOUT",
 	"request-timeout":      "SANDBOXD_REQUEST_TIMEOUT",

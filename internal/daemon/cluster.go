@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hkdf"
 	"crypto/sha256"
@@ -277,6 +278,7 @@ func (k clusterKeys) ClaimSandbox(ctx context.Context, p service.Placement) erro
 	}
 	err := k.c.node.ClaimPlacement(ctx, cluster.Placement{
 		ID: p.ID, Node: k.c.self, Owner: p.Owner, Name: p.Name, State: cluster.StateRunning, Failover: p.Failover, Spec: sealed, Key: key,
+		Template: p.Template,
 	})
 	return serviceErr(err)
 }
@@ -374,6 +376,7 @@ func (t clusterTokens) LookupAPITokenByHash(ctx context.Context, hash [32]byte) 
 // no etcd call on the path of a call that names a sandbox.
 type locator struct {
 	c    *clusterNode
+	svc  *service.Service
 	auth *auth.Authenticator
 	// e2bKey is the E2B facade's CreateRouteKey.
 	e2bKey func(r *http.Request, owner string, body []byte) (scope, key string, ttl time.Duration, ok bool)
@@ -498,7 +501,7 @@ func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bo
 		cands = append(cands, forward.Candidate{Node: n.ID, URL: n.APIURL, FreeMilliCPU: n.Headroom.FreeMilliCPU, FreeMemoryMB: n.Headroom.FreeMemoryMB})
 		urls[n.ID] = n.APIURL
 	}
-	chosen, ok := forward.PowerOfTwo(cands, rand.IntN)
+	chosen, ok := forward.PowerOfTwo(l.holders(ctx, r, cands), rand.IntN)
 	if !ok {
 		return forward.Target{}, false, nil
 	}
@@ -532,6 +535,55 @@ func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bo
 		return forward.Target{}, false, nil
 	}
 	return forward.Target{Node: chosen.Node, URL: chosen.URL}, true, nil
+}
+
+// holders narrows cands to the nodes that hold the image of the template
+// a create names, when any of them has room: a create from a template
+// runs where its image is, and pulls it elsewhere only when those nodes
+// are full (or gone).
+func (l locator) holders(ctx context.Context, r *http.Request, cands []forward.Candidate) []forward.Candidate {
+	ref := createTemplate(r)
+	if ref == "" || l.svc == nil {
+		return cands
+	}
+	owner, ok := l.owner(ctx, r)
+	if !ok {
+		return cands
+	}
+	id, ok := l.svc.TemplateID(ctx, owner, ref)
+	if !ok {
+		return cands
+	}
+	holders := l.c.node.TemplateHolders(id)
+	var out []forward.Candidate
+	for _, c := range cands {
+		if slices.Contains(holders, c.Node) && c.FreeMemoryMB > 0 && c.FreeMilliCPU > 0 {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return cands
+	}
+	return out
+}
+
+// createTemplate is the template a create's body names, in any API's
+// field for it (native template, E2B templateID, Daytona snapshot); "" for
+// none or a body Place cannot read.
+func createTemplate(r *http.Request) string {
+	body, ok := peekBody(r)
+	if !ok || len(body) == 0 {
+		return ""
+	}
+	var b struct {
+		Template   string `json:"template"`
+		TemplateID string `json:"templateID"`
+		Snapshot   string `json:"snapshot"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return ""
+	}
+	return cmp.Or(b.Template, b.TemplateID, b.Snapshot)
 }
 
 // keySandbox is where a retried keyed create goes when the node its key
@@ -934,7 +986,7 @@ func (c *clusterNode) shareAdminToken(ctx context.Context, file string) error {
 // handler puts the forwarding middleware in front of next, and the
 // cluster's health into /readyz.
 func (c *clusterNode) handler(next http.Handler, svc *service.Service, authn *auth.Authenticator, e2bKey func(*http.Request, string, []byte) (string, string, time.Duration, bool), domain string, apiHosts []string) http.Handler {
-	l := locator{c: c, auth: authn, e2bKey: e2bKey}
+	l := locator{c: c, svc: svc, auth: authn, e2bKey: e2bKey}
 	fwd := forward.Middleware(next, forward.Options{
 		Self: c.self, Signer: c.signer, Locator: l,
 		Domain: domain, APIHosts: apiHosts, Logger: c.logger,

@@ -166,6 +166,11 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 		if err := d.cluster.dropStale(ctx, d.Service); err != nil {
 			logger.Warn("cluster: look for stale sandboxes", "err", err)
 		}
+		// The cluster's templates: this node's copy of the catalog, kept
+		// current from now on.
+		if err := d.cluster.node.FollowTemplates(ctx, templateMirror{d.Service}); err != nil {
+			return nil, fmt.Errorf("cluster templates: %w", err)
+		}
 	}
 	if d.AdminTokenFile, err = ensureAdminToken(ctx, d.Store, dataDir); err != nil {
 		return nil, fmt.Errorf("admin token: %w", err)
@@ -415,6 +420,12 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 	if d.cluster != nil {
 		d.admission.SetElsewhere(d.cluster.holdingElsewhere) // quotas are the cluster's
 	}
+	var regAuth *runtime.RegistryAuth
+	if d.cluster != nil && cfg.Registry != "" {
+		if regAuth, err = registryAuth(cfg.Registry, cfg.RegistryAuthFile); err != nil {
+			return err
+		}
+	}
 	d.Service, err = service.New(service.Config{
 		NodeID:            cfg.NodeID,
 		DefaultImage:      cfg.DefaultImage,
@@ -439,6 +450,8 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		DomainCheckEvery:  cfg.DomainCheckEvery,
 		RegistryAllow:     cfg.RegistryAllow,
 		ImageMaxMB:        cfg.ImageMaxMB,
+		Registry:          clusterRegistry(d.cluster, cfg.Registry),
+		RegistryAuth:      regAuth,
 	}, service.Deps{
 		Store:      d.Store,
 		Runtime:    rt,
@@ -453,6 +466,8 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Peers:      d.peerLister(),
 		Images:     d.images,
 		Puller:     d.puller,
+		Catalog:    d.templateCatalog(),
+		Pusher:     d.pusher(),
 		HostMemory: hostMemory,
 		Firewall:   d.firewall,
 		Resolver:   dnsResolver(cfg.DNSResolver),

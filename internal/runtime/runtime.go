@@ -484,6 +484,16 @@ type Puller interface {
 	PullImage(ctx context.Context, ref string, auth *RegistryAuth, progress func(PullProgress)) error
 }
 
+// Pusher pushes local images to a registry (a cluster shares its
+// templates through one). The docker runtime implements it.
+type Pusher interface {
+	// PushImage pushes the local image src as dst (a registry reference
+	// with a tag) with auth (nil: anonymous) and returns the digest of the
+	// manifest the registry now holds ("sha256:…"). The engine keeps src
+	// and no tag dst. Its errors are PullImage's.
+	PushImage(ctx context.Context, src, dst string, auth *RegistryAuth) (digest string, err error)
+}
+
 // RegistryAuth is a credential for one registry.
 type RegistryAuth struct {
 	// ServerAddress is the registry's host ("127.0.0.1:5000",

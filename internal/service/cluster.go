@@ -64,6 +64,9 @@ type Placement struct {
 	Key KeyRef
 	// Failover is FailoverNone or FailoverRecreate.
 	Failover string
+	// Template is the template the sandbox was made from ("" for none):
+	// a template in use on any node is not deleted.
+	Template string
 	// Recovery is the normalized create request (Recovery), in the clear:
 	// the cluster seals it with a key every node can open, since the node
 	// that recreates it is another one.
@@ -113,6 +116,9 @@ type recovery struct {
 // recreated needs none, and its secret env then never leaves the node).
 func placementOf(id string, req CreateRequest) (Placement, error) {
 	p := Placement{ID: id, Owner: req.Owner, Name: req.Name, Failover: req.Failover}
+	if isTemplateImage(req.Image) {
+		p.Template = templateIDOf(req.Image)
+	}
 	var key *recoveryKey
 	if k := req.Once; k != nil && !k.Delivery {
 		p.Key = KeyRef{Scope: k.Scope, Fingerprint: k.Fingerprint}
@@ -224,6 +230,12 @@ func (s *Service) Recreate(ctx context.Context, id string, spec []byte) (*Create
 	req, err := requestOf(spec)
 	if err != nil {
 		return nil, err
+	}
+	if isTemplateImage(req.Image) {
+		// The image is the old node's reference of a template: this node
+		// creates from its own (a copy, pulled if need be), and runs the
+		// template's start command again, as at any create.
+		req.Template, req.Image = templateIDOf(req.Image), ""
 	}
 	k := req.Once
 	if k == nil {

@@ -178,7 +178,10 @@ func registryAllowed(allow []string, host string) bool {
 // then says the image is not there, as before. It has no side effect to
 // undo but the pulled image, which is a cache.
 func (s *Service) ensureImage(ctx context.Context, owner, ref string) error {
-	if s.Puller == nil || s.Images == nil || ref == "" || isTemplateImage(ref) {
+	if isTemplateImage(ref) {
+		return s.ensureCopy(ctx, ref) // another node's template, in a cluster
+	}
+	if s.Puller == nil || s.Images == nil || ref == "" {
 		return nil
 	}
 	named, pullable := normalizeRef(ref)
@@ -222,6 +225,10 @@ func (s *Service) ensureImage(ctx context.Context, owner, ref string) error {
 	}
 	if !pullable {
 		return nil
+	}
+	if s.clusterRegistryImage(host) && owner != buildOwner && owner != store.PoolOwner {
+		return &ImageError{Kind: ErrPermissionDenied, Reason: fmt.Sprintf(
+			"image %q is in the cluster's template registry, which holds every tenant's templates: create from the template instead", ref)}
 	}
 	if !registryAllowed(s.cfg.RegistryAllow, host) {
 		return &ImageError{Kind: ErrPermissionDenied, Reason: fmt.Sprintf(

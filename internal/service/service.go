@@ -100,6 +100,8 @@ type Store interface {
 	SupersededBuilds(ctx context.Context, before time.Time) ([]store.Template, error)
 	DeleteSupersededBuild(ctx context.Context, id string, before time.Time) (bool, error)
 	TemplateBytes(ctx context.Context, owner string) (int64, error)
+	PutTemplateCopy(ctx context.Context, t store.Template) (bool, error)
+	MarkTemplateShared(ctx context.Context, id string) error
 
 	PutRegistryCredential(ctx context.Context, c store.RegistryCredential) error
 	GetRegistryCredential(ctx context.Context, owner, host string) (store.RegistryCredential, error)
@@ -233,6 +235,12 @@ type Config struct {
 	// PullIdleGrace is how long a pull nobody waits for any more goes on
 	// before it is cancelled (0: DefaultPullIdleGrace).
 	PullIdleGrace time.Duration
+	// Registry is the cluster's registry ("host[:port][/path]") its nodes
+	// share templates through (shared.go), with RegistryAuth (nil:
+	// anonymous); "" shares their records only, and a template's image
+	// stays on the node that made it.
+	Registry     string
+	RegistryAuth *runtime.RegistryAuth
 }
 
 // Deps are the service's collaborators. Everything with a side effect is
@@ -272,6 +280,10 @@ type Deps struct {
 	// Puller pulls images a create names and the engine lacks (pull.go);
 	// nil: such a create is refused as before, the image not present.
 	Puller runtime.Puller
+	// Catalog is the cluster's template catalog (shared.go); nil on a
+	// single node. Pusher pushes templates to the cluster's registry.
+	Catalog TemplateCatalog
+	Pusher  runtime.Pusher
 	// Resolver looks up the TXT records that prove control of a custom
 	// domain (domains.go); nil: net.DefaultResolver.
 	Resolver TXTResolver
@@ -306,6 +318,9 @@ type Service struct {
 
 	// pulls are the image pulls under way (pull.go).
 	pulls pulls
+	// copies are the other nodes' templates whose images this node holds
+	// (id → true; shared.go).
+	copies sync.Map
 	// registryHosts caches whether any owner holds a credential for a
 	// registry host (host → bool); accessVerdicts when an owner was last
 	// let pull an image from such a host (registries.go).

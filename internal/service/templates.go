@@ -576,6 +576,9 @@ func (s *Service) copyTemplate(ctx context.Context, imgs runtime.Images, from st
 	if err := s.checkStorage(ctx, from.Owner); err != nil {
 		return Template{}, err
 	}
+	if err := s.ensureCopy(ctx, from.Image); err != nil { // another node's build of the recipe
+		return Template{}, err
+	}
 	var spec templateSpec
 	_ = json.Unmarshal(from.Spec, &spec) // written by us
 	spec.Tags = recipeTags(r)
@@ -589,7 +592,7 @@ func (s *Service) copyTemplate(ctx context.Context, imgs runtime.Images, from st
 	}
 	err = imgs.TagImage(ctx, from.Image, row.Image)
 	if err == nil {
-		row, err = s.Store.FinishTemplate(ctx, row.ID, from.SizeBytes, spec.Tags...)
+		row, err = s.finishTemplate(ctx, row, from.SizeBytes, spec.Tags)
 	}
 	if err != nil {
 		s.dropTemplate(context.WithoutCancel(ctx), imgs, row)
@@ -672,7 +675,7 @@ func (s *Service) runBuild(job buildJob) {
 	if err == nil {
 		var img runtime.Image
 		if img, err = s.Images.InspectImage(ctx, t.Image); err == nil {
-			_, err = s.Store.FinishTemplate(ctx, t.ID, img.Size, recipeTags(r)...)
+			_, err = s.finishTemplate(ctx, t, img.Size, recipeTags(r))
 		}
 	}
 	if err != nil {
@@ -898,7 +901,7 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 	cctx := context.WithoutCancel(ctx)
 	img, err := imgs.Commit(cctx, row.ID, t.Image, cfg)
 	if err == nil {
-		t, err = s.Store.FinishTemplate(cctx, id, img.Size, recipeTags(Recipe{Name: name})...)
+		t, err = s.finishTemplate(cctx, t, img.Size, recipeTags(Recipe{Name: name}))
 	}
 	if err != nil {
 		// The caller hears why; a failed capture is not kept.
@@ -910,12 +913,11 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 
 // templateOfImage returns the template whose image ref is, if any.
 func (s *Service) templateOfImage(ctx context.Context, ref string) (store.Template, bool) {
-	id, ok := strings.CutPrefix(ref, templateRepo+":")
-	if !ok {
+	if !isTemplateImage(ref) {
 		return store.Template{}, false
 	}
-	t, err := s.Store.GetTemplate(ctx, id)
-	return t, err == nil
+	t, err := s.Store.GetTemplate(ctx, templateIDOf(ref))
+	return t, err == nil && t.Image == ref
 }
 
 // Fork makes n sandboxes (1 to 16) from a sandbox's current filesystem,
@@ -1094,6 +1096,12 @@ func (s *Service) startTemplate(ctx context.Context, id string, spec templateSpe
 // name[:tag]; a bare name no tag points to finds the name's newest build
 // while it is building or once it failed.
 func (s *Service) lookupTemplate(ctx context.Context, c Caller, idOrName string) (store.Template, error) {
+	return s.findTemplate(ctx, c, idOrName, s.sharing())
+}
+
+// findTemplate is lookupTemplate, which asks the cluster's catalog when
+// this node's copy misses only with fetch.
+func (s *Service) findTemplate(ctx context.Context, c Caller, idOrName string, fetch bool) (store.Template, error) {
 	var (
 		t   store.Template
 		err error
@@ -1113,10 +1121,26 @@ func (s *Service) lookupTemplate(ctx context.Context, c Caller, idOrName string)
 	} else {
 		err = store.ErrNotFound
 	}
+	if errors.Is(err, store.ErrNotFound) && fetch {
+		// Another node's, which this node's mirror has not seen yet.
+		t, err = s.fetchShared(ctx, c, idOrName)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return store.Template{}, err
+		}
+	}
 	if err != nil || !c.canSee(t.Owner) {
 		return store.Template{}, fmt.Errorf("template %q: %w", idOrName, ErrNotFound)
 	}
 	return t, nil
+}
+
+// TemplateID is the id of the template owner's idOrName names, if any
+// (cluster placement asks, to prefer the nodes that hold its image).
+func (s *Service) TemplateID(ctx context.Context, owner, idOrName string) (string, bool) {
+	// This node's copy of the catalog only: most creates name no
+	// template, and a miss costs the cluster a read.
+	t, err := s.findTemplate(ctx, Caller{Owner: owner}, idOrName, false)
+	return t.ID, err == nil && t.State == store.TemplateReady
 }
 
 // GetTemplate returns a template the caller may see, by id or by a
@@ -1179,6 +1203,14 @@ func (s *Service) TagTemplate(ctx context.Context, c Caller, target, name string
 	if t.State != store.TemplateReady {
 		return Template{}, fmt.Errorf("template %s is %s, not ready: %w", t.ID, t.State, ErrConflict)
 	}
+	if s.sharing() {
+		if err := s.shareExisting(ctx, t); err != nil {
+			return Template{}, err
+		}
+		if _, err := s.Catalog.SetTags(ctx, t.Owner, name, tags, t.ID, false, t.CreatedAt); err != nil {
+			return Template{}, s.mapTemplateErr(clusterErr(err, ""), t.ID)
+		}
+	}
 	if err := s.Store.TagTemplate(ctx, t.Owner, name, tags, t.ID); err != nil {
 		return Template{}, s.mapTemplateErr(err, t.ID)
 	}
@@ -1196,10 +1228,18 @@ func (s *Service) UntagTemplate(ctx context.Context, c Caller, name string, tags
 	if err := validateTags("tags", tags); err != nil {
 		return err
 	}
+	shared := 0
+	if s.sharing() {
+		var err error
+		if shared, err = s.Catalog.RemoveTags(ctx, c.Owner, name, tags); err != nil {
+			return clusterErr(err, "")
+		}
+	}
 	n, err := s.Store.UntagTemplates(ctx, c.Owner, name, tags)
 	if err != nil {
 		return err
 	}
+	n = max(n, shared)
 	if n == 0 && len(tags) > 0 {
 		return fmt.Errorf("template %s: no such tags: %w", name, ErrNotFound)
 	}
@@ -1262,6 +1302,17 @@ func (s *Service) DeleteTemplate(ctx context.Context, c Caller, idOrName string)
 	if t.State == store.TemplateBuilding {
 		return fmt.Errorf("template %s is still building: %w", t.ID, ErrConflict)
 	}
+	if s.sharing() && (t.Shared || t.Origin != "") {
+		// Every node's sandboxes count, and the catalog goes first: a
+		// node whose copy a sandbox keeps drops it once that is gone.
+		if err := s.templateUsedElsewhere(t.ID); err != nil {
+			return err
+		}
+		if err := s.Catalog.Delete(ctx, t.ID, t.Owner); err != nil {
+			return clusterErr(err, "")
+		}
+		s.copies.Delete(t.ID)
+	}
 	return s.removeTemplate(ctx, imgs, t)
 }
 
@@ -1305,7 +1356,7 @@ func (s *Service) sweepTemplates(ctx context.Context, startup bool) error {
 			s.destroyDetached(ctx, row.ID, "its build was cut short")
 		}
 	}
-	errs = append(errs, s.sweepForks(ctx, imgs, forkGrace), s.sweepSuperseded(ctx, imgs, forkGrace))
+	errs = append(errs, s.sweepForks(ctx, imgs, forkGrace), s.sweepSuperseded(ctx, imgs, forkGrace), s.sweepShared(ctx))
 	return errors.Join(errs...)
 }
 
@@ -1319,6 +1370,17 @@ func (s *Service) sweepSuperseded(ctx context.Context, imgs runtime.Images, grac
 	builds, err := s.Store.SupersededBuilds(ctx, before)
 	errs := []error{err}
 	for _, t := range builds {
+		if s.sharing() && t.Shared {
+			// A sandbox elsewhere keeps it; the catalog goes first (the
+			// other nodes drop their copies).
+			if s.templateUsedElsewhere(t.ID) != nil {
+				continue
+			}
+			if err := s.Catalog.Delete(ctx, t.ID, t.Owner); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
 		// Deleted only if still superseded: a tag may have come back
 		// since the list was read.
 		deleted, err := s.Store.DeleteSupersededBuild(ctx, t.ID, before)

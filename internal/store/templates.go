@@ -60,10 +60,15 @@ type Template struct {
 	Error     string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// Origin is, in a cluster, the node that made the template when this
+	// row is another node's template's copy; "" when it was made here.
+	Origin string
+	// Shared is set once the template is in the cluster's catalog.
+	Shared bool
 }
 
 const templateColumns = `id, owner, name, kind, state, image, base_image, source_id, recipe_hash,
-	spec, size_bytes, error, created_at, updated_at`
+	spec, size_bytes, error, created_at, updated_at, origin, shared`
 
 func scanTemplate(r rowScanner) (Template, error) {
 	var (
@@ -72,7 +77,7 @@ func scanTemplate(r rowScanner) (Template, error) {
 		created, updated int64
 	)
 	if err := r.Scan(&t.ID, &t.Owner, &t.Name, &t.Kind, &t.State, &t.Image, &t.BaseImage, &t.SourceID,
-		&t.RecipeHash, &spec, &t.SizeBytes, &t.Error, &created, &updated); err != nil {
+		&t.RecipeHash, &spec, &t.SizeBytes, &t.Error, &created, &updated, &t.Origin, &t.Shared); err != nil {
 		return Template{}, err
 	}
 	t.Spec = json.RawMessage(spec)
@@ -98,7 +103,7 @@ func (s *Store) CreateTemplate(ctx context.Context, t Template) (Template, error
 		now := s.nowMillis()
 		var err error
 		out, err = scanTemplate(tx.QueryRowContext(ctx, `INSERT INTO templates (`+templateColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, '', ?, ?) RETURNING `+templateColumns,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, '', ?, ?, '', 0) RETURNING `+templateColumns,
 			t.ID, t.Owner, t.Name, t.Kind, TemplateBuilding, t.Image, t.BaseImage, t.SourceID, t.RecipeHash,
 			spec, now, now))
 		return err
@@ -150,6 +155,59 @@ func (s *Store) settleTemplate(ctx context.Context, id string, to TemplateState,
 		return Template{}, fmt.Errorf("settle template %s: %w", id, err)
 	}
 	return out, nil
+}
+
+// PutTemplateCopy inserts t, another node's template (t.Origin), ready
+// and shared, unless a template of its id is here already (then it
+// reports false and changes nothing). Its image is this node's reference
+// for the copy, which the engine may not hold yet.
+func (s *Store) PutTemplateCopy(ctx context.Context, t Template) (bool, error) {
+	switch {
+	case t.ID == "" || t.Owner == "" || t.Image == "" || t.Origin == "":
+		return false, invalidf("put template copy: id, owner, image and origin are required")
+	case t.Kind != TemplateBuild && t.Kind != TemplateSnapshot:
+		return false, invalidf("put template copy %s: kind %q", t.ID, t.Kind)
+	}
+	spec := string(t.Spec)
+	if spec == "" {
+		spec = "{}"
+	}
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		now := s.nowMillis()
+		res, err := tx.ExecContext(ctx, `INSERT INTO templates (`+templateColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, 1) ON CONFLICT (id) DO NOTHING`,
+			t.ID, t.Owner, t.Name, t.Kind, TemplateReady, t.Image, t.BaseImage, t.SourceID, t.RecipeHash,
+			spec, t.SizeBytes, t.CreatedAt.UnixMilli(), now, t.Origin)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("put template copy %s: %w", t.ID, err)
+	}
+	return n == 1, nil
+}
+
+// MarkTemplateShared records that template id is in the cluster's
+// catalog.
+func (s *Store) MarkTemplateShared(ctx context.Context, id string) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE templates SET shared = 1 WHERE id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark template %s shared: %w", id, err)
+	}
+	return nil
 }
 
 // GetTemplate returns template id, or ErrNotFound.
@@ -396,7 +454,7 @@ func (s *Store) UnusedForks(ctx context.Context) ([]Template, error) {
 // to and no sandbox uses, last changed before before.
 func (s *Store) SupersededBuilds(ctx context.Context, before time.Time) ([]Template, error) {
 	ts, err := queryAll(ctx, s.reader, scanTemplate, `SELECT `+templateColumns+` FROM templates t
-		WHERE kind = ? AND name <> '' AND state <> ? AND updated_at < ?
+		WHERE kind = ? AND name <> '' AND state <> ? AND updated_at < ? AND origin = ''
 		AND NOT EXISTS (SELECT 1 FROM template_tags g WHERE g.template_id = t.id)
 		AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.image = t.image)`,
 		TemplateBuild, TemplateBuilding, before.UnixMilli())
@@ -412,7 +470,7 @@ func (s *Store) DeleteSupersededBuild(ctx context.Context, id string, before tim
 	var n int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM templates WHERE id = ? AND kind = ? AND name <> ''
-			AND state <> ? AND updated_at < ?
+			AND state <> ? AND updated_at < ? AND origin = ''
 			AND NOT EXISTS (SELECT 1 FROM template_tags g WHERE g.template_id = templates.id)
 			AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.image = templates.image)`,
 			id, TemplateBuild, TemplateBuilding, before.UnixMilli())

@@ -1,0 +1,483 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/distribution/reference"
+
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// Templates shared by a cluster (docs/cluster.md, "Templates").
+//
+// The node that makes a template (a build or a snapshot; never a fork's
+// capture) publishes it before it reports it ready: its image pushed to
+// the cluster's registry (Config.Registry), then its record and its tags
+// put in the catalog (TemplateCatalog). Every node keeps a copy of the
+// catalog's records and tags in its own store (the mirror: the
+// TemplateEvents methods below, fed by the catalog's watch), so reads,
+// lists, tags and name lookups are local. A node that creates from
+// another node's template the first time pulls its image by digest
+// (ensureCopy, once per node however many creates wait) and tags it as
+// its copy's image, copyRef: its own reference, so that nodes sharing an
+// engine never remove each other's images. A template in use by a
+// sandbox on any node (its placement names it) is not deleted.
+//
+// The catalog is the authority: a copy whose record is gone is dropped
+// (once no local sandbox uses it), and a node that was away reconciles
+// its copies with the catalog when its watch starts (ResetTemplates).
+
+// TemplateCatalog is the cluster's catalog of templates; nil on a single
+// node. Every call is bounded; a cluster that cannot answer is an error
+// matching ErrUnavailable.
+type TemplateCatalog interface {
+	// Put publishes a template's record.
+	Put(ctx context.Context, t SharedTemplate) error
+	// Info is the record of id as this node's watch last saw it.
+	Info(id string) (SharedTemplate, bool)
+	// Fresh reads the record of id from the cluster (linearizable).
+	Fresh(ctx context.Context, id string) (SharedTemplate, bool, error)
+	// FreshTag reads what owner's name:tag points to from the cluster.
+	FreshTag(ctx context.Context, owner, name, tag string) (string, bool, error)
+	// SetTags points owner's name:tag at id for each of tags (ErrNotFound
+	// when id has no record); with onlyNewer a tag that points to a
+	// template made after createdAt stays. It returns the tags it set.
+	SetTags(ctx context.Context, owner, name string, tags []string, id string, onlyNewer bool, createdAt time.Time) ([]string, error)
+	// RemoveTags removes owner's name:tag for each of tags and says how
+	// many there were.
+	RemoveTags(ctx context.Context, owner, name string, tags []string) (int, error)
+	// Delete removes id's record, its tags and its holders.
+	Delete(ctx context.Context, id, owner string) error
+	// Hold says this node holds id's image (placement prefers holders).
+	Hold(ctx context.Context, id string) error
+	// Users lists the sandboxes on any node made from id.
+	Users(id string) []string
+}
+
+// SharedTemplate is the catalog's record of a template.
+type SharedTemplate struct {
+	ID, Owner, Name, Kind           string
+	BaseImage, SourceID, RecipeHash string
+	Spec                            json.RawMessage
+	SizeBytes                       int64
+	CreatedAt                       time.Time
+	// Node made it; Image is its image in the cluster's registry, by
+	// digest ("" when the cluster has no registry).
+	Node, Image string
+}
+
+// SharedTag is one of the catalog's tags: owner's name:tag points to ID.
+type SharedTag struct{ Owner, Name, Tag, ID string }
+
+// sharedRepo is the registry repository templates are pushed to, under
+// Config.Registry; the tag is the template's id.
+const sharedRepo = "sandboxd/templates"
+
+// mirrorTimeout bounds the mirror's handling of one catalog event.
+const mirrorTimeout = 30 * time.Second
+
+// copyRef is this node's engine reference of its copy of another node's
+// template id.
+func (s *Service) copyRef(id string) string {
+	h := sha256.Sum256([]byte(s.cfg.NodeID))
+	return templateRef(id) + ".n" + hex.EncodeToString(h[:4])
+}
+
+// templateIDOf is the template id in a template image reference (a
+// maker's or a copy's).
+func templateIDOf(ref string) string {
+	tag := ref[strings.LastIndex(ref, ":")+1:]
+	id, _, _ := strings.Cut(tag, ".")
+	return id
+}
+
+// registryHost is the host of the cluster's registry, "" for none.
+func (s *Service) registryHost() string {
+	host, _, _ := strings.Cut(s.cfg.Registry, "/")
+	return strings.ToLower(host)
+}
+
+// sharing reports whether templates are published: cluster mode.
+func (s *Service) sharing() bool { return s.Catalog != nil }
+
+// finishTemplate settles a template that is made (its image captured):
+// in cluster mode it is published first (share), so that every node can
+// create from it the moment anyone sees it ready; then it is marked ready
+// here with its name's tags (those the cluster set). An error leaves the
+// row building for the caller to fail or drop.
+func (s *Service) finishTemplate(ctx context.Context, t store.Template, size int64, tags []string) (store.Template, error) {
+	if !s.sharing() || t.Kind == store.TemplateFork {
+		return s.Store.FinishTemplate(ctx, t.ID, size, tags...)
+	}
+	t.SizeBytes = size
+	set, err := s.share(ctx, t, tags, true)
+	if err != nil {
+		return store.Template{}, err
+	}
+	row, err := s.Store.FinishTemplate(ctx, t.ID, size, set...)
+	if err != nil {
+		s.unshare(t)
+		return store.Template{}, err
+	}
+	if err := s.Store.MarkTemplateShared(ctx, t.ID); err != nil {
+		s.unshare(t)
+		return store.Template{}, err
+	}
+	row.Shared = true
+	return row, nil
+}
+
+// share pushes t's image to the cluster's registry (when it names one),
+// puts t's record in the catalog and points tags (of t's name) at it. It
+// returns the tags it set.
+func (s *Service) share(ctx context.Context, t store.Template, tags []string, onlyNewer bool) ([]string, error) {
+	rec := SharedTemplate{
+		ID: t.ID, Owner: t.Owner, Name: t.Name, Kind: string(t.Kind), BaseImage: t.BaseImage, SourceID: t.SourceID,
+		RecipeHash: t.RecipeHash, Spec: t.Spec, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, Node: s.cfg.NodeID,
+	}
+	if s.cfg.Registry != "" && s.Pusher != nil {
+		start := time.Now()
+		repo := s.cfg.Registry + "/" + sharedRepo
+		digest, err := s.Pusher.PushImage(ctx, t.Image, repo+":"+t.ID, s.cfg.RegistryAuth)
+		if err != nil {
+			return nil, Unavailable(fmt.Sprintf("template %s could not be pushed to the cluster's registry %s", t.ID, s.registryHost()), err)
+		}
+		rec.Image = repo + "@" + digest
+		s.Logger.Info("template pushed", "template", t.ID, "image", rec.Image, "duration", time.Since(start).Round(time.Millisecond))
+	}
+	if err := s.Catalog.Put(ctx, rec); err != nil {
+		return nil, clusterErr(err, "")
+	}
+	if t.Name == "" || len(tags) == 0 {
+		return nil, nil
+	}
+	set, err := s.Catalog.SetTags(ctx, t.Owner, t.Name, tags, t.ID, onlyNewer, t.CreatedAt)
+	if err != nil {
+		s.unshare(t)
+		return nil, clusterErr(err, "")
+	}
+	return set, nil
+}
+
+// unshare takes a template whose making failed after share out of the
+// catalog again (best effort: a record left behind names a template no
+// node has; the maker's next start drops it, ResetTemplates).
+func (s *Service) unshare(t store.Template) {
+	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+	defer cancel()
+	if err := s.Catalog.Delete(ctx, t.ID, t.Owner); err != nil {
+		s.Logger.Warn("template: take a failed template out of the cluster's catalog", "template", t.ID, "err", err)
+	}
+}
+
+// shareExisting publishes a ready template of this node's that the catalog
+// lacks (made before the node shared templates, or while the cluster could
+// not take it), with its tags.
+func (s *Service) shareExisting(ctx context.Context, t store.Template) error {
+	if t.Shared || t.Origin != "" || t.Kind == store.TemplateFork || t.State != store.TemplateReady {
+		return nil
+	}
+	tags, err := s.Store.ListTemplateTags(ctx, store.TagFilter{Owner: t.Owner, TemplateID: t.ID})
+	if err != nil {
+		return err
+	}
+	byName := map[string][]string{}
+	for _, g := range tags {
+		byName[g.Name] = append(byName[g.Name], g.Tag)
+	}
+	if _, err := s.share(ctx, store.Template{ID: t.ID, Owner: t.Owner, Kind: t.Kind, Image: t.Image, BaseImage: t.BaseImage,
+		SourceID: t.SourceID, RecipeHash: t.RecipeHash, Spec: t.Spec, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, Name: t.Name}, nil, false); err != nil {
+		return err
+	}
+	for name, ts := range byName {
+		if _, err := s.Catalog.SetTags(ctx, t.Owner, name, ts, t.ID, false, t.CreatedAt); err != nil {
+			return clusterErr(err, "")
+		}
+	}
+	return s.Store.MarkTemplateShared(ctx, t.ID)
+}
+
+// fetchShared finds, for a lookup this node's mirror missed, the
+// template idOrName names in the catalog (its watch may not have
+// delivered it yet) and puts its copy here.
+func (s *Service) fetchShared(ctx context.Context, c Caller, idOrName string) (store.Template, error) {
+	id := idOrName
+	if !strings.HasPrefix(idOrName, "tpl-") {
+		name, tag, ok := ParseTemplateRef(idOrName)
+		if !ok {
+			return store.Template{}, store.ErrNotFound
+		}
+		got, found, err := s.Catalog.FreshTag(ctx, c.Owner, name, tag)
+		if err != nil {
+			return store.Template{}, clusterErr(err, "")
+		}
+		if !found {
+			return store.Template{}, store.ErrNotFound
+		}
+		id = got
+	}
+	if !validTemplateID(id) {
+		return store.Template{}, store.ErrNotFound
+	}
+	rec, found, err := s.Catalog.Fresh(ctx, id)
+	if err != nil {
+		return store.Template{}, clusterErr(err, "")
+	}
+	if !found || !c.canSee(rec.Owner) {
+		return store.Template{}, store.ErrNotFound
+	}
+	s.mirrorPut(ctx, rec)
+	return s.Store.GetTemplate(ctx, id)
+}
+
+// ensureCopy makes the image of this node's copy of another node's
+// template present: pulled from the cluster's registry by digest, once
+// per node however many creates wait (the pulls' flights), then given
+// the copy's reference. Nothing to undo but the image, which is the
+// copy's. ref is a template image reference; a maker's own does nothing.
+func (s *Service) ensureCopy(ctx context.Context, ref string) error {
+	if !s.sharing() || s.Images == nil {
+		return nil
+	}
+	id := templateIDOf(ref)
+	if _, ok := s.copies.Load(id); ok {
+		return nil
+	}
+	t, err := s.Store.GetTemplate(ctx, id)
+	if err != nil || t.Origin == "" || t.Image != ref {
+		return nil // a maker's template, or none: the create says so
+	}
+	if _, err := s.Images.InspectImage(ctx, ref); err == nil {
+		s.copies.Store(id, true)
+		return nil
+	}
+	rec, ok := s.Catalog.Info(id)
+	if !ok {
+		if rec, ok, err = s.Catalog.Fresh(ctx, id); err != nil {
+			return clusterErr(err, "")
+		}
+	}
+	switch {
+	case !ok:
+		return fmt.Errorf("template %s was deleted: %w", id, ErrNotFound)
+	case rec.Image == "" || s.Puller == nil:
+		return Unavailable(fmt.Sprintf("template %s is on node %s only: the cluster names no registry to share templates through (--registry)", id, rec.Node), nil)
+	}
+	named, err := reference.ParseNormalizedNamed(rec.Image)
+	if err != nil {
+		return fmt.Errorf("template %s: its image %q: %w", id, rec.Image, err)
+	}
+	host := strings.ToLower(reference.Domain(named))
+	if host != s.registryHost() {
+		// A record names the cluster's registry only: a node is never
+		// sent elsewhere for an image.
+		return Unavailable(fmt.Sprintf("template %s's image is in registry %s, not the cluster's (%s)", id, host, s.registryHost()), nil)
+	}
+	start := time.Now()
+	if err := s.pulls.join(ctx, s, rec.Image, rec.Image, host, s.cfg.RegistryAuth); err != nil {
+		return fmt.Errorf("template %s from the cluster's registry: %w", id, err)
+	}
+	if err := s.Images.TagImage(ctx, rec.Image, ref); err != nil {
+		return fmt.Errorf("template %s: tag its pulled image: %w", id, err)
+	}
+	// The digest reference was only the pull's (best effort: it names the
+	// same image, and the copy's removal removes both).
+	_ = s.Images.RemoveImage(context.WithoutCancel(ctx), rec.Image)
+	s.Logger.Info("template pulled from the cluster's registry", "template", id, "duration", time.Since(start).Round(time.Millisecond))
+	if err := s.Catalog.Hold(ctx, id); err != nil {
+		s.Logger.Warn("template: say this node holds it", "template", id, "err", err)
+	}
+	s.copies.Store(id, true)
+	return nil
+}
+
+// templateUsedElsewhere is ErrConflict when a sandbox on any node was made
+// from template id and is not deleted.
+func (s *Service) templateUsedElsewhere(id string) error {
+	if !s.sharing() {
+		return nil
+	}
+	if users := s.Catalog.Users(id); len(users) > 0 {
+		return fmt.Errorf("template %s: sandboxes made from it still exist (%s): %w", id, strings.Join(users[:min(len(users), 3)], ", "), ErrConflict)
+	}
+	return nil
+}
+
+// The mirror: the catalog's watch hands its changes to these, in order,
+// from one goroutine.
+
+// ResetTemplates makes this node's copies the catalog's recs and tags:
+// copies put, copies (and this node's published templates) the catalog
+// no longer has dropped once unused, tags set and removed; this node's
+// templates the catalog never had are published in the background.
+func (s *Service) ResetTemplates(recs []SharedTemplate, tags []SharedTag) {
+	ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)
+	defer cancel()
+	byID := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		byID[r.ID] = true
+		s.mirrorPut(ctx, r)
+	}
+	local, err := s.Store.ListTemplates(ctx, "", false)
+	if err != nil {
+		s.Logger.Warn("template mirror: list the templates", "err", err)
+		return
+	}
+	shared := map[string]bool{}
+	var pending []store.Template
+	for _, t := range local {
+		switch {
+		case t.State != store.TemplateReady || byID[t.ID]:
+		case t.Shared:
+			s.dropIfGone(ctx, t)
+			continue
+		default:
+			pending = append(pending, t)
+		}
+		shared[t.ID] = t.Shared || byID[t.ID]
+	}
+	want := map[[3]string]bool{}
+	for _, g := range tags {
+		want[[3]string{g.Owner, g.Name, g.Tag}] = true
+		s.TagPut(g)
+	}
+	if have, err := s.Store.ListTemplateTags(ctx, store.TagFilter{}); err == nil {
+		for _, g := range have {
+			if shared[g.TemplateID] && !want[[3]string{g.Owner, g.Name, g.Tag}] {
+				s.TagDeleted(g.Owner, g.Name, g.Tag)
+			}
+		}
+	}
+	if len(pending) > 0 {
+		go s.sharePending(pending)
+	}
+}
+
+// sharePending publishes this node's templates the catalog never had.
+func (s *Service) sharePending(ts []store.Template) {
+	for _, t := range ts {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultPullTimeout)
+		if err := s.shareExisting(ctx, t); err != nil {
+			s.Logger.Warn("template: publish to the cluster", "template", t.ID, "err", err)
+		}
+		cancel()
+	}
+}
+
+// TemplatePut puts the copy of another node's new template.
+func (s *Service) TemplatePut(r SharedTemplate) {
+	ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)
+	defer cancel()
+	s.mirrorPut(ctx, r)
+}
+
+func (s *Service) mirrorPut(ctx context.Context, r SharedTemplate) {
+	if r.Node == s.cfg.NodeID || !validTemplateID(r.ID) {
+		return // this node's own: its row is the original
+	}
+	kind := store.TemplateKind(r.Kind)
+	if kind != store.TemplateBuild && kind != store.TemplateSnapshot {
+		return
+	}
+	_, err := s.Store.PutTemplateCopy(ctx, store.Template{
+		ID: r.ID, Owner: r.Owner, Name: r.Name, Kind: kind, Image: s.copyRef(r.ID), BaseImage: r.BaseImage,
+		SourceID: r.SourceID, RecipeHash: r.RecipeHash, Spec: r.Spec, SizeBytes: r.SizeBytes, CreatedAt: r.CreatedAt, Origin: r.Node,
+	})
+	if err != nil {
+		s.Logger.Warn("template mirror: put a copy", "template", r.ID, "err", err)
+	}
+}
+
+// TemplateDeleted drops this node's row of a template the catalog no
+// longer has, once no sandbox here uses it.
+func (s *Service) TemplateDeleted(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)
+	defer cancel()
+	if t, err := s.Store.GetTemplate(ctx, id); err == nil && (t.Shared || t.Origin != "") {
+		s.dropShared(ctx, t)
+	}
+}
+
+// dropIfGone drops t when the catalog (read fresh: the watch may lag a
+// template published a moment ago) has no record of it.
+func (s *Service) dropIfGone(ctx context.Context, t store.Template) {
+	if _, ok, err := s.Catalog.Fresh(ctx, t.ID); err != nil || ok {
+		return
+	}
+	s.dropShared(ctx, t)
+}
+
+// dropShared removes a shared template's row and image here; one a local
+// sandbox still uses stays, for the periodic sweep (sweepShared).
+func (s *Service) dropShared(ctx context.Context, t store.Template) {
+	if _, err := s.Store.DeleteTemplate(ctx, t.ID); err != nil {
+		if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrTemplateInUse) {
+			s.Logger.Warn("template mirror: delete a template the cluster deleted", "template", t.ID, "err", err)
+		}
+		return
+	}
+	s.copies.Delete(t.ID)
+	if s.Images != nil {
+		if err := s.Images.RemoveImage(ctx, t.Image); err != nil {
+			s.Logger.Warn("template mirror: remove the image of a template the cluster deleted", "template", t.ID, "err", err)
+		}
+	}
+}
+
+// sweepShared drops the shared templates the catalog no longer has that
+// a local sandbox kept until now.
+func (s *Service) sweepShared(ctx context.Context) error {
+	if !s.sharing() {
+		return nil
+	}
+	local, err := s.Store.ListTemplates(ctx, "", false)
+	if err != nil {
+		return err
+	}
+	for _, t := range local {
+		if t.State == store.TemplateReady && (t.Shared || t.Origin != "") {
+			if _, ok := s.Catalog.Info(t.ID); !ok {
+				s.dropIfGone(ctx, t)
+			}
+		}
+	}
+	return nil
+}
+
+// TagPut points a tag here as the catalog does.
+func (s *Service) TagPut(g SharedTag) {
+	ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)
+	defer cancel()
+	if cur, err := s.Store.GetTemplateByTag(ctx, g.Owner, g.Name, g.Tag); err == nil && cur.ID == g.ID {
+		return
+	}
+	// A template still being made here (its tags are published before
+	// it is ready) refuses: its maker tags it as it finishes.
+	if err := s.Store.TagTemplate(ctx, g.Owner, g.Name, []string{g.Tag}, g.ID); err != nil &&
+		!errors.Is(err, store.ErrStateConflict) && !errors.Is(err, store.ErrNotFound) {
+		s.Logger.Warn("template mirror: tag", "template", g.ID, "name", g.Name, "tag", g.Tag, "err", err)
+	}
+}
+
+// TagDeleted removes a tag here as the catalog did.
+func (s *Service) TagDeleted(owner, name, tag string) {
+	ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)
+	defer cancel()
+	if _, err := s.Store.UntagTemplates(ctx, owner, name, []string{tag}); err != nil {
+		s.Logger.Warn("template mirror: untag", "name", name, "tag", tag, "err", err)
+	}
+}
+
+// clusterRegistryImage reports whether a tenant's image reference names
+// the cluster's registry, which holds every tenant's templates: never
+// pulled for a tenant.
+func (s *Service) clusterRegistryImage(host string) bool {
+	return s.cfg.Registry != "" && strings.EqualFold(host, s.registryHost())
+}
