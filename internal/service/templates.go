@@ -1312,6 +1312,11 @@ func (s *Service) DeleteTemplate(ctx context.Context, c Caller, idOrName string)
 			return clusterErr(err, "")
 		}
 		s.copies.Delete(t.ID)
+		// This node's mirror may drop its row first (the deletion's echo).
+		if err := s.removeTemplate(ctx, imgs, t); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return nil
 	}
 	return s.removeTemplate(ctx, imgs, t)
 }

@@ -24,10 +24,13 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +38,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
+	"github.com/sandboxd/sandboxd/internal/testenv/registrytest"
 )
 
 // Images built by scripts/build-images.sh.
@@ -51,6 +55,10 @@ var env struct {
 	sharedOnce sync.Once
 	shared     *daemontest.Cluster
 	sharedErr  error
+	// registry is the shared cluster's template registry (--registry),
+	// nil in the LAN pass.
+	registry    *registrytest.Registry
+	registryDir string
 
 	// lan is set during the LAN pass; lanAll runs every test in it.
 	lan, lanAll bool
@@ -151,6 +159,11 @@ func closeShared(code int) int {
 			code = 1
 		}
 	}
+	if env.registry != nil {
+		env.registry.Stop()
+		_ = os.RemoveAll(env.registryDir)
+		env.registry, env.registryDir = nil, ""
+	}
 	return code
 }
 
@@ -181,12 +194,56 @@ func sharedCluster(t *testing.T) *daemontest.Cluster {
 	env.sharedOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*daemontest.StartTimeout)
 		defer cancel()
-		env.shared, env.sharedErr = env.dt.NewCluster(ctx, daemontest.Nodes("s1", "s2", "s3"))
+		nodes := daemontest.Nodes("s1", "s2", "s3")
+		if !env.lan {
+			// The nodes share templates through a registry with a password,
+			// as a production cluster would. (The LAN pass has none: the
+			// engine all nodes share reaches it on loopback only.)
+			args, err := sharedRegistry()
+			if err != nil {
+				env.sharedErr = err
+				return
+			}
+			for i := range nodes {
+				nodes[i].Args = args
+			}
+		}
+		env.shared, env.sharedErr = env.dt.NewCluster(ctx, nodes)
 	})
 	if env.sharedErr != nil {
 		t.Fatalf("start the shared cluster: %v", env.sharedErr)
 	}
 	return env.shared
+}
+
+// sharedRegistry starts the shared cluster's template registry and
+// returns the nodes' flags for it.
+func sharedRegistry() ([]string, error) {
+	if why := registrytest.Available(); why != "" {
+		if testenv.CI() {
+			return nil, errors.New(why)
+		}
+		return nil, nil // templates stay node-local; their test skips
+	}
+	dir, err := os.MkdirTemp("", "sandboxd-cluster-registry-")
+	if err != nil {
+		return nil, err
+	}
+	user, password := "cluster", rand.Text()
+	reg, err := registrytest.New(dir, registrytest.Options{User: user, Password: password})
+	if err == nil {
+		err = reg.Start()
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("template registry: %w", err)
+	}
+	env.registry, env.registryDir = reg, dir
+	authFile := filepath.Join(dir, "auth")
+	if err := os.WriteFile(authFile, []byte(user+":"+password+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return []string{"--registry", reg.Host, "--registry-auth-file", authFile}, nil
 }
 
 // testContext returns t's context bounded by d.

@@ -171,6 +171,12 @@ func (r *Runtime) InspectImage(ctx context.Context, ref string) (_ runtime.Image
 func (r *Runtime) RemoveImage(ctx context.Context, ref string) (err error) {
 	defer func() { err = engineErr(err) }()
 	_, err = r.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true})
+	if err != nil && strings.Contains(err.Error(), "unrecognized image ID") {
+		// The engine resolved ref to an image that another removal (of
+		// another reference of the same image) took from under it: once
+		// more, on what ref names now.
+		_, err = r.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true})
+	}
 	switch {
 	case err == nil:
 		if err := r.repairQgroups(); err != nil { // its layers' subvolumes went: qgroup.go

@@ -1,0 +1,176 @@
+package cluster_test
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testenv"
+	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
+	"github.com/sandboxd/sandboxd/internal/testenv/registrytest"
+)
+
+type template struct {
+	ID    string   `json:"id"`
+	State string   `json:"state"`
+	Tags  []string `json:"tags"`
+	Error string   `json:"error"`
+}
+
+// getTemplate reads template ref through d.
+func getTemplate(ctx context.Context, d *daemontest.Daemon, ref string) (template, answer, error) {
+	a, err := call(ctx, d, http.MethodGet, "/v1/templates/"+ref, nil)
+	var tp template
+	if err == nil && a.Status == http.StatusOK {
+		err = json.Unmarshal(a.Body, &tp)
+	}
+	return tp, a, err
+}
+
+// copyRef is the engine reference node gives its copy of another node's
+// template id (the service's copyRef).
+func copyRef(node, id string) string {
+	h := sha256.Sum256([]byte(node))
+	return "sandboxd/template:" + id + ".n" + hex.EncodeToString(h[:4])
+}
+
+// A template built on one node is every node's: the others see it, its
+// tags and its deletion at once; a create on another node pulls its image
+// from the cluster's registry (with the registry's password) and runs
+// from it; it is not deleted, through any node, while a sandbox made
+// from it lives anywhere; and once deleted, the copies go from every
+// node, images included.
+func TestCluster_TemplateBuiltOnOneNodeCreatesOnAnother(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	if env.registry == nil {
+		t.Skip("the shared cluster has no template registry (" + cmp.Or(registrytest.Available(), "LAN pass") + ")")
+	}
+	ctx := testContext(t, 8*time.Minute)
+	maker, user, other := c.Nodes[0], c.Nodes[2], c.Nodes[1]
+	name := randomName("shared")
+	marker := randomName("built")
+
+	a, err := call(ctx, maker, http.MethodPost, "/v1/templates", map[string]any{
+		"name": name, "base": busyboxImage,
+		"steps": []map[string]any{{"run": "echo " + marker + " > /marker"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status != http.StatusAccepted {
+		t.Fatalf("build on %s: %v, want 202", maker.NodeID(), a)
+	}
+	var built template
+	if err := json.Unmarshal(a.Body, &built); err != nil {
+		t.Fatal(err)
+	}
+	deleted := false
+	t.Cleanup(func() {
+		if !deleted {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, _ = call(ctx, maker, http.MethodDelete, "/v1/templates/"+built.ID, nil)
+		}
+	})
+	var tp template
+	if err := testenv.Poll(ctx, 5*time.Minute, func() error {
+		var a answer
+		tp, a, err = getTemplate(ctx, maker, built.ID)
+		switch {
+		case err != nil:
+			return err
+		case tp.State != "ready" && tp.State != "failed":
+			return fmt.Errorf("build %s: %v", built.ID, a)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if tp.State == "failed" {
+		t.Fatalf("the build failed: %s", tp.Error)
+	}
+
+	// Every node knows it by name the moment its maker says it is ready.
+	for _, d := range c.Nodes {
+		tp, a, err := getTemplate(ctx, d, name)
+		if err != nil || tp.ID != built.ID {
+			t.Fatalf("GET /v1/templates/%s through %s: %v %v, want %s", name, d.NodeID(), a, err, built.ID)
+		}
+	}
+
+	// A create on another node (its volume pins it there) pulls the image.
+	before := manifestGets()
+	sb := create(ctx, t, c, user, map[string]any{
+		"template": name, "cpu": 0.25, "memory_mb": 128,
+		"mounts": []map[string]any{{"volume": randomName("v"), "path": "/mnt/v"}},
+	})
+	if owner := ownerOf(ctx, t, c, sb.ID); owner.NodeID() != user.NodeID() {
+		t.Fatalf("sandbox %s runs on %s, want %s (its volume's node)", sb.ID, owner.NodeID(), user.NodeID())
+	}
+	out, err := sh(ctx, user, sb.ID, "cat /marker")
+	if err != nil || strings.TrimSpace(out) != marker {
+		t.Fatalf("cat /marker in %s: %q %v, want %q", sb.ID, out, err, marker)
+	}
+	if got := manifestGets(); got <= before {
+		t.Errorf("the registry served no manifest of the template to %s (requests %d → %d)", user.NodeID(), before, got)
+	}
+	if _, err := docker(ctx, "image", "inspect", "--format", "{{.Id}}", copyRef(user.NodeID(), built.ID)); err != nil {
+		t.Errorf("%s has no image of its copy: %v", user.NodeID(), err)
+	}
+
+	// In use on one node: a delete through any node is refused.
+	for _, d := range c.Nodes {
+		a, err := call(ctx, d, http.MethodDelete, "/v1/templates/"+name, nil)
+		if err != nil || a.Status != http.StatusConflict {
+			t.Fatalf("DELETE through %s while %s uses it: %v %v, want 409", d.NodeID(), sb.ID, a, err)
+		}
+	}
+	if a, err := call(ctx, user, http.MethodDelete, "/v1/sandboxes/"+sb.ID, nil); err != nil || a.Status != http.StatusNoContent {
+		t.Fatalf("destroy %s: %v %v", sb.ID, a, err)
+	}
+
+	// Deleted through the third node: gone everywhere, copies and all.
+	if a, err := call(ctx, other, http.MethodDelete, "/v1/templates/"+built.ID, nil); err != nil || a.Status != http.StatusNoContent {
+		t.Fatalf("DELETE through %s: %v %v, want 204", other.NodeID(), a, err)
+	}
+	deleted = true
+	for _, d := range c.Nodes {
+		if err := testenv.Poll(ctx, testenv.Deadline, func() error {
+			if _, a, err := getTemplate(ctx, d, built.ID); err != nil || a.Status != http.StatusNotFound {
+				return fmt.Errorf("GET through %s after the delete: %v %v, want 404", d.NodeID(), a, err)
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := testenv.Poll(ctx, testenv.Deadline, func() error {
+		if _, err := docker(ctx, "image", "inspect", copyRef(user.NodeID(), built.ID)); err == nil {
+			return fmt.Errorf("%s still has the image of its copy", user.NodeID())
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+// manifestGets counts the manifest reads of the cluster's template
+// repository the registry answered (a pull reads one by digest).
+func manifestGets() int {
+	n := 0
+	for _, r := range env.registry.Requests() {
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && strings.HasPrefix(r.Path, "/v2/sandboxd/templates/manifests/") {
+			n++
+		}
+	}
+	return n
+}
+
