@@ -26,11 +26,18 @@ done
 # run.sh gives the daemon it starts).
 export SANDBOXD_CLUSTER_DIR SANDBOXD_CLUSTER_PORTS=${SANDBOXD_COMPAT_CLUSTER_PORTS:-3000}
 export SANDBOXD_CLUSTER_HOSTPORTS=${SANDBOXD_COMPAT_CLUSTER_HOSTPORTS:-30000}
-export SANDBOXD_CLUSTER_NODE_PREFIX="compat$$n" SANDBOXD_CLUSTER_ARGS="--cpu-budget 64000"
+export SANDBOXD_CLUSTER_NODE_PREFIX="compat$$n" SANDBOXD_CLUSTER_ARGS="--cpu-budget 64000 --registry-allow 127.0.0.1"
 SANDBOXD_CLUSTER_DIR=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-compat-cluster.XXXXXX")
+# The registry the nodes share templates through (--registry): a loopback
+# docker-registry of the run's own (test/compat/daemon.sh).
+log() { printf 'compat: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+# shellcheck source=../test/compat/daemon.sh
+source test/compat/daemon.sh
 stop_cluster() {
   local status=$?
   scripts/cluster.sh --stop >/dev/null || true
+  compat_stop_registry
   if [ "$status" -ne 0 ]; then
     for n in 1 2 3; do
       echo "--- node $n log (tail)"; tail -20 "$SANDBOXD_CLUSTER_DIR/n$n/sandboxd.log" 2>/dev/null || true
@@ -48,6 +55,8 @@ stop_cluster() {
   exit "$status"
 }
 trap stop_cluster EXIT
+compat_start_registry
+[ -z "${COMPAT_REGISTRY:-}" ] || SANDBOXD_CLUSTER_ARGS+=" --registry $COMPAT_REGISTRY"
 echo "== compat: starting a 3-node cluster (data in $SANDBOXD_CLUSTER_DIR)"
 SANDBOXD_E2B_REPLAY_WINDOW=5s scripts/cluster.sh >/dev/null
 for pkg in "${suites[@]}"; do

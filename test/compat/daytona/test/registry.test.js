@@ -22,8 +22,7 @@ async function deleteSnapshotQuietly(name) {
   }
 }
 
-const skip = (!IMAGE && 'no loopback registry (docker-registry is not installed)') ||
-  (process.env.COMPAT_CLUSTER === '1' && 'templates are node-local in a cluster')
+const skip = !IMAGE && 'no loopback registry (docker-registry is not installed)'
 
 describe('images from a registry', { skip }, () => {
   it('snapshot.create with Image.base(<registry image>) pulls it; a sandbox from it runs', { timeout: 300_000 }, async (t) => {

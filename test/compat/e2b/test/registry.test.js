@@ -29,9 +29,7 @@ async function deleteQuietly(name) {
   }
 }
 
-// Templates are node-local (README, Cluster): the cluster pass skips them.
-const skip = (!IMAGE && 'no loopback registry (docker-registry is not installed)') ||
-  (process.env.COMPAT_CLUSTER === '1' && 'templates are node-local in a cluster')
+const skip = !IMAGE && 'no loopback registry (docker-registry is not installed)'
 
 describe('images from a registry', { timeout: 300_000, skip }, () => {
   it('Template.build().fromImage(<registry image>) pulls it; a sandbox from the template runs', { timeout: 240_000 }, async (t) => {

@@ -52,9 +52,7 @@ function buildContext(t, nonce) {
   return dir
 }
 
-// Templates are node-local (README, Cluster): the cluster pass
-// (COMPAT_CLUSTER) skips them.
-describe('template builds', { concurrency: true, timeout: 600_000, skip: process.env.COMPAT_CLUSTER === '1' && 'templates are node-local in a cluster' }, () => {
+describe('template builds', { concurrency: true, timeout: 600_000 }, () => {
   it('Template.build: files, env, workdir, a start command; create from it by name', { timeout: 300_000 }, async (t) => {
     const name = templateName('build')
     t.after(() => deleteQuietly(name))
