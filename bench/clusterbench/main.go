@@ -2,27 +2,31 @@
 // loopback cluster of sandboxd nodes it starts itself, each figure beside a
 // baseline taken in the same run:
 //
-//		go run ./bench/clusterbench [-exec-n 200] [-create-n 20] [-tx-phase 2s] [-tx-rounds 2] [-workers 8] [-failover=true] [-bin bin] [-build]
+//			go run ./bench/clusterbench [-exec-n 200] [-create-n 20] [-tx-phase 2s] [-tx-rounds 2] [-workers 8] [-failover=true] [-templates=true] [-bin bin] [-build]
 //
-//	 1. forwarding: the exec `true` round trip on a sandbox that node B owns,
-//	    sent to node A (forwarded to B) beside sent to B, interleaved; then
-//	    create → first exec sent to A (both calls forwarded to B) beside
-//	    sent to B, keeping only sandboxes that B owns;
-//	 2. cluster-wide uniqueness transactions: ClaimPlacement of named
-//	    placements and their ReleasePlacement, by W concurrent callers through
-//	    an internal/cluster Node on the cluster's etcd, beside a plain etcd Put
-//	    and Delete of the same value through the same client, and beside the
-//	    node's local SQLite sandbox insert (store.CreateSandbox), in
-//	    interleaved rounds;
-//	 3. the `cluster` step of the create chain (its etcd transaction) from
-//	    the Server-Timing of the creates of 1, beside their `store` step;
-//	 4. failover: a third node C joins after 1 (a two-member etcd has no
-//	    quorum without B; it joins before 2, whose writes a late member
-//	    would have to replay, so 2 runs on three members); two sandboxes
-//	    with "failover":"recreate" are made on B, B is killed with SIGKILL,
-//	    and the time until exec of each through A succeeds again is printed
-//	    beside its parts: the daemon's lease TTL (or B's departure as a
-//	    watcher saw it) plus 1's cold create → first exec.
+//		 1. forwarding: the exec `true` round trip on a sandbox that node B owns,
+//		    sent to node A (forwarded to B) beside sent to B, interleaved; then
+//		    create → first exec sent to A (both calls forwarded to B) beside
+//		    sent to B, keeping only sandboxes that B owns;
+//		 2. cluster-wide uniqueness transactions: ClaimPlacement of named
+//		    placements and their ReleasePlacement, by W concurrent callers through
+//		    an internal/cluster Node on the cluster's etcd, beside a plain etcd Put
+//		    and Delete of the same value through the same client, and beside the
+//		    node's local SQLite sandbox insert (store.CreateSandbox), in
+//		    interleaved rounds;
+//		 3. the `cluster` step of the create chain (its etcd transaction) from
+//		    the Server-Timing of the creates of 1, beside their `store` step;
+//		 4. failover: a third node C joins after 1 (a two-member etcd has no
+//		    quorum without B; it joins before 2, whose writes a late member
+//		    would have to replay, so 2 runs on three members); two sandboxes
+//		    with "failover":"recreate" are made on B, B is killed with SIGKILL,
+//		    and the time until exec of each through A succeeds again is printed
+//		    beside its parts: the daemon's lease TTL (or B's departure as a
+//		    watcher saw it) plus 1's cold create → first exec.
+//
+//	 5. templates (run first): the first create from a template built on A,
+//	    on A beside on B, which pulls it from the cluster's registry (a
+//	    loopback docker-registry the bench starts; templates.go).
 //
 // Every node listens on 127.0.0.1 only, with its data directory in a
 // temporary directory. Placement is by free memory, so node A gets a
@@ -58,6 +62,7 @@ import (
 	"github.com/sandboxd/sandboxd/bench/internal/benchd"
 	"github.com/sandboxd/sandboxd/internal/cluster"
 	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/testenv/registrytest"
 )
 
 // Bounds, and the constants the figures are read against.
@@ -95,7 +100,7 @@ type config struct {
 	execN, createN, workers, txRounds int
 	txPhase                           time.Duration
 	image, binDir                     string
-	build, failover                   bool
+	build, failover, templates        bool
 }
 
 func main() {
@@ -106,6 +111,7 @@ func main() {
 	flag.IntVar(&c.txRounds, "tx-rounds", 2, "rounds of the transaction phases (section 2)")
 	flag.DurationVar(&c.txPhase, "tx-phase", 2*time.Second, "length of one claim, put or insert phase (section 2)")
 	flag.BoolVar(&c.failover, "failover", true, "join a third node and time a failover (section 4)")
+	flag.BoolVar(&c.templates, "templates", true, "time the first create from a template on a node that lacks it (section 5; runs first)")
 	flag.StringVar(&c.image, "image", "sandboxd/busybox:latest", "image of every sandbox")
 	flag.StringVar(&c.binDir, "bin", "", "directory holding sandboxd and toolboxd (default: bin/ of this checkout when both are there)")
 	flag.BoolVar(&c.build, "build", false, "build sandboxd and toolboxd from this checkout even when -bin has them")
@@ -133,6 +139,23 @@ func run(ctx context.Context, c config) (err error) {
 		return err
 	}
 	tb := &testbed{sandboxd: sandboxdBin, toolboxd: toolboxdBin, root: tmp}
+	if c.templates {
+		// Section 5's: the registry the nodes share templates through.
+		if why := registrytest.Available(); why != "" {
+			fmt.Println("clusterbench: section 5 skipped:", why)
+			c.templates = false
+		} else {
+			reg, err := registrytest.New(filepath.Join(tmp, "registry"), registrytest.Options{})
+			if err == nil {
+				err = reg.Start()
+			}
+			if err != nil {
+				return fmt.Errorf("template registry: %w", err)
+			}
+			defer reg.Stop()
+			tb.args = []string{"--registry", reg.Host}
+		}
+	}
 	defer tb.close(&err)
 	start := time.Now()
 	a, err := tb.add(ctx, "cbench-a", budgetA)
@@ -152,6 +175,11 @@ func run(ctx context.Context, c config) (err error) {
 		a.id, budgetA, bn.id, budgetB)
 
 	b := &bench{cfg: c, tb: tb, a: a, b: bn}
+	if c.templates {
+		if err := b.templates(ctx); err != nil {
+			return fmt.Errorf("section 5: %w", err)
+		}
+	}
 	if err := b.forwardedExec(ctx); err != nil {
 		return fmt.Errorf("section 1 (exec): %w", err)
 	}
@@ -194,6 +222,8 @@ func (m *member) dataDir() string { return benchd.DataDir(m.dir) }
 type testbed struct {
 	sandboxd, toolboxd, root string
 	members                  []*member
+	// args are every node's extra flags.
+	args []string
 }
 
 // add makes a node: its node id, the cluster's files (init for the first,
@@ -225,11 +255,9 @@ func (tb *testbed) add(ctx context.Context, name string, memoryMB int) (*member,
 	}
 	// Host port ranges apart, so that nodes on one host never collide.
 	lo := 42000 + 100*len(tb.members)
-	d, err := benchd.Start(ctx, benchd.Options{
-		Sandboxd: tb.sandboxd, Toolboxd: tb.toolboxd, Dir: m.dir, Name: name,
-		Args: []string{"--pool", "none", "--host-ports", fmt.Sprintf("%d-%d", lo, lo+99),
-			"--memory-budget", strconv.Itoa(memoryMB), "--cpu-budget", cpuBudget},
-	})
+	args := append([]string{"--pool", "none", "--host-ports", fmt.Sprintf("%d-%d", lo, lo+99),
+		"--memory-budget", strconv.Itoa(memoryMB), "--cpu-budget", cpuBudget}, tb.args...)
+	d, err := benchd.Start(ctx, benchd.Options{Sandboxd: tb.sandboxd, Toolboxd: tb.toolboxd, Dir: m.dir, Name: name, Args: args})
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", m.id, err)
 	}
@@ -291,7 +319,7 @@ func (tb *testbed) waitReady(ctx context.Context) error {
 func (tb *testbed) endpoints() []string {
 	var out []string
 	for _, m := range tb.members {
-		out = append(out, "http://"+m.client)
+		out = append(out, "https://"+m.client)
 	}
 	return out
 }
@@ -324,8 +352,16 @@ func (tb *testbed) openNode(ctx context.Context, name string) (*cluster.Node, er
 	if err != nil {
 		return nil, fmt.Errorf("cluster.secret: %w", err)
 	}
+	// etcd speaks TLS only: the bench's node uses the first member's
+	// client identity (the files `cluster init` made in its data dir).
+	dir := tb.members[0].dataDir()
+	tlsCfg, err := cluster.TLSFiles{CA: filepath.Join(dir, "etcd-ca.crt"), Cert: filepath.Join(dir, "etcd-node.crt"),
+		Key: filepath.Join(dir, "etcd-node.key")}.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
 	n, err := cluster.Open(ctx, cluster.Config{
-		NodeID: benchd.NodeID(name), Endpoints: tb.endpoints(),
+		NodeID: benchd.NodeID(name), Endpoints: tb.endpoints(), TLS: tlsCfg,
 		// Never called: the node has no API.
 		APIURL: "http://127.0.0.1:9", Secret: secret, Logger: slog.New(slog.DiscardHandler),
 	})
@@ -361,10 +397,10 @@ func (b *bench) body(extra map[string]any) map[string]any {
 	return body
 }
 
-// owns reports whether node m runs sandbox id's container (named
-// <id>.<node>, labelled sandboxd.node=<node>).
+// owns reports whether node m runs sandbox id's container (labelled
+// sandboxd.sandbox=<id> and sandboxd.node=<node>).
 func owns(ctx context.Context, m *member, id string) (bool, error) {
-	_, out, err := benchd.Docker(ctx, "ps", "-aq", "--filter", "label=sandboxd.node="+m.id, "--filter", "name=^"+id+"."+m.id+"$")
+	_, out, err := benchd.Docker(ctx, "ps", "-aq", "--filter", "label=sandboxd.node="+m.id, "--filter", "label=sandboxd.sandbox="+id)
 	return out != "", err
 }
 
