@@ -173,4 +173,3 @@ func manifestGets() int {
 	}
 	return n
 }
-
