@@ -30,6 +30,9 @@ var (
 	// ErrConflict is a compare-and-swap that lost: the key changed under
 	// the caller (a placement moved, or is held by another node).
 	ErrConflict = errors.New("cluster: conflict")
+	// ErrTemplateInUse is a template delete refused because a placement
+	// made from the template exists.
+	ErrTemplateInUse = errors.New("cluster: template in use")
 	// ErrCorrupt is a sealed blob that fails to open: altered, truncated,
 	// sealed with other associated data or with another cluster secret.
 	ErrCorrupt = errors.New("cluster: sealed blob corrupt")

@@ -175,6 +175,16 @@ func (n *Node) ClaimPlacement(ctx context.Context, p Placement) error {
 		els = append(els, clientv3.OpGet(nk))
 	}
 	then = append(then, bindingOps(p.Key, Binding{Node: p.Node}, Binding{Node: p.Node, ID: p.ID})...)
+	if p.Template != "" {
+		// Made from a template: only while its record exists, and the
+		// template is in use (DeleteTemplate refuses) until the release.
+		if err := segment("template id", p.Template); err != nil {
+			return fmt.Errorf("claim placement %s: %w", p.ID, err)
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(tplRecordKey(p.Template)), ">", 0))
+		then = append(then, clientv3.OpPut(tplUseKey(p.Template, p.ID), ""))
+		els = append(els, clientv3.OpGet(tplRecordKey(p.Template), clientv3.WithCountOnly()))
+	}
 	ctx, cancel := n.op(ctx)
 	defer cancel()
 	resp, err := n.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
@@ -183,6 +193,9 @@ func (n *Node) ClaimPlacement(ctx context.Context, p Placement) error {
 	}
 	if resp.Succeeded {
 		return nil
+	}
+	if p.Template != "" && resp.Responses[len(resp.Responses)-1].GetResponseRange().Count == 0 {
+		return fmt.Errorf("claim placement %s: template %s: %w: it was deleted", p.ID, p.Template, ErrNotFound)
 	}
 	if p.Name != "" {
 		kvs := resp.Responses[1].GetResponseRange().Kvs
@@ -369,6 +382,10 @@ func (n *Node) Tombstone(ctx context.Context, id, node string) error {
 // held. ReleasePlacementOf (a delete) and Tombstone (a put) share it.
 func (n *Node) changePlacement(ctx context.Context, cur Placement, ops ...clientv3.Op) (bool, error) {
 	then := ops
+	if cur.Template != "" {
+		// A released or deleted sandbox no longer keeps its template.
+		then = append(then, clientv3.OpDelete(tplUseKey(cur.Template, cur.ID)))
+	}
 	if cur.Name != "" {
 		nk := nameKey(cur.Owner, cur.Name)
 		then = append(then, clientv3.OpTxn(

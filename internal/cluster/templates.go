@@ -18,6 +18,7 @@ import (
 //	templates/r/<id>                      TemplateRecord (JSON)
 //	templates/t/<owner>/<name>/<tag>      the id name:tag points to
 //	templates/h/<id>/<node>               node holds the template's image
+//	templates/u/<id>/<sandbox>            a placement made from it (ClaimPlacement)
 //
 // One prefix, one watch: a node sees a record before the tags that point
 // to it, in the order etcd committed them. The node that makes a template
@@ -33,7 +34,8 @@ const (
 	tplRecordPrefix  = templatesPrefix + "r/"
 	tplTagPrefix     = templatesPrefix + "t/"
 	tplHolderPrefix  = templatesPrefix + "h/"
-	maxTemplateValue = 64 << 10 // a record's JSON: the spec is small
+	tplUsePrefix     = templatesPrefix + "u/"
+	maxTemplateValue = 512 << 10 // a record's JSON (etcd takes 1.5 MiB a request)
 )
 
 // TemplateRecord is what the catalog keeps of one template.
@@ -70,6 +72,8 @@ func tplTagKey(owner, name, tag string) string {
 func tplOwnerTags(owner string) string { return tplTagPrefix + url.PathEscape(owner) + "/" }
 
 func tplHolderKey(id, node string) string { return tplHolderPrefix + id + "/" + node }
+
+func tplUseKey(id, sandbox string) string { return tplUsePrefix + id + "/" + sandbox }
 
 // TemplateEvents receives the catalog as this node's watch sees it, in
 // etcd's order, from one goroutine. Reset hands the whole catalog (at the
@@ -340,7 +344,12 @@ func (n *Node) SetTemplateTags(ctx context.Context, owner, name string, tags []s
 				cur := resp.Kvs[0]
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", cur.ModRevision))
 				if onlyNewer && string(cur.Value) != id {
-					if other, ok, err := n.FreshTemplate(tctx, string(cur.Value)); err == nil && ok && other.CreatedAt.After(createdAt) {
+					other, ok, err := n.FreshTemplate(tctx, string(cur.Value))
+					if err != nil {
+						cancel()
+						return nil, err
+					}
+					if ok && other.CreatedAt.After(createdAt) {
 						continue
 					}
 				}
@@ -387,11 +396,15 @@ func (n *Node) RemoveTemplateTags(ctx context.Context, owner, name string, tags 
 
 // DeleteTemplate removes template id's record, the tags of owner's that
 // point to it and its holders, in one transaction that holds only while
-// no tag of owner's changed since it looked. Absent is not an error.
-func (n *Node) DeleteTemplate(ctx context.Context, id, owner string) error {
+// no placement made from it exists (ErrTemplateInUse otherwise) and no
+// tag of owner's changed since it looked. With untaggedOnly a template a
+// tag points to is left (ErrConflict): the sweep of superseded builds
+// never takes a tag with it. Absent is not an error.
+func (n *Node) DeleteTemplate(ctx context.Context, id, owner string, untaggedOnly bool) error {
 	if err := segment("template id", id); err != nil {
 		return fmt.Errorf("delete template: %w", err)
 	}
+	uses := tplUsePrefix + id + "/"
 	for range updateAttempts {
 		tctx, cancel := n.op(ctx)
 		resp, err := n.cli.Get(tctx, tplOwnerTags(owner), clientv3.WithPrefix())
@@ -399,18 +412,22 @@ func (n *Node) DeleteTemplate(ctx context.Context, id, owner string) error {
 			cancel()
 			return unavailable("delete template "+id, err)
 		}
-		var cmps []clientv3.Cmp
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(uses), "=", 0).WithPrefix()}
 		ops := []clientv3.Op{
 			clientv3.OpDelete(tplRecordKey(id)),
 			clientv3.OpDelete(tplHolderPrefix+id+"/", clientv3.WithPrefix()),
 		}
 		for _, kv := range resp.Kvs {
 			if string(kv.Value) == id {
+				if untaggedOnly {
+					cancel()
+					return fmt.Errorf("delete template %s: %w: a tag points to it", id, ErrConflict)
+				}
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
 				ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 			}
 		}
-		txn, err := n.cli.Txn(tctx).If(cmps...).Then(ops...).Commit()
+		txn, err := n.cli.Txn(tctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(uses, clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
 		cancel()
 		if err != nil {
 			return unknownOutcome("delete template "+id, err)
@@ -418,11 +435,14 @@ func (n *Node) DeleteTemplate(ctx context.Context, id, owner string) error {
 		if txn.Succeeded {
 			return nil
 		}
+		if c := txn.Responses[0].GetResponseRange().Count; c > 0 {
+			return fmt.Errorf("delete template %s: %w: %d sandboxes made from it", id, ErrTemplateInUse, c)
+		}
 	}
 	return fmt.Errorf("delete template %s: %w: its tags kept changing", id, ErrConflict)
 }
 
-// HoldTemplate says this node holds template id's image; ReleaseTemplate
+// HoldTemplate says this node holds template id's image; UnholdTemplate
 // that it no longer does.
 func (n *Node) HoldTemplate(ctx context.Context, id string) error {
 	if err := segment("template id", id); err != nil {
@@ -435,6 +455,19 @@ func (n *Node) HoldTemplate(ctx context.Context, id string) error {
 	if _, err := n.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), ">", 0)).
 		Then(clientv3.OpPut(tplHolderKey(id, n.cfg.NodeID), "")).Commit(); err != nil {
 		return unknownOutcome("hold template "+id, err)
+	}
+	return nil
+}
+
+// UnholdTemplate says this node no longer holds template id's image.
+func (n *Node) UnholdTemplate(ctx context.Context, id string) error {
+	if err := segment("template id", id); err != nil {
+		return fmt.Errorf("unhold template: %w", err)
+	}
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	if _, err := n.cli.Delete(ctx, tplHolderKey(id, n.cfg.NodeID)); err != nil {
+		return unknownOutcome("unhold template "+id, err)
 	}
 	return nil
 }

@@ -139,10 +139,28 @@ func TestTemplates_CatalogTagsOrderAndDelete(t *testing.T) {
 		t.Errorf("FreshTag(web:v1) = %q %v %v, want tpl-1", id, ok, err)
 	}
 
-	if err := b.DeleteTemplate(ctx, "tpl-1", "alice"); err != nil {
+	// The sweep's delete leaves a tagged template; a placement made from
+	// it keeps it until its release.
+	if err := b.DeleteTemplate(ctx, "tpl-1", "alice", true); !errors.Is(err, ErrConflict) {
+		t.Fatalf("untagged-only delete of a tagged template: got %v, want ErrConflict", err)
+	}
+	use := Placement{ID: "sb-use", Node: "a", Owner: "alice", Template: "tpl-1"}
+	if err := a.ClaimPlacement(ctx, use); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.DeleteTemplate(ctx, "tpl-1", "alice"); err != nil {
+	if err := b.DeleteTemplate(ctx, "tpl-1", "alice", false); !errors.Is(err, ErrTemplateInUse) {
+		t.Fatalf("delete of a template a placement was made from: got %v, want ErrTemplateInUse", err)
+	}
+	if err := a.ReleasePlacementOf(ctx, "sb-use", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeleteTemplate(ctx, "tpl-1", "alice", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ClaimPlacement(ctx, Placement{ID: "sb-late", Node: "a", Owner: "alice", Template: "tpl-1"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a claim made from a deleted template: got %v, want ErrNotFound", err)
+	}
+	if err := b.DeleteTemplate(ctx, "tpl-1", "alice", false); err != nil {
 		t.Errorf("a second delete: got %v, want nil", err)
 	}
 	waitFor(t, 10*time.Second, "b's watch to see the delete", func() bool { return !seen.has("tpl-1") })

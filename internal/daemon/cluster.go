@@ -337,6 +337,9 @@ func serviceErr(err error) error {
 		return fmt.Errorf("%w: %w", service.ErrNameConflict, err)
 	case errors.Is(err, cluster.ErrHostnameTaken):
 		return fmt.Errorf("%w: %w", service.ErrHostnameConflict, err)
+	case errors.Is(err, cluster.ErrNotFound) && strings.Contains(err.Error(), "template"):
+		// A create from a template another node deleted meanwhile.
+		return fmt.Errorf("%w: %w", service.ErrNotFound, err)
 	case errors.Is(err, cluster.ErrUnavailable):
 		return service.Unavailable(service.ReasonNoQuorum, err)
 	}
@@ -557,7 +560,7 @@ func (l locator) holders(ctx context.Context, r *http.Request, cands []forward.C
 	holders := l.c.node.TemplateHolders(id)
 	var out []forward.Candidate
 	for _, c := range cands {
-		if slices.Contains(holders, c.Node) && c.FreeMemoryMB > 0 && c.FreeMilliCPU > 0 {
+		if slices.Contains(holders, c.Node) && c.FreeMemoryMB >= holderRoomMB && c.FreeMilliCPU >= holderRoomMilliCPU {
 			out = append(out, c)
 		}
 	}
@@ -566,6 +569,13 @@ func (l locator) holders(ctx context.Context, r *http.Request, cands []forward.C
 	}
 	return out
 }
+
+// A holder has room for a create when it has this much free (a default
+// sandbox's size); a fuller one is passed over for a node that pulls.
+const (
+	holderRoomMB       = 512
+	holderRoomMilliCPU = 1000
+)
 
 // createTemplate is the template a create's body names, in any API's
 // field for it (native template, E2B templateID, Daytona snapshot); "" for

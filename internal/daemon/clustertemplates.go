@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -33,7 +34,7 @@ func toShared(r cluster.TemplateRecord) service.SharedTemplate {
 }
 
 func (k catalog) Put(ctx context.Context, t service.SharedTemplate) error {
-	return serviceErr(k.c.node.PutTemplate(ctx, cluster.TemplateRecord{
+	return catalogErr(k.c.node.PutTemplate(ctx, cluster.TemplateRecord{
 		ID: t.ID, Owner: t.Owner, Name: t.Name, Kind: t.Kind, BaseImage: t.BaseImage, SourceID: t.SourceID,
 		RecipeHash: t.RecipeHash, Spec: t.Spec, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, Node: t.Node, Image: t.Image,
 	}))
@@ -46,30 +47,52 @@ func (k catalog) Info(id string) (service.SharedTemplate, bool) {
 
 func (k catalog) Fresh(ctx context.Context, id string) (service.SharedTemplate, bool, error) {
 	r, ok, err := k.c.node.FreshTemplate(ctx, id)
-	return toShared(r), ok, serviceErr(err)
+	return toShared(r), ok, catalogErr(err)
 }
 
 func (k catalog) FreshTag(ctx context.Context, owner, name, tag string) (string, bool, error) {
 	id, ok, err := k.c.node.FreshTag(ctx, owner, name, tag)
-	return id, ok, serviceErr(err)
+	return id, ok, catalogErr(err)
 }
 
 func (k catalog) SetTags(ctx context.Context, owner, name string, tags []string, id string, onlyNewer bool, createdAt time.Time) ([]string, error) {
 	set, err := k.c.node.SetTemplateTags(ctx, owner, name, tags, id, onlyNewer, createdAt)
-	return set, serviceErr(err)
+	return set, catalogErr(err)
 }
 
 func (k catalog) RemoveTags(ctx context.Context, owner, name string, tags []string) (int, error) {
 	n, err := k.c.node.RemoveTemplateTags(ctx, owner, name, tags)
-	return n, serviceErr(err)
+	return n, catalogErr(err)
 }
 
-func (k catalog) Delete(ctx context.Context, id, owner string) error {
-	return serviceErr(k.c.node.DeleteTemplate(ctx, id, owner))
+func (k catalog) Delete(ctx context.Context, id, owner string, untaggedOnly bool) error {
+	return catalogErr(k.c.node.DeleteTemplate(ctx, id, owner, untaggedOnly))
+}
+
+func (k catalog) Unhold(ctx context.Context, id string) error {
+	return catalogErr(k.c.node.UnholdTemplate(ctx, id))
+}
+
+// catalogErr is serviceErr for the catalog's calls, whose refusals are
+// the caller's to hear: a template deleted or in use, tags that moved.
+func catalogErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, cluster.ErrTemplateInUse):
+		return fmt.Errorf("sandboxes made from it still exist (%w): %w", err, service.ErrConflict)
+	case errors.Is(err, cluster.ErrNotFound):
+		return fmt.Errorf("%w: %w", service.ErrNotFound, err)
+	case errors.Is(err, cluster.ErrConflict):
+		return fmt.Errorf("%w: %w", service.ErrConflict, err)
+	case errors.Is(err, cluster.ErrInvalidArgument):
+		return fmt.Errorf("%w: %w", service.ErrInvalidArgument, err)
+	}
+	return serviceErr(err)
 }
 
 func (k catalog) Hold(ctx context.Context, id string) error {
-	return serviceErr(k.c.node.HoldTemplate(ctx, id))
+	return catalogErr(k.c.node.HoldTemplate(ctx, id))
 }
 
 func (k catalog) Users(id string) []string { return k.c.node.TemplateUsers(id) }

@@ -171,6 +171,14 @@ func (s *Service) claimCluster(ctx context.Context, id string, req CreateRequest
 	if err != nil {
 		return err
 	}
+	if p.Template != "" {
+		// Only a template the catalog has is kept in use by the claim
+		// (its record must exist); one made here while the cluster could
+		// not take it is this node's alone.
+		if t, ok := s.templateOfImage(ctx, req.Image); !ok || (!t.Shared && t.Origin == "") {
+			p.Template = ""
+		}
+	}
 	if err := s.Cluster.ClaimSandbox(ctx, p); err != nil {
 		return clusterErr(err, req.Name)
 	}

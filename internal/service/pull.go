@@ -363,6 +363,9 @@ func (p *pulls) pull(ctx context.Context, s *Service, f *pullFlight, host string
 	}
 	p.count.Add(1)
 	capB := s.cfg.ImageMaxMB << 20
+	if s.clusterRegistryRef(f.ref) {
+		capB = 0 // a template's copy: its owner's template storage bounds it
+	}
 	start := time.Now()
 	err := s.Puller.PullImage(ctx, f.ref, auth, func(pp runtime.PullProgress) {
 		f.bytes.Store(&pp)

@@ -102,6 +102,8 @@ type Store interface {
 	TemplateBytes(ctx context.Context, owner string) (int64, error)
 	PutTemplateCopy(ctx context.Context, t store.Template) (bool, error)
 	MarkTemplateShared(ctx context.Context, id string) error
+	FinishSharedTemplate(ctx context.Context, id string, sizeBytes int64, tags []string) (store.Template, error)
+	SandboxesOfImage(ctx context.Context, ref string) (int, error)
 
 	PutRegistryCredential(ctx context.Context, c store.RegistryCredential) error
 	GetRegistryCredential(ctx context.Context, owner, host string) (store.RegistryCredential, error)
@@ -318,9 +320,16 @@ type Service struct {
 
 	// pulls are the image pulls under way (pull.go).
 	pulls pulls
-	// copies are the other nodes' templates whose images this node holds
-	// (id → true; shared.go).
-	copies sync.Map
+	// copies are the templates whose images this node holds, its own and
+	// its copies of other nodes' (id → true; shared.go); copyLocks
+	// serialize the first create of one copy; sharedMisses remember
+	// lookups the catalog missed a moment ago (key → until when), and
+	// publishing is set while unpublished templates are being published.
+	copies       sync.Map
+	copyLocks    keyedLocks
+	sharedMisses sync.Map
+	missCount    atomic.Int64
+	publishing   atomic.Bool
 	// registryHosts caches whether any owner holds a credential for a
 	// registry host (host → bool); accessVerdicts when an owner was last
 	// let pull an image from such a host (registries.go).

@@ -15,7 +15,8 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-// Templates shared by a cluster (docs/cluster.md, "Templates").
+// Templates shared by a cluster (docs/cluster.md, "Templates are the
+// cluster's").
 //
 // The node that makes a template (a build or a snapshot; never a fork's
 // capture) publishes it before it reports it ready: its image pushed to
@@ -53,10 +54,14 @@ type TemplateCatalog interface {
 	// RemoveTags removes owner's name:tag for each of tags and says how
 	// many there were.
 	RemoveTags(ctx context.Context, owner, name string, tags []string) (int, error)
-	// Delete removes id's record, its tags and its holders.
-	Delete(ctx context.Context, id, owner string) error
-	// Hold says this node holds id's image (placement prefers holders).
+	// Delete removes id's record, its tags and its holders; ErrConflict
+	// while a sandbox made from it exists on any node, or, with
+	// untaggedOnly, while a tag points to it.
+	Delete(ctx context.Context, id, owner string, untaggedOnly bool) error
+	// Hold says this node holds id's image (placement prefers holders);
+	// Unhold that it no longer does.
 	Hold(ctx context.Context, id string) error
+	Unhold(ctx context.Context, id string) error
 	// Users lists the sandboxes on any node made from id.
 	Users(id string) []string
 }
@@ -80,8 +85,18 @@ type SharedTag struct{ Owner, Name, Tag, ID string }
 // Config.Registry; the tag is the template's id.
 const sharedRepo = "sandboxd/templates"
 
-// mirrorTimeout bounds the mirror's handling of one catalog event.
-const mirrorTimeout = 30 * time.Second
+// Bounds of sharing.
+const (
+	// mirrorTimeout bounds the mirror's handling of one catalog event.
+	mirrorTimeout = 30 * time.Second
+	// pushTimeout bounds one push of a template's image.
+	pushTimeout = 15 * time.Minute
+	// missTTL is how long a lookup the catalog missed is not asked of
+	// it again (a create naming an image, not a template, asks each
+	// time otherwise); maxMisses bounds their memory.
+	missTTL   = time.Second
+	maxMisses = 4096
+)
 
 // copyRef is this node's engine reference of its copy of another node's
 // template id.
@@ -110,8 +125,11 @@ func (s *Service) sharing() bool { return s.Catalog != nil }
 // finishTemplate settles a template that is made (its image captured):
 // in cluster mode it is published first (share), so that every node can
 // create from it the moment anyone sees it ready; then it is marked ready
-// here with its name's tags (those the cluster set). An error leaves the
-// row building for the caller to fail or drop.
+// and shared here with exactly the tags the catalog set. A template the
+// cluster cannot take now (its registry or etcd is down) is not lost: it
+// is made ready here, unshared, usable on this node, and published by the
+// next sweep (sweepShared). An error leaves the row building for the
+// caller to fail or drop.
 func (s *Service) finishTemplate(ctx context.Context, t store.Template, size int64, tags []string) (store.Template, error) {
 	if !s.sharing() || t.Kind == store.TemplateFork {
 		return s.Store.FinishTemplate(ctx, t.ID, size, tags...)
@@ -119,18 +137,15 @@ func (s *Service) finishTemplate(ctx context.Context, t store.Template, size int
 	t.SizeBytes = size
 	set, err := s.share(ctx, t, tags, true)
 	if err != nil {
-		return store.Template{}, err
+		s.Logger.Warn("template: made here, published to the cluster later", "template", t.ID, "err", err)
+		return s.Store.FinishTemplate(ctx, t.ID, size, tags...)
 	}
-	row, err := s.Store.FinishTemplate(ctx, t.ID, size, set...)
+	row, err := s.Store.FinishSharedTemplate(ctx, t.ID, size, set)
 	if err != nil {
 		s.unshare(t)
 		return store.Template{}, err
 	}
-	if err := s.Store.MarkTemplateShared(ctx, t.ID); err != nil {
-		s.unshare(t)
-		return store.Template{}, err
-	}
-	row.Shared = true
+	s.copies.Store(t.ID, true)
 	return row, nil
 }
 
@@ -145,7 +160,9 @@ func (s *Service) share(ctx context.Context, t store.Template, tags []string, on
 	if s.cfg.Registry != "" && s.Pusher != nil {
 		start := time.Now()
 		repo := s.cfg.Registry + "/" + sharedRepo
-		digest, err := s.Pusher.PushImage(ctx, t.Image, repo+":"+t.ID, s.cfg.RegistryAuth)
+		pctx, cancel := context.WithTimeout(ctx, pushTimeout)
+		digest, err := s.Pusher.PushImage(pctx, t.Image, repo+":"+t.ID, s.cfg.RegistryAuth)
+		cancel()
 		if err != nil {
 			return nil, Unavailable(fmt.Sprintf("template %s could not be pushed to the cluster's registry %s", t.ID, s.registryHost()), err)
 		}
@@ -172,7 +189,7 @@ func (s *Service) share(ctx context.Context, t store.Template, tags []string, on
 func (s *Service) unshare(t store.Template) {
 	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 	defer cancel()
-	if err := s.Catalog.Delete(ctx, t.ID, t.Owner); err != nil {
+	if err := s.Catalog.Delete(ctx, t.ID, t.Owner, false); err != nil {
 		s.Logger.Warn("template: take a failed template out of the cluster's catalog", "template", t.ID, "err", err)
 	}
 }
@@ -207,7 +224,20 @@ func (s *Service) shareExisting(ctx context.Context, t store.Template) error {
 // fetchShared finds, for a lookup this node's mirror missed, the
 // template idOrName names in the catalog (its watch may not have
 // delivered it yet) and puts its copy here.
-func (s *Service) fetchShared(ctx context.Context, c Caller, idOrName string) (store.Template, error) {
+func (s *Service) fetchShared(ctx context.Context, c Caller, idOrName string) (t store.Template, err error) {
+	missKey := c.Owner + "\x00" + idOrName
+	if until, ok := s.sharedMisses.Load(missKey); ok && s.Clock().Before(until.(time.Time)) {
+		return store.Template{}, store.ErrNotFound
+	}
+	defer func() {
+		if errors.Is(err, store.ErrNotFound) {
+			if s.missCount.Add(1) > maxMisses {
+				s.sharedMisses.Clear()
+				s.missCount.Store(0)
+			}
+			s.sharedMisses.Store(missKey, s.Clock().Add(missTTL))
+		}
+	}()
 	id := idOrName
 	if !strings.HasPrefix(idOrName, "tpl-") {
 		name, tag, ok := ParseTemplateRef(idOrName)
@@ -239,9 +269,10 @@ func (s *Service) fetchShared(ctx context.Context, c Caller, idOrName string) (s
 
 // ensureCopy makes the image of this node's copy of another node's
 // template present: pulled from the cluster's registry by digest, once
-// per node however many creates wait (the pulls' flights), then given
-// the copy's reference. Nothing to undo but the image, which is the
-// copy's. ref is a template image reference; a maker's own does nothing.
+// per node however many creates wait (one lock per template: the first
+// pulls and tags, the others find it done), then given the copy's
+// reference. Nothing to undo but the image, which is the copy's. ref is
+// a template image reference; a maker's own does nothing.
 func (s *Service) ensureCopy(ctx context.Context, ref string) error {
 	if !s.sharing() || s.Images == nil {
 		return nil
@@ -251,8 +282,20 @@ func (s *Service) ensureCopy(ctx context.Context, ref string) error {
 		return nil
 	}
 	t, err := s.Store.GetTemplate(ctx, id)
-	if err != nil || t.Origin == "" || t.Image != ref {
-		return nil // a maker's template, or none: the create says so
+	if err != nil || t.Image != ref {
+		return nil // none: the create says so
+	}
+	if t.Origin == "" {
+		s.copies.Store(id, true) // this node's own: the engine has it
+		return nil
+	}
+	unlock, err := s.copyLocks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, ok := s.copies.Load(id); ok {
+		return nil
 	}
 	if _, err := s.Images.InspectImage(ctx, ref); err == nil {
 		s.copies.Store(id, true)
@@ -268,11 +311,11 @@ func (s *Service) ensureCopy(ctx context.Context, ref string) error {
 	case !ok:
 		return fmt.Errorf("template %s was deleted: %w", id, ErrNotFound)
 	case rec.Image == "" || s.Puller == nil:
-		return Unavailable(fmt.Sprintf("template %s is on node %s only: the cluster names no registry to share templates through (--registry)", id, rec.Node), nil)
+		return Unavailable(fmt.Sprintf("template %s is on node %s only: the cluster names no registry to share templates through (--registry), or it was not pushed yet", id, rec.Node), nil)
 	}
 	named, err := reference.ParseNormalizedNamed(rec.Image)
 	if err != nil {
-		return fmt.Errorf("template %s: its image %q: %w", id, rec.Image, err)
+		return Unavailable(fmt.Sprintf("template %s: its image %q in the catalog is no reference", id, rec.Image), err)
 	}
 	host := strings.ToLower(reference.Domain(named))
 	if host != s.registryHost() {
@@ -285,17 +328,29 @@ func (s *Service) ensureCopy(ctx context.Context, ref string) error {
 		return fmt.Errorf("template %s from the cluster's registry: %w", id, err)
 	}
 	if err := s.Images.TagImage(ctx, rec.Image, ref); err != nil {
-		return fmt.Errorf("template %s: tag its pulled image: %w", id, err)
+		return Unavailable(fmt.Sprintf("template %s: tag its pulled image", id), err)
 	}
-	// The digest reference was only the pull's (best effort: it names the
-	// same image, and the copy's removal removes both).
+	// The digest reference was only the pull's: the copy's reference
+	// holds the image now, and its removal removes it.
 	_ = s.Images.RemoveImage(context.WithoutCancel(ctx), rec.Image)
+	if _, err := s.Store.GetTemplate(ctx, id); err != nil {
+		// Deleted while it was pulled: the image is nobody's.
+		_ = s.Images.RemoveImage(context.WithoutCancel(ctx), ref)
+		return fmt.Errorf("template %s was deleted: %w", id, ErrNotFound)
+	}
 	s.Logger.Info("template pulled from the cluster's registry", "template", id, "duration", time.Since(start).Round(time.Millisecond))
 	if err := s.Catalog.Hold(ctx, id); err != nil {
 		s.Logger.Warn("template: say this node holds it", "template", id, "err", err)
 	}
 	s.copies.Store(id, true)
 	return nil
+}
+
+// clusterRegistryRef reports whether ref is an image of the cluster's
+// template repository (a copy's pull: bounded by its owner's template
+// storage, not --image-max-mb).
+func (s *Service) clusterRegistryRef(ref string) bool {
+	return s.cfg.Registry != "" && strings.HasPrefix(ref, s.cfg.Registry+"/"+sharedRepo+"@")
 }
 
 // templateUsedElsewhere is ErrConflict when a sandbox on any node was made
@@ -324,6 +379,9 @@ func (s *Service) ResetTemplates(recs []SharedTemplate, tags []SharedTag) {
 	for _, r := range recs {
 		byID[r.ID] = true
 		s.mirrorPut(ctx, r)
+		if r.Node == s.cfg.NodeID {
+			s.dropOrphanRecord(ctx, r)
+		}
 	}
 	local, err := s.Store.ListTemplates(ctx, "", false)
 	if err != nil {
@@ -355,13 +413,31 @@ func (s *Service) ResetTemplates(recs []SharedTemplate, tags []SharedTag) {
 			}
 		}
 	}
-	if len(pending) > 0 {
+	if len(pending) > 0 && s.publishing.CompareAndSwap(false, true) {
 		go s.sharePending(pending)
 	}
 }
 
-// sharePending publishes this node's templates the catalog never had.
+// dropOrphanRecord takes out of the catalog a record of this node's whose
+// template is not here (its making was cut short after it was
+// published, or its deletion here did not reach the cluster) or failed.
+func (s *Service) dropOrphanRecord(ctx context.Context, r SharedTemplate) {
+	t, err := s.Store.GetTemplate(ctx, r.ID)
+	switch {
+	case err == nil && t.State != store.TemplateFailed:
+		return // ready, or still being made: its maker settles it
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return
+	}
+	if err := s.Catalog.Delete(ctx, r.ID, r.Owner, false); err != nil {
+		s.Logger.Warn("template mirror: drop a record whose template is gone", "template", r.ID, "err", err)
+	}
+}
+
+// sharePending publishes this node's templates the catalog never had,
+// one run at a time (s.publishing, set by its starter).
 func (s *Service) sharePending(ts []store.Template) {
+	defer s.publishing.Store(false)
 	for _, t := range ts {
 		ctx, cancel := context.WithTimeout(context.Background(), DefaultPullTimeout)
 		if err := s.shareExisting(ctx, t); err != nil {
@@ -424,6 +500,11 @@ func (s *Service) dropShared(ctx context.Context, t store.Template) {
 		return
 	}
 	s.copies.Delete(t.ID)
+	if t.Origin != "" {
+		if err := s.Catalog.Unhold(ctx, t.ID); err != nil {
+			s.Logger.Warn("template mirror: say this node no longer holds it", "template", t.ID, "err", err)
+		}
+	}
 	if s.Images != nil {
 		if err := s.Images.RemoveImage(ctx, t.Image); err != nil {
 			s.Logger.Warn("template mirror: remove the image of a template the cluster deleted", "template", t.ID, "err", err)
@@ -432,7 +513,8 @@ func (s *Service) dropShared(ctx context.Context, t store.Template) {
 }
 
 // sweepShared drops the shared templates the catalog no longer has that
-// a local sandbox kept until now.
+// a local sandbox kept until now, and publishes this node's templates
+// the cluster could not take when they were made.
 func (s *Service) sweepShared(ctx context.Context) error {
 	if !s.sharing() {
 		return nil
@@ -441,12 +523,20 @@ func (s *Service) sweepShared(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var pending []store.Template
 	for _, t := range local {
-		if t.State == store.TemplateReady && (t.Shared || t.Origin != "") {
+		switch {
+		case t.State != store.TemplateReady:
+		case t.Shared || t.Origin != "":
 			if _, ok := s.Catalog.Info(t.ID); !ok {
 				s.dropIfGone(ctx, t)
 			}
+		default:
+			pending = append(pending, t)
 		}
+	}
+	if len(pending) > 0 && s.publishing.CompareAndSwap(false, true) {
+		go s.sharePending(pending)
 	}
 	return nil
 }

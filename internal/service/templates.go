@@ -498,8 +498,8 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 				return Template{}, false, err
 			}
 			if tags := recipeTags(r); len(tags) > 0 {
-				if err := s.Store.TagTemplate(ctx, c.Owner, r.Name, tags, found.ID); err != nil {
-					return Template{}, false, s.mapTemplateErr(err, r.Name)
+				if err := s.pointTags(ctx, found, r.Name, tags); err != nil {
+					return Template{}, false, err
 				}
 			}
 			return s.withTags(ctx, fromTemplateRow(found)), true, nil
@@ -1203,18 +1203,28 @@ func (s *Service) TagTemplate(ctx context.Context, c Caller, target, name string
 	if t.State != store.TemplateReady {
 		return Template{}, fmt.Errorf("template %s is %s, not ready: %w", t.ID, t.State, ErrConflict)
 	}
+	if err := s.pointTags(ctx, t, name, tags); err != nil {
+		return Template{}, err
+	}
+	return s.withTags(ctx, fromTemplateRow(t)), nil
+}
+
+// pointTags points t's owner's name:tag at ready template t, for each of
+// tags: in the cluster's catalog first (publishing t if it never was),
+// then here.
+func (s *Service) pointTags(ctx context.Context, t store.Template, name string, tags []string) error {
 	if s.sharing() {
 		if err := s.shareExisting(ctx, t); err != nil {
-			return Template{}, err
+			return err
 		}
 		if _, err := s.Catalog.SetTags(ctx, t.Owner, name, tags, t.ID, false, t.CreatedAt); err != nil {
-			return Template{}, s.mapTemplateErr(clusterErr(err, ""), t.ID)
+			return s.mapTemplateErr(clusterErr(err, ""), t.ID)
 		}
 	}
 	if err := s.Store.TagTemplate(ctx, t.Owner, name, tags, t.ID); err != nil {
-		return Template{}, s.mapTemplateErr(err, t.ID)
+		return s.mapTemplateErr(err, t.ID)
 	}
-	return s.withTags(ctx, fromTemplateRow(t)), nil
+	return nil
 }
 
 // UntagTemplate removes name:tag for each of tags; ErrNotFound when none
@@ -1302,14 +1312,21 @@ func (s *Service) DeleteTemplate(ctx context.Context, c Caller, idOrName string)
 	if t.State == store.TemplateBuilding {
 		return fmt.Errorf("template %s is still building: %w", t.ID, ErrConflict)
 	}
-	if s.sharing() && (t.Shared || t.Origin != "") {
-		// Every node's sandboxes count, and the catalog goes first: a
-		// node whose copy a sandbox keeps drops it once that is gone.
+	if s.sharing() {
+		// Every node's sandboxes count: this node's rows (sandboxes made
+		// before their placements named templates too), then the
+		// catalog, whose delete holds only while no placement made from
+		// the template exists. Then every node drops its copy.
+		if n, err := s.Store.SandboxesOfImage(ctx, t.Image); err != nil {
+			return err
+		} else if n > 0 {
+			return fmt.Errorf("template %s: %d sandboxes made from it still exist: %w", t.ID, n, ErrConflict)
+		}
 		if err := s.templateUsedElsewhere(t.ID); err != nil {
 			return err
 		}
-		if err := s.Catalog.Delete(ctx, t.ID, t.Owner); err != nil {
-			return clusterErr(err, "")
+		if err := s.Catalog.Delete(ctx, t.ID, t.Owner, false); err != nil {
+			return fmt.Errorf("template %s: %w", t.ID, clusterErr(err, ""))
 		}
 		s.copies.Delete(t.ID)
 		// This node's mirror may drop its row first (the deletion's echo).
@@ -1349,6 +1366,9 @@ func (s *Service) sweepTemplates(ctx context.Context, startup bool) error {
 		cut, err := s.Store.FailBuildingTemplates(ctx, "cut short: the daemon stopped while it was being made")
 		errs = append(errs, err)
 		for _, t := range cut {
+			if s.sharing() && t.Kind != store.TemplateFork {
+				s.unshare(t) // its record, if it was published before the cut
+			}
 			if t.Kind != store.TemplateBuild {
 				s.dropTemplate(ctx, imgs, t) // nobody is told of a capture cut short
 				continue
@@ -1381,8 +1401,10 @@ func (s *Service) sweepSuperseded(ctx context.Context, imgs runtime.Images, grac
 			if s.templateUsedElsewhere(t.ID) != nil {
 				continue
 			}
-			if err := s.Catalog.Delete(ctx, t.ID, t.Owner); err != nil {
-				errs = append(errs, err)
+			if err := s.Catalog.Delete(ctx, t.ID, t.Owner, true); err != nil {
+				if !errors.Is(err, ErrConflict) { // in use, or tagged elsewhere: kept
+					errs = append(errs, err)
+				}
 				continue
 			}
 		}

@@ -125,6 +125,39 @@ func (s *Store) FinishTemplate(ctx context.Context, id string, sizeBytes int64, 
 	return s.settleTemplate(ctx, id, TemplateReady, sizeBytes, "", tags)
 }
 
+// FinishSharedTemplate is FinishTemplate for a template the cluster's
+// catalog took first: it is marked shared, and tags point to it exactly
+// (the catalog decided which; no newer-build check here).
+func (s *Store) FinishSharedTemplate(ctx context.Context, id string, sizeBytes int64, tags []string) (Template, error) {
+	var out Template
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = scanTemplate(tx.QueryRowContext(ctx, `UPDATE templates SET state = ?, size_bytes = ?, shared = 1, updated_at = ?
+			WHERE id = ? AND state = ? RETURNING `+templateColumns, TemplateReady, sizeBytes, s.nowMillis(), id, TemplateBuilding))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: template %s is not building", ErrStateConflict, id)
+		}
+		if err != nil || len(tags) == 0 || out.Name == "" {
+			return err
+		}
+		return s.putTags(ctx, tx, out.Owner, out.Name, tags, id, false)
+	})
+	if err != nil {
+		return Template{}, fmt.Errorf("finish shared template %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// SandboxesOfImage counts the sandboxes (of any state) whose image is
+// ref: a template's users on this node.
+func (s *Store) SandboxesOfImage(ctx context.Context, ref string) (int, error) {
+	var n int
+	if err := s.reader.QueryRowContext(ctx, `SELECT count(*) FROM sandboxes WHERE image = ?`, ref).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sandboxes of image %s: %w", ref, err)
+	}
+	return n, nil
+}
+
 // FailTemplate marks a building template failed, saying why.
 func (s *Store) FailTemplate(ctx context.Context, id, reason string) (Template, error) {
 	return s.settleTemplate(ctx, id, TemplateFailed, 0, reason, nil)

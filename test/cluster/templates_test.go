@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,18 +107,46 @@ func TestCluster_TemplateBuiltOnOneNodeCreatesOnAnother(t *testing.T) {
 		}
 	}
 
-	// A create on another node (its volume pins it there) pulls the image.
+	// Creates on another node (their volumes pin them there) pull the
+	// image once, however many come at once, and run from it.
 	before := manifestGets()
-	sb := create(ctx, t, c, user, map[string]any{
-		"template": name, "cpu": 0.25, "memory_mb": 128,
-		"mounts": []map[string]any{{"volume": randomName("v"), "path": "/mnt/v"}},
-	})
-	if owner := ownerOf(ctx, t, c, sb.ID); owner.NodeID() != user.NodeID() {
-		t.Fatalf("sandbox %s runs on %s, want %s (its volume's node)", sb.ID, owner.NodeID(), user.NodeID())
+	const n = 3
+	made := make([]sandbox, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			a, err := call(ctx, user, http.MethodPost, "/v1/sandboxes", map[string]any{
+				"template": name, "cpu": 0.25, "memory_mb": 128,
+				"mounts": []map[string]any{{"volume": randomName("v"), "path": "/mnt/v"}},
+			})
+			switch {
+			case err != nil:
+				errs[i] = err
+			case a.Status != http.StatusCreated:
+				errs[i] = fmt.Errorf("create %d through %s: %v", i, user.NodeID(), a)
+			default:
+				errs[i] = json.Unmarshal(a.Body, &made[i])
+			}
+		})
 	}
-	out, err := sh(ctx, user, sb.ID, "cat /marker")
-	if err != nil || strings.TrimSpace(out) != marker {
-		t.Fatalf("cat /marker in %s: %q %v, want %q", sb.ID, out, err, marker)
+	wg.Wait()
+	for i, sb := range made {
+		if sb.ID != "" {
+			destroyAtEnd(t, c, sb.ID)
+		}
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+	}
+	for _, sb := range made {
+		if owner := ownerOf(ctx, t, c, sb.ID); owner.NodeID() != user.NodeID() {
+			t.Fatalf("sandbox %s runs on %s, want %s (its volume's node)", sb.ID, owner.NodeID(), user.NodeID())
+		}
+		out, err := sh(ctx, user, sb.ID, "cat /marker")
+		if err != nil || strings.TrimSpace(out) != marker {
+			t.Fatalf("cat /marker in %s: %q %v, want %q", sb.ID, out, err, marker)
+		}
 	}
 	if got := manifestGets(); got <= before {
 		t.Errorf("the registry served no manifest of the template to %s (requests %d → %d)", user.NodeID(), before, got)
@@ -125,6 +154,14 @@ func TestCluster_TemplateBuiltOnOneNodeCreatesOnAnother(t *testing.T) {
 	if _, err := docker(ctx, "image", "inspect", "--format", "{{.Id}}", copyRef(user.NodeID(), built.ID)); err != nil {
 		t.Errorf("%s has no image of its copy: %v", user.NodeID(), err)
 	}
+	// The registry holds every tenant's templates: no tenant's create
+	// pulls from it.
+	if a, err := call(ctx, user, http.MethodPost, "/v1/sandboxes", map[string]any{
+		"image": env.registry.Host + "/sandboxd/templates:" + built.ID, "mounts": []map[string]any{{"volume": randomName("v"), "path": "/mnt/v"}},
+	}); err != nil || a.Status == http.StatusCreated {
+		t.Errorf("a create of the registry's template image: %v %v, want a refusal", a, err)
+	}
+	sb := made[0]
 
 	// In use on one node: a delete through any node is refused.
 	for _, d := range c.Nodes {
@@ -133,8 +170,10 @@ func TestCluster_TemplateBuiltOnOneNodeCreatesOnAnother(t *testing.T) {
 			t.Fatalf("DELETE through %s while %s uses it: %v %v, want 409", d.NodeID(), sb.ID, a, err)
 		}
 	}
-	if a, err := call(ctx, user, http.MethodDelete, "/v1/sandboxes/"+sb.ID, nil); err != nil || a.Status != http.StatusNoContent {
-		t.Fatalf("destroy %s: %v %v", sb.ID, a, err)
+	for _, sb := range made {
+		if a, err := call(ctx, user, http.MethodDelete, "/v1/sandboxes/"+sb.ID, nil); err != nil || a.Status != http.StatusNoContent {
+			t.Fatalf("destroy %s: %v %v", sb.ID, a, err)
+		}
 	}
 
 	// Deleted through the third node: gone everywhere, copies and all.
