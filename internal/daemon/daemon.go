@@ -310,7 +310,12 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 	}
 	if d.Config.SandboxNetwork {
 		var closeProxy func() error
-		if d.firewall, closeProxy, err = openFirewall(ctx, drt, d.Config.SandboxNetworkName, d.logger); err != nil {
+		denied, err := registryAddrs(ctx, clusterRegistry(d.cluster, d.Config.Registry))
+		if err != nil {
+			drt.Close()
+			return nil, nil, err
+		}
+		if d.firewall, closeProxy, err = openFirewall(ctx, drt, d.Config.SandboxNetworkName, denied, d.logger); err != nil {
 			drt.Close()
 			return nil, nil, err
 		}

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
@@ -17,7 +19,7 @@ import (
 // traffic between its containers off) and installs the firewall's base
 // rules on it: from here on a sandbox on it reaches nothing until its
 // policy is applied.
-func openFirewall(ctx context.Context, drt *docker.Runtime, name string, log *slog.Logger) (service.Firewall, func() error, error) {
+func openFirewall(ctx context.Context, drt *docker.Runtime, name string, denied []netip.Prefix, log *slog.Logger) (service.Firewall, func() error, error) {
 	n, err := drt.EnsureNetwork(ctx, name, name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox network: %w", err)
@@ -33,7 +35,7 @@ func openFirewall(ctx context.Context, drt *docker.Runtime, name string, log *sl
 	resolvConf, _ := os.ReadFile("/etc/resolv.conf") // none: the engine's defaults
 	fw := netpolicy.New(netpolicy.Options{
 		Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway, ProxyPort: port, Logger: log,
-		Resolvers: netpolicy.HostResolvers(resolvConf),
+		Resolvers: netpolicy.HostResolvers(resolvConf), Denied: denied,
 	})
 	if err := fw.Setup(ctx); err != nil {
 		ln.Close()
@@ -46,4 +48,32 @@ func openFirewall(ctx context.Context, drt *docker.Runtime, name string, log *sl
 	}()
 	log.Info("sandbox network ready", "network", n.Name, "subnet", n.Subnet, "gateway", n.Gateway, "name_proxy_port", port)
 	return netpolicy.Addressed{Firewall: fw, IPOf: drt.SandboxIP}, ln.Close, nil
+}
+
+// registryAddrs are the addresses of the cluster's template registry
+// (--registry), which no sandbox may reach: it holds every tenant's
+// templates. A name is resolved once, at start.
+func registryAddrs(ctx context.Context, registry string) ([]netip.Prefix, error) {
+	if registry == "" {
+		return nil, nil
+	}
+	hostport, _, _ := strings.Cut(registry, "/")
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Prefix{netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())}, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(rctx, "ip", host)
+	if err != nil {
+		return nil, fmt.Errorf("--registry %s: resolve it, to keep sandboxes from it: %w", host, err)
+	}
+	out := make([]netip.Prefix, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
 }

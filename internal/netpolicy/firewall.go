@@ -62,6 +62,10 @@ type Options struct {
 	// PrivateReachable are private ranges the name proxy may connect to
 	// by name (a name rule reaches public addresses only otherwise).
 	PrivateReachable []netip.Prefix
+	// Denied are addresses no sandbox reaches whatever its policy says
+	// (the cluster's template registry, which holds every tenant's
+	// templates), beside link-local.
+	Denied []netip.Prefix
 	Logger           *slog.Logger
 	// Run runs an iptables command with stdin (nil: the host's binaries).
 	Run func(ctx context.Context, stdin string, name string, args ...string) (string, error)
@@ -331,6 +335,11 @@ func (f *Firewall) batch(id string, ip netip.Addr, p Policy, oldFilter, oldNAT [
 		fmt.Fprintf(&b, "-A %s -d %s -j REJECT\n", chain, d)
 	}
 	fmt.Fprintf(&b, "-A %s -d 169.254.0.0/16 -j REJECT\n", chain)
+	for _, d := range f.opts.Denied {
+		if d.Addr().Is4() {
+			fmt.Fprintf(&b, "-A %s -d %s -j REJECT\n", chain, d)
+		}
+	}
 	if p.Mode == ModeRestricted {
 		fmt.Fprintf(&b, "-A %s -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN\n", chain)
 		for _, r := range f.opts.Resolvers {

@@ -143,8 +143,9 @@ func (p *Proxy) handle(c *net.TCPConn) {
 func (p *Proxy) refuse(policy Policy, dst netip.AddrPort, name string) string {
 	a := dst.Addr().Unmap()
 	allow, deny := policy.CIDRs()
-	if !a.IsGlobalUnicast() || p.local(a) || p.fw.opts.Subnet.Contains(a) {
-		return "no sandbox reaches this address (the host, a sandbox, loopback or link-local)"
+	if !a.IsGlobalUnicast() || p.local(a) || p.fw.opts.Subnet.Contains(a) ||
+		slices.ContainsFunc(p.fw.opts.Denied, func(d netip.Prefix) bool { return d.Contains(a) }) {
+		return "no sandbox reaches this address (the host, a sandbox, loopback, link-local or the cluster's registry)"
 	}
 	for _, d := range deny {
 		if d.Contains(a) {

@@ -44,7 +44,8 @@ func TestSniff(t *testing.T) {
 // What the proxy lets through: an allowed name or address, never a denied
 // address, the host's own, a sandbox's, loopback or link-local.
 func TestProxyRefuse(t *testing.T) {
-	fw := New(Options{Subnet: netip.MustParsePrefix("172.30.0.0/16"), PrivateReachable: []netip.Prefix{netip.MustParsePrefix("10.240.0.0/12")}})
+	fw := New(Options{Subnet: netip.MustParsePrefix("172.30.0.0/16"), PrivateReachable: []netip.Prefix{netip.MustParsePrefix("10.240.0.0/12")},
+		Denied: []netip.Prefix{netip.MustParsePrefix("10.240.0.9/32")}})
 	p := NewProxy(fw, nil, func(a netip.Addr) bool { return a == netip.MustParseAddr("192.0.2.2") })
 	pol, err := Policy{Mode: ModeRestricted, Allow: []string{"a.test", "198.51.100.0/24"}, Deny: []string{"203.0.113.9"}}.Normalize()
 	if err != nil {
@@ -67,7 +68,8 @@ func TestProxyRefuse(t *testing.T) {
 		{"169.254.169.254", "a.test", false},
 		{"10.1.2.3", "a.test", false},
 		{"100.64.0.1", "a.test", false},
-		{"10.240.0.2", "a.test", true}, // PrivateReachable
+		{"10.240.0.2", "a.test", true},  // PrivateReachable
+		{"10.240.0.9", "a.test", false}, // Denied (the cluster's registry), even so
 	} {
 		if why := p.refuse(pol, at(tc.dst), tc.name); (why == "") != tc.ok {
 			t.Errorf("refuse(%s, %q) = %q, want allowed=%v", tc.dst, tc.name, why, tc.ok)
@@ -109,5 +111,29 @@ func TestHostResolvers(t *testing.T) {
 	}
 	if got := HostResolvers([]byte("nameserver 127.0.0.53\n")); len(got) != 2 {
 		t.Errorf("loopback only: %v, want the engine's two defaults", got)
+	}
+}
+
+// The firewall's chain of every sandbox rejects the denied addresses
+// (the cluster's registry) before any policy rule lets it through.
+func TestBatchRejectsDenied(t *testing.T) {
+	fw := New(Options{Bridge: "br-x", Subnet: netip.MustParsePrefix("172.30.0.0/16"), Denied: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32")}})
+	for _, mode := range []Mode{ModeOpen, ModeRestricted} {
+		pol := Policy{Mode: mode}
+		if mode == ModeRestricted {
+			pol.Allow = []string{"10.0.0.0/8"}
+		}
+		pol, err := pol.Normalize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := fw.batch("sb-0123456789abcdef", netip.MustParseAddr("172.30.0.2"), pol, nil, nil)
+		reject := strings.Index(b, "-d 10.0.0.5/32 -j REJECT")
+		if reject < 0 {
+			t.Fatalf("%s: no reject of the denied address in\n%s", mode, b)
+		}
+		if allow := strings.Index(b, "-d 10.0.0.0/8 -j RETURN"); allow >= 0 && allow < reject {
+			t.Errorf("%s: the policy's allow comes before the denied address's reject:\n%s", mode, b)
+		}
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -189,7 +192,7 @@ func (s *Service) share(ctx context.Context, t store.Template, tags []string, on
 func (s *Service) unshare(t store.Template) {
 	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 	defer cancel()
-	if err := s.Catalog.Delete(ctx, t.ID, t.Owner, false); err != nil {
+	if err := s.dropFromCatalog(ctx, t.ID, t.Owner, false); err != nil {
 		s.Logger.Warn("template: take a failed template out of the cluster's catalog", "template", t.ID, "err", err)
 	}
 }
@@ -429,7 +432,7 @@ func (s *Service) dropOrphanRecord(ctx context.Context, r SharedTemplate) {
 	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return
 	}
-	if err := s.Catalog.Delete(ctx, r.ID, r.Owner, false); err != nil {
+	if err := s.dropFromCatalog(ctx, r.ID, r.Owner, false); err != nil {
 		s.Logger.Warn("template mirror: drop a record whose template is gone", "template", r.ID, "err", err)
 	}
 }
@@ -570,4 +573,72 @@ func (s *Service) TagDeleted(owner, name, tag string) {
 // pulled for a tenant.
 func (s *Service) clusterRegistryImage(host string) bool {
 	return s.cfg.Registry != "" && strings.EqualFold(host, s.registryHost())
+}
+
+// dropFromCatalog deletes template id's record (with its tags and
+// holders) and then, in the background, its image from the cluster's
+// registry: a deleted template is nobody's to pull.
+func (s *Service) dropFromCatalog(ctx context.Context, id, owner string, untaggedOnly bool) error {
+	rec, ok := s.Catalog.Info(id)
+	if err := s.Catalog.Delete(ctx, id, owner, untaggedOnly); err != nil {
+		return err
+	}
+	if ok && rec.Image != "" {
+		go s.deleteManifest(rec.Image)
+	}
+	return nil
+}
+
+// registryTimeout bounds the registry's answer to a manifest delete.
+const registryTimeout = 30 * time.Second
+
+// deleteManifest deletes image (the cluster registry's, by digest) from
+// the registry through its API, with the registry's account (basic
+// auth): https, or http for a registry on loopback, as the engine reaches
+// it. Best effort: a registry that refuses deletes keeps the layers until
+// its operator collects them; it is logged. The registry's garbage
+// collection frees the blobs.
+func (s *Service) deleteManifest(image string) {
+	repoPath, digest, ok := strings.Cut(image, "@")
+	if !ok || !strings.HasPrefix(repoPath, s.cfg.Registry+"/") {
+		return
+	}
+	host, repo, _ := strings.Cut(repoPath, "/")
+	scheme := "https"
+	if loopbackHost(host) {
+		scheme = "http"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), registryTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, scheme+"://"+host+"/v2/"+repo+"/manifests/"+digest, nil)
+	if err != nil {
+		return
+	}
+	if a := s.cfg.RegistryAuth; a != nil {
+		req.SetBasicAuth(a.Username, a.Password)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.Logger.Warn("template: delete its image from the cluster's registry", "image", image, "err", err)
+		return
+	}
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusAccepted, http.StatusOK, http.StatusNotFound:
+	default:
+		s.Logger.Warn("template: the cluster's registry kept its image", "image", image, "status", resp.Status)
+	}
+}
+
+// loopbackHost reports whether host[:port] names this host's loopback.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }

@@ -1325,7 +1325,7 @@ func (s *Service) DeleteTemplate(ctx context.Context, c Caller, idOrName string)
 		if err := s.templateUsedElsewhere(t.ID); err != nil {
 			return err
 		}
-		if err := s.Catalog.Delete(ctx, t.ID, t.Owner, false); err != nil {
+		if err := s.dropFromCatalog(ctx, t.ID, t.Owner, false); err != nil {
 			return fmt.Errorf("template %s: %w", t.ID, clusterErr(err, ""))
 		}
 		s.copies.Delete(t.ID)
@@ -1401,7 +1401,7 @@ func (s *Service) sweepSuperseded(ctx context.Context, imgs runtime.Images, grac
 			if s.templateUsedElsewhere(t.ID) != nil {
 				continue
 			}
-			if err := s.Catalog.Delete(ctx, t.ID, t.Owner, true); err != nil {
+			if err := s.dropFromCatalog(ctx, t.ID, t.Owner, true); err != nil {
 				if !errors.Is(err, ErrConflict) { // in use, or tagged elsewhere: kept
 					errs = append(errs, err)
 				}

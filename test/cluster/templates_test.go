@@ -99,6 +99,12 @@ func TestCluster_TemplateBuiltOnOneNodeCreatesOnAnother(t *testing.T) {
 		t.Fatalf("the build failed: %s", tp.Error)
 	}
 
+	// Pushed before it was ready.
+	status, digest, err := env.registry.Manifest(ctx, "sandboxd/templates", built.ID)
+	if err != nil || status != http.StatusOK || digest == "" {
+		t.Fatalf("the registry's manifest of %s: %d %q %v, want 200 and a digest", built.ID, status, digest, err)
+	}
+
 	// Every node knows it by name the moment its maker says it is ready.
 	for _, d := range c.Nodes {
 		tp, a, err := getTemplate(ctx, d, name)
@@ -194,6 +200,15 @@ func TestCluster_TemplateBuiltOnOneNodeCreatesOnAnother(t *testing.T) {
 	if err := testenv.Poll(ctx, testenv.Deadline, func() error {
 		if _, err := docker(ctx, "image", "inspect", copyRef(user.NodeID(), built.ID)); err == nil {
 			return fmt.Errorf("%s still has the image of its copy", user.NodeID())
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+	// And the registry no longer serves it.
+	if err := testenv.Poll(ctx, testenv.Deadline, func() error {
+		if status, _, err := env.registry.Manifest(ctx, "sandboxd/templates", digest); err != nil || status != http.StatusNotFound {
+			return fmt.Errorf("the registry's manifest %s after the delete: %d %v, want 404", digest, status, err)
 		}
 		return nil
 	}); err != nil {

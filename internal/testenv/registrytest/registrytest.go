@@ -381,3 +381,23 @@ func freePort() (int, error) {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Manifest asks the registry itself (not through the proxy, with the
+// registry's account) for repo's manifest ref, a tag or a digest: its
+// HTTP status and, when there, its digest.
+func (r *Registry) Manifest(ctx context.Context, repo, ref string) (status int, digest string, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, "http://"+r.regAddr+"/v2/"+repo+"/manifests/"+ref, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Accept", "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json")
+	if r.user != "" {
+		req.SetBasicAuth(r.user, r.password)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), nil
+}
