@@ -66,7 +66,7 @@ type Options struct {
 	// (the cluster's template registry, which holds every tenant's
 	// templates), beside link-local.
 	Denied []netip.Prefix
-	Logger           *slog.Logger
+	Logger *slog.Logger
 	// Run runs an iptables command with stdin (nil: the host's binaries).
 	Run func(ctx context.Context, stdin string, name string, args ...string) (string, error)
 }
