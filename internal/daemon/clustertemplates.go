@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -121,11 +123,16 @@ func (m templateMirror) TagPut(g cluster.TemplateTag) {
 }
 func (m templateMirror) TagDeleted(owner, name, tag string) { m.svc.TagDeleted(owner, name, tag) }
 
-// registryAuth reads --registry-auth-file ("user:password", one line):
-// nil when it is unset.
+// registryAuth reads --registry-auth-file ("user:password", one line).
+// The registry holds every tenant's templates, so one off this host must
+// have an account; one on loopback may go without (nil).
 func registryAuth(registry, file string) (*runtime.RegistryAuth, error) {
+	host, _, _ := strings.Cut(registry, "/")
 	if file == "" {
-		return nil, nil
+		if h, _, err := net.SplitHostPort(host); (err == nil && isLoopback(h)) || isLoopback(host) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("--registry %s: give its account in --registry-auth-file: the registry holds every tenant's templates, and must not serve them to anyone who asks", registry)
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -135,7 +142,6 @@ func registryAuth(registry, file string) (*runtime.RegistryAuth, error) {
 	if !ok || user == "" || pass == "" {
 		return nil, fmt.Errorf("--registry-auth-file %s: want one line user:password", file)
 	}
-	host, _, _ := strings.Cut(registry, "/")
 	return &runtime.RegistryAuth{ServerAddress: host, Username: user, Password: pass}, nil
 }
 
@@ -154,4 +160,13 @@ func (d *Daemon) pusher() runtime.Pusher {
 		return p
 	}
 	return nil
+}
+
+// isLoopback reports whether host (no port) names this host's loopback.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }

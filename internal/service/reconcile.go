@@ -491,6 +491,14 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 		s.runDomainChecks(ctx)
 	}()
 	defer func() { <-domainsDone }()
+	// Templates the cluster could not take when they were made are
+	// published as soon as it can (shared.go).
+	publishDone := make(chan struct{})
+	go func() {
+		defer close(publishDone)
+		s.runPublish(ctx)
+	}()
+	defer func() { <-publishDone }()
 	for {
 		select {
 		case <-ctx.Done():

@@ -515,6 +515,41 @@ func (s *Service) dropShared(ctx context.Context, t store.Template) {
 	}
 }
 
+// publishEvery is how often this node retries publishing the templates the
+// cluster could not take when they were made.
+const publishEvery = 10 * time.Second
+
+// runPublish publishes, every publishEvery until ctx ends, this node's
+// ready templates the catalog does not have (a cheap store read when
+// there are none).
+func (s *Service) runPublish(ctx context.Context) {
+	if !s.sharing() {
+		return
+	}
+	t := time.NewTicker(publishEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		local, err := s.Store.ListTemplates(ctx, "", false)
+		if err != nil {
+			continue
+		}
+		var pending []store.Template
+		for _, t := range local {
+			if t.State == store.TemplateReady && !t.Shared && t.Origin == "" {
+				pending = append(pending, t)
+			}
+		}
+		if len(pending) > 0 && s.publishing.CompareAndSwap(false, true) {
+			s.sharePending(pending)
+		}
+	}
+}
+
 // sweepShared drops the shared templates the catalog no longer has that
 // a local sandbox kept until now, and publishes this node's templates
 // the cluster could not take when they were made.

@@ -227,3 +227,88 @@ func manifestGets() int {
 	}
 	return n
 }
+
+// buildTemplate builds a busybox template named name through d that
+// writes marker to /marker, waits until it is ready or failed, and deletes
+// it at the end of t.
+func buildTemplate(ctx context.Context, t *testing.T, d *daemontest.Daemon, name, marker string) template {
+	t.Helper()
+	a, err := call(ctx, d, http.MethodPost, "/v1/templates", map[string]any{
+		"name": name, "base": busyboxImage,
+		"steps": []map[string]any{{"run": "echo " + marker + " > /marker"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status != http.StatusAccepted {
+		t.Fatalf("build on %s: %v, want 202", d.NodeID(), a)
+	}
+	var tp template
+	if err := json.Unmarshal(a.Body, &tp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = call(ctx, d, http.MethodDelete, "/v1/templates/"+tp.ID, nil)
+	})
+	if err := testenv.Poll(ctx, 5*time.Minute, func() error {
+		got, a, err := getTemplate(ctx, d, tp.ID)
+		switch {
+		case err != nil:
+			return err
+		case got.State != "ready" && got.State != "failed":
+			return fmt.Errorf("build %s: %v", tp.ID, a)
+		}
+		tp = got
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if tp.State == "failed" {
+		t.Fatalf("the build failed: %s", tp.Error)
+	}
+	return tp
+}
+
+// A template made while the cluster's registry is down is not lost: it is
+// ready on its node at once, and shared with the others once the registry
+// is back (the nodes' periodic pass publishes it). (Not parallel: it stops
+// the registry the parallel template tests use.)
+func TestCluster_TemplateMadeWhileTheRegistryIsDownIsSharedLater(t *testing.T) {
+	c := sharedCluster(t)
+	if env.registry == nil {
+		t.Skip("the shared cluster has no template registry (" + cmp.Or(registrytest.Available(), "LAN pass") + ")")
+	}
+	ctx := testContext(t, 8*time.Minute)
+	maker, other := c.Nodes[0], c.Nodes[1]
+	env.registry.Stop()
+	t.Cleanup(func() {
+		if err := env.registry.Start(); err != nil {
+			t.Errorf("start the registry again: %v", err)
+		}
+	})
+	name, marker := randomName("late"), randomName("built")
+	tp := buildTemplate(ctx, t, maker, name, marker)
+	if _, a, err := getTemplate(ctx, other, tp.ID); err != nil || a.Status != http.StatusNotFound {
+		t.Fatalf("GET through %s while the registry is down: %v %v, want 404 (not shared yet)", other.NodeID(), a, err)
+	}
+	if err := env.registry.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.Poll(ctx, 3*time.Minute, func() error {
+		if got, a, err := getTemplate(ctx, other, name); err != nil || got.ID != tp.ID {
+			return fmt.Errorf("GET %s through %s: %v %v, want %s", name, other.NodeID(), a, err, tp.ID)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sb := create(ctx, t, c, other, map[string]any{
+		"template": name, "cpu": 0.25, "memory_mb": 128,
+		"mounts": []map[string]any{{"volume": randomName("v"), "path": "/mnt/v"}},
+	})
+	if out, err := sh(ctx, other, sb.ID, "cat /marker"); err != nil || strings.TrimSpace(out) != marker {
+		t.Fatalf("cat /marker in %s on %s: %q %v, want %q", sb.ID, other.NodeID(), out, err, marker)
+	}
+}
