@@ -14,6 +14,7 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/sandboxd/sandboxd/internal/imageref"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -47,10 +48,6 @@ const (
 	// joins it instead of starting over.
 	DefaultPullIdleGrace = 30 * time.Second
 )
-
-// DockerHub is the name of Docker Hub in --registry-allow (and the domain
-// the reference package gives Hub's images).
-const DockerHub = "docker.io"
 
 // ImageError is a pull refused for the image itself: not in its registry
 // (ErrNotFound), refused credentials or a registry the operator does not
@@ -133,7 +130,7 @@ func normalizeRef(ref string) (named reference.Named, ok bool) {
 // daemon's default image): never pulled, so that a registry namespace of
 // the same name elsewhere can never stand in for them.
 func (s *Service) localOnly(named reference.Named) bool {
-	if reference.Domain(named) == DockerHub && strings.HasPrefix(reference.Path(named), "sandboxd/") {
+	if reference.Domain(named) == imageref.DockerHub && strings.HasPrefix(reference.Path(named), "sandboxd/") {
 		return true
 	}
 	if d, ok := normalizeRef(s.cfg.DefaultImage); ok && d.String() == named.String() {

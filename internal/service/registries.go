@@ -9,6 +9,7 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/sandboxd/sandboxd/internal/imageref"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -54,22 +55,14 @@ type RegistryCredentialInput struct {
 	Password string
 }
 
-// normalizeRegistryHost names host as image references do ("docker.io"
-// for Docker Hub, lowercase, a port kept).
-func normalizeRegistryHost(host string) (string, error) {
-	h := strings.ToLower(strings.TrimSpace(host))
-	if h == "" || len(h) > 255 || strings.ContainsAny(h, "/@") {
-		return "", invalid("host", "must be a registry host (docker.io, registry.example.com, 127.0.0.1:5000)")
-	}
-	named, err := reference.ParseNormalizedNamed(h + "/x")
+// registryHost names host as image references do (imageref.RegistryHost),
+// or is the field error that says why it cannot.
+func registryHost(host string) (string, error) {
+	h, err := imageref.RegistryHost(host)
 	if err != nil {
-		return "", invalid("host", "must be a registry host (docker.io, registry.example.com, 127.0.0.1:5000)")
+		return "", &FieldError{Field: "host", Reason: err.Error()}
 	}
-	d := reference.Domain(named)
-	if d == DockerHub && h != DockerHub && h != "index.docker.io" && h != "registry-1.docker.io" {
-		return "", invalid("host", "%q is not a registry host (a host has a dot or a port, or is localhost)", host)
-	}
-	return d, nil
+	return h, nil
 }
 
 func registryAD(owner, host string) []byte {
@@ -79,7 +72,7 @@ func registryAD(owner, host string) []byte {
 // PutRegistryCredential stores the caller's credential for a registry
 // host, replacing the one it had (a retry stores the same).
 func (s *Service) PutRegistryCredential(ctx context.Context, c Caller, in RegistryCredentialInput) (RegistryCredential, error) {
-	host, err := normalizeRegistryHost(in.Host)
+	host, err := registryHost(in.Host)
 	if err != nil {
 		return RegistryCredential{}, err
 	}
@@ -118,7 +111,7 @@ func (s *Service) ListRegistryCredentials(ctx context.Context, c Caller) ([]Regi
 // DeleteRegistryCredential removes the caller's credential for host;
 // ErrNotFound when it has none.
 func (s *Service) DeleteRegistryCredential(ctx context.Context, c Caller, host string) error {
-	h, err := normalizeRegistryHost(host)
+	h, err := registryHost(host)
 	if err != nil {
 		return err
 	}
