@@ -125,7 +125,8 @@ func (s *Service) DeleteRegistryCredential(ctx context.Context, c Caller, host s
 }
 
 // registryAuth is owner's credential for host, opened; nil when it has
-// none.
+// none. One the keyring cannot open is an *UnavailableError (503) that
+// names the host and says to store the credential again.
 func (s *Service) registryAuth(ctx context.Context, owner, host string) (*runtime.RegistryAuth, error) {
 	row, err := s.Store.GetRegistryCredential(ctx, owner, host)
 	if errors.Is(err, store.ErrNotFound) {
@@ -136,7 +137,12 @@ func (s *Service) registryAuth(ctx context.Context, owner, host string) (*runtim
 	}
 	plain, err := s.Keyring.Open(row.SealedSecret, registryAD(owner, host))
 	if err != nil {
-		return nil, fmt.Errorf("open the registry credential for %s: %w", host, err)
+		// The keyring lacks the key that sealed it (the data directory's
+		// keys were replaced) or the row was altered: no retry opens it,
+		// but storing the credential again does. A fault of the daemon's
+		// state, not of the request: 503 with the cause, never a 500.
+		s.Logger.Error("registry credential cannot be decrypted", "owner", owner, "host", host, "err", err)
+		return nil, Unavailable(fmt.Sprintf("the stored credential for registry %s cannot be decrypted; store it again", host), err)
 	}
 	return &runtime.RegistryAuth{ServerAddress: host, Username: row.Username, Password: string(plain)}, nil
 }

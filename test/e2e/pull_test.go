@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	_ "modernc.org/sqlite" // tamperRegistryCredential opens the daemon's database
 
 	"github.com/sandboxd/sandboxd/internal/testenv/registrytest"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
@@ -447,4 +450,68 @@ func TestPull_CLI(t *testing.T) {
 	if r := sbx(t, d, dir, "pull", reg.Host+"/t/nothere:v1"); r.code == 0 || !strings.Contains(r.stderr, "not found in its registry") {
 		t.Errorf("sbx pull of a missing image: exit %d, stderr %q", r.code, r.stderr)
 	}
+}
+
+// tamperRegistryCredential flips one byte of the sealed secret of owner's
+// credential for host in d's database, as a bit rot or an attacker with
+// the file would: the keyring can no longer open it.
+func tamperRegistryCredential(ctx context.Context, t *testing.T, d *daemonProcess, owner, host string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(d.DataDir(), "sandboxd.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var sealed []byte
+	if err := db.QueryRowContext(ctx, `SELECT sealed_secret FROM registry_credentials WHERE owner = ? AND host = ?`, owner, host).Scan(&sealed); err != nil {
+		t.Fatalf("read the sealed credential: %v", err)
+	}
+	sealed[len(sealed)-1] ^= 0xff
+	res, err := db.ExecContext(ctx, `UPDATE registry_credentials SET sealed_secret = ? WHERE owner = ? AND host = ?`, sealed, owner, host)
+	if err != nil {
+		t.Fatalf("tamper with the sealed credential: %v", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		t.Fatalf("tampered with %d rows, %v; want 1", n, err)
+	}
+}
+
+// TestPull_UndecryptableCredential: a stored credential the keyring can no
+// longer open (its row altered in the database) makes a pull that needs it
+// answer 503 naming the registry and what to do, logged, never an opaque
+// 500; storing the credential again clears it.
+func TestPull_UndecryptableCredential(t *testing.T) {
+	d := sharedDaemon(t)
+	ctx := testContext(t, 5*time.Minute)
+	reg := registrytest.Start(t, registrytest.Options{User: "alice", Password: "s3cret-pw"})
+	ref := reg.Push(t, busyboxImage, "team/app")
+	owner := "tamper-" + registrytest.RandomTag()
+	c := userClient(ctx, t, d, owner)
+	if _, err := c.PutRegistryCredential(ctx, reg.Host, "alice", "s3cret-pw"); err != nil {
+		t.Fatal(err)
+	}
+	tamperRegistryCredential(ctx, t, d, owner, reg.Host)
+
+	req := sandboxd.CreateRequest{Image: ref, CPU: 0.25, MemoryMB: 128}
+	_, err := c.CreateSandbox(ctx, req)
+	apiErr := wantAPIError(t, err, http.StatusServiceUnavailable, sandboxd.CodeUnavailable,
+		"stored credential for registry "+reg.Host, "cannot be decrypted", "store it again")
+	if !apiErr.Retryable {
+		t.Errorf("a 503 is retryable: %+v", apiErr)
+	}
+	_, err = c.PullImage(ctx, ref)
+	wantAPIError(t, err, http.StatusServiceUnavailable, sandboxd.CodeUnavailable, "stored credential for registry "+reg.Host)
+	noSandboxOf(ctx, t, d, newClient(d, false), ref)
+	if imagePresent(ctx, ref) {
+		t.Errorf("the engine has %s", ref)
+	}
+	if log := d.LogTail(2000); !strings.Contains(log, "registry credential cannot be decrypted") || !strings.Contains(log, owner) {
+		t.Errorf("the daemon did not log the undecryptable credential:\n%s", d.LogTail(40))
+	}
+
+	// Stored again, it opens.
+	if _, err := c.PutRegistryCredential(ctx, reg.Host, "alice", "s3cret-pw"); err != nil {
+		t.Fatal(err)
+	}
+	createTestSandbox(ctx, t, c, req)
 }
