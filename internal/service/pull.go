@@ -366,7 +366,7 @@ func (p *pulls) pull(ctx context.Context, s *Service, f *pullFlight, host string
 	if errors.As(context.Cause(ctx), &tl) {
 		// Nothing was tagged; the engine keeps the layers it finished as
 		// its cache, which its own prune removes.
-		return &FieldError{Field: "image", Reason: tl.Error() + ": refused", Kind: ErrImageNotPresent}
+		return &FieldError{Field: "image", Reason: tl.Error() + ": refused", Kind: ErrImageTooLarge}
 	}
 	if err != nil {
 		return s.pullErr(ctx, f.ref, host, timeout, err)
@@ -386,7 +386,7 @@ func (p *pulls) pull(ctx context.Context, s *Service, f *pullFlight, host string
 			s.Logger.Warn("pull: remove the image past the cap", "image", f.ref, "err", err)
 		}
 		tl := &tooLargeError{ref: f.ref, size: img.Size, capB: capB}
-		return &FieldError{Field: "image", Reason: tl.Error() + ": refused and removed", Kind: ErrImageNotPresent}
+		return &FieldError{Field: "image", Reason: tl.Error() + ": refused and removed", Kind: ErrImageTooLarge}
 	}
 	return nil
 }

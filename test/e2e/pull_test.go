@@ -301,6 +301,23 @@ func TestPull_OperatorControls(t *testing.T) {
 			t.Errorf("the image past the cap, %s, is still there", ref)
 		}
 	})
+	t.Run("ImageOverTheCapOnTheFacades", func(t *testing.T) {
+		// The image exists: a client error that will not clear (400, not
+		// E2B's 404 "template not found"), naming the cap.
+		ref := allowed.Push(t, busyboxImage, "t/busybox")
+		status, body := call(ctx, d, http.MethodPost, "/sandboxes", map[string]any{"templateID": ref, "timeout": 60})
+		if status != http.StatusBadRequest || !strings.Contains(string(body), `"code":400`) || !strings.Contains(string(body), "cap of 1 MB") {
+			t.Errorf("E2B create of an image over the cap: %d %s; want 400 {code: 400} naming the cap", status, body)
+		}
+		status, body = call(ctx, d, http.MethodPost, "/daytona/api/sandbox", map[string]any{"snapshot": ref})
+		if status != http.StatusBadRequest || !strings.Contains(string(body), `"statusCode":400`) || !strings.Contains(string(body), "cap of 1 MB") {
+			t.Errorf("Daytona create of an image over the cap: %d %s; want 400 {statusCode: 400} naming the cap", status, body)
+		}
+		noSandboxOf(ctx, t, d, c, ref)
+		if imagePresent(ctx, ref) {
+			t.Errorf("the image past the cap, %s, is still there", ref)
+		}
+	})
 	t.Run("PresentImagesStayUsable", func(t *testing.T) {
 		// The allow list is for pulls: an image on the host is used
 		// whatever registry its name says.
