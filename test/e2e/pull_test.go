@@ -137,6 +137,30 @@ func TestPull_RegistryDownThenBack(t *testing.T) {
 	createTestSandbox(ctx, t, c, req)
 }
 
+// TestPull_RegistryBreaksOffIsUnavailable: a registry that closes the
+// connection on the manifest request is a fault (503, cause registry,
+// retryable) even when the image's repository is named "unauthorized":
+// the engine's message holds the URL, and a word of a name is no
+// refusal of credentials. Once the registry answers, the create works.
+func TestPull_RegistryBreaksOffIsUnavailable(t *testing.T) {
+	d := sharedDaemon(t)
+	ctx := testContext(t, 5*time.Minute)
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, busyboxImage, "t/unauthorized")
+	reg.CutManifests(true)
+	c := newClient(d, false)
+	req := sandboxd.CreateRequest{Image: ref, CPU: 0.25, MemoryMB: 128}
+	_, err := c.CreateSandbox(ctx, req)
+	apiErr := wantAPIError(t, err, http.StatusServiceUnavailable, sandboxd.CodeUnavailable, "cause: registry")
+	if !apiErr.Retryable {
+		t.Errorf("a registry that broke off is not retryable: %+v", apiErr)
+	}
+	noSandboxOf(ctx, t, d, c, ref)
+
+	reg.CutManifests(false)
+	createTestSandbox(ctx, t, c, req)
+}
+
 // pushBigImage builds a local image of about 100 MB over the base image
 // (random bytes: nothing compresses them), pushes it to reg and removes
 // it from the engine, whose store then lacks its big layer. It returns
