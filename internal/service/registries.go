@@ -25,18 +25,24 @@ import (
 // with one owner's credential must not become another's for free: while
 // any owner holds a credential for a host, every create of an image from
 // that host checks the caller's own access first, even when the image is
-// present, by pulling it again through the engine with the caller's
-// credential (or none). For a present image the engine asks the registry
-// only for the manifest; a refusal is the caller's 403 (or 404), and a
-// registry that does not answer is a 503. Each owner's verdict on an image
-// is kept for accessVerdictTTL, and such pulls are per owner (never joined
-// across owners).
+// present, by asking the registry for the image's manifest with the
+// caller's credential (or none): the engine's distribution inspect
+// (Puller.CheckAccess), which always goes to the registry. Not a pull: the
+// engine answers a pull of an image it holds by digest from its own store,
+// without the registry ever seeing the credential. A refusal is the
+// caller's 403 (or 404), and a registry that does not answer is a 503.
+// Each owner's verdict on an image is kept for accessVerdictTTL; a pull
+// that follows a check is joined across owners, each of whom was checked.
 
 // Bounds of a registry credential.
 const (
 	maxRegistryUser   = 256
 	maxRegistrySecret = 8192
 	accessVerdictTTL  = time.Minute
+	// accessCheckTimeout bounds one access check (a manifest request), so
+	// that a registry that takes the connection and never answers holds a
+	// create for this long, not for the whole PullTimeout.
+	accessCheckTimeout = 2 * time.Minute
 )
 
 // RegistryCredential is an owner's credential for a registry, as answered:

@@ -447,6 +447,72 @@ func TestPull_RegistryCredentialsPerOwner(t *testing.T) {
 	}
 }
 
+// TestPull_PresentImageByDigestChecksTheCredential: once alice pulled a
+// private registry's image with her credential, the node holds it by its
+// registry digest too. Mallory, with a WRONG credential for the same
+// registry, and eve, with none, name it by that digest (and by its tag):
+// each is refused, because the check asks the registry itself (a pull by
+// digest of an image the engine holds may be answered from the engine's
+// own store, where no credential is checked).
+func TestPull_PresentImageByDigestChecksTheCredential(t *testing.T) {
+	d := sharedDaemon(t)
+	ctx := testContext(t, 5*time.Minute)
+	reg := registrytest.Start(t, registrytest.Options{User: "alice", Password: "s3cret-pw"})
+	ref := reg.Push(t, busyboxImage, "team/app")
+	suffix := registrytest.RandomTag()
+	alice := userClient(ctx, t, d, "alice-"+suffix)
+	mallory := userClient(ctx, t, d, "mallory-"+suffix)
+	eve := userClient(ctx, t, d, "eve-"+suffix)
+	if _, err := alice.PutRegistryCredential(ctx, reg.Host, "alice", "s3cret-pw"); err != nil {
+		t.Fatal(err)
+	}
+	createTestSandbox(ctx, t, alice, sandboxd.CreateRequest{Image: ref, CPU: 0.25, MemoryMB: 128})
+	out, err := docker(ctx, "image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, _, _ := strings.Cut(ref[strings.Index(ref, "/")+1:], ":")
+	byDigest := ""
+	for line := range strings.Lines(out) {
+		if l := strings.TrimSpace(line); strings.HasPrefix(l, reg.Host+"/"+repo+"@sha256:") {
+			byDigest = l
+		}
+	}
+	if byDigest == "" {
+		t.Fatalf("the engine knows %s by no digest of %s: %q", ref, reg.Host, out)
+	}
+	if _, err := mallory.PutRegistryCredential(ctx, reg.Host, "alice", "guessed"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		client *sandboxd.Client
+	}{{"mallory (wrong credential)", mallory}, {"eve (none)", eve}} {
+		for _, image := range []string{byDigest, ref} {
+			asked := len(reg.Requests())
+			sb, err := c.client.CreateSandbox(ctx, sandboxd.CreateRequest{Image: image, CPU: 0.25, MemoryMB: 128})
+			if err == nil {
+				destroyAtEnd(t, c.client, sb.ID)
+				t.Errorf("%s created a sandbox of %s, the image alice pulled", c.name, image)
+				continue
+			}
+			wantAPIError(t, err, http.StatusForbidden, sandboxd.CodePermissionDenied, reg.Host, "refused the credentials")
+			if len(reg.Requests()) == asked {
+				t.Errorf("%s's create of %s did not ask the registry", c.name, image)
+			}
+			if img, err := c.client.PullImage(ctx, image); err == nil {
+				t.Errorf("%s's pull of %s = %+v, want refused", c.name, image, img)
+			}
+		}
+		all, err := listAll(ctx, c.client, sandboxd.ListOptions{})
+		if err != nil || len(all) != 0 {
+			t.Errorf("%s has sandboxes: %+v, %v", c.name, all, err)
+		}
+	}
+	// Alice, by digest too.
+	createTestSandbox(ctx, t, alice, sandboxd.CreateRequest{Image: byDigest, CPU: 0.25, MemoryMB: 128})
+}
+
 func TestPull_ImagesAPI(t *testing.T) {
 	d := sharedDaemon(t)
 	ctx := testContext(t, 3*time.Minute)

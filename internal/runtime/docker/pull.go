@@ -24,15 +24,11 @@ var _ runtime.Puller = (*Runtime)(nil)
 // without an error message). Ending ctx closes the stream, which makes
 // the engine abandon the pull.
 func (r *Runtime) PullImage(ctx context.Context, ref string, auth *runtime.RegistryAuth, progress func(runtime.PullProgress)) error {
-	opts := client.ImagePullOptions{}
-	if auth != nil {
-		b, err := json.Marshal(registry.AuthConfig{Username: auth.Username, Password: auth.Password, ServerAddress: auth.ServerAddress})
-		if err != nil {
-			return err
-		}
-		opts.RegistryAuth = base64.URLEncoding.EncodeToString(b)
+	encoded, err := encodeAuth(auth)
+	if err != nil {
+		return err
 	}
-	resp, err := r.cli.ImagePull(ctx, ref, opts)
+	resp, err := r.cli.ImagePull(ctx, ref, client.ImagePullOptions{RegistryAuth: encoded})
 	if err != nil {
 		return pullErr(ctx, ref, err)
 	}
@@ -49,6 +45,34 @@ func (r *Runtime) PullImage(ctx context.Context, ref string, auth *runtime.Regis
 		}
 	}
 	return ctx.Err()
+}
+
+// CheckAccess implements runtime.Puller: one DistributionInspect, which
+// the engine answers by asking the registry for ref's manifest with auth
+// (a tag is resolved by the registry, a digest fetched from it), never
+// from its own store. Nothing is pulled.
+func (r *Runtime) CheckAccess(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {
+	encoded, err := encodeAuth(auth)
+	if err != nil {
+		return err
+	}
+	if _, err := r.cli.DistributionInspect(ctx, ref, client.DistributionInspectOptions{EncodedRegistryAuth: encoded}); err != nil {
+		return pullErr(ctx, ref, err)
+	}
+	return nil
+}
+
+// encodeAuth is auth as the engine's X-Registry-Auth header takes it; ""
+// for none (anonymous).
+func encodeAuth(auth *runtime.RegistryAuth) (string, error) {
+	if auth == nil {
+		return "", nil
+	}
+	b, err := json.Marshal(registry.AuthConfig{Username: auth.Username, Password: auth.Password, ServerAddress: auth.ServerAddress})
+	if err != nil {
+		return "", err
+	}
+	return base64.URLEncoding.EncodeToString(b), nil
 }
 
 // pullLayers adds up the engine's per-layer download progress.
