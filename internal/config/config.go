@@ -17,6 +17,7 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/sandboxd/sandboxd/internal/imageref"
 	"github.com/sandboxd/sandboxd/internal/naming"
 )
 
@@ -385,29 +386,24 @@ func parseClusterRegistry(s string) (string, error) {
 	return s, nil
 }
 
-// ParseRegistryAllow reads a comma-separated list of registry hosts as
-// the reference parser names them: lowercase, "docker.io" for Docker Hub
-// (index.docker.io too), a port kept. Empty items are skipped; "*" (or
-// nothing at all) allows every registry, and is nil.
+// ParseRegistryAllow reads a comma-separated list of registry hosts,
+// each normalized as image references name them (imageref.RegistryHost:
+// lowercase, "docker.io" for Docker Hub, index.docker.io too, a port
+// kept). Empty items are skipped; "*" (or nothing at all) allows every
+// registry, and is nil.
 func ParseRegistryAllow(s string) ([]string, error) {
 	var out []string
 	for item := range strings.SplitSeq(s, ",") {
-		item = strings.ToLower(strings.TrimSpace(item))
+		item = strings.TrimSpace(item)
 		if item == "" {
 			continue
 		}
 		if item == "*" {
 			return nil, nil
 		}
-		named, err := reference.ParseNormalizedNamed(item + "/x")
-		if err != nil || strings.ContainsAny(item, "/@") {
-			return nil, fmt.Errorf("%q is not a registry host", item)
-		}
-		host := reference.Domain(named)
-		if host == "docker.io" && item != "docker.io" && item != "index.docker.io" {
-			// "team/x" parses as Hub's namespace team: a host needs a dot
-			// or a port, or is localhost.
-			return nil, fmt.Errorf("%q is not a registry host (a host has a dot or a port, or is localhost)", item)
+		host, err := imageref.RegistryHost(item)
+		if err != nil {
+			return nil, err
 		}
 		if !slices.Contains(out, host) {
 			out = append(out, host)

@@ -482,6 +482,13 @@ type Puller interface {
 	// mid-pull), ErrUnavailable (the engine), or the context's error.
 	// The engine keeps no partial image: a failed pull tags nothing.
 	PullImage(ctx context.Context, ref string, auth *RegistryAuth, progress func(PullProgress)) error
+	// CheckAccess asks ref's registry, with auth (nil: anonymous), for
+	// ref's manifest: nil when the registry serves it to that
+	// credential. It never answers from the engine's local store (a pull
+	// of an image the engine holds may be satisfied there without the
+	// registry seeing the credential), and it pulls nothing. Its errors
+	// are PullImage's.
+	CheckAccess(ctx context.Context, ref string, auth *RegistryAuth) error
 }
 
 // Pusher pushes local images to a registry (a cluster shares its

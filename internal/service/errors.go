@@ -44,6 +44,11 @@ var (
 	// that also matches it). A facade may answer it as its own "template
 	// not found".
 	ErrImageNotPresent = errors.New("image not present")
+	// ErrImageTooLarge is an image refused because it is bigger than the
+	// host's cap (--image-max-mb): a *FieldError for "image", so 400 and
+	// not retryable on every edge. It is not ErrImageNotPresent: the image
+	// exists, and no facade may answer it as "template not found".
+	ErrImageTooLarge = errors.New("image larger than the host's cap")
 	// ErrUnavailable is a dependency that is down or a node that may not
 	// serve the call; retry later or elsewhere.
 	ErrUnavailable = errors.New("unavailable")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/sandboxd/sandboxd/internal/imageref"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -47,10 +48,6 @@ const (
 	// joins it instead of starting over.
 	DefaultPullIdleGrace = 30 * time.Second
 )
-
-// DockerHub is the name of Docker Hub in --registry-allow (and the domain
-// the reference package gives Hub's images).
-const DockerHub = "docker.io"
 
 // ImageError is a pull refused for the image itself: not in its registry
 // (ErrNotFound), refused credentials or a registry the operator does not
@@ -94,7 +91,6 @@ type pulls struct {
 }
 
 type pullFlight struct {
-	key     string
 	ref     string
 	done    chan struct{}
 	err     error // set before done closes
@@ -133,7 +129,7 @@ func normalizeRef(ref string) (named reference.Named, ok bool) {
 // daemon's default image): never pulled, so that a registry namespace of
 // the same name elsewhere can never stand in for them.
 func (s *Service) localOnly(named reference.Named) bool {
-	if reference.Domain(named) == DockerHub && strings.HasPrefix(reference.Path(named), "sandboxd/") {
+	if reference.Domain(named) == imageref.DockerHub && strings.HasPrefix(reference.Path(named), "sandboxd/") {
 		return true
 	}
 	if d, ok := normalizeRef(s.cfg.DefaultImage); ok && d.String() == named.String() {
@@ -192,6 +188,10 @@ func (s *Service) ensureImage(ctx context.Context, owner, ref string) error {
 	private := false
 	if pullable {
 		host = strings.ToLower(reference.Domain(named)) // registry hosts are names: any case is the same host
+		if s.clusterRegistryImage(host) && owner != buildOwner && owner != store.PoolOwner {
+			return &ImageError{Kind: ErrPermissionDenied, Reason: fmt.Sprintf(
+				"image %q is in the cluster's template registry, which holds every tenant's templates: create from the template instead", ref)}
+		}
 		var err error
 		if private, err = s.privateRegistry(ctx, host); err != nil {
 			return err
@@ -226,10 +226,6 @@ func (s *Service) ensureImage(ctx context.Context, owner, ref string) error {
 	if !pullable {
 		return nil
 	}
-	if s.clusterRegistryImage(host) && owner != buildOwner && owner != store.PoolOwner {
-		return &ImageError{Kind: ErrPermissionDenied, Reason: fmt.Sprintf(
-			"image %q is in the cluster's template registry, which holds every tenant's templates: create from the template instead", ref)}
-	}
 	if !registryAllowed(s.cfg.RegistryAllow, host) {
 		return &ImageError{Kind: ErrPermissionDenied, Reason: fmt.Sprintf(
 			"image %q is not on this host, and its registry %q is not in the registries this host may pull from (--registry-allow: %s)",
@@ -242,11 +238,27 @@ func (s *Service) ensureImage(ctx context.Context, owner, ref string) error {
 			return err
 		}
 	}
-	key := named.String()
 	if private {
-		key = accessKey(owner, key) // never joined across owners
+		// The caller's own access, asked of the registry with the caller's
+		// credential (or none) before the node's copy is used or a pull
+		// is joined. Not a pull: the engine may answer a pull of an image
+		// it holds from its own store, and the registry never sees the
+		// credential.
+		if err := s.checkAccess(ctx, named.String(), host, auth); err != nil {
+			return err
+		}
+		_, err := s.Images.InspectImage(ctx, ref)
+		switch {
+		case err == nil:
+			s.noteAccess(owner, named.String())
+			return s.checkImage(ctx, "image", ref)
+		case !errors.Is(err, runtime.ErrImageNotFound):
+			return fmt.Errorf("inspect image %q: %w", ref, err)
+		}
 	}
-	if err := s.pulls.join(ctx, s, key, named.String(), host, auth); err != nil {
+	// Joined across owners: a waiter of a private registry's image has had
+	// its own access checked just above.
+	if err := s.pulls.join(ctx, s, named.String(), host, auth); err != nil {
 		return err
 	}
 	if private {
@@ -277,14 +289,14 @@ func byIDRefused(ref string) error {
 	return &FieldError{Field: "image", Reason: fmt.Sprintf("image %q is not present on this host (name an image from a registry by its reference, not by its id)", ref), Kind: ErrImageNotPresent}
 }
 
-// join waits for the pull keyed key (of ref, with auth), starting it when
-// none runs.
-func (p *pulls) join(ctx context.Context, s *Service, key, ref, host string, auth *runtime.RegistryAuth) error {
+// join waits for the pull of ref (with auth, when it starts it), starting
+// it when none runs.
+func (p *pulls) join(ctx context.Context, s *Service, ref, host string, auth *runtime.RegistryAuth) error {
 	p.mu.Lock()
 	if p.flights == nil {
 		p.flights = map[string]*pullFlight{}
 	}
-	f := p.flights[key]
+	f := p.flights[ref]
 	if f == nil {
 		timeout := s.cfg.PullTimeout
 		if timeout <= 0 {
@@ -292,9 +304,9 @@ func (p *pulls) join(ctx context.Context, s *Service, key, ref, host string, aut
 		}
 		fctx, cancel := context.WithCancelCause(context.Background())
 		fctx, cancelT := context.WithTimeout(fctx, timeout)
-		f = &pullFlight{key: key, ref: ref, done: make(chan struct{}), cancel: func(c error) { cancel(c); cancelT() }}
+		f = &pullFlight{ref: ref, done: make(chan struct{}), cancel: func(c error) { cancel(c); cancelT() }}
 		f.bytes.Store(&runtime.PullProgress{})
-		p.flights[key] = f
+		p.flights[ref] = f
 		go p.run(fctx, s, f, host, auth, timeout)
 	}
 	f.waiters++
@@ -342,7 +354,7 @@ func (p *pulls) leave(f *pullFlight, grace time.Duration) {
 func (p *pulls) run(ctx context.Context, s *Service, f *pullFlight, host string, auth *runtime.RegistryAuth, timeout time.Duration) {
 	err := p.pull(ctx, s, f, host, auth, timeout)
 	p.mu.Lock()
-	delete(p.flights, f.key)
+	delete(p.flights, f.ref)
 	f.err = err
 	if f.idle != nil {
 		f.idle.Stop()
@@ -354,12 +366,9 @@ func (p *pulls) run(ctx context.Context, s *Service, f *pullFlight, host string,
 
 func (p *pulls) pull(ctx context.Context, s *Service, f *pullFlight, host string, auth *runtime.RegistryAuth, timeout time.Duration) error {
 	// A pull that finished just before this one was started has nothing
-	// to do (its waiters looked before it was done). An owner's access
-	// check (a key of its own) always asks the registry.
-	if f.key == f.ref {
-		if _, err := s.Images.InspectImage(ctx, f.ref); err == nil {
-			return nil
-		}
+	// to do (its waiters looked before it was done).
+	if _, err := s.Images.InspectImage(ctx, f.ref); err == nil {
+		return nil
 	}
 	p.count.Add(1)
 	capB := s.cfg.ImageMaxMB << 20
@@ -379,10 +388,10 @@ func (p *pulls) pull(ctx context.Context, s *Service, f *pullFlight, host string
 	if errors.As(context.Cause(ctx), &tl) {
 		// Nothing was tagged; the engine keeps the layers it finished as
 		// its cache, which its own prune removes.
-		return &FieldError{Field: "image", Reason: tl.Error() + ": refused", Kind: ErrImageNotPresent}
+		return &FieldError{Field: "image", Reason: tl.Error() + ": refused", Kind: ErrImageTooLarge}
 	}
 	if err != nil {
-		return s.pullErr(ctx, f.ref, host, timeout, err)
+		return s.pullErr(ctx, "the pull of", f.ref, host, timeout, err)
 	}
 	s.Logger.Info("image pulled", "image", f.ref, "duration", time.Since(start).Round(time.Millisecond))
 	if capB <= 0 {
@@ -399,13 +408,26 @@ func (p *pulls) pull(ctx context.Context, s *Service, f *pullFlight, host string
 			s.Logger.Warn("pull: remove the image past the cap", "image", f.ref, "err", err)
 		}
 		tl := &tooLargeError{ref: f.ref, size: img.Size, capB: capB}
-		return &FieldError{Field: "image", Reason: tl.Error() + ": refused and removed", Kind: ErrImageNotPresent}
+		return &FieldError{Field: "image", Reason: tl.Error() + ": refused and removed", Kind: ErrImageTooLarge}
 	}
 	return nil
 }
 
-// pullErr maps a failed pull to the domain's errors.
-func (s *Service) pullErr(ctx context.Context, ref, host string, timeout time.Duration, err error) error {
+// checkAccess asks ref's registry whether auth (an owner's credential, or
+// nil) may pull ref (Puller.CheckAccess), within accessCheckTimeout; its
+// errors are a pull's.
+func (s *Service) checkAccess(ctx context.Context, ref, host string, auth *runtime.RegistryAuth) error {
+	cctx, cancel := context.WithTimeout(ctx, accessCheckTimeout)
+	defer cancel()
+	if err := s.Puller.CheckAccess(cctx, ref, auth); err != nil {
+		return s.pullErr(cctx, "the access check of", ref, host, accessCheckTimeout, err)
+	}
+	return nil
+}
+
+// pullErr maps a failed pull, or access check (what says which), to the
+// domain's errors.
+func (s *Service) pullErr(ctx context.Context, what, ref, host string, timeout time.Duration, err error) error {
 	switch {
 	case errors.Is(err, runtime.ErrNotInRegistry):
 		return &ImageError{Kind: ErrNotFound, Reason: fmt.Sprintf("image %q was not found in its registry %q (or the registry hides it from anonymous pulls)", ref, host)}
@@ -416,9 +438,9 @@ func (s *Service) pullErr(ctx context.Context, ref, host string, timeout time.Du
 	case errors.Is(err, runtime.ErrRegistryUnavailable):
 		return &FaultError{Cause: CauseRegistry, Err: fmt.Errorf("registry %q: %w", host, err)}
 	case errors.Is(context.Cause(ctx), context.DeadlineExceeded):
-		return &FaultError{Cause: CauseRegistry, Err: fmt.Errorf("the pull of %q did not finish within %s", ref, timeout)}
+		return &FaultError{Cause: CauseRegistry, Err: fmt.Errorf("%s %q did not finish within %s", what, ref, timeout)}
 	case ctx.Err() != nil:
-		return &FaultError{Cause: CauseRegistry, Err: fmt.Errorf("the pull of %q was abandoned: %w", ref, context.Cause(ctx))}
+		return &FaultError{Cause: CauseRegistry, Err: fmt.Errorf("%s %q was abandoned: %w", what, ref, context.Cause(ctx))}
 	}
 	return err // the engine's faults (Fault classifies them)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/testenv/registrytest"
 )
 
@@ -122,5 +123,65 @@ func TestPull_AbandonedPullIsCancelled(t *testing.T) {
 	}
 	if !present(ref) {
 		t.Errorf("the engine lacks %s", ref)
+	}
+}
+
+// TestPull_PrivateOwnersCheckedThenJoined: on a registry with auth, each
+// owner's access is asked of the registry first; owners that pass join
+// the one pull under way (each was checked), and an owner with a wrong
+// credential is refused at once, pull or no pull, by tag and, once the
+// image is present, by digest.
+func TestPull_PrivateOwnersCheckedThenJoined(t *testing.T) {
+	var held *heldPuller
+	h := newHarness(t, harnessOptions{puller: func(p runtime.Puller) runtime.Puller { held = newHeldPuller(p); return held }})
+	reg := registrytest.Start(t, registrytest.Options{User: "alice", Password: "s3cret-pw"})
+	ref := reg.Push(t, busybox, "team/app")
+	alice, bob, mallory := service.Caller{Owner: "alice"}, service.Caller{Owner: "bob"}, service.Caller{Owner: "mallory"}
+	for c, pw := range map[service.Caller]string{alice: "s3cret-pw", bob: "s3cret-pw", mallory: "guessed"} {
+		if _, err := h.svc.PutRegistryCredential(t.Context(), c, service.RegistryCredentialInput{Host: reg.Host, Username: "alice", Password: pw}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	errc := make(chan error, 2)
+	go func() { errc <- h.svc.PullImage(t.Context(), alice, ref) }()
+	wait(t, held.started, "alice's pull to start")
+	go func() { errc <- h.svc.PullImage(t.Context(), bob, ref) }()
+	// Refused by the check, without waiting for the pull held meanwhile
+	// (the bound only keeps a wrong answer from hanging the test).
+	mctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	err := h.svc.PullImage(mctx, mallory, ref)
+	cancel()
+	if !errors.Is(err, service.ErrPermissionDenied) {
+		t.Errorf("mallory's pull during alice's = %v, want permission denied", err)
+	}
+	close(held.release)
+	for range 2 {
+		if err := wait(t, errc, "alice's and bob's pulls"); err != nil {
+			t.Fatalf("a checked owner's pull: %v", err)
+		}
+	}
+	if n := len(held.started); n != 0 {
+		t.Errorf("%d more pulls started: want bob to join alice's", n)
+	}
+
+	out, err := exec.CommandContext(t.Context(), "docker", "image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", ref).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDigest := strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	if !strings.Contains(byDigest, "@sha256:") {
+		t.Fatalf("no digest of %s: %q", ref, out)
+	}
+	for _, image := range []string{ref, byDigest} {
+		if err := h.svc.PullImage(t.Context(), mallory, image); !errors.Is(err, service.ErrPermissionDenied) {
+			t.Errorf("mallory's pull of the present %s = %v, want permission denied", image, err)
+		}
+		if err := h.svc.PullImage(t.Context(), bob, image); err != nil {
+			t.Errorf("bob's pull of the present %s = %v", image, err)
+		}
+	}
+	if n := len(held.started); n != 0 {
+		t.Errorf("%d pulls of a present image started: want access checks only", n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/sandboxd/sandboxd/internal/imageref"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -24,18 +25,24 @@ import (
 // with one owner's credential must not become another's for free: while
 // any owner holds a credential for a host, every create of an image from
 // that host checks the caller's own access first, even when the image is
-// present, by pulling it again through the engine with the caller's
-// credential (or none). For a present image the engine asks the registry
-// only for the manifest; a refusal is the caller's 403 (or 404), and a
-// registry that does not answer is a 503. Each owner's verdict on an image
-// is kept for accessVerdictTTL, and such pulls are per owner (never joined
-// across owners).
+// present, by asking the registry for the image's manifest with the
+// caller's credential (or none): the engine's distribution inspect
+// (Puller.CheckAccess), which always goes to the registry. Not a pull: the
+// engine answers a pull of an image it holds by digest from its own store,
+// without the registry ever seeing the credential. A refusal is the
+// caller's 403 (or 404), and a registry that does not answer is a 503.
+// Each owner's verdict on an image is kept for accessVerdictTTL; a pull
+// that follows a check is joined across owners, each of whom was checked.
 
 // Bounds of a registry credential.
 const (
 	maxRegistryUser   = 256
 	maxRegistrySecret = 8192
 	accessVerdictTTL  = time.Minute
+	// accessCheckTimeout bounds one access check (a manifest request), so
+	// that a registry that takes the connection and never answers holds a
+	// create for this long, not for the whole PullTimeout.
+	accessCheckTimeout = 2 * time.Minute
 )
 
 // RegistryCredential is an owner's credential for a registry, as answered:
@@ -54,22 +61,14 @@ type RegistryCredentialInput struct {
 	Password string
 }
 
-// normalizeRegistryHost names host as image references do ("docker.io"
-// for Docker Hub, lowercase, a port kept).
-func normalizeRegistryHost(host string) (string, error) {
-	h := strings.ToLower(strings.TrimSpace(host))
-	if h == "" || len(h) > 255 || strings.ContainsAny(h, "/@") {
-		return "", invalid("host", "must be a registry host (docker.io, registry.example.com, 127.0.0.1:5000)")
-	}
-	named, err := reference.ParseNormalizedNamed(h + "/x")
+// registryHost names host as image references do (imageref.RegistryHost),
+// or is the field error that says why it cannot.
+func registryHost(host string) (string, error) {
+	h, err := imageref.RegistryHost(host)
 	if err != nil {
-		return "", invalid("host", "must be a registry host (docker.io, registry.example.com, 127.0.0.1:5000)")
+		return "", &FieldError{Field: "host", Reason: err.Error()}
 	}
-	d := reference.Domain(named)
-	if d == DockerHub && h != DockerHub && h != "index.docker.io" && h != "registry-1.docker.io" {
-		return "", invalid("host", "%q is not a registry host (a host has a dot or a port, or is localhost)", host)
-	}
-	return d, nil
+	return h, nil
 }
 
 func registryAD(owner, host string) []byte {
@@ -79,7 +78,7 @@ func registryAD(owner, host string) []byte {
 // PutRegistryCredential stores the caller's credential for a registry
 // host, replacing the one it had (a retry stores the same).
 func (s *Service) PutRegistryCredential(ctx context.Context, c Caller, in RegistryCredentialInput) (RegistryCredential, error) {
-	host, err := normalizeRegistryHost(in.Host)
+	host, err := registryHost(in.Host)
 	if err != nil {
 		return RegistryCredential{}, err
 	}
@@ -118,7 +117,7 @@ func (s *Service) ListRegistryCredentials(ctx context.Context, c Caller) ([]Regi
 // DeleteRegistryCredential removes the caller's credential for host;
 // ErrNotFound when it has none.
 func (s *Service) DeleteRegistryCredential(ctx context.Context, c Caller, host string) error {
-	h, err := normalizeRegistryHost(host)
+	h, err := registryHost(host)
 	if err != nil {
 		return err
 	}
@@ -132,7 +131,8 @@ func (s *Service) DeleteRegistryCredential(ctx context.Context, c Caller, host s
 }
 
 // registryAuth is owner's credential for host, opened; nil when it has
-// none.
+// none. One the keyring cannot open is an *UnavailableError (503) that
+// names the host and says to store the credential again.
 func (s *Service) registryAuth(ctx context.Context, owner, host string) (*runtime.RegistryAuth, error) {
 	row, err := s.Store.GetRegistryCredential(ctx, owner, host)
 	if errors.Is(err, store.ErrNotFound) {
@@ -143,7 +143,12 @@ func (s *Service) registryAuth(ctx context.Context, owner, host string) (*runtim
 	}
 	plain, err := s.Keyring.Open(row.SealedSecret, registryAD(owner, host))
 	if err != nil {
-		return nil, fmt.Errorf("open the registry credential for %s: %w", host, err)
+		// The keyring lacks the key that sealed it (the data directory's
+		// keys were replaced) or the row was altered: no retry opens it,
+		// but storing the credential again does. A fault of the daemon's
+		// state, not of the request: 503 with the cause, never a 500.
+		s.Logger.Error("registry credential cannot be decrypted", "owner", owner, "host", host, "err", err)
+		return nil, Unavailable(fmt.Sprintf("the stored credential for registry %s cannot be decrypted; store it again", host), err)
 	}
 	return &runtime.RegistryAuth{ServerAddress: host, Username: row.Username, Password: string(plain)}, nil
 }

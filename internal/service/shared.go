@@ -327,7 +327,7 @@ func (s *Service) ensureCopy(ctx context.Context, ref string) error {
 		return Unavailable(fmt.Sprintf("template %s's image is in registry %s, not the cluster's (%s)", id, host, s.registryHost()), nil)
 	}
 	start := time.Now()
-	if err := s.pulls.join(ctx, s, rec.Image, rec.Image, host, s.cfg.RegistryAuth); err != nil {
+	if err := s.pulls.join(ctx, s, rec.Image, host, s.cfg.RegistryAuth); err != nil {
 		return fmt.Errorf("template %s from the cluster's registry: %w", id, err)
 	}
 	if err := s.Images.TagImage(ctx, rec.Image, ref); err != nil {

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	_ "modernc.org/sqlite" // tamperRegistryCredential opens the daemon's database
 
 	"github.com/sandboxd/sandboxd/internal/testenv/registrytest"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
@@ -131,6 +134,30 @@ func TestPull_RegistryDownThenBack(t *testing.T) {
 	if err := reg.Start(); err != nil {
 		t.Fatal(err)
 	}
+	createTestSandbox(ctx, t, c, req)
+}
+
+// TestPull_RegistryBreaksOffIsUnavailable: a registry that closes the
+// connection on the manifest request is a fault (503, cause registry,
+// retryable) even when the image's repository is named "unauthorized":
+// the engine's message holds the URL, and a word of a name is no
+// refusal of credentials. Once the registry answers, the create works.
+func TestPull_RegistryBreaksOffIsUnavailable(t *testing.T) {
+	d := sharedDaemon(t)
+	ctx := testContext(t, 5*time.Minute)
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, busyboxImage, "t/unauthorized")
+	reg.CutManifests(true)
+	c := newClient(d, false)
+	req := sandboxd.CreateRequest{Image: ref, CPU: 0.25, MemoryMB: 128}
+	_, err := c.CreateSandbox(ctx, req)
+	apiErr := wantAPIError(t, err, http.StatusServiceUnavailable, sandboxd.CodeUnavailable, "cause: registry")
+	if !apiErr.Retryable {
+		t.Errorf("a registry that broke off is not retryable: %+v", apiErr)
+	}
+	noSandboxOf(ctx, t, d, c, ref)
+
+	reg.CutManifests(false)
 	createTestSandbox(ctx, t, c, req)
 }
 
@@ -298,6 +325,23 @@ func TestPull_OperatorControls(t *testing.T) {
 			t.Errorf("the image past the cap, %s, is still there", ref)
 		}
 	})
+	t.Run("ImageOverTheCapOnTheFacades", func(t *testing.T) {
+		// The image exists: a client error that will not clear (400, not
+		// E2B's 404 "template not found"), naming the cap.
+		ref := allowed.Push(t, busyboxImage, "t/busybox")
+		status, body := call(ctx, d, http.MethodPost, "/sandboxes", map[string]any{"templateID": ref, "timeout": 60})
+		if status != http.StatusBadRequest || !strings.Contains(string(body), `"code":400`) || !strings.Contains(string(body), "cap of 1 MB") {
+			t.Errorf("E2B create of an image over the cap: %d %s; want 400 {code: 400} naming the cap", status, body)
+		}
+		status, body = call(ctx, d, http.MethodPost, "/daytona/api/sandbox", map[string]any{"snapshot": ref})
+		if status != http.StatusBadRequest || !strings.Contains(string(body), `"statusCode":400`) || !strings.Contains(string(body), "cap of 1 MB") {
+			t.Errorf("Daytona create of an image over the cap: %d %s; want 400 {statusCode: 400} naming the cap", status, body)
+		}
+		noSandboxOf(ctx, t, d, c, ref)
+		if imagePresent(ctx, ref) {
+			t.Errorf("the image past the cap, %s, is still there", ref)
+		}
+	})
 	t.Run("PresentImagesStayUsable", func(t *testing.T) {
 		// The allow list is for pulls: an image on the host is used
 		// whatever registry its name says.
@@ -403,6 +447,72 @@ func TestPull_RegistryCredentialsPerOwner(t *testing.T) {
 	}
 }
 
+// TestPull_PresentImageByDigestChecksTheCredential: once alice pulled a
+// private registry's image with her credential, the node holds it by its
+// registry digest too. Mallory, with a WRONG credential for the same
+// registry, and eve, with none, name it by that digest (and by its tag):
+// each is refused, because the check asks the registry itself (a pull by
+// digest of an image the engine holds may be answered from the engine's
+// own store, where no credential is checked).
+func TestPull_PresentImageByDigestChecksTheCredential(t *testing.T) {
+	d := sharedDaemon(t)
+	ctx := testContext(t, 5*time.Minute)
+	reg := registrytest.Start(t, registrytest.Options{User: "alice", Password: "s3cret-pw"})
+	ref := reg.Push(t, busyboxImage, "team/app")
+	suffix := registrytest.RandomTag()
+	alice := userClient(ctx, t, d, "alice-"+suffix)
+	mallory := userClient(ctx, t, d, "mallory-"+suffix)
+	eve := userClient(ctx, t, d, "eve-"+suffix)
+	if _, err := alice.PutRegistryCredential(ctx, reg.Host, "alice", "s3cret-pw"); err != nil {
+		t.Fatal(err)
+	}
+	createTestSandbox(ctx, t, alice, sandboxd.CreateRequest{Image: ref, CPU: 0.25, MemoryMB: 128})
+	out, err := docker(ctx, "image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, _, _ := strings.Cut(ref[strings.Index(ref, "/")+1:], ":")
+	byDigest := ""
+	for line := range strings.Lines(out) {
+		if l := strings.TrimSpace(line); strings.HasPrefix(l, reg.Host+"/"+repo+"@sha256:") {
+			byDigest = l
+		}
+	}
+	if byDigest == "" {
+		t.Fatalf("the engine knows %s by no digest of %s: %q", ref, reg.Host, out)
+	}
+	if _, err := mallory.PutRegistryCredential(ctx, reg.Host, "alice", "guessed"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		client *sandboxd.Client
+	}{{"mallory (wrong credential)", mallory}, {"eve (none)", eve}} {
+		for _, image := range []string{byDigest, ref} {
+			asked := len(reg.Requests())
+			sb, err := c.client.CreateSandbox(ctx, sandboxd.CreateRequest{Image: image, CPU: 0.25, MemoryMB: 128})
+			if err == nil {
+				destroyAtEnd(t, c.client, sb.ID)
+				t.Errorf("%s created a sandbox of %s, the image alice pulled", c.name, image)
+				continue
+			}
+			wantAPIError(t, err, http.StatusForbidden, sandboxd.CodePermissionDenied, reg.Host, "refused the credentials")
+			if len(reg.Requests()) == asked {
+				t.Errorf("%s's create of %s did not ask the registry", c.name, image)
+			}
+			if img, err := c.client.PullImage(ctx, image); err == nil {
+				t.Errorf("%s's pull of %s = %+v, want refused", c.name, image, img)
+			}
+		}
+		all, err := listAll(ctx, c.client, sandboxd.ListOptions{})
+		if err != nil || len(all) != 0 {
+			t.Errorf("%s has sandboxes: %+v, %v", c.name, all, err)
+		}
+	}
+	// Alice, by digest too.
+	createTestSandbox(ctx, t, alice, sandboxd.CreateRequest{Image: byDigest, CPU: 0.25, MemoryMB: 128})
+}
+
 func TestPull_ImagesAPI(t *testing.T) {
 	d := sharedDaemon(t)
 	ctx := testContext(t, 3*time.Minute)
@@ -447,4 +557,68 @@ func TestPull_CLI(t *testing.T) {
 	if r := sbx(t, d, dir, "pull", reg.Host+"/t/nothere:v1"); r.code == 0 || !strings.Contains(r.stderr, "not found in its registry") {
 		t.Errorf("sbx pull of a missing image: exit %d, stderr %q", r.code, r.stderr)
 	}
+}
+
+// tamperRegistryCredential flips one byte of the sealed secret of owner's
+// credential for host in d's database, as a bit rot or an attacker with
+// the file would: the keyring can no longer open it.
+func tamperRegistryCredential(ctx context.Context, t *testing.T, d *daemonProcess, owner, host string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(d.DataDir(), "sandboxd.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var sealed []byte
+	if err := db.QueryRowContext(ctx, `SELECT sealed_secret FROM registry_credentials WHERE owner = ? AND host = ?`, owner, host).Scan(&sealed); err != nil {
+		t.Fatalf("read the sealed credential: %v", err)
+	}
+	sealed[len(sealed)-1] ^= 0xff
+	res, err := db.ExecContext(ctx, `UPDATE registry_credentials SET sealed_secret = ? WHERE owner = ? AND host = ?`, sealed, owner, host)
+	if err != nil {
+		t.Fatalf("tamper with the sealed credential: %v", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		t.Fatalf("tampered with %d rows, %v; want 1", n, err)
+	}
+}
+
+// TestPull_UndecryptableCredential: a stored credential the keyring can no
+// longer open (its row altered in the database) makes a pull that needs it
+// answer 503 naming the registry and what to do, logged, never an opaque
+// 500; storing the credential again clears it.
+func TestPull_UndecryptableCredential(t *testing.T) {
+	d := sharedDaemon(t)
+	ctx := testContext(t, 5*time.Minute)
+	reg := registrytest.Start(t, registrytest.Options{User: "alice", Password: "s3cret-pw"})
+	ref := reg.Push(t, busyboxImage, "team/app")
+	owner := "tamper-" + registrytest.RandomTag()
+	c := userClient(ctx, t, d, owner)
+	if _, err := c.PutRegistryCredential(ctx, reg.Host, "alice", "s3cret-pw"); err != nil {
+		t.Fatal(err)
+	}
+	tamperRegistryCredential(ctx, t, d, owner, reg.Host)
+
+	req := sandboxd.CreateRequest{Image: ref, CPU: 0.25, MemoryMB: 128}
+	_, err := c.CreateSandbox(ctx, req)
+	apiErr := wantAPIError(t, err, http.StatusServiceUnavailable, sandboxd.CodeUnavailable,
+		"stored credential for registry "+reg.Host, "cannot be decrypted", "store it again")
+	if !apiErr.Retryable {
+		t.Errorf("a 503 is retryable: %+v", apiErr)
+	}
+	_, err = c.PullImage(ctx, ref)
+	wantAPIError(t, err, http.StatusServiceUnavailable, sandboxd.CodeUnavailable, "stored credential for registry "+reg.Host)
+	noSandboxOf(ctx, t, d, newClient(d, false), ref)
+	if imagePresent(ctx, ref) {
+		t.Errorf("the engine has %s", ref)
+	}
+	if log := d.LogTail(2000); !strings.Contains(log, "registry credential cannot be decrypted") || !strings.Contains(log, owner) {
+		t.Errorf("the daemon did not log the undecryptable credential:\n%s", d.LogTail(40))
+	}
+
+	// Stored again, it opens.
+	if _, err := c.PutRegistryCredential(ctx, reg.Host, "alice", "s3cret-pw"); err != nil {
+		t.Fatal(err)
+	}
+	createTestSandbox(ctx, t, c, req)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +94,21 @@ func TestWriteError_ClientGone(t *testing.T) {
 	f.writeError(w, r, fmt.Errorf("list: %w", context.Canceled))
 	if w.Body.Len() != 0 {
 		t.Errorf("answered %d %q to a client that left", w.Code, w.Body)
+	}
+}
+
+// TestTemplateErr_ImageOverTheCap: an image refused for the host's size
+// cap exists, so a create naming it is E2B's 400 with the cap in words,
+// not "template not found"; an image that is not there stays a 404.
+func TestTemplateErr_ImageOverTheCap(t *testing.T) {
+	tooLarge := &service.FieldError{Field: "image", Kind: service.ErrImageTooLarge,
+		Reason: `image "127.0.0.1:5000/t/big:v1" is 2 MB, more than this host's cap of 1 MB (--image-max-mb): refused and removed`}
+	status, msg := classify(templateErr("127.0.0.1:5000/t/big:v1", tooLarge))
+	if status != http.StatusBadRequest || !strings.Contains(msg, "cap of 1 MB (--image-max-mb)") {
+		t.Errorf("over the cap: %d %q; want 400 naming the cap", status, msg)
+	}
+	missing := &service.FieldError{Field: "image", Kind: service.ErrImageNotPresent, Reason: `image "nope" is not present on this host`}
+	if status, _ := classify(templateErr("nope", missing)); status != http.StatusNotFound {
+		t.Errorf("not present: %d; want 404", status)
 	}
 }

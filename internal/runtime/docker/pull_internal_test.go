@@ -12,24 +12,40 @@ import (
 	"github.com/sandboxd/sandboxd/internal/runtime"
 )
 
-// TestClassifyPull: the engine's answers to a failed pull, as this
-// engine (20.10) words them against Debian's docker-registry, each to
-// its sentinel. Only a missing manifest is typed by the engine; the
-// rest is text.
+// TestClassifyPull: the engine's answers to a failed pull or access
+// check, as this engine (20.10) words them against Debian's
+// docker-registry, each to its sentinel. The client types the engine's
+// HTTP status (cerrdefs); where the engine answers 500 or a progress
+// message without a code, only the text says more.
 func TestClassifyPull(t *testing.T) {
+	internal := func(msg string) error { return cerrdefs.ErrInternal.WithMessage(msg) }
 	for _, tc := range []struct {
 		name string
 		err  error
 		want error
 	}{
+		// Typed by the engine's status.
 		{"ManifestUnknown", cerrdefs.ErrNotFound.WithMessage("manifest for 127.0.0.1:5000/t/x:v1 not found: manifest unknown: manifest unknown"), runtime.ErrNotInRegistry},
-		{"HubPrivateOrMissing", errors.New("pull access denied for nope/nope, repository does not exist or may require 'docker login': denied: requested access to the resource is denied"), runtime.ErrRegistryAuth},
-		{"NoCredentials", errors.New(`Head "http://127.0.0.1:5000/v2/t/p/manifests/v1": no basic auth credentials`), runtime.ErrRegistryAuth},
-		{"WrongCredentials", errors.New("unauthorized: authentication required"), runtime.ErrRegistryAuth},
-		{"Refused", errors.New(`Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused`), runtime.ErrRegistryUnavailable},
-		{"CutMidStream", &jsonstream.Error{Message: "unexpected EOF"}, runtime.ErrRegistryUnavailable},
-		{"BadGateway", errors.New("received unexpected HTTP status: 502 Bad Gateway"), runtime.ErrRegistryUnavailable},
 		{"InvalidReference", cerrdefs.ErrInvalidArgument.WithMessage("invalid reference format"), runtime.ErrInvalidSpec},
+		{"InspectUnauthorized", cerrdefs.ErrUnauthenticated.WithMessage("unauthorized: authentication required"), runtime.ErrRegistryAuth},
+		{"InspectDenied", cerrdefs.ErrPermissionDenied.WithMessage("denied: requested access to the resource is denied"), runtime.ErrRegistryAuth},
+		{"StreamCode401", &jsonstream.Error{Code: 401, Message: "whatever the words"}, runtime.ErrRegistryAuth},
+		{"StreamCode404", &jsonstream.Error{Code: 404, Message: "whatever the words"}, runtime.ErrNotInRegistry},
+		// The status decides, whatever the text says.
+		{"NotFoundNamedUnauthorized", cerrdefs.ErrNotFound.WithMessage("manifest for 127.0.0.1:5000/unauthorized/x:v1 not found: manifest unknown: manifest unknown"), runtime.ErrNotInRegistry},
+		{"ConflictWithAuthWords", cerrdefs.ErrConflict.WithMessage("no basic auth credentials"), runtime.ErrRegistryUnavailable},
+		// Untyped (500, or no class): the text.
+		{"HubPrivateOrMissing", errors.New("pull access denied for nope/nope, repository does not exist or may require 'docker login': denied: requested access to the resource is denied"), runtime.ErrRegistryAuth},
+		{"NoCredentials", internal(`Head "http://127.0.0.1:5000/v2/t/p/manifests/v1": no basic auth credentials`), runtime.ErrRegistryAuth},
+		{"WrongCredentials", internal("unauthorized: authentication required"), runtime.ErrRegistryAuth},
+		{"WrongCredentialsUntyped", errors.New("unauthorized: authentication required"), runtime.ErrRegistryAuth},
+		{"Refused", internal(`Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused`), runtime.ErrRegistryUnavailable},
+		{"CutMidStream", &jsonstream.Error{Message: "unexpected EOF"}, runtime.ErrRegistryUnavailable},
+		{"BadGateway", internal("received unexpected HTTP status: 502 Bad Gateway"), runtime.ErrRegistryUnavailable},
+		// A repository's name is in the engine's text: no phrase matches
+		// it (each holds a space, which no reference or URL path can).
+		{"BrokeOffOnRepoNamedUnauthorized", internal(`Head "http://127.0.0.1:5000/v2/t/unauthorized/manifests/v1": EOF`), runtime.ErrRegistryUnavailable},
+		{"BrokeOffOnTagNamedUnauthorized", &jsonstream.Error{Message: `Get "http://127.0.0.1:5000/v2/unauthorized/blobs/sha256:ab": unexpected EOF`}, runtime.ErrRegistryUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := classifyPull(tc.err); got != tc.want {

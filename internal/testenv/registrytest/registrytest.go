@@ -6,7 +6,8 @@
 //
 // Stop kills the registry and closes the proxy with its connections (a
 // registry that is gone, or that dies mid-pull); Start brings both back on
-// the same port with the same storage.
+// the same port with the same storage. CutManifests makes the proxy break
+// off every manifest request while the registry stays up.
 package registrytest
 
 import (
@@ -53,6 +54,8 @@ type Registry struct {
 	// response's bytes per second (0: no cap).
 	delay time.Duration
 	rate  int64
+	// cut closes the connection of every manifest request unanswered.
+	cut bool
 }
 
 // Request is one request the proxy forwarded (or refused because the
@@ -176,8 +179,17 @@ func (r *Registry) Start() error {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			r.mu.Lock()
 			r.requests = append(r.requests, Request{Method: req.Method, Path: req.URL.Path, Auth: req.Header.Get("Authorization") != ""})
-			delay, rate := r.delay, r.rate
+			delay, rate, cut := r.delay, r.rate, r.cut
 			r.mu.Unlock()
+			if cut && strings.Contains(req.URL.Path, "/manifests/") {
+				if hj, ok := w.(http.Hijacker); ok {
+					if conn, _, err := hj.Hijack(); err == nil {
+						_ = conn.Close()
+						return
+					}
+				}
+				panic(http.ErrAbortHandler) // closes the connection unanswered
+			}
 			if delay > 0 && strings.Contains(req.URL.Path, "/manifests/") {
 				select {
 				case <-time.After(delay):
@@ -259,6 +271,15 @@ func (r *Registry) Slow(delay time.Duration, rate int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.delay, r.rate = delay, rate
+}
+
+// CutManifests makes the proxy close the connection of every manifest
+// request without an answer while on is true: a registry that breaks off
+// (the engine sees EOF) although it is up.
+func (r *Registry) CutManifests(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cut = on
 }
 
 // slowWriter writes at most rate bytes per second, in small pieces.
