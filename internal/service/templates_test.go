@@ -274,7 +274,13 @@ func TestTemplate_BuildCutShortIsFailedAtRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the build sandbox runs", func() bool { return h.containers(t) == 1 })
+	// Its step runs: the build sandbox is made (a restart while it is
+	// still being created rolls it back first, and the build fails on
+	// that, not on the restart).
+	eventually(t, "the build's step runs", func() bool {
+		lines, err := h.svc.BuildLogLines(t.Context(), alice, tpl.ID, 0)
+		return err == nil && slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "step 1: run") })
+	})
 
 	svc2, _, _, _ := restarted(t, h, 0)
 	if err := svc2.Reconcile(t.Context(), true); err != nil {
