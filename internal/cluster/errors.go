@@ -33,6 +33,9 @@ var (
 	// ErrTemplateInUse is a template delete refused because a placement
 	// made from the template exists.
 	ErrTemplateInUse = errors.New("cluster: template in use")
+	// ErrTemplateGone is a placement claim made from a template whose
+	// record is gone (deleted meanwhile).
+	ErrTemplateGone = errors.New("cluster: template deleted")
 	// ErrCorrupt is a sealed blob that fails to open: altered, truncated,
 	// sealed with other associated data or with another cluster secret.
 	ErrCorrupt = errors.New("cluster: sealed blob corrupt")

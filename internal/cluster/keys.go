@@ -195,7 +195,7 @@ func (n *Node) ClaimPlacement(ctx context.Context, p Placement) error {
 		return nil
 	}
 	if p.Template != "" && resp.Responses[len(resp.Responses)-1].GetResponseRange().Count == 0 {
-		return fmt.Errorf("claim placement %s: template %s: %w: it was deleted", p.ID, p.Template, ErrNotFound)
+		return fmt.Errorf("claim placement %s: template %s: %w", p.ID, p.Template, ErrTemplateGone)
 	}
 	if p.Name != "" {
 		kvs := resp.Responses[1].GetResponseRange().Kvs

@@ -93,6 +93,28 @@ type templateDir struct {
 	holders map[string]map[string]bool
 }
 
+// waitApplied bounds WaitTemplates.
+const waitApplied = 10 * time.Second
+
+// WaitTemplates waits until this node's watch has handed its
+// TemplateEvents every change up to etcd revision rev (a write's own,
+// so that the writer reads it back from its copy), or ctx or a bound
+// ends: ErrUnavailable then.
+func (n *Node) WaitTemplates(ctx context.Context, rev int64) error {
+	ctx, cancel := context.WithTimeout(ctx, waitApplied)
+	defer cancel()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for n.tplApplied.Load() < rev {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the template watch to reach revision %d: %w: %w", rev, ErrUnavailable, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
 // FollowTemplates reads the catalog, hands it to h.ResetTemplates and
 // starts the watch that hands h every later change, until the node
 // closes. Call it once.
@@ -130,6 +152,11 @@ func (n *Node) FollowTemplates(ctx context.Context, h TemplateEvents) error {
 		h.ResetTemplates(recs, tags)
 	}
 	apply := func(kv *kv, deleted bool) {
+		defer func() {
+			if kv.ModRevision > n.tplApplied.Load() {
+				n.tplApplied.Store(kv.ModRevision)
+			}
+		}()
 		switch k := string(kv.Key); {
 		case strings.HasPrefix(k, tplRecordPrefix):
 			id := strings.TrimPrefix(k, tplRecordPrefix)
@@ -174,11 +201,18 @@ func (n *Node) FollowTemplates(ctx context.Context, h TemplateEvents) error {
 			n.dirMu.Unlock()
 		}
 	}
-	rev, err := n.load(ctx, templatesPrefix, reset)
+	load := func(ctx context.Context) (int64, error) {
+		rev, err := n.load(ctx, templatesPrefix, reset)
+		if err == nil && rev > n.tplApplied.Load() {
+			n.tplApplied.Store(rev)
+		}
+		return rev, err
+	}
+	rev, err := load(ctx)
 	if err != nil {
 		return err
 	}
-	n.wg.Go(func() { n.follow(templatesPrefix, rev, reset, apply) })
+	n.wg.Go(func() { n.followWith(templatesPrefix, rev, load, apply) })
 	return nil
 }
 
@@ -322,9 +356,9 @@ func (n *Node) FreshTag(ctx context.Context, owner, name, tag string) (string, b
 // last keeps it. It returns the tags it set. Failure modes:
 // ErrUnavailable (it may have been applied), ErrConflict (the tags kept
 // changing under it).
-func (n *Node) SetTemplateTags(ctx context.Context, owner, name string, tags []string, id string, onlyNewer bool, createdAt time.Time) ([]string, error) {
+func (n *Node) SetTemplateTags(ctx context.Context, owner, name string, tags []string, id string, onlyNewer bool, createdAt time.Time) ([]string, int64, error) {
 	if err := segment("template id", id); err != nil {
-		return nil, fmt.Errorf("set template tags: %w", err)
+		return nil, 0, fmt.Errorf("set template tags: %w", err)
 	}
 	for range updateAttempts {
 		tctx, cancel := n.op(ctx)
@@ -336,7 +370,7 @@ func (n *Node) SetTemplateTags(ctx context.Context, owner, name string, tags []s
 			resp, err := n.cli.Get(tctx, k)
 			if err != nil {
 				cancel()
-				return nil, unavailable("set template tags", err)
+				return nil, 0, unavailable("set template tags", err)
 			}
 			if len(resp.Kvs) == 0 {
 				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
@@ -347,7 +381,7 @@ func (n *Node) SetTemplateTags(ctx context.Context, owner, name string, tags []s
 					other, ok, err := n.FreshTemplate(tctx, string(cur.Value))
 					if err != nil {
 						cancel()
-						return nil, err
+						return nil, 0, err
 					}
 					if ok && other.CreatedAt.After(createdAt) {
 						continue
@@ -360,23 +394,23 @@ func (n *Node) SetTemplateTags(ctx context.Context, owner, name string, tags []s
 		resp, err := n.cli.Txn(tctx).If(cmps...).Then(ops...).Commit()
 		cancel()
 		if err != nil {
-			return nil, unknownOutcome("set template tags", err)
+			return nil, 0, unknownOutcome("set template tags", err)
 		}
 		if resp.Succeeded {
-			return set, nil
+			return set, resp.Header.Revision, nil
 		}
 		if _, ok, err := n.FreshTemplate(ctx, id); err != nil {
-			return nil, err
+			return nil, 0, err
 		} else if !ok {
-			return nil, fmt.Errorf("set template tags: template %s: %w", id, ErrNotFound)
+			return nil, 0, fmt.Errorf("set template tags: template %s: %w", id, ErrNotFound)
 		}
 	}
-	return nil, fmt.Errorf("set template tags of %s: %w: they kept changing", name, ErrConflict)
+	return nil, 0, fmt.Errorf("set template tags of %s: %w: they kept changing", name, ErrConflict)
 }
 
 // RemoveTemplateTags removes owner's name:tag for each of tags and
 // reports how many there were.
-func (n *Node) RemoveTemplateTags(ctx context.Context, owner, name string, tags []string) (int, error) {
+func (n *Node) RemoveTemplateTags(ctx context.Context, owner, name string, tags []string) (int, int64, error) {
 	ctx, cancel := n.op(ctx)
 	defer cancel()
 	ops := make([]clientv3.Op, 0, len(tags))
@@ -385,13 +419,13 @@ func (n *Node) RemoveTemplateTags(ctx context.Context, owner, name string, tags 
 	}
 	resp, err := n.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return 0, unknownOutcome("remove template tags", err)
+		return 0, 0, unknownOutcome("remove template tags", err)
 	}
 	removed := 0
 	for _, r := range resp.Responses {
 		removed += int(r.GetResponseDeleteRange().Deleted)
 	}
-	return removed, nil
+	return removed, resp.Header.Revision, nil
 }
 
 // DeleteTemplate removes template id's record, the tags of owner's that
@@ -400,9 +434,9 @@ func (n *Node) RemoveTemplateTags(ctx context.Context, owner, name string, tags 
 // tag of owner's changed since it looked. With untaggedOnly a template a
 // tag points to is left (ErrConflict): the sweep of superseded builds
 // never takes a tag with it. Absent is not an error.
-func (n *Node) DeleteTemplate(ctx context.Context, id, owner string, untaggedOnly bool) error {
+func (n *Node) DeleteTemplate(ctx context.Context, id, owner string, untaggedOnly bool) (image string, err error) {
 	if err := segment("template id", id); err != nil {
-		return fmt.Errorf("delete template: %w", err)
+		return "", fmt.Errorf("delete template: %w", err)
 	}
 	uses := tplUsePrefix + id + "/"
 	for range updateAttempts {
@@ -410,18 +444,23 @@ func (n *Node) DeleteTemplate(ctx context.Context, id, owner string, untaggedOnl
 		resp, err := n.cli.Get(tctx, tplOwnerTags(owner), clientv3.WithPrefix())
 		if err != nil {
 			cancel()
-			return unavailable("delete template "+id, err)
+			return "", unavailable("delete template "+id, err)
 		}
-		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(uses), "=", 0).WithPrefix()}
+		// No placement made from it, and no tag of owner's changed or
+		// added since the read.
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(uses), "=", 0).WithPrefix(),
+			clientv3.Compare(clientv3.ModRevision(tplOwnerTags(owner)), "<", resp.Header.Revision+1).WithPrefix(),
+		}
 		ops := []clientv3.Op{
-			clientv3.OpDelete(tplRecordKey(id)),
+			clientv3.OpDelete(tplRecordKey(id), clientv3.WithPrevKV()),
 			clientv3.OpDelete(tplHolderPrefix+id+"/", clientv3.WithPrefix()),
 		}
 		for _, kv := range resp.Kvs {
 			if string(kv.Value) == id {
 				if untaggedOnly {
 					cancel()
-					return fmt.Errorf("delete template %s: %w: a tag points to it", id, ErrConflict)
+					return "", fmt.Errorf("delete template %s: %w: a tag points to it", id, ErrConflict)
 				}
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
 				ops = append(ops, clientv3.OpDelete(string(kv.Key)))
@@ -430,16 +469,21 @@ func (n *Node) DeleteTemplate(ctx context.Context, id, owner string, untaggedOnl
 		txn, err := n.cli.Txn(tctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(uses, clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
 		cancel()
 		if err != nil {
-			return unknownOutcome("delete template "+id, err)
+			return "", unknownOutcome("delete template "+id, err)
 		}
 		if txn.Succeeded {
-			return nil
+			if prev := txn.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
+				if r, ok := n.decodeTemplate(prev[0]); ok {
+					return r.Image, nil
+				}
+			}
+			return "", nil
 		}
 		if c := txn.Responses[0].GetResponseRange().Count; c > 0 {
-			return fmt.Errorf("delete template %s: %w: %d sandboxes made from it", id, ErrTemplateInUse, c)
+			return "", fmt.Errorf("delete template %s: %w: %d sandboxes made from it", id, ErrTemplateInUse, c)
 		}
 	}
-	return fmt.Errorf("delete template %s: %w: its tags kept changing", id, ErrConflict)
+	return "", fmt.Errorf("delete template %s: %w: its tags kept changing", id, ErrConflict)
 }
 
 // HoldTemplate says this node holds template id's image; UnholdTemplate
@@ -470,4 +514,22 @@ func (n *Node) UnholdTemplate(ctx context.Context, id string) error {
 		return unknownOutcome("unhold template "+id, err)
 	}
 	return nil
+}
+
+// ImageShared reports whether a template record other than except's names
+// image (a build cached under another id is the same image, so the same
+// digest): read from etcd, since a record put a moment ago counts.
+func (n *Node) ImageShared(ctx context.Context, image, except string) (bool, error) {
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	resp, err := n.cli.Get(ctx, tplRecordPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return false, unavailable("template records", err)
+	}
+	for _, kv := range resp.Kvs {
+		if r, ok := n.decodeTemplate(kv); ok && r.ID != except && r.Image == image {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -93,7 +93,7 @@ func TestTemplates_CatalogTagsOrderAndDelete(t *testing.T) {
 	old := TemplateRecord{ID: "tpl-1", Owner: "alice", Name: "web", Kind: "build", CreatedAt: older, Node: "a", Image: "reg/sandboxd/templates@sha256:1"}
 	fresh := TemplateRecord{ID: "tpl-2", Owner: "alice", Name: "web", Kind: "build", CreatedAt: newer, Node: "a"}
 
-	if _, err := a.SetTemplateTags(ctx, "alice", "web", []string{"latest"}, "tpl-1", true, older); !errors.Is(err, ErrNotFound) {
+	if _, _, err := a.SetTemplateTags(ctx, "alice", "web", []string{"latest"}, "tpl-1", true, older); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("tags of a template without a record: got %v, want ErrNotFound", err)
 	}
 	for _, r := range []TemplateRecord{old, fresh} {
@@ -103,21 +103,29 @@ func TestTemplates_CatalogTagsOrderAndDelete(t *testing.T) {
 	}
 	// The newer build finishes first and takes the tags; the older one,
 	// finishing after it, does not take them back.
-	if set, err := a.SetTemplateTags(ctx, "alice", "web", []string{"latest", "v2"}, "tpl-2", true, newer); err != nil || len(set) != 2 {
+	if set, _, err := a.SetTemplateTags(ctx, "alice", "web", []string{"latest", "v2"}, "tpl-2", true, newer); err != nil || len(set) != 2 {
 		t.Fatalf("tags of tpl-2: %v %v", set, err)
 	}
-	if set, err := a.SetTemplateTags(ctx, "alice", "web", []string{"latest", "v1"}, "tpl-1", true, older); err != nil || !slices.Equal(set, []string{"v1"}) {
+	if set, _, err := a.SetTemplateTags(ctx, "alice", "web", []string{"latest", "v1"}, "tpl-1", true, older); err != nil || !slices.Equal(set, []string{"v1"}) {
 		t.Fatalf("tags of the older tpl-1: set %v %v, want only v1", set, err)
 	}
-	// A tag asked for (not a build finishing) moves wherever it points.
-	if _, err := a.SetTemplateTags(ctx, "alice", "web", []string{"stable"}, "tpl-1", false, older); err != nil {
+	// A tag asked for (not a build finishing) moves wherever it points;
+	// the watch has it once WaitTemplates returns.
+	_, rev, err := b.SetTemplateTags(ctx, "alice", "web", []string{"stable"}, "tpl-1", false, older)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if err := b.WaitTemplates(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if got := seen.tag("alice", "web", "stable"); got != "tpl-1" {
+		t.Errorf("web:stable right after WaitTemplates = %q, want tpl-1", got)
 	}
 	// Another owner's name of the same spelling is its own.
 	if err := a.PutTemplate(ctx, TemplateRecord{ID: "tpl-3", Owner: "bob", Name: "web", Kind: "snapshot", CreatedAt: newer, Node: "b"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.SetTemplateTags(ctx, "bob", "web", []string{"latest"}, "tpl-3", false, newer); err != nil {
+	if _, _, err := a.SetTemplateTags(ctx, "bob", "web", []string{"latest"}, "tpl-3", false, newer); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.HoldTemplate(ctx, "tpl-1"); err != nil {
@@ -141,26 +149,37 @@ func TestTemplates_CatalogTagsOrderAndDelete(t *testing.T) {
 
 	// The sweep's delete leaves a tagged template; a placement made from
 	// it keeps it until its release.
-	if err := b.DeleteTemplate(ctx, "tpl-1", "alice", true); !errors.Is(err, ErrConflict) {
+	if _, err := b.DeleteTemplate(ctx, "tpl-1", "alice", true); !errors.Is(err, ErrConflict) {
 		t.Fatalf("untagged-only delete of a tagged template: got %v, want ErrConflict", err)
 	}
 	use := Placement{ID: "sb-use", Node: "a", Owner: "alice", Template: "tpl-1"}
 	if err := a.ClaimPlacement(ctx, use); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.DeleteTemplate(ctx, "tpl-1", "alice", false); !errors.Is(err, ErrTemplateInUse) {
+	if _, err := b.DeleteTemplate(ctx, "tpl-1", "alice", false); !errors.Is(err, ErrTemplateInUse) {
 		t.Fatalf("delete of a template a placement was made from: got %v, want ErrTemplateInUse", err)
 	}
 	if err := a.ReleasePlacementOf(ctx, "sb-use", "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.DeleteTemplate(ctx, "tpl-1", "alice", false); err != nil {
+	// Another record of the same image (a cached build under another
+	// id) keeps its manifest in the registry.
+	if err := a.PutTemplate(ctx, TemplateRecord{ID: "tpl-4", Owner: "alice", Kind: "build", CreatedAt: newer, Node: "a", Image: old.Image}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.ClaimPlacement(ctx, Placement{ID: "sb-late", Node: "a", Owner: "alice", Template: "tpl-1"}); !errors.Is(err, ErrNotFound) {
+	if shared, err := a.ImageShared(ctx, old.Image, "tpl-1"); err != nil || !shared {
+		t.Errorf("ImageShared(tpl-1's image) = %v %v, want true (tpl-4)", shared, err)
+	}
+	if image, err := b.DeleteTemplate(ctx, "tpl-1", "alice", false); err != nil || image != old.Image {
+		t.Fatalf("DeleteTemplate(tpl-1) = %q %v, want its image %q", image, err, old.Image)
+	}
+	if shared, err := a.ImageShared(ctx, old.Image, "tpl-4"); err != nil || shared {
+		t.Errorf("ImageShared(the image, except tpl-4) = %v %v, want false", shared, err)
+	}
+	if err := a.ClaimPlacement(ctx, Placement{ID: "sb-late", Node: "a", Owner: "alice", Template: "tpl-1"}); !errors.Is(err, ErrTemplateGone) {
 		t.Errorf("a claim made from a deleted template: got %v, want ErrNotFound", err)
 	}
-	if err := b.DeleteTemplate(ctx, "tpl-1", "alice", false); err != nil {
+	if _, err := b.DeleteTemplate(ctx, "tpl-1", "alice", false); err != nil {
 		t.Errorf("a second delete: got %v, want nil", err)
 	}
 	waitFor(t, 10*time.Second, "b's watch to see the delete", func() bool { return !seen.has("tpl-1") })

@@ -337,7 +337,7 @@ func serviceErr(err error) error {
 		return fmt.Errorf("%w: %w", service.ErrNameConflict, err)
 	case errors.Is(err, cluster.ErrHostnameTaken):
 		return fmt.Errorf("%w: %w", service.ErrHostnameConflict, err)
-	case errors.Is(err, cluster.ErrNotFound) && strings.Contains(err.Error(), "template"):
+	case errors.Is(err, cluster.ErrTemplateGone):
 		// A create from a template another node deleted meanwhile.
 		return fmt.Errorf("%w: %w", service.ErrNotFound, err)
 	case errors.Is(err, cluster.ErrUnavailable):

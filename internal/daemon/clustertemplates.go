@@ -57,18 +57,32 @@ func (k catalog) FreshTag(ctx context.Context, owner, name, tag string) (string,
 	return id, ok, catalogErr(err)
 }
 
+// SetTags and RemoveTags return once this node's copy has the change
+// (the watch handed it on): the caller reads its own write back.
 func (k catalog) SetTags(ctx context.Context, owner, name string, tags []string, id string, onlyNewer bool, createdAt time.Time) ([]string, error) {
-	set, err := k.c.node.SetTemplateTags(ctx, owner, name, tags, id, onlyNewer, createdAt)
+	set, rev, err := k.c.node.SetTemplateTags(ctx, owner, name, tags, id, onlyNewer, createdAt)
+	if err == nil {
+		err = k.c.node.WaitTemplates(ctx, rev)
+	}
 	return set, catalogErr(err)
 }
 
 func (k catalog) RemoveTags(ctx context.Context, owner, name string, tags []string) (int, error) {
-	n, err := k.c.node.RemoveTemplateTags(ctx, owner, name, tags)
+	n, rev, err := k.c.node.RemoveTemplateTags(ctx, owner, name, tags)
+	if err == nil {
+		err = k.c.node.WaitTemplates(ctx, rev)
+	}
 	return n, catalogErr(err)
 }
 
-func (k catalog) Delete(ctx context.Context, id, owner string, untaggedOnly bool) error {
-	return catalogErr(k.c.node.DeleteTemplate(ctx, id, owner, untaggedOnly))
+func (k catalog) Delete(ctx context.Context, id, owner string, untaggedOnly bool) (string, error) {
+	image, err := k.c.node.DeleteTemplate(ctx, id, owner, untaggedOnly)
+	return image, catalogErr(err)
+}
+
+func (k catalog) ImageShared(ctx context.Context, image, except string) (bool, error) {
+	shared, err := k.c.node.ImageShared(ctx, image, except)
+	return shared, catalogErr(err)
 }
 
 func (k catalog) Unhold(ctx context.Context, id string) error {

@@ -52,7 +52,8 @@ type TemplateCatalog interface {
 	FreshTag(ctx context.Context, owner, name, tag string) (string, bool, error)
 	// SetTags points owner's name:tag at id for each of tags (ErrNotFound
 	// when id has no record); with onlyNewer a tag that points to a
-	// template made after createdAt stays. It returns the tags it set.
+	// template made after createdAt stays. It returns the tags it set,
+	// once this node's copy of the catalog has them (as RemoveTags).
 	SetTags(ctx context.Context, owner, name string, tags []string, id string, onlyNewer bool, createdAt time.Time) ([]string, error)
 	// RemoveTags removes owner's name:tag for each of tags and says how
 	// many there were.
@@ -60,7 +61,11 @@ type TemplateCatalog interface {
 	// Delete removes id's record, its tags and its holders; ErrConflict
 	// while a sandbox made from it exists on any node, or, with
 	// untaggedOnly, while a tag points to it.
-	Delete(ctx context.Context, id, owner string, untaggedOnly bool) error
+	// It returns the deleted record's image.
+	Delete(ctx context.Context, id, owner string, untaggedOnly bool) (image string, err error)
+	// ImageShared reports whether a record other than except's names
+	// image (a cached build under another id is the same image).
+	ImageShared(ctx context.Context, image, except string) (bool, error)
 	// Hold says this node holds id's image (placement prefers holders);
 	// Unhold that it no longer does.
 	Hold(ctx context.Context, id string) error
@@ -149,6 +154,17 @@ func (s *Service) finishTemplate(ctx context.Context, t store.Template, size int
 		return store.Template{}, err
 	}
 	s.copies.Store(t.ID, true)
+	// The watch handed these tags on while the row was building (the copy
+	// refused them then); one another node moved since is read back.
+	for _, tag := range set {
+		if id, ok, err := s.Catalog.FreshTag(ctx, t.Owner, t.Name, tag); err == nil && id != t.ID {
+			if ok {
+				s.TagPut(SharedTag{Owner: t.Owner, Name: t.Name, Tag: tag, ID: id})
+			} else {
+				s.TagDeleted(t.Owner, t.Name, tag)
+			}
+		}
+	}
 	return row, nil
 }
 
@@ -217,7 +233,9 @@ func (s *Service) shareExisting(ctx context.Context, t store.Template) error {
 		return err
 	}
 	for name, ts := range byName {
-		if _, err := s.Catalog.SetTags(ctx, t.Owner, name, ts, t.ID, false, t.CreatedAt); err != nil {
+		// Published late: a newer build of the name made meanwhile
+		// elsewhere keeps its tags.
+		if _, err := s.Catalog.SetTags(ctx, t.Owner, name, ts, t.ID, true, t.CreatedAt); err != nil {
 			return clusterErr(err, "")
 		}
 	}
@@ -328,7 +346,12 @@ func (s *Service) ensureCopy(ctx context.Context, ref string) error {
 	}
 	start := time.Now()
 	if err := s.pulls.join(ctx, s, rec.Image, host, s.cfg.RegistryAuth); err != nil {
-		return fmt.Errorf("template %s from the cluster's registry: %w", id, err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// The cluster's registry, its account or its copy failing is the
+		// operator's to fix, never the tenant's request.
+		return Unavailable(fmt.Sprintf("template %s could not be pulled from the cluster's registry %s", id, host), err)
 	}
 	if err := s.Images.TagImage(ctx, rec.Image, ref); err != nil {
 		return Unavailable(fmt.Sprintf("template %s: tag its pulled image", id), err)
@@ -402,7 +425,10 @@ func (s *Service) ResetTemplates(recs []SharedTemplate, tags []SharedTag) {
 		default:
 			pending = append(pending, t)
 		}
-		shared[t.ID] = t.Shared || byID[t.ID]
+		// Only what this node knows the catalog took: a record put whose
+		// outcome was unknown leaves the row unshared, and its tags here
+		// are not the catalog's to remove.
+		shared[t.ID] = t.Shared
 	}
 	want := map[[3]string]bool{}
 	for _, g := range tags {
@@ -614,13 +640,20 @@ func (s *Service) clusterRegistryImage(host string) bool {
 // holders) and then, in the background, its image from the cluster's
 // registry: a deleted template is nobody's to pull.
 func (s *Service) dropFromCatalog(ctx context.Context, id, owner string, untaggedOnly bool) error {
-	rec, ok := s.Catalog.Info(id)
-	if err := s.Catalog.Delete(ctx, id, owner, untaggedOnly); err != nil {
+	image, err := s.Catalog.Delete(ctx, id, owner, untaggedOnly)
+	if err != nil || image == "" {
 		return err
 	}
-	if ok && rec.Image != "" {
-		go s.deleteManifest(rec.Image)
-	}
+	go func() {
+		// A build cached under another id is the same image: its
+		// manifest stays while any record names it.
+		ctx, cancel := context.WithTimeout(context.Background(), registryTimeout)
+		defer cancel()
+		if shared, err := s.Catalog.ImageShared(ctx, image, id); err != nil || shared {
+			return
+		}
+		s.deleteManifest(image)
+	}()
 	return nil
 }
 

@@ -463,6 +463,9 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		}
 		spec.User, spec.Workdir = fromSpec.User, fromSpec.Workdir
 		r.Base = from.Image
+		if err := s.ensureCopy(ctx, from.Image); err != nil { // another node's template
+			return Template{}, false, err
+		}
 	}
 	baseRef := cmp.Or(r.Base, s.cfg.DefaultImage)
 	if r.FromTemplate == "" && !isTemplateImage(baseRef) {
@@ -1210,8 +1213,9 @@ func (s *Service) TagTemplate(ctx context.Context, c Caller, target, name string
 }
 
 // pointTags points t's owner's name:tag at ready template t, for each of
-// tags: in the cluster's catalog first (publishing t if it never was),
-// then here.
+// tags: in a cluster in its catalog (publishing t if it never was), whose
+// watch writes this node's copy in etcd's order before SetTags returns;
+// on a single node here.
 func (s *Service) pointTags(ctx context.Context, t store.Template, name string, tags []string) error {
 	if s.sharing() {
 		if err := s.shareExisting(ctx, t); err != nil {
@@ -1220,6 +1224,7 @@ func (s *Service) pointTags(ctx context.Context, t store.Template, name string, 
 		if _, err := s.Catalog.SetTags(ctx, t.Owner, name, tags, t.ID, false, t.CreatedAt); err != nil {
 			return s.mapTemplateErr(clusterErr(err, ""), t.ID)
 		}
+		return nil
 	}
 	if err := s.Store.TagTemplate(ctx, t.Owner, name, tags, t.ID); err != nil {
 		return s.mapTemplateErr(err, t.ID)
@@ -1238,22 +1243,53 @@ func (s *Service) UntagTemplate(ctx context.Context, c Caller, name string, tags
 	if err := validateTags("tags", tags); err != nil {
 		return err
 	}
-	shared := 0
+	var (
+		n   int
+		err error
+	)
 	if s.sharing() {
-		var err error
-		if shared, err = s.Catalog.RemoveTags(ctx, c.Owner, name, tags); err != nil {
-			return clusterErr(err, "")
+		// The catalog's watch removes them here (before RemoveTags
+		// returns), in etcd's order.
+		n, err = s.Catalog.RemoveTags(ctx, c.Owner, name, tags)
+		err = clusterErr(err, "")
+		if err == nil {
+			// Tags of a template the catalog does not have yet are this
+			// node's alone.
+			k, lerr := s.untagUnshared(ctx, c.Owner, name, tags)
+			n, err = n+k, lerr
 		}
+	} else {
+		n, err = s.Store.UntagTemplates(ctx, c.Owner, name, tags)
 	}
-	n, err := s.Store.UntagTemplates(ctx, c.Owner, name, tags)
 	if err != nil {
 		return err
 	}
-	n = max(n, shared)
 	if n == 0 && len(tags) > 0 {
 		return fmt.Errorf("template %s: no such tags: %w", name, ErrNotFound)
 	}
 	return nil
+}
+
+// untagUnshared removes owner's name:tag, of tags, where it points to a
+// template of this node's that is not in the cluster's catalog.
+func (s *Service) untagUnshared(ctx context.Context, owner, name string, tags []string) (int, error) {
+	have, err := s.Store.ListTemplateTags(ctx, store.TagFilter{Owner: owner, Name: name})
+	if err != nil {
+		return 0, err
+	}
+	var local []string
+	for _, g := range have {
+		if !slices.Contains(tags, g.Tag) {
+			continue
+		}
+		if t, err := s.Store.GetTemplate(ctx, g.TemplateID); err == nil && !t.Shared && t.Origin == "" {
+			local = append(local, g.Tag)
+		}
+	}
+	if len(local) == 0 {
+		return 0, nil
+	}
+	return s.Store.UntagTemplates(ctx, owner, name, local)
 }
 
 // TemplateTags lists the tags of the caller's name, newest first;

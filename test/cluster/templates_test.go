@@ -169,6 +169,34 @@ func TestCluster_TemplateBuiltOnOneNodeCreatesOnAnother(t *testing.T) {
 	}
 	sb := made[0]
 
+	// A build over it on the third node, which has no copy yet, pulls it.
+	a, err = call(ctx, other, http.MethodPost, "/v1/templates", map[string]any{
+		"name": name + "-derived", "from_template": name, "steps": []map[string]any{{"run": "cat /marker > /derived"}},
+	})
+	if err != nil || a.Status != http.StatusAccepted {
+		t.Fatalf("a build from %s on %s: %v %v, want 202", name, other.NodeID(), a, err)
+	}
+	var derived template
+	if err := json.Unmarshal(a.Body, &derived); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.Poll(ctx, 5*time.Minute, func() error {
+		got, a, err := getTemplate(ctx, other, derived.ID)
+		if err != nil || (got.State != "ready" && got.State != "failed") {
+			return fmt.Errorf("build %s: %v %v", derived.ID, a, err)
+		}
+		derived = got
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if derived.State != "ready" {
+		t.Fatalf("the build from another node's template failed: %s", derived.Error)
+	}
+	if a, err := call(ctx, other, http.MethodDelete, "/v1/templates/"+derived.ID, nil); err != nil || a.Status != http.StatusNoContent {
+		t.Fatalf("delete the derived template: %v %v", a, err)
+	}
+
 	// In use on one node: a delete through any node is refused.
 	for _, d := range c.Nodes {
 		a, err := call(ctx, d, http.MethodDelete, "/v1/templates/"+name, nil)
