@@ -928,11 +928,23 @@ func (c *clusterNode) dropStale(ctx context.Context, svc *service.Service) error
 	// a running placement without a row is nobody's work in progress (a
 	// failover's is "creating" until its sandbox exists).
 	for _, p := range c.node.PlacementsOf(c.self) {
-		if local[p.ID] || p.State != cluster.StateRunning {
+		if local[p.ID] || (p.State != cluster.StateRunning && p.State != cluster.StateCreating) {
 			continue
+		}
+		if _, busy := c.recreating.Load(p.ID); busy {
+			continue // a failover of this process's is making it
 		}
 		if _, err := svc.Get(ctx, service.Caller{Admin: true}, p.ID); !errors.Is(err, service.ErrNotFound) {
 			continue // there after all (a create that finished since the list), or unknown
+		}
+		if p.State == cluster.StateCreating {
+			// A recreate this node took over and a previous process of
+			// it did not finish: the sandbox is lost (its owner's delete
+			// ends it, and frees its name and template), not left
+			// "being recreated" for good.
+			c.logger.Info("cluster: a recreate cut short by a restart; the sandbox is lost", "sandbox", p.ID)
+			c.markLost(ctx, c.logger.With("sandbox", p.ID), p.ID, c.self)
+			continue
 		}
 		c.logger.Info("cluster: releasing the keys of a sandbox this node does not have", "sandbox", p.ID)
 		if err := c.node.ReleasePlacementOf(ctx, p.ID, c.self); err != nil {
