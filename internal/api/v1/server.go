@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -243,7 +244,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // message, so no internal detail or secret reaches the client.
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code, _ := classify(err)
-	s.writeErrorStatus(w, r, codes[code].status, err)
+	s.writeErrorStatus(w, r, apierr.Lookup(code).Status, err)
 }
 
 func (s *server) writeErrorStatus(w http.ResponseWriter, r *http.Request, status int, err error) {
@@ -259,13 +260,9 @@ func (s *server) writeErrorStatus(w http.ResponseWriter, r *http.Request, status
 		msg += " (request id " + requestID(r) + ")"
 	}
 	if code == CodeCapacityExhausted {
-		after := retryAfter(err)
-		if after == "" {
-			after = "1"
-		}
-		w.Header().Set("Retry-After", after)
+		w.Header().Set("Retry-After", apierr.RetryAfter(err))
 	}
-	writeJSON(w, status, errorBody{Error: errorJSON{Code: code, Message: msg, Retryable: codes[code].retryable}})
+	writeJSON(w, status, errorBody{Error: errorJSON{Code: code, Message: msg, Retryable: apierr.Lookup(code).Retryable}})
 }
 
 // logRequests gives every request an id (X-Request-Id) and logs one line
