@@ -1,14 +1,17 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,6 +78,35 @@ type wires struct {
 	daytonaSvc *daytonaGet
 	// base URLs
 	nativeURL, e2bURL, dtURL string
+	// logs is each wire's log, by wire name.
+	logs map[string]*syncBuffer
+}
+
+// syncBuffer is a log sink that handlers on other goroutines write.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// take returns what was written and empties the buffer.
+func (b *syncBuffer) take() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.String()
+	b.buf.Reset()
+	return s
+}
+
+// logged reports whether wire logged a failed request since the last call.
+// Each edge logs one, with the error in full, before it answers.
+func (w *wires) logged(wire string) bool {
+	return strings.Contains(w.logs[wire].take(), "request failed")
 }
 
 func newWires(t *testing.T) *wires {
@@ -82,14 +114,16 @@ func newWires(t *testing.T) *wires {
 	plaintext, tok, hash := auth.Generate(auth.RoleAdmin, "errtab")
 	authn := auth.NewAuthenticator(tokens{hash: {ID: tok.ID, Role: string(tok.Role), Owner: tok.Owner, SecretSHA256: hash}})
 	w := &wires{token: plaintext, maxBody: 64,
-		nativeSvc: &nativeGet{}, e2bSvc: &e2bGet{}, daytonaSvc: &daytonaGet{}}
+		nativeSvc: &nativeGet{}, e2bSvc: &e2bGet{}, daytonaSvc: &daytonaGet{},
+		logs: map[string]*syncBuffer{"native": {}, "e2b": {}, "daytona": {}}}
+	logger := func(wire string) *slog.Logger { return slog.New(slog.NewTextHandler(w.logs[wire], nil)) }
 
-	native, err := v1.New(v1.Options{Service: w.nativeSvc, Auth: authn, Tokens: auth.NewIssuer(nil), MaxBodyBytes: w.maxBody})
+	native, err := v1.New(v1.Options{Service: w.nativeSvc, Auth: authn, Tokens: auth.NewIssuer(nil), MaxBodyBytes: w.maxBody, Logger: logger("native")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := e2b.New(e2b.Options{Service: w.e2bSvc, Auth: authn, AccessTokenKey: []byte("errtab"), MaxBodyBytes: w.maxBody})
-	d := daytona.New(daytona.Options{Service: w.daytonaSvc, Auth: authn, MaxBodyBytes: w.maxBody})
+	e := e2b.New(e2b.Options{Service: w.e2bSvc, Auth: authn, AccessTokenKey: []byte("errtab"), MaxBodyBytes: w.maxBody, Logger: logger("e2b")})
+	d := daytona.New(daytona.Options{Service: w.daytonaSvc, Auth: authn, MaxBodyBytes: w.maxBody, Logger: logger("daytona")})
 	t.Cleanup(func() { d.Close() })
 	for _, s := range []struct {
 		h   http.Handler
@@ -234,8 +268,9 @@ func want(wire string, code apierr.Code, msg, retryAfter string) answer {
 // same status, retryability and message on all three (the code name on
 // the native wire, which carries it; E2B's and Daytona's retryability is
 // their status, apierr.RetryableStatus), in each wire's own shape, with
-// Retry-After exactly on 429. A class added to the table without a case
-// here fails the test.
+// Retry-After exactly on 429, and is logged as a failed request exactly
+// when it is the daemon's fault (a 5xx but 507). A class added to the
+// table without a case here fails the test.
 func TestErrorTable_EveryClassOnEveryWire(t *testing.T) {
 	w := newWires(t)
 	wrap := func(sentinel error) error { return fmt.Errorf("sandbox \"web\": %w", sentinel) }
@@ -300,9 +335,13 @@ func TestErrorTable_EveryClassOnEveryWire(t *testing.T) {
 			}
 			w.inject(tc.err)
 			for _, wire := range allWires {
+				w.logs[wire].take()
 				got := do(t, wire, w.request(t, wire, w.token, nil))
 				if diff := cmp.Diff(want(wire, tc.code, tc.message, tc.retryAfter), got); diff != "" {
 					t.Errorf("%s wire (-want +got):\n%s", wire, diff)
+				}
+				if logged, fault := w.logged(wire), tc.status >= 500 && tc.status != 507; logged != fault {
+					t.Errorf("%s wire: logged as a failed request: %v, want %v", wire, logged, fault)
 				}
 			}
 		})

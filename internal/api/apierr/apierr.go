@@ -62,6 +62,10 @@
 //   - disk_full's message: the native one, which names both limits a write
 //     can hit (the sandbox's disk limit, the host's file system); the
 //     facades said only "the sandbox's disk is full".
+//   - Logging: the native API logged every 5xx but disk_full as a
+//     failure, the facades every 5xx, so a tenant filling its own disk
+//     through E2B or Daytona wrote the daemon's error log; now every edge
+//     logs [DaemonFault]s only.
 //   - The order of the checks: the facades tested conflicts before a full
 //     disk and the native API after; no error is both, and the table has
 //     one order.
@@ -151,6 +155,14 @@ func Lookup(code Code) Class {
 // class's Retryable.
 func RetryableStatus(status int) bool {
 	return status == http.StatusTooManyRequests || (status >= 500 && status != http.StatusInsufficientStorage)
+}
+
+// DaemonFault reports whether an answer with status is the daemon's
+// failure, which an edge logs in full: a 5xx but 507 (a full sandbox is
+// its tenant's doing, and a tenant filling its disk must not fill the
+// daemon's log).
+func DaemonFault(status int) bool {
+	return status >= 500 && status != http.StatusInsufficientStorage
 }
 
 // Messages of the classes whose answer is fixed.

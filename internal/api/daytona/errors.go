@@ -80,13 +80,13 @@ func classify(err error) errorBody {
 }
 
 // writeError answers err in Daytona's shape, with Retry-After on 429.
-// Server errors are logged in full.
+// Daemon faults (apierr.DaemonFault) are logged in full.
 func (f *Facade) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return // the client went away
 	}
 	body := classify(err)
-	if body.StatusCode >= 500 {
+	if apierr.DaemonFault(body.StatusCode) {
 		f.log.ErrorContext(r.Context(), "daytona: request failed", "method", r.Method, "path", r.URL.Path, "status", body.StatusCode, "err", err)
 	}
 	if body.StatusCode == http.StatusTooManyRequests {

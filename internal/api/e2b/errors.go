@@ -50,13 +50,14 @@ func classify(err error) (status int, msg string) {
 }
 
 // writeError answers err in E2B's shape, with an integer Retry-After on 429
-// (the SDK retries only with one). Server errors are logged in full.
+// (the SDK retries only with one). Daemon faults (apierr.DaemonFault) are
+// logged in full.
 func (f *Facade) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, msg := classify(err)
 	switch {
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the client went away
-	case status >= 500:
+	case apierr.DaemonFault(status):
 		f.log.ErrorContext(r.Context(), "e2b: request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
 	if status == http.StatusTooManyRequests {

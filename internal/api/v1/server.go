@@ -254,7 +254,7 @@ func (s *server) writeErrorStatus(w http.ResponseWriter, r *http.Request, status
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads this answer.
 		s.log.DebugContext(r.Context(), "request cancelled", "request_id", requestID(r), "err", err)
-	case status >= 500 && code != CodeDiskFull: // a full sandbox is its tenant's doing, not the daemon's
+	case apierr.DaemonFault(status):
 		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestID(r),
 			"method", r.Method, "path", r.URL.Path, "code", code, "err", err)
 		msg += " (request id " + requestID(r) + ")"
