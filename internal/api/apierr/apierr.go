@@ -66,9 +66,17 @@
 //     failure, the facades every 5xx, so a tenant filling its own disk
 //     through E2B or Daytona wrote the daemon's error log; now every edge
 //     logs [DaemonFault]s only.
-//   - The order of the checks: the facades tested conflicts before a full
-//     disk and the native API after; no error is both, and the table has
-//     one order.
+//   - The order of the checks: the native API tested a full disk before
+//     not-found and the conflicts, the facades after them; no error is
+//     both, and the table has one order.
+//
+// What the SDKs rely on comes from the table's statuses: E2B's kill(),
+// getInfo() and connect() read the body's code 404 (not_found), pause()
+// 409 (conflict), 401/429/503 are its AuthenticationError, RateLimitError
+// and ServiceBusyError, 507 its NotEnoughSpaceError; Daytona picks its
+// class by status (404 DaytonaNotFoundError, 409 DaytonaConflictError,
+// 422, 429, 503, …), and by code and source only for the facade's own
+// DAYTONA_DAEMON errors.
 //
 // Unchanged, and so recorded: statuses and retryability of every other
 // class agreed; a 5xx's message is fixed (the error itself goes to the
