@@ -318,7 +318,7 @@ func (s *server) closeWithError(ctx context.Context, r *http.Request, conn *webs
 	code, msg := classify(err)
 	s.metrics.errors.WithLabelValues(string(code)).Inc()
 	status := websocket.StatusPolicyViolation
-	if apierr.Lookup(code).Status >= 500 {
+	if apierr.DaemonFault(apierr.Lookup(code).Status) {
 		s.log.ErrorContext(ctx, "exec stream failed", "request_id", requestID(r), "code", code, "err", err)
 		msg += " (request id " + requestID(r) + ")"
 		status = websocket.StatusInternalError
