@@ -1,5 +1,5 @@
 // Package api_test keeps the HTTP edges thin: they speak the service's
-// and auth's words, never the store's.
+// and auth's words, never the store's; and they share one error table.
 package api_test
 
 import (
@@ -44,5 +44,27 @@ func TestEdges_DoNotImportStore(t *testing.T) {
 	}
 	if checked < 3 {
 		t.Fatalf("checked %d packages, want the three edges at least:\n%s", checked, out)
+	}
+}
+
+// TestErrorTable_ImportsNoEdge: package apierr, the error table every edge
+// uses, imports no edge (v1, e2b, daytona), directly or not, so that any
+// edge may use it and none can bend it to its wire.
+func TestErrorTable_ImportsNoEdge(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	out, err := exec.Command(goBin, "list", "-deps", module+"internal/api/apierr").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for dep := range strings.Lines(string(out)) {
+		dep = strings.TrimSpace(dep)
+		for _, edge := range []string{"v1", "e2b", "daytona"} {
+			if dep == module+"internal/api/"+edge {
+				t.Errorf("apierr depends on the edge %s", dep)
+			}
+		}
 	}
 }

@@ -42,7 +42,7 @@ func TestWriteError_EveryDomainError(t *testing.T) {
 		{"ServiceNameConflict", wrap(service.ErrNameConflict), body(409, `sandbox "web": name conflict`), ""},
 		{"ServiceConflict", wrap(service.ErrConflict), body(409, `sandbox "web": conflict`), ""},
 		{"StoreStateConflict", wrap(store.ErrStateConflict), body(409, `sandbox "web": store: sandbox state conflict`), ""},
-		{"Unauthenticated", fmt.Errorf("key dtn_x: %w", auth.ErrUnauthenticated), body(401, "invalid API key"), ""},
+		{"Unauthenticated", fmt.Errorf("key dtn_x: %w", auth.ErrUnauthenticated), body(401, "missing or invalid API token"), ""},
 		{"CapacityWithHint", &service.RetryAfterError{Err: wrap(service.ErrCapacityExhausted), After: 4 * time.Second},
 			body(429, "the host is out of capacity; retry later"), "4"},
 		{"Quota", &service.RetryAfterError{Err: &service.QuotaError{Reason: "quota exceeded: x"}, After: 5 * time.Second},

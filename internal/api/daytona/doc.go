@@ -35,7 +35,8 @@
 // Authorization: Bearer <sandboxd API token> on every route (WebSocket
 // upgrades too). A user token sees only its owner's sandboxes; others are
 // 404. Errors are NestJS's body {statusCode, message, error}, from one
-// mapping ([classify]), with Daytona's code and source where the SDK turns
+// mapping ([classify]: the facade's own errors, else the table every edge
+// shares, package apierr), with Daytona's code and source where the SDK turns
 // them into its own classes: a missing file is 404 FILE_NOT_FOUND and a
 // command past its timeout 408 PROCESS_EXECUTION_TIMEOUT, both with source
 // DAYTONA_DAEMON. A duplicate name is 409.

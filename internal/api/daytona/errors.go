@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
-	"strconv"
 
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
@@ -66,80 +64,39 @@ type errorBody struct {
 	Source     string `json:"source,omitempty"`
 }
 
-// classify is the one mapping from facade, domain, store and auth errors
-// to Daytona's wire. Client errors carry the domain's own text (written
-// for users, never secret); server errors a fixed text, the full error
-// going to the log only.
+// classify maps an error to Daytona's wire. The facade's own errors keep
+// their status, code and source; every other error takes its class from
+// the edges' one table (apierr.Classify), whose status is Daytona's too
+// (the SDK picks its error class by it). Client errors carry the domain's
+// own text (written for users, never secret); server errors a fixed text,
+// the full error going to the log only.
 func classify(err error) errorBody {
-	status, msg := http.StatusInternalServerError, "internal error"
-	var code, source string
 	var apiErr *apiError
-	switch {
-	case errors.As(err, &apiErr):
-		status, msg, code, source = apiErr.Status, apiErr.Message, apiErr.Code, apiErr.Source
-	case errors.Is(err, auth.ErrUnauthenticated):
-		status, msg = http.StatusUnauthorized, "invalid API key"
-	case isFault(err):
-		cause, _ := service.Fault(err)
-		status, msg = http.StatusServiceUnavailable, service.FaultMessage(cause)
-	case service.Is(err, service.ErrInvalidArgument):
-		status, msg = http.StatusBadRequest, err.Error()
-	case service.Is(err, service.ErrNotFound):
-		status, msg = http.StatusNotFound, err.Error()
-	case service.Is(err, service.ErrPermissionDenied):
-		status, msg = http.StatusForbidden, err.Error()
-	case service.Is(err, service.ErrNameConflict):
-		status, msg = http.StatusConflict, err.Error()
-	case service.Is(err, service.ErrConflict):
-		status, msg = http.StatusConflict, err.Error()
-	case errors.Is(err, service.ErrDiskFull):
-		status, msg = http.StatusInsufficientStorage, "the sandbox's disk is full: free space in it first"
-	case errors.Is(err, service.ErrQuotaExceeded):
-		status, msg = http.StatusTooManyRequests, err.Error() // names the caller's own quota
-	case errors.Is(err, service.ErrCapacityExhausted):
-		status, msg = http.StatusTooManyRequests, "the host is out of capacity; retry later"
-	case errors.Is(err, service.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		status, msg = http.StatusServiceUnavailable, "temporarily unavailable; retry later"
-		if why := service.UnavailableReason(err); why != "" {
-			msg = why + "; retry later"
-		}
+	if errors.As(err, &apiErr) {
+		return errorBody{StatusCode: apiErr.Status, Message: apiErr.Message, Error: http.StatusText(apiErr.Status), Code: apiErr.Code, Source: apiErr.Source}
 	}
-	return errorBody{StatusCode: status, Message: msg, Error: http.StatusText(status), Code: code, Source: source}
+	class, msg := apierr.Classify(err)
+	return errorBody{StatusCode: class.Status, Message: msg, Error: http.StatusText(class.Status)}
 }
 
 // writeError answers err in Daytona's shape, with Retry-After on 429.
-// Server errors are logged in full.
+// Daemon faults (apierr.DaemonFault) are logged in full.
 func (f *Facade) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return // the client went away
 	}
 	body := classify(err)
-	if body.StatusCode >= 500 {
+	if apierr.DaemonFault(body.StatusCode) {
 		f.log.ErrorContext(r.Context(), "daytona: request failed", "method", r.Method, "path", r.URL.Path, "status", body.StatusCode, "err", err)
 	}
 	if body.StatusCode == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", retryAfter(err))
+		w.Header().Set("Retry-After", apierr.RetryAfter(err))
 	}
 	writeJSON(w, body.StatusCode, body)
-}
-
-// retryAfter is the Retry-After value in whole seconds, at least 1.
-func retryAfter(err error) string {
-	var ra *service.RetryAfterError
-	if !errors.As(err, &ra) || ra.After <= 0 {
-		return "1"
-	}
-	return strconv.Itoa(max(1, int(math.Ceil(ra.After.Seconds()))))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v) // our types always marshal; an error is a gone client
-}
-
-// isFault reports whether a dependency failed under the call (service.Fault).
-func isFault(err error) bool {
-	_, ok := service.Fault(err)
-	return ok
 }

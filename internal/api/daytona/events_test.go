@@ -201,7 +201,7 @@ func TestEvents_LifecycleOfTheOwnersSandboxes(t *testing.T) {
 func TestEvents_RefusedConnects(t *testing.T) {
 	s := need(t)
 	for name, tc := range map[string]struct{ send, want string }{
-		"bad token":   {`40{"token":"not-a-token"}`, `44{"message":"invalid API key"}`},
+		"bad token":   {`40{"token":"not-a-token"}`, `44{"message":"missing or invalid API token"}`},
 		"no auth":     {`40`, `44{"message":"Unauthorized"}`},
 		"bad auth":    {`40[1]`, `44{"message":"Unauthorized"}`},
 		"a namespace": {`40/admin,{"token":"x"}`, `44/admin,{"message":"Invalid namespace"}`},

@@ -675,7 +675,7 @@ func (f *Facade) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return errorf(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", tooBig.Limit)
+			return fmt.Errorf("read body: %w", err) // 413 (package apierr)
 		}
 		return badRequest("read body: %v", err)
 	}

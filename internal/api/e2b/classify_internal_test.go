@@ -44,7 +44,7 @@ func TestWriteError_EveryDomainError(t *testing.T) {
 		{"StoreStateConflict", wrap(store.ErrStateConflict), 409, `sandbox "web": store: sandbox state conflict`, ""},
 		{"ServiceIdempotencyReused", wrap(service.ErrIdempotencyKeyReused), 422, "this Idempotency-Key was used with a different request body", ""},
 		{"StoreIdempotencyReused", wrap(store.ErrIdempotencyKeyReused), 422, "this Idempotency-Key was used with a different request body", ""},
-		{"Unauthenticated", fmt.Errorf("key e2b_x: %w", auth.ErrUnauthenticated), 401, "invalid API key", ""},
+		{"Unauthenticated", fmt.Errorf("key e2b_x: %w", auth.ErrUnauthenticated), 401, "missing or invalid API token", ""},
 		{"CapacityWithHint", &service.RetryAfterError{Err: wrap(service.ErrCapacityExhausted), After: 2100 * time.Millisecond},
 			429, "the host is out of capacity; retry later", "3"},
 		{"Quota", &service.RetryAfterError{Err: &service.QuotaError{Reason: "quota exceeded: x"}, After: 5 * time.Second},

@@ -24,7 +24,9 @@
 //   - the control plane: /sandboxes…, /v2/sandboxes… and every other
 //     top-level path of E2B's API (controlPrefixes), answered here with
 //     E2B's JSON shapes and its error body {"code": <status>, "message": …}
-//     on every failure (the SDKs read `code` from the body: kill() is false
+//     on every failure, the status from the table every edge shares
+//     (package apierr) unless the facade raised the error itself (the SDKs
+//     read `code` from the body: kill() is false
 //     only on code 404, pause() only on 409). What E2B has and the facade
 //     does not (template builds, logs, teams, …:
 //     unsupported.go) is 501 naming it, never 404, which the SDK would read

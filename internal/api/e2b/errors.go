@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
-	"strconv"
 
-	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 )
 
 // apiError is an error the facade raises itself, with its HTTP status and
@@ -37,68 +34,36 @@ type errorBody struct {
 	Message string `json:"message"`
 }
 
-// classify is the one mapping from domain, store and auth errors to the
-// E2B wire: an HTTP status and a message safe to send. Client errors carry
-// the domain's own text (written for users, never secret); server errors a
-// fixed text, the full error going to the log only.
+// classify maps an error to the E2B wire: an HTTP status and a message
+// safe to send. The facade's own errors keep their status; every other
+// error takes its class from the edges' one table (apierr.Classify), whose
+// status is E2B's too (the SDKs read it as the body's code). Client errors
+// carry the domain's own text (written for users, never secret); server
+// errors a fixed text, the full error going to the log only.
 func classify(err error) (status int, msg string) {
 	var apiErr *apiError
-	switch {
-	case errors.As(err, &apiErr):
+	if errors.As(err, &apiErr) {
 		return apiErr.Status, apiErr.Message
-	case errors.Is(err, auth.ErrUnauthenticated):
-		return http.StatusUnauthorized, "invalid API key"
-	case isFault(err):
-		cause, _ := service.Fault(err)
-		return http.StatusServiceUnavailable, service.FaultMessage(cause)
-	case service.Is(err, service.ErrIdempotencyKeyReused):
-		return http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request body"
-	case service.Is(err, service.ErrInvalidArgument):
-		return http.StatusBadRequest, err.Error()
-	case service.Is(err, service.ErrNotFound):
-		return http.StatusNotFound, err.Error()
-	case service.Is(err, service.ErrPermissionDenied):
-		return http.StatusForbidden, err.Error()
-	case service.Is(err, service.ErrNameConflict), service.Is(err, service.ErrConflict):
-		return http.StatusConflict, err.Error()
-	case errors.Is(err, service.ErrDiskFull):
-		return http.StatusInsufficientStorage, "the sandbox's disk is full: free space in it first"
-	case errors.Is(err, service.ErrQuotaExceeded):
-		return http.StatusTooManyRequests, err.Error() // names the caller's own quota
-	case errors.Is(err, service.ErrCapacityExhausted):
-		return http.StatusTooManyRequests, "the host is out of capacity; retry later"
-	case errors.Is(err, service.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		if why := service.UnavailableReason(err); why != "" {
-			return http.StatusServiceUnavailable, why + "; retry later"
-		}
-		return http.StatusServiceUnavailable, "temporarily unavailable; retry later"
 	}
-	return http.StatusInternalServerError, "internal error"
+	class, msg := apierr.Classify(err)
+	return class.Status, msg
 }
 
 // writeError answers err in E2B's shape, with an integer Retry-After on 429
-// (the SDK retries only with one). Server errors are logged in full.
+// (the SDK retries only with one). Daemon faults (apierr.DaemonFault) are
+// logged in full.
 func (f *Facade) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, msg := classify(err)
 	switch {
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the client went away
-	case status >= 500:
+	case apierr.DaemonFault(status):
 		f.log.ErrorContext(r.Context(), "e2b: request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
 	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", retryAfter(err))
+		w.Header().Set("Retry-After", apierr.RetryAfter(err))
 	}
 	writeJSON(w, status, errorBody{Code: status, Message: msg})
-}
-
-// retryAfter is the Retry-After value in whole seconds, at least 1.
-func retryAfter(err error) string {
-	var ra *service.RetryAfterError
-	if !errors.As(err, &ra) || ra.After <= 0 {
-		return "1"
-	}
-	return strconv.Itoa(max(1, int(math.Ceil(ra.After.Seconds()))))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -130,10 +95,4 @@ func (f *Facade) sandboxNotFound(w http.ResponseWriter, r *http.Request, id stri
 		code = "unavailable"
 	}
 	writeJSON(w, http.StatusBadGateway, body{SandboxID: id, Message: sandboxNotFoundMessage, Code: code})
-}
-
-// isFault reports whether a dependency failed under the call (service.Fault).
-func isFault(err error) bool {
-	_, ok := service.Fault(err)
-	return ok
 }

@@ -3,6 +3,8 @@ package e2b
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -314,6 +316,10 @@ func parseHost(host, domain string) (id string, port int, ok bool) {
 // SDKs send no body, or `{}`, where every field is optional).
 func (f *Facade) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, f.maxBody))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return fmt.Errorf("read body: %w", err) // 413 (package apierr)
+	}
 	if err != nil {
 		return badRequest("read body: %v", err)
 	}

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -87,13 +88,15 @@ func (f *Facade) authenticate(r *http.Request) (service.Caller, error) {
 			key = strings.TrimSpace(tok)
 		}
 	}
+	// Every way the key can be wrong is auth.ErrUnauthenticated, one
+	// answer (package apierr).
 	if key == "" {
-		return service.Caller{}, errorf(http.StatusUnauthorized, "missing API key (X-API-KEY)")
+		return service.Caller{}, fmt.Errorf("%w: no X-API-KEY", auth.ErrUnauthenticated)
 	}
 	if strings.HasPrefix(key, "e2b_") {
 		tok, err := auth.FromE2BKey(key)
 		if err != nil {
-			return service.Caller{}, errorf(http.StatusUnauthorized, "invalid API key")
+			return service.Caller{}, fmt.Errorf("%w: %v", auth.ErrUnauthenticated, err)
 		}
 		key = tok
 	}

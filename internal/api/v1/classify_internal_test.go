@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -97,8 +98,8 @@ func TestClassify_EveryDomainError(t *testing.T) {
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("body (-want +got):\n%s", diff)
 			}
-			if st := codes[tc.code].status; st != tc.status {
-				t.Errorf("codes[%s].status = %d, the table says %d", tc.code, st, tc.status)
+			if st := apierr.Lookup(tc.code).Status; st != tc.status {
+				t.Errorf("apierr.Lookup(%s).Status = %d, the table says %d", tc.code, st, tc.status)
 			}
 		})
 	}
@@ -118,8 +119,9 @@ func TestClassify_ClientGone(t *testing.T) {
 	}
 }
 
-// TestCodes_Closed: the code table is the documented one, and every code
-// has a 4xx or 5xx status; retryable codes are exactly the 429 and 5xx ones.
+// TestCodes_Closed: the code table is the documented one (docs/api-v1.md),
+// and every code has a 4xx or 5xx status; retryable codes are exactly the
+// 429 and 5xx ones but disk_full.
 func TestCodes_Closed(t *testing.T) {
 	want := map[Code]int{
 		CodeInvalidArgument: 400, CodeUnauthenticated: 401, CodePermissionDenied: 403, CodeNotFound: 404,
@@ -128,12 +130,12 @@ func TestCodes_Closed(t *testing.T) {
 		CodeDiskFull: 507,
 	}
 	got := map[Code]int{}
-	for c, v := range codes {
-		got[c] = v.status
+	for _, c := range apierr.Classes() {
+		got[c.Code] = c.Status
 		// disk_full is the one 5xx that is not retryable: the sandbox's
 		// own disk is full, and stays so until it frees space.
-		if wantRetry := (v.status == 429 || v.status >= 500) && c != CodeDiskFull; v.retryable != wantRetry {
-			t.Errorf("%s: retryable = %v, want %v", c, v.retryable, wantRetry)
+		if wantRetry := (c.Status == 429 || c.Status >= 500) && c.Code != CodeDiskFull; c.Retryable != wantRetry {
+			t.Errorf("%s: retryable = %v, want %v", c.Code, c.Retryable, wantRetry)
 		}
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

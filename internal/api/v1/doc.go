@@ -11,7 +11,8 @@
 //     exactly the same routes, so the two cannot drift.
 //   - Errors. Handlers return errors; one function, classify, turns
 //     domain, store and auth errors into the wire's code, HTTP status and
-//     retryable flag, and writeError sends {"error":{code,message,retryable}}
+//     retryable flag (the edge's own *Error, else the table every edge
+//     shares, package apierr), and writeError sends {"error":{code,message,retryable}}
 //     (with Retry-After on capacity_exhausted) and counts it by code. A
 //     client error carries the domain's own message; a server error
 //     carries a fixed one and a request id, and only the log has the

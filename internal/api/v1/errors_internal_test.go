@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -64,7 +65,7 @@ func TestWriteError(t *testing.T) {
 			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
 				t.Fatal(err)
 			}
-			if body.Error.Code != tt.code || body.Error.Retryable != codes[tt.code].retryable {
+			if body.Error.Code != tt.code || body.Error.Retryable != apierr.Lookup(tt.code).Retryable {
 				t.Errorf("body %s", w.Body)
 			}
 			if tt.code == CodeUnavailable && !strings.Contains(body.Error.Message, "(cause: ") {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
@@ -32,8 +33,8 @@ func newMetrics(reg Registry, count func(context.Context) (map[service.State]int
 			Help:      "Error answers of the native API, by wire error code.",
 		}, []string{"code"}),
 	}
-	for code := range codes {
-		m.errors.WithLabelValues(string(code)) // every code shows from the first scrape
+	for _, class := range apierr.Classes() {
+		m.errors.WithLabelValues(string(class.Code)) // every code shows from the first scrape
 	}
 	states := &stateCollector{
 		desc:  prometheus.NewDesc("sandboxd_sandboxes", "Sandboxes on this node, by state.", []string{"state"}, nil),

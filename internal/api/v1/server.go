@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -243,7 +244,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // message, so no internal detail or secret reaches the client.
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code, _ := classify(err)
-	s.writeErrorStatus(w, r, codes[code].status, err)
+	s.writeErrorStatus(w, r, apierr.Lookup(code).Status, err)
 }
 
 func (s *server) writeErrorStatus(w http.ResponseWriter, r *http.Request, status int, err error) {
@@ -253,19 +254,15 @@ func (s *server) writeErrorStatus(w http.ResponseWriter, r *http.Request, status
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads this answer.
 		s.log.DebugContext(r.Context(), "request cancelled", "request_id", requestID(r), "err", err)
-	case status >= 500 && code != CodeDiskFull: // a full sandbox is its tenant's doing, not the daemon's
+	case apierr.DaemonFault(status):
 		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestID(r),
 			"method", r.Method, "path", r.URL.Path, "code", code, "err", err)
 		msg += " (request id " + requestID(r) + ")"
 	}
 	if code == CodeCapacityExhausted {
-		after := retryAfter(err)
-		if after == "" {
-			after = "1"
-		}
-		w.Header().Set("Retry-After", after)
+		w.Header().Set("Retry-After", apierr.RetryAfter(err))
 	}
-	writeJSON(w, status, errorBody{Error: errorJSON{Code: code, Message: msg, Retryable: codes[code].retryable}})
+	writeJSON(w, status, errorBody{Error: errorJSON{Code: code, Message: msg, Retryable: apierr.Lookup(code).Retryable}})
 }
 
 // logRequests gives every request an id (X-Request-Id) and logs one line

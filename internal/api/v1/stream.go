@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
@@ -317,11 +318,11 @@ func (s *server) closeWithError(ctx context.Context, r *http.Request, conn *webs
 	code, msg := classify(err)
 	s.metrics.errors.WithLabelValues(string(code)).Inc()
 	status := websocket.StatusPolicyViolation
-	if codes[code].status >= 500 {
+	if apierr.DaemonFault(apierr.Lookup(code).Status) {
 		s.log.ErrorContext(ctx, "exec stream failed", "request_id", requestID(r), "code", code, "err", err)
 		msg += " (request id " + requestID(r) + ")"
 		status = websocket.StatusInternalError
 	}
-	_ = send(ctx, conn, serverFrame{Type: "error", Error: &errorJSON{Code: code, Message: msg, Retryable: codes[code].retryable}})
+	_ = send(ctx, conn, serverFrame{Type: "error", Error: &errorJSON{Code: code, Message: msg, Retryable: apierr.Lookup(code).Retryable}})
 	conn.Close(status, string(code))
 }

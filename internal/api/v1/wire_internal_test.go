@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -97,8 +98,8 @@ func TestClassify(t *testing.T) {
 		}
 	}
 	ra := &service.RetryAfterError{Err: service.ErrCapacityExhausted, After: 1500 * time.Millisecond}
-	if got := retryAfter(ra); got != "2" {
-		t.Errorf("retryAfter(1.5s) = %q, want 2", got)
+	if got := apierr.RetryAfter(ra); got != "2" {
+		t.Errorf("RetryAfter(1.5s) = %q, want 2", got)
 	}
 }
 
