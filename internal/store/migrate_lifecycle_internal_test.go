@@ -50,9 +50,9 @@ func TestMigrate_LifecycleTakesOverTheDaytonaTags(t *testing.T) {
 		t.Fatal(err)
 	}
 	type view struct {
-		Lifecycle                              Lifecycle
+		Lifecycle                               Lifecycle
 		LastActivity, Stopped, Archived, Expiry int64 // ms; 0: none
-		Tags                                   map[string]string
+		Tags                                    map[string]string
 	}
 	ms := func(t time.Time) int64 {
 		if t.IsZero() {
