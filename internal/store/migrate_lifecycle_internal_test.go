@@ -40,6 +40,9 @@ func TestMigrate_LifecycleTakesOverTheDaytonaTags(t *testing.T) {
 		`INSERT INTO sandboxes (id, image, state, created_at, updated_at, tags) VALUES ('sb-del', 'img', 'stopped', 1, 7000,
 			'{"daytona/auto-stop":"5","daytona/auto-delete":"0","daytona/auto-archive":"90"}')`,
 		`INSERT INTO sandboxes (id, image, state, created_at, updated_at, expires_at, tags) VALUES ('sb-native', 'img', 'running', 1, 2000, 777, '{"x":"y"}')`,
+		// A value that is not a number of minutes is never, as the facade read it.
+		`INSERT INTO sandboxes (id, image, state, created_at, updated_at, tags) VALUES ('sb-garbage', 'img', 'stopped', 1, 8000,
+			'{"daytona/auto-stop":"0","daytona/auto-delete":"soon"}')`,
 		`INSERT INTO sandboxes (id, image, state, created_at, updated_at) VALUES ('sb-native-stopped', 'img', 'stopped', 1, 9000)`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
@@ -67,6 +70,7 @@ func TestMigrate_LifecycleTakesOverTheDaytonaTags(t *testing.T) {
 		"sb-del": {Lifecycle: Lifecycle{AutoStop: 5 * time.Minute, DeleteOnStop: true, AutoArchive: 90 * time.Minute},
 			Stopped: 7000, Tags: map[string]string{}},
 		"sb-native":         {LastActivity: 2000, Expiry: 777, Tags: map[string]string{"x": "y"}},
+		"sb-garbage":        {Lifecycle: Lifecycle{AutoArchive: 7 * 24 * time.Hour}, Stopped: 8000, Tags: map[string]string{}},
 		"sb-native-stopped": {Stopped: 9000, Tags: map[string]string{}},
 	} {
 		sb, err := scanSandbox(db.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))

@@ -28,9 +28,12 @@ UPDATE sandboxes SET stopped_at = updated_at WHERE state = 'stopped';
 -- cleared (the rules replace it) and the reserved tags are dropped.
 UPDATE sandboxes SET
 	auto_stop_ms = max(0, coalesce(CAST(json_extract(tags, '$."daytona/auto-stop"') AS INTEGER), 0)) * 60000,
+	-- Only a whole number of minutes counts (the facade read anything else
+	-- as never): text that is not one must not become 0, "at the stop".
 	auto_delete_ms = CASE
-		WHEN coalesce(CAST(json_extract(tags, '$."daytona/auto-delete"') AS INTEGER), -1) < 0 THEN -1
-		ELSE CAST(json_extract(tags, '$."daytona/auto-delete"') AS INTEGER) * 60000 END,
+		WHEN CAST(CAST(json_extract(tags, '$."daytona/auto-delete"') AS INTEGER) AS TEXT) = json_extract(tags, '$."daytona/auto-delete"')
+			AND CAST(json_extract(tags, '$."daytona/auto-delete"') AS INTEGER) >= 0
+		THEN CAST(json_extract(tags, '$."daytona/auto-delete"') AS INTEGER) * 60000 ELSE -1 END,
 	-- Daytona's default is 7 days; 0 means its maximum, 30 days.
 	auto_archive_ms = CASE coalesce(CAST(json_extract(tags, '$."daytona/auto-archive"') AS INTEGER), 10080)
 		WHEN 0 THEN 43200 ELSE min(43200, max(0, coalesce(CAST(json_extract(tags, '$."daytona/auto-archive"') AS INTEGER), 10080))) END * 60000,
