@@ -14,7 +14,7 @@ import (
 // on its row that the daemon's background loop applies, so a daemon killed
 // (SIGKILL) and started again between the create and the auto-stop still
 // stops the sandbox, and keeps it (stopped, not destroyed). Two sandboxes:
-// one made through the native API (lifecycle.auto_stop_s 20) and one
+// one made through the native API (lifecycle.auto_stop_s 45) and one
 // through the Daytona facade (autoStopInterval 1, Daytona's unit being
 // minutes). Both must be running just after the restart, and stopped
 // within a generous deadline after their interval.
@@ -66,10 +66,13 @@ func TestLifecycle_AutoStopSurvivesRestart(t *testing.T) {
 		}
 		return id
 	}
+	// Each sandbox's idle time starts between these two instants.
+	nativeFrom := time.Now()
 	native := create("/v1/sandboxes", map[string]any{
 		"image": busyboxImage, "cpu": 0.25, "memory_mb": 128, "timeout_s": 600,
-		"lifecycle": map[string]any{"auto_stop_s": 20},
+		"lifecycle": map[string]any{"auto_stop_s": 45},
 	}, http.StatusCreated)
+	daytonaFrom := time.Now()
 	daytona := create("/daytona/api/sandbox", map[string]any{
 		"snapshot": busyboxImage, "user": "root", "cpu": 0.25, "memory": 0.125, "autoStopInterval": 1,
 	}, http.StatusOK)
@@ -82,10 +85,11 @@ func TestLifecycle_AutoStopSurvivesRestart(t *testing.T) {
 		name, path string
 		stopped    func(map[string]any) bool
 		interval   time.Duration
+		from       time.Time
 	}
 	probes := []probe{
-		{"native", "/v1/sandboxes/" + native, func(m map[string]any) bool { return m["state"] == "stopped" }, 20 * time.Second},
-		{"daytona", "/daytona/api/sandbox/" + daytona, func(m map[string]any) bool { return m["state"] == "stopped" }, time.Minute},
+		{"native", "/v1/sandboxes/" + native, func(m map[string]any) bool { return m["state"] == "stopped" }, 45 * time.Second, nativeFrom},
+		{"daytona", "/daytona/api/sandbox/" + daytona, func(m map[string]any) bool { return m["state"] == "stopped" }, time.Minute, daytonaFrom},
 	}
 	for _, p := range probes {
 		status, out := call(http.MethodGet, p.path, nil)
@@ -101,7 +105,7 @@ func TestLifecycle_AutoStopSurvivesRestart(t *testing.T) {
 		for {
 			status, out := call(http.MethodGet, p.path, nil)
 			if status == http.StatusOK && p.stopped(out) {
-				if early := created.Add(p.interval); time.Now().Before(early) {
+				if early := p.from.Add(p.interval); time.Now().Before(early) {
 					t.Errorf("%s stopped %v before its auto-stop", p.name, time.Until(early))
 				}
 				break
@@ -124,7 +128,7 @@ func TestLifecycle_AutoStopSurvivesRestart(t *testing.T) {
 	if status, out := call(http.MethodPost, "/v1/sandboxes/"+native+"/start", nil); status != http.StatusOK || out["state"] != "running" {
 		t.Errorf("start after the auto-stop: %d %v", status, out)
 	}
-	if status, out := call(http.MethodGet, "/v1/sandboxes/"+native, nil); status != http.StatusOK || fmt.Sprint(out["lifecycle"]) != "map[auto_stop_s:20]" {
-		t.Errorf("native read: %d lifecycle %v; want {auto_stop_s: 20}", status, out["lifecycle"])
+	if status, out := call(http.MethodGet, "/v1/sandboxes/"+native, nil); status != http.StatusOK || fmt.Sprint(out["lifecycle"]) != "map[auto_stop_s:45]" {
+		t.Errorf("native read: %d lifecycle %v; want {auto_stop_s: 45}", status, out["lifecycle"])
 	}
 }
