@@ -109,6 +109,16 @@ type recovery struct {
 	Quota       Quota             `json:"quota"`
 	Annotations map[string]string `json:"annotations,omitempty"`
 	Key         *recoveryKey      `json:"key,omitempty"`
+	Lifecycle   *recoveryRules    `json:"lifecycle,omitempty"`
+}
+
+// recoveryRules is a recovery spec's Lifecycle (milliseconds).
+type recoveryRules struct {
+	AutoStopMS     int64 `json:"auto_stop_ms,omitempty"`
+	AutoDeleteMS   int64 `json:"auto_delete_ms,omitempty"`
+	DeleteOnStop   bool  `json:"delete_on_stop,omitempty"`
+	AutoArchiveMS  int64 `json:"auto_archive_ms,omitempty"`
+	PauseOnTimeout bool  `json:"pause_on_timeout,omitempty"`
 }
 
 // placementOf is the placement a create of id records, with its recovery
@@ -132,12 +142,23 @@ func placementOf(id string, req CreateRequest) (Placement, error) {
 		Env: req.Env, SecretEnv: req.SecretEnv, Tags: req.Tags, TimeoutMS: req.Timeout.Milliseconds(),
 		Network: req.Network, Policy: req.NetworkPolicy, Runtime: req.Runtime, Quota: req.Quota, Annotations: req.Annotations,
 		Key: key,
-	})
+	}.withRules(req.Lifecycle))
 	if err != nil {
 		return Placement{}, fmt.Errorf("recovery spec of %s: %w", id, err)
 	}
 	p.Recovery = spec
 	return p, nil
+}
+
+// withRules is r carrying l (nothing for no rules).
+func (r recovery) withRules(l Lifecycle) recovery {
+	if l != (Lifecycle{}) {
+		r.Lifecycle = &recoveryRules{
+			AutoStopMS: l.AutoStop.Milliseconds(), AutoDeleteMS: l.AutoDelete.Milliseconds(), DeleteOnStop: l.DeleteOnStop,
+			AutoArchiveMS: l.AutoArchive.Milliseconds(), PauseOnTimeout: l.PauseOnTimeout,
+		}
+	}
+	return r
 }
 
 // requestOf is the inverse of placementOf's recovery spec.
@@ -151,6 +172,13 @@ func requestOf(spec []byte) (CreateRequest, error) {
 		Env: maps.Clone(r.Env), SecretEnv: maps.Clone(r.SecretEnv), Tags: maps.Clone(r.Tags),
 		Timeout: time.Duration(r.TimeoutMS) * time.Millisecond, Network: r.Network, NetworkPolicy: r.Policy, Runtime: r.Runtime,
 		Quota: r.Quota, Annotations: maps.Clone(r.Annotations), Failover: FailoverRecreate,
+	}
+	if l := r.Lifecycle; l != nil {
+		req.Lifecycle = Lifecycle{
+			AutoStop: time.Duration(l.AutoStopMS) * time.Millisecond, AutoDelete: time.Duration(l.AutoDeleteMS) * time.Millisecond,
+			DeleteOnStop: l.DeleteOnStop, AutoArchive: time.Duration(l.AutoArchiveMS) * time.Millisecond, PauseOnTimeout: l.PauseOnTimeout,
+		}
+		req.PauseOnTimeout = l.PauseOnTimeout
 	}
 	if k := r.Key; k != nil {
 		req.Once = &OnceKey{Scope: k.Scope, Fingerprint: k.Fingerprint, RequestHash: k.RequestHash, PendingTTL: k.PendingTTL, ReplayWindow: k.ReplayWindow}

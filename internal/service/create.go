@@ -358,6 +358,7 @@ func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets, diskE
 		SSHPublicKey:     sec.keys.Public,
 		NodeID:           s.cfg.NodeID,
 		CreatedAt:        s.Clock(),
+		Lifecycle:        storeLifecycle(req.Lifecycle),
 		Spec: marshalSpec(sandboxSpec{
 			Network:       req.Network,
 			Policy:        policyOf(req),
@@ -369,7 +370,7 @@ func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets, diskE
 			DiskMB:        req.DiskMB,
 			DiskEnforced:  diskEnforced && req.DiskMB > 0,
 
-			PauseOnTimeout: req.PauseOnTimeout,
+			PauseOnTimeout: req.Lifecycle.PauseOnTimeout || req.PauseOnTimeout,
 		}),
 	}
 }

@@ -48,4 +48,12 @@
 //
 // Each step is timed; the timings travel back to the API edge as
 // [StepTiming] values (Server-Timing) and into the create-latency histogram.
+//
+// # Lifecycle rules
+//
+// A sandbox's [Lifecycle] (auto-stop after idle, auto-delete after a stop
+// or at it, auto-archive, pause on timeout) is kept on its row and applied
+// by the background loop ([Service.ApplyLifecycle], rules.go), so it holds
+// across a daemon restart; the facades only translate their wire fields to
+// and from it, and record activity ([Service.Touch]).
 package service

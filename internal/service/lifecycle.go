@@ -348,20 +348,30 @@ func (s *Service) finishDestroy(ctx context.Context, id string) error {
 
 // Stop stops a running (or paused) sandbox, keeping its filesystem.
 // Stopping a stopped sandbox returns it unchanged. Its capacity is
-// released until Start.
+// released until Start. A sandbox whose Lifecycle has DeleteOnStop is
+// destroyed by its stop (by a repeated stop too, should the first have
+// failed after the stop): the answer is its last view, and it is gone.
 func (s *Service) Stop(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
 	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	defer unlock()
+	var sb Sandbox
 	switch row.State {
 	case store.StateStopped:
-		return fromRow(row), nil
+		sb = fromRow(row)
 	case store.StateCreating:
 		return Sandbox{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
+	default:
+		if sb, err = s.stopLocked(ctx, row); err != nil {
+			return Sandbox{}, err
+		}
 	}
-	return s.stopLocked(ctx, row)
+	if sb.Lifecycle.DeleteOnStop {
+		return sb, s.deleteOnStop(ctx, sb.ID)
+	}
+	return sb, nil
 }
 
 // stopLocked is Stop under the sandbox's transition lock.
@@ -499,6 +509,9 @@ type Update struct {
 	// keeps it (decided under the writer).
 	ExtendOnly bool
 	Tags       map[string]string // nil: unchanged
+	// Lifecycle, when not nil, replaces the sandbox's lifecycle rules;
+	// its idle time starts again.
+	Lifecycle *Lifecycle
 }
 
 // UpdateSandbox applies u and returns the sandbox.
@@ -525,6 +538,17 @@ func (s *Service) UpdateSandbox(ctx context.Context, c Caller, idOrName string, 
 			return Sandbox{}, err
 		}
 		su.Tags = &u.Tags
+	}
+	if l := u.Lifecycle; l != nil {
+		if err := l.Validate(); err != nil {
+			return Sandbox{}, err
+		}
+		sl := storeLifecycle(*l)
+		su.Lifecycle = &sl
+		if spec := specOf(row); spec.PauseOnTimeout != l.PauseOnTimeout {
+			spec.PauseOnTimeout = l.PauseOnTimeout
+			su.Spec = marshalSpec(spec)
+		}
 	}
 	updated, err := s.Store.UpdateSandbox(ctx, row.ID, su)
 	if err != nil {

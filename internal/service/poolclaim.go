@@ -185,7 +185,7 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 		SealedSecrets: sec.sealedEnv, AgentTokenSealed: sec.sealedToken, BootTokenSealed: r.sealedToken,
 		SSHPublicKey: sec.keys.Public, Spec: s.newRow(id, req, sec, enforced).Spec, Claim: cl,
 		Delivery: r.delivery, DeliveryWindow: r.window,
-		Commit: commit, ExpiresAt: expires,
+		Commit: commit, ExpiresAt: expires, Lifecycle: storeLifecycle(req.Lifecycle),
 	})
 	// Both awaited whatever the write did: a destroy below must not race
 	// a policy still going in.

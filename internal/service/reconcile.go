@@ -456,7 +456,8 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 }
 
 // RunBackground makes the service ready, finishes the pool claims a crash
-// cut short, then runs the reaper (every reapEvery), the reconciler (every
+// cut short, then runs the reaper and the lifecycle rules (ApplyLifecycle)
+// (every reapEvery), the reconciler (every
 // reconcileEvery), the check of pending custom domains (every
 // Config.DomainCheckEvery) and the warm pool (pool.go) until ctx ends.
 // While the startup repair fails it is retried with backoff (Ready reports
@@ -515,6 +516,9 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 			}
 			if _, err := s.StopPausedUnderPressure(ctx); err != nil && ctx.Err() == nil {
 				s.Logger.Error("stop paused sandboxes under memory pressure", "err", err)
+			}
+			if _, err := s.ApplyLifecycle(ctx); err != nil && ctx.Err() == nil {
+				s.Logger.Error("lifecycle rules", "err", err)
 			}
 		case <-rec.C:
 			if err := s.Reconcile(ctx, false); err != nil && ctx.Err() == nil {

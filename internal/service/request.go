@@ -69,10 +69,12 @@ type CreateRequest struct {
 	// Timeout, when positive, sets the sandbox's expiry; the reaper destroys
 	// it then (pauses it, with PauseOnTimeout).
 	Timeout time.Duration
-	// PauseOnTimeout makes the reaper pause the sandbox when its timeout
-	// passes, clearing the timeout, instead of destroying it (E2B's
-	// autoPause).
+	// PauseOnTimeout is Lifecycle.PauseOnTimeout (either sets it), kept
+	// for the callers that copy it from a sandbox's spec.
 	PauseOnTimeout bool
+	// Lifecycle is the sandbox's lifecycle rules (rules.go): auto-stop,
+	// auto-delete, auto-archive, pause on timeout.
+	Lifecycle Lifecycle
 	// Network gives the sandbox outbound network; without it, it has none.
 	// It is NetworkPolicy.Mode open when NetworkPolicy has no mode.
 	Network bool
@@ -194,6 +196,11 @@ func (s *Service) normalize(req CreateRequest) (CreateRequest, error) {
 	}
 	if req.Timeout < 0 || req.Timeout > maxTimeout {
 		return req, invalid("timeout_s", "must be between 0 and %d seconds", int(maxTimeout.Seconds()))
+	}
+	req.Lifecycle.PauseOnTimeout = req.Lifecycle.PauseOnTimeout || req.PauseOnTimeout
+	req.PauseOnTimeout = req.Lifecycle.PauseOnTimeout
+	if err := req.Lifecycle.Validate(); err != nil {
+		return req, err
 	}
 	if err := validateEnv("env", req.Env); err != nil {
 		return req, err

@@ -62,8 +62,16 @@ type Sandbox struct {
 	// PausedAt is when the sandbox was paused (zero unless StatePaused).
 	PausedAt time.Time
 	// PauseOnTimeout: the sandbox pauses instead of being destroyed when
-	// its timeout passes (CreateRequest.PauseOnTimeout).
+	// its timeout passes (Lifecycle.PauseOnTimeout).
 	PauseOnTimeout bool
+	// Lifecycle is the sandbox's lifecycle rules (rules.go).
+	Lifecycle Lifecycle
+	// LastActivityAt is the last activity of the sandbox while it ran: its
+	// auto-stop counts from it. StoppedAt is when it stopped (zero unless
+	// stopped): its auto-delete and auto-archive count from it.
+	// ArchivedAt is when it was archived (zero unless stopped and
+	// archived: Archive, or its auto-archive).
+	LastActivityAt, StoppedAt, ArchivedAt time.Time
 }
 
 // Created is the outcome of a create call.
@@ -139,6 +147,10 @@ func fromRow(row store.Sandbox) Sandbox {
 		PausedAt:      row.PausedAt,
 
 		PauseOnTimeout: spec.PauseOnTimeout,
+		Lifecycle:      lifecycleOf(row, spec),
+		LastActivityAt: row.LastActivityAt,
+		StoppedAt:      row.StoppedAt,
+		ArchivedAt:     row.ArchivedAt,
 	}
 }
 

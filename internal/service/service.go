@@ -36,6 +36,12 @@ type Store interface {
 	ResumeSandbox(ctx context.Context, id string) (store.Sandbox, error)
 	PauseExpiredSandbox(ctx context.Context, id string, now time.Time) (store.Sandbox, bool, error)
 	ListPausedBefore(ctx context.Context, before time.Time) ([]store.Sandbox, error)
+	TouchSandbox(ctx context.Context, id string, at time.Time) error
+	ListIdle(ctx context.Context, now time.Time) ([]store.Sandbox, error)
+	ListAutoDeleteDue(ctx context.Context, now time.Time) ([]store.Sandbox, error)
+	BeginAutoDelete(ctx context.Context, id string, now time.Time) (store.Sandbox, bool, error)
+	ArchiveDue(ctx context.Context, now time.Time) (int, error)
+	ArchiveSandbox(ctx context.Context, id string, archived bool) (store.Sandbox, error)
 	BeginDestroy(ctx context.Context, id string) (store.Sandbox, error)
 	BeginReap(ctx context.Context, id string, now time.Time) (store.Sandbox, bool, error)
 	BeginRollBack(ctx context.Context, id string) (store.Sandbox, bool, error)

@@ -70,6 +70,57 @@ type Sandbox struct {
 	// PausedAt is when the sandbox was paused; zero unless State is
 	// StatePaused.
 	PausedAt time.Time
+	// Lifecycle is the sandbox's lifecycle rules, which the service's
+	// background loop applies from the row.
+	Lifecycle Lifecycle
+	// LastActivityAt is the last activity of the sandbox while it ran (its
+	// commit, start or resume, a change of its rules, TouchSandbox): its
+	// idle time, which Lifecycle.AutoStop bounds, counts from it.
+	LastActivityAt time.Time
+	// StoppedAt is when the sandbox stopped (zero unless StateStopped);
+	// ArchivedAt when it was archived (zero unless stopped and archived).
+	StoppedAt, ArchivedAt time.Time
+}
+
+// Lifecycle is a sandbox's lifecycle rules. The zero value has none.
+type Lifecycle struct {
+	// AutoStop stops a running sandbox idle this long; 0: never.
+	AutoStop time.Duration
+	// AutoDelete destroys a stopped sandbox this long after its stop; 0:
+	// never, unless DeleteOnStop.
+	AutoDelete time.Duration
+	// DeleteOnStop destroys the sandbox as soon as it stops.
+	DeleteOnStop bool
+	// AutoArchive archives a stopped sandbox this long after its stop; 0:
+	// never.
+	AutoArchive time.Duration
+}
+
+// autoDeleteMillis is the auto_delete_ms column of l: -1 never, 0 at
+// the stop, else the delay.
+func (l Lifecycle) autoDeleteMillis() int64 {
+	switch {
+	case l.DeleteOnStop:
+		return 0
+	case l.AutoDelete <= 0:
+		return -1
+	}
+	return max(1, l.AutoDelete.Milliseconds())
+}
+
+// lifecycleOf is the inverse of the three columns.
+func lifecycleOf(stopMs, deleteMs, archiveMs int64) Lifecycle {
+	l := Lifecycle{
+		AutoStop:    time.Duration(stopMs) * time.Millisecond,
+		AutoArchive: time.Duration(archiveMs) * time.Millisecond,
+	}
+	switch {
+	case deleteMs == 0:
+		l.DeleteOnStop = true
+	case deleteMs > 0:
+		l.AutoDelete = time.Duration(deleteMs) * time.Millisecond
+	}
+	return l
 }
 
 // PoolOwner owns the warm pool's idle sandboxes, which are running rows
@@ -81,7 +132,8 @@ const PoolOwner = "sandboxd:pool"
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox order.
 const sandboxColumns = `id, name, owner, image, state, cpu_millis, memory_mb, tags, env,
 	sealed_secrets, spec, agent_token_sealed, ssh_public_key, node_id,
-	created_at, updated_at, expires_at, error_reason, destroying_since, boot_token_sealed, paused_at`
+	created_at, updated_at, expires_at, error_reason, destroying_since, boot_token_sealed, paused_at,
+	auto_stop_ms, auto_delete_ms, auto_archive_ms, last_activity_at, stopped_at, archived_at`
 
 func scanSandbox(r rowScanner) (Sandbox, error) {
 	var (
@@ -90,10 +142,15 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 		createdMs, updatedMs int64
 		expiresMs, destroyMs sql.NullInt64
 		pausedMs             sql.NullInt64
+		stopMs, deleteMs     int64
+		archiveMs            int64
+		activityMs           sql.NullInt64
+		stoppedMs, archMs    sql.NullInt64
 	)
 	err := r.Scan(&sb.ID, &sb.Name, &sb.Owner, &sb.Image, &sb.State, &sb.CPUMillis, &sb.MemoryMB,
 		&tags, &env, &sb.SealedSecrets, &spec, &sb.AgentTokenSealed, &sb.SSHPublicKey, &sb.NodeID,
-		&createdMs, &updatedMs, &expiresMs, &sb.ErrorReason, &destroyMs, &sb.BootTokenSealed, &pausedMs)
+		&createdMs, &updatedMs, &expiresMs, &sb.ErrorReason, &destroyMs, &sb.BootTokenSealed, &pausedMs,
+		&stopMs, &deleteMs, &archiveMs, &activityMs, &stoppedMs, &archMs)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -109,6 +166,10 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 	sb.ExpiresAt = fromMillis(expiresMs)
 	sb.DestroyingSince = fromMillis(destroyMs)
 	sb.PausedAt = fromMillis(pausedMs)
+	sb.Lifecycle = lifecycleOf(stopMs, deleteMs, archiveMs)
+	sb.LastActivityAt = fromMillis(activityMs)
+	sb.StoppedAt = fromMillis(stoppedMs)
+	sb.ArchivedAt = fromMillis(archMs)
 	return sb, nil
 }
 
@@ -156,10 +217,12 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, NULL)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, NULL, ?, ?, ?, ?, NULL, NULL)`,
 			sb.ID, sb.Name, sb.Owner, sb.Image, sb.State, sb.CPUMillis, sb.MemoryMB, tags, env,
 			sb.SealedSecrets, spec, sb.AgentTokenSealed, sb.SSHPublicKey, sb.NodeID,
-			createdMs, createdMs, nullMillis(sb.ExpiresAt), sb.ErrorReason, sb.BootTokenSealed)
+			createdMs, createdMs, nullMillis(sb.ExpiresAt), sb.ErrorReason, sb.BootTokenSealed,
+			max(0, sb.Lifecycle.AutoStop.Milliseconds()), sb.Lifecycle.autoDeleteMillis(), max(0, sb.Lifecycle.AutoArchive.Milliseconds()),
+			nullMillis(sb.LastActivityAt))
 		return err
 	})
 	switch {
@@ -391,9 +454,17 @@ func (s *Store) UpdateSandboxState(ctx context.Context, id string, from []Sandbo
 			return &StateConflictError{ID: id, Current: cur, Want: slices.Clone(from)}
 		}
 		var err error
+		now := s.nowMillis()
+		// A stop records when (auto-delete and auto-archive count from
+		// then) and a repeat keeps the first time; it keeps the archive
+		// mark (ArchiveSandbox marks before its stop); leaving stopped
+		// clears both marks; a start is activity.
 		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
-			SET state = ?, error_reason = ?, updated_at = ?, paused_at = NULL WHERE id = ?
-			RETURNING `+sandboxColumns, to, reason, s.nowMillis(), id))
+			SET stopped_at = CASE WHEN ?1 <> 'stopped' THEN NULL WHEN state = 'stopped' THEN stopped_at ELSE ?3 END,
+				archived_at = CASE WHEN ?1 = 'stopped' THEN archived_at END,
+				last_activity_at = CASE WHEN ?1 = 'running' AND state <> 'running' THEN ?3 ELSE last_activity_at END,
+				state = ?1, error_reason = ?2, updated_at = ?3, paused_at = NULL WHERE id = ?4
+			RETURNING `+sandboxColumns, to, reason, now, id))
 		return err
 	})
 	if err != nil {
@@ -424,7 +495,7 @@ func (s *Store) PauseSandbox(ctx context.Context, id string) (Sandbox, error) {
 func (s *Store) ResumeSandbox(ctx context.Context, id string) (Sandbox, error) {
 	now := s.nowMillis()
 	sb, err := s.moveState(ctx, id, StatePaused, StateRunning,
-		`expires_at = CASE WHEN expires_at IS NULL THEN NULL ELSE expires_at + max(0, ? - paused_at) END, paused_at = NULL`, now)
+		`expires_at = CASE WHEN expires_at IS NULL THEN NULL ELSE expires_at + max(0, ? - paused_at) END, paused_at = NULL, last_activity_at = ?`, now, now)
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
@@ -501,6 +572,9 @@ type SandboxUpdate struct {
 	ExtendOnly bool
 	// Spec replaces the service's spec JSON.
 	Spec json.RawMessage
+	// Lifecycle replaces the lifecycle rules; the sandbox's idle time
+	// starts again (a change of its rules is activity).
+	Lifecycle *Lifecycle
 }
 
 // UpdateSandbox applies u to sandbox id and returns the updated row, or ErrNotFound (also
@@ -523,6 +597,10 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, u SandboxUpdate) (
 			return Sandbox{}, invalidf("update sandbox %s: tags: %v", id, err)
 		}
 		sets, args = append(sets, "tags = ?"), append(args, tags)
+	}
+	if l := u.Lifecycle; l != nil {
+		sets = append(sets, "auto_stop_ms = ?", "auto_delete_ms = ?", "auto_archive_ms = ?", "last_activity_at = ?")
+		args = append(args, max(0, l.AutoStop.Milliseconds()), l.autoDeleteMillis(), max(0, l.AutoArchive.Milliseconds()), args[0])
 	}
 	if u.Spec != nil {
 		if !json.Valid(u.Spec) {
@@ -632,7 +710,7 @@ func (s *Store) CommitCreate(ctx context.Context, id string, expiresAt time.Time
 		}
 		var err error
 		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
-			SET state = ?, expires_at = ?, error_reason = '', updated_at = ? WHERE id = ?
+			SET state = ?1, expires_at = ?2, error_reason = '', updated_at = ?3, last_activity_at = ?3 WHERE id = ?4
 			RETURNING `+sandboxColumns, StateRunning, nullMillis(expiresAt), s.nowMillis(), id))
 		return err
 	})
@@ -730,6 +808,8 @@ type PoolClaim struct {
 	// expires at ExpiresAt (zero: never).
 	Commit    bool
 	ExpiresAt time.Time
+	// Lifecycle is the owner's lifecycle rules for the sandbox.
+	Lifecycle Lifecycle
 }
 
 // ClaimPooled hands the warm pool's idle sandbox c.ID to its owner in one
@@ -780,12 +860,15 @@ func (s *Store) ClaimPooled(ctx context.Context, c PoolClaim) (Sandbox, error) {
 		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
 			SET owner = ?, name = ?, tags = ?, env = ?, sealed_secrets = ?, agent_token_sealed = ?,
 				boot_token_sealed = ?, ssh_public_key = ?, spec = ?, state = ?, expires_at = ?,
-				created_at = ?, updated_at = ?
+				created_at = ?, updated_at = ?, last_activity_at = ?,
+				auto_stop_ms = ?, auto_delete_ms = ?, auto_archive_ms = ?
 			WHERE id = ? AND owner = ? AND state = ? AND destroying_since IS NULL
 			RETURNING `+sandboxColumns,
 			c.Owner, c.Name, tags, env, c.SealedSecrets, c.AgentTokenSealed,
 			c.BootTokenSealed, c.SSHPublicKey, spec, state, expires,
-			now, now, c.ID, PoolOwner, StateRunning))
+			now, now, now,
+			max(0, c.Lifecycle.AutoStop.Milliseconds()), c.Lifecycle.autoDeleteMillis(), max(0, c.Lifecycle.AutoArchive.Milliseconds()),
+			c.ID, PoolOwner, StateRunning))
 		if err = notFound(err); err != nil {
 			return err
 		}

@@ -56,6 +56,29 @@ type Sandbox struct {
 	ErrorReason string `json:"error_reason,omitempty"`
 	// PausedAt is when the sandbox was paused; zero unless StatePaused.
 	PausedAt time.Time `json:"paused_at,omitzero"`
+	// Lifecycle is the sandbox's lifecycle rules; nil when it has none.
+	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
+	// StoppedAt is when the sandbox stopped and ArchivedAt when it was
+	// archived; zero unless it is stopped (and archived).
+	StoppedAt  time.Time `json:"stopped_at,omitzero"`
+	ArchivedAt time.Time `json:"archived_at,omitzero"`
+}
+
+// Lifecycle is what the daemon does to a sandbox nobody acts on. The
+// daemon applies it from its database, so it holds across restarts.
+type Lifecycle struct {
+	// AutoStopS stops a running sandbox idle this many seconds (its
+	// files kept); 0: never.
+	AutoStopS int64 `json:"auto_stop_s,omitempty"`
+	// AutoDeleteS destroys a stopped sandbox this many seconds after its
+	// stop; a pointer to 0 destroys it at the stop; nil: never.
+	AutoDeleteS *int64 `json:"auto_delete_s,omitempty"`
+	// AutoArchiveS archives a stopped sandbox this many seconds after its
+	// stop; 0: never.
+	AutoArchiveS int64 `json:"auto_archive_s,omitempty"`
+	// OnTimeout is what its timeout does: "destroy" (the default) or
+	// "pause".
+	OnTimeout string `json:"on_timeout,omitempty"`
 }
 
 // Mount binds a named volume (a directory the daemon keeps) into a sandbox.
@@ -100,6 +123,9 @@ type CreateRequest struct {
 	NetworkPolicy *NetworkPolicy `json:"-"`
 	Mounts        []Mount        `json:"mounts,omitempty"`
 	Runtime       string         `json:"runtime,omitempty"`
+	// Lifecycle is the sandbox's lifecycle rules (auto-stop, auto-delete,
+	// auto-archive, pause on timeout); nil: none.
+	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
 
 	// IdempotencyKey is sent as the Idempotency-Key header. Empty means a
 	// fresh random key per CreateSandbox call (NewIdempotencyKey). Set it

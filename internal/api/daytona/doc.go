@@ -104,35 +104,33 @@
 // would report as a missing resource. At create, a declarative image
 // (buildInfo beyond one FROM line) is a 400.
 //
-// # Auto-stop and auto-delete
+// # Auto-stop, auto-delete and auto-archive
 //
-// The intervals (minutes) are kept as reserved tags (prefix "daytona/",
-// hidden from labels, refused in labels) and honoured through the
-// sandbox's timeout, which the reaper enforces. The reaper destroys; it
-// cannot stop. So:
+// The intervals (minutes) are the sandbox's lifecycle rules in the
+// service (service.Lifecycle, kept on its row and applied by the daemon's
+// background loop, so they hold across a restart); the facade only
+// translates them at create, in the set… routes and in reads, and keeps no
+// timer and no tag for them:
 //
-//   - auto-stop 0 (the default here; Daytona's hosted default is 15): the
-//     running sandbox has no timeout.
-//   - auto-stop N > 0: the sandbox is destroyed N minutes (plus the
-//     auto-delete interval, when ≥ 0) after its last activity — create,
-//     start, a change of interval, or any toolbox call (which pushes the
-//     deadline back at most once a minute). Where Daytona would stop an
-//     idle sandbox and keep it (auto-delete -1), sandboxd destroys it.
-//   - stopping a sandbox sets its timeout to the auto-delete interval
-//     (none for -1, the default); auto-delete 0 destroys it at the stop.
-//     Starting it restores the auto-stop deadline.
+//   - autoStopInterval N > 0: the sandbox is stopped (its filesystem kept)
+//     N minutes after its last activity — create, start, a change of its
+//     rules, or any toolbox call (recorded at most once a minute); 0 (the
+//     default here; Daytona's hosted default is 15): never.
+//   - autoDeleteInterval N > 0: a stopped sandbox is destroyed N minutes
+//     after its stop; 0: at the stop itself (stop and archive answer it
+//     destroyed); -1 (the default): never.
+//   - autoArchiveInterval: a stopped sandbox becomes archived N minutes
+//     after its stop (default 7 days); 0 is Daytona's maximum, 30 days
+//     (43200, which reads answer), and larger values are capped to it.
 //
-// # Archive and auto-archive
+// # Archive
 //
 // Daytona archives a stopped sandbox's filesystem to object storage; here
-// the stopped container keeps it. So POST archive stops the sandbox (if it
-// runs) and marks it archived, start (or recover) starts it and clears the
-// mark, and the state reads "archived" for a stopped sandbox that is
-// marked or that this facade stopped at least autoArchiveInterval minutes
-// ago (default 7 days; 0 is the maximum, 30 days). That is computed when
-// the sandbox is read, so auto-archive needs no reaper pass; a sandbox
-// stopped through another edge is archived only on request. list's states
-// filter knows archived.
+// the stopped container keeps it. So POST archive is the service's Archive:
+// the sandbox is stopped (if it runs) and marked archived (its stop event
+// already says archived); start (or recover) starts it and clears the
+// mark. The state reads "archived" for a stopped sandbox that is marked,
+// whichever edge stopped it. list's states filter knows archived.
 //
 // # One account
 //

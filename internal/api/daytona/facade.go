@@ -30,6 +30,8 @@ type Service interface {
 	Destroy(ctx context.Context, c service.Caller, idOrName string) error
 	Start(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	Stop(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	Archive(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
+	Touch(ctx context.Context, sb service.Sandbox) error
 	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
 	Exec(ctx context.Context, c service.Caller, idOrName string, req service.ExecRequest) (*service.ExecResult, error)
 	Upload(ctx context.Context, c service.Caller, idOrName, path, user string, r io.Reader) error

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandboxd/sandboxd/internal/service"
 )
 
 func TestParseStatus(t *testing.T) {
@@ -47,22 +49,31 @@ func TestSingleFrom(t *testing.T) {
 	}
 }
 
-func TestLifetime(t *testing.T) {
+// TestIntervals: Daytona's auto-stop and auto-delete intervals (minutes)
+// as the service's rules, and back: auto-delete -1 is never, 0 at the
+// stop.
+func TestIntervals(t *testing.T) {
 	for _, tc := range []struct {
-		running              bool
 		autoStop, autoDelete int
-		want                 time.Duration
+		want                 service.Lifecycle
 	}{
-		{true, 0, -1, 0},
-		{true, 0, 10, 0},
-		{true, 15, -1, 15 * time.Minute},
-		{true, 15, 10, 25 * time.Minute},
-		{false, 15, -1, 0},
-		{false, 15, 10, 10 * time.Minute},
-		{false, 15, 0, time.Second},
+		{0, -1, service.Lifecycle{}},
+		{15, -1, service.Lifecycle{AutoStop: 15 * time.Minute}},
+		{15, 0, service.Lifecycle{AutoStop: 15 * time.Minute, DeleteOnStop: true}},
+		{0, 10, service.Lifecycle{AutoDelete: 10 * time.Minute}},
 	} {
-		if got := lifetime(tc.running, tc.autoStop, tc.autoDelete); got != tc.want {
-			t.Errorf("lifetime(%v, %d, %d) = %v, want %v", tc.running, tc.autoStop, tc.autoDelete, got, tc.want)
+		got, err := intervals(service.Lifecycle{AutoArchive: time.Hour}, tc.autoStop, tc.autoDelete)
+		tc.want.AutoArchive = time.Hour
+		if err != nil || got != tc.want {
+			t.Errorf("intervals(%d, %d) = %+v, %v; want %+v", tc.autoStop, tc.autoDelete, got, err, tc.want)
+		}
+		if minutes(got.AutoStop) != tc.autoStop || autoDeleteOf(got) != tc.autoDelete {
+			t.Errorf("%+v reads back as %d/%d", got, minutes(got.AutoStop), autoDeleteOf(got))
+		}
+	}
+	for _, bad := range [][2]int{{-1, -1}, {10081, -1}, {0, -2}, {0, 10081}} {
+		if _, err := intervals(service.Lifecycle{}, bad[0], bad[1]); err == nil {
+			t.Errorf("intervals(%d, %d): no error", bad[0], bad[1])
 		}
 	}
 }

@@ -127,27 +127,24 @@ func (f *Facade) createRequest(owner string, b createBody) (service.CreateReques
 	if b.AutoDeleteInterval != nil {
 		autoDelete = *b.AutoDeleteInterval
 	}
-	if err := validIntervals(autoStop, autoDelete); err != nil {
-		return service.CreateRequest{}, err
-	}
-	tags, err := checkLabels(b.Labels)
+	rules, err := intervals(service.Lifecycle{}, autoStop, autoDelete)
 	if err != nil {
 		return service.CreateRequest{}, err
 	}
-	setIntervals(tags, autoStop, autoDelete)
+	archive := defaultAutoArchive
 	if b.AutoArchiveInterval != nil {
-		if err := validAutoArchive(*b.AutoArchiveInterval); err != nil {
-			return service.CreateRequest{}, err
-		}
-		tags[tagAutoArchive] = strconv.Itoa(*b.AutoArchiveInterval)
+		archive = *b.AutoArchiveInterval
+	}
+	if rules.AutoArchive, err = autoArchive(archive); err != nil {
+		return service.CreateRequest{}, err
 	}
 	req := service.CreateRequest{
-		Owner:   owner,
-		Image:   image,
-		Name:    b.Name,
-		Env:     b.Env,
-		Tags:    tags,
-		Timeout: lifetime(true, autoStop, autoDelete),
+		Owner:     owner,
+		Image:     image,
+		Name:      b.Name,
+		Env:       b.Env,
+		Tags:      maps.Clone(b.Labels),
+		Lifecycle: rules,
 		// Daytona's default is network on; this daemon's policy decides.
 		NetworkPolicy: policy,
 		Annotations: map[string]string{
@@ -317,57 +314,25 @@ func singleFrom(dockerfile string) (string, bool) {
 	return ref, ref != ""
 }
 
-// checkLabels copies labels into a new tag map, refusing the reserved
-// prefix. Key and value rules are the service's (tags).
-func checkLabels(labels map[string]string) (map[string]string, error) {
-	tags := make(map[string]string, len(labels)+2)
-	for k, v := range labels {
-		if strings.HasPrefix(k, reservedTagPrefix) {
-			return nil, badRequest("label %q: the %q prefix is reserved", k, reservedTagPrefix)
-		}
-		tags[k] = v
-	}
-	return tags, nil
-}
+// Bounds of Daytona's auto-stop and auto-delete intervals, in minutes:
+// the service's (7 days).
+const maxIntervalMinutes = 7 * 24 * 60
 
-func validIntervals(autoStop, autoDelete int) error {
-	const maxMinutes = 7 * 24 * 60 // the service's longest timeout
+// intervals is l with Daytona's auto-stop (minutes, 0: never) and
+// auto-delete (minutes, -1: never, 0: at the stop) intervals.
+func intervals(l service.Lifecycle, autoStop, autoDelete int) (service.Lifecycle, error) {
 	switch {
-	case autoStop < 0 || autoStop > maxMinutes:
-		return badRequest("autoStopInterval must be between 0 and %d minutes", maxMinutes)
-	case autoDelete < -1 || autoDelete > maxMinutes:
-		return badRequest("autoDeleteInterval must be between -1 and %d minutes", maxMinutes)
-	case autoStop+max(autoDelete, 0) > maxMinutes:
-		return badRequest("autoStopInterval plus autoDeleteInterval must be at most %d minutes", maxMinutes)
+	case autoStop < 0 || autoStop > maxIntervalMinutes:
+		return l, badRequest("autoStopInterval must be between 0 and %d minutes", maxIntervalMinutes)
+	case autoDelete < -1 || autoDelete > maxIntervalMinutes:
+		return l, badRequest("autoDeleteInterval must be between -1 and %d minutes", maxIntervalMinutes)
 	}
-	return nil
-}
-
-func setIntervals(tags map[string]string, autoStop, autoDelete int) {
-	tags[tagAutoStop] = strconv.Itoa(autoStop)
-	tags[tagAutoDelete] = strconv.Itoa(autoDelete)
-}
-
-// lifetime is the timeout the reaper enforces for a sandbox that is
-// running (or stopped) now, from its intervals; 0 is none. The reaper can
-// only destroy, so (see the package documentation):
-//
-//   - running, auto-stop off: none.
-//   - running, auto-stop N: destroyed N (+ auto-delete, when ≥ 0) minutes
-//     after the last activity, when Daytona would have stopped it (and
-//     then deleted it).
-//   - stopped: destroyed auto-delete minutes after the stop; never with -1.
-func lifetime(running bool, autoStop, autoDelete int) time.Duration {
-	if running {
-		if autoStop == 0 {
-			return 0
-		}
-		return time.Duration(autoStop+max(autoDelete, 0)) * time.Minute
+	l.AutoStop = time.Duration(autoStop) * time.Minute
+	l.AutoDelete, l.DeleteOnStop = 0, autoDelete == 0
+	if autoDelete > 0 {
+		l.AutoDelete = time.Duration(autoDelete) * time.Minute
 	}
-	if autoDelete < 0 {
-		return 0
-	}
-	return max(time.Duration(autoDelete)*time.Minute, time.Second)
+	return l, nil
 }
 
 // get is GET /sandbox/{idOrName}.
@@ -469,16 +434,13 @@ func (f *Facade) delete(w http.ResponseWriter, r *http.Request, c service.Caller
 
 // start is POST /sandbox/{id}/start (and /recover): answers once the
 // sandbox is started; an archived one is recovered. Its auto-stop clock
-// restarts.
+// restarts (the service's: a start is activity).
 func (f *Facade) start(w http.ResponseWriter, r *http.Request, c service.Caller) error {
 	sb, err := f.svc.Start(r.Context(), c, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
 	f.dropSessions(sb.ID) // their shells died with the container
-	if sb, err = f.applyLifetime(r.Context(), c, sb); err != nil {
-		return err
-	}
 	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))
 	return nil
 }
@@ -495,63 +457,25 @@ func (f *Facade) stop(w http.ResponseWriter, r *http.Request, c service.Caller) 
 	return nil
 }
 
-// stopSandbox stops a sandbox for stop and archive and returns its view.
+// stopSandbox stops a sandbox and returns its view: destroyed when its
+// auto-delete is 0 (the service destroys it with its stop).
 func (f *Facade) stopSandbox(r *http.Request, c service.Caller, id string) (sandboxDTO, error) {
 	sb, err := f.svc.Stop(r.Context(), c, id)
 	if err != nil {
 		return sandboxDTO{}, err
 	}
 	f.dropSessions(sb.ID)
-	if autoDeleteOf(sb.Tags) == 0 {
-		if err := f.svc.Destroy(r.Context(), c, sb.ID); err != nil && !errors.Is(err, service.ErrNotFound) {
-			return sandboxDTO{}, err
-		}
-		d := dto(sb, toolboxBase(r), true)
+	return stoppedDTO(sb, toolboxBase(r)), nil
+}
+
+// stoppedDTO is the view of sb as a stop left it: destroyed when its
+// rules delete it at the stop.
+func stoppedDTO(sb service.Sandbox, toolboxURL string) sandboxDTO {
+	d := dto(sb, toolboxURL, true)
+	if sb.Lifecycle.DeleteOnStop {
 		d.State, d.DesiredState = "destroyed", "destroyed"
-		return d, nil
 	}
-	if sb, err = f.applyLifetime(r.Context(), c, sb); err != nil {
-		return sandboxDTO{}, err
-	}
-	return dto(sb, toolboxBase(r), true), nil
-}
-
-// applyLifetime sets sb's timeout from its intervals and state, and its
-// archive marks: a stopped sandbox records when it stopped (auto-archive
-// counts from then), a running one drops both marks.
-func (f *Facade) applyLifetime(ctx context.Context, c service.Caller, sb service.Sandbox) (service.Sandbox, error) {
-	running := sb.State == service.StateRunning
-	d := lifetime(running, autoStopOf(sb.Tags), autoDeleteOf(sb.Tags))
-	u := service.Update{Tags: lifecycleTags(sb.Tags, running, time.Now())}
-	if d != 0 || !sb.ExpiresAt.IsZero() {
-		u.SetTimeout, u.Timeout = true, d
-	}
-	if u.Tags == nil && !u.SetTimeout {
-		return sb, nil
-	}
-	return f.svc.UpdateSandbox(ctx, c, sb.ID, u)
-}
-
-// lifecycleTags is tags with the archive marks a sandbox in that state
-// should have, or nil when they need no change.
-func lifecycleTags(tags map[string]string, running bool, now time.Time) map[string]string {
-	_, stoppedAt := tags[tagStoppedAt]
-	_, marked := tags[tagArchived]
-	switch {
-	case running && (stoppedAt || marked):
-		out := maps.Clone(tags)
-		delete(out, tagStoppedAt)
-		delete(out, tagArchived)
-		return out
-	case !running && !stoppedAt:
-		out := maps.Clone(tags)
-		if out == nil {
-			out = map[string]string{}
-		}
-		out[tagStoppedAt] = strconv.FormatInt(now.Unix(), 10)
-		return out
-	}
-	return nil
+	return d
 }
 
 // setLabels is PUT /sandbox/{id}/labels {labels}: the labels are replaced.
@@ -560,20 +484,12 @@ func (f *Facade) setLabels(w http.ResponseWriter, r *http.Request, c service.Cal
 	if err := f.decodeJSON(w, r, &body); err != nil {
 		return err
 	}
-	tags, err := checkLabels(body.Labels)
+	tags := maps.Clone(body.Labels)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	sb, err := f.svc.UpdateSandbox(r.Context(), c, r.PathValue("id"), service.Update{Tags: tags})
 	if err != nil {
-		return err
-	}
-	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	for k, v := range sb.Tags {
-		if strings.HasPrefix(k, reservedTagPrefix) {
-			tags[k] = v
-		}
-	}
-	if sb, err = f.svc.UpdateSandbox(r.Context(), c, sb.ID, service.Update{Tags: tags}); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))
@@ -581,41 +497,44 @@ func (f *Facade) setLabels(w http.ResponseWriter, r *http.Request, c service.Cal
 }
 
 // setAutoStop is POST /sandbox/{id}/autostop/{minutes} (0: never). The
-// reaper's deadline is recomputed from now.
+// sandbox's idle time starts again.
 func (f *Facade) setAutoStop(w http.ResponseWriter, r *http.Request, c service.Caller) error {
-	return f.setInterval(w, r, c, func(tags map[string]string, n int) { tags[tagAutoStop] = strconv.Itoa(n) })
+	return f.setInterval(w, r, c, func(l service.Lifecycle, n int) (service.Lifecycle, error) {
+		return intervals(l, n, autoDeleteOf(l))
+	})
 }
 
 // setAutoDelete is POST /sandbox/{id}/autodelete/{minutes} (-1: never, 0:
-// at stop). The reaper's deadline is recomputed from now.
+// at stop).
 func (f *Facade) setAutoDelete(w http.ResponseWriter, r *http.Request, c service.Caller) error {
-	return f.setInterval(w, r, c, func(tags map[string]string, n int) { tags[tagAutoDelete] = strconv.Itoa(n) })
+	return f.setInterval(w, r, c, func(l service.Lifecycle, n int) (service.Lifecycle, error) {
+		return intervals(l, minutes(l.AutoStop), n)
+	})
 }
 
-func (f *Facade) setInterval(w http.ResponseWriter, r *http.Request, c service.Caller, set func(map[string]string, int)) error {
+func (f *Facade) setInterval(w http.ResponseWriter, r *http.Request, c service.Caller, set func(service.Lifecycle, int) (service.Lifecycle, error)) error {
 	n, err := strconv.Atoi(r.PathValue("minutes"))
 	if err != nil {
 		return badRequest("minutes must be an integer")
 	}
+	return f.setRules(w, r, c, func(l *service.Lifecycle) (err error) {
+		*l, err = set(*l, n)
+		return err
+	})
+}
+
+// setRules changes the sandbox's lifecycle rules with change and answers
+// its view; a change that fails writes nothing.
+func (f *Facade) setRules(w http.ResponseWriter, r *http.Request, c service.Caller, change func(*service.Lifecycle) error) error {
 	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	tags := maps.Clone(sb.Tags)
-	if tags == nil {
-		tags = map[string]string{}
-	}
-	set(tags, n)
-	autoStop, autoDelete := autoStopOf(tags), autoDeleteOf(tags)
-	if err := validIntervals(autoStop, autoDelete); err != nil {
+	l := sb.Lifecycle
+	if err := change(&l); err != nil {
 		return err
 	}
-	sb, err = f.svc.UpdateSandbox(r.Context(), c, sb.ID, service.Update{
-		Tags:       tags,
-		SetTimeout: true,
-		Timeout:    lifetime(sb.State == service.StateRunning, autoStop, autoDelete),
-	})
-	if err != nil {
+	if sb, err = f.svc.UpdateSandbox(r.Context(), c, sb.ID, service.Update{Lifecycle: &l}); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))

@@ -82,7 +82,6 @@ func TestErrors_Shapes(t *testing.T) {
 		{"no token", "", http.MethodGet, "/sandbox", nil, http.StatusUnauthorized},
 		{"bad token", "not-a-token", http.MethodGet, "/sandbox/x", nil, http.StatusUnauthorized},
 		{"gpu", s.Admin, http.MethodPost, "/sandbox", map[string]any{"gpu": 1}, http.StatusBadRequest},
-		{"reserved label", s.Admin, http.MethodPost, "/sandbox", map[string]any{"labels": map[string]string{"daytona/auto-stop": "1"}}, http.StatusBadRequest},
 		{"bad name", s.Admin, http.MethodPost, "/sandbox", map[string]any{"name": "Not A Label"}, http.StatusBadRequest},
 		{"bad json", s.Admin, http.MethodPost, "/sandbox", strings.NewReader("{"), http.StatusBadRequest},
 		{"toolbox of unknown sandbox", s.Admin, http.MethodPost, "/toolbox/sb-0000000000000000/process/execute", map[string]any{"command": "true"}, http.StatusNotFound},
@@ -209,8 +208,9 @@ func TestLabelsAndIntervals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Until(got.ExpiresAt); d < 29*time.Minute || d > 30*time.Minute {
-		t.Errorf("expires in %v, want 30 min", d)
+	// The rule is the service's, on the row: no timeout stands in for it.
+	if got.Lifecycle.AutoStop != 30*time.Minute || !got.ExpiresAt.IsZero() {
+		t.Errorf("service: auto-stop %v, expiry %v; want 30m and none", got.Lifecycle.AutoStop, got.ExpiresAt)
 	}
 
 	resp := s.do(t, s.Admin, http.MethodPut, "/sandbox/"+sb.ID+"/labels", map[string]any{"labels": map[string]string{"b": "2"}})
@@ -220,10 +220,10 @@ func TestLabelsAndIntervals(t *testing.T) {
 		t.Errorf("labels (-want +got):\n%s auto-stop %d", diff, updated.AutoStop)
 	}
 
-	// Auto-stop off: no timeout. Auto-delete 0: destroyed at the stop.
+	// Auto-stop off. Auto-delete 0: destroyed at the stop.
 	decode(t, s.do(t, s.Admin, http.MethodPost, "/sandbox/"+sb.ID+"/autostop/0", nil).body, &updated)
-	if got, _ := s.Service.Get(t.Context(), service.Caller{Admin: true}, sb.ID); !got.ExpiresAt.IsZero() || updated.AutoStop != 0 {
-		t.Errorf("auto-stop 0: expires %v, interval %d", got.ExpiresAt, updated.AutoStop)
+	if got, _ := s.Service.Get(t.Context(), service.Caller{Admin: true}, sb.ID); got.Lifecycle.AutoStop != 0 || updated.AutoStop != 0 {
+		t.Errorf("auto-stop 0: service %v, interval %d", got.Lifecycle.AutoStop, updated.AutoStop)
 	}
 	wantError(t, s.do(t, s.Admin, http.MethodPost, "/sandbox/"+sb.ID+"/autodelete/-2", nil), http.StatusBadRequest)
 	s.do(t, s.Admin, http.MethodPost, "/sandbox/"+sb.ID+"/autodelete/0", nil)

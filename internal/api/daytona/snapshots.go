@@ -428,8 +428,11 @@ func (f *Facade) fork(w http.ResponseWriter, r *http.Request, c service.Caller) 
 		return err
 	}
 	sb := made[0].Sandbox
-	if sb, err = f.applyLifetime(r.Context(), c, sb); err != nil {
-		return err
+	if l := src.Lifecycle; l != sb.Lifecycle {
+		// The fork keeps its source's intervals, as on Daytona.
+		if sb, err = f.svc.UpdateSandbox(r.Context(), c, sb.ID, service.Update{Lifecycle: &l}); err != nil {
+			return err
+		}
 	}
 	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))
 	return nil

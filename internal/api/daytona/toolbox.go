@@ -49,8 +49,9 @@ func (b box) resolve(path string) string {
 type toolboxHandler func(w http.ResponseWriter, r *http.Request, b box) error
 
 // toolbox resolves {id} for h: an unknown sandbox (or another owner's) is
-// 404, one that is not running 409. Every toolbox call is activity: it
-// pushes the auto-stop deadline back (see touch).
+// 404, one that is not running 409. Every toolbox call is activity: its
+// idle time starts again (service.Touch, which writes at most once a
+// minute per sandbox).
 func (f *Facade) toolbox(h toolboxHandler) handler {
 	return func(w http.ResponseWriter, r *http.Request, c service.Caller) error {
 		sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
@@ -60,26 +61,11 @@ func (f *Facade) toolbox(h toolboxHandler) handler {
 		if sb.State != service.StateRunning {
 			return errorf(http.StatusConflict, "sandbox %s is %s, not started", sb.ID, stateName(sb.State))
 		}
-		f.touch(r.Context(), c, sb)
+		if err := f.svc.Touch(r.Context(), sb); err != nil {
+			f.log.WarnContext(r.Context(), "daytona: activity not recorded", "sandbox", sb.ID, "err", err)
+		}
 		user := userOf(sb)
 		return h(w, r, box{c: c, sb: sb, user: user, home: homes[user]})
-	}
-}
-
-// touchSlack is how stale the auto-stop deadline may get before a toolbox
-// call pushes it back: at most one write per sandbox per minute.
-const touchSlack = time.Minute
-
-// touch restarts the auto-stop clock of a running sandbox that has one,
-// when its deadline is more than touchSlack older than a fresh one would
-// be. A failure is logged, never the caller's problem.
-func (f *Facade) touch(ctx context.Context, c service.Caller, sb service.Sandbox) {
-	d := lifetime(true, autoStopOf(sb.Tags), autoDeleteOf(sb.Tags))
-	if d == 0 || sb.ExpiresAt.IsZero() || time.Until(sb.ExpiresAt) > d-touchSlack {
-		return
-	}
-	if _, err := f.svc.UpdateSandbox(ctx, c, sb.ID, service.Update{SetTimeout: true, Timeout: d}); err != nil {
-		f.log.WarnContext(ctx, "daytona: auto-stop deadline not extended", "sandbox", sb.ID, "err", err)
 	}
 }
 

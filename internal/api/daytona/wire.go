@@ -3,6 +3,7 @@ package daytona
 import (
 	"cmp"
 	"encoding/json"
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -20,21 +21,6 @@ const (
 	annPublic   = "daytona.public"
 	annDisk     = "daytona.disk"
 	annSnapshot = "daytona.snapshot"
-)
-
-// Reserved tags: the facade's mutable per-sandbox settings. The service
-// keeps no mutable annotations, so these live among the tags under a
-// prefix no label may use; labels never show them and PUT labels keeps
-// them.
-const (
-	reservedTagPrefix = "daytona/"
-	tagAutoStop       = reservedTagPrefix + "auto-stop"   // minutes, "0": never
-	tagAutoDelete     = reservedTagPrefix + "auto-delete" // minutes, "-1": never
-	// Archive: the sandbox is stopped with its filesystem kept, and
-	// Daytona's view of it is "archived" (archive.go).
-	tagAutoArchive = reservedTagPrefix + "auto-archive" // minutes, "0": the maximum
-	tagArchived    = reservedTagPrefix + "archived"     // "true" once archived
-	tagStoppedAt   = reservedTagPrefix + "stopped-at"   // unix seconds of the facade's last stop
 )
 
 // sandboxUser is the one account everything Daytona does runs as by
@@ -162,12 +148,12 @@ func dto(sb service.Sandbox, toolboxURL string, full bool) sandboxDTO {
 		Target:             cmp.Or(sb.Annotations[annTarget], defaultTarget),
 		CPU:                float64(sb.MilliCPU) / 1000,
 		Memory:             round2(float64(sb.MemoryMB) / mibPerGiB),
-		State:              daytonaState(sb, time.Now()),
+		State:              daytonaState(sb),
 		DesiredState:       desiredState(sb.State),
 		ErrorReason:        sb.ErrorReason,
-		AutoStopInterval:   autoStopOf(sb.Tags),
-		AutoDeleteInterval: autoDeleteOf(sb.Tags),
-		AutoArchive:        autoArchiveOf(sb.Tags),
+		AutoStopInterval:   minutes(sb.Lifecycle.AutoStop),
+		AutoDeleteInterval: autoDeleteOf(sb.Lifecycle),
+		AutoArchive:        minutes(sb.Lifecycle.AutoArchive),
 		CreatedAt:          sb.CreatedAt.UTC().Format(time.RFC3339Nano),
 		ToolboxProxyURL:    toolboxURL,
 	}
@@ -202,34 +188,26 @@ func userOf(sb service.Sandbox) string {
 	return cmp.Or(sb.Annotations[annUser], sandboxUser)
 }
 
-// labelsOf is the Daytona labels of a sandbox: its tags without the
-// reserved ones. Never nil.
+// labelsOf is the Daytona labels of a sandbox: its tags. Never nil.
 func labelsOf(tags map[string]string) map[string]string {
 	out := make(map[string]string, len(tags))
-	for k, v := range tags {
-		if !strings.HasPrefix(k, reservedTagPrefix) {
-			out[k] = v
-		}
-	}
+	maps.Copy(out, tags)
 	return out
 }
 
-// autoStopOf is the auto-stop interval in minutes (0: never).
-func autoStopOf(tags map[string]string) int {
-	n, err := strconv.Atoi(tags[tagAutoStop])
-	if err != nil {
-		return 0
-	}
-	return n
-}
+// minutes is d in Daytona's unit.
+func minutes(d time.Duration) int { return int(d / time.Minute) }
 
-// autoDeleteOf is the auto-delete interval in minutes (-1: never).
-func autoDeleteOf(tags map[string]string) int {
-	n, err := strconv.Atoi(tags[tagAutoDelete])
-	if err != nil {
+// autoDeleteOf is Daytona's autoDeleteInterval of l: -1 never, 0 at the
+// stop, else minutes.
+func autoDeleteOf(l service.Lifecycle) int {
+	switch {
+	case l.DeleteOnStop:
+		return 0
+	case l.AutoDelete <= 0:
 		return -1
 	}
-	return n
+	return minutes(l.AutoDelete)
 }
 
 func round2(x float64) float64 { return math.Round(x*100) / 100 }

@@ -289,7 +289,7 @@ func (f *Facade) createRequest(owner string, body newSandboxBody, from *fromTemp
 		Annotations:   ann,
 		// autoPause: the reaper pauses the sandbox when its timeout
 		// passes, instead of killing it (lifecycle.onTimeout "pause").
-		PauseOnTimeout: ann[annAutoPause] == "true",
+		Lifecycle: service.Lifecycle{PauseOnTimeout: ann[annAutoPause] == "true"},
 	}, nil
 }
 

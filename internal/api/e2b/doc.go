@@ -133,7 +133,7 @@
 // allow_internet_access, network, autoPause and autoResume are recorded as
 // annotations too; autoResume is not enforced (traffic does not resume a
 // paused sandbox). autoPause is: such a sandbox is paused, not killed, when its
-// timeout passes (service.CreateRequest.PauseOnTimeout; lifecycle.onTimeout
+// timeout passes (service.Lifecycle.PauseOnTimeout; lifecycle.onTimeout
 // "pause").
 //
 // # Pause and connect

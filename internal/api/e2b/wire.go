@@ -223,7 +223,7 @@ func (f *Facade) detail(sb service.Sandbox) sandboxDetail {
 		d.AllowInternetAccess = &no
 	}
 	d.Network = networkJSON(sb)
-	if sb.Annotations[annAutoPause] == "true" {
+	if sb.Lifecycle.PauseOnTimeout || sb.Annotations[annAutoPause] == "true" {
 		d.Lifecycle.OnTimeout = "pause"
 	}
 	d.Lifecycle.AutoResume = sb.Annotations[annAutoResume] == "true"

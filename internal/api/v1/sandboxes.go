@@ -77,7 +77,11 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	c := caller(r)
-	once := service.CreateOnceRequest{Create: body.toService(c.Owner, s.defaultTimeout)}
+	create, err := body.toService(c.Owner, s.defaultTimeout)
+	if err != nil {
+		return err
+	}
+	once := service.CreateOnceRequest{Create: create}
 	if key != "" {
 		scope, fp := CreateKey(c.Owner, key)
 		once.Key = service.OnceKey{
@@ -230,10 +234,17 @@ func (s *server) updateSandbox(w http.ResponseWriter, r *http.Request) error {
 		u.SetTimeout, u.Timeout = true, seconds(*body.TimeoutS)
 	}
 	u.Tags = body.Tags
+	if body.Lifecycle != nil {
+		rules, err := body.Lifecycle.toService()
+		if err != nil {
+			return err
+		}
+		u.Lifecycle = &rules
+	}
 	if body.Network != nil {
 		// The policy first: it can be refused; the rest is retried alike.
 		sb, err := s.svc.SetNetworkPolicy(r.Context(), caller(r), r.PathValue("id"), body.Network.Policy)
-		if err != nil || (body.TimeoutS == nil && body.Tags == nil) {
+		if err != nil || (body.TimeoutS == nil && body.Tags == nil && body.Lifecycle == nil) {
 			return writeSandbox(w, sb, err)
 		}
 	}

@@ -2,6 +2,7 @@ package v1_test
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"net/http"
 	"regexp"
 	"strings"
@@ -47,6 +48,12 @@ func TestCreate_BadInput(t *testing.T) {
 		{"name like an id", `{` + busybox + `,"name":"sb-0123456789abcdef"}`, nil, 400, "invalid_argument"},
 		{"bad env key", `{` + busybox + `,"env":{"1X":"y"}}`, nil, 400, "invalid_argument"},
 		{"unknown runtime", `{` + busybox + `,"runtime":"qemu"}`, nil, 400, "invalid_argument"},
+		{"negative auto-stop", `{` + busybox + `,"lifecycle":{"auto_stop_s":-1}}`, nil, 400, "invalid_argument"},
+		{"auto-stop past a week", `{` + busybox + `,"lifecycle":{"auto_stop_s":604801}}`, nil, 400, "invalid_argument"},
+		{"negative auto-delete", `{` + busybox + `,"lifecycle":{"auto_delete_s":-1}}`, nil, 400, "invalid_argument"},
+		{"auto-archive past 30 days", `{` + busybox + `,"lifecycle":{"auto_archive_s":2592001}}`, nil, 400, "invalid_argument"},
+		{"unknown on_timeout", `{` + busybox + `,"lifecycle":{"on_timeout":"explode"}}`, nil, 400, "invalid_argument"},
+		{"unknown lifecycle field", `{` + busybox + `,"lifecycle":{"auto_stop":5}}`, nil, 400, "invalid_argument"},
 		// An image not on the host is pulled, but only from the registries
 		// --registry-allow names (apitest: 127.0.0.1).
 		{"image from a registry not allowed", `{"image":"nope/nope:1"}`, nil, 403, "permission_denied"},
@@ -315,6 +322,52 @@ func TestLifecycle(t *testing.T) {
 	}
 	wantError(t, do(t, tok, "GET", path, ""), 404, "not_found")
 	wantError(t, do(t, tok, "DELETE", path, ""), 404, "not_found")
+}
+
+// TestLifecycle_Rules: a create's lifecycle rules are read back as sent,
+// PATCH replaces them ({} clears them) and a bad one is a 400 naming the
+// field that changes nothing; auto_delete_s 0 destroys the sandbox at its
+// stop.
+func TestLifecycle_Rules(t *testing.T) {
+	t.Parallel()
+	tok := token(t, "lifecycle-rules")
+	sb := create(t, tok, `{`+busybox+`,"lifecycle":{"auto_stop_s":900,"auto_delete_s":0,"auto_archive_s":3600,"on_timeout":"pause"}}`)
+	path := "/v1/sandboxes/" + sb.ID
+	rules := func(r response) string {
+		t.Helper()
+		var got struct {
+			Lifecycle json.RawMessage `json:"lifecycle"`
+		}
+		if r.status != http.StatusOK && r.status != http.StatusCreated {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		if err := json.Unmarshal(r.body, &got); err != nil {
+			t.Fatal(err)
+		}
+		return string(got.Lifecycle)
+	}
+	if got, want := rules(do(t, tok, "GET", path, "")), `{"auto_stop_s":900,"auto_delete_s":0,"auto_archive_s":3600,"on_timeout":"pause"}`; got != want {
+		t.Errorf("read: lifecycle %s, want %s", got, want)
+	}
+	r := do(t, tok, "PATCH", path, `{"lifecycle":{"auto_delete_s":-5}}`)
+	wantError(t, r, 400, "invalid_argument")
+	if !strings.Contains(string(r.body), "lifecycle.auto_delete_s") {
+		t.Errorf("the 400 does not name the field: %s", r.body)
+	}
+	if got := rules(do(t, tok, "GET", path, "")); !strings.Contains(got, `"auto_stop_s":900`) {
+		t.Errorf("a refused PATCH changed the rules: %s", got)
+	}
+	if got := rules(do(t, tok, "PATCH", path, `{"lifecycle":{"auto_delete_s":60}}`)); got != `{"auto_delete_s":60}` {
+		t.Errorf("after PATCH: lifecycle %s", got)
+	}
+	if got := rules(do(t, tok, "PATCH", path, `{"lifecycle":{}}`)); got != "" {
+		t.Errorf("after PATCH {}: lifecycle %s, want none", got)
+	}
+	do(t, tok, "PATCH", path, `{"lifecycle":{"auto_delete_s":0}}`)
+	if got := decode[sandbox](t, do(t, tok, "POST", path+"/stop", ""), http.StatusOK); got.State != "stopped" {
+		t.Errorf("stop with auto_delete_s 0: state %s, want its last view, stopped", got.State)
+	}
+	wantError(t, do(t, tok, "GET", path, ""), 404, "not_found")
 }
 
 func TestList_Query(t *testing.T) {

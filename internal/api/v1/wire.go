@@ -39,6 +39,75 @@ type sandboxJSON struct {
 	SSHPrivateKey string            `json:"ssh_private_key,omitempty"`
 	ErrorReason   string            `json:"error_reason,omitempty"`
 	PausedAt      *time.Time        `json:"paused_at,omitempty"`
+	// Lifecycle is the sandbox's lifecycle rules (absent: none).
+	Lifecycle *lifecycleJSON `json:"lifecycle,omitempty"`
+	// StoppedAt is when the sandbox stopped, ArchivedAt when it was
+	// archived (its auto-archive); both only while it is stopped.
+	StoppedAt  *time.Time `json:"stopped_at,omitempty"`
+	ArchivedAt *time.Time `json:"archived_at,omitempty"`
+}
+
+// lifecycleJSON is a sandbox's lifecycle rules (service.Lifecycle), in
+// seconds. In a request an absent field is no rule.
+type lifecycleJSON struct {
+	// AutoStopS stops a running sandbox idle this long (0: never).
+	AutoStopS *int64 `json:"auto_stop_s,omitempty"`
+	// AutoDeleteS destroys a stopped sandbox this long after its stop; 0
+	// at the stop itself; absent: never.
+	AutoDeleteS *int64 `json:"auto_delete_s,omitempty"`
+	// AutoArchiveS archives a stopped sandbox this long after its stop
+	// (0: never).
+	AutoArchiveS *int64 `json:"auto_archive_s,omitempty"`
+	// OnTimeout is what the timeout does: "destroy" (the default) or
+	// "pause".
+	OnTimeout string `json:"on_timeout,omitempty"`
+}
+
+// toService is the service's rules, or a field error.
+func (l *lifecycleJSON) toService() (service.Lifecycle, error) {
+	var out service.Lifecycle
+	if l == nil {
+		return out, nil
+	}
+	switch l.OnTimeout {
+	case "", "destroy":
+	case "pause":
+		out.PauseOnTimeout = true
+	default:
+		return out, &service.FieldError{Field: "lifecycle.on_timeout", Reason: fmt.Sprintf("must be \"destroy\" or \"pause\", not %q", l.OnTimeout)}
+	}
+	if l.AutoStopS != nil {
+		out.AutoStop = seconds(*l.AutoStopS)
+	}
+	if l.AutoDeleteS != nil {
+		out.AutoDelete, out.DeleteOnStop = seconds(*l.AutoDeleteS), *l.AutoDeleteS == 0
+	}
+	if l.AutoArchiveS != nil {
+		out.AutoArchive = seconds(*l.AutoArchiveS)
+	}
+	return out, out.Validate()
+}
+
+// lifecycleFrom is l on the wire; nil for no rules.
+func lifecycleFrom(l service.Lifecycle) *lifecycleJSON {
+	if l == (service.Lifecycle{}) {
+		return nil
+	}
+	secs := func(d time.Duration) *int64 {
+		if d <= 0 {
+			return nil
+		}
+		n := int64(d / time.Second)
+		return &n
+	}
+	out := &lifecycleJSON{AutoStopS: secs(l.AutoStop), AutoDeleteS: secs(l.AutoDelete), AutoArchiveS: secs(l.AutoArchive)}
+	if l.DeleteOnStop {
+		out.AutoDeleteS = new(int64)
+	}
+	if l.PauseOnTimeout {
+		out.OnTimeout = "pause"
+	}
+	return out
 }
 
 // resumeJSON is the answer to a resume: the sandbox, and whether its
@@ -91,6 +160,15 @@ func toSandboxJSON(sb service.Sandbox) sandboxJSON {
 		t := sb.PausedAt.UTC()
 		out.PausedAt = &t
 	}
+	out.Lifecycle = lifecycleFrom(sb.Lifecycle)
+	if !sb.StoppedAt.IsZero() {
+		t := sb.StoppedAt.UTC()
+		out.StoppedAt = &t
+	}
+	if !sb.ArchivedAt.IsZero() {
+		t := sb.ArchivedAt.UTC()
+		out.ArchivedAt = &t
+	}
 	return out
 }
 
@@ -120,16 +198,23 @@ type createRequest struct {
 	// Failover is what a cluster does when the sandbox's node is lost:
 	// "recreate", or empty (it becomes lost).
 	Failover string `json:"failover,omitempty"`
+	// Lifecycle is the sandbox's lifecycle rules.
+	Lifecycle *lifecycleJSON `json:"lifecycle,omitempty"`
 }
 
 // toService is the service's request for owner; a create that sends no
 // timeout_s gets defaultTimeout.
-func (c createRequest) toService(owner string, defaultTimeout time.Duration) service.CreateRequest {
+func (c createRequest) toService(owner string, defaultTimeout time.Duration) (service.CreateRequest, error) {
 	timeout := defaultTimeout
 	if c.TimeoutS != nil {
 		timeout = seconds(*c.TimeoutS)
 	}
+	rules, err := c.Lifecycle.toService()
+	if err != nil {
+		return service.CreateRequest{}, err
+	}
 	req := service.CreateRequest{
+		Lifecycle: rules,
 		Owner:     owner,
 		Image:     c.Image,
 		Template:  c.Template,
@@ -150,7 +235,7 @@ func (c createRequest) toService(owner string, defaultTimeout time.Duration) ser
 	if c.Network != nil {
 		req.NetworkPolicy = c.Network.Policy
 	}
-	return req
+	return req, nil
 }
 
 // networkJSON is a create's or an update's network: true (mode open),
@@ -218,6 +303,9 @@ type updateRequest struct {
 	Tags     map[string]string `json:"tags"`
 	// Network replaces the sandbox's network policy (in force at once).
 	Network *networkJSON `json:"network"`
+	// Lifecycle replaces the sandbox's lifecycle rules (its idle time
+	// starts again); {} clears them.
+	Lifecycle *lifecycleJSON `json:"lifecycle"`
 }
 
 // listJSON is a page of a list route.
