@@ -35,12 +35,6 @@ func (n *Node) load(ctx context.Context, prefix string, reset func([]*kv)) (int6
 // follow watches prefix from rev + 1, applying each event, and reloads
 // and re-watches whenever the watch ends, until the node closes.
 func (n *Node) follow(prefix string, rev int64, reset func([]*kv), apply func(*kv, bool)) {
-	n.followWith(prefix, rev, func(ctx context.Context) (int64, error) { return n.load(ctx, prefix, reset) }, apply)
-}
-
-// followWith is follow with the reload its caller makes (load reads the
-// prefix afresh and returns the revision it saw).
-func (n *Node) followWith(prefix string, rev int64, load func(context.Context) (int64, error), apply func(*kv, bool)) {
 	for {
 		// WithRequireLeader ends the watch when its member loses the
 		// leader, rather than leaving it silent through a partition.
@@ -65,7 +59,7 @@ func (n *Node) followWith(prefix string, rev int64, load func(context.Context) (
 			if !n.sleep(retryBackoff) {
 				return
 			}
-			r, err := load(n.ctx)
+			r, err := n.load(n.ctx, prefix, reset)
 			if err == nil {
 				rev = r
 				break

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -140,10 +139,8 @@ type Node struct {
 	// never etcd.
 	tokens map[string]tokenRecord
 	names  map[string]string
-	// templates is templates/ (FollowTemplates); tplApplied the etcd
-	// revision its watch has handed on (WaitTemplates).
-	templates  templateDir
-	tplApplied atomic.Int64
+	// templates is templates/ (FollowTemplates).
+	templates templateDir
 
 	departed chan string
 }

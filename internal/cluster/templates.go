@@ -93,28 +93,6 @@ type templateDir struct {
 	holders map[string]map[string]bool
 }
 
-// waitApplied bounds WaitTemplates.
-const waitApplied = 10 * time.Second
-
-// WaitTemplates waits until this node's watch has handed its
-// TemplateEvents every change up to etcd revision rev (a write's own,
-// so that the writer reads it back from its copy), or ctx or a bound
-// ends: ErrUnavailable then.
-func (n *Node) WaitTemplates(ctx context.Context, rev int64) error {
-	ctx, cancel := context.WithTimeout(ctx, waitApplied)
-	defer cancel()
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for n.tplApplied.Load() < rev {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for the template watch to reach revision %d: %w: %w", rev, ErrUnavailable, ctx.Err())
-		case <-t.C:
-		}
-	}
-	return nil
-}
-
 // FollowTemplates reads the catalog, hands it to h.ResetTemplates and
 // starts the watch that hands h every later change, until the node
 // closes. Call it once.
@@ -152,11 +130,6 @@ func (n *Node) FollowTemplates(ctx context.Context, h TemplateEvents) error {
 		h.ResetTemplates(recs, tags)
 	}
 	apply := func(kv *kv, deleted bool) {
-		defer func() {
-			if kv.ModRevision > n.tplApplied.Load() {
-				n.tplApplied.Store(kv.ModRevision)
-			}
-		}()
 		switch k := string(kv.Key); {
 		case strings.HasPrefix(k, tplRecordPrefix):
 			id := strings.TrimPrefix(k, tplRecordPrefix)
@@ -201,18 +174,11 @@ func (n *Node) FollowTemplates(ctx context.Context, h TemplateEvents) error {
 			n.dirMu.Unlock()
 		}
 	}
-	load := func(ctx context.Context) (int64, error) {
-		rev, err := n.load(ctx, templatesPrefix, reset)
-		if err == nil && rev > n.tplApplied.Load() {
-			n.tplApplied.Store(rev)
-		}
-		return rev, err
-	}
-	rev, err := load(ctx)
+	rev, err := n.load(ctx, templatesPrefix, reset)
 	if err != nil {
 		return err
 	}
-	n.wg.Go(func() { n.followWith(templatesPrefix, rev, load, apply) })
+	n.wg.Go(func() { n.follow(templatesPrefix, rev, reset, apply) })
 	return nil
 }
 
@@ -356,9 +322,9 @@ func (n *Node) FreshTag(ctx context.Context, owner, name, tag string) (string, b
 // last keeps it. It returns the tags it set. Failure modes:
 // ErrUnavailable (it may have been applied), ErrConflict (the tags kept
 // changing under it).
-func (n *Node) SetTemplateTags(ctx context.Context, owner, name string, tags []string, id string, onlyNewer bool, createdAt time.Time) ([]string, int64, error) {
+func (n *Node) SetTemplateTags(ctx context.Context, owner, name string, tags []string, id string, onlyNewer bool, createdAt time.Time) ([]string, error) {
 	if err := segment("template id", id); err != nil {
-		return nil, 0, fmt.Errorf("set template tags: %w", err)
+		return nil, fmt.Errorf("set template tags: %w", err)
 	}
 	for range updateAttempts {
 		tctx, cancel := n.op(ctx)
@@ -370,7 +336,7 @@ func (n *Node) SetTemplateTags(ctx context.Context, owner, name string, tags []s
 			resp, err := n.cli.Get(tctx, k)
 			if err != nil {
 				cancel()
-				return nil, 0, unavailable("set template tags", err)
+				return nil, unavailable("set template tags", err)
 			}
 			if len(resp.Kvs) == 0 {
 				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
@@ -381,7 +347,7 @@ func (n *Node) SetTemplateTags(ctx context.Context, owner, name string, tags []s
 					other, ok, err := n.FreshTemplate(tctx, string(cur.Value))
 					if err != nil {
 						cancel()
-						return nil, 0, err
+						return nil, err
 					}
 					if ok && other.CreatedAt.After(createdAt) {
 						continue
@@ -394,23 +360,23 @@ func (n *Node) SetTemplateTags(ctx context.Context, owner, name string, tags []s
 		resp, err := n.cli.Txn(tctx).If(cmps...).Then(ops...).Commit()
 		cancel()
 		if err != nil {
-			return nil, 0, unknownOutcome("set template tags", err)
+			return nil, unknownOutcome("set template tags", err)
 		}
 		if resp.Succeeded {
-			return set, resp.Header.Revision, nil
+			return set, nil
 		}
 		if _, ok, err := n.FreshTemplate(ctx, id); err != nil {
-			return nil, 0, err
+			return nil, err
 		} else if !ok {
-			return nil, 0, fmt.Errorf("set template tags: template %s: %w", id, ErrNotFound)
+			return nil, fmt.Errorf("set template tags: template %s: %w", id, ErrNotFound)
 		}
 	}
-	return nil, 0, fmt.Errorf("set template tags of %s: %w: they kept changing", name, ErrConflict)
+	return nil, fmt.Errorf("set template tags of %s: %w: they kept changing", name, ErrConflict)
 }
 
 // RemoveTemplateTags removes owner's name:tag for each of tags and
 // reports how many there were.
-func (n *Node) RemoveTemplateTags(ctx context.Context, owner, name string, tags []string) (int, int64, error) {
+func (n *Node) RemoveTemplateTags(ctx context.Context, owner, name string, tags []string) (int, error) {
 	ctx, cancel := n.op(ctx)
 	defer cancel()
 	ops := make([]clientv3.Op, 0, len(tags))
@@ -419,13 +385,13 @@ func (n *Node) RemoveTemplateTags(ctx context.Context, owner, name string, tags 
 	}
 	resp, err := n.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return 0, 0, unknownOutcome("remove template tags", err)
+		return 0, unknownOutcome("remove template tags", err)
 	}
 	removed := 0
 	for _, r := range resp.Responses {
 		removed += int(r.GetResponseDeleteRange().Deleted)
 	}
-	return removed, resp.Header.Revision, nil
+	return removed, nil
 }
 
 // DeleteTemplate removes template id's record, the tags of owner's that

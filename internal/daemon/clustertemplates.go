@@ -57,21 +57,13 @@ func (k catalog) FreshTag(ctx context.Context, owner, name, tag string) (string,
 	return id, ok, catalogErr(err)
 }
 
-// SetTags and RemoveTags return once this node's copy has the change
-// (the watch handed it on): the caller reads its own write back.
 func (k catalog) SetTags(ctx context.Context, owner, name string, tags []string, id string, onlyNewer bool, createdAt time.Time) ([]string, error) {
-	set, rev, err := k.c.node.SetTemplateTags(ctx, owner, name, tags, id, onlyNewer, createdAt)
-	if err == nil {
-		err = k.c.node.WaitTemplates(ctx, rev)
-	}
+	set, err := k.c.node.SetTemplateTags(ctx, owner, name, tags, id, onlyNewer, createdAt)
 	return set, catalogErr(err)
 }
 
 func (k catalog) RemoveTags(ctx context.Context, owner, name string, tags []string) (int, error) {
-	n, rev, err := k.c.node.RemoveTemplateTags(ctx, owner, name, tags)
-	if err == nil {
-		err = k.c.node.WaitTemplates(ctx, rev)
-	}
+	n, err := k.c.node.RemoveTemplateTags(ctx, owner, name, tags)
 	return n, catalogErr(err)
 }
 

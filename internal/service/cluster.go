@@ -240,10 +240,13 @@ func (s *Service) releaseCluster(ctx context.Context, id string) error {
 // answer (retryable).
 func clusterErr(err error, name string) error {
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, ErrNameConflict):
 		return fmt.Errorf("name %q: %w", name, ErrNameConflict)
-	case errors.Is(err, ErrHostnameConflict), errors.Is(err, ErrUnavailable):
-		return err
+	case errors.Is(err, ErrHostnameConflict), errors.Is(err, ErrUnavailable),
+		errors.Is(err, ErrConflict), errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidArgument):
+		return err // the cluster's refusal, already typed (a template in use, or gone)
 	}
 	return fmt.Errorf("%w: cluster: %w", ErrUnavailable, err)
 }

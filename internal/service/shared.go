@@ -52,8 +52,7 @@ type TemplateCatalog interface {
 	FreshTag(ctx context.Context, owner, name, tag string) (string, bool, error)
 	// SetTags points owner's name:tag at id for each of tags (ErrNotFound
 	// when id has no record); with onlyNewer a tag that points to a
-	// template made after createdAt stays. It returns the tags it set,
-	// once this node's copy of the catalog has them (as RemoveTags).
+	// template made after createdAt stays. It returns the tags it set.
 	SetTags(ctx context.Context, owner, name string, tags []string, id string, onlyNewer bool, createdAt time.Time) ([]string, error)
 	// RemoveTags removes owner's name:tag for each of tags and says how
 	// many there were.
@@ -156,16 +155,27 @@ func (s *Service) finishTemplate(ctx context.Context, t store.Template, size int
 	s.copies.Store(t.ID, true)
 	// The watch handed these tags on while the row was building (the copy
 	// refused them then); one another node moved since is read back.
-	for _, tag := range set {
-		if id, ok, err := s.Catalog.FreshTag(ctx, t.Owner, t.Name, tag); err == nil && id != t.ID {
-			if ok {
-				s.TagPut(SharedTag{Owner: t.Owner, Name: t.Name, Tag: tag, ID: id})
-			} else {
-				s.TagDeleted(t.Owner, t.Name, tag)
-			}
+	s.readBackTags(ctx, t.Owner, t.Name, set)
+	return row, nil
+}
+
+// readBackTags makes this node's copy of owner's name:tag, for each of
+// tags, what the catalog says now: after a write of this node's, which
+// its copy may have taken after a later write of another node's that the
+// watch had already applied. A read the cluster does not answer leaves
+// the copy to the watch.
+func (s *Service) readBackTags(ctx context.Context, owner, name string, tags []string) {
+	for _, tag := range tags {
+		id, ok, err := s.Catalog.FreshTag(ctx, owner, name, tag)
+		switch {
+		case err != nil:
+			s.Logger.Warn("template: read a tag back from the cluster", "name", name, "tag", tag, "err", err)
+		case ok:
+			s.TagPut(SharedTag{Owner: owner, Name: name, Tag: tag, ID: id})
+		default:
+			s.TagDeleted(owner, name, tag)
 		}
 	}
-	return row, nil
 }
 
 // share pushes t's image to the cluster's registry (when it names one),

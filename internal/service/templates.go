@@ -1213,9 +1213,9 @@ func (s *Service) TagTemplate(ctx context.Context, c Caller, target, name string
 }
 
 // pointTags points t's owner's name:tag at ready template t, for each of
-// tags: in a cluster in its catalog (publishing t if it never was), whose
-// watch writes this node's copy in etcd's order before SetTags returns;
-// on a single node here.
+// tags: in a cluster in its catalog (publishing t if it never was), then
+// this node's copy from what the catalog says after the write
+// (readBackTags); on a single node here.
 func (s *Service) pointTags(ctx context.Context, t store.Template, name string, tags []string) error {
 	if s.sharing() {
 		if err := s.shareExisting(ctx, t); err != nil {
@@ -1224,6 +1224,7 @@ func (s *Service) pointTags(ctx context.Context, t store.Template, name string, 
 		if _, err := s.Catalog.SetTags(ctx, t.Owner, name, tags, t.ID, false, t.CreatedAt); err != nil {
 			return s.mapTemplateErr(clusterErr(err, ""), t.ID)
 		}
+		s.readBackTags(ctx, t.Owner, name, tags)
 		return nil
 	}
 	if err := s.Store.TagTemplate(ctx, t.Owner, name, tags, t.ID); err != nil {
@@ -1248,11 +1249,10 @@ func (s *Service) UntagTemplate(ctx context.Context, c Caller, name string, tags
 		err error
 	)
 	if s.sharing() {
-		// The catalog's watch removes them here (before RemoveTags
-		// returns), in etcd's order.
 		n, err = s.Catalog.RemoveTags(ctx, c.Owner, name, tags)
 		err = clusterErr(err, "")
 		if err == nil {
+			s.readBackTags(ctx, c.Owner, name, tags)
 			// Tags of a template the catalog does not have yet are this
 			// node's alone.
 			k, lerr := s.untagUnshared(ctx, c.Owner, name, tags)
