@@ -193,11 +193,7 @@ func (c *clusterNode) publishTLS(ctx context.Context, r *ingress.Router, listen,
 // localhost.
 func loopbackURL(u string) bool {
 	p, err := url.Parse(u)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(p.Hostname())
-	return p.Hostname() == "localhost" || ip != nil && ip.IsLoopback()
+	return err == nil && naming.IsLoopbackHost(p.Hostname())
 }
 
 // advertised is the host:port other nodes reach a listener by when no

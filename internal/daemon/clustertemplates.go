@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/cluster"
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
@@ -135,7 +134,7 @@ func (m templateMirror) TagDeleted(owner, name, tag string) { m.svc.TagDeleted(o
 func registryAuth(registry, file string) (*runtime.RegistryAuth, error) {
 	host, _, _ := strings.Cut(registry, "/")
 	if file == "" {
-		if h, _, err := net.SplitHostPort(host); (err == nil && isLoopback(h)) || isLoopback(host) {
+		if naming.IsLoopbackHost(host) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("--registry %s: give its account in --registry-auth-file: the registry holds every tenant's templates, and must not serve them to anyone who asks", registry)
@@ -166,13 +165,4 @@ func (d *Daemon) pusher() runtime.Pusher {
 		return p
 	}
 	return nil
-}
-
-// isLoopback reports whether host (no port) names this host's loopback.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.IsLoopback()
 }

@@ -19,6 +19,7 @@ package naming
 
 import (
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -124,4 +125,17 @@ func parsePort(s string) (int, bool) {
 		n = n*10 + int(c-'0')
 	}
 	return n, ValidPort(n)
+}
+
+// IsLoopbackHost reports whether host, with a port or without, names this
+// host's loopback: "localhost" or a loopback address.
+func IsLoopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }

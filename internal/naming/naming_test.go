@@ -150,3 +150,15 @@ func FuzzParsePreviewHost(f *testing.F) {
 		}
 	})
 }
+
+func TestIsLoopbackHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"localhost": true, "localhost:5000": true, "127.0.0.1": true, "127.0.0.1:5000": true,
+		"127.1.2.3:80": true, "::1": true, "[::1]:5000": true,
+		"10.0.0.1:5000": false, "registry.example.com:5000": false, "registry.example.com": false, "": false,
+	} {
+		if got := IsLoopbackHost(host); got != want {
+			t.Errorf("IsLoopbackHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}

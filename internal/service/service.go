@@ -329,13 +329,11 @@ type Service struct {
 	// copies are the templates whose images this node holds, its own and
 	// its copies of other nodes' (id → true; shared.go); copyLocks
 	// serialize the first create of one copy; sharedMisses remember
-	// lookups the catalog missed a moment ago (key → until when), and
-	// publishing is set while unpublished templates are being published.
+	// lookups the catalog missed a moment ago (key → until when).
 	copies       sync.Map
 	copyLocks    keyedLocks
 	sharedMisses sync.Map
 	missCount    atomic.Int64
-	publishing   atomic.Bool
 	// registryHosts caches whether any owner holds a credential for a
 	// registry host (host → bool); accessVerdicts when an owner was last
 	// let pull an image from such a host (registries.go).

@@ -7,14 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/distribution/reference"
 
+	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -134,8 +133,8 @@ func (s *Service) sharing() bool { return s.Catalog != nil }
 // create from it the moment anyone sees it ready; then it is marked ready
 // and shared here with exactly the tags the catalog set. A template the
 // cluster cannot take now (its registry or etcd is down) is not lost: it
-// is made ready here, unshared, usable on this node, and published by the
-// next sweep (sweepShared). An error leaves the row building for the
+// is made ready here, unshared, usable on this node, and published by
+// runPublish once the cluster takes it. An error leaves the row building for the
 // caller to fail or drop.
 func (s *Service) finishTemplate(ctx context.Context, t store.Template, size int64, tags []string) (store.Template, error) {
 	if !s.sharing() || t.Kind == store.TemplateFork {
@@ -238,8 +237,7 @@ func (s *Service) shareExisting(ctx context.Context, t store.Template) error {
 	for _, g := range tags {
 		byName[g.Name] = append(byName[g.Name], g.Tag)
 	}
-	if _, err := s.share(ctx, store.Template{ID: t.ID, Owner: t.Owner, Kind: t.Kind, Image: t.Image, BaseImage: t.BaseImage,
-		SourceID: t.SourceID, RecipeHash: t.RecipeHash, Spec: t.Spec, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, Name: t.Name}, nil, false); err != nil {
+	if _, err := s.share(ctx, t, nil, false); err != nil {
 		return err
 	}
 	for name, ts := range byName {
@@ -406,8 +404,8 @@ func (s *Service) templateUsedElsewhere(id string) error {
 
 // ResetTemplates makes this node's copies the catalog's recs and tags:
 // copies put, copies (and this node's published templates) the catalog
-// no longer has dropped once unused, tags set and removed; this node's
-// templates the catalog never had are published in the background.
+// no longer has dropped once unused, tags set and removed. This node's
+// templates the catalog never had are runPublish's.
 func (s *Service) ResetTemplates(recs []SharedTemplate, tags []SharedTag) {
 	ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)
 	defer cancel()
@@ -425,15 +423,10 @@ func (s *Service) ResetTemplates(recs []SharedTemplate, tags []SharedTag) {
 		return
 	}
 	shared := map[string]bool{}
-	var pending []store.Template
 	for _, t := range local {
-		switch {
-		case t.State != store.TemplateReady || byID[t.ID]:
-		case t.Shared:
+		if t.State == store.TemplateReady && t.Shared && !byID[t.ID] {
 			s.dropIfGone(ctx, t)
 			continue
-		default:
-			pending = append(pending, t)
 		}
 		// Only what this node knows the catalog took: a record put whose
 		// outcome was unknown leaves the row unshared, and its tags here
@@ -452,9 +445,6 @@ func (s *Service) ResetTemplates(recs []SharedTemplate, tags []SharedTag) {
 			}
 		}
 	}
-	if len(pending) > 0 && s.publishing.CompareAndSwap(false, true) {
-		go s.sharePending(pending)
-	}
 }
 
 // dropOrphanRecord takes out of the catalog a record of this node's whose
@@ -470,19 +460,6 @@ func (s *Service) dropOrphanRecord(ctx context.Context, r SharedTemplate) {
 	}
 	if err := s.dropFromCatalog(ctx, r.ID, r.Owner, false); err != nil {
 		s.Logger.Warn("template mirror: drop a record whose template is gone", "template", r.ID, "err", err)
-	}
-}
-
-// sharePending publishes this node's templates the catalog never had,
-// one run at a time (s.publishing, set by its starter).
-func (s *Service) sharePending(ts []store.Template) {
-	defer s.publishing.Store(false)
-	for _, t := range ts {
-		ctx, cancel := context.WithTimeout(context.Background(), DefaultPullTimeout)
-		if err := s.shareExisting(ctx, t); err != nil {
-			s.Logger.Warn("template: publish to the cluster", "template", t.ID, "err", err)
-		}
-		cancel()
 	}
 }
 
@@ -556,39 +533,41 @@ func (s *Service) dropShared(ctx context.Context, t store.Template) {
 const publishEvery = 10 * time.Second
 
 // runPublish publishes, every publishEvery until ctx ends, this node's
-// ready templates the catalog does not have (a cheap store read when
-// there are none).
+// ready templates the catalog does not have (made before the node shared
+// templates, or while the cluster could not take them): a cheap store
+// read when there are none. It is the one publisher of them, so no two
+// runs race.
 func (s *Service) runPublish(ctx context.Context) {
 	if !s.sharing() {
 		return
 	}
-	t := time.NewTicker(publishEvery)
-	defer t.Stop()
+	tick := time.NewTicker(publishEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick.C:
 		}
 		local, err := s.Store.ListTemplates(ctx, "", false)
 		if err != nil {
 			continue
 		}
-		var pending []store.Template
 		for _, t := range local {
-			if t.State == store.TemplateReady && !t.Shared && t.Origin == "" {
-				pending = append(pending, t)
+			if t.State != store.TemplateReady || t.Shared || t.Origin != "" {
+				continue
 			}
-		}
-		if len(pending) > 0 && s.publishing.CompareAndSwap(false, true) {
-			s.sharePending(pending)
+			pctx, cancel := context.WithTimeout(ctx, pushTimeout)
+			if err := s.shareExisting(pctx, t); err != nil {
+				s.Logger.Warn("template: publish to the cluster", "template", t.ID, "err", err)
+			}
+			cancel()
 		}
 	}
 }
 
 // sweepShared drops the shared templates the catalog no longer has that
-// a local sandbox kept until now, and publishes this node's templates
-// the cluster could not take when they were made.
+// a local sandbox kept until now.
 func (s *Service) sweepShared(ctx context.Context) error {
 	if !s.sharing() {
 		return nil
@@ -597,20 +576,12 @@ func (s *Service) sweepShared(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var pending []store.Template
 	for _, t := range local {
-		switch {
-		case t.State != store.TemplateReady:
-		case t.Shared || t.Origin != "":
+		if t.State == store.TemplateReady && (t.Shared || t.Origin != "") {
 			if _, ok := s.Catalog.Info(t.ID); !ok {
 				s.dropIfGone(ctx, t)
 			}
-		default:
-			pending = append(pending, t)
 		}
-	}
-	if len(pending) > 0 && s.publishing.CompareAndSwap(false, true) {
-		go s.sharePending(pending)
 	}
 	return nil
 }
@@ -683,7 +654,7 @@ func (s *Service) deleteManifest(image string) {
 	}
 	host, repo, _ := strings.Cut(repoPath, "/")
 	scheme := "https"
-	if loopbackHost(host) {
+	if naming.IsLoopbackHost(host) {
 		scheme = "http"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), registryTimeout)
@@ -706,17 +677,4 @@ func (s *Service) deleteManifest(image string) {
 	default:
 		s.Logger.Warn("template: the cluster's registry kept its image", "image", image, "status", resp.Status)
 	}
-}
-
-// loopbackHost reports whether host[:port] names this host's loopback.
-func loopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	if host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.IsLoopback()
 }
