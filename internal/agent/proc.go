@@ -13,8 +13,13 @@ import (
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 )
 
-// headerKeepalive asks the agent for keepalive events (seconds).
-const headerKeepalive = "Keepalive-Ping-Interval"
+// Headers of process streams: keepalive events (seconds, envd's), and
+// sandboxd's own kept output (bytes, on Start) and replay (on Connect).
+const (
+	headerKeepalive  = "Keepalive-Ping-Interval"
+	headerKeepOutput = "X-Sandboxd-Keep-Output"
+	headerReplay     = "X-Sandboxd-Replay"
+)
 
 // StartRequest describes a process to start.
 type StartRequest struct {
@@ -37,6 +42,11 @@ type StartRequest struct {
 	// Keepalive asks the agent for keepalive events on quiet streams;
 	// they are consumed by [Process.Recv]. Zero uses the agent's default.
 	Keepalive time.Duration
+	// KeepOutput asks the agent to keep the process's newest output, up to
+	// this many bytes (the agent caps it at 4 MiB), whether or not anyone
+	// is attached, and to keep the process known to a replaying
+	// ConnectProcess for a while after it ends. Zero keeps nothing.
+	KeepOutput int
 }
 
 // Size is a terminal size.
@@ -115,6 +125,9 @@ func (c *Client) StartProcess(ctx context.Context, r StartRequest) (*Process, er
 	if r.Keepalive > 0 {
 		req.Header().Set(headerKeepalive, fmt.Sprint(int(r.Keepalive.Seconds())))
 	}
+	if r.KeepOutput > 0 {
+		req.Header().Set(headerKeepOutput, fmt.Sprint(r.KeepOutput))
+	}
 	st, err := c.proc.Start(sctx, req)
 	if err != nil {
 		stop()
@@ -143,15 +156,23 @@ type Attach struct {
 	Tag  string
 	PTY  bool
 	User string
+	// Replay first delivers the output the process kept (StartRequest.
+	// KeepOutput), then the live output, none lost or repeated between
+	// the two; it also reaches such a process that ended recently, whose
+	// stream then carries its kept output and its end.
+	Replay bool
 }
 
 // ConnectProcess attaches to a running process; its output from now on
-// arrives through Recv. An unknown process is a connect error with code
-// not_found.
+// (or, with Replay, its kept output first) arrives through Recv. An
+// unknown process is a connect error with code not_found.
 func (c *Client) ConnectProcess(ctx context.Context, a Attach) (*Process, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	req := connect.NewRequest(&rpc.ConnectRequest{Process: selector(a.PID, a.Tag)})
 	SetUser(req.Header(), a.User)
+	if a.Replay {
+		req.Header().Set(headerReplay, "1")
+	}
 	st, err := c.proc.Connect(sctx, req)
 	if err != nil {
 		cancel()
