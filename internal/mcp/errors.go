@@ -51,8 +51,14 @@ var hints = map[apierr.Code]string{
 	apierr.DiskFull:             "Remove files in the sandbox (exec rm) before writing more.",
 }
 
+// pathNotFound is not_found's hint for the tools that name a path too.
+const pathNotFound = "The sandbox or the path does not exist, or the sandbox is not visible to this token: list_sandboxes shows your sandboxes, list_directory a directory's entries."
+
 // failure turns an error of the API client into a toolError for op.
-func failure(op string, err error) error {
+func failure(op string, err error) error { return failureHint(op, err, "") }
+
+// failureHint is failure with notFound as not_found's hint, when set.
+func failureHint(op string, err error, notFound string) error {
 	var te *toolError
 	if errors.As(err, &te) {
 		return te
@@ -66,7 +72,11 @@ func failure(op string, err error) error {
 		if msg == "" {
 			msg = string(apiErr.Code)
 		}
-		return &toolError{op: op, code: code, msg: msg, hint: hints[code]}
+		hint := hints[code]
+		if code == apierr.NotFound && notFound != "" {
+			hint = notFound
+		}
+		return &toolError{op: op, code: code, msg: msg, hint: hint}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &toolError{op: op, code: apierr.Unavailable, msg: "the call did not finish in time", hint: hints[apierr.Unavailable]}
 	case errors.Is(err, context.Canceled):

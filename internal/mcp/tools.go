@@ -253,7 +253,7 @@ func (t *tools) exec(ctx context.Context, req *mcpsdk.CallToolRequest, in execIn
 	if err := checkEnv(op, in.Env); err != nil {
 		return nil, execOut{}, err
 	}
-	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox)
+	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox, "")
 	if err != nil {
 		return nil, execOut{}, err
 	}
@@ -340,13 +340,13 @@ func (t *tools) readFile(ctx context.Context, req *mcpsdk.CallToolRequest, in re
 	if err := checkPath(op, in.Path); err != nil {
 		return nil, readOut{}, err
 	}
-	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox)
+	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox, pathNotFound)
 	if err != nil {
 		return nil, readOut{}, err
 	}
 	f, err := cl.DownloadFile(ctx, id, in.Path)
 	if err != nil {
-		return nil, readOut{}, failure(op, err)
+		return nil, readOut{}, failureHint(op, err, pathNotFound)
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxReadBytes+1))
@@ -409,12 +409,12 @@ func (t *tools) writeFile(ctx context.Context, req *mcpsdk.CallToolRequest, in w
 	if len(data) > maxWriteBytes {
 		return nil, writeOut{}, invalid(op, "content is %d bytes, at most %d: write the file in parts (exec cat >> …) or build it in the sandbox", len(data), maxWriteBytes)
 	}
-	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox)
+	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox, pathNotFound)
 	if err != nil {
 		return nil, writeOut{}, err
 	}
 	if err := cl.UploadFile(ctx, id, in.Path, bytes.NewReader(data)); err != nil {
-		return nil, writeOut{}, failure(op, err)
+		return nil, writeOut{}, failureHint(op, err, pathNotFound)
 	}
 	return nil, writeOut{Path: in.Path, Bytes: len(data)}, nil
 }
@@ -444,13 +444,13 @@ func (t *tools) listDir(ctx context.Context, req *mcpsdk.CallToolRequest, in lis
 	if err := checkPath(op, in.Path); err != nil {
 		return nil, listDirOut{}, err
 	}
-	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox)
+	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox, pathNotFound)
 	if err != nil {
 		return nil, listDirOut{}, err
 	}
 	entries, err := cl.ListFiles(ctx, id, in.Path)
 	if err != nil {
-		return nil, listDirOut{}, failure(op, err)
+		return nil, listDirOut{}, failureHint(op, err, pathNotFound)
 	}
 	out := listDirOut{Path: in.Path, Entries: make([]entryOut, 0, min(len(entries), maxEntries))}
 	if len(entries) > maxEntries {
@@ -485,7 +485,7 @@ func (t *tools) expose(ctx context.Context, req *mcpsdk.CallToolRequest, in expo
 	if in.Port < 1 || in.Port > 65535 {
 		return nil, exposeOut{}, invalid(op, "port is 1 to 65535")
 	}
-	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox)
+	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox, "")
 	if err != nil {
 		return nil, exposeOut{}, err
 	}
@@ -509,7 +509,7 @@ type destroyOut struct {
 
 func (t *tools) destroy(ctx context.Context, req *mcpsdk.CallToolRequest, in destroyIn) (*mcpsdk.CallToolResult, destroyOut, error) {
 	op := "destroy_sandbox " + quote(in.Sandbox)
-	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox)
+	cl, id, err := t.sandbox(ctx, req, op, in.Sandbox, "")
 	if err != nil {
 		return nil, destroyOut{}, err
 	}
@@ -523,8 +523,9 @@ func (t *tools) destroy(ctx context.Context, req *mcpsdk.CallToolRequest, in des
 
 // sandbox returns the call's client and the id of the sandbox ref names
 // (an id as it is; a name looked up, as sbx does: the API takes names on
-// GET only).
-func (t *tools) sandbox(ctx context.Context, req *mcpsdk.CallToolRequest, op, ref string) (*sandboxd.Client, string, error) {
+// GET only). notFound is the hint of a lookup that finds none, the same
+// as the tool's own call would give (failureHint).
+func (t *tools) sandbox(ctx context.Context, req *mcpsdk.CallToolRequest, op, ref, notFound string) (*sandboxd.Client, string, error) {
 	switch {
 	case strings.TrimSpace(ref) == "":
 		return nil, "", invalid(op, "sandbox is empty: give the id create_sandbox returned (sb-…) or the sandbox's name")
@@ -540,7 +541,7 @@ func (t *tools) sandbox(ctx context.Context, req *mcpsdk.CallToolRequest, op, re
 	}
 	sb, err := cl.GetSandbox(ctx, ref)
 	if err != nil {
-		return nil, "", failure(op, err)
+		return nil, "", failureHint(op, err, notFound)
 	}
 	return cl, sb.ID, nil
 }
