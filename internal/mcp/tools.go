@@ -45,6 +45,9 @@ const (
 	maxWriteBytes = 1 << 20
 	// maxEntries is what list_directory and list_sandboxes return.
 	maxEntries = 500
+	// fileCallTimeout bounds a file tool's call: a download or upload is
+	// a stream the API does not bound (a FIFO read would wait forever).
+	fileCallTimeout = 5 * time.Minute
 )
 
 // tools are the handlers; client is their only dependency.
@@ -90,21 +93,21 @@ func addTools(s *mcpsdk.Server, t *tools) {
 			"\"base64\" returns any file base64-encoded. At most the first %d KiB are returned; truncated and size say when there was more "+
 			"(read the rest with exec, e.g. tail -c or sed -n).", maxReadBytes>>10),
 		Annotations: &mcpsdk.ToolAnnotations{Title: "Read a file", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
-	}, t.readFile)
+	}, bounded(t.readFile, fileCallTimeout))
 	mcpsdk.AddTool(s, &mcpsdk.Tool{
 		Name:  "write_file",
 		Title: "Write a file in a sandbox",
 		Description: fmt.Sprintf("Create or replace a file in a sandbox with content: UTF-8 text (encoding \"text\", the default) "+
 			"or base64-encoded bytes (encoding \"base64\"), at most %d KiB once decoded. Writing the same content again is harmless.", maxWriteBytes>>10),
 		Annotations: &mcpsdk.ToolAnnotations{Title: "Write a file", DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
-	}, t.writeFile)
+	}, bounded(t.writeFile, fileCallTimeout))
 	mcpsdk.AddTool(s, &mcpsdk.Tool{
 		Name:  "list_directory",
 		Title: "List a directory in a sandbox",
 		Description: fmt.Sprintf("List the entries of a directory in a sandbox (name, type file/dir/symlink, size, modified time), "+
 			"at most %d; truncated says when there were more.", maxEntries),
 		Annotations: &mcpsdk.ToolAnnotations{Title: "List a directory", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
-	}, t.listDir)
+	}, bounded(t.listDir, fileCallTimeout))
 	mcpsdk.AddTool(s, &mcpsdk.Tool{
 		Name:  "expose_port",
 		Title: "Expose a sandbox port over HTTP",
@@ -119,6 +122,15 @@ func addTools(s *mcpsdk.Server, t *tools) {
 		Description: "Destroy a sandbox and everything in it (its files, processes and exposed ports). It cannot be undone.",
 		Annotations: &mcpsdk.ToolAnnotations{Title: "Destroy a sandbox", DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
 	}, t.destroy)
+}
+
+// bounded runs h under a deadline of d.
+func bounded[In, Out any](h mcpsdk.ToolHandlerFor[In, Out], d time.Duration) mcpsdk.ToolHandlerFor[In, Out] {
+	return func(ctx context.Context, req *mcpsdk.CallToolRequest, in In) (*mcpsdk.CallToolResult, Out, error) {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return h(ctx, req, in)
+	}
 }
 
 // --- create_sandbox ---

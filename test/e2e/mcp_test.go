@@ -259,6 +259,25 @@ func mcpSandboxFlow(ctx context.Context, t *testing.T, d *daemonProcess, token s
 		t.Errorf("list_directory: %+v", dir)
 	}
 
+	// A command past its timeout is killed; what it printed is kept.
+	var slow execResult
+	mustCall(ctx, t, cs, "exec", map[string]any{"sandbox": sb.ID, "command": "echo started; exec sleep 600", "timeout_s": 10}, &slow)
+	if !slow.TimedOut || slow.ExitCode != -1 || slow.Stdout != "started\n" {
+		t.Errorf("exec past its timeout: %+v; want timed_out, exit -1, its output", slow)
+	}
+	var left string
+	if err := waitFor(time.Minute, func() bool {
+		r, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: "ps -o args | grep -c '^sleep 60[0]' || true"})
+		if err != nil {
+			left = err.Error()
+			return false
+		}
+		left = strings.TrimSpace(r.Stdout)
+		return left == "0"
+	}); err != nil {
+		t.Errorf("the timed-out command is not killed: %s", left)
+	}
+
 	// Binary content goes both ways in base64; as text it is refused
 	// with what to do instead.
 	bin := base64.StdEncoding.EncodeToString([]byte{0, 1, 2, 0xff, 'x'})
