@@ -40,7 +40,13 @@ func NewServer(opts Options) *mcpsdk.Server {
 		version = "dev"
 	}
 	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "sandboxd", Title: "sandboxd sandboxes", Version: version},
-		&mcpsdk.ServerOptions{Instructions: instructions, Logger: opts.Logger})
+		&mcpsdk.ServerOptions{
+			Instructions: instructions,
+			Logger:       opts.Logger,
+			// Tools only (the SDK adds them): no logging capability, since
+			// output streams as progress notifications.
+			Capabilities: &mcpsdk.ServerCapabilities{},
+		})
 	addTools(s, &tools{client: opts.Client})
 	return s
 }
