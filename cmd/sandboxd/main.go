@@ -5,6 +5,7 @@
 //	sandboxd [flags]                 run the daemon
 //	sandboxd token create|list|revoke   manage API tokens (operators)
 //	sandboxd cluster init|join|members|leave   cluster mode (docs/cluster.md)
+//	sandboxd mcp [--url URL] [--token-file FILE]   an MCP server on stdio (docs/mcp.md)
 package main
 
 import (
@@ -19,6 +20,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/mcp"
+	"github.com/sandboxd/sandboxd/internal/version"
 )
 
 func main() {
@@ -27,6 +30,12 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "cluster" {
 		os.Exit(daemon.ClusterCommand(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "mcp" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := mcp.Command(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr, mcp.Env{Getenv: os.Getenv, Getwd: os.Getwd}, version.Version)
+		stop()
+		os.Exit(code)
 	}
 	cfg, err := config.Parse(os.Args[1:], os.LookupEnv)
 	if err != nil {

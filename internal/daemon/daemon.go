@@ -597,9 +597,12 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 	// the E2B facade, which serves any port of its own sandboxes by host
 	// (and declines the rest, left 404). Requests for no sandbox host go by
 	// path and header: E2B (control plane, envd by E2b-Sandbox-Id), Daytona
-	// under /daytona/api, then the native API.
+	// under /daytona/api, then the native API; /mcp is the MCP server's.
+	mcpHandler := d.mcpHandler()
 	byPath := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
+		case r.URL.Path == "/mcp":
+			mcpHandler.ServeHTTP(w, r)
 		case e2bFacade.Match(r):
 			e2bFacade.ServeHTTP(w, r)
 		case daytonaFacade.Match(r):
