@@ -16,6 +16,13 @@ import (
 // headerKeepalive asks the agent for keepalive events (seconds).
 const headerKeepalive = "Keepalive-Ping-Interval"
 
+// Headers of the agent's kept output: on Start, how many bytes of recent
+// output the process keeps; on Connect, a replay of them first.
+const (
+	headerKeepOutput = "X-Sandboxd-Keep-Output"
+	headerReplay     = "X-Sandboxd-Replay"
+)
+
 // StartRequest describes a process to start.
 type StartRequest struct {
 	// Cmd is the program and its arguments; Cmd[0] is looked up in the
@@ -37,6 +44,10 @@ type StartRequest struct {
 	// Keepalive asks the agent for keepalive events on quiet streams;
 	// they are consumed by [Process.Recv]. Zero uses the agent's default.
 	Keepalive time.Duration
+	// KeepOutput (bytes; the agent caps it at 4 MiB) makes the process
+	// keep its most recent output events, attached or not, for a Connect
+	// with [Attach.Replay]. Zero keeps none.
+	KeepOutput int
 }
 
 // Size is a terminal size.
@@ -115,6 +126,9 @@ func (c *Client) StartProcess(ctx context.Context, r StartRequest) (*Process, er
 	if r.Keepalive > 0 {
 		req.Header().Set(headerKeepalive, fmt.Sprint(int(r.Keepalive.Seconds())))
 	}
+	if r.KeepOutput > 0 {
+		req.Header().Set(headerKeepOutput, fmt.Sprint(r.KeepOutput))
+	}
 	st, err := c.proc.Start(sctx, req)
 	if err != nil {
 		stop()
@@ -143,6 +157,9 @@ type Attach struct {
 	Tag  string
 	PTY  bool
 	User string
+	// Replay asks for the output the process kept (StartRequest.KeepOutput)
+	// before the live output, none lost or repeated between the two.
+	Replay bool
 }
 
 // ConnectProcess attaches to a running process; its output from now on
@@ -152,6 +169,9 @@ func (c *Client) ConnectProcess(ctx context.Context, a Attach) (*Process, error)
 	sctx, cancel := context.WithCancel(ctx)
 	req := connect.NewRequest(&rpc.ConnectRequest{Process: selector(a.PID, a.Tag)})
 	SetUser(req.Header(), a.User)
+	if a.Replay {
+		req.Header().Set(headerReplay, "1")
+	}
 	st, err := c.proc.Connect(sctx, req)
 	if err != nil {
 		cancel()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -568,6 +569,33 @@ func incompleteRune(b []byte) int {
 			}
 			return 0
 		}
+	}
+	return 0
+}
+
+// killProc kills a worker's process group (best effort: the sandbox may
+// be gone) and closes its stream.
+func killProc(p *agent.Process) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.Signal(ctx, syscall.SIGKILL)
+	_ = p.Close()
+}
+
+// partialSuffix is the length of the longest proper prefix of marker that
+// b ends with: bytes to hold back until the next chunk decides.
+func partialSuffix(b, marker []byte) int {
+	for k := min(len(marker)-1, len(b)); k > 0; k-- {
+		if bytes.HasSuffix(b, marker[:k]) {
+			return k
+		}
+	}
+	return 0
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
 	}
 	return 0
 }

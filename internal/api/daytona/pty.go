@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/sessions"
 )
 
 // Limits of PTY sessions: what one sandbox may hold, and what the daemon
@@ -235,7 +236,7 @@ func (f *Facade) attachPTY(w http.ResponseWriter, r *http.Request, s *ptySession
 // newPTY validates a terminal's parameters and registers it; unless
 // lazyStart, its shell is started before it answers.
 func (f *Facade) newPTY(ctx context.Context, b box, body ptyCreateBody) (*ptySession, error) {
-	if !sessionIDPattern.MatchString(body.ID) {
+	if !sessions.IDPattern.MatchString(body.ID) {
 		return nil, badRequest("id must be 1-128 letters, digits, '.', '_' or '-'")
 	}
 	cols, rows := 80, 24
