@@ -16,6 +16,7 @@ type ProcessInfo struct {
 	Cmd  string
 	Args []string
 	Env  map[string]string
+	Cwd  string
 }
 
 // ListProcesses returns the processes the agent tracks, in start order.
@@ -28,7 +29,7 @@ func (c *Client) ListProcesses(ctx context.Context) ([]ProcessInfo, error) {
 	out := make([]ProcessInfo, 0, len(resp.Msg.GetProcesses()))
 	for _, p := range resp.Msg.GetProcesses() {
 		cfg := p.GetConfig()
-		out = append(out, ProcessInfo{PID: p.GetPid(), Tag: p.GetTag(), Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Env: cfg.GetEnvs()})
+		out = append(out, ProcessInfo{PID: p.GetPid(), Tag: p.GetTag(), Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Env: cfg.GetEnvs(), Cwd: cfg.GetCwd()})
 	}
 	return out, nil
 }

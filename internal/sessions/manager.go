@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -113,6 +114,9 @@ type Manager struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the lifecycle listener returned
 
+	// queued counts the terminal output queued for clients.
+	queued atomic.Int64
+
 	mu    sync.Mutex
 	boxes map[string]*box // sandbox id → its sessions
 }
@@ -126,7 +130,8 @@ type box struct {
 	mu      sync.Mutex
 	loaded  bool // the agent's sessions are attached
 	dropped bool // the sandbox stopped: nothing more is cached here
-	shells  map[string]*shell
+	shells  map[string]*shell    // nil value: reserved by a create
+	terms   map[string]*terminal // terminals (PTYs)
 }
 
 // New returns the part and starts listening to Events. It does no I/O.
@@ -211,13 +216,16 @@ func (m *Manager) dropAll() {
 func (b *box) drop() {
 	b.mu.Lock()
 	b.dropped = true
-	shells := b.shells
-	b.shells = nil
+	shells, terms := b.shells, b.terms
+	b.shells, b.terms = nil, nil
 	b.mu.Unlock()
 	for _, s := range shells {
 		if s != nil {
 			s.detach()
 		}
+	}
+	for _, term := range terms {
+		term.detachStream()
 	}
 }
 
@@ -232,7 +240,7 @@ func (m *Manager) open(ctx context.Context, t Target) (*box, *agent.Client, erro
 		m.mu.Lock()
 		b := m.boxes[t.SandboxID]
 		if b == nil {
-			b = &box{id: t.SandboxID, shells: map[string]*shell{}}
+			b = &box{id: t.SandboxID, shells: map[string]*shell{}, terms: map[string]*terminal{}}
 			m.boxes[t.SandboxID] = b
 		}
 		m.mu.Unlock()
@@ -277,6 +285,9 @@ func (m *Manager) load(ctx context.Context, b *box, ac *agent.Client, t Target) 
 		if err := m.attachShell(lctx, b, ac, t, p); err != nil {
 			return err
 		}
+		if err := m.attachTerminal(lctx, b, ac, t, p); err != nil {
+			return err
+		}
 	}
 	b.mu.Lock()
 	b.loaded = true
@@ -304,7 +315,7 @@ func (m *Manager) attachShell(ctx context.Context, b *box, ac *agent.Client, t T
 	})
 	if err != nil {
 		b.unreserve(id)
-		if connect.CodeOf(err) == connect.CodeNotFound {
+		if isNotFound(err) {
 			return nil // it ended meanwhile
 		}
 		return agentError(err)
@@ -401,6 +412,8 @@ func (b *box) list() []*shell {
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out
 }
+
+func isNotFound(err error) bool { return connect.CodeOf(err) == connect.CodeNotFound }
 
 // agentError maps an error of an agent call onto the service's sentinels;
 // a stream or connection that failed is unavailable.

@@ -141,6 +141,10 @@ func (m *Manager) CreateShell(ctx context.Context, t Target, id string) error {
 	}
 	// Reserve the id first, so concurrent creates start one shell.
 	b.mu.Lock()
+	if b.dropped {
+		b.mu.Unlock()
+		return errorf(Ended, "sandbox %s stopped while session %s started", t.SandboxID, id)
+	}
 	if _, dup := b.shells[id]; dup {
 		b.mu.Unlock()
 		return errorf(Exists, "session %s already exists", id)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
@@ -134,7 +133,7 @@ type Facade struct {
 
 	mux *http.ServeMux
 
-	// ctx bounds the session shells' streams: the facade's lifetime.
+	// ctx bounds the interpreter workers' streams: the facade's lifetime.
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -142,11 +141,8 @@ type Facade struct {
 	sess    *sessions.Manager
 	ownSess bool
 
-	mu   sync.Mutex
-	ptys     map[string]map[string]*ptySession    // sandbox id → PTY session id → terminal
+	mu       sync.Mutex
 	contexts map[string]map[string]*interpContext // sandbox id → interpreter context id → context
-	// ptyQueued counts the terminal output queued for clients (pty.go).
-	ptyQueued atomic.Int64
 }
 
 // New returns the facade. It does no I/O.
@@ -173,7 +169,6 @@ func New(opts Options) *Facade {
 		previewToken: opts.PreviewToken,
 		ctx:          ctx,
 		cancel:       cancel,
-		ptys:         map[string]map[string]*ptySession{},
 		contexts:     map[string]map[string]*interpContext{},
 		sess:         opts.Sessions,
 	}
@@ -218,8 +213,6 @@ func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // for the next daemon. Requests in flight are not waited for.
 func (f *Facade) Close() error {
 	f.mu.Lock()
-	ptys := f.ptys
-	f.ptys = map[string]map[string]*ptySession{}
 	contexts := f.contexts
 	f.contexts = map[string]map[string]*interpContext{}
 	f.mu.Unlock()
@@ -227,9 +220,6 @@ func (f *Facade) Close() error {
 		for _, ic := range byID {
 			ic.kill()
 		}
-	}
-	for _, byID := range ptys {
-		killAll(byID)
 	}
 	if f.ownSess {
 		_ = f.sess.Close()
