@@ -127,11 +127,12 @@ type box struct {
 	// loadMu is held while the sandbox's agent is listed and attached to.
 	loadMu sync.Mutex
 
-	mu      sync.Mutex
-	loaded  bool // the agent's sessions are attached
-	dropped bool // the sandbox stopped: nothing more is cached here
-	shells  map[string]*shell    // nil value: reserved by a create
-	terms   map[string]*terminal // terminals (PTYs)
+	mu       sync.Mutex
+	loaded   bool                      // the agent's sessions are attached
+	dropped  bool                      // the sandbox stopped: nothing more is cached here
+	shells   map[string]*shell         // nil value: reserved by a create
+	terms    map[string]*terminal      // terminals (PTYs)
+	contexts map[string]*interpContext // interpreter contexts
 }
 
 // New returns the part and starts listening to Events. It does no I/O.
@@ -216,9 +217,12 @@ func (m *Manager) dropAll() {
 func (b *box) drop() {
 	b.mu.Lock()
 	b.dropped = true
-	shells, terms := b.shells, b.terms
-	b.shells, b.terms = nil, nil
+	shells, terms, contexts := b.shells, b.terms, b.contexts
+	b.shells, b.terms, b.contexts = nil, nil, nil
 	b.mu.Unlock()
+	for _, ic := range contexts {
+		ic.detach()
+	}
 	for _, s := range shells {
 		if s != nil {
 			s.detach()
@@ -240,7 +244,7 @@ func (m *Manager) open(ctx context.Context, t Target) (*box, *agent.Client, erro
 		m.mu.Lock()
 		b := m.boxes[t.SandboxID]
 		if b == nil {
-			b = &box{id: t.SandboxID, shells: map[string]*shell{}, terms: map[string]*terminal{}}
+			b = &box{id: t.SandboxID, shells: map[string]*shell{}, terms: map[string]*terminal{}, contexts: map[string]*interpContext{}}
 			m.boxes[t.SandboxID] = b
 		}
 		m.mu.Unlock()
@@ -286,6 +290,9 @@ func (m *Manager) load(ctx context.Context, b *box, ac *agent.Client, t Target) 
 			return err
 		}
 		if err := m.attachTerminal(lctx, b, ac, t, p); err != nil {
+			return err
+		}
+		if err := m.attachContext(lctx, b, ac, t, p); err != nil {
 			return err
 		}
 	}

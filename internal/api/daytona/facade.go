@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
@@ -133,16 +132,14 @@ type Facade struct {
 
 	mux *http.ServeMux
 
-	// ctx bounds the interpreter workers' streams: the facade's lifetime.
+	// ctx bounds the event streams: the facade's lifetime.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// sess is the sessions part; ownSess: made by New, closed by Close.
+	// sess is the sessions part (shell sessions, terminals, interpreter
+	// contexts); ownSess: made by New, closed by Close.
 	sess    *sessions.Manager
 	ownSess bool
-
-	mu       sync.Mutex
-	contexts map[string]map[string]*interpContext // sandbox id → interpreter context id → context
 }
 
 // New returns the facade. It does no I/O.
@@ -169,7 +166,6 @@ func New(opts Options) *Facade {
 		previewToken: opts.PreviewToken,
 		ctx:          ctx,
 		cancel:       cancel,
-		contexts:     map[string]map[string]*interpContext{},
 		sess:         opts.Sessions,
 	}
 	if f.sess == nil {
@@ -208,19 +204,10 @@ func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mux.ServeHTTP(w, r)
 }
 
-// Close kills the terminals and interpreter workers (best effort) and
-// ends the streams of the shell sessions, which run on in their sandboxes
-// for the next daemon. Requests in flight are not waited for.
+// Close ends the event streams and, when New made the sessions part,
+// closes it (its sessions run on in their sandboxes, for the next
+// daemon). Requests in flight are not waited for.
 func (f *Facade) Close() error {
-	f.mu.Lock()
-	contexts := f.contexts
-	f.contexts = map[string]map[string]*interpContext{}
-	f.mu.Unlock()
-	for _, byID := range contexts {
-		for _, ic := range byID {
-			ic.kill()
-		}
-	}
 	if f.ownSess {
 		_ = f.sess.Close()
 	}

@@ -248,6 +248,5 @@ func (f *Facade) sessionInput(w http.ResponseWriter, r *http.Request, b box) err
 // a sandbox (it stopped, restarted or is being deleted: its shells are
 // gone or about to be).
 func (f *Facade) dropSessions(sandboxID string) {
-	f.dropContexts(sandboxID)
 	f.sess.Drop(sandboxID)
 }
