@@ -116,6 +116,22 @@ func TestSessions_DaytonaSessionSurvivesRestart(t *testing.T) {
 		}
 		return nil
 	})
+	// An interpreter context with a variable, and a terminal.
+	proc := "/toolbox/" + sb.ID + "/process"
+	status, raw = dc.call(http.MethodPost, proc+"/interpreter/context", map[string]any{})
+	var ictx struct {
+		ID string `json:"id"`
+	}
+	if _ = json.Unmarshal(raw, &ictx); status != http.StatusOK || ictx.ID == "" {
+		t.Fatalf("create context: %d %s", status, raw)
+	}
+	if out := runPython(ctx, t, d, sb.ID, ictx.ID, "x = 41"); out != "" {
+		t.Fatalf("x = 41 printed %q", out)
+	}
+	if status, raw := dc.call(http.MethodPost, proc+"/pty", map[string]any{"id": "term"}); status != http.StatusCreated {
+		t.Fatalf("create pty: %d %s", status, raw)
+	}
+	x := 41
 
 	for _, restart := range []struct {
 		name string
@@ -167,6 +183,77 @@ func TestSessions_DaytonaSessionSurvivesRestart(t *testing.T) {
 		}
 		last := now[len(now)-1]
 		followTicks(ctx, t, d, cmdPath, last, restart.name)
+
+		// The context kept its namespace; the terminal runs its shell.
+		x++
+		if out := runPython(ctx, t, d, sb.ID, ictx.ID, "x += 1; print(x)"); out != fmt.Sprintf("%d\n", x) {
+			t.Errorf("after %s the context printed %q; want %d (its namespace kept)", restart.name, out, x)
+		}
+		ptyEcho(ctx, t, d, proc+"/pty/term/connect", restart.name)
+	}
+}
+
+// runPython runs code in an interpreter context and returns its stdout.
+func runPython(ctx context.Context, t *testing.T, d *daemonProcess, sandboxID, contextID, code string) string {
+	t.Helper()
+	u := "ws" + strings.TrimPrefix(d.URL(), "http") + "/daytona/api/toolbox/" + sandboxID + "/process/interpreter/execute"
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, _, err := websocket.Dial(rctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + d.Token()}}})
+	if err != nil {
+		t.Fatalf("interpreter: %v", err)
+	}
+	defer conn.CloseNow()
+	req, _ := json.Marshal(map[string]any{"code": code, "contextId": contextID})
+	if err := conn.Write(rctx, websocket.MessageText, req); err != nil {
+		t.Fatal(err)
+	}
+	var stdout strings.Builder
+	for {
+		_, msg, err := conn.Read(rctx)
+		if err != nil {
+			if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+				t.Errorf("interpreter %q: %v (stdout %q)", code, err, stdout.String())
+			}
+			return stdout.String()
+		}
+		var m struct{ Type, Text string }
+		_ = json.Unmarshal(msg, &m)
+		if m.Type == "stdout" {
+			stdout.WriteString(m.Text)
+		}
+	}
+}
+
+// ptyEcho attaches to a terminal, has its shell echo a line, and reads it.
+func ptyEcho(ctx context.Context, t *testing.T, d *daemonProcess, path, when string) {
+	t.Helper()
+	u := "ws" + strings.TrimPrefix(d.URL(), "http") + "/daytona/api" + path
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, _, err := websocket.Dial(pctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + d.Token()}}})
+	if err != nil {
+		t.Fatalf("after %s, pty connect: %v", when, err)
+	}
+	defer conn.CloseNow()
+	var out strings.Builder
+	sent := false
+	for !strings.Contains(out.String(), "pty-42") {
+		typ, msg, err := conn.Read(pctx)
+		if err != nil {
+			t.Fatalf("after %s, the terminal: %v; read %q", when, err, out.String())
+		}
+		if typ == websocket.MessageText && !sent {
+			if !strings.Contains(string(msg), `"connected"`) {
+				t.Fatalf("after %s, the terminal answered %s", when, msg)
+			}
+			if err := conn.Write(pctx, websocket.MessageBinary, []byte("echo pty-$((6*7))\n")); err != nil {
+				t.Fatal(err)
+			}
+			sent = true
+			continue
+		}
+		out.Write(msg)
 	}
 }
 
