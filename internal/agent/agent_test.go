@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/agent/server/process"
 	fsrpc "github.com/sandboxd/sandboxd/internal/gen/envd/filesystem"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
+	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
 )
 
 const testToken = "test-token-0123456789"
@@ -434,5 +435,63 @@ func TestClient_WithTokenKeepsTheConnection(t *testing.T) {
 	}
 	if _, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"true"}}); err == nil {
 		t.Error("the old client still runs commands over the shared connection")
+	}
+}
+
+// The client's KeepOutput and Replay reach a process after its end; the
+// same request through the Transport facades proxy through has the
+// daemon's headers dropped, so a facade's caller cannot make a process
+// keep output.
+func TestClient_KeptOutputIsTheDaemonsAlone(t *testing.T) {
+	c, _ := localClient(t)
+	run := func(p *agent.Process) uint32 {
+		t.Helper()
+		defer p.Close()
+		if _, err := p.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		return p.PID()
+	}
+	p, err := c.StartProcess(t.Context(), agent.StartRequest{Cmd: []string{"/bin/echo", "kept"}, KeepOutput: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := run(p)
+	r, err := c.ConnectProcess(t.Context(), agent.Attach{PID: kept, Replay: true})
+	if err != nil {
+		t.Fatalf("replaying an ended process that kept output: %v", err)
+	}
+	var out bytes.Buffer
+	for {
+		o, err := r.Recv()
+		if err != nil {
+			break
+		}
+		out.Write(o.Data)
+	}
+	r.Close()
+	if out.String() != "kept\n" {
+		t.Errorf("replay = %q, want the kept output", out.String())
+	}
+
+	via := processconnect.NewProcessClient(&http.Client{Transport: c.Transport()}, agent.BaseURL)
+	req := connect.NewRequest(&rpc.StartRequest{Process: &rpc.ProcessConfig{Cmd: "/bin/echo", Args: []string{"x"}}})
+	req.Header().Set("X-Sandboxd-Keep-Output", "1024")
+	st, err := via.Start(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid uint32
+	for st.Receive() {
+		if s := st.Msg().GetEvent().GetStart(); s != nil {
+			pid = s.GetPid()
+		}
+	}
+	st.Close()
+	if pid == 0 {
+		t.Fatalf("start through Transport: %v", st.Err())
+	}
+	if _, err := c.ConnectProcess(t.Context(), agent.Attach{PID: pid, Replay: true}); err == nil || !strings.Contains(err.Error(), "not_found") {
+		t.Errorf("a process started through Transport with the keep header kept its output (replay: %v)", err)
 	}
 }

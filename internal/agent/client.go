@@ -153,10 +153,13 @@ func (c *Client) Configure(ctx context.Context, cfg Configuration) error {
 }
 
 // pathConfig is the agent's route for Configure (server.PathConfig);
-// daemonPaths is the prefix of the routes only the daemon calls.
+// daemonPaths is the prefix of the routes only the daemon calls, and
+// daemonHeaders that of the headers only the daemon sends (kept output and
+// replay).
 const (
-	pathConfig  = "/sandboxd/config"
-	daemonPaths = "/sandboxd/"
+	pathConfig    = "/sandboxd/config"
+	daemonPaths   = "/sandboxd/"
+	daemonHeaders = "X-Sandboxd-"
 )
 
 // Check makes one authenticated call that changes nothing (a process
@@ -171,7 +174,8 @@ func (c *Client) Check(ctx context.Context) error {
 // envd requests unchanged proxies through it (any X-Access-Token the caller
 // sent is replaced); the daemon's own routes (Configure's) answer 404 through
 // it without reaching the agent, so no caller of a facade can replace a
-// sandbox's secret env. Reply headers are bounded; bodies are streams the
+// sandbox's secret env, and the daemon's own headers (X-Sandboxd-*) are
+// dropped, so none can make a process keep output. Reply headers are bounded; bodies are streams the
 // proxy copies through, so they are not.
 func (c *Client) Transport() http.RoundTripper { return forwardTransport{c.hc.Transport} }
 
@@ -191,6 +195,17 @@ func (t forwardTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			Body:    io.NopCloser(strings.NewReader(body)),
 			Request: r, ContentLength: int64(len(body)),
 		}, nil
+	}
+	for k := range r.Header {
+		if strings.HasPrefix(k, daemonHeaders) {
+			r = r.Clone(r.Context())
+			for k := range r.Header {
+				if strings.HasPrefix(k, daemonHeaders) {
+					delete(r.Header, k)
+				}
+			}
+			break
+		}
 	}
 	return t.base.RoundTrip(r)
 }

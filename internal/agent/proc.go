@@ -13,12 +13,10 @@ import (
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 )
 
-// headerKeepalive asks the agent for keepalive events (seconds).
-const headerKeepalive = "Keepalive-Ping-Interval"
-
-// Headers of the agent's kept output: on Start, how many bytes of recent
-// output the process keeps; on Connect, a replay of them first.
+// Headers of process streams: keepalive events (seconds, envd's), and
+// sandboxd's own kept output (bytes, on Start) and replay (on Connect).
 const (
+	headerKeepalive  = "Keepalive-Ping-Interval"
 	headerKeepOutput = "X-Sandboxd-Keep-Output"
 	headerReplay     = "X-Sandboxd-Replay"
 )
@@ -44,9 +42,10 @@ type StartRequest struct {
 	// Keepalive asks the agent for keepalive events on quiet streams;
 	// they are consumed by [Process.Recv]. Zero uses the agent's default.
 	Keepalive time.Duration
-	// KeepOutput (bytes; the agent caps it at 4 MiB) makes the process
-	// keep its most recent output events, attached or not, for a Connect
-	// with [Attach.Replay]. Zero keeps none.
+	// KeepOutput asks the agent to keep the process's newest output, up to
+	// this many bytes (the agent caps it at 4 MiB), whether or not anyone
+	// is attached, and to keep the process known to a replaying
+	// ConnectProcess for a while after it ends. Zero keeps nothing.
 	KeepOutput int
 }
 
@@ -157,14 +156,16 @@ type Attach struct {
 	Tag  string
 	PTY  bool
 	User string
-	// Replay asks for the output the process kept (StartRequest.KeepOutput)
-	// before the live output, none lost or repeated between the two.
+	// Replay first delivers the output the process kept (StartRequest.
+	// KeepOutput), then the live output, none lost or repeated between
+	// the two; it also reaches such a process that ended recently, whose
+	// stream then carries its kept output and its end.
 	Replay bool
 }
 
 // ConnectProcess attaches to a running process; its output from now on
-// arrives through Recv. An unknown process is a connect error with code
-// not_found.
+// (or, with Replay, its kept output first) arrives through Recv. An
+// unknown process is a connect error with code not_found.
 func (c *Client) ConnectProcess(ctx context.Context, a Attach) (*Process, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	req := connect.NewRequest(&rpc.ConnectRequest{Process: selector(a.PID, a.Tag)})

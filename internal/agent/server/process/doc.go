@@ -39,6 +39,20 @@
 // attached is discarded, so an unwatched process never blocks on its
 // output.
 //
+// # Kept output (sandboxd's)
+//
+// A Start request with X-Sandboxd-Keep-Output: N makes the process keep its
+// newest N bytes of output (capped at [MaxKeepOutput]; oldest events
+// dropped first, one larger event trimmed to its tail), whether or not
+// anyone is attached. A Connect with X-Sandboxd-Replay: 1 then sends that
+// output after start{pid} and before the live events, none lost or
+// repeated between the two, and it also reaches such a process for
+// [EndedKeep] after its end (at most [MaxEnded] of them): the stream then
+// carries the kept output and the end. This is what lets the daemon's
+// sessions survive a daemon restart: the shell runs on in the agent, and
+// the daemon reattaches and rebuilds its view from the replay. List and
+// every other call see only running processes, as in envd.
+//
 // # Users
 //
 // The request's user (Authorization: Basic base64("user:"), root when

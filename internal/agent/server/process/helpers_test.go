@@ -148,6 +148,7 @@ type startOpts struct {
 	pty       *rpc.PTY
 	user      string
 	keepalive string
+	keep      string // X-Sandboxd-Keep-Output
 }
 
 func (e *env) start(ctx context.Context, t *testing.T, o startOpts, cmd string, args ...string) *connect.ServerStreamForClient[rpc.StartResponse] {
@@ -166,6 +167,9 @@ func (e *env) start(ctx context.Context, t *testing.T, o startOpts, cmd string, 
 	}
 	if o.keepalive != "" {
 		req.Header().Set("Keepalive-Ping-Interval", o.keepalive)
+	}
+	if o.keep != "" {
+		req.Header().Set("X-Sandboxd-Keep-Output", o.keep)
 	}
 	st, err := e.client.Start(ctx, req)
 	if err != nil {

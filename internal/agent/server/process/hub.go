@@ -1,6 +1,7 @@
 package process
 
 import (
+	"slices"
 	"sync"
 
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
@@ -16,22 +17,32 @@ const subBuffer = 64
 // order per output stream for as long as a subscriber stays: a slow
 // subscriber slows the readers down (and, once the pipe fills, the
 // process), like a slow reader of a pipe would. A subscriber that leaves
-// releases the readers at once. Output nobody subscribes to is dropped.
+// releases the readers at once. Output nobody subscribes to is dropped,
+// except what a hub that keeps output holds (see [hub.subscribeReplay]).
 type hub struct {
 	mu   sync.Mutex
 	subs map[*sub]struct{}
 	end  *rpc.ProcessEvent // set by finish; later subscribers get only this
+
+	// keep bounds the bytes of data events kept (0: none); kept holds the
+	// newest data events, oldest first, keptBytes their data's size.
+	keep      int
+	kept      []*rpc.ProcessEvent
+	keptBytes int
 }
 
 // sub is one subscriber. Events arrives on ch; ch is closed after the end
-// event.
+// event. replay, when set, is sent before anything from ch.
 type sub struct {
-	ch   chan *rpc.ProcessEvent
-	gone chan struct{}
-	once sync.Once
+	ch     chan *rpc.ProcessEvent
+	gone   chan struct{}
+	once   sync.Once
+	replay []*rpc.ProcessEvent
 }
 
-func newHub() *hub { return &hub{subs: make(map[*sub]struct{})} }
+// newHub returns a hub that keeps the newest keep bytes of output (none
+// when keep is 0).
+func newHub(keep int) *hub { return &hub{subs: make(map[*sub]struct{}), keep: keep} }
 
 // subscribe adds a subscriber that sees every event published from now on.
 // On a finished hub it gets the end event alone.
@@ -39,6 +50,25 @@ func (h *hub) subscribe() *sub {
 	s := &sub{ch: make(chan *rpc.ProcessEvent, subBuffer), gone: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.end != nil {
+		s.ch <- h.end
+		close(s.ch)
+		return s
+	}
+	h.subs[s] = struct{}{}
+	return s
+}
+
+// subscribeReplay is subscribe preceded by the output the hub keeps: the
+// subscriber gets every kept event, then every event published after, and
+// none twice or lost between the two (both are decided under one lock
+// with publish's record). On a finished hub it gets the kept events and
+// the end.
+func (h *hub) subscribeReplay() *sub {
+	s := &sub{ch: make(chan *rpc.ProcessEvent, subBuffer), gone: make(chan struct{})}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.replay = slices.Clone(h.kept)
 	if h.end != nil {
 		s.ch <- h.end
 		close(s.ch)
@@ -62,6 +92,7 @@ func (h *hub) unsubscribe(s *sub) {
 // be called after finish.
 func (h *hub) publish(ev *rpc.ProcessEvent) {
 	h.mu.Lock()
+	h.record(ev)
 	subs := make([]*sub, 0, len(h.subs))
 	for s := range h.subs {
 		subs = append(subs, s)
@@ -73,6 +104,48 @@ func (h *hub) publish(ev *rpc.ProcessEvent) {
 		case <-s.gone:
 		}
 	}
+}
+
+// record keeps ev's output, dropping the oldest kept events past the
+// bound. Called with mu held.
+func (h *hub) record(ev *rpc.ProcessEvent) {
+	if h.keep <= 0 {
+		return
+	}
+	n := dataLen(ev)
+	if n > h.keep {
+		ev, n = tail(ev, h.keep), h.keep
+	}
+	h.kept = append(h.kept, ev)
+	h.keptBytes += n
+	drop := 0
+	for h.keptBytes > h.keep {
+		h.keptBytes -= dataLen(h.kept[drop])
+		h.kept[drop] = nil
+		drop++
+	}
+	if drop > 0 {
+		h.kept = h.kept[drop:]
+	}
+}
+
+// tail is a data event of the last n bytes of ev's output.
+func tail(ev *rpc.ProcessEvent, n int) *rpc.ProcessEvent {
+	d := ev.GetData()
+	switch {
+	case d.GetStdout() != nil:
+		return dataEvent(streamStdout, d.GetStdout()[len(d.GetStdout())-n:])
+	case d.GetStderr() != nil:
+		return dataEvent(streamStderr, d.GetStderr()[len(d.GetStderr())-n:])
+	default:
+		return dataEvent(streamPTY, d.GetPty()[len(d.GetPty())-n:])
+	}
+}
+
+// dataLen is the size of a data event's output (0 for other events).
+func dataLen(ev *rpc.ProcessEvent) int {
+	d := ev.GetData()
+	return len(d.GetStdout()) + len(d.GetStderr()) + len(d.GetPty())
 }
 
 // finish delivers the end event to every subscriber and closes their

@@ -2,10 +2,13 @@ package process
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -27,6 +30,14 @@ const (
 	// DefaultKeepalive is the keepalive interval of streams whose request
 	// names none (envd's default).
 	DefaultKeepalive = 90 * time.Second
+	// MaxKeepOutput caps the output one process keeps for replay.
+	MaxKeepOutput = 4 << 20
+	// EndedKeep is how long a process that kept its output stays known to
+	// Connect after it ended, so that a client that reattaches late still
+	// reads its last output and its end; at most MaxEnded such processes
+	// are kept, the oldest ended dropped first.
+	EndedKeep = 10 * time.Minute
+	MaxEnded  = 32
 )
 
 // Options configure a [Service]. The zero value is usable.
@@ -68,11 +79,20 @@ type Service struct {
 	log       *slog.Logger
 	atExec    func(pid int)
 
+	now func() time.Time
+
 	mu     sync.Mutex
 	late   map[string]string // SetEnv's; replaced whole, never mutated
 	procs  map[uint32]*proc
+	ended  []endedProc // processes that kept output and ended, oldest first
 	seq    uint64
 	closed bool
+}
+
+// endedProc is a process that kept its output, after its end.
+type endedProc struct {
+	p  *proc
+	at time.Time
 }
 
 var _ processconnect.ProcessHandler = (*Service)(nil)
@@ -82,6 +102,7 @@ func New(o Options) *Service {
 	s := &Service{
 		users: o.Users, waiter: o.Waiter, env: o.Env, grace: o.OutputGrace,
 		keepalive: o.Keepalive, log: o.Log, atExec: o.AtExec, procs: make(map[uint32]*proc),
+		now: time.Now,
 	}
 	if s.users == nil {
 		s.users = account.NewDirectory(account.DefaultPasswd)
@@ -176,10 +197,11 @@ func waitAll(ctx context.Context, procs []*proc) error {
 	return nil
 }
 
-// launchProc starts l and tracks it until it ends. sub, subscribed before
-// the process starts, sees all of its output.
-func (s *Service) launchProc(l launch, lifetime time.Duration) (*proc, *sub, error) {
-	h := newHub()
+// launchProc starts l and tracks it until it ends (and, when it keeps keep
+// bytes of output, for EndedKeep after). sub, subscribed before the
+// process starts, sees all of its output.
+func (s *Service) launchProc(l launch, lifetime time.Duration, keep int) (*proc, *sub, error) {
+	h := newHub(keep)
 	sb := h.subscribe()
 	s.mu.Lock()
 	if s.closed {
@@ -203,9 +225,53 @@ func (s *Service) launchProc(l launch, lifetime time.Duration) (*proc, *sub, err
 		if s.procs[p.pid] == p {
 			delete(s.procs, p.pid)
 		}
+		if keep > 0 {
+			s.ended = append(s.ended, endedProc{p: p, at: s.now()})
+			s.pruneEnded()
+		}
 		s.mu.Unlock()
 	}()
 	return p, sb, nil
+}
+
+// pruneEnded forgets ended processes past EndedKeep or MaxEnded. Called
+// with mu held.
+func (s *Service) pruneEnded() {
+	cut := s.now().Add(-EndedKeep)
+	drop := max(len(s.ended)-MaxEnded, 0)
+	for drop < len(s.ended) && s.ended[drop].at.Before(cut) {
+		drop++
+	}
+	if drop > 0 {
+		s.ended = slices.Delete(s.ended, 0, drop)
+	}
+}
+
+// lookupAny is lookup that, when withEnded is set and no running process
+// matches, also finds a process that kept its output and ended recently
+// (the one that ended last, for a tag).
+func (s *Service) lookupAny(sel *rpc.ProcessSelector, withEnded bool) (*proc, error) {
+	p, err := s.lookup(sel)
+	if err == nil || !withEnded || !errors.Is(err, ErrNotFound) {
+		return p, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pruneEnded()
+	for i := len(s.ended) - 1; i >= 0; i-- {
+		e := s.ended[i].p
+		switch v := sel.GetSelector().(type) {
+		case *rpc.ProcessSelector_Pid:
+			if e.pid == v.Pid {
+				return e, nil
+			}
+		case *rpc.ProcessSelector_Tag:
+			if e.tag != nil && *e.tag == v.Tag {
+				return e, nil
+			}
+		}
+	}
+	return nil, err
 }
 
 // lookup finds the process sel names. A tag names the earliest started
@@ -234,6 +300,12 @@ func (s *Service) lookup(sel *rpc.ProcessSelector) (*proc, error) {
 	default:
 		return nil, fmt.Errorf("%w: process selector names neither pid nor tag", ErrInvalid)
 	}
+}
+
+// headerInt reads a non-negative integer header; absent means zero.
+func headerInt(h http.Header, key string) (int, error) {
+	d, err := headerDuration(h, key, 1)
+	return int(min(d, math.MaxInt32)), err
 }
 
 // headerDuration reads a non-negative integer header in the given unit;

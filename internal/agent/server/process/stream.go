@@ -18,6 +18,14 @@ const (
 	headerTimeout = "Connect-Timeout-Ms"
 	// headerKeepalive is the keepalive interval in seconds.
 	headerKeepalive = "Keepalive-Ping-Interval"
+	// headerKeepOutput (sandboxd's, on Start) asks the agent to keep the
+	// process's newest output, up to this many bytes (capped at
+	// [MaxKeepOutput]), whether or not anyone is attached, and to keep the
+	// process known to Connect for [EndedKeep] after it ends.
+	headerKeepOutput = "X-Sandboxd-Keep-Output"
+	// headerReplay (sandboxd's, on Connect): "1" replays the kept output
+	// before the live events.
+	headerReplay = "X-Sandboxd-Replay"
 )
 
 // Start starts a process and streams its events: start{pid}, data..., end.
@@ -33,11 +41,15 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[rpc.StartReque
 	if err != nil {
 		return toConnect(err)
 	}
+	keep, err := headerInt(req.Header(), headerKeepOutput)
+	if err != nil {
+		return toConnect(err)
+	}
 	l, err := launchFor(u, req.Msg, s.defaults())
 	if err != nil {
 		return toConnect(err)
 	}
-	p, sb, err := s.launchProc(l, lifetime)
+	p, sb, err := s.launchProc(l, lifetime, min(keep, MaxKeepOutput))
 	if err != nil {
 		return toConnect(err)
 	}
@@ -49,12 +61,23 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[rpc.StartReque
 // Connect attaches to a running process by pid or tag and streams its
 // events from now on, starting with start{pid}. Several streams may follow
 // one process; each sees every event published while it is attached.
+//
+// With X-Sandboxd-Replay: 1 the stream first replays the output the process
+// keeps (see headerKeepOutput), and it may also attach to such a process
+// that ended in the last [EndedKeep]: it then gets the kept output and the
+// end.
 func (s *Service) Connect(ctx context.Context, req *connect.Request[rpc.ConnectRequest], stream *connect.ServerStream[rpc.ConnectResponse]) error {
-	p, err := s.lookup(req.Msg.GetProcess())
+	replay := req.Header().Get(headerReplay) == "1"
+	p, err := s.lookupAny(req.Msg.GetProcess(), replay)
 	if err != nil {
 		return toConnect(err)
 	}
-	return s.pump(ctx, s.keepaliveFor(req.Header()), p, p.hub.subscribe(), func(ev *rpc.ProcessEvent) error {
+	subscribe := p.hub.subscribe
+	if replay {
+		subscribe = p.hub.subscribeReplay
+	}
+	sb := subscribe()
+	return s.pump(ctx, s.keepaliveFor(req.Header()), p, sb, func(ev *rpc.ProcessEvent) error {
 		return stream.Send(&rpc.ConnectResponse{Event: ev})
 	})
 }
@@ -66,6 +89,15 @@ func (s *Service) pump(ctx context.Context, every time.Duration, p *proc, sb *su
 	if err := send(&rpc.ProcessEvent{Event: &rpc.ProcessEvent_Start{Start: &rpc.ProcessEvent_StartEvent{Pid: p.pid}}}); err != nil {
 		return err
 	}
+	for _, ev := range sb.replay {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := send(ev); err != nil {
+			return err
+		}
+	}
+	sb.replay = nil
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	keepalive := &rpc.ProcessEvent{Event: &rpc.ProcessEvent_Keepalive{Keepalive: &rpc.ProcessEvent_KeepAlive{}}}
