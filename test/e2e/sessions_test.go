@@ -182,6 +182,7 @@ func TestSessions_DaytonaSessionSurvivesRestart(t *testing.T) {
 			t.Errorf("after %s the logs hold ticks %v…; want those from before it (up to %d) still there", restart.name, now[:min(len(now), 5)], before[len(before)-1])
 		}
 		last := now[len(now)-1]
+		t.Logf("%s: ticks %d…%d before, %d…%d just after", restart.name, before[0], before[len(before)-1], now[0], last)
 		followTicks(ctx, t, d, cmdPath, last, restart.name)
 
 		// The context kept its namespace; the terminal runs its shell.
