@@ -285,9 +285,14 @@ func (m *Manager) load(ctx context.Context, b *box, ac *agent.Client, t Target) 
 	if len(procs) > maxListed {
 		procs = procs[:maxListed]
 	}
+	var reattached []*shell
 	for _, p := range procs {
-		if err := m.attachShell(lctx, b, ac, t, p); err != nil {
+		s, err := m.attachShell(lctx, b, ac, t, p)
+		if err != nil {
 			return err
+		}
+		if s != nil {
+			reattached = append(reattached, s)
 		}
 		if err := m.attachTerminal(lctx, b, ac, t, p); err != nil {
 			return err
@@ -295,6 +300,10 @@ func (m *Manager) load(ctx context.Context, b *box, ac *agent.Client, t Target) 
 		if err := m.attachContext(lctx, b, ac, t, p); err != nil {
 			return err
 		}
+	}
+	// Answer from whole views: each shell's replay read.
+	for _, s := range reattached {
+		s.waitSettled(lctx)
 	}
 	b.mu.Lock()
 	b.loaded = true
@@ -304,16 +313,16 @@ func (m *Manager) load(ctx context.Context, b *box, ac *agent.Client, t Target) 
 
 // attachShell reattaches to p when it is a shell session the cache lacks,
 // with a replay of its kept output, from which its commands are rebuilt.
-func (m *Manager) attachShell(ctx context.Context, b *box, ac *agent.Client, t Target, p agent.ProcessInfo) error {
+func (m *Manager) attachShell(ctx context.Context, b *box, ac *agent.Client, t Target, p agent.ProcessInfo) (*shell, error) {
 	id, token, ok := parseShellTag(p.Tag)
 	if !ok || p.PID == 0 {
-		return nil
+		return nil, nil
 	}
 	b.mu.Lock()
 	_, have := b.shells[id]
 	if have || b.dropped || len(b.shells) >= MaxShellsPerSandbox {
 		b.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	b.shells[id] = nil // reserved
 	b.mu.Unlock()
@@ -323,17 +332,17 @@ func (m *Manager) attachShell(ctx context.Context, b *box, ac *agent.Client, t T
 	if err != nil {
 		b.unreserve(id)
 		if isNotFound(err) {
-			return nil // it ended meanwhile
+			return nil, nil // it ended meanwhile
 		}
-		return agentError(err)
+		return nil, agentError(err)
 	}
 	s := m.newShell(b, id, token, proc, cancel)
 	if !b.store(id, s) {
 		s.detach()
-		return nil
+		return nil, nil
 	}
 	go s.read()
-	return nil
+	return s, nil
 }
 
 // stream opens a stream that lives as long as the Manager (or until

@@ -111,7 +111,22 @@ type shell struct {
 	// kept is the cost of all the commands' logs (written under mu, read
 	// without it to choose whom to evict).
 	kept atomic.Int64
+
+	// settled is closed once the stream went quiet for replayQuiet (or
+	// ended): a reattached shell has then read the replay the agent sent
+	// back-to-back, and its rebuilt view is whole. settle is its timer.
+	settled    chan struct{}
+	settle     *time.Timer
+	settleOnce sync.Once
 }
+
+// replayQuiet is the pause after which a replay is taken as read: the
+// agent sends the kept output at once, before any live output.
+// replayWait bounds the wait for it.
+const (
+	replayQuiet = 100 * time.Millisecond
+	replayWait  = 5 * time.Second
+)
 
 // command is one command of a shell and what it printed.
 type command struct {
@@ -126,7 +141,22 @@ type command struct {
 }
 
 func (m *Manager) newShell(b *box, id, token string, proc *agent.Process, cancel context.CancelFunc) *shell {
-	return &shell{m: m, b: b, id: id, sandboxID: b.id, proc: proc, cancel: cancel, token: token, byID: map[string]*command{}}
+	s := &shell{m: m, b: b, id: id, sandboxID: b.id, proc: proc, cancel: cancel, token: token, byID: map[string]*command{}, settled: make(chan struct{})}
+	s.settle = time.AfterFunc(replayQuiet, s.markSettled)
+	return s
+}
+
+func (s *shell) markSettled() { s.settleOnce.Do(func() { close(s.settled) }) }
+
+// waitSettled waits until s read its replay, at most replayWait or ctx.
+func (s *shell) waitSettled(ctx context.Context) {
+	t := time.NewTimer(replayWait)
+	defer t.Stop()
+	select {
+	case <-s.settled:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // CreateShell starts a shell session named id in t's sandbox. An id in
@@ -429,8 +459,14 @@ func (s *shell) addLocked(c *command) {
 // the sandbox still runs it).
 func (s *shell) read() {
 	demux := [2]*demuxer{{s: s, open: s.marker(), stderr: false}, {s: s, open: s.marker(), stderr: true}}
+	defer s.markSettled()
 	for {
 		out, err := s.proc.Recv()
+		select {
+		case <-s.settled:
+		default:
+			s.settle.Reset(replayQuiet)
+		}
 		if err != nil {
 			if st, ok := s.proc.Exit(); ok && errors.Is(err, io.EOF) {
 				s.end(st.Code)
