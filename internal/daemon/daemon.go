@@ -551,8 +551,13 @@ func reservedHosts(cfg config.Daemon, ln net.Addr) []string {
 // facade (registering its Close) — and sets d.Handler to route between
 // them and the ingress.
 func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) error {
+	// Sessions live in the agents; the part only caches them and ends its
+	// streams at Close, so they survive a restart of the daemon.
+	sessionPart := sessions.New(sessions.Options{Agents: d.Service, Events: d.Service, Logger: d.logger})
+	d.closers = append(d.closers, sessionPart.Close)
 	api, err := v1.New(v1.Options{
 		Service:        d.Service,
+		Sessions:       sessionPart,
 		Auth:           d.Auth,
 		Tokens:         auth.NewIssuer(d.tokenStore()),
 		Logger:         d.logger,
@@ -584,10 +589,6 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		PeerSandboxes:  d.peerSandboxes(),
 	})
 
-	// Sessions live in the agents; the part only caches them and ends its
-	// streams at Close, so they survive a restart of the daemon.
-	sessionPart := sessions.New(sessions.Options{Agents: d.Service, Events: d.Service, Logger: d.logger})
-	d.closers = append(d.closers, sessionPart.Close)
 	daytonaFacade := daytona.New(daytona.Options{
 		Service: d.Service, Auth: d.Auth, Logger: d.logger, Domain: d.Config.Domain,
 		PreviewToken: previews.Token, RequestTimeout: d.Config.RequestTimeout,
