@@ -408,3 +408,46 @@ func readPTYTicks(t *testing.T, when string, receive func() bool, msg func() *pr
 	t.Fatalf("%s: the stream ended (%v) before a tick past %d; got %q", when, errf(), after, out.String())
 	return 0
 }
+
+// TestCLI_SessionAcrossRestart drives `sbx session` against a daemon that
+// is killed (SIGKILL) while a command of the session runs: after the
+// restart `session logs -f` follows that command to its end, and the same
+// shell runs the next command with its state (a variable set before).
+func TestCLI_SessionAcrossRestart(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 5*time.Minute)
+	d := startDaemon(t, "clisession")
+	dir := t.TempDir()
+	r := mustSbx(t, d, dir, "create", "--json", "--image", baseImage, "--cpu", "0.25", "--memory", "256")
+	var sb struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &sb); err != nil || sb.ID == "" {
+		t.Fatalf("create --json printed %q: %v", r.stdout, err)
+	}
+	destroyAtEnd(t, newClient(d, true), sb.ID)
+	mustSbx(t, d, dir, "session", "create", sb.ID, "work")
+	if r := sbx(t, d, dir, "session", "exec", sb.ID, "work", "--", "V=kept; (exit 3)"); r.code != 3 {
+		t.Fatalf("session exec exit 3: %+v", r)
+	}
+	cid := strings.TrimSpace(mustSbx(t, d, dir, "session", "exec", "--async", sb.ID, "work", "--", "sleep 3; echo done $V").stdout)
+	if err := d.Restart(ctx); err != nil {
+		t.Fatalf("restart: %v\nlog:\n%s", err, d.LogTail(40))
+	}
+	if r := mustSbx(t, d, dir, "session", "logs", "-f", sb.ID, "work", cid); r.stdout != "done kept\n" {
+		t.Errorf("logs -f after the restart: %+v", r)
+	}
+	if r := mustSbx(t, d, dir, "session", "ls", sb.ID, "work"); !strings.Contains(r.stdout, cid) || strings.Contains(r.stdout, "running") {
+		t.Errorf("session ls: %q; want %s ended", r.stdout, cid)
+	}
+	if r := mustSbx(t, d, dir, "session", "exec", sb.ID, "work", "--", "echo $V"); r.stdout != "kept\n" {
+		t.Errorf("the shell's state after the restart: %+v", r)
+	}
+	mustSbx(t, d, dir, "session", "rm", sb.ID, "work")
+	if r := sbx(t, d, dir, "session", "ls", sb.ID, "work"); r.code != exitNotFoundCode {
+		t.Errorf("ls of a deleted session: %+v", r)
+	}
+}
+
+// exitNotFoundCode is sbx's exit code for a missing resource.
+const exitNotFoundCode = 3
