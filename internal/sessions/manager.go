@@ -301,9 +301,12 @@ func (m *Manager) load(ctx context.Context, b *box, ac *agent.Client, t Target) 
 			return err
 		}
 	}
-	// Answer from whole views: each shell's replay read.
+	// Answer from whole views: each shell's replay read (all within one
+	// replayWait).
+	sctx, cancelSettle := context.WithTimeout(lctx, replayWait)
+	defer cancelSettle()
 	for _, s := range reattached {
-		s.waitSettled(lctx)
+		s.waitSettled(sctx)
 	}
 	b.mu.Lock()
 	b.loaded = true

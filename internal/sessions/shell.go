@@ -148,13 +148,10 @@ func (m *Manager) newShell(b *box, id, token string, proc *agent.Process, cancel
 
 func (s *shell) markSettled() { s.settleOnce.Do(func() { close(s.settled) }) }
 
-// waitSettled waits until s read its replay, at most replayWait or ctx.
+// waitSettled waits until s read its replay, or ctx is done.
 func (s *shell) waitSettled(ctx context.Context) {
-	t := time.NewTimer(replayWait)
-	defer t.Stop()
 	select {
 	case <-s.settled:
-	case <-t.C:
 	case <-ctx.Done():
 	}
 }
