@@ -1,7 +1,7 @@
 // Package sessions is the service's sessions part: long-lived shells (a
 // session runs commands one after another, each with its output and exit
 // code), terminals (PTYs) and interpreter contexts (a Python namespace that
-// persists between executions). The Daytona facade's session, PTY and
+// persists between executions). The HTTP edges' session, PTY and
 // interpreter routes translate onto it; it needs of the service only what
 // [Agents] and [Events] say: a sandbox's agent client (the caller has
 // checked that its caller owns the sandbox) and the lifecycle events of

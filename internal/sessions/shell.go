@@ -401,7 +401,7 @@ func (m *Manager) Input(ctx context.Context, t Target, sid, cid string, data []b
 // whatever the command reads from stdin is what is sent afterwards.
 //
 //	{ printf '<B>'; printf '<B>' >&2; { <command>
-//	}; __daytona_ec=$?; printf '<E>' "$__daytona_ec" >&2; printf '<E>' "$__daytona_ec"; }
+//	}; __sandboxd_ec=$?; printf '<E>' "$__sandboxd_ec" >&2; printf '<E>' "$__sandboxd_ec"; }
 //
 // The begin marker carries the command's text (its first maxMarkerText
 // bytes, base64), so that a daemon that reattaches rebuilds the command
@@ -424,8 +424,8 @@ func (s *shell) exec(ctx context.Context, text string) (*command, error) {
 		shown = shown[:maxMarkerText]
 	}
 	begin := fmt.Sprintf(`printf '\036%s:%s:B%s\036'`, s.token, c.id, base64.StdEncoding.EncodeToString([]byte(shown)))
-	end := fmt.Sprintf(`printf '\036%s:%s:E%%d\036' "$__daytona_ec"`, s.token, c.id)
-	script := "{ " + begin + "; " + begin + " >&2; { " + text + "\n}; __daytona_ec=$?; " + end + " >&2; " + end + "; }\n"
+	end := fmt.Sprintf(`printf '\036%s:%s:E%%d\036' "$__sandboxd_ec"`, s.token, c.id)
+	script := "{ " + begin + "; " + begin + " >&2; { " + text + "\n}; __sandboxd_ec=$?; " + end + " >&2; " + end + "; }\n"
 
 	s.writeMu.Lock()
 	err := s.proc.SendInput(ctx, []byte(script))
