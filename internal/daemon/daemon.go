@@ -594,7 +594,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		PreviewToken: previews.Token, RequestTimeout: d.Config.RequestTimeout,
 		Sessions: sessionPart,
 	})
-	d.closers = append(d.closers, daytonaFacade.Close) // kills terminals and interpreter workers
+	d.closers = append(d.closers, daytonaFacade.Close) // ends its event streams
 
 	// One listener, routed by Host first: E2B's direct envd hosts
 	// (<49983|49999>-<id>.<domain>) to the facade; every other preview host
