@@ -92,3 +92,41 @@ func TestSessions_NativeAPI(t *testing.T) {
 	}
 	wantError(t, do(t, tok, "DELETE", base+"/s1", ""), http.StatusNotFound, "not_found")
 }
+
+// TestSessions_PauseAndStop: a pause drops the daemon's view of a
+// sandbox's sessions, whose processes are frozen, not gone: after the
+// resume the session is found again in the agent, its command running on
+// to its end. A stop ends them: after a start there is none.
+func TestSessions_PauseAndStop(t *testing.T) {
+	t.Parallel()
+	tok := token(t, "sessions-pause")
+	sb := create(t, tok, `{"image":"`+apitest.BaseImage+`"}`)
+	base := "/v1/sandboxes/" + sb.ID + "/sessions"
+	decode[sessionWire](t, do(t, tok, "POST", base, `{"id":"p"}`), http.StatusCreated)
+	decode[sessionExecWire](t, do(t, tok, "POST", base+"/p/exec", `{"command":"N=7"}`), http.StatusOK)
+	async := decode[sessionExecWire](t, do(t, tok, "POST", base+"/p/exec", `{"command":"read v; echo $N $v","async":true}`), http.StatusAccepted)
+
+	decode[sandbox](t, do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/pause", ""), http.StatusOK)
+	wantError(t, do(t, tok, "GET", base, ""), http.StatusConflict, "conflict")
+	decode[sandbox](t, do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/resume", ""), http.StatusOK)
+
+	s := decode[sessionWire](t, do(t, tok, "GET", base+"/p", ""), http.StatusOK)
+	if len(s.Commands) != 2 || s.Commands[1].ID != async.ID || s.Commands[1].ExitCode != nil {
+		t.Fatalf("after pause and resume: %+v; want the running command", s)
+	}
+	cmd := base + "/p/commands/" + async.ID
+	if r := do(t, tok, "POST", cmd+"/input", `{"data":"x\n"}`); r.status != http.StatusNoContent {
+		t.Fatalf("input after the resume: %s", r)
+	}
+	r := do(t, tok, "GET", cmd+"/logs?follow=true", "")
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), `{"stdout":"7 x\n"}`) || !strings.Contains(string(r.body), `{"exit_code":0}`) {
+		t.Errorf("follow after the resume: %s", r)
+	}
+
+	decode[sandbox](t, do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/stop", ""), http.StatusOK)
+	decode[sandbox](t, do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/start", ""), http.StatusOK)
+	if l := decode[map[string][]sessionWire](t, do(t, tok, "GET", base, ""), http.StatusOK); len(l["items"]) != 0 {
+		t.Errorf("after stop and start: %+v; want no session", l)
+	}
+	wantError(t, do(t, tok, "GET", base+"/p", ""), http.StatusNotFound, "not_found")
+}
