@@ -44,6 +44,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/sessions"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/version"
 	"github.com/sandboxd/sandboxd/internal/volume"
@@ -550,8 +551,13 @@ func reservedHosts(cfg config.Daemon, ln net.Addr) []string {
 // facade (registering its Close) — and sets d.Handler to route between
 // them and the ingress.
 func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) error {
+	// Sessions live in the agents; the part only caches them and ends its
+	// streams at Close, so they survive a restart of the daemon.
+	sessionPart := sessions.New(sessions.Options{Agents: d.Service, Events: d.Service, Logger: d.logger})
+	d.closers = append(d.closers, sessionPart.Close)
 	api, err := v1.New(v1.Options{
 		Service:        d.Service,
+		Sessions:       sessionPart,
 		Auth:           d.Auth,
 		Tokens:         auth.NewIssuer(d.tokenStore()),
 		Logger:         d.logger,
@@ -586,8 +592,9 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 	daytonaFacade := daytona.New(daytona.Options{
 		Service: d.Service, Auth: d.Auth, Logger: d.logger, Domain: d.Config.Domain,
 		PreviewToken: previews.Token, RequestTimeout: d.Config.RequestTimeout,
+		Sessions: sessionPart,
 	})
-	d.closers = append(d.closers, daytonaFacade.Close) // ends session shells
+	d.closers = append(d.closers, daytonaFacade.Close) // ends its event streams
 
 	// One listener, routed by Host first: E2B's direct envd hosts
 	// (<49983|49999>-<id>.<domain>) to the facade; every other preview host

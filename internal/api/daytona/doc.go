@@ -161,52 +161,41 @@
 // # Code interpreter
 //
 // An interpreter context (process/interpreter…, interpreter.go) is one
-// python3 worker started through the agent (tag
-// daytona-interpreter-<id>) whose namespace persists between executions;
-// "default" is made at first use and is neither listed nor deletable.
-// Executions run one at a time per context. The execute WebSocket takes
-// {code, contextId?, envs?, timeout?} as its first message and answers
-// {"type":"stdout"|"stderr","text"} as output arrives (line-buffered as
-// on Daytona, valid UTF-8, at most 64 KiB each),
-// {"type":"error","name","value","traceback"} for an exception (the
-// traceback has the cell's frames only, as File "<stdin>", line N), then {"type":"control","text":"completed"} and close 1000.
-// The timeout (seconds; none is 10 minutes, 0 none) is a SIGALRM in the
-// worker, answered with close 4008 (the SDK's DaytonaTimeoutError); the
-// namespace stays. A worker that does not interrupt within 5 s more is
-// killed and its context forgotten. The worker ends each execution with
-// markers \x1e<token>:E<error JSON>\x1e and \x1e<token>:D<status>\x1e (the
-// token random per context), which the facade reads off both streams,
-// holding at most 64 KiB of an unclosed marker. Contexts are python only,
-// 16 per sandbox, and dropped with the sandbox's sessions.
+// python3 worker of the sessions part (package sessions, which keeps the
+// contexts and their markers) whose namespace persists between executions,
+// and across a restart of the daemon; "default" is made at first use and
+// is neither listed nor deletable. Executions run one at a time per
+// context. The execute WebSocket takes {code, contextId?, envs?, timeout?}
+// as its first message and answers {"type":"stdout"|"stderr","text"} as
+// output arrives (line-buffered as on Daytona, valid UTF-8, at most 64 KiB
+// each), {"type":"error","name","value","traceback"} for an exception (the
+// traceback has the cell's frames only, as File "<stdin>", line N), then
+// {"type":"control","text":"completed"} and close 1000. The timeout
+// (seconds; none is 10 minutes, 0 none) is a SIGALRM in the worker,
+// answered with close 4008 (the SDK's DaytonaTimeoutError); the namespace
+// stays. A worker that does not interrupt within 5 s more is killed and
+// its context forgotten. Contexts are python only, 16 per sandbox, and
+// dropped when the sandbox stops.
 //
 // # Sessions
 //
-// A session is one long-lived /bin/bash started through the agent with
-// stdin open (tag daytona-session-<id>), so shell state carries from one
-// command to the next. Each command is written to the shell's stdin as one
-// compound command that prints a begin marker on stdout and stderr, runs
-// the command in a { } group (not a subshell), and prints an end marker
-// carrying $? on both streams. Markers are \x1e<session token>:<command
-// id>:B\x1e and …:E<code>\x1e, the token random per session; the facade
-// demultiplexes each stream at them, so every command has its stdout,
-// stderr and their interleaving in arrival order, and ends when both end
-// markers arrived. Because bash reads the whole compound command before
-// running it, input sent to a command is what the command reads. Commands
-// queue in the shell; a command that reads stdin while another is queued
-// reads that command's text, as on Daytona. Kept output is bounded
-// (SessionLogLimits): each command keeps its newest 1 MiB, the sessions of
-// one sandbox 8 MiB, those of the daemon 128 MiB; past a limit the oldest
-// output goes first (the sandbox's own, or past the daemon's that of the
-// sandbox holding the most), and logs begin with a "[sandboxd: N bytes of
-// earlier output dropped]" line per stream. Commands beyond the last 1000
-// per session are forgotten. The follow WebSocket (no subprotocol) sends \x01\x01\x01 before stdout and
+// A session is a shell of the sessions part (package sessions): one
+// long-lived /bin/bash started through the agent with stdin open, so
+// shell state carries from one command to the next, and so it survives a
+// restart of the daemon (the agent keeps the shell and its recent output;
+// the daemon reattaches and rebuilds the commands, exit codes and logs
+// from the output's markers). The routes only translate: create (409 for
+// an id in use, 429 past 64 per sandbox), list, get, delete (kills the
+// shell), exec (sync: 200 with exit code and output once it ends; async:
+// 202 {cmdId}), command, logs and input (409 once the command ended).
+// Kept output is bounded per command (1 MiB), per sandbox (8 MiB) and per
+// daemon (128 MiB); logs begin with a "[sandboxd: N bytes of earlier
+// output dropped]" line per stream where output went. The follow
+// WebSocket (no subprotocol) sends \x01\x01\x01 before stdout and
 // \x02\x02\x02 before stderr chunks, backlog first (a stdout frame
 // "[sandboxd: output dropped]" where chunks were dropped before they were
-// sent), and closes 1000 when the command has ended.
-//
-// Session state lives in the facade's memory: a daemon restart loses
-// sessions (their shells are killed with the sandbox's next stop); stop,
-// start and delete drop a sandbox's sessions.
+// sent), and closes 1000 when the command has ended. Sessions are dropped
+// when the sandbox stops.
 //
 // # Volumes
 //
@@ -220,14 +209,15 @@
 //
 // # PTY sessions
 //
-// A PTY session (process/pty…, pty.go) is the sandbox user's bash -l on a
-// terminal, started through the agent (tag daytona-pty-<id>), TERM
-// xterm-256color unless the env says otherwise. create-connect creates and
-// attaches in one WebSocket (the env in the X-Daytona-Pty-Envs~
-// subprotocol); connect attaches to an existing one, which outlives its
-// clients. A client gets {"type":"control","status":"connected"}, then the
-// terminal's output as binary messages from then on (no backlog); every
-// message it sends is input. When the shell ends each client gets
+// A PTY session (process/pty…, pty.go) is a terminal of the sessions part:
+// the sandbox user's bash -l on a terminal, TERM xterm-256color unless the
+// env says otherwise, which survives a restart of the daemon. create-connect
+// creates and attaches in one WebSocket (the env in the
+// X-Daytona-Pty-Envs~ subprotocol); connect attaches to an existing one,
+// which outlives its clients. A client gets
+// {"type":"control","status":"connected"}, then the terminal's output as
+// binary messages from then on (no backlog); every message it sends is
+// input. When the shell ends each client gets
 // {"status":"exited","exitCode","exitReason"} (when it offered
 // X-Daytona-Pty-Exit-Control, which the facade then answers) and a close
 // whose reason is {"exitCode","exitReason"}: 1000 for exit 0, else 1011; a
@@ -235,7 +225,7 @@
 // kills the process group. Bounds: 32 terminals per sandbox, 8 clients per
 // terminal, 1 MiB of input per message, and 1 MiB of output queued per
 // client, past which the client is closed (1008 "slow consumer") and the
-// terminal goes on. Terminals are dropped with the sandbox's sessions.
+// terminal goes on. Terminals are dropped when the sandbox stops.
 //
 // # Files and git
 //

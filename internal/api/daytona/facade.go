@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
@@ -16,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/sessions"
 	"github.com/sandboxd/sandboxd/internal/version"
 )
 
@@ -84,9 +83,11 @@ type Options struct {
 	// (the ingress accepts it in X-Daytona-Preview-Token). Nil: preview
 	// URLs come without a token.
 	PreviewToken func(sandboxID string, port int) string
-	// SessionLogs bound the output session commands keep in memory; zero
-	// fields are DefaultSessionLogLimits'.
-	SessionLogs SessionLogLimits
+	// Sessions is the service's sessions part, which the session routes
+	// translate onto. Nil: the facade makes one of its own (Service, the
+	// part's Agents, and its lifecycle events when Service has them) and
+	// closes it with itself.
+	Sessions *sessions.Manager
 	// RequestTimeout bounds a whole control-plane request (body, handling,
 	// answer). The toolbox has none: its process runs, session logs and
 	// file transfers last as long as their callers keep them. 0: no bound.
@@ -131,18 +132,14 @@ type Facade struct {
 
 	mux *http.ServeMux
 
-	// ctx bounds the session shells' streams: the facade's lifetime.
+	// ctx bounds the event streams: the facade's lifetime.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	sessions map[string]map[string]*session       // sandbox id → session id → session
-	ptys     map[string]map[string]*ptySession    // sandbox id → PTY session id → terminal
-	contexts map[string]map[string]*interpContext // sandbox id → interpreter context id → context
-	// ptyQueued counts the terminal output queued for clients (pty.go).
-	ptyQueued atomic.Int64
-	// logs counts the output every session keeps.
-	logs *logBudget
+	// sess is the sessions part (shell sessions, terminals, interpreter
+	// contexts); ownSess: made by New, closed by Close.
+	sess    *sessions.Manager
+	ownSess bool
 }
 
 // New returns the facade. It does no I/O.
@@ -169,10 +166,14 @@ func New(opts Options) *Facade {
 		previewToken: opts.PreviewToken,
 		ctx:          ctx,
 		cancel:       cancel,
-		sessions:     map[string]map[string]*session{},
-		ptys:         map[string]map[string]*ptySession{},
-		contexts:     map[string]map[string]*interpContext{},
-		logs:         newLogBudget(opts.SessionLogs),
+		sess:         opts.Sessions,
+	}
+	if f.sess == nil {
+		so := sessions.Options{Agents: opts.Service, Logger: opts.Logger}
+		if ev, ok := opts.Service.(sessions.Events); ok {
+			so.Events = ev
+		}
+		f.sess, f.ownSess = sessions.New(so), true
 	}
 	f.mux = f.routes()
 	return f
@@ -203,29 +204,12 @@ func (f *Facade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mux.ServeHTTP(w, r)
 }
 
-// Close ends every session shell's stream and kills the shells (best
-// effort). Requests in flight are not waited for.
+// Close ends the event streams and, when New made the sessions part,
+// closes it (its sessions run on in their sandboxes, for the next
+// daemon). Requests in flight are not waited for.
 func (f *Facade) Close() error {
-	f.mu.Lock()
-	all := f.sessions
-	f.sessions = map[string]map[string]*session{}
-	ptys := f.ptys
-	f.ptys = map[string]map[string]*ptySession{}
-	contexts := f.contexts
-	f.contexts = map[string]map[string]*interpContext{}
-	f.mu.Unlock()
-	for _, byID := range contexts {
-		for _, ic := range byID {
-			ic.kill()
-		}
-	}
-	for _, byID := range all {
-		for _, s := range byID {
-			s.kill()
-		}
-	}
-	for _, byID := range ptys {
-		killAll(byID)
+	if f.ownSess {
+		_ = f.sess.Close()
 	}
 	f.cancel()
 	return nil

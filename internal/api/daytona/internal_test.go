@@ -77,29 +77,3 @@ func TestIntervals(t *testing.T) {
 		}
 	}
 }
-
-// TestDemuxer_SplitMarkers feeds a stream one byte at a time: markers
-// split across chunks, output without a trailing newline, and bytes
-// outside any command (dropped).
-func TestDemuxer_SplitMarkers(t *testing.T) {
-	s := fakeSession(New(Options{}), "sb-1", "s")
-	a := &command{id: "a", changed: make(chan struct{})}
-	b := &command{id: "b", changed: make(chan struct{})}
-	s.byID["a"], s.byID["b"] = a, b
-	out := &demuxer{s: s, open: s.marker()}
-	errs := &demuxer{s: s, open: s.marker(), stderr: true}
-	stream := "stray\x1etok:a:B\x1eone\x1e\x1etok:a:E0\x1ejunk\x1etok:b:B\x1etwo\x1etok:b:E7\x1e"
-	for i := range len(stream) {
-		out.feed([]byte{stream[i]})
-	}
-	errs.feed([]byte("\x1etok:a:B\x1e\x1etok:a:E0\x1e\x1etok:b:B\x1eerr\x1etok:b:E7\x1e"))
-	if got := s.logs(a); got.Stdout != "one\x1e" || got.Stderr != "" {
-		t.Errorf("a: %+v", got)
-	}
-	if got := s.logs(b); got.Stdout != "two" || got.Stderr != "err" || got.Output != "twoerr" {
-		t.Errorf("b: %+v", got)
-	}
-	if a.exitCode == nil || *a.exitCode != 0 || b.exitCode == nil || *b.exitCode != 7 {
-		t.Errorf("exit codes %v %v", a.exitCode, b.exitCode)
-	}
-}

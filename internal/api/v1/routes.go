@@ -58,6 +58,15 @@ func routes() []route {
 		{http.MethodPost, "/v1/sandboxes/{id}/exec", user, streamed, (*server).exec},
 		{http.MethodGet, "/v1/sandboxes/{id}/exec/stream", user, streamed, (*server).execStream},
 
+		{http.MethodPost, "/v1/sandboxes/{id}/sessions", user, jsonBody, (*server).createSession},
+		{http.MethodGet, "/v1/sandboxes/{id}/sessions", user, jsonBody, (*server).listSessions},
+		{http.MethodGet, "/v1/sandboxes/{id}/sessions/{sid}", user, jsonBody, (*server).getSession},
+		{http.MethodDelete, "/v1/sandboxes/{id}/sessions/{sid}", user, jsonBody, (*server).deleteSession},
+		{http.MethodPost, "/v1/sandboxes/{id}/sessions/{sid}/exec", user, streamed, (*server).sessionExec},
+		{http.MethodGet, "/v1/sandboxes/{id}/sessions/{sid}/commands/{cid}", user, jsonBody, (*server).sessionCommand},
+		{http.MethodGet, "/v1/sandboxes/{id}/sessions/{sid}/commands/{cid}/logs", user, streamed, (*server).sessionLogs},
+		{http.MethodPost, "/v1/sandboxes/{id}/sessions/{sid}/commands/{cid}/input", user, jsonBody, (*server).sessionInput},
+
 		{http.MethodPut, "/v1/sandboxes/{id}/files", user, rawBody, (*server).uploadFile},
 		{http.MethodGet, "/v1/sandboxes/{id}/files", user, streamed, (*server).downloadFile},
 		{http.MethodDelete, "/v1/sandboxes/{id}/files", user, jsonBody, (*server).removeFile},

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/sessions"
 )
 
 // DefaultMaxBodyBytes caps JSON request bodies (file uploads are exempt):
@@ -65,6 +66,9 @@ type Options struct {
 	// DefaultTimeout is the lifetime of a sandbox whose create sends no
 	// timeout_s (one that sends 0 has none). Zero: no default.
 	DefaultTimeout time.Duration
+	// Sessions serves /v1/sandboxes/{id}/sessions (the sessions part).
+	// Nil: those routes answer unavailable.
+	Sessions *sessions.Manager
 	// PrivateMetrics makes /metrics ask for an admin token: the daemon
 	// listens beyond loopback (--allow-public), where only /healthz and
 	// /readyz answer a caller without a credential.
@@ -73,14 +77,15 @@ type Options struct {
 
 // server holds what every handler needs.
 type server struct {
-	svc     Service
-	auth    Authenticator
-	tokens  Tokens
-	log     *slog.Logger
-	metrics *metrics
-	maxBody int64
-	timeout time.Duration
-	version string
+	svc      Service
+	sessions *sessions.Manager
+	auth     Authenticator
+	tokens   Tokens
+	log      *slog.Logger
+	metrics  *metrics
+	maxBody  int64
+	timeout  time.Duration
+	version  string
 
 	defaultQuota   auth.Quota
 	defaultTimeout time.Duration
@@ -104,13 +109,14 @@ func New(opts Options) (http.Handler, error) {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	s := &server{
-		svc:     opts.Service,
-		auth:    opts.Auth,
-		tokens:  opts.Tokens,
-		log:     opts.Logger,
-		maxBody: opts.MaxBodyBytes,
-		timeout: opts.RequestTimeout,
-		version: opts.Version,
+		svc:      opts.Service,
+		sessions: opts.Sessions,
+		auth:     opts.Auth,
+		tokens:   opts.Tokens,
+		log:      opts.Logger,
+		maxBody:  opts.MaxBodyBytes,
+		timeout:  opts.RequestTimeout,
+		version:  opts.Version,
 
 		defaultQuota:   opts.DefaultQuota,
 		defaultTimeout: opts.DefaultTimeout,

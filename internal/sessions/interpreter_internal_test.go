@@ -1,4 +1,4 @@
-package daytona
+package sessions
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package daytona
+package sessions
 
 import (
 	"bytes"
@@ -8,21 +8,21 @@ import (
 	"github.com/sandboxd/sandboxd/internal/agent"
 )
 
-// A client that does not keep up is dropped once maxPTYQueue bytes wait
+// A client that does not keep up is dropped once maxClientQueue bytes wait
 // for it; what it held is freed, and nothing more is queued for it.
-func TestPTYClient_QueueIsBoundedAndDropsTheSlow(t *testing.T) {
+func TestTerminalClient_QueueIsBoundedAndDropsTheSlow(t *testing.T) {
 	var budget atomic.Int64
-	cl := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
+	cl := &TerminalClient{budget: &budget, wake: make(chan struct{}, 1)}
 	chunk := bytes.Repeat([]byte("x"), 32<<10)
 	pushed := 0
 	for cl.push(chunk) {
 		pushed += len(chunk)
-		if pushed > 2*maxPTYQueue {
-			t.Fatalf("queued %d bytes, past the %d bound", pushed, maxPTYQueue)
+		if pushed > 2*maxClientQueue {
+			t.Fatalf("queued %d bytes, past the %d bound", pushed, maxClientQueue)
 		}
 	}
-	if pushed > maxPTYQueue {
-		t.Errorf("queued %d bytes before the drop, want at most %d", pushed, maxPTYQueue)
+	if pushed > maxClientQueue {
+		t.Errorf("queued %d bytes before the drop, want at most %d", pushed, maxClientQueue)
 	}
 	if !cl.slow || !cl.closed || cl.queued != 0 || cl.queue != nil {
 		t.Errorf("after the drop: slow %v closed %v queued %d", cl.slow, cl.closed, cl.queued)
@@ -38,35 +38,35 @@ func TestPTYClient_QueueIsBoundedAndDropsTheSlow(t *testing.T) {
 // Past the daemon-wide bound the client whose push crosses it is dropped,
 // even within its own bound; what the others queued stays counted until
 // their writers take it.
-func TestPTYClient_DaemonBudget(t *testing.T) {
+func TestTerminalClient_DaemonBudget(t *testing.T) {
 	var budget atomic.Int64
-	budget.Store(maxPTYQueued - 10)
-	a := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
+	budget.Store(maxQueuedTotal - 10)
+	a := &TerminalClient{budget: &budget, wake: make(chan struct{}, 1)}
 	if !a.push(make([]byte, 10)) {
 		t.Fatal("a push within the budget was refused")
 	}
-	b := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
+	b := &TerminalClient{budget: &budget, wake: make(chan struct{}, 1)}
 	if b.push([]byte("x")) || !b.slow {
 		t.Error("a push past the daemon's budget was taken")
 	}
-	if got := budget.Load(); got != maxPTYQueued {
-		t.Errorf("budget %d, want %d", got, maxPTYQueued)
+	if got := budget.Load(); got != maxQueuedTotal {
+		t.Errorf("budget %d, want %d", got, maxQueuedTotal)
 	}
 	a.mu.Lock()
 	batch := a.takeLocked()
 	a.mu.Unlock()
-	if len(batch) != 1 || budget.Load() != maxPTYQueued-10 {
+	if len(batch) != 1 || budget.Load() != maxQueuedTotal-10 {
 		t.Errorf("after a's writer took its batch: %d chunks, budget %d", len(batch), budget.Load())
 	}
 }
 
 // The broadcast never waits on a client: a full client is removed from the
 // terminal, the others keep their output.
-func TestPTYSession_BroadcastDropsOnlyTheFull(t *testing.T) {
-	s := &ptySession{clients: map[*ptyClient]struct{}{}}
+func TestTerminal_BroadcastDropsOnlyTheFull(t *testing.T) {
+	s := &terminal{clients: map[*TerminalClient]struct{}{}}
 	var budget atomic.Int64
-	full := &ptyClient{budget: &budget, wake: make(chan struct{}, 1), queued: maxPTYQueue}
-	ok := &ptyClient{budget: &budget, wake: make(chan struct{}, 1)}
+	full := &TerminalClient{budget: &budget, wake: make(chan struct{}, 1), queued: maxClientQueue}
+	ok := &TerminalClient{budget: &budget, wake: make(chan struct{}, 1)}
 	s.clients[full], s.clients[ok] = struct{}{}, struct{}{}
 	s.broadcast([]byte("hello"))
 	if _, still := s.clients[full]; still {
@@ -80,14 +80,14 @@ func TestPTYSession_BroadcastDropsOnlyTheFull(t *testing.T) {
 func TestExitOf(t *testing.T) {
 	for _, tc := range []struct {
 		st   agent.ExitStatus
-		want ptyExit
+		want TerminalExit
 	}{
-		{agent.ExitStatus{Code: 0, Exited: true, Status: "exit status 0"}, ptyExit{0, ""}},
-		{agent.ExitStatus{Code: 3, Exited: true, Status: "exit status 3"}, ptyExit{3, "non-zero exit"}},
-		{agent.ExitStatus{Code: -1, Status: "signal: killed"}, ptyExit{137, "SIGKILL"}},
-		{agent.ExitStatus{Code: -1, Status: "signal: terminated"}, ptyExit{143, "SIGTERM"}},
-		{agent.ExitStatus{Code: -1, Status: "signal: hangup"}, ptyExit{129, "signal 1"}},
-		{agent.ExitStatus{Code: -1, Status: "odd"}, ptyExit{-1, "non-zero exit"}},
+		{agent.ExitStatus{Code: 0, Exited: true, Status: "exit status 0"}, TerminalExit{0, ""}},
+		{agent.ExitStatus{Code: 3, Exited: true, Status: "exit status 3"}, TerminalExit{3, "non-zero exit"}},
+		{agent.ExitStatus{Code: -1, Status: "signal: killed"}, TerminalExit{137, "SIGKILL"}},
+		{agent.ExitStatus{Code: -1, Status: "signal: terminated"}, TerminalExit{143, "SIGTERM"}},
+		{agent.ExitStatus{Code: -1, Status: "signal: hangup"}, TerminalExit{129, "signal 1"}},
+		{agent.ExitStatus{Code: -1, Status: "odd"}, TerminalExit{-1, "non-zero exit"}},
 	} {
 		if got := exitOf(tc.st); got != tc.want {
 			t.Errorf("exitOf(%+v) = %+v, want %+v", tc.st, got, tc.want)

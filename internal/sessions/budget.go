@@ -1,4 +1,4 @@
-package daytona
+package sessions
 
 import (
 	"fmt"
@@ -6,31 +6,29 @@ import (
 	"sync"
 )
 
-// SessionLogLimits bound the output that session commands keep in the
-// daemon's memory, for their logs: each command keeps its last
-// CommandBytes, all the sessions of one sandbox at most SandboxBytes, and
-// all the sessions of the daemon at most TotalBytes. Past a limit the
-// oldest output goes first — of the sandbox's own sessions, or, past the
-// daemon's, of the sandbox holding the most — and logs show a marker where
-// it was.
-type SessionLogLimits struct {
+// LogLimits bound the output that shell commands keep in the daemon's
+// memory, for their logs: each command keeps its last CommandBytes, all
+// the sessions of one sandbox at most SandboxBytes, and all the sessions
+// of the daemon at most TotalBytes. Past a limit the oldest output goes
+// first — of the sandbox's own sessions, or, past the daemon's, of the
+// sandbox holding the most — and logs show a marker where it was.
+type LogLimits struct {
 	CommandBytes int
 	SandboxBytes int
 	TotalBytes   int
 }
 
-// DefaultSessionLogLimits keep a command's recent output (what a caller
-// reading its logs wants) without letting any tenant, or all of them, hold
-// much of the daemon's memory: 64 sessions of one sandbox used to keep up
-// to 64 × 64 MiB.
-var DefaultSessionLogLimits = SessionLogLimits{
+// DefaultLogLimits keep a command's recent output (what a caller reading
+// its logs wants) without letting any tenant, or all of them, hold much of
+// the daemon's memory.
+var DefaultLogLimits = LogLimits{
 	CommandBytes: 1 << 20,
 	SandboxBytes: 8 << 20,
 	TotalBytes:   128 << 20,
 }
 
-func (l SessionLogLimits) orDefaults() SessionLogLimits {
-	d := DefaultSessionLogLimits
+func (l LogLimits) orDefaults() LogLimits {
+	d := DefaultLogLimits
 	if l.CommandBytes > 0 {
 		d.CommandBytes = l.CommandBytes
 	}
@@ -48,18 +46,19 @@ func (l SessionLogLimits) orDefaults() SessionLogLimits {
 // byte at a time cannot keep a million chunks under a byte budget.
 const chunkOverhead = 64
 
-type chunk struct {
-	stderr bool
-	data   []byte
+// Chunk is one piece of a command's output.
+type Chunk struct {
+	Stderr bool
+	Data   []byte
 }
 
-func (c chunk) cost() int { return len(c.data) + chunkOverhead }
+func (c Chunk) cost() int { return len(c.Data) + chunkOverhead }
 
 // cmdLog is the output one command keeps: the newest chunks, in arrival
 // order. Kept chunks are never changed in place: a follower may be
 // sending them without the lock.
 type cmdLog struct {
-	chunks []chunk
+	chunks []Chunk
 	// first is the number of chunks dropped before chunks[0]: a follower
 	// counts chunks from the command's start.
 	first   int
@@ -69,7 +68,7 @@ type cmdLog struct {
 
 // add appends b (copied).
 func (l *cmdLog) add(stderr bool, b []byte) int {
-	c := chunk{stderr: stderr, data: slices.Clone(b)}
+	c := Chunk{Stderr: stderr, Data: slices.Clone(b)}
 	l.chunks = append(l.chunks, c)
 	l.cost += c.cost()
 	return c.cost()
@@ -82,7 +81,7 @@ func (l *cmdLog) dropOldest(need int) int {
 	for n < len(l.chunks) && freed < need {
 		c := l.chunks[n]
 		freed += c.cost()
-		l.dropped[boolIndex(c.stderr)] += int64(len(c.data))
+		l.dropped[boolIndex(c.Stderr)] += int64(len(c.Data))
 		n++
 	}
 	if n > 0 {
@@ -103,16 +102,16 @@ func droppedMarker(n int64) string {
 }
 
 // logBudget counts what every session of the daemon keeps, per sandbox
-// and in total. Lock order: a session's mu, then the budget's.
+// and in total. Lock order: a shell's mu, then the budget's.
 type logBudget struct {
-	limits SessionLogLimits
+	limits LogLimits
 
 	mu        sync.Mutex
 	total     int
 	bySandbox map[string]int
 }
 
-func newLogBudget(l SessionLogLimits) *logBudget {
+func newLogBudget(l LogLimits) *logBudget {
 	return &logBudget{limits: l.orDefaults(), bySandbox: map[string]int{}}
 }
 
@@ -159,31 +158,25 @@ func (b *logBudget) used(sandbox string) (int, int) {
 	return b.bySandbox[sandbox], b.total
 }
 
-// enforceLogLimits drops the oldest output until sandboxID and the daemon
-// are within their limits. It takes no session lock while holding
-// another: each eviction locks one session.
-func (f *Facade) enforceLogLimits(sandboxID string) {
+// enforce drops the oldest output until sandboxID and the daemon are
+// within their limits. It takes no shell lock while holding another:
+// each eviction locks one shell.
+func (m *Manager) enforce(sandboxID string) {
 	for {
-		victim, need := f.logs.excess(sandboxID)
+		victim, need := m.logs.excess(sandboxID)
 		if need <= 0 {
 			return
 		}
-		s := f.heaviestSession(victim)
+		s := m.heaviestShell(victim)
 		if s == nil || s.evict(need) == 0 {
-			return // nothing left to drop: the counts catch up as sessions go
+			return // nothing left to drop: the counts catch up as shells go
 		}
 	}
 }
 
-// heaviestSession is the session of sandboxID that keeps the most output.
-func (f *Facade) heaviestSession(sandboxID string) *session {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var heaviest *session
-	for _, s := range f.sessions[sandboxID] {
-		if s != nil && (heaviest == nil || s.kept.Load() > heaviest.kept.Load()) {
-			heaviest = s
-		}
+func boolIndex(b bool) int {
+	if b {
+		return 1
 	}
-	return heaviest
+	return 0
 }
