@@ -566,7 +566,7 @@ func (c *clusterNode) keySandbox(ctx context.Context, b cluster.Binding, urls ma
 	if url, live := urls[p.Node]; live && p.State == cluster.StateRunning {
 		return service.Node{ID: p.Node, URL: url}, true, nil
 	}
-	return service.Node{}, false, service.Unavailable(fmt.Sprintf("sandbox %s, which this Idempotency-Key made, is being recreated: its node %s departed", b.ID, b.Node), nil)
+	return service.Node{}, false, service.Unavailable(fmt.Sprintf("sandbox %s, which this create's key made, is being recreated: its node %s departed", b.ID, b.Node), nil)
 }
 
 // keyRecreating is a retryable 503 when the key's sandbox is being
@@ -587,7 +587,7 @@ func (c *clusterNode) keyRecreating(ctx context.Context, b cluster.Binding) erro
 		}
 	}
 	if ok && p.Node == b.Node && p.State == cluster.StateCreating {
-		return service.Unavailable(fmt.Sprintf("sandbox %s, which this Idempotency-Key made, is being recreated on node %s", b.ID, b.Node), nil)
+		return service.Unavailable(fmt.Sprintf("sandbox %s, which this create's key made, is being recreated on node %s", b.ID, b.Node), nil)
 	}
 	return nil
 }
