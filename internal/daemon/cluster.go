@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/api/router"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/cluster"
+	"github.com/sandboxd/sandboxd/internal/cluster/failover"
 	"github.com/sandboxd/sandboxd/internal/cluster/forward"
 	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/naming"
@@ -44,8 +45,6 @@ const (
 	// idempotencyTTL is how long an Idempotency-Key stays bound to the
 	// node that has its first attempt: the native API's replay window.
 	idempotencyTTL = 24 * time.Hour
-	// failoverTimeout bounds one sandbox's recreate.
-	failoverTimeout = 2 * time.Minute
 	// leaseTTL is how long a silent node counts as alive: a restart
 	// shorter than this is no departure; a crash is noticed after it.
 	leaseTTL = 10 * time.Second
@@ -66,8 +65,6 @@ type clusterNode struct {
 	etcdEndpoints []string
 	self          string
 	logger        *slog.Logger
-	// started is when the node joined (failoverMissed's grace).
-	started time.Time
 	// healthy is the last /readyz view of the cluster: "" when it
 	// answers, else why not.
 	health atomic.Pointer[string]
@@ -83,11 +80,9 @@ type clusterNode struct {
 	// (servePeerEvents): one per node, a new one ends the old.
 	streamsMu sync.Mutex
 	streams   map[string]chan struct{}
-	// recreating holds the ids of the sandboxes this node took over and
-	// is recreating (failOne): from the takeover until the local row
-	// exists the placement names this node but the service knows nothing
-	// of the id, and a call for it is a retryable 503, not a 404.
-	recreating sync.Map
+	// fo is the node's failover and stale sweep (its Service is set once
+	// the service exists).
+	fo *failover.Failover
 }
 
 // openCluster joins the cluster that dataDir's cluster file names, or
@@ -112,7 +107,8 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 	if err != nil {
 		return nil, fmt.Errorf("cluster CA: %w", err)
 	}
-	c := &clusterNode{self: d.Config.NodeID, logger: d.logger, signer: forward.Signer{Node: d.Config.NodeID, Secret: secret}, started: time.Now(), stopping: make(chan struct{}),
+	started := time.Now() // failover's grace counts from here
+	c := &clusterNode{self: d.Config.NodeID, logger: d.logger, signer: forward.Signer{Node: d.Config.NodeID, Secret: secret}, stopping: make(chan struct{}),
 		ca: ca, etcdEndpoints: f.Endpoints}
 	ok := ""
 	c.health.Store(&ok)
@@ -148,6 +144,10 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster.Open: %w", err)
+	}
+	c.fo = &failover.Failover{
+		Dir: c.node, Self: c.self, Started: started, Logger: d.logger,
+		Healthy: func() bool { return *c.health.Load() == "" },
 	}
 	// Stopped before the member (closers run in reverse), without
 	// revoking its lease: a restart within the lease is no departure.
@@ -255,14 +255,11 @@ type clusterKeys struct{ c *clusterNode }
 
 var _ service.Cluster = clusterKeys{}
 
-// recoveryAD binds a sealed recovery spec to its sandbox.
-func recoveryAD(id string) []byte { return []byte("sandboxd recovery spec " + id) }
-
 func (k clusterKeys) ClaimSandbox(ctx context.Context, p service.Placement) error {
 	var sealed []byte
 	if len(p.Recovery) > 0 {
 		var err error
-		if sealed, err = k.c.node.Seal(p.Recovery, recoveryAD(p.ID)); err != nil {
+		if sealed, err = k.c.node.Seal(p.Recovery, failover.RecoveryAD(p.ID)); err != nil {
 			return err
 		}
 	}
@@ -392,7 +389,7 @@ func (l locator) target(ctx context.Context, id string) (forward.Target, bool, e
 		}
 	}
 	if ok && p.Node == l.c.self {
-		if _, busy := l.c.recreating.Load(id); busy {
+		if l.c.fo.Recreating(id) {
 			return forward.Target{}, false, service.Unavailable(fmt.Sprintf("sandbox %s is being recreated on this node", id), nil)
 		}
 	}
@@ -646,185 +643,6 @@ func (c *clusterNode) watchHealth(ctx context.Context) {
 	}
 }
 
-// failover recreates, on this node, the sandboxes of nodes that left
-// (their lease expired) whose policy asks for it, one winner per sandbox
-// across the cluster; it marks the others lost.
-func (c *clusterNode) failover(ctx context.Context, svc *service.Service) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case gone := <-c.node.Departed():
-			if gone == c.self {
-				continue
-			}
-			for _, p := range c.node.PlacementsOf(gone) {
-				c.failOne(ctx, svc, p)
-			}
-		}
-	}
-}
-
-func (c *clusterNode) failOne(ctx context.Context, svc *service.Service, p cluster.Placement) {
-	log := c.logger.With("sandbox", p.ID, "lost_node", p.Node)
-	if c.live(p.Node) {
-		// Back already (a restart whose old lease ran out after the new
-		// one was granted): nothing departed.
-		return
-	}
-	if p.State == cluster.StateLost || p.State == cluster.StateDeleted {
-		return
-	}
-	if p.Failover != service.FailoverRecreate || len(p.Spec) == 0 {
-		c.markLost(ctx, log, p.ID, p.Node)
-		return
-	}
-	// Marked before the takeover commits, so that no call sees this
-	// node named without the mark; a lost takeover clears it at once.
-	c.recreating.Store(p.ID, struct{}{})
-	defer c.recreating.Delete(p.ID)
-	won, err := c.node.TakeOver(ctx, p, c.self)
-	if err != nil || !won {
-		if err != nil {
-			log.Warn("failover: take over", "err", err)
-		}
-		return
-	}
-	spec, err := c.node.Open(p.Spec, recoveryAD(p.ID))
-	if err != nil {
-		log.Error("failover: open the recovery spec; the sandbox is lost", "err", err)
-		c.markLost(ctx, log, p.ID, c.self)
-		return
-	}
-	rctx, cancel := context.WithTimeout(ctx, failoverTimeout)
-	defer cancel()
-	start := time.Now()
-	if _, err := svc.Recreate(rctx, p.ID, spec); err != nil {
-		log.Error("failover: recreate; the sandbox is lost", "err", err)
-		c.markLost(ctx, log, p.ID, c.self)
-		return
-	}
-	caller := service.Caller{Owner: p.Owner}
-	for _, port := range p.Ports {
-		if _, err := svc.ExposePort(rctx, caller, p.ID, port.Port, port.Protocol, port.Public); err != nil {
-			log.Warn("failover: replay a port", "port", port.Port, "err", err)
-		}
-	}
-	for _, d := range p.Domains {
-		host, port, _ := strings.Cut(d, ":")
-		n, _ := strconv.Atoi(port)
-		if err := svc.ReplayDomain(rctx, p.ID, host, n); err != nil {
-			log.Warn("failover: replay a domain", "hostname", host, "err", err)
-		}
-	}
-	if _, err := c.node.UpdatePlacement(rctx, p.ID, func(q *cluster.Placement) error { q.State = cluster.StateRunning; return nil }); err != nil {
-		log.Warn("failover: mark running", "err", err)
-	}
-	log.Info("failover: recreated here", "took", time.Since(start).Round(time.Millisecond))
-}
-
-// markLost marks id's placement lost while node still holds it.
-func (c *clusterNode) markLost(ctx context.Context, log *slog.Logger, id, node string) {
-	_, err := c.node.UpdatePlacement(ctx, id, func(q *cluster.Placement) error {
-		if q.Node != node {
-			return cluster.ErrConflict // moved meanwhile
-		}
-		q.State = cluster.StateLost
-		return nil
-	})
-	if err != nil && !errors.Is(err, cluster.ErrConflict) && !errors.Is(err, cluster.ErrNotFound) {
-		log.Warn("failover: mark lost", "err", err)
-	}
-}
-
-// live reports whether node holds a membership lease now.
-func (c *clusterNode) live(node string) bool {
-	for _, n := range c.node.Nodes() {
-		if n.ID == node {
-			return true
-		}
-	}
-	return false
-}
-
-// dropStale destroys, at startup, the local sandboxes whose placement
-// another node holds now (moved by a failover while this node was away).
-// Their containers carry this node's name and label; the new owner's are
-// never touched, nor its keys (clusterKeys releases only this node's).
-// Those the cluster declared lost while the node was away, and that are
-// still here, are running again: their placement says so.
-func (c *clusterNode) dropStale(ctx context.Context, svc *service.Service) error {
-	ids, err := svc.LocalSandboxIDs(ctx)
-	if err != nil {
-		return err
-	}
-	local := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		local[id] = true
-		p, ok := c.node.Placement(id)
-		if !ok {
-			continue
-		}
-		if p.Node == c.self && p.State == cluster.StateDeleted {
-			// Deleted by its owner while this node was away.
-			c.logger.Info("cluster: destroying a sandbox deleted while this node was away", "sandbox", id)
-			if err := svc.DestroyLocal(ctx, id); err != nil {
-				c.logger.Warn("cluster: destroy a deleted sandbox", "sandbox", id, "err", err)
-			}
-			continue
-		}
-		if p.Node == c.self {
-			if p.State == cluster.StateLost {
-				_, err := c.node.UpdatePlacement(ctx, id, func(q *cluster.Placement) error {
-					if q.Node != c.self {
-						return cluster.ErrConflict
-					}
-					q.State = cluster.StateRunning
-					return nil
-				})
-				if err != nil {
-					c.logger.Warn("cluster: revive a sandbox declared lost", "sandbox", id, "err", err)
-				}
-			}
-			continue
-		}
-		c.logger.Info("cluster: destroying a stale sandbox", "sandbox", id, "owner_node", p.Node, "state", p.State)
-		if err := svc.DestroyLocal(ctx, id); err != nil {
-			c.logger.Warn("cluster: destroy a stale sandbox", "sandbox", id, "err", err)
-		}
-	}
-	// Placements of this node with no sandbox behind them: a create or a
-	// destroy whose release the cluster did not answer. A create claims
-	// after its row exists and a destroy releases before deleting it, so
-	// a running placement without a row is nobody's work in progress (a
-	// failover's is "creating" until its sandbox exists).
-	for _, p := range c.node.PlacementsOf(c.self) {
-		if local[p.ID] || (p.State != cluster.StateRunning && p.State != cluster.StateCreating) {
-			continue
-		}
-		if _, busy := c.recreating.Load(p.ID); busy {
-			continue // a failover of this process's is making it
-		}
-		if _, err := svc.Get(ctx, service.Caller{Admin: true}, p.ID); !errors.Is(err, service.ErrNotFound) {
-			continue // there after all (a create that finished since the list), or unknown
-		}
-		if p.State == cluster.StateCreating {
-			// A recreate this node took over and a previous process of
-			// it did not finish: the sandbox is lost (its owner's delete
-			// ends it, and frees its name and template), not left
-			// "being recreated" for good.
-			c.logger.Info("cluster: a recreate cut short by a restart; the sandbox is lost", "sandbox", p.ID)
-			c.markLost(ctx, c.logger.With("sandbox", p.ID), p.ID, c.self)
-			continue
-		}
-		c.logger.Info("cluster: releasing the keys of a sandbox this node does not have", "sandbox", p.ID)
-		if err := c.node.ReleasePlacementOf(ctx, p.ID, c.self); err != nil {
-			c.logger.Warn("cluster: release orphaned keys", "sandbox", p.ID, "err", err)
-		}
-	}
-	return nil
-}
-
 // clusterKeys is the service's Cluster: nil (no interface value) on a
 // single node.
 func (d *Daemon) clusterKeys() service.Cluster {
@@ -986,63 +804,10 @@ func (c *clusterNode) run(ctx context.Context, svc *service.Service, adm *admiss
 	var wg sync.WaitGroup
 	wg.Go(func() { c.publishHeadroom(ctx, adm) })
 	wg.Go(func() { c.watchHealth(ctx) })
-	wg.Go(func() { c.sweepStale(ctx, svc) })
 	wg.Go(func() { c.relayEvents(ctx, svc) })
 	wg.Go(func() { <-ctx.Done(); close(c.stopping) })
-	c.failover(ctx, svc)
+	c.fo.Run(ctx)
 	wg.Wait()
-}
-
-// missedGrace is how long a node waits after its start before it fails
-// over sandboxes of nodes it never saw depart: after a restart of the
-// whole cluster the other nodes are simply not up yet.
-const missedGrace = time.Minute
-
-// staleEvery is how often a running node looks for local sandboxes that
-// the cluster moved elsewhere (it was cut off from the cluster for longer
-// than its lease while its sandboxes ran on).
-const staleEvery = 10 * time.Second
-
-// sweepStale runs dropStale every staleEvery until ctx ends, and fails
-// over the sandboxes of nodes that are gone but whose departure this node
-// did not act on (it was missed, or a failover attempt failed).
-func (c *clusterNode) sweepStale(ctx context.Context, svc *service.Service) {
-	t := time.NewTicker(staleEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := c.dropStale(ctx, svc); err != nil && ctx.Err() == nil {
-				c.logger.Warn("cluster: look for stale sandboxes", "err", err)
-			}
-			c.failoverMissed(ctx, svc)
-		}
-	}
-}
-
-// failoverMissed runs failOne for every placement whose node holds no
-// lease and that is not lost yet. It only runs while the cluster answers
-// (a node cut off from it sees every other node as gone).
-func (c *clusterNode) failoverMissed(ctx context.Context, svc *service.Service) {
-	if *c.health.Load() != "" || time.Since(c.started) < missedGrace {
-		return
-	}
-	live := map[string]bool{}
-	for _, n := range c.node.Nodes() {
-		live[n.ID] = true
-	}
-	for node := range c.node.PlacementNodes() {
-		if live[node] {
-			continue
-		}
-		for _, p := range c.node.PlacementsOf(node) {
-			if p.State != cluster.StateLost && p.State != cluster.StateDeleted {
-				c.failOne(ctx, svc, p)
-			}
-		}
-	}
 }
 
 // serveNodes answers GET /v1/cluster/nodes (admins): the live nodes, their

@@ -164,7 +164,8 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	if d.cluster != nil {
 		// A node back from the dead: sandboxes moved elsewhere meanwhile,
 		// or declared lost, are stale here.
-		if err := d.cluster.dropStale(ctx, d.Service); err != nil {
+		d.cluster.fo.Service = d.Service
+		if err := d.cluster.fo.DropStale(ctx); err != nil {
 			logger.Warn("cluster: look for stale sandboxes", "err", err)
 		}
 		// The cluster's templates: this node's copy of the catalog, kept
