@@ -416,9 +416,16 @@ func (l locator) target(ctx context.Context, id string) (forward.Target, bool, e
 
 func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (forward.Target, bool, error) {
 	if ref.Kind == forward.Host {
-		// A bound custom domain is its sandbox's, whatever the path.
+		// A bound custom domain is its sandbox's, whatever the path; one
+		// of this node's is named as this node's (ok), so that the
+		// middleware knows it is no API host (it keeps no create body for
+		// a sandbox's app).
 		if id, ok := l.c.node.HostnameTarget(naming.NormalizeHost(ref.Host)); ok {
-			return l.target(ctx, id)
+			t, ok, err := l.target(ctx, id)
+			if err == nil && !ok {
+				return forward.Target{Node: l.c.self}, true, nil
+			}
+			return t, ok, err
 		}
 		// Bound to nothing: an API host this node was not told of
 		// (--api-host); the request is the API's, routed by its path (a

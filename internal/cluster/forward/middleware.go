@@ -33,7 +33,9 @@ type Locator interface {
 	// authenticates as. ok=false means serve locally: this node owns it,
 	// it is unknown, or the cluster cannot say. A non-nil err means it
 	// must not be served here either (say, its placement is moving): the
-	// caller answers Options.OnError.
+	// caller answers Options.OnError. A Host bound to a sandbox is
+	// ok=true whoever has it (a Target naming this node when it is this
+	// node's): only an unbound Host is the API's.
 	Locate(ctx context.Context, r *http.Request, ref Ref) (t Target, ok bool, err error)
 }
 
@@ -176,23 +178,20 @@ func (m *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	StripNodeHeaders(r.Header)
 	ref := m.RefOf(r)
-	if ref.Kind == Create || ref.Kind == Host && ref.PathKind == Create {
-		// Placed by the edge that decodes it (package internal/api/router),
-		// which may then Forward it: keep its body as the edge reads it.
-		r = keepBody(r)
-	}
-	if m.o.Locator == nil {
-		m.next.ServeHTTP(w, r)
-		return
-	}
 	var (
 		t   Target
 		ok  bool
 		err error
 	)
-	switch ref.Kind {
-	case Sandbox, Host:
+	if m.o.Locator != nil && (ref.Kind == Sandbox || ref.Kind == Host) {
 		t, ok, err = m.o.Locator.Locate(r.Context(), r, ref)
+	}
+	if err == nil && (ref.Kind == Create || ref.Kind == Host && ref.PathKind == Create && !ok) {
+		// Placed by the edge that decodes it (package internal/api/router),
+		// which may then Forward it: keep its body as the edge reads it.
+		// (A Host bound to a sandbox is its app's, whatever the path: the
+		// Locator names its node, this one included, and nothing is kept.)
+		r = keepBody(r)
 	}
 	if err != nil {
 		if r.Context().Err() == nil {

@@ -547,3 +547,37 @@ func TestMiddleware_ForwardRefusesWhatItCannotSendWhole(t *testing.T) {
 		t.Errorf("b was sent %d request(s) cut short", len(got))
 	}
 }
+
+// TestMiddleware_KeepsNoBodyForABoundHost: a create's path under a custom
+// domain is kept for its edge only while the Locator says the host is
+// bound to nothing (an API host the node was not told of); a host bound
+// to a sandbox, this node's included, is its app's, whose body is never
+// kept (so it cannot be forwarded as a create either).
+func TestMiddleware_KeepsNoBodyForABoundHost(t *testing.T) {
+	b := newNode(t, "b", &locator{}, nil, nil)
+	for name, tc := range map[string]struct {
+		loc     *locator
+		wantFwd bool
+	}{
+		"unbound host": {&locator{}, true},
+		"bound here":   {always(forward.Target{Node: "a"}), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var got error
+			a := placingNode(t, "a", b.target, func(o *forward.Options) {
+				o.Locator = tc.loc
+				o.OnError = func(w http.ResponseWriter, _ *http.Request, err error) {
+					got = err
+					w.WriteHeader(http.StatusServiceUnavailable)
+				}
+			})
+			status, _ := do(t, client(t), "POST", a.srv.URL+"/v1/sandboxes", "app.example.org", `{"image":"alpine"}`, nil)
+			if tc.wantFwd && (status != http.StatusOK || got != nil) {
+				t.Errorf("status %d (%v), want b's 200", status, got)
+			}
+			if !tc.wantFwd && (status != http.StatusServiceUnavailable || got == nil) {
+				t.Errorf("status %d, want OnError's 503: nothing kept to forward", status)
+			}
+		})
+	}
+}
