@@ -1,15 +1,12 @@
 package daemon
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"crypto/hkdf"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -25,9 +22,10 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
-	apiv1 "github.com/sandboxd/sandboxd/internal/api/v1"
+	"github.com/sandboxd/sandboxd/internal/api/router"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/cluster"
+	"github.com/sandboxd/sandboxd/internal/cluster/failover"
 	"github.com/sandboxd/sandboxd/internal/cluster/forward"
 	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/naming"
@@ -47,8 +45,6 @@ const (
 	// idempotencyTTL is how long an Idempotency-Key stays bound to the
 	// node that has its first attempt: the native API's replay window.
 	idempotencyTTL = 24 * time.Hour
-	// failoverTimeout bounds one sandbox's recreate.
-	failoverTimeout = 2 * time.Minute
 	// leaseTTL is how long a silent node counts as alive: a restart
 	// shorter than this is no departure; a crash is noticed after it.
 	leaseTTL = 10 * time.Second
@@ -69,13 +65,12 @@ type clusterNode struct {
 	etcdEndpoints []string
 	self          string
 	logger        *slog.Logger
-	// started is when the node joined (failoverMissed's grace).
-	started time.Time
 	// healthy is the last /readyz view of the cluster: "" when it
 	// answers, else why not.
 	health atomic.Pointer[string]
-	// fwd is the forwarding middleware (handler), for elsewhere.
-	fwd http.Handler
+	// fwd is the forwarding middleware (handler), for elsewhere and the
+	// edges' placer.
+	fwd *forward.Handler
 	// stopping is closed when the node stops (run's ctx ended): the event
 	// streams it serves end then, rather than hold the server's shutdown.
 	stopping chan struct{}
@@ -85,11 +80,9 @@ type clusterNode struct {
 	// (servePeerEvents): one per node, a new one ends the old.
 	streamsMu sync.Mutex
 	streams   map[string]chan struct{}
-	// recreating holds the ids of the sandboxes this node took over and
-	// is recreating (failOne): from the takeover until the local row
-	// exists the placement names this node but the service knows nothing
-	// of the id, and a call for it is a retryable 503, not a 404.
-	recreating sync.Map
+	// fo is the node's failover and stale sweep (its Service is set once
+	// the service exists).
+	fo *failover.Failover
 }
 
 // openCluster joins the cluster that dataDir's cluster file names, or
@@ -114,7 +107,8 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 	if err != nil {
 		return nil, fmt.Errorf("cluster CA: %w", err)
 	}
-	c := &clusterNode{self: d.Config.NodeID, logger: d.logger, signer: forward.Signer{Node: d.Config.NodeID, Secret: secret}, started: time.Now(), stopping: make(chan struct{}),
+	started := time.Now() // failover's grace counts from here
+	c := &clusterNode{self: d.Config.NodeID, logger: d.logger, signer: forward.Signer{Node: d.Config.NodeID, Secret: secret}, stopping: make(chan struct{}),
 		ca: ca, etcdEndpoints: f.Endpoints}
 	ok := ""
 	c.health.Store(&ok)
@@ -150,6 +144,10 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster.Open: %w", err)
+	}
+	c.fo = &failover.Failover{
+		Dir: c.node, Self: c.self, Started: started, Logger: d.logger,
+		Healthy: func() bool { return *c.health.Load() == "" },
 	}
 	// Stopped before the member (closers run in reverse), without
 	// revoking its lease: a restart within the lease is no departure.
@@ -257,14 +255,11 @@ type clusterKeys struct{ c *clusterNode }
 
 var _ service.Cluster = clusterKeys{}
 
-// recoveryAD binds a sealed recovery spec to its sandbox.
-func recoveryAD(id string) []byte { return []byte("sandboxd recovery spec " + id) }
-
 func (k clusterKeys) ClaimSandbox(ctx context.Context, p service.Placement) error {
 	var sealed []byte
 	if len(p.Recovery) > 0 {
 		var err error
-		if sealed, err = k.c.node.Seal(p.Recovery, recoveryAD(p.ID)); err != nil {
+		if sealed, err = k.c.node.Seal(p.Recovery, failover.RecoveryAD(p.ID)); err != nil {
 			return err
 		}
 	}
@@ -374,11 +369,10 @@ func (t clusterTokens) LookupAPITokenByHash(ctx context.Context, hash [32]byte) 
 // locator answers the forwarding middleware from the node's directory:
 // no etcd call on the path of a call that names a sandbox.
 type locator struct {
-	c    *clusterNode
-	svc  *service.Service
-	auth *auth.Authenticator
-	// e2bKey is the E2B facade's CreateRouteKey.
-	e2bKey func(r *http.Request, owner string, body []byte) (scope, key string, ttl time.Duration, ok bool)
+	c *clusterNode
+	// who is the caller r's credential stands for (any edge's), ok=false
+	// when it has no valid one.
+	who func(r *http.Request) (c service.Caller, ok bool)
 }
 
 var _ forward.Locator = locator{}
@@ -395,7 +389,7 @@ func (l locator) target(ctx context.Context, id string) (forward.Target, bool, e
 		}
 	}
 	if ok && p.Node == l.c.self {
-		if _, busy := l.c.recreating.Load(id); busy {
+		if l.c.fo.Recreating(id) {
 			return forward.Target{}, false, service.Unavailable(fmt.Sprintf("sandbox %s is being recreated on this node", id), nil)
 		}
 	}
@@ -422,21 +416,26 @@ func (l locator) target(ctx context.Context, id string) (forward.Target, bool, e
 
 func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (forward.Target, bool, error) {
 	if ref.Kind == forward.Host {
-		// A bound custom domain is its sandbox's, whatever the path.
+		// A bound custom domain is its sandbox's, whatever the path; one
+		// of this node's is named as this node's (ok), so that the
+		// middleware knows it is no API host (it keeps no create body for
+		// a sandbox's app).
 		if id, ok := l.c.node.HostnameTarget(naming.NormalizeHost(ref.Host)); ok {
-			return l.target(ctx, id)
+			t, ok, err := l.target(ctx, id)
+			if err == nil && !ok {
+				return forward.Target{Node: l.c.self}, true, nil
+			}
+			return t, ok, err
 		}
 		// Bound to nothing: an API host this node was not told of
-		// (--api-host); the request is the API's, routed by its path.
-		if ref.PathKind == forward.Create {
-			return l.Place(ctx, r)
-		}
+		// (--api-host); the request is the API's, routed by its path (a
+		// create is served here, where its edge places it).
 	}
 	switch {
 	case ref.ID != "":
 		return l.target(ctx, ref.ID)
 	case ref.Name != "":
-		owner, ok := l.owner(ctx, r)
+		owner, ok := l.owner(r)
 		if !ok {
 			return forward.Target{}, false, nil // the edge answers 401
 		}
@@ -452,112 +451,86 @@ func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (
 	return forward.Target{}, false, nil
 }
 
-// principal is who r's credential (native and Daytona bearer, E2B API
-// key) stands for, when it has a valid one.
-func (l locator) principal(ctx context.Context, r *http.Request) (auth.Principal, bool) {
-	if p, err := l.auth.Authenticate(ctx, r); err == nil {
-		return p, true
-	}
-	if key := r.Header.Get("X-API-Key"); key != "" {
-		if plain, err := auth.FromE2BKey(key); err == nil {
-			key = plain
-		}
-		if p, err := l.auth.AuthenticateToken(ctx, key); err == nil {
-			return p, true
-		}
-	}
-	return auth.Principal{}, false
-}
-
 // owner is the tenant of r's credential, when it has a valid one.
-func (l locator) owner(ctx context.Context, r *http.Request) (string, bool) {
-	p, ok := l.principal(ctx, r)
-	return p.Owner, ok
+func (l locator) owner(r *http.Request) (string, bool) {
+	c, ok := l.who(r)
+	return c.Owner, ok
 }
 
-// Place picks the node of a create: this node when the create mounts
-// volumes (they are this node's), else the node an Idempotency-Key is
+// Place picks the node of a create (service.Cluster): the node a key is
 // bound to (bound now, to the chosen node, by the key's first attempt;
 // after a failover, the node that recreated the key's sandbox), else two
-// random live nodes, the one with more free memory. While this node's
-// view of the cluster is unhealthy it places nothing: a retryable 503,
-// "the cluster has no quorum". A key whose sandbox is being recreated is
-// a retryable 503 too (keySandbox, keyRecreating).
-func (l locator) Place(ctx context.Context, r *http.Request) (forward.Target, bool, error) {
-	if mountsVolumes(r) {
-		return forward.Target{}, false, nil
-	}
-	if *l.c.health.Load() != "" {
+// random live nodes among a.Template's holders with room (all live nodes
+// when none has), the one with more free memory. While this node's view
+// of the cluster is unhealthy it places nothing: a retryable "the cluster
+// has no quorum". A key whose sandbox is being recreated is retryable too
+// (keySandbox, keyRecreating). Volumes are the service's rule: such a
+// create never asks.
+func (k clusterKeys) Place(ctx context.Context, a service.Ask) (service.Node, bool, error) {
+	c := k.c
+	if *c.health.Load() != "" {
 		// Every create needs the cluster (its placement claim), and without
 		// quorum the directory still lists nodes that are gone (their
-		// leases cannot expire): say why now, rather than forward to one.
-		return forward.Target{}, false, service.Unavailable(service.ReasonNoQuorum, nil)
+		// leases cannot expire): say why now, rather than send it to one.
+		return service.Node{}, false, service.Unavailable(service.ReasonNoQuorum, nil)
 	}
-	nodes := l.c.node.Nodes()
+	nodes := c.node.Nodes()
 	cands := make([]forward.Candidate, 0, len(nodes))
 	urls := map[string]string{}
 	for _, n := range nodes {
 		cands = append(cands, forward.Candidate{Node: n.ID, URL: n.APIURL, FreeMilliCPU: n.Headroom.FreeMilliCPU, FreeMemoryMB: n.Headroom.FreeMemoryMB})
 		urls[n.ID] = n.APIURL
 	}
-	chosen, ok := forward.PowerOfTwo(l.holders(ctx, r, cands), rand.IntN)
+	chosen, ok := forward.PowerOfTwo(c.holders(a.Template, cands), rand.IntN)
 	if !ok {
-		return forward.Target{}, false, nil
+		return service.Node{}, true, nil
 	}
-	if owner, scope, key, ttl, ok := l.routeKey(ctx, r); ok {
-		b, err := l.c.node.BindKey(ctx, scope, owner, key, chosen.Node, ttl)
+	if a.Key.Scope != "" {
+		scope, key := a.Key.Scope, a.Key.Fingerprint
+		b, err := c.node.BindKey(ctx, scope, a.Owner, key, chosen.Node, a.KeyTTL)
 		if err != nil {
-			return forward.Target{}, false, err
+			return service.Node{}, false, serviceErr(err)
 		}
-		if _, live := urls[b.Node]; !live && *l.c.health.Load() == "" {
-			if t, ok, err := l.keySandbox(ctx, b, urls); ok || err != nil {
-				return t, ok && t.Node != l.c.self, err
+		if _, live := urls[b.Node]; !live && *c.health.Load() == "" {
+			if n, ok, err := c.keySandbox(ctx, b, urls); ok || err != nil {
+				return n, ok && n.ID == c.self, err
 			}
 			// The node of the first attempt departed, and its attempt with
 			// it (it made no sandbox, or one that was lost: the key's local
 			// claim died with that node's database): the retry is the
 			// key's create now, on a live node.
-			if b, err = l.c.node.RebindKey(ctx, scope, owner, key, b, chosen.Node, ttl); err != nil {
-				return forward.Target{}, false, err
+			if b, err = c.node.RebindKey(ctx, scope, a.Owner, key, b, chosen.Node, a.KeyTTL); err != nil {
+				return service.Node{}, false, serviceErr(err)
 			}
 		}
 		url, live := urls[b.Node]
 		if !live {
-			return forward.Target{}, false, fmt.Errorf("%w: the node %s that has this key's first attempt is down", service.ErrUnavailable, b.Node)
+			return service.Node{}, false, service.Unavailable(fmt.Sprintf("the node %s that has this key's first attempt is down", b.Node), nil)
 		}
-		if err := l.keyRecreating(ctx, b); err != nil {
-			return forward.Target{}, false, err
+		if err := c.keyRecreating(ctx, b); err != nil {
+			return service.Node{}, false, err
 		}
 		chosen = forward.Candidate{Node: b.Node, URL: url}
 	}
-	if chosen.Node == l.c.self {
-		return forward.Target{}, false, nil
+	if chosen.Node == c.self {
+		return service.Node{}, true, nil
 	}
-	return forward.Target{Node: chosen.Node, URL: chosen.URL}, true, nil
+	return service.Node{ID: chosen.Node, URL: chosen.URL}, false, nil
 }
 
-// holders narrows cands to the nodes that hold the image of the template
-// a create names, when any of them has room: a create from a template
-// runs where its image is, and pulls it elsewhere only when those nodes
-// are full (or gone).
-func (l locator) holders(ctx context.Context, r *http.Request, cands []forward.Candidate) []forward.Candidate {
-	ref := createTemplate(r)
-	if ref == "" || l.svc == nil {
+// holders narrows cands to the nodes that hold the image of template
+// (an id; "" for none) when any of them has room: a create from a
+// template runs where its image is, and pulls it elsewhere only when
+// those nodes are full (or gone).
+func (c *clusterNode) holders(template string, cands []forward.Candidate) []forward.Candidate {
+	if template == "" {
 		return cands
 	}
-	owner, ok := l.owner(ctx, r)
-	if !ok {
-		return cands
-	}
-	id, ok := l.svc.TemplateID(ctx, owner, ref)
-	if !ok {
-		return cands
-	}
-	holders := l.c.node.TemplateHolders(id)
+	holders := c.node.TemplateHolders(template)
 	var out []forward.Candidate
-	for _, c := range cands {
-		if slices.Contains(holders, c.Node) && c.FreeMemoryMB >= holderRoomMB && c.FreeMilliCPU >= holderRoomMilliCPU {
-			out = append(out, c)
+	for _, cand := range cands {
+		if slices.Contains(holders, cand.Node) && cand.FreeMemoryMB >= holderRoomMB && cand.FreeMilliCPU >= holderRoomMilliCPU {
+			out = append(out, cand)
 		}
 	}
 	if len(out) == 0 {
@@ -573,25 +546,6 @@ const (
 	holderRoomMilliCPU = 1000
 )
 
-// createTemplate is the template a create's body names, in any API's
-// field for it (native template, E2B templateID, Daytona snapshot); "" for
-// none or a body Place cannot read.
-func createTemplate(r *http.Request) string {
-	body, ok := peekBody(r)
-	if !ok || len(body) == 0 {
-		return ""
-	}
-	var b struct {
-		Template   string `json:"template"`
-		TemplateID string `json:"templateID"`
-		Snapshot   string `json:"snapshot"`
-	}
-	if json.Unmarshal(body, &b) != nil {
-		return ""
-	}
-	return cmp.Or(b.Template, b.TemplateID, b.Snapshot)
-}
-
 // keySandbox is where a retried keyed create goes when the node its key
 // is bound to departed and the key names sandbox b.ID that is to be
 // recreated (failover "recreate"): to the live node that has it now,
@@ -599,24 +553,24 @@ func createTemplate(r *http.Request) string {
 // moved it yet, nowhere: a retryable 503 that says so. A key without a
 // sandbox, or whose sandbox was lost or deleted, is neither (false, nil):
 // its create runs again.
-func (l locator) keySandbox(ctx context.Context, b cluster.Binding, urls map[string]string) (forward.Target, bool, error) {
+func (c *clusterNode) keySandbox(ctx context.Context, b cluster.Binding, urls map[string]string) (service.Node, bool, error) {
 	if b.ID == "" {
-		return forward.Target{}, false, nil
+		return service.Node{}, false, nil
 	}
-	p, ok := l.c.node.Placement(b.ID)
+	p, ok := c.node.Placement(b.ID)
 	if !ok {
 		var err error
-		if p, ok, err = l.c.node.FreshPlacement(ctx, b.ID); err != nil {
-			return forward.Target{}, false, err
+		if p, ok, err = c.node.FreshPlacement(ctx, b.ID); err != nil {
+			return service.Node{}, false, serviceErr(err)
 		}
 	}
 	if !ok || p.Failover != service.FailoverRecreate || p.State == cluster.StateLost || p.State == cluster.StateDeleted {
-		return forward.Target{}, false, nil
+		return service.Node{}, false, nil
 	}
 	if url, live := urls[p.Node]; live && p.State == cluster.StateRunning {
-		return forward.Target{Node: p.Node, URL: url}, true, nil
+		return service.Node{ID: p.Node, URL: url}, true, nil
 	}
-	return forward.Target{}, false, service.Unavailable(fmt.Sprintf("sandbox %s, which this Idempotency-Key made, is being recreated: its node %s departed", b.ID, b.Node), nil)
+	return service.Node{}, false, service.Unavailable(fmt.Sprintf("sandbox %s, which this create's key made, is being recreated: its node %s departed", b.ID, b.Node), nil)
 }
 
 // keyRecreating is a retryable 503 when the key's sandbox is being
@@ -625,96 +579,21 @@ func (l locator) keySandbox(ctx context.Context, b cluster.Binding, urls map[str
 // starts, and a retry that came first would make a second sandbox. It
 // reads the directory, and etcd only when the directory has not seen the
 // takeover yet; a key without a sandbox costs nothing.
-func (l locator) keyRecreating(ctx context.Context, b cluster.Binding) error {
+func (c *clusterNode) keyRecreating(ctx context.Context, b cluster.Binding) error {
 	if b.ID == "" {
 		return nil
 	}
-	p, ok := l.c.node.Placement(b.ID)
+	p, ok := c.node.Placement(b.ID)
 	if !ok || p.Node != b.Node {
 		var err error
-		if p, ok, err = l.c.node.FreshPlacement(ctx, b.ID); err != nil {
-			return err
+		if p, ok, err = c.node.FreshPlacement(ctx, b.ID); err != nil {
+			return serviceErr(err)
 		}
 	}
 	if ok && p.Node == b.Node && p.State == cluster.StateCreating {
-		return service.Unavailable(fmt.Sprintf("sandbox %s, which this Idempotency-Key made, is being recreated on node %s", b.ID, b.Node), nil)
+		return service.Unavailable(fmt.Sprintf("sandbox %s, which this create's key made, is being recreated on node %s", b.ID, b.Node), nil)
 	}
 	return nil
-}
-
-// maxRouteBody bounds what Place reads of a create's body (to find an
-// E2B create's fingerprint, or whether it mounts volumes); a larger body
-// is placed as if it had neither (the facades refuse bodies that large).
-const maxRouteBody = 1 << 20
-
-// peekBody reads r's body up to maxRouteBody and puts it back for the
-// edge; ok is false when it is larger or unreadable.
-func peekBody(r *http.Request) (body []byte, ok bool) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, true
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRouteBody+1))
-	r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
-	return body, err == nil && len(body) <= maxRouteBody
-}
-
-// mountsVolumes reports whether a create's body mounts volumes, in any
-// API's field for them (native mounts, Daytona volumes, E2B
-// volumeMounts). Volumes are node-local, so such a create runs on the
-// node that was asked, where its caller made them.
-func mountsVolumes(r *http.Request) bool {
-	body, ok := peekBody(r)
-	if !ok || len(body) == 0 {
-		return false
-	}
-	var b struct {
-		Mounts       []json.RawMessage `json:"mounts"`
-		Volumes      []json.RawMessage `json:"volumes"`
-		VolumeMounts []json.RawMessage `json:"volumeMounts"`
-	}
-	if json.Unmarshal(body, &b) != nil {
-		return false // the edge answers what is wrong with it
-	}
-	return len(b.Mounts)+len(b.Volumes)+len(b.VolumeMounts) > 0
-}
-
-// routeKey is what binds a create to one node across the cluster: an
-// Idempotency-Key (per API, as on one node), or for the E2B facade what
-// it dedupes on (its key or, within its window, the body's fingerprint),
-// so that a retry reaches the node that has the first attempt.
-// A caller without a valid credential gets no binding: the node it
-// reached answers 401.
-func (l locator) routeKey(ctx context.Context, r *http.Request) (owner, scope, key string, ttl time.Duration, ok bool) {
-	v1 := strings.HasPrefix(r.URL.Path, "/v1/")
-	switch {
-	case strings.HasPrefix(r.URL.Path, "/daytona/"):
-		return "", "", "", 0, false // Daytona creates carry no key
-	case v1 && r.Header.Get("Idempotency-Key") == "":
-		return "", "", "", 0, false
-	case !v1 && l.e2bKey == nil:
-		return "", "", "", 0, false
-	}
-	if owner, ok = l.owner(ctx, r); !ok {
-		return "", "", "", 0, false
-	}
-	if v1 {
-		// The same scope and fingerprint as the create's claim (the
-		// service names the key's sandbox in the binding by them).
-		scope, key := apiv1.CreateKey(owner, r.Header.Get("Idempotency-Key"))
-		return owner, scope, key, idempotencyTTL, true
-	}
-	body, ok := peekBody(r)
-	if !ok {
-		return "", "", "", 0, false
-	}
-	scope, key, ttl, ok = l.e2bKey(r, owner, body)
-	return owner, scope, key, ttl, ok
-}
-
-// readCloser reads what Place already read of a body, then the rest.
-type readCloser struct {
-	io.Reader
-	io.Closer
 }
 
 // publishHeadroom keeps the node's free capacity (for placement) and what
@@ -771,185 +650,6 @@ func (c *clusterNode) watchHealth(ctx context.Context) {
 	}
 }
 
-// failover recreates, on this node, the sandboxes of nodes that left
-// (their lease expired) whose policy asks for it, one winner per sandbox
-// across the cluster; it marks the others lost.
-func (c *clusterNode) failover(ctx context.Context, svc *service.Service) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case gone := <-c.node.Departed():
-			if gone == c.self {
-				continue
-			}
-			for _, p := range c.node.PlacementsOf(gone) {
-				c.failOne(ctx, svc, p)
-			}
-		}
-	}
-}
-
-func (c *clusterNode) failOne(ctx context.Context, svc *service.Service, p cluster.Placement) {
-	log := c.logger.With("sandbox", p.ID, "lost_node", p.Node)
-	if c.live(p.Node) {
-		// Back already (a restart whose old lease ran out after the new
-		// one was granted): nothing departed.
-		return
-	}
-	if p.State == cluster.StateLost || p.State == cluster.StateDeleted {
-		return
-	}
-	if p.Failover != service.FailoverRecreate || len(p.Spec) == 0 {
-		c.markLost(ctx, log, p.ID, p.Node)
-		return
-	}
-	// Marked before the takeover commits, so that no call sees this
-	// node named without the mark; a lost takeover clears it at once.
-	c.recreating.Store(p.ID, struct{}{})
-	defer c.recreating.Delete(p.ID)
-	won, err := c.node.TakeOver(ctx, p, c.self)
-	if err != nil || !won {
-		if err != nil {
-			log.Warn("failover: take over", "err", err)
-		}
-		return
-	}
-	spec, err := c.node.Open(p.Spec, recoveryAD(p.ID))
-	if err != nil {
-		log.Error("failover: open the recovery spec; the sandbox is lost", "err", err)
-		c.markLost(ctx, log, p.ID, c.self)
-		return
-	}
-	rctx, cancel := context.WithTimeout(ctx, failoverTimeout)
-	defer cancel()
-	start := time.Now()
-	if _, err := svc.Recreate(rctx, p.ID, spec); err != nil {
-		log.Error("failover: recreate; the sandbox is lost", "err", err)
-		c.markLost(ctx, log, p.ID, c.self)
-		return
-	}
-	caller := service.Caller{Owner: p.Owner}
-	for _, port := range p.Ports {
-		if _, err := svc.ExposePort(rctx, caller, p.ID, port.Port, port.Protocol, port.Public); err != nil {
-			log.Warn("failover: replay a port", "port", port.Port, "err", err)
-		}
-	}
-	for _, d := range p.Domains {
-		host, port, _ := strings.Cut(d, ":")
-		n, _ := strconv.Atoi(port)
-		if err := svc.ReplayDomain(rctx, p.ID, host, n); err != nil {
-			log.Warn("failover: replay a domain", "hostname", host, "err", err)
-		}
-	}
-	if _, err := c.node.UpdatePlacement(rctx, p.ID, func(q *cluster.Placement) error { q.State = cluster.StateRunning; return nil }); err != nil {
-		log.Warn("failover: mark running", "err", err)
-	}
-	log.Info("failover: recreated here", "took", time.Since(start).Round(time.Millisecond))
-}
-
-// markLost marks id's placement lost while node still holds it.
-func (c *clusterNode) markLost(ctx context.Context, log *slog.Logger, id, node string) {
-	_, err := c.node.UpdatePlacement(ctx, id, func(q *cluster.Placement) error {
-		if q.Node != node {
-			return cluster.ErrConflict // moved meanwhile
-		}
-		q.State = cluster.StateLost
-		return nil
-	})
-	if err != nil && !errors.Is(err, cluster.ErrConflict) && !errors.Is(err, cluster.ErrNotFound) {
-		log.Warn("failover: mark lost", "err", err)
-	}
-}
-
-// live reports whether node holds a membership lease now.
-func (c *clusterNode) live(node string) bool {
-	for _, n := range c.node.Nodes() {
-		if n.ID == node {
-			return true
-		}
-	}
-	return false
-}
-
-// dropStale destroys, at startup, the local sandboxes whose placement
-// another node holds now (moved by a failover while this node was away).
-// Their containers carry this node's name and label; the new owner's are
-// never touched, nor its keys (clusterKeys releases only this node's).
-// Those the cluster declared lost while the node was away, and that are
-// still here, are running again: their placement says so.
-func (c *clusterNode) dropStale(ctx context.Context, svc *service.Service) error {
-	ids, err := svc.LocalSandboxIDs(ctx)
-	if err != nil {
-		return err
-	}
-	local := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		local[id] = true
-		p, ok := c.node.Placement(id)
-		if !ok {
-			continue
-		}
-		if p.Node == c.self && p.State == cluster.StateDeleted {
-			// Deleted by its owner while this node was away.
-			c.logger.Info("cluster: destroying a sandbox deleted while this node was away", "sandbox", id)
-			if err := svc.DestroyLocal(ctx, id); err != nil {
-				c.logger.Warn("cluster: destroy a deleted sandbox", "sandbox", id, "err", err)
-			}
-			continue
-		}
-		if p.Node == c.self {
-			if p.State == cluster.StateLost {
-				_, err := c.node.UpdatePlacement(ctx, id, func(q *cluster.Placement) error {
-					if q.Node != c.self {
-						return cluster.ErrConflict
-					}
-					q.State = cluster.StateRunning
-					return nil
-				})
-				if err != nil {
-					c.logger.Warn("cluster: revive a sandbox declared lost", "sandbox", id, "err", err)
-				}
-			}
-			continue
-		}
-		c.logger.Info("cluster: destroying a stale sandbox", "sandbox", id, "owner_node", p.Node, "state", p.State)
-		if err := svc.DestroyLocal(ctx, id); err != nil {
-			c.logger.Warn("cluster: destroy a stale sandbox", "sandbox", id, "err", err)
-		}
-	}
-	// Placements of this node with no sandbox behind them: a create or a
-	// destroy whose release the cluster did not answer. A create claims
-	// after its row exists and a destroy releases before deleting it, so
-	// a running placement without a row is nobody's work in progress (a
-	// failover's is "creating" until its sandbox exists).
-	for _, p := range c.node.PlacementsOf(c.self) {
-		if local[p.ID] || (p.State != cluster.StateRunning && p.State != cluster.StateCreating) {
-			continue
-		}
-		if _, busy := c.recreating.Load(p.ID); busy {
-			continue // a failover of this process's is making it
-		}
-		if _, err := svc.Get(ctx, service.Caller{Admin: true}, p.ID); !errors.Is(err, service.ErrNotFound) {
-			continue // there after all (a create that finished since the list), or unknown
-		}
-		if p.State == cluster.StateCreating {
-			// A recreate this node took over and a previous process of
-			// it did not finish: the sandbox is lost (its owner's delete
-			// ends it, and frees its name and template), not left
-			// "being recreated" for good.
-			c.logger.Info("cluster: a recreate cut short by a restart; the sandbox is lost", "sandbox", p.ID)
-			c.markLost(ctx, c.logger.With("sandbox", p.ID), p.ID, c.self)
-			continue
-		}
-		c.logger.Info("cluster: releasing the keys of a sandbox this node does not have", "sandbox", p.ID)
-		if err := c.node.ReleasePlacementOf(ctx, p.ID, c.self); err != nil {
-			c.logger.Warn("cluster: release orphaned keys", "sandbox", p.ID, "err", err)
-		}
-	}
-	return nil
-}
-
 // clusterKeys is the service's Cluster: nil (no interface value) on a
 // single node.
 func (d *Daemon) clusterKeys() service.Cluster {
@@ -1002,19 +702,22 @@ func (c *clusterNode) shareAdminToken(ctx context.Context, file string) error {
 }
 
 // handler puts the forwarding middleware in front of next, and the
-// cluster's health into /readyz.
-func (c *clusterNode) handler(next http.Handler, svc *service.Service, authn *auth.Authenticator, e2bKey func(*http.Request, string, []byte) (string, string, time.Duration, bool), domain string, apiHosts []string) http.Handler {
-	l := locator{c: c, svc: svc, auth: authn, e2bKey: e2bKey}
+// cluster's health into /readyz. route is what the API edges registered
+// (the sandbox a request names, whether it is a create), who the caller
+// a request's credential stands for; domain and apiHosts are RefOf's.
+func (c *clusterNode) handler(next http.Handler, svc *service.Service, authn *auth.Authenticator, who func(*http.Request) (service.Caller, bool), route router.Func, domain string, apiHosts []string) http.Handler {
+	l := locator{c: c, who: who}
 	fwd := forward.Middleware(next, forward.Options{
 		Self: c.self, Signer: c.signer, Locator: l,
 		Domain: domain, APIHosts: apiHosts, Logger: c.logger,
+		Route: func(r *http.Request) (string, bool) { ref := route(r); return ref.Sandbox, ref.Create },
 		OnError: func(w http.ResponseWriter, r *http.Request, err error) {
 			if lost := (*lostError)(nil); errors.As(err, &lost) {
-				c.serveLost(w, r, l, next, lost.p)
+				c.serveLost(w, r, l, route(r), next, lost.p)
 				return
 			}
 			msg := "the node that has this sandbox did not answer; retry"
-			if forward.RefOf(r, domain, apiHosts).Kind == forward.Create {
+			if c.fwd.RefOf(r).Kind == forward.Create {
 				msg = "the node chosen for this create did not answer; retry"
 			}
 			switch why := service.UnavailableReason(err); {
@@ -1060,16 +763,28 @@ func (c *clusterNode) handler(next http.Handler, svc *service.Service, authn *au
 }
 
 // elsewhere is the E2B facade's Elsewhere: a request that names no
-// sandbox but turned out to be for id (a signed /files URL) is forwarded
-// when id is another node's, as if it had named id in the E2b-Sandbox-Id
-// header (which it now does, so the owner routes it there).
+// sandbox by its path but turned out to be for id (a signed /files URL,
+// which the facade has named id now) is forwarded when id is another
+// node's.
 func (c *clusterNode) elsewhere(w http.ResponseWriter, r *http.Request, id string) bool {
 	if p, ok := c.node.Placement(id); !ok || p.Node == c.self || c.fwd == nil {
 		return false
 	}
-	r.Header.Set("E2b-Sandbox-Id", id)
 	c.fwd.ServeHTTP(w, r)
 	return true
+}
+
+// placer is the edges' Placer: the service places, and a create placed
+// on another node goes there through the forwarding middleware, signed,
+// so that it is not placed again.
+func (c *clusterNode) placer(svc *service.Service) *router.Placer {
+	return &router.Placer{
+		Service: svc,
+		Forward: func(w http.ResponseWriter, r *http.Request, n service.Node) {
+			c.fwd.Forward(w, r, forward.Target{Node: n.ID, URL: n.URL})
+		},
+		Placed: func(r *http.Request) bool { _, ok := forward.FromNode(r); return ok },
+	}
 }
 
 // peerSandboxes is the E2B facade's PeerSandboxes: the ids of the
@@ -1096,63 +811,10 @@ func (c *clusterNode) run(ctx context.Context, svc *service.Service, adm *admiss
 	var wg sync.WaitGroup
 	wg.Go(func() { c.publishHeadroom(ctx, adm) })
 	wg.Go(func() { c.watchHealth(ctx) })
-	wg.Go(func() { c.sweepStale(ctx, svc) })
 	wg.Go(func() { c.relayEvents(ctx, svc) })
 	wg.Go(func() { <-ctx.Done(); close(c.stopping) })
-	c.failover(ctx, svc)
+	c.fo.Run(ctx)
 	wg.Wait()
-}
-
-// missedGrace is how long a node waits after its start before it fails
-// over sandboxes of nodes it never saw depart: after a restart of the
-// whole cluster the other nodes are simply not up yet.
-const missedGrace = time.Minute
-
-// staleEvery is how often a running node looks for local sandboxes that
-// the cluster moved elsewhere (it was cut off from the cluster for longer
-// than its lease while its sandboxes ran on).
-const staleEvery = 10 * time.Second
-
-// sweepStale runs dropStale every staleEvery until ctx ends, and fails
-// over the sandboxes of nodes that are gone but whose departure this node
-// did not act on (it was missed, or a failover attempt failed).
-func (c *clusterNode) sweepStale(ctx context.Context, svc *service.Service) {
-	t := time.NewTicker(staleEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := c.dropStale(ctx, svc); err != nil && ctx.Err() == nil {
-				c.logger.Warn("cluster: look for stale sandboxes", "err", err)
-			}
-			c.failoverMissed(ctx, svc)
-		}
-	}
-}
-
-// failoverMissed runs failOne for every placement whose node holds no
-// lease and that is not lost yet. It only runs while the cluster answers
-// (a node cut off from it sees every other node as gone).
-func (c *clusterNode) failoverMissed(ctx context.Context, svc *service.Service) {
-	if *c.health.Load() != "" || time.Since(c.started) < missedGrace {
-		return
-	}
-	live := map[string]bool{}
-	for _, n := range c.node.Nodes() {
-		live[n.ID] = true
-	}
-	for node := range c.node.PlacementNodes() {
-		if live[node] {
-			continue
-		}
-		for _, p := range c.node.PlacementsOf(node) {
-			if p.State != cluster.StateLost && p.State != cluster.StateDeleted {
-				c.failOne(ctx, svc, p)
-			}
-		}
-	}
 }
 
 // serveNodes answers GET /v1/cluster/nodes (admins): the live nodes, their
@@ -1221,16 +883,17 @@ func (e *lostError) Error() string {
 }
 
 // serveLost answers a call for a lost sandbox. To its owner (or an admin)
-// the native API says so: a DELETE frees its keys (its name can be used
-// again) and answers 204, anything else is 410 "lost". Everyone else, and
-// the facades, get what this node has of it: not found, in their shape.
-func (c *clusterNode) serveLost(w http.ResponseWriter, r *http.Request, l locator, next http.Handler, p cluster.Placement) {
-	who, ok := l.principal(r.Context(), r)
-	if !ok || (who.Owner != p.Owner && !who.IsAdmin()) || !strings.HasPrefix(r.URL.Path, "/v1/sandboxes/") {
+// an edge that says so (ref.SaysLost: the native API) says so: its
+// destroy frees its keys (its name can be used again) and answers 204,
+// anything else is 410 "lost". Everyone else, and the other edges, get
+// what this node has of it: not found, in their shape.
+func (c *clusterNode) serveLost(w http.ResponseWriter, r *http.Request, l locator, ref router.Ref, next http.Handler, p cluster.Placement) {
+	who, ok := l.who(r)
+	if !ok || (who.Owner != p.Owner && !who.Admin) || !ref.SaysLost {
 		next.ServeHTTP(w, r)
 		return
 	}
-	if r.Method == http.MethodDelete && strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 2 {
+	if ref.Destroy {
 		for _, d := range p.Domains {
 			host, _, _ := strings.Cut(d, ":")
 			if err := c.node.ReleaseHostname(r.Context(), host, p.ID); err != nil {

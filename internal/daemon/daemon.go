@@ -33,6 +33,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/api/daytona"
 	"github.com/sandboxd/sandboxd/internal/api/e2b"
+	"github.com/sandboxd/sandboxd/internal/api/router"
 	v1 "github.com/sandboxd/sandboxd/internal/api/v1"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/cluster"
@@ -164,7 +165,8 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	if d.cluster != nil {
 		// A node back from the dead: sandboxes moved elsewhere meanwhile,
 		// or declared lost, are stale here.
-		if err := d.cluster.dropStale(ctx, d.Service); err != nil {
+		d.cluster.fo.Service = d.Service
+		if err := d.cluster.fo.DropStale(ctx); err != nil {
 			logger.Warn("cluster: look for stale sandboxes", "err", err)
 		}
 		// The cluster's templates: this node's copy of the catalog, kept
@@ -519,6 +521,14 @@ func (d *Daemon) peerSandboxes() func() []string {
 	return d.cluster.peerSandboxes
 }
 
+// placer is the edges' Placer: nil on a single node.
+func (d *Daemon) placer() *router.Placer {
+	if d.cluster == nil {
+		return nil
+	}
+	return d.cluster.placer(d.Service)
+}
+
 // elsewhere is the E2B facade's Elsewhere: nil on a single node.
 func (d *Daemon) elsewhere() func(http.ResponseWriter, *http.Request, string) bool {
 	if d.cluster == nil {
@@ -568,6 +578,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		DefaultQuota:   auth.Quota(d.Config.DefaultQuota),
 		DefaultTimeout: d.Config.DefaultTimeout,
 		PrivateMetrics: d.Config.AllowPublic,
+		Placer:         d.placer(),
 	})
 	if err != nil {
 		return fmt.Errorf("v1.New: %w", err)
@@ -587,12 +598,14 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		RequestTimeout: d.Config.RequestTimeout,
 		Elsewhere:      d.elsewhere(),
 		PeerSandboxes:  d.peerSandboxes(),
+		Placer:         d.placer(),
 	})
 
 	daytonaFacade := daytona.New(daytona.Options{
 		Service: d.Service, Auth: d.Auth, Logger: d.logger, Domain: d.Config.Domain,
 		PreviewToken: previews.Token, RequestTimeout: d.Config.RequestTimeout,
 		Sessions: sessionPart,
+		Placer:   d.placer(),
 	})
 	d.closers = append(d.closers, daytonaFacade.Close) // ends its event streams
 
@@ -627,7 +640,17 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		ingressed.ServeHTTP(w, r)
 	})
 	if d.cluster != nil {
-		d.Handler = d.cluster.handler(d.Handler, d.Service, d.Auth, e2bFacade.CreateRouteKey, d.Config.Domain, reservedHosts(d.Config, d.ln.Addr()))
+		// The edges' registrations, in byPath's order, and who a
+		// request's credential stands for on any edge.
+		route := router.Of(v1.Route, e2bFacade, daytonaFacade)
+		who := func(r *http.Request) (service.Caller, bool) {
+			if p, err := d.Auth.Authenticate(r.Context(), r); err == nil {
+				return service.Caller{Owner: p.Owner, Admin: p.IsAdmin()}, true
+			}
+			c, err := e2bFacade.Caller(r)
+			return c, err == nil
+		}
+		d.Handler = d.cluster.handler(d.Handler, d.Service, d.Auth, who, route, d.Config.Domain, reservedHosts(d.Config, d.ln.Addr()))
 	}
 	return nil
 }

@@ -52,6 +52,33 @@ type Cluster interface {
 	// linearizable read): a destroy asks before it commits, since its
 	// keys' release cannot be undone.
 	Ready(ctx context.Context) error
+	// Place picks the node for a create that a (PlaceCreate) describes:
+	// here=true for this node. It prefers a.Template's holders that have
+	// room, else two random live nodes, the one with more free memory;
+	// an a.Key is bound cluster-wide to the node of its first attempt
+	// (for a.KeyTTL), and every retry goes there. An error is retryable
+	// (ErrUnavailable): no quorum, the key's node is down, the key's
+	// sandbox is being recreated.
+	Place(ctx context.Context, a Ask) (n Node, here bool, err error)
+}
+
+// Ask is what cluster placement reads of a create: never a wire body,
+// always the request a facade decoded (PlaceCreate).
+type Ask struct {
+	Owner string
+	// Template is the id of the template the create is from ("" for
+	// none): its holders are preferred.
+	Template string
+	// Key is the create's idempotency or dedupe key (zero for none), and
+	// KeyTTL how long its binding to one node must hold.
+	Key    KeyRef
+	KeyTTL time.Duration
+}
+
+// Node is a cluster node a create is sent to.
+type Node struct {
+	ID  string
+	URL string // its API base URL
 }
 
 // Placement is what the cluster keeps of a sandbox this node creates.
@@ -184,6 +211,36 @@ func requestOf(spec []byte) (CreateRequest, error) {
 		req.Once = &OnceKey{Scope: k.Scope, Fingerprint: k.Fingerprint, RequestHash: k.RequestHash, PendingTTL: k.PendingTTL, ReplayWindow: k.ReplayWindow}
 	}
 	return req, nil
+}
+
+// PlaceCreate says which node r, a create that an edge decoded for c,
+// belongs on: here=true for this node, always on a single node. A create
+// that mounts volumes stays here (volumes are this node's directories,
+// made by its caller here). Otherwise the cluster picks (Cluster.Place):
+// the holders of the template it names (resolved here, per owner, from
+// this node's copy of the catalog) are preferred, and a keyed create
+// (r.Key: an Idempotency-Key, or the E2B facade's dedupe key) is bound to
+// one node for the key's pending time and replay window, so that every
+// retry reaches the node that has the first attempt. It reads memory and,
+// for a keyed create, the cluster (one transaction); it changes nothing
+// else. An error is retryable (ErrUnavailable).
+func (s *Service) PlaceCreate(ctx context.Context, c Caller, r CreateOnceRequest) (n Node, here bool, err error) {
+	if s.Cluster == nil || len(r.Create.Mounts) > 0 {
+		return Node{}, true, nil
+	}
+	a := Ask{Owner: c.Owner}
+	if ref := r.Create.Template; ref != "" {
+		a.Template, _ = s.TemplateID(ctx, c.Owner, ref)
+	}
+	if k := r.Key; k.Scope != "" {
+		a.Key = KeyRef{Scope: k.Scope, Fingerprint: k.Fingerprint}
+		a.KeyTTL = k.PendingTTL + k.ReplayWindow
+	}
+	n, here, err = s.Cluster.Place(ctx, a)
+	if err != nil {
+		return Node{}, false, clusterErr(err, "")
+	}
+	return n, here, nil
 }
 
 // claimCluster is the create chain's cluster step: after the row's insert

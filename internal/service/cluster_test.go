@@ -27,6 +27,10 @@ type keysCluster struct {
 	fail       error // every call fails with it when set
 	// failRelease, when set, fails ReleaseSandbox only.
 	failRelease error
+	// asks are the creates Place was asked to place; placeOn, when set,
+	// is where it places them (else here).
+	asks    []service.Ask
+	placeOn service.Node
 }
 
 func newKeysCluster() *keysCluster {
@@ -107,6 +111,19 @@ func (c *keysCluster) Ready(context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.fail
+}
+
+func (c *keysCluster) Place(_ context.Context, a service.Ask) (service.Node, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.asks = append(c.asks, a)
+	if c.fail != nil {
+		return service.Node{}, false, c.fail
+	}
+	if c.placeOn.ID != "" {
+		return c.placeOn, false, nil
+	}
+	return service.Node{}, true, nil
 }
 
 func (c *keysCluster) snapshot() (placements int, names, hostnames map[string]string) {
@@ -313,5 +330,49 @@ func TestCluster_RecreateFromTheRecoverySpec(t *testing.T) {
 	if _, err := other.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Failover: service.FailoverRecreate,
 		Mounts: []service.Mount{{Volume: "v", Path: "/data"}}}); !errors.Is(err, service.ErrInvalidArgument) {
 		t.Errorf("failover with mounts: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// PlaceCreate places from the typed request: a create that mounts volumes
+// stays here without asking the cluster; any other asks it with the
+// owner, the template's id (resolved per owner; an unknown one is none)
+// and the key, bound for its pending time and replay window; the
+// cluster's failure is a retryable ErrUnavailable.
+func TestCluster_PlaceCreateFromTheTypedRequest(t *testing.T) {
+	t.Parallel()
+	kc := newKeysCluster()
+	h := newHarness(t, harnessOptions{cluster: kc})
+	ctx := t.Context()
+	alice := service.Caller{Owner: "alice"}
+
+	_, here, err := h.svc.PlaceCreate(ctx, alice, service.CreateOnceRequest{Create: service.CreateRequest{
+		Owner: "alice", Mounts: []service.Mount{{Volume: "data", Path: "/data"}},
+	}})
+	if err != nil || !here {
+		t.Fatalf("place a create with volumes: here=%v, %v; want here", here, err)
+	}
+	kc.mu.Lock()
+	asked := len(kc.asks)
+	kc.placeOn = service.Node{ID: "n2", URL: "http://n2.invalid:7070"}
+	kc.mu.Unlock()
+	if asked != 0 {
+		t.Errorf("a create with volumes asked the cluster %d time(s)", asked)
+	}
+
+	key := service.OnceKey{Scope: "v1.create", Fingerprint: "f", PendingTTL: 2 * time.Minute, ReplayWindow: 24 * time.Hour}
+	n, here, err := h.svc.PlaceCreate(ctx, alice, service.CreateOnceRequest{Key: key, Create: service.CreateRequest{Owner: "alice", Template: "no-such-template"}})
+	if err != nil || here || n.ID != "n2" {
+		t.Fatalf("place a keyed create: %+v here=%v, %v; want n2", n, here, err)
+	}
+	kc.mu.Lock()
+	got := kc.asks
+	kc.fail = fmt.Errorf("no quorum: %w", service.ErrUnavailable)
+	kc.mu.Unlock()
+	want := []service.Ask{{Owner: "alice", Key: service.KeyRef{Scope: "v1.create", Fingerprint: "f"}, KeyTTL: 24*time.Hour + 2*time.Minute}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("asks (-want +got):\n%s", d)
+	}
+	if _, _, err := h.svc.PlaceCreate(ctx, alice, service.CreateOnceRequest{Create: service.CreateRequest{Owner: "alice"}}); !errors.Is(err, service.ErrUnavailable) {
+		t.Errorf("place without quorum: %v, want ErrUnavailable", err)
 	}
 }

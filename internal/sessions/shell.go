@@ -160,7 +160,7 @@ func (s *shell) waitSettled(ctx context.Context) {
 // use is Exists.
 func (m *Manager) CreateShell(ctx context.Context, t Target, id string) error {
 	if !IDPattern.MatchString(id) {
-		return errorf(Invalid, "sessionId must be 1-128 letters, digits, '.', '_' or '-'")
+		return errorf(Invalid, "a session id must be 1-128 letters, digits, '.', '_' or '-'")
 	}
 	b, ac, err := m.open(ctx, t)
 	if err != nil {

@@ -124,7 +124,7 @@ func (m *Manager) newTerminal(b *box, user string, info TerminalInfo) *terminal 
 // terminal whose shell runs is Exists; an ended one's id is free again.
 func (m *Manager) CreateTerminal(ctx context.Context, t Target, spec TerminalSpec) (TerminalInfo, error) {
 	if !IDPattern.MatchString(spec.ID) {
-		return TerminalInfo{}, errorf(Invalid, "id must be 1-128 letters, digits, '.', '_' or '-'")
+		return TerminalInfo{}, errorf(Invalid, "a terminal id must be 1-128 letters, digits, '.', '_' or '-'")
 	}
 	if spec.Cols == 0 {
 		spec.Cols = 80

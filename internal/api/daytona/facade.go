@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/api/router"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/naming"
@@ -92,6 +93,9 @@ type Options struct {
 	// answer). The toolbox has none: its process runs, session logs and
 	// file transfers last as long as their callers keep them. 0: no bound.
 	RequestTimeout time.Duration
+	// Placer places creates in a cluster (package router). Nil: every
+	// create is this node's.
+	Placer *router.Placer
 }
 
 // DefaultImages are the snapshots every daemon has. An empty image is the
@@ -129,6 +133,7 @@ type Facade struct {
 	version string
 	// previewToken derives scoped preview tokens (Options.PreviewToken).
 	previewToken func(sandboxID string, port int) string
+	placer       *router.Placer
 
 	mux *http.ServeMux
 
@@ -167,6 +172,7 @@ func New(opts Options) *Facade {
 		ctx:          ctx,
 		cancel:       cancel,
 		sess:         opts.Sessions,
+		placer:       opts.Placer,
 	}
 	if f.sess == nil {
 		so := sessions.Options{Agents: opts.Service, Logger: opts.Logger}
@@ -187,6 +193,23 @@ func (f *Facade) Match(r *http.Request) bool {
 		return false
 	}
 	return f.domain == "" || !isPreviewHost(r.Host, f.domain)
+}
+
+// Route is the facade's registration with the daemon's router (package
+// router): POST /sandbox is a create; /sandbox/{id}[/…] and
+// /toolbox/{id}[/…] under Prefix name sandbox {id} (an id or a name), and
+// DELETE /sandbox/{id} is its destroy.
+func (f *Facade) Route(r *http.Request) router.Ref {
+	if seg, ok := router.Under(r, "daytona", "api", "sandbox"); ok {
+		if len(seg) == 0 {
+			return router.Collection(r)
+		}
+		return router.Ref{Sandbox: seg[0], Destroy: len(seg) == 1 && r.Method == http.MethodDelete}
+	}
+	if seg, ok := router.Under(r, "daytona", "api", "toolbox"); ok && len(seg) > 0 {
+		return router.Ref{Sandbox: seg[0]}
+	}
+	return router.Ref{}
 }
 
 // ServeHTTP serves a request Match accepted. An unknown route is 404 in

@@ -39,13 +39,8 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 		return err
 	}
 	req.Quota = c.Quota
-	if b := body.BuildInfo; b != nil && declarative(b.DockerfileContent) {
-		id, err := f.buildForCreate(r.Context(), c, b.DockerfileContent, len(b.ContextHashes) > 0)
-		if err != nil {
-			return err
-		}
-		req.Image, req.Template = "", id
-	} else if b == nil || strings.TrimSpace(b.DockerfileContent) == "" {
+	build := body.BuildInfo != nil && declarative(body.BuildInfo.DockerfileContent)
+	if b := body.BuildInfo; !build && (b == nil || strings.TrimSpace(b.DockerfileContent) == "") {
 		// A snapshot of the caller's comes before an image of that name.
 		id, ok, err := f.snapshotTemplate(r.Context(), c, body.Snapshot)
 		if err != nil {
@@ -57,6 +52,17 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 	}
 	if req.Mounts, err = f.volumeMounts(r.Context(), c, body.Volumes); err != nil {
 		return err
+	}
+	// Placed before the first side effect (the image build).
+	if elsewhere, err := f.placer.Elsewhere(w, r, c, service.CreateOnceRequest{Create: req}); elsewhere || err != nil {
+		return err // another node answered, or none can be chosen now
+	}
+	if build {
+		id, err := f.buildForCreate(r.Context(), c, body.BuildInfo.DockerfileContent, len(body.BuildInfo.ContextHashes) > 0)
+		if err != nil {
+			return err
+		}
+		req.Image, req.Template = "", id
 	}
 	created, err := f.svc.CreateSandbox(r.Context(), req)
 	if err != nil {

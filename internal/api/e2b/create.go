@@ -112,6 +112,9 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 			Delivery:     true,
 		}
 	}
+	if elsewhere, err := f.placer.Elsewhere(w, r, c, once); elsewhere || err != nil {
+		return err // another node answered, or none can be chosen now
+	}
 	created, err := f.svc.CreateOnce(r.Context(), c, once)
 	if err != nil {
 		return templateErr(body.TemplateID, err)
@@ -317,34 +320,4 @@ func fingerprint(req service.CreateRequest) string {
 func hashHex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
-}
-
-// CreateRouteKey is what a cluster binds an E2B create to, so that every
-// create that the facade would share or adopt (one Idempotency-Key, or an
-// identical body within the window) reaches the same node: the key's
-// scope and fingerprint, and how long the binding must hold. ok is false
-// for a body the facade would refuse (the node that receives it answers
-// the error) and for a create that never shares (dedupe off, no key).
-func (f *Facade) CreateRouteKey(r *http.Request, owner string, body []byte) (scope, key string, ttl time.Duration, ok bool) {
-	if k := r.Header.Get("Idempotency-Key"); k != "" {
-		return keyScope, hashHex(owner + "\x00" + k), keyReplayWindow, true
-	}
-	if f.bodyDedupe == DedupeOff {
-		return "", "", 0, false
-	}
-	var b newSandboxBody
-	if len(strings.TrimSpace(string(body))) > 0 && jsonUnmarshal(body, &b) != nil {
-		return "", "", 0, false
-	}
-	if r.URL.Path != "/sandboxes" {
-		b.Secure = nil // v2, as create
-	}
-	// No template lookup (no I/O here): a create from a template is
-	// bound by its templateID as given, which is as deterministic.
-	req, err := f.createRequest(owner, b, nil)
-	if err != nil {
-		return "", "", 0, false
-	}
-	// The binding must outlive the window in which a retry may adopt.
-	return dedupeScope, fingerprint(req), f.window + dedupePendingTTL, true
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/api/router"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/naming"
@@ -108,6 +109,9 @@ type Options struct {
 	// other nodes have, from memory (no I/O): the candidates of a signed
 	// /files URL that no sandbox of this node made.
 	PeerSandboxes func() []string
+	// Placer places creates in a cluster (package router). Nil: every
+	// create is this node's.
+	Placer *router.Placer
 }
 
 // DefaultImages are the built-in templates (scripts/build-images.sh). An
@@ -140,6 +144,7 @@ type Facade struct {
 	timeout    time.Duration
 	elsewhere  func(w http.ResponseWriter, r *http.Request, id string) bool
 	peerIDs    func() []string
+	placer     *router.Placer
 
 	control     http.Handler
 	interpreter singleflight.Group // one interpreter start per sandbox at a time
@@ -186,6 +191,7 @@ func New(opts Options) *Facade {
 		timeout:    opts.RequestTimeout,
 		elsewhere:  opts.Elsewhere,
 		peerIDs:    opts.PeerSandboxes,
+		placer:     opts.Placer,
 	}
 	f.pending = pendingBuilds{builds: map[string]*pendingBuild{}, now: time.Now}
 	f.uploads = newUploads(time.Now)
@@ -206,6 +212,41 @@ func (f *Facade) Match(r *http.Request) bool {
 	}
 	return !f.previewHost(r.Host) && (isControlPath(r.URL.Path) || unroutedSignedFile(r))
 }
+
+// Route is the facade's registration with the daemon's router (package
+// router): envd traffic names the sandbox of its E2b-Sandbox-Id header
+// (by id only: a value that is no id names none), whatever its path (its
+// preview host <port>-<id>.<domain> is the router's own rule); POST
+// /sandboxes and POST /v2/sandboxes are creates; /sandboxes/{id}[/…] and
+// /v2/sandboxes/{id}[/…] name sandbox {id} (an id or a name, resolved
+// like the service), and DELETE of it is its destroy; GET
+// /sandboxes/metrics (every sandbox's metrics) names none.
+func (f *Facade) Route(r *http.Request) router.Ref {
+	if v := r.Header.Get(headerSandboxID); v != "" {
+		if !strings.HasPrefix(v, "sb-") {
+			return router.Ref{} // the router reads "sb-…" as an id only
+		}
+		return router.Ref{Sandbox: v}
+	}
+	seg, ok := router.Under(r, "v2", "sandboxes")
+	if !ok {
+		if seg, ok = router.Under(r, "sandboxes"); ok && len(seg) == 1 && seg[0] == "metrics" &&
+			(r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			return router.Ref{}
+		}
+	}
+	switch {
+	case !ok:
+		return router.Ref{}
+	case len(seg) == 0:
+		return router.Collection(r)
+	}
+	return router.Ref{Sandbox: seg[0], Destroy: len(seg) == 1 && r.Method == http.MethodDelete}
+}
+
+// Caller is who r's API key (X-API-KEY, or a Bearer token, in either
+// form) stands for: the daemon's router asks it to resolve names.
+func (f *Facade) Caller(r *http.Request) (service.Caller, error) { return f.authenticate(r) }
 
 // unroutedSignedFile reports a signed /files URL that reached the daemon
 // with no sandbox in its Host or headers: the SDK builds uploadUrl() and

@@ -130,9 +130,16 @@ func (f *Facade) serveSignedFile(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.peerIDs != nil && f.elsewhere != nil {
 		for _, id := range f.peerIDs() {
-			if f.signedBy(r, id) && f.elsewhere(w, r, id) {
+			if !f.signedBy(r, id) {
+				continue
+			}
+			// Named now as envd traffic names its sandbox, for the
+			// router here and the facade of the node that has it.
+			r.Header.Set(headerSandboxID, id)
+			if f.elsewhere(w, r, id) {
 				return // served by its node, which checks it again
 			}
+			r.Header.Del(headerSandboxID)
 		}
 	}
 	f.envdError(w, r, http.StatusUnauthorized, "unauthenticated",

@@ -1,6 +1,10 @@
 package v1
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/sandboxd/sandboxd/internal/api/router"
+)
 
 // access is who may call a route.
 type access int
@@ -102,4 +106,19 @@ func routes() []route {
 		{http.MethodGet, "/v1/tokens", adminOnly, jsonBody, (*server).listTokens},
 		{http.MethodDelete, "/v1/tokens/{id}", adminOnly, jsonBody, (*server).revokeToken},
 	}
+}
+
+// Route is the native API's registration with the daemon's router
+// (package router): POST /v1/sandboxes is a create, and
+// /v1/sandboxes/{id}[/…] names sandbox {id} (an id or a name), whose
+// DELETE is its destroy. A lost sandbox's owner is told so (SaysLost).
+func Route(r *http.Request) router.Ref {
+	seg, ok := router.Under(r, "v1", "sandboxes")
+	switch {
+	case !ok:
+		return router.Ref{}
+	case len(seg) == 0:
+		return router.Collection(r)
+	}
+	return router.Ref{Sandbox: seg[0], Destroy: len(seg) == 1 && r.Method == http.MethodDelete, SaysLost: true}
 }

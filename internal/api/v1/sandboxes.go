@@ -92,6 +92,9 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 			ReplayWindow: createReplayWindow,
 		}
 	}
+	if elsewhere, err := s.placer.Elsewhere(w, r, c, once); elsewhere || err != nil {
+		return err // another node answered, or none can be chosen now
+	}
 	created, err := s.svc.CreateOnce(r.Context(), c, once)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandboxd/sandboxd/internal/api/apierr"
+	"github.com/sandboxd/sandboxd/internal/api/router"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -73,6 +74,9 @@ type Options struct {
 	// listens beyond loopback (--allow-public), where only /healthz and
 	// /readyz answer a caller without a credential.
 	PrivateMetrics bool
+	// Placer places creates in a cluster (package router). Nil: every
+	// create is this node's.
+	Placer *router.Placer
 }
 
 // server holds what every handler needs.
@@ -89,6 +93,7 @@ type server struct {
 
 	defaultQuota   auth.Quota
 	defaultTimeout time.Duration
+	placer         *router.Placer
 }
 
 // New returns the handler of the native API: every route of the table in
@@ -120,6 +125,7 @@ func New(opts Options) (http.Handler, error) {
 
 		defaultQuota:   opts.DefaultQuota,
 		defaultTimeout: opts.DefaultTimeout,
+		placer:         opts.Placer,
 	}
 	m, err := newMetrics(opts.Registry, s.countByState)
 	if err != nil {

@@ -5,17 +5,20 @@
 //
 // # What is forwarded
 //
-// RefOf reads what a request names from its Host, its E2b-Sandbox-Id
-// header and its path, in the order the daemon's own handler routes one
-// listener (preview host, custom domain, E2B header, then the native,
-// E2B and Daytona paths). Middleware then:
+// RefOf reads what a request names from its Host and from what the API
+// edges registered (Options.Route: the sandbox a request's path or
+// headers name, and whether it is a create; package internal/api/router),
+// in the order the daemon's own handler routes one listener (preview
+// host, custom domain, then the edges). This package knows no edge's
+// URLs or bodies. Middleware then:
 //
-//   - places a create (POST /v1/sandboxes, POST /sandboxes,
-//     POST /v2/sandboxes, POST /daytona/api/sandbox) on the node
-//     Locator.Place picks (PowerOfTwo is the pure choice it can use);
-//   - forwards a call that names a sandbox (by id or name in the path,
-//     by E2b-Sandbox-Id, by preview host) or a custom domain to the node
-//     Locator.Locate names;
+//   - forwards a call that names a sandbox (by id or name, by preview
+//     host) or a custom domain to the node Locator.Locate names;
+//   - serves a create here, its body kept as the edge reads it: the edge
+//     decodes it into the service's typed request, the service places it
+//     (volumes pin it, template holders are preferred, a key binds its
+//     retries to one node), and when it belongs elsewhere the edge hands
+//     it back to Forward, which sends it whole, signed, to that node;
 //   - serves everything else here: lists, tokens, health, metrics, and
 //     whatever the Locator says is this node's, unknown or unknowable.
 //
@@ -83,7 +86,8 @@
 // # The loop guard
 //
 // A request with a valid MAC is never forwarded again: it goes straight
-// to the edges, so a node that does not own what it was sent answers from
+// to the edges, marked (FromNode) so that a create it carries is not
+// placed again, so a node that does not own what it was sent answers from
 // its own view (404, or 503 while a placement moves), and two nodes with
 // stale views cannot bounce a request between them. A TLS connection
 // with a valid preamble is likewise routed by the receiving node's own

@@ -1,10 +1,12 @@
 package forward
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,10 +22,9 @@ type Target struct {
 }
 
 // Locator is what the middleware needs of the cluster: its view of who
-// serves what. Both methods are called on the request path, so they should
-// answer from memory (a watch-fed cache); they may read r's headers (to
-// authenticate a name's owner, or find the node an Idempotency-Key is
-// bound to) and must leave r.Body unread or replace it.
+// serves what. It is called on the request path, so it should answer
+// from memory (a watch-fed cache); it may read r's headers (to
+// authenticate a name's owner) and must leave r.Body unread.
 type Locator interface {
 	// Locate says which node serves ref (Kind Sandbox or Host). For Kind
 	// Host, ref.ID or ref.Name, when set, is what the request names should
@@ -32,11 +33,10 @@ type Locator interface {
 	// authenticates as. ok=false means serve locally: this node owns it,
 	// it is unknown, or the cluster cannot say. A non-nil err means it
 	// must not be served here either (say, its placement is moving): the
-	// caller answers Options.OnError.
+	// caller answers Options.OnError. A Host bound to a sandbox is
+	// ok=true whoever has it (a Target naming this node when it is this
+	// node's): only an unbound Host is the API's.
 	Locate(ctx context.Context, r *http.Request, ref Ref) (t Target, ok bool, err error)
-	// Place picks the node for a create (Kind Create). ok=false: create
-	// locally. err as for Locate.
-	Place(ctx context.Context, r *http.Request) (t Target, ok bool, err error)
 }
 
 // Options configures Middleware.
@@ -50,10 +50,12 @@ type Options struct {
 	// Locator finds owners and places creates. Nil: nothing is forwarded
 	// (node headers are still verified or stripped).
 	Locator Locator
-	// Domain is the preview domain and APIHosts the daemon's own host
-	// names (its reserved hosts): RefOf's arguments.
+	// Domain is the preview domain, APIHosts the daemon's own host
+	// names (its reserved hosts) and Route what the API edges registered:
+	// RefOf's arguments.
 	Domain   string
 	APIHosts []string
+	Route    Route
 	// Logger receives a warning per failed forward, a debug line per
 	// forward. Default: discard.
 	Logger *slog.Logger
@@ -98,23 +100,20 @@ func NewTransport() *http.Transport {
 // edges). For each request it:
 //
 //  1. Verifies the node MAC (Signer.Verify). A request with a valid MAC
-//     came from another node and goes to next untouched, headers and all:
-//     it is never forwarded again (the loop guard), so a node that does
-//     not own what it was sent answers from its own view. Any other
-//     request has every node header stripped before anything reads it.
-//  2. Asks RefOf what it names. Create goes to Locator.Place; Sandbox and
-//     Host go to Locator.Locate; List and None go to next.
+//     came from another node and goes to next untouched, headers and all,
+//     marked as such (FromNode): it is never forwarded again (the loop
+//     guard), so a node that does not own what it was sent answers from
+//     its own view, and a create it carries is not placed again. Any
+//     other request has every node header stripped before anything reads
+//     it.
+//  2. Asks RefOf what it names. Sandbox and Host go to Locator.Locate;
+//     Create goes to next, its body kept as next reads it, so that the
+//     edge that places it elsewhere can Forward it whole; None goes to
+//     next.
 //  3. Serves locally (next) when the Locator says so or names this node;
 //     answers Options.OnError when the Locator fails; else reverse-proxies
-//     the request to the target's URL.
-//
-// A forwarded request keeps its method, path, query, body (streamed, not
-// read here), Host header (preview hosts and custom domains route by it)
-// and the caller's credentials; it gains X-Forwarded-For/-Host/-Proto and
-// the node headers of Signer.Sign. The response streams back as it comes
-// (every write flushed), and an Upgrade (WebSocket) becomes a spliced
-// connection. A target that cannot be reached is Options.OnError.
-func Middleware(next http.Handler, o Options) http.Handler {
+//     the request to the target's URL (Forward).
+func Middleware(next http.Handler, o Options) *Handler {
 	if o.Self == "" {
 		o.Self = o.Signer.Node
 	}
@@ -127,7 +126,7 @@ func Middleware(next http.Handler, o Options) http.Handler {
 	if o.OnError == nil {
 		o.OnError = unavailable
 	}
-	m := &middleware{next: next, o: o, log: o.Logger}
+	m := &Handler{next: next, o: o, log: o.Logger}
 	m.proxy = &httputil.ReverseProxy{
 		Rewrite:       m.rewrite,
 		Transport:     o.Transport,
@@ -138,7 +137,8 @@ func Middleware(next http.Handler, o Options) http.Handler {
 	return m
 }
 
-type middleware struct {
+// Handler is the forwarding middleware (Middleware).
+type Handler struct {
 	next  http.Handler
 	o     Options
 	log   *slog.Logger
@@ -154,28 +154,44 @@ type target struct {
 
 type targetKey struct{}
 
-func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, ok := m.o.Signer.Verify(r); ok {
-		m.next.ServeHTTP(w, r) // loop guard: a node sent it here
+// nodeKey marks a request whose node MAC verified (FromNode).
+type nodeKey struct{}
+
+// FromNode reports whether r came from another node, whose MAC the
+// middleware verified, and which: such a request is served where it
+// lands, and a create it carries was placed by its sender.
+func FromNode(r *http.Request) (node string, ok bool) {
+	node, ok = r.Context().Value(nodeKey{}).(string)
+	return node, ok
+}
+
+// RefOf is RefOf with the middleware's options.
+func (m *Handler) RefOf(r *http.Request) Ref {
+	return RefOf(r, m.o.Domain, m.o.APIHosts, m.o.Route)
+}
+
+func (m *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if node, ok := m.o.Signer.Verify(r); ok {
+		// Loop guard: a node sent it here.
+		m.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nodeKey{}, node)))
 		return
 	}
 	StripNodeHeaders(r.Header)
-	if m.o.Locator == nil {
-		m.next.ServeHTTP(w, r)
-		return
-	}
-
-	ref := RefOf(r, m.o.Domain, m.o.APIHosts)
+	ref := m.RefOf(r)
 	var (
 		t   Target
 		ok  bool
 		err error
 	)
-	switch ref.Kind {
-	case Create:
-		t, ok, err = m.o.Locator.Place(r.Context(), r)
-	case Sandbox, Host:
+	if m.o.Locator != nil && (ref.Kind == Sandbox || ref.Kind == Host) {
 		t, ok, err = m.o.Locator.Locate(r.Context(), r, ref)
+	}
+	if err == nil && (ref.Kind == Create || ref.Kind == Host && ref.PathKind == Create && !ok) {
+		// Placed by the edge that decodes it (package internal/api/router),
+		// which may then Forward it: keep its body as the edge reads it.
+		// (A Host bound to a sandbox is its app's, whatever the path: the
+		// Locator names its node, this one included, and nothing is kept.)
+		r = keepBody(r)
 	}
 	if err != nil {
 		if r.Context().Err() == nil {
@@ -188,6 +204,41 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
+	m.log.Debug("forward", "kind", ref.Kind, "id", ref.ID, "name", ref.Name, "host", ref.Host, "node", t.Node, "method", r.Method, "path", r.URL.Path)
+	m.forward(w, r, t)
+}
+
+// Forward serves r on node t, signed by this node (so t serves it where
+// it lands and does not place it again): the way an edge sends a create
+// it placed on another node. r's body goes whole, as the client sent it:
+// what the edge already read of it (kept since the middleware saw r as a
+// Create), then the rest. A target that cannot be reached, or whose URL
+// is unusable, is Options.OnError. Call it at most once per request,
+// before anything is written to w.
+func (m *Handler) Forward(w http.ResponseWriter, r *http.Request, t Target) {
+	if t.Node == m.o.Self {
+		m.o.OnError(w, r, fmt.Errorf("forward to node %s: that is this node", t.Node))
+		return
+	}
+	if b, ok := r.Context().Value(keptKey{}).(*keptBody); ok {
+		body, err := b.rewound()
+		if err != nil {
+			m.o.OnError(w, r, fmt.Errorf("forward to node %s: %w", t.Node, err))
+			return
+		}
+		r.Body = body
+	} else if r.Body != nil && r.Body != http.NoBody {
+		// Not a create as the edges registered it: what the edge read of
+		// its body is gone.
+		m.o.OnError(w, r, fmt.Errorf("forward to node %s: %s %s is no create the edges registered; its body was not kept", t.Node, r.Method, r.URL.Path))
+		return
+	}
+	m.log.Debug("forward: placed", "node", t.Node, "method", r.Method, "path", r.URL.Path)
+	m.forward(w, r, t)
+}
+
+// forward reverse-proxies r to t.
+func (m *Handler) forward(w http.ResponseWriter, r *http.Request, t Target) {
 	u, err := url.Parse(t.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		if err == nil {
@@ -197,7 +248,6 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.o.OnError(w, r, fmt.Errorf("node %s URL %q: %w", t.Node, t.URL, err))
 		return
 	}
-	m.log.Debug("forward", "kind", ref.Kind, "id", ref.ID, "name", ref.Name, "host", ref.Host, "node", t.Node, "method", r.Method, "path", r.URL.Path)
 	// Full duplex: without it an HTTP/1 server closes the request body as
 	// soon as the response starts, and a stream that still sends (a
 	// Connect stream, an upload answered early) breaks (golang/go#40747).
@@ -205,10 +255,64 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target{t, u})))
 }
 
+// keptBody is a create's body that keeps what is read of it, so that
+// Forward can send it whole after the edge decoded it. What it keeps is
+// what the edge read, which the edge bounds (its JSON limit, 1 MiB), and
+// never more than maxKept: a body read beyond that (a custom domain's app
+// behind a create's path, which a create's edge never decodes) is kept no
+// more, and cannot be forwarded.
+type keptBody struct {
+	io.ReadCloser
+	read     bytes.Buffer
+	overflow bool
+}
+
+// maxKept bounds what a keptBody keeps: above every edge's JSON limit.
+const maxKept = 4 << 20
+
+func (b *keptBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case b.overflow:
+	case b.read.Len()+n > maxKept:
+		b.overflow = true
+		b.read = bytes.Buffer{}
+	default:
+		b.read.Write(p[:n])
+	}
+	return n, err
+}
+
+// rewound is the whole body again: what was read, then the rest.
+func (b *keptBody) rewound() (io.ReadCloser, error) {
+	if b.overflow {
+		return nil, fmt.Errorf("a create body of more than %d bytes cannot be forwarded", maxKept)
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b.read.Bytes()), b.ReadCloser), b.ReadCloser}, nil
+}
+
+// keptKey holds a request's keptBody in its context, where Forward finds
+// it whatever the edge wrapped around r.Body since.
+type keptKey struct{}
+
+// keepBody is r with its body a keptBody.
+func keepBody(r *http.Request) *http.Request {
+	if r.Body == nil || r.Body == http.NoBody {
+		return r
+	}
+	b := &keptBody{ReadCloser: r.Body}
+	r = r.WithContext(context.WithValue(r.Context(), keptKey{}, b))
+	r.Body = b
+	return r
+}
+
 // rewrite points the outgoing request at the target node, keeping the
 // path and query (under the base URL's path, if it has one), the caller's
 // Host and credentials, and signs it last, once its URL is final.
-func (m *middleware) rewrite(pr *httputil.ProxyRequest) {
+func (m *Handler) rewrite(pr *httputil.ProxyRequest) {
 	t := pr.In.Context().Value(targetKey{}).(target)
 	pr.SetURL(t.url)
 	pr.Out.Host = pr.In.Host
@@ -223,7 +327,7 @@ func (m *middleware) rewrite(pr *httputil.ProxyRequest) {
 	m.o.Signer.Sign(pr.Out)
 }
 
-func (m *middleware) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+func (m *Handler) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return // the caller went away; nobody reads an answer
 	}

@@ -26,7 +26,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // locator is a scripted forward.Locator that records what it was asked.
 type locator struct {
 	locate func(ref forward.Ref) (forward.Target, bool, error)
-	place  func() (forward.Target, bool, error)
 
 	mu    sync.Mutex
 	asked []forward.Ref
@@ -42,16 +41,6 @@ func (l *locator) Locate(_ context.Context, _ *http.Request, ref forward.Ref) (f
 	return l.locate(ref)
 }
 
-func (l *locator) Place(context.Context, *http.Request) (forward.Target, bool, error) {
-	l.mu.Lock()
-	l.asked = append(l.asked, forward.Ref{Kind: forward.Create})
-	l.mu.Unlock()
-	if l.place == nil {
-		return forward.Target{}, false, nil
-	}
-	return l.place()
-}
-
 func (l *locator) calls() []forward.Ref {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -62,7 +51,6 @@ func (l *locator) calls() []forward.Ref {
 func always(t forward.Target) *locator {
 	return &locator{
 		locate: func(forward.Ref) (forward.Target, bool, error) { return t, true, nil },
-		place:  func() (forward.Target, bool, error) { return t, true, nil },
 	}
 }
 
@@ -78,6 +66,7 @@ type seen struct {
 type node struct {
 	name string
 	srv  *httptest.Server
+	mw   *forward.Handler
 	loc  *locator
 
 	mu   sync.Mutex
@@ -120,11 +109,12 @@ func newNode(t *testing.T, name string, loc *locator, handler http.HandlerFunc, 
 	})
 	tr := forward.NewTransport()
 	t.Cleanup(tr.CloseIdleConnections)
-	o := forward.Options{Signer: signer, Locator: loc, Domain: domain, APIHosts: apiHosts, Transport: tr}
+	o := forward.Options{Signer: signer, Locator: loc, Domain: domain, APIHosts: apiHosts, Route: testRoute, Transport: tr}
 	if opt != nil {
 		opt(&o)
 	}
-	n.srv = httptest.NewServer(forward.Middleware(edges, o))
+	n.mw = forward.Middleware(edges, o)
+	n.srv = httptest.NewServer(n.mw)
 	t.Cleanup(n.srv.Close)
 	return n
 }
@@ -176,14 +166,13 @@ func TestMiddleware_ForwardsToOwner(t *testing.T) {
 		{"by name", "POST", "/v1/sandboxes/my-box/exec", "", `{"command":"echo hi"}`},
 		{"preview host", "GET", "/some/app/path?q=1", "8080-" + id + "." + domain + ":" + strconv.Itoa(port), ""},
 		{"custom domain", "POST", "/hook", "app.example.org", "payload"},
-		{"create", "POST", "/v1/sandboxes", "", `{"image":"alpine"}`},
-		{"e2b envd", "POST", "/process.Process/Start", "", "\x00\x00\x00\x00\x02{}"},
+		{"by header", "POST", "/process.Process/Start", "", "\x00\x00\x00\x00\x02{}"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(b.requests())
 			h := auth.Clone()
-			if tc.name == "e2b envd" {
-				h.Set("E2b-Sandbox-Id", id)
+			if tc.name == "by header" {
+				h.Set("X-Sandbox", id)
 			}
 			status, body := do(t, c, tc.method, a.srv.URL+tc.target, tc.host, tc.body, h)
 			if status != http.StatusOK || body != "served by b" {
@@ -220,7 +209,7 @@ func TestMiddleware_ServesLocally(t *testing.T) {
 		{"list", "GET", "/v1/sandboxes", always(far.target())},
 		{"health", "GET", "/healthz", always(far.target())},
 		{"owned here", "GET", "/v1/sandboxes/" + id, &locator{}},
-		{"create here", "POST", "/v1/sandboxes", &locator{}},
+		{"create", "POST", "/v1/sandboxes", always(far.target())}, // its edge places it
 		{"target is self", "GET", "/v1/sandboxes/" + id, always(forward.Target{Node: "a", URL: "http://127.0.0.1:1"})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -446,7 +435,7 @@ func TestMiddleware_OnError(t *testing.T) {
 					w.WriteHeader(http.StatusBadGateway)
 				}
 			})
-			if status, _ := do(t, client(t), "GET", a.srv.URL+"/sandboxes/"+id, "", "", nil); status != http.StatusBadGateway {
+			if status, _ := do(t, client(t), "GET", a.srv.URL+"/v1/sandboxes/"+id, "", "", nil); status != http.StatusBadGateway {
 				t.Errorf("status %d, want OnError's 502", status)
 			}
 			if got == nil {
@@ -467,5 +456,128 @@ func TestMiddleware_NoLocator(t *testing.T) {
 	}
 	if got := a.requests(); len(got) != 1 || got[0].Node != "" {
 		t.Errorf("edges saw %+v, want no node header", got)
+	}
+}
+
+// placingNode is a node whose edges, like a facade's create, read the
+// whole body (through a limit, as the edges wrap it), then Forward the
+// request to to(); a forwarded request's receiver records it.
+func placingNode(t *testing.T, name string, to func() forward.Target, opt func(*forward.Options)) *node {
+	t.Helper()
+	var n *node
+	n = newNode(t, name, &locator{}, func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, 8<<20)
+		if _, err := io.ReadAll(r.Body); err != nil {
+			t.Errorf("%s: read the body: %v", name, err)
+		}
+		n.mw.Forward(w, r, to())
+	}, opt)
+	return n
+}
+
+// TestMiddleware_ForwardPlacedCreate: an edge that decoded a create and
+// placed it on another node Forwards it there whole (the body it read
+// included), signed by this node; the receiver's edges see it marked as a
+// node's (FromNode), so they do not place it again, and its locator is
+// not asked.
+func TestMiddleware_ForwardPlacedCreate(t *testing.T) {
+	var fromNode []string
+	var mu sync.Mutex
+	b := newNode(t, "b", always(forward.Target{Node: "c", URL: closedURL(t)}), func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		node, _ := forward.FromNode(r)
+		mu.Lock()
+		fromNode = append(fromNode, node)
+		mu.Unlock()
+		_, _ = io.WriteString(w, "created by b: "+string(body))
+	}, nil)
+	a := placingNode(t, "a", b.target, nil)
+	body := `{"image":"alpine","env":{"A":"` + strings.Repeat("x", 200<<10) + `"}}`
+	status, got := do(t, client(t), "POST", a.srv.URL+"/v1/sandboxes", "", body, http.Header{"Authorization": {"Bearer sbx_user_token"}})
+	if status != http.StatusOK || got != "created by b: "+body {
+		t.Fatalf("answer = %d, %d bytes; want 200 from b with the whole body", status, len(got))
+	}
+	seen := b.requests()
+	if len(seen) != 1 || seen[0].MACFrom != "a" || seen[0].Auth != "Bearer sbx_user_token" {
+		t.Errorf("b saw %+v, want one create signed by a with the caller's credential", seen)
+	}
+	if !cmp.Equal(fromNode, []string{"a"}) {
+		t.Errorf("FromNode on b = %v, want [a]", fromNode)
+	}
+	if got := b.loc.calls(); len(got) != 0 {
+		t.Errorf("b asked its locator about a placed create: %+v", got)
+	}
+	// A request straight from a client is no node's, whatever it claims.
+	h := http.Header{forward.HeaderNode: {"z"}, forward.HeaderAuth: {"t=1,mac=00"}}
+	if status, got := do(t, client(t), "POST", b.srv.URL+"/v1/sandboxes", "", "{}", h); status != http.StatusOK || !strings.HasPrefix(got, "created by b") {
+		t.Fatalf("answer = %d %q", status, got)
+	}
+	if !cmp.Equal(fromNode, []string{"a", ""}) {
+		t.Errorf("FromNode on b = %v, want [a, \"\"]: a client's request is no node's", fromNode)
+	}
+}
+
+// TestMiddleware_ForwardRefusesWhatItCannotSendWhole: a body the
+// middleware did not keep (no create the edges registered), or kept only
+// in part (past its bound), is never forwarded cut short: OnError.
+func TestMiddleware_ForwardRefusesWhatItCannotSendWhole(t *testing.T) {
+	b := newNode(t, "b", &locator{}, nil, nil)
+	for name, tc := range map[string]struct{ path, body string }{
+		"not a create": {"/v1/sandboxes/" + id + "/exec", `{"command":"true"}`},
+		"too large":    {"/v1/sandboxes", strings.Repeat("x", 5<<20)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var got error
+			a := placingNode(t, "a", b.target, func(o *forward.Options) {
+				o.Locator = &locator{} // served here, as a create is
+				o.OnError = func(w http.ResponseWriter, _ *http.Request, err error) {
+					got = err
+					w.WriteHeader(http.StatusServiceUnavailable)
+				}
+			})
+			if status, _ := do(t, client(t), "POST", a.srv.URL+tc.path, "", tc.body, nil); status != http.StatusServiceUnavailable {
+				t.Errorf("status %d, want OnError's 503", status)
+			}
+			if got == nil {
+				t.Error("OnError got no error")
+			}
+		})
+	}
+	if got := b.requests(); len(got) != 0 {
+		t.Errorf("b was sent %d request(s) cut short", len(got))
+	}
+}
+
+// TestMiddleware_KeepsNoBodyForABoundHost: a create's path under a custom
+// domain is kept for its edge only while the Locator says the host is
+// bound to nothing (an API host the node was not told of); a host bound
+// to a sandbox, this node's included, is its app's, whose body is never
+// kept (so it cannot be forwarded as a create either).
+func TestMiddleware_KeepsNoBodyForABoundHost(t *testing.T) {
+	b := newNode(t, "b", &locator{}, nil, nil)
+	for name, tc := range map[string]struct {
+		loc     *locator
+		wantFwd bool
+	}{
+		"unbound host": {&locator{}, true},
+		"bound here":   {always(forward.Target{Node: "a"}), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var got error
+			a := placingNode(t, "a", b.target, func(o *forward.Options) {
+				o.Locator = tc.loc
+				o.OnError = func(w http.ResponseWriter, _ *http.Request, err error) {
+					got = err
+					w.WriteHeader(http.StatusServiceUnavailable)
+				}
+			})
+			status, _ := do(t, client(t), "POST", a.srv.URL+"/v1/sandboxes", "app.example.org", `{"image":"alpine"}`, nil)
+			if tc.wantFwd && (status != http.StatusOK || got != nil) {
+				t.Errorf("status %d (%v), want b's 200", status, got)
+			}
+			if !tc.wantFwd && (status != http.StatusServiceUnavailable || got == nil) {
+				t.Errorf("status %d, want OnError's 503: nothing kept to forward", status)
+			}
+		})
 	}
 }
