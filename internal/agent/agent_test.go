@@ -495,3 +495,59 @@ func TestClient_KeptOutputIsTheDaemonsAlone(t *testing.T) {
 		t.Errorf("a process started through Transport with the keep header kept its output (replay: %v)", err)
 	}
 }
+
+// Replayed closes once the replay is read, though the process prints
+// nothing more: a reattaching client knows its view is whole without
+// waiting for quiet.
+func TestClient_ReplayedMarksTheEndOfTheReplay(t *testing.T) {
+	c, _ := localClient(t)
+	p, err := c.StartProcess(t.Context(), agent.StartRequest{Cmd: []string{"/bin/sh", "-c", "echo one; echo two; read x"}, Stdin: true, KeepOutput: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var live bytes.Buffer
+	for live.String() != "one\ntwo\n" {
+		o, err := p.Recv()
+		if err != nil {
+			t.Fatalf("live output %q: %v", live.String(), err)
+		}
+		live.Write(o.Data)
+	}
+	if _, ok := <-p.Replayed(); ok {
+		t.Fatal("Replayed of a stream without replay is not closed")
+	}
+	r, err := c.ConnectProcess(t.Context(), agent.Attach{PID: p.PID(), Replay: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var got bytes.Buffer
+	recvd := make(chan error, 1)
+	go func() {
+		for {
+			o, err := r.Recv()
+			if err != nil {
+				recvd <- err
+				return
+			}
+			got.Write(o.Data)
+		}
+	}()
+	select {
+	case <-r.Replayed():
+	case err := <-recvd:
+		t.Fatalf("stream ended before the replay's end: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Replayed not closed 30 s after the replay")
+	}
+	if got.String() != "one\ntwo\n" {
+		t.Errorf("at the replay's end Recv returned %q, want the kept output", got.String())
+	}
+	if err := p.SendInput(t.Context(), []byte("x\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-recvd; !errors.Is(err, io.EOF) {
+		t.Errorf("after the exit: %v, want EOF", err)
+	}
+}

@@ -90,6 +90,28 @@ type Process struct {
 	recv   func() (*rpc.ProcessEvent, error)
 	close  func() error
 	exit   *ExitStatus
+
+	// replayed is closed once Recv has returned every replayed output (see
+	// Replayed); replaying says it is still open.
+	replayed  chan struct{}
+	replaying bool
+}
+
+// doneReplay is the Replayed of a stream that replays nothing.
+var doneReplay = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Replayed is closed once Recv has returned the last output of the replay
+// an Attach with Replay asked for (the agent marks its end), or the stream
+// ended first; it is closed from the start on a stream that replays
+// nothing.
+func (p *Process) Replayed() <-chan struct{} { return p.replayed }
+
+// endReplay closes replayed once.
+func (p *Process) endReplay() {
+	if p.replaying {
+		p.replaying = false
+		close(p.replayed)
+	}
 }
 
 // StartProcess starts a process and returns once the agent reported its
@@ -134,7 +156,7 @@ func (c *Client) StartProcess(ctx context.Context, r StartRequest) (*Process, er
 		cancel()
 		return nil, fmt.Errorf("agent: start %q: %w", r.Cmd[0], err)
 	}
-	p := &Process{c: c, pty: r.PTY != nil, user: r.User, cancel: func() { stop(); cancel() }, close: st.Close,
+	p := &Process{c: c, pty: r.PTY != nil, user: r.User, cancel: func() { stop(); cancel() }, close: st.Close, replayed: doneReplay,
 		recv: func() (*rpc.ProcessEvent, error) {
 			if !st.Receive() {
 				return nil, streamEnd(st.Err())
@@ -178,13 +200,16 @@ func (c *Client) ConnectProcess(ctx context.Context, a Attach) (*Process, error)
 		cancel()
 		return nil, fmt.Errorf("agent: connect to process: %w", err)
 	}
-	p := &Process{c: c, pty: a.PTY, user: a.User, cancel: cancel, close: st.Close,
+	p := &Process{c: c, pty: a.PTY, user: a.User, cancel: cancel, close: st.Close, replayed: doneReplay,
 		recv: func() (*rpc.ProcessEvent, error) {
 			if !st.Receive() {
 				return nil, streamEnd(st.Err())
 			}
 			return st.Msg().GetEvent(), nil
 		}}
+	if a.Replay {
+		p.replayed, p.replaying = make(chan struct{}), true
+	}
 	if err := p.awaitStart(); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("agent: connect to process: %w", err)
@@ -226,9 +251,12 @@ func (p *Process) Recv() (Output, error) {
 	for {
 		ev, err := p.recv()
 		if err != nil {
+			p.endReplay()
 			return Output{}, err
 		}
 		switch e := ev.GetEvent().(type) {
+		case *rpc.ProcessEvent_Keepalive:
+			p.endReplay() // the first one after a replay marks its end
 		case *rpc.ProcessEvent_Data:
 			switch o := e.Data.GetOutput().(type) {
 			case *rpc.ProcessEvent_DataEvent_Stdout:
@@ -239,13 +267,14 @@ func (p *Process) Recv() (Output, error) {
 				return Output{Stream: PTY, Data: o.Pty}, nil
 			}
 		case *rpc.ProcessEvent_End:
+			p.endReplay()
 			p.exit = &ExitStatus{Code: int(e.End.GetExitCode()), Exited: e.End.GetExited(), Status: e.End.GetStatus()}
 			// Read the stream's own end too, so that its connection is
 			// free for reuse once the stream is closed.
 			_, _ = p.recv()
 			return Output{}, io.EOF
 		}
-		// keepalive, or an event this client does not know: skip
+		// an event this client does not know: skip
 	}
 }
 

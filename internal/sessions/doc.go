@@ -23,8 +23,8 @@
 // lists the agent's processes and reattaches to each session it finds (a
 // shell with a replay of its kept output), and rebuilds the shell's
 // commands, exit codes and per-command logs from that replay (that first
-// use waits until each replay is read: the agent sends it at once, so the
-// stream going quiet for 100 ms ends it, and the wait is at most 5 s). The
+// use waits until each replay is read: the agent marks its end with a
+// keepalive, agent.Process.Replayed, and the wait is at most 5 s). The
 // same happens after a stream to the agent broke. The daemon stopping (Close)
 // ends its streams, never the processes: they run on for the next daemon.
 //

@@ -112,21 +112,14 @@ type shell struct {
 	// without it to choose whom to evict).
 	kept atomic.Int64
 
-	// settled is closed once the stream went quiet for replayQuiet (or
-	// ended): a reattached shell has then read the replay the agent sent
-	// back-to-back, and its rebuilt view is whole. settle is its timer.
+	// settled is closed once the stream ended; a reattached shell's view
+	// is also whole once its proc's Replayed is (see waitSettled).
 	settled    chan struct{}
-	settle     *time.Timer
 	settleOnce sync.Once
 }
 
-// replayQuiet is the pause after which a replay is taken as read: the
-// agent sends the kept output at once, before any live output.
-// replayWait bounds the wait for it.
-const (
-	replayQuiet = 100 * time.Millisecond
-	replayWait  = 5 * time.Second
-)
+// replayWait bounds how long a load waits for the shells' replays.
+const replayWait = 5 * time.Second
 
 // command is one command of a shell and what it printed.
 type command struct {
@@ -141,9 +134,7 @@ type command struct {
 }
 
 func (m *Manager) newShell(b *box, id, token string, proc *agent.Process, cancel context.CancelFunc) *shell {
-	s := &shell{m: m, b: b, id: id, sandboxID: b.id, proc: proc, cancel: cancel, token: token, byID: map[string]*command{}, settled: make(chan struct{})}
-	s.settle = time.AfterFunc(replayQuiet, s.markSettled)
-	return s
+	return &shell{m: m, b: b, id: id, sandboxID: b.id, proc: proc, cancel: cancel, token: token, byID: map[string]*command{}, settled: make(chan struct{})}
 }
 
 func (s *shell) markSettled() { s.settleOnce.Do(func() { close(s.settled) }) }
@@ -152,6 +143,9 @@ func (s *shell) markSettled() { s.settleOnce.Do(func() { close(s.settled) }) }
 func (s *shell) waitSettled(ctx context.Context) {
 	select {
 	case <-s.settled:
+	// Recv marks the replay's end from read's goroutine, in its next call
+	// after the last replayed output was fed: the view is whole.
+	case <-s.proc.Replayed():
 	case <-ctx.Done():
 	}
 }
@@ -459,11 +453,6 @@ func (s *shell) read() {
 	defer s.markSettled()
 	for {
 		out, err := s.proc.Recv()
-		select {
-		case <-s.settled:
-		default:
-			s.settle.Reset(replayQuiet)
-		}
 		if err != nil {
 			if st, ok := s.proc.Exit(); ok && errors.Is(err, io.EOF) {
 				s.end(st.Code)

@@ -46,7 +46,8 @@
 // dropped first, one larger event trimmed to its tail), whether or not
 // anyone is attached. A Connect with X-Sandboxd-Replay: 1 then sends that
 // output after start{pid} and before the live events, none lost or
-// repeated between the two, and it also reaches such a process for
+// repeated between the two, followed by one keepalive event that marks
+// where the kept output ends; it also reaches such a process for
 // [EndedKeep] after its end (at most [MaxEnded] of them): the stream then
 // carries the kept output and the end. This is what lets the daemon's
 // sessions survive a daemon restart: the shell runs on in the agent, and

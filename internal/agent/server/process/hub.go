@@ -1,7 +1,6 @@
 package process
 
 import (
-	"slices"
 	"sync"
 
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
@@ -68,7 +67,7 @@ func (h *hub) subscribeReplay() *sub {
 	s := &sub{ch: make(chan *rpc.ProcessEvent, subBuffer), gone: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s.replay = slices.Clone(h.kept)
+	s.replay = append(make([]*rpc.ProcessEvent, 0, len(h.kept)), h.kept...) // non-nil: a replay, if empty
 	if h.end != nil {
 		s.ch <- h.end
 		close(s.ch)

@@ -89,18 +89,24 @@ func (s *Service) pump(ctx context.Context, every time.Duration, p *proc, sb *su
 	if err := send(&rpc.ProcessEvent{Event: &rpc.ProcessEvent_Start{Start: &rpc.ProcessEvent_StartEvent{Pid: p.pid}}}); err != nil {
 		return err
 	}
-	for _, ev := range sb.replay {
-		if err := ctx.Err(); err != nil {
-			return err
+	keepalive := &rpc.ProcessEvent{Event: &rpc.ProcessEvent_Keepalive{Keepalive: &rpc.ProcessEvent_KeepAlive{}}}
+	if sb.replay != nil {
+		for _, ev := range sb.replay {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := send(ev); err != nil {
+				return err
+			}
 		}
-		if err := send(ev); err != nil {
+		sb.replay = nil
+		// One keepalive marks where the kept output ends.
+		if err := send(keepalive); err != nil {
 			return err
 		}
 	}
-	sb.replay = nil
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	keepalive := &rpc.ProcessEvent{Event: &rpc.ProcessEvent_Keepalive{Keepalive: &rpc.ProcessEvent_KeepAlive{}}}
 	for {
 		select {
 		case <-ctx.Done():
