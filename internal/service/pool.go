@@ -122,6 +122,18 @@ func newPool(concurrency int) *pool {
 	}
 }
 
+// coldCreate counts a cold create of a tenant in flight until the
+// returned func is called; the refill waits while any is, and is poked
+// when the last ends.
+func (p *pool) coldCreate() (done func()) {
+	p.userCreates.Add(1)
+	return func() {
+		if p.userCreates.Add(-1) == 0 {
+			p.poke()
+		}
+	}
+}
+
 // poke wakes the refill loop.
 func (p *pool) poke() {
 	select {
