@@ -20,6 +20,13 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
+// Builds: BuildTemplate admits a recipe (a hold of the default sandbox's
+// size for the build's owner, a place in the owner's queue), runs its
+// steps in a sandbox of buildOwner's made by the create chain, and
+// captures that sandbox as the template (capture, templatecapture.go).
+// The build's log and queue (buildLogs) are in memory: a restart fails
+// the builds that were running (sweepTemplates).
+
 // BuildTemplate starts a build of r for the caller's owner and returns
 // its template, building. The same recipe over the same base again is the
 // same template (cached is set): a ready one gets r's tags at once, a

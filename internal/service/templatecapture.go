@@ -11,6 +11,10 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
+// Captures: Snapshot and Fork turn a sandbox's filesystem into a
+// template's image (capture, under the sandbox's transition lock); a fork
+// then creates sandboxes from it through CreateSandbox.
+
 // Snapshot captures a sandbox's filesystem (running, paused or stopped)
 // as a template of its owner's; a name given moves name:latest to it. It
 // holds the sandbox's transition lock: no

@@ -13,6 +13,10 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
+// A create from a template: createAs resolves the request's template to
+// its image before the chain (resolveTemplate, checkImage) and runs the
+// template's start and ready commands after it (startTemplate).
+
 // resolveTemplate turns req.Template into the image it creates from, and
 // returns what the sandbox runs once created. A template image named as
 // an image is refused: only its owner, by the template, creates from it.

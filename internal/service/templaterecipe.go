@@ -13,6 +13,10 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
+// Recipes: what a template build is asked to do (a base, steps, a start
+// and a ready command) and its validation, in memory only. Nothing here
+// has a side effect; templatebuild.go runs a recipe.
+
 // Bounds of a recipe's copy steps: the files and links, and their bytes
 // together.
 const (

@@ -15,6 +15,25 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
+// The templates part of the service is the template*.go files of this
+// package; this file is its catalog (Template, ids, lookup, tags, list,
+// delete). The others: templaterecipe.go (what a build is asked to do,
+// and its validation), templatebuild.go (builds, their queue and logs),
+// templatecapture.go (snapshots and forks), templatecreate.go (a create
+// from a template: createAs calls it before and after the create chain),
+// templatesweep.go (removing what nothing needs any more), and shared.go
+// (cluster mode: templates on every node through the registry).
+//
+// What the part needs of the rest of the service: TemplateStore (its
+// table), runtime.Images (Service.images: commit, remove, inspect),
+// TemplateCatalog (cluster mode only), the create chain (a build runs in
+// a sandbox of its own, createChain with buildOwner), agent clients (a
+// build's steps) and admission (a build's hold). The rest of the service
+// reaches it through resolveTemplate and startTemplate (createAs),
+// checkImage, isTemplateImage and buildOwner (the image step and the
+// pool's and network's exceptions for a build's sandbox), templateOfImage
+// (cluster placement) and sweepTemplates (the reconciler).
+//
 // Templates, snapshots and forks are one thing underneath: an image the
 // engine captured from a sandbox's filesystem (runtime.Images.Commit),
 // recorded as a template of its owner's. A build runs a recipe's steps in

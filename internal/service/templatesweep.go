@@ -9,6 +9,11 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
+// Sweeps: what the templates part removes on its own (the reconciler and
+// the reap tick call sweepTemplates): fork captures no sandbox uses,
+// builds superseded by newer ones, and at startup what a dead process
+// left building.
+
 // sweepTemplates removes the fork captures no sandbox uses any more (past
 // their grace) and, at startup, fails the builds and captures a dead
 // process left building and destroys its build sandboxes.
