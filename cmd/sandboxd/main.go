@@ -18,15 +18,15 @@ import (
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/config"
-	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/operator"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "token" {
-		os.Exit(daemon.TokenCommand(os.Args[2:], os.Stdout, os.Stderr))
+		os.Exit(operator.TokenCommand(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "cluster" {
-		os.Exit(daemon.ClusterCommand(os.Args[2:], os.Stdout, os.Stderr))
+		os.Exit(operator.ClusterCommand(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	cfg, err := config.Parse(os.Args[1:], os.LookupEnv)
 	if err != nil {
