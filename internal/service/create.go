@@ -130,7 +130,7 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 		if created, err := s.servePooled(ctx, req, idOverride, cl, t); !errors.Is(err, errPoolMiss) {
 			return created, err
 		}
-		defer s.pool.coldCreate()()
+		defer s.pool.ColdCreate()()
 	}
 	// 2c. the image, before any side effect (pull.go).
 	if err := s.imageStep(ctx, t, req); err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/secrets"
+	"github.com/sandboxd/sandboxd/internal/service/warmpool"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -342,7 +342,7 @@ type Service struct {
 	clients sync.Map // string → *agent.Client
 
 	// pool is the warm pool (pool.go): never nil, empty without targets.
-	pool *pool
+	pool *warmpool.Pool
 
 	// builds keeps the output of this process's template builds and
 	// bounds how many run.
@@ -432,14 +432,13 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = "sandboxd/base:bookworm"
 	}
-	s := &Service{cfg: cfg, Deps: deps, pool: newPool(cmp.Or(cfg.PoolConcurrency, 2)), events: &eventHub{}}
+	s := &Service{cfg: cfg, Deps: deps, pool: warmpool.New(cmp.Or(cfg.PoolConcurrency, 2)), events: &eventHub{}}
 	s.Store = publishingStore{Store: deps.Store, hub: s.events}
 	targets, err := s.normalizeTargets(cfg.Pool)
 	if err != nil {
 		return nil, fmt.Errorf("service: pool: %w", err)
 	}
-	maps.Copy(s.pool.targets, targets)
-	maps.DeleteFunc(s.pool.targets, func(_ PoolClass, n int) bool { return n == 0 })
+	s.pool.SetTargets(targets)
 	s.setReady("the startup repair has not run yet")
 	return s, nil
 }
