@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/secrets"
+	"github.com/sandboxd/sandboxd/internal/service/builds"
 	"github.com/sandboxd/sandboxd/internal/service/warmpool"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -346,7 +347,7 @@ type Service struct {
 
 	// builds keeps the output of this process's template builds and
 	// bounds how many run.
-	builds buildLogs
+	builds builds.Builds
 	// captures serializes each owner's snapshots and forks (their
 	// storage check and capture).
 	captures keyedLocks

@@ -11,12 +11,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/service/builds"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -24,7 +24,7 @@ import (
 // size for the build's owner, a place in the owner's queue), runs its
 // steps in a sandbox of buildOwner's made by the create chain, and
 // captures that sandbox as the template (capture, templatecapture.go).
-// The build's log and queue (buildLogs) are in memory: a restart fails
+// The build's log and queue (package builds) are in memory: a restart fails
 // the builds that were running (sweepTemplates).
 
 // BuildTemplate starts a build of r for the caller's owner and returns
@@ -121,8 +121,12 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 	if err := s.checkStorage(ctx, c.Owner); err != nil {
 		return Template{}, false, err
 	}
-	queued, err := s.builds.enqueue(c.Owner)
+	queued, err := s.builds.Enqueue(c.Owner)
 	if err != nil {
+		var tm *builds.TooManyError
+		if errors.As(err, &tm) {
+			err = &QuotaError{Reason: tm.Reason}
+		}
 		return Template{}, false, err
 	}
 	job := buildJob{recipe: r, base: base, user: spec.User, workdir: spec.Workdir}
@@ -147,7 +151,7 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		err = s.Admission.ReserveWithin(hold, buildRequest(c.Owner), c.Quota)
 	}
 	if err != nil {
-		queued.cancel()
+		queued.Cancel()
 		return Template{}, false, admissionErr(err)
 	}
 	row, err := s.Store.CreateTemplate(ctx, store.Template{
@@ -155,7 +159,7 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		BaseImage: baseRef, RecipeHash: hash, Spec: specJSON,
 	})
 	if err != nil {
-		queued.cancel()
+		queued.Cancel()
 		s.Admission.Release(hold)
 	}
 	if errors.Is(err, store.ErrIDConflict) && r.ID != "" {
@@ -167,7 +171,7 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 	if err != nil {
 		return Template{}, false, s.mapTemplateErr(err, r.Name)
 	}
-	job.t, job.log, job.queued, job.hold = row, s.builds.open(id), queued, hold
+	job.t, job.log, job.queued, job.hold = row, s.builds.Open(id), queued, hold
 	go s.runBuild(job)
 	return fromTemplateRow(row), false, nil
 }
@@ -253,8 +257,8 @@ type buildJob struct {
 	recipe        Recipe
 	base          runtime.Image
 	user, workdir string
-	log           *buildLog
-	queued        *queuedBuild
+	log           *builds.Log
+	queued        *builds.Place
 	// hold is the build's admission reservation (buildHold).
 	hold string
 }
@@ -266,9 +270,9 @@ func (s *Service) runBuild(job buildJob) {
 	t, r, log := job.t, job.recipe, job.log
 	defer s.Admission.Release(job.hold) // BuildTemplate reserved it; released below, this is for a panic
 	qctx, qcancel := context.WithTimeout(context.Background(), buildTimeout)
-	err := job.queued.wait(qctx, log)
+	err := job.queued.Wait(qctx, log)
 	qcancel()
-	defer job.queued.cancel() // its slot, once it has one
+	defer job.queued.Cancel() // its slot, once it has one
 	// The build's own time starts with its slot.
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
@@ -287,7 +291,7 @@ func (s *Service) runBuild(job buildJob) {
 		}
 	}
 	if err != nil {
-		log.printf("build failed: %v\n", err)
+		log.Printf("build failed: %v\n", err)
 		if _, ferr := s.Store.FailTemplate(context.WithoutCancel(ctx), t.ID, err.Error()); ferr != nil {
 			s.Logger.Warn("template: mark a failed build", "template", t.ID, "err", ferr)
 		}
@@ -295,15 +299,15 @@ func (s *Service) runBuild(job buildJob) {
 			s.Logger.Warn("template: remove the image of a failed build", "template", t.ID, "err", rerr)
 		}
 	} else {
-		log.printf("built %s in %s\n", t.ID, time.Since(start).Round(time.Millisecond))
+		log.Printf("built %s in %s\n", t.ID, time.Since(start).Round(time.Millisecond))
 	}
-	log.finish()
-	time.AfterFunc(buildLogKeep, func() { s.builds.drop(t.ID) })
+	log.Finish()
+	time.AfterFunc(buildLogKeep, func() { s.builds.Drop(t.ID) })
 }
 
 func (s *Service) build(ctx context.Context, job buildJob) error {
 	t, r, log := job.t, job.recipe, job.log
-	log.printf("build %s from %s\n", t.ID, cmp.Or(r.FromTemplate, r.Base))
+	log.Printf("build %s from %s\n", t.ID, cmp.Or(r.FromTemplate, r.Base))
 	// The base was checked by BuildTemplate: an image that is no
 	// template's, or a template of the owner's, whose start command a
 	// build does not run.
@@ -321,7 +325,7 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 	for i, st := range r.Steps {
 		switch {
 		case st.Run != "":
-			log.printf("step %d: run %s\n", i+1, st.Run)
+			log.Printf("step %d: run %s\n", i+1, st.Run)
 			if err := s.buildRun(ctx, ac, st.Run, env, workdir, cmp.Or(st.User, user), log); err != nil {
 				return fmt.Errorf("step %d (run): %w", i+1, err)
 			}
@@ -330,16 +334,16 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 				return fmt.Errorf("step %d (copy to %s): %w", i+1, st.Copy.Path, err)
 			}
 		case st.Env != nil:
-			log.printf("step %d: env %s\n", i+1, strings.Join(slices.Sorted(maps.Keys(st.Env)), " "))
+			log.Printf("step %d: env %s\n", i+1, strings.Join(slices.Sorted(maps.Keys(st.Env)), " "))
 			maps.Copy(env, st.Env)
 		case st.Workdir != "":
-			log.printf("step %d: workdir %s\n", i+1, st.Workdir)
+			log.Printf("step %d: workdir %s\n", i+1, st.Workdir)
 			if err := s.buildRun(ctx, ac, `mkdir -p "$1"`+" && chown \"${2:-root}\" \"$1\"", nil, "", "", log, st.Workdir, user); err != nil {
 				return fmt.Errorf("step %d (workdir %s): %w", i+1, st.Workdir, err)
 			}
 			workdir = st.Workdir
 		case st.User != "": // (beside Run, the case above)
-			log.printf("step %d: user %s\n", i+1, st.User)
+			log.Printf("step %d: user %s\n", i+1, st.User)
 			user = st.User
 		}
 	}
@@ -348,7 +352,7 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 	cfg.WorkingDir = cmp.Or(workdir, cfg.WorkingDir)
 	cfg.User = "" // the agent runs as root; the recipe's user runs the start command
 	cfg.Labels = s.templateLabels(cfg.Labels, t.ID)
-	log.printf("capture\n")
+	log.Printf("capture\n")
 	if _, err := s.Images.Commit(ctx, sb.ID, t.Image, cfg); err != nil {
 		return fmt.Errorf("capture: %w", err)
 	}
@@ -357,17 +361,17 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 
 // buildCopy runs a copy step: a file or a link, as user, or as root and
 // then given to its owner.
-func (s *Service) buildCopy(ctx context.Context, ac *agent.Client, c *CopyStep, user string, log *buildLog) error {
+func (s *Service) buildCopy(ctx context.Context, ac *agent.Client, c *CopyStep, user string, log *builds.Log) error {
 	if c.Owner != "" {
 		user = "root"
 	}
 	if c.Link != "" {
-		log.printf("link %s to %s\n", c.Path, c.Link)
+		log.Printf("link %s to %s\n", c.Path, c.Link)
 		if err := s.buildRun(ctx, ac, `mkdir -p "$(dirname -- "$2")" && ln -sfn -- "$1" "$2"`, nil, "", user, log, c.Link, c.Path); err != nil {
 			return err
 		}
 	} else {
-		log.printf("copy %d bytes to %s\n", len(c.Content), c.Path)
+		log.Printf("copy %d bytes to %s\n", len(c.Content), c.Path)
 		if err := ac.Upload(ctx, c.Path, bytes.NewReader(c.Content), user); err != nil {
 			return agentErr(err)
 		}
@@ -386,7 +390,7 @@ func (s *Service) buildCopy(ctx context.Context, ac *agent.Client, c *CopyStep, 
 }
 
 // buildRun runs one shell line of a build, its output into the log.
-func (s *Service) buildRun(ctx context.Context, ac *agent.Client, line string, env map[string]string, cwd, user string, log *buildLog, args ...string) error {
+func (s *Service) buildRun(ctx context.Context, ac *agent.Client, line string, env map[string]string, cwd, user string, log *builds.Log, args ...string) error {
 	cmd := append([]string{"/bin/sh", "-c", line, "sh"}, args...)
 	p, err := ac.StartProcess(ctx, agent.StartRequest{Cmd: cmd, Env: env, Cwd: cwd, User: user})
 	if err != nil {
@@ -398,7 +402,7 @@ func (s *Service) buildRun(ctx context.Context, ac *agent.Client, line string, e
 		if err != nil {
 			break // the end of the stream; Wait says how it ended
 		}
-		log.write(out.Data)
+		log.Write(out.Data)
 	}
 	st, err := p.Wait()
 	if err != nil {
@@ -439,205 +443,9 @@ func (s *Service) templateLabels(base map[string]string, id string) map[string]s
 	return out
 }
 
-// buildLogs keeps the output of this process's builds, each bounded, for
-// FollowBuildLog: a finished build's for buildLogKeep, then only its
-// template's error.
-type buildLogs struct {
-	mu      sync.Mutex
-	logs    map[string]*buildLog
-	running map[string]int // builds running, per owner
-	queued  map[string]int // builds waiting for a slot, per owner
-	total   int
-	opened  uint64        // logs opened
-	freed   chan struct{} // closed and replaced when a slot is freed
-}
-
-// Bounds of the builds running at once: each is a sandbox that no
-// tenant's quota counts, so they are bounded here. A build past them
-// waits, its template building, for a slot; past the waiting bound too,
-// it is refused.
-const (
-	maxBuildsPerOwner = 2
-	maxBuilds         = 4
-	maxQueuedPerOwner = 8
-)
-
-// queuedBuild is a build's place: waiting for a slot, then holding it.
-type queuedBuild struct {
-	b       *buildLogs
-	owner   string
-	mu      sync.Mutex
-	running bool
-	done    bool
-}
-
-// enqueue gives owner's build a place, or says the owner has too many.
-func (b *buildLogs) enqueue(owner string) (*queuedBuild, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.running == nil {
-		b.running, b.queued = map[string]int{}, map[string]int{}
-		b.freed = make(chan struct{})
-	}
-	if n := b.running[owner] + b.queued[owner]; n >= maxBuildsPerOwner+maxQueuedPerOwner {
-		return nil, &QuotaError{Reason: fmt.Sprintf("%d builds of the owner's are running or waiting; at most %d", n, maxBuildsPerOwner+maxQueuedPerOwner)}
-	}
-	b.queued[owner]++
-	return &queuedBuild{b: b, owner: owner}, nil
-}
-
-// wait waits for a slot (the owner's and the host's), saying so in the
-// build's log when it has to.
-func (q *queuedBuild) wait(ctx context.Context, log *buildLog) error {
-	b := q.b
-	said := false
-	for {
-		b.mu.Lock()
-		if b.running[q.owner] < maxBuildsPerOwner && b.total < maxBuilds {
-			if b.queued[q.owner]--; b.queued[q.owner] == 0 {
-				delete(b.queued, q.owner)
-			}
-			b.running[q.owner]++
-			b.total++
-			b.mu.Unlock()
-			q.mu.Lock()
-			q.running = true
-			q.mu.Unlock()
-			return nil
-		}
-		freed := b.freed
-		b.mu.Unlock()
-		if !said {
-			log.printf("waiting for a build slot (at most %d builds of an owner's and %d of the host's run at once)\n", maxBuildsPerOwner, maxBuilds)
-			said = true
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waited for a build slot: %w", ctx.Err())
-		case <-freed:
-		}
-	}
-}
-
-// cancel gives the place up: the slot when it holds one, its wait
-// otherwise. Once.
-func (q *queuedBuild) cancel() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.done {
-		return
-	}
-	q.done = true
-	b := q.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if q.running {
-		b.total--
-		if b.running[q.owner]--; b.running[q.owner] == 0 {
-			delete(b.running, q.owner)
-		}
-		close(b.freed)
-		b.freed = make(chan struct{})
-		return
-	}
-	if b.queued[q.owner]--; b.queued[q.owner] == 0 {
-		delete(b.queued, q.owner)
-	}
-}
-
+// buildLogKeep is how long a finished build's log is kept for
+// FollowBuildLog; then only its template's error says how it ended.
 const buildLogKeep = 10 * time.Minute
-
-// truncatedNote ends a build's output that reached maxBuildLogBytes.
-const truncatedNote = "\n[build output truncated: it passed 1 MiB]\n"
-
-// buildLog is one build's output: appended to until finish.
-type buildLog struct {
-	mu        sync.Mutex
-	buf       []byte
-	truncated bool
-	done      bool
-	changed   chan struct{} // closed and replaced on every change
-	seq       uint64        // its place among the logs opened
-}
-
-// maxKeptBuildLogs bounds the finished builds' logs kept (each at most
-// maxBuildLogBytes): past it, a new build drops the oldest finished ones
-// (their templates still say how they ended).
-const maxKeptBuildLogs = 64
-
-func (b *buildLogs) open(id string) *buildLog {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.logs == nil {
-		b.logs = map[string]*buildLog{}
-	}
-	b.opened++
-	for len(b.logs) >= maxKeptBuildLogs {
-		oldest, seq := "", uint64(0)
-		for k, l := range b.logs {
-			if l.finished() && (oldest == "" || l.seq < seq) {
-				oldest, seq = k, l.seq
-			}
-		}
-		if oldest == "" {
-			break // all running or waiting: bounded by the build slots
-		}
-		delete(b.logs, oldest)
-	}
-	l := &buildLog{changed: make(chan struct{}), seq: b.opened}
-	b.logs[id] = l
-	return l
-}
-
-func (l *buildLog) finished() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.done
-}
-
-func (b *buildLogs) drop(id string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.logs, id)
-}
-
-func (b *buildLogs) get(id string) *buildLog {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.logs[id]
-}
-
-func (l *buildLog) write(p []byte) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.truncated {
-		return
-	}
-	if room := maxBuildLogBytes - len(truncatedNote) - len(l.buf); room < len(p) {
-		p, l.truncated = append(p[:room:room], truncatedNote...), true
-	}
-	l.buf = append(l.buf, p...)
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
-
-func (l *buildLog) printf(format string, args ...any) { l.write(fmt.Appendf(nil, format, args...)) }
-
-func (l *buildLog) finish() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.done = true
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
-
-// since returns the output from offset on, whether the build ended, and a
-// channel closed at the next change.
-func (l *buildLog) since(offset int) ([]byte, bool, <-chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.buf[min(offset, len(l.buf)):]), l.done, l.changed
-}
 
 // BuildLogLines returns the lines of a template's build output from
 // the offset-th on: the whole lines, and the last one once the build has
@@ -648,11 +456,11 @@ func (s *Service) BuildLogLines(ctx context.Context, c Caller, idOrName string, 
 	if err != nil {
 		return nil, err
 	}
-	l := s.builds.get(t.ID)
+	l := s.builds.Get(t.ID)
 	if l == nil || offset < 0 {
 		return nil, nil
 	}
-	b, done, _ := l.since(0)
+	b, done, _ := l.Since(0)
 	lines := strings.Split(string(b), "\n")
 	last := lines[len(lines)-1]
 	lines = lines[:len(lines)-1]
@@ -673,7 +481,7 @@ func (s *Service) FollowBuildLog(ctx context.Context, c Caller, idOrName string,
 	if err != nil {
 		return err
 	}
-	l := s.builds.get(t.ID)
+	l := s.builds.Get(t.ID)
 	if l == nil {
 		if t.Error != "" {
 			return w([]byte("build failed: " + t.Error + "\n"))
@@ -681,7 +489,7 @@ func (s *Service) FollowBuildLog(ctx context.Context, c Caller, idOrName string,
 		return nil
 	}
 	for offset := 0; ; {
-		b, done, changed := l.since(offset)
+		b, done, changed := l.Since(offset)
 		if len(b) > 0 {
 			if err := w(b); err != nil {
 				return err

@@ -26,13 +26,12 @@ const (
 
 // Bounds of a recipe and of a build.
 const (
-	maxRecipeSteps   = 64 // of the steps but copies
-	maxCommandLen    = 16 << 10
-	maxBuildLogBytes = 1 << 20
-	buildTimeout     = 30 * time.Minute
-	readyTimeout     = time.Minute
-	maxForks         = 16
-	maxTemplateTags  = 16
+	maxRecipeSteps  = 64 // of the steps but copies
+	maxCommandLen   = 16 << 10
+	buildTimeout    = 30 * time.Minute
+	readyTimeout    = time.Minute
+	maxForks        = 16
+	maxTemplateTags = 16
 	// forkGrace keeps a fork's capture that no sandbox uses yet from the
 	// sweep while its creates run.
 	forkGrace = 10 * time.Minute

@@ -18,7 +18,8 @@ import (
 // The templates part of the service is the template*.go files of this
 // package; this file is its catalog (Template, ids, lookup, tags, list,
 // delete). The others: templaterecipe.go (what a build is asked to do,
-// and its validation), templatebuild.go (builds, their queue and logs),
+// and its validation), templatebuild.go (builds; their queue and logs are
+// the sub-package builds, memory only),
 // templatecapture.go (snapshots and forks), templatecreate.go (a create
 // from a template: createAs calls it before and after the create chain),
 // templatesweep.go (removing what nothing needs any more), and shared.go
