@@ -95,27 +95,27 @@ func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride st
 
 // createChain is createAs once the request's template (if any) is
 // resolved to its image: the numbered steps of docs/design.md's create
-// chain (and the package documentation), one function each. Steps 1–5
-// have no side effect; from 6 on each step is a method of creation that
-// pushes its own undo once it succeeded, and a failure undoes them all in
-// reverse order (rollback) before the error is returned.
+// chain (and the package documentation), one method of creation each.
+// Steps 1–5 have no side effect; from 6 on each step pushes its own undo
+// once it succeeded, and a failure undoes them all in reverse order
+// (rollback) before the error is returned.
 func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim) (_ *Created, err error) {
-	t := &stepTimer{}
-	defer func() { s.Metrics.observeCreate(t.timings, err) }()
+	c := &creation{s: s, t: &stepTimer{}, req: req, cl: cl, id: idOverride}
+	defer func() { s.Metrics.observeCreate(c.t.timings, err) }()
 	if reserved != nil {
 		// Until claimPooled has it, a failure gives the reservation back.
 		defer func() {
 			if reserved != nil {
-				s.unreservePooled(req, reserved.pooled)
+				s.unreservePooled(c.req, reserved.pooled)
 			}
 		}()
 	}
 	// 1. readiness, topology gate and role check.
-	if err := s.gateCreate(ctx, t); err != nil {
+	if err := c.gate(ctx); err != nil {
 		return nil, err
 	}
 	// 2. normalize and validate; nothing has happened yet.
-	if req, err = s.validateCreate(t, req); err != nil {
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	// 2b. the warm pool: a tenant's request of a pooled class, without
@@ -124,21 +124,20 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 	if reserved != nil {
 		r := *reserved
 		reserved = nil
-		return s.claimPooled(ctx, req, r, cl, t)
+		return s.claimPooled(ctx, c.req, r, cl, c.t)
 	}
-	if req.Owner != store.PoolOwner {
-		if created, err := s.servePooled(ctx, req, idOverride, cl, t); !errors.Is(err, errPoolMiss) {
+	if c.req.Owner != store.PoolOwner {
+		if created, err := c.servePooled(ctx); !errors.Is(err, errPoolMiss) {
 			return created, err
 		}
 		defer s.pool.ColdCreate()()
 	}
 	// 2c. the image, before any side effect (pull.go).
-	if err := s.imageStep(ctx, t, req); err != nil {
+	if err := c.image(ctx); err != nil {
 		return nil, err
 	}
 	// 3. choose the id; 4. seal secret env; 5. agent token and SSH keys.
-	c, err := s.newCreation(t, req, idOverride, cl)
-	if err != nil {
+	if err := c.seal(); err != nil {
 		return nil, err
 	}
 	defer c.rollback(&err)
@@ -159,81 +158,77 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 		}
 	}
 	s.replaceClient(c.id, agent.NewClient(s.dialer(c.id), c.sec.token))
-	return &Created{Sandbox: fromRow(c.row), SSHPrivateKey: c.sec.keys.Private, Timings: t.timings}, nil
+	return &Created{Sandbox: fromRow(c.row), SSHPrivateKey: c.sec.keys.Private, Timings: c.t.timings}, nil
 }
 
-// gateCreate is step 1: the startup repair is done, and in cluster mode
-// the topology lets this node create (Deps.Gate).
-func (s *Service) gateCreate(ctx context.Context, t *stepTimer) error {
+// creation is one run of the create chain: the request, what the steps
+// made so far and the undo of each. Its step methods run in createChain's
+// order; from step 6 on each pushes its undo right after it succeeded.
+type creation struct {
+	s     *Service
+	t     *stepTimer
+	req   CreateRequest   // normalized from step 2 on
+	cl    *store.Claim    // the idempotency claim the create runs under, or nil
+	id    string          // the chosen id (idOverride) until step 3 sets it
+	sec   sandboxSecrets  // step 4–5
+	row   store.Sandbox   // inserted by insertRow, as committed by commit
+	binds []runtime.Mount // the prepared mounts, for the runtime
+	undo  undoStack
+}
+
+// gate is step 1: the startup repair is done, and in cluster mode the
+// topology lets this node create (Deps.Gate).
+func (c *creation) gate(ctx context.Context) error {
+	s := c.s
 	if err := s.requireReady(); err != nil {
 		return err
 	}
 	if s.Gate == nil {
 		return nil
 	}
-	if err := t.run("gate", func() error { return s.Gate(ctx) }); err != nil {
+	if err := c.t.run("gate", func() error { return s.Gate(ctx) }); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
 }
 
-// validateCreate is step 2: req normalized (defaults, image reference) and
-// validated. On an error it returns what normalize returned beside it.
-func (s *Service) validateCreate(t *stepTimer, req CreateRequest) (CreateRequest, error) {
-	err := t.run("validate", func() (err error) {
-		req, err = s.normalize(req)
+// validate is step 2: the request normalized (defaults, image reference)
+// and validated. On an error c.req is what normalize returned beside it.
+func (c *creation) validate() error {
+	return c.t.run("validate", func() (err error) {
+		c.req, err = c.s.normalize(c.req)
 		return err
 	})
-	return req, err
 }
 
 // servePooled is step 2b for a request that reserved nothing: a claim of
 // an idle sandbox (fromPool), or errPoolMiss when the pool does not serve
 // the request (a chosen id, mounts, a build's sandbox) or has none.
-func (s *Service) servePooled(ctx context.Context, req CreateRequest, idOverride string, cl *store.Claim, t *stepTimer) (*Created, error) {
-	if idOverride != "" || len(req.Mounts) > 0 || req.Owner == buildOwner {
+func (c *creation) servePooled(ctx context.Context) (*Created, error) {
+	if c.id != "" || len(c.req.Mounts) > 0 || c.req.Owner == buildOwner {
 		return nil, errPoolMiss
 	}
-	return s.fromPool(ctx, req, cl, t)
+	return c.s.fromPool(ctx, c.req, c.cl, c.t)
 }
 
-// imageStep is step 2c: the image is present, pulled through the engine
-// when it lacks it, once per node however many creates wait. It runs
-// before any side effect, so a failed pull leaves nothing to undo.
-func (s *Service) imageStep(ctx context.Context, t *stepTimer, req CreateRequest) error {
-	return t.run("image", func() error { return s.ensureImage(ctx, req.Owner, req.Image) })
+// image is step 2c: the image is present, pulled through the engine when
+// it lacks it, once per node however many creates wait. It runs before
+// any side effect, so a failed pull leaves nothing to undo.
+func (c *creation) image(ctx context.Context) error {
+	return c.t.run("image", func() error { return c.s.ensureImage(ctx, c.req.Owner, c.req.Image) })
 }
 
-// creation is one cold create from step 3 on: what the steps made so far
-// and the undo of each. Its step methods run in createChain's order; each
-// pushes its undo right after it succeeded.
-type creation struct {
-	s     *Service
-	t     *stepTimer
-	req   CreateRequest // normalized
-	cl    *store.Claim  // the idempotency claim the create runs under, or nil
-	id    string
-	sec   sandboxSecrets
-	row   store.Sandbox   // inserted by insertRow, as committed by commit
-	binds []runtime.Mount // the prepared mounts, for the runtime
-	undo  undoStack
-}
-
-// newCreation is steps 3–5: the id (idOverride on the recreate path; the
+// seal is steps 3–5: the id (the chosen one on the recreate path; the
 // secrets are bound to it), the sealed secret env, the agent token and the
 // SSH key pair. Memory only: nothing to undo.
-func (s *Service) newCreation(t *stepTimer, req CreateRequest, idOverride string, cl *store.Claim) (*creation, error) {
-	c := &creation{s: s, t: t, req: req, cl: cl, id: idOverride}
+func (c *creation) seal() error {
 	if c.id == "" {
 		c.id = newSandboxID()
 	}
-	if err := t.run("seal", func() (err error) {
-		c.sec, err = s.seal(c.id, req)
+	return c.t.run("seal", func() (err error) {
+		c.sec, err = c.s.seal(c.id, c.req)
 		return err
-	}); err != nil {
-		return nil, err
-	}
-	return c, nil
+	})
 }
 
 // rollback undoes, in reverse order, every step that succeeded when *err

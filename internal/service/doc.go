@@ -14,20 +14,19 @@
 // identical one within the window, or destroyed after it.
 // Every create — a new sandbox, one with a chosen id, one under a claim —
 // runs through one private worker, [Service.create]. It is a chain of
-// steps (createChain in create.go, one function per step, named in the
-// comment of each below); each step that succeeds pushes its undo onto a
+// steps (createChain in create.go, one method of creation per step,
+// named in the comment of each below); each step that succeeds pushes its undo onto a
 // stack, and any later failure runs the stack in reverse with a fresh
 // context (the caller's may already be cancelled):
 //
 //  1. readiness (the startup repair succeeded) and the topology gate
-//     (gateCreate)
+//     (gate)
 //  2. normalize and validate the request; reject before any side effect
-//     (validateCreate); 2b. the warm pool (servePooled, poolclaim.go);
-//     2c. the image, pulled when the engine lacks it (imageStep, pull.go)
+//     (validate); 2b. the warm pool (servePooled, poolclaim.go);
+//     2c. the image, pulled when the engine lacks it (image, pull.go)
 //  3. choose the id (random, derived from the claim, or given)
 //  4. seal the secret env
-//  5. generate the agent token and an Ed25519 SSH key pair (3–5:
-//     newCreation)
+//  5. generate the agent token and an Ed25519 SSH key pair (3–5: seal)
 //  6. under a claim, attach the id to it; insert the row
 //     in state creating, with no expiry yet   → undo: delete the row
 //     (insertRow); 6b. cluster mode: the placement and the name
