@@ -53,13 +53,32 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		}
 	}
 	spec := templateSpec{StartCmd: r.StartCmd, ReadyCmd: r.ReadyCmd, Tags: recipeTags(r)}
+	base, baseRef, err := s.buildBase(ctx, c, imgs, &r, &spec)
+	if err != nil {
+		return Template{}, false, err
+	}
+	hash := r.hash(base.ID)
+	if !r.NoCache {
+		if t, cached, done, err := s.cachedBuild(ctx, c, imgs, r, hash, spec.Tags); done {
+			return t, cached, err
+		}
+	}
+	return s.startBuild(ctx, c, r, buildJob{recipe: r, base: base, user: spec.User, workdir: spec.Workdir}, baseRef, hash, spec)
+}
+
+// buildBase resolves what a build of r starts from: r.FromTemplate's
+// image (its start and ready commands, user and working directory into
+// spec, unless r has its own commands; r.Base set to it), or r.Base (the
+// daemon's default image if none), pulled when the engine lacks it. It
+// returns the base image and its reference.
+func (s *Service) buildBase(ctx context.Context, c Caller, imgs runtime.Images, r *Recipe, spec *templateSpec) (runtime.Image, string, error) {
 	if r.FromTemplate != "" {
 		from, err := s.lookupTemplate(ctx, c, r.FromTemplate)
 		if err != nil || from.Kind == store.TemplateFork {
-			return Template{}, false, &FieldError{Field: "from_template", Reason: fmt.Sprintf("template %q not found", r.FromTemplate), Kind: ErrNotFound}
+			return runtime.Image{}, "", &FieldError{Field: "from_template", Reason: fmt.Sprintf("template %q not found", r.FromTemplate), Kind: ErrNotFound}
 		}
 		if from.State != store.TemplateReady {
-			return Template{}, false, fmt.Errorf("template %s is %s, not ready: %w", from.ID, from.State, ErrConflict)
+			return runtime.Image{}, "", fmt.Errorf("template %s is %s, not ready: %w", from.ID, from.State, ErrConflict)
 		}
 		var fromSpec templateSpec
 		_ = json.Unmarshal(from.Spec, &fromSpec) // written by us
@@ -69,52 +88,65 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		spec.User, spec.Workdir = fromSpec.User, fromSpec.Workdir
 		r.Base = from.Image
 		if err := s.ensureCopy(ctx, from.Image); err != nil { // another node's template
-			return Template{}, false, err
+			return runtime.Image{}, "", err
 		}
 	}
 	baseRef := cmp.Or(r.Base, s.cfg.DefaultImage)
 	if r.FromTemplate == "" && !isTemplateImage(baseRef) {
 		// A base the engine lacks is pulled (pull.go).
 		if err := s.ensureImage(ctx, c.Owner, baseRef); err != nil {
-			return Template{}, false, err
+			return runtime.Image{}, "", err
 		}
 	}
 	base, err := imgs.InspectImage(ctx, baseRef)
 	if errors.Is(err, runtime.ErrImageNotFound) {
-		return Template{}, false, &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", baseRef), Kind: ErrImageNotPresent}
+		return runtime.Image{}, "", &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", baseRef), Kind: ErrImageNotPresent}
 	}
 	if err != nil {
-		return Template{}, false, err
+		return runtime.Image{}, "", err
 	}
 	if r.FromTemplate == "" && base.Config.Labels[labelTemplate] != "" {
-		return Template{}, false, &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", baseRef), Kind: ErrImageNotPresent}
+		return runtime.Image{}, "", &FieldError{Field: "base", Reason: fmt.Sprintf("image %q is not present on this host", baseRef), Kind: ErrImageNotPresent}
 	}
-	hash := r.hash(base.ID)
-	if !r.NoCache {
-		found, err := s.Store.FindTemplateByRecipe(ctx, c.Owner, hash)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
-			return Template{}, false, err
-		case found.State == store.TemplateReady && r.ID != "":
-			// The edge handed out r.ID: the build is a new template that
-			// is the found one's image under another reference.
-			t, err := s.copyTemplate(ctx, imgs, found, r)
-			return t, true, err
-		case found.State == store.TemplateReady:
-			if err := s.checkNewName(ctx, c, r, found.ID); err != nil {
-				return Template{}, false, err
-			}
-			if tags := recipeTags(r); len(tags) > 0 {
-				if err := s.pointTags(ctx, found, r.Name, tags); err != nil {
-					return Template{}, false, err
-				}
-			}
-			return s.withTags(ctx, fromTemplateRow(found)), true, nil
-		case sameTags(found, spec.Tags):
-			return s.withTags(ctx, fromTemplateRow(found)), true, nil
+	return base, baseRef, nil
+}
+
+// cachedBuild answers a build of r from the owner's template of the same
+// recipe hash, when there is one to answer with: done reports that the
+// build is answered (t, cached and err are BuildTemplate's answer);
+// otherwise r is built anew.
+func (s *Service) cachedBuild(ctx context.Context, c Caller, imgs runtime.Images, r Recipe, hash string, tags []string) (t Template, cached, done bool, err error) {
+	found, err := s.Store.FindTemplateByRecipe(ctx, c.Owner, hash)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return Template{}, false, true, err
+	case found.State == store.TemplateReady && r.ID != "":
+		// The edge handed out r.ID: the build is a new template that
+		// is the found one's image under another reference.
+		t, err := s.copyTemplate(ctx, imgs, found, r)
+		return t, true, true, err
+	case found.State == store.TemplateReady:
+		if err := s.checkNewName(ctx, c, r, found.ID); err != nil {
+			return Template{}, false, true, err
 		}
+		if tags := recipeTags(r); len(tags) > 0 {
+			if err := s.pointTags(ctx, found, r.Name, tags); err != nil {
+				return Template{}, false, true, err
+			}
+		}
+		return s.withTags(ctx, fromTemplateRow(found)), true, true, nil
+	case sameTags(found, tags):
+		return s.withTags(ctx, fromTemplateRow(found)), true, true, nil
 	}
+	return Template{}, false, false, nil
+}
+
+// startBuild admits a new build of r (its name, the owner's storage, a
+// place in the owner's queue, the hold of its sandbox's capacity), inserts
+// its template, building, and starts it in the background; on a refusal
+// it gives back what it took.
+func (s *Service) startBuild(ctx context.Context, c Caller, r Recipe, job buildJob, baseRef, hash string, spec templateSpec) (Template, bool, error) {
 	if err := s.checkNewName(ctx, c, r, ""); err != nil {
 		return Template{}, false, err
 	}
@@ -129,7 +161,6 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		}
 		return Template{}, false, err
 	}
-	job := buildJob{recipe: r, base: base, user: spec.User, workdir: spec.Workdir}
 	job.recipe.Base = baseRef
 	for _, st := range r.Steps {
 		if st.Run == "" {
@@ -169,7 +200,7 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 		}
 	}
 	if err != nil {
-		return Template{}, false, s.mapTemplateErr(err, r.Name)
+		return Template{}, false, mapTemplateErr(err, r.Name)
 	}
 	job.t, job.log, job.queued, job.hold = row, s.builds.Open(id), queued, hold
 	go s.runBuild(job)
@@ -200,7 +231,7 @@ func (s *Service) copyTemplate(ctx context.Context, imgs runtime.Images, from st
 		BaseImage: from.BaseImage, RecipeHash: from.RecipeHash, Spec: specJSON,
 	})
 	if err != nil {
-		return Template{}, s.mapTemplateErr(err, r.Name)
+		return Template{}, mapTemplateErr(err, r.Name)
 	}
 	err = imgs.TagImage(ctx, from.Image, row.Image)
 	if err == nil {
@@ -326,11 +357,11 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 		switch {
 		case st.Run != "":
 			log.Printf("step %d: run %s\n", i+1, st.Run)
-			if err := s.buildRun(ctx, ac, st.Run, env, workdir, cmp.Or(st.User, user), log); err != nil {
+			if err := buildRun(ctx, ac, st.Run, env, workdir, cmp.Or(st.User, user), log); err != nil {
 				return fmt.Errorf("step %d (run): %w", i+1, err)
 			}
 		case st.Copy != nil:
-			if err := s.buildCopy(ctx, ac, st.Copy, user, log); err != nil {
+			if err := buildCopy(ctx, ac, st.Copy, user, log); err != nil {
 				return fmt.Errorf("step %d (copy to %s): %w", i+1, st.Copy.Path, err)
 			}
 		case st.Env != nil:
@@ -338,7 +369,7 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 			maps.Copy(env, st.Env)
 		case st.Workdir != "":
 			log.Printf("step %d: workdir %s\n", i+1, st.Workdir)
-			if err := s.buildRun(ctx, ac, `mkdir -p "$1"`+" && chown \"${2:-root}\" \"$1\"", nil, "", "", log, st.Workdir, user); err != nil {
+			if err := buildRun(ctx, ac, `mkdir -p "$1"`+" && chown \"${2:-root}\" \"$1\"", nil, "", "", log, st.Workdir, user); err != nil {
 				return fmt.Errorf("step %d (workdir %s): %w", i+1, st.Workdir, err)
 			}
 			workdir = st.Workdir
@@ -361,13 +392,13 @@ func (s *Service) build(ctx context.Context, job buildJob) error {
 
 // buildCopy runs a copy step: a file or a link, as user, or as root and
 // then given to its owner.
-func (s *Service) buildCopy(ctx context.Context, ac *agent.Client, c *CopyStep, user string, log *builds.Log) error {
+func buildCopy(ctx context.Context, ac *agent.Client, c *CopyStep, user string, log *builds.Log) error {
 	if c.Owner != "" {
 		user = "root"
 	}
 	if c.Link != "" {
 		log.Printf("link %s to %s\n", c.Path, c.Link)
-		if err := s.buildRun(ctx, ac, `mkdir -p "$(dirname -- "$2")" && ln -sfn -- "$1" "$2"`, nil, "", user, log, c.Link, c.Path); err != nil {
+		if err := buildRun(ctx, ac, `mkdir -p "$(dirname -- "$2")" && ln -sfn -- "$1" "$2"`, nil, "", user, log, c.Link, c.Path); err != nil {
 			return err
 		}
 	} else {
@@ -376,13 +407,13 @@ func (s *Service) buildCopy(ctx context.Context, ac *agent.Client, c *CopyStep, 
 			return agentErr(err)
 		}
 		if c.Mode != 0 {
-			if err := s.buildRun(ctx, ac, `chmod "$1" "$2"`, nil, "", "", log, strconv.FormatUint(uint64(c.Mode), 8), c.Path); err != nil {
+			if err := buildRun(ctx, ac, `chmod "$1" "$2"`, nil, "", "", log, strconv.FormatUint(uint64(c.Mode), 8), c.Path); err != nil {
 				return err
 			}
 		}
 	}
 	if c.Owner != "" {
-		if err := s.buildRun(ctx, ac, `chown -h "$1" "$2"`, nil, "", "", log, c.Owner, c.Path); err != nil {
+		if err := buildRun(ctx, ac, `chown -h "$1" "$2"`, nil, "", "", log, c.Owner, c.Path); err != nil {
 			return err
 		}
 	}
@@ -390,7 +421,7 @@ func (s *Service) buildCopy(ctx context.Context, ac *agent.Client, c *CopyStep, 
 }
 
 // buildRun runs one shell line of a build, its output into the log.
-func (s *Service) buildRun(ctx context.Context, ac *agent.Client, line string, env map[string]string, cwd, user string, log *builds.Log, args ...string) error {
+func buildRun(ctx context.Context, ac *agent.Client, line string, env map[string]string, cwd, user string, log *builds.Log, args ...string) error {
 	cmd := append([]string{"/bin/sh", "-c", line, "sh"}, args...)
 	p, err := ac.StartProcess(ctx, agent.StartRequest{Cmd: cmd, Env: env, Cwd: cwd, User: user})
 	if err != nil {

@@ -74,7 +74,7 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 		BaseImage: baseImage, SourceID: row.ID, Spec: spec,
 	})
 	if err != nil {
-		return store.Template{}, s.mapTemplateErr(err, name)
+		return store.Template{}, mapTemplateErr(err, name)
 	}
 	cfg := base.Config
 	cfg.Env = mergeEnvList(cfg.Env, row.Env) // what the container has of it: the engine would copy it anyway

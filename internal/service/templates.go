@@ -292,13 +292,13 @@ func (s *Service) pointTags(ctx context.Context, t store.Template, name string, 
 			return err
 		}
 		if _, err := s.Catalog.SetTags(ctx, t.Owner, name, tags, t.ID, false, t.CreatedAt); err != nil {
-			return s.mapTemplateErr(clusterErr(err, ""), t.ID)
+			return mapTemplateErr(clusterErr(err, ""), t.ID)
 		}
 		s.readBackTags(ctx, t.Owner, name, tags)
 		return nil
 	}
 	if err := s.Store.TagTemplate(ctx, t.Owner, name, tags, t.ID); err != nil {
-		return s.mapTemplateErr(err, t.ID)
+		return mapTemplateErr(err, t.ID)
 	}
 	return nil
 }
@@ -449,7 +449,7 @@ func (s *Service) removeTemplate(ctx context.Context, imgs runtime.Images, t sto
 		if errors.Is(err, store.ErrTemplateInUse) {
 			return fmt.Errorf("template %s: sandboxes made from it still exist (%w): %w", t.ID, err, ErrConflict)
 		}
-		return s.mapTemplateErr(err, t.ID)
+		return mapTemplateErr(err, t.ID)
 	}
 	if err := imgs.RemoveImage(ctx, t.Image); err != nil {
 		// The row is gone; the image stays until a sandbox still using it
@@ -459,7 +459,7 @@ func (s *Service) removeTemplate(ctx context.Context, imgs runtime.Images, t sto
 	return nil
 }
 
-func (s *Service) mapTemplateErr(err error, what string) error {
+func mapTemplateErr(err error, what string) error {
 	switch {
 	case errors.Is(err, store.ErrNameConflict):
 		return fmt.Errorf("a template named %q already exists: %w", what, ErrNameConflict)
