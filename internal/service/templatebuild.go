@@ -63,7 +63,7 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 			return t, cached, err
 		}
 	}
-	return s.startBuild(ctx, c, r, buildJob{recipe: r, base: base, user: spec.User, workdir: spec.Workdir}, baseRef, hash, spec)
+	return s.startBuild(ctx, c, r, buildJob{s: s, recipe: r, base: base, user: spec.User, workdir: spec.Workdir}, baseRef, hash, spec)
 }
 
 // buildBase resolves what a build of r starts from: r.FromTemplate's
@@ -172,7 +172,7 @@ func (s *Service) startBuild(ctx context.Context, c Caller, r Recipe, job buildJ
 	id := cmp.Or(r.ID, NewTemplateID())
 	// The build's sandbox counts against the owner's quota (sandboxes,
 	// CPU, memory) and the host's capacity from now until the build ends,
-	// however it ends (runBuild releases it), queued or running: a build
+	// however it ends (buildJob.run releases it), queued or running: a build
 	// the quota has no room for is refused now, with the quota's error,
 	// rather than failing after its wait or holding a sandbox past it.
 	hold := buildHold(id)
@@ -203,7 +203,7 @@ func (s *Service) startBuild(ctx context.Context, c Caller, r Recipe, job buildJ
 		return Template{}, false, mapTemplateErr(err, r.Name)
 	}
 	job.t, job.log, job.queued, job.hold = row, s.builds.Open(id), queued, hold
-	go s.runBuild(job)
+	go job.run()
 	return fromTemplateRow(row), false, nil
 }
 
@@ -284,6 +284,7 @@ func buildRequest(owner string) admission.Request {
 // is its reference), its steps starting as user in workdir (a base
 // template's).
 type buildJob struct {
+	s             *Service
 	t             store.Template
 	recipe        Recipe
 	base          runtime.Image
@@ -294,10 +295,11 @@ type buildJob struct {
 	hold string
 }
 
-// runBuild builds a template in a sandbox of the base image and settles
+// run builds a template in a sandbox of the base image and settles
 // it: ready with its image, or failed with the reason (its image
 // removed). The build sandbox is destroyed either way.
-func (s *Service) runBuild(job buildJob) {
+func (job buildJob) run() {
+	s := job.s
 	t, r, log := job.t, job.recipe, job.log
 	defer s.Admission.Release(job.hold) // BuildTemplate reserved it; released below, this is for a panic
 	qctx, qcancel := context.WithTimeout(context.Background(), buildTimeout)
@@ -309,7 +311,7 @@ func (s *Service) runBuild(job buildJob) {
 	defer cancel()
 	start := time.Now()
 	if err == nil {
-		err = s.build(ctx, job)
+		err = job.build(ctx)
 	}
 	// The build's sandbox is gone (build destroys it before it returns):
 	// its hold goes before anyone can see the build end (its state, its
@@ -336,7 +338,10 @@ func (s *Service) runBuild(job buildJob) {
 	time.AfterFunc(buildLogKeep, func() { s.builds.Drop(t.ID) })
 }
 
-func (s *Service) build(ctx context.Context, job buildJob) error {
+// build runs the recipe's steps in a sandbox of the base image and
+// captures it; the sandbox is destroyed before it returns.
+func (job buildJob) build(ctx context.Context) error {
+	s := job.s
 	t, r, log := job.t, job.recipe, job.log
 	log.Printf("build %s from %s\n", t.ID, cmp.Or(r.FromTemplate, r.Base))
 	// The base was checked by BuildTemplate: an image that is no
