@@ -19,17 +19,17 @@ import (
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/config"
-	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/mcp"
+	"github.com/sandboxd/sandboxd/internal/operator"
 	"github.com/sandboxd/sandboxd/internal/version"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "token" {
-		os.Exit(daemon.TokenCommand(os.Args[2:], os.Stdout, os.Stderr))
+		os.Exit(operator.TokenCommand(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "cluster" {
-		os.Exit(daemon.ClusterCommand(os.Args[2:], os.Stdout, os.Stderr))
+		os.Exit(operator.ClusterCommand(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "mcp" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/cluster"
 	"github.com/sandboxd/sandboxd/internal/cluster/forward"
+	"github.com/sandboxd/sandboxd/internal/datadir"
+	"github.com/sandboxd/sandboxd/internal/operator"
 )
 
 var joinSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -40,23 +42,23 @@ func TestJoin_SecretProvesTheJoiner(t *testing.T) {
 	srv := joinServer(t, ca)
 
 	dir := t.TempDir()
-	eps, err := requestCertificate(t.Context(), srv.Client(), srv.URL, joinSecret, "n2", []string{"127.0.0.1"}, dir)
+	eps, err := operator.RequestCertificate(t.Context(), srv.Client(), srv.URL, joinSecret, "n2", []string{"127.0.0.1"}, dir)
 	if err != nil {
 		t.Fatalf("join with the secret: %v", err)
 	}
 	if len(eps) != 1 || eps[0] != "https://127.0.0.1:23791" {
 		t.Errorf("endpoints %v", eps)
 	}
-	if _, err := embeddedTLS.files(dir).ClientConfig(); err != nil {
+	if _, err := datadir.EmbeddedTLS().Files(dir).ClientConfig(); err != nil {
 		t.Errorf("the joiner's identity does not load: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, clusterCAKeyName)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, datadir.ClusterCAKeyName)); err == nil {
 		t.Error("the joiner got the CA key")
 	}
 
 	wrong := []byte("fedcba9876543210fedcba9876543210")
 	dir = t.TempDir()
-	_, err = requestCertificate(t.Context(), srv.Client(), srv.URL, wrong, "evil", []string{"127.0.0.1"}, dir)
+	_, err = operator.RequestCertificate(t.Context(), srv.Client(), srv.URL, wrong, "evil", []string{"127.0.0.1"}, dir)
 	if err == nil || !strings.Contains(err.Error(), "403") {
 		t.Errorf("join with a wrong secret: %v, want 403", err)
 	}

@@ -21,7 +21,6 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -38,6 +37,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/cluster"
 	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/datadir"
 	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/naming"
@@ -216,7 +216,7 @@ func (d *Daemon) resolvePaths() (dataDir, agentBinary string, err error) {
 	}
 
 	if d.Config.NodeID == "" {
-		if d.Config.NodeID, err = loadOrCreateNodeID(filepath.Join(dataDir, "node-id")); err != nil {
+		if d.Config.NodeID, err = datadir.LoadOrCreateNodeID(datadir.NodeIDPath(dataDir)); err != nil {
 			return "", "", fmt.Errorf("node id: %w", err)
 		}
 	}
@@ -737,32 +737,6 @@ func withOperatorCert(base *tls.Config, certFile, keyFile string) (*tls.Config, 
 		return next(hello)
 	}
 	return conf, nil
-}
-
-// loadOrCreateNodeID returns the node id kept in path, creating one at
-// first start: the host name and a random suffix. Containers carry it as
-// their sandboxd.node label; the reconciler only ever touches its own.
-func loadOrCreateNodeID(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err == nil {
-		if id := strings.TrimSpace(string(b)); id != "" {
-			return id, nil
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
-	host, _ := os.Hostname()
-	if host == "" {
-		host = "node"
-	}
-	var suffix [4]byte
-	_, _ = rand.Read(suffix[:]) // never fails
-	id := host + "-" + hex.EncodeToString(suffix[:])
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	return id, os.Rename(tmp, path)
 }
 
 // loadOrCreateKey returns the 32-byte key in path, creating it (0600) on

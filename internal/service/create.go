@@ -94,136 +94,209 @@ func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride st
 }
 
 // createChain is createAs once the request's template (if any) is
-// resolved to its image.
+// resolved to its image: the numbered steps of docs/design.md's create
+// chain (and the package documentation), one method of creation each.
+// Steps 1–5 have no side effect; from 6 on each step pushes its own undo
+// once it succeeded, and a failure undoes them all in reverse order
+// (rollback) before the error is returned.
 func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim) (_ *Created, err error) {
-	t := &stepTimer{}
-	defer func() { s.Metrics.observeCreate(t.timings, err) }()
+	c := &creation{s: s, t: &stepTimer{}, req: req, cl: cl, id: idOverride}
+	defer func() { s.Metrics.observeCreate(c.t.timings, err) }()
 	if reserved != nil {
 		// Until claimPooled has it, a failure gives the reservation back.
 		defer func() {
 			if reserved != nil {
-				s.unreservePooled(req, reserved.pooled)
+				s.unreservePooled(c.req, reserved.pooled)
 			}
 		}()
 	}
-
 	// 1. readiness, topology gate and role check.
-	if err := s.requireReady(); err != nil {
+	if err := c.gate(ctx); err != nil {
 		return nil, err
-	}
-	if s.Gate != nil {
-		if err := t.run("gate", func() error { return s.Gate(ctx) }); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
 	}
 	// 2. normalize and validate; nothing has happened yet.
-	if err := t.run("validate", func() (err error) {
-		req, err = s.normalize(req)
-		return err
-	}); err != nil {
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
-
 	// 2b. the warm pool: a tenant's request of a pooled class, without
 	// mounts or a chosen id, is a claim of an idle sandbox (poolclaim.go).
 	// A miss runs the cold path below, which the refill then yields to.
 	if reserved != nil {
 		r := *reserved
 		reserved = nil
-		return s.claimPooled(ctx, req, r, cl, t)
+		return s.claimPooled(ctx, c.req, r, cl, c.t)
 	}
-	if req.Owner != store.PoolOwner {
-		// Not served from the pool: a chosen id, mounts and a build (never
-		// a tenant's sandbox).
-		if idOverride == "" && len(req.Mounts) == 0 && req.Owner != buildOwner {
-			created, err := s.fromPool(ctx, req, cl, t)
-			if !errors.Is(err, errPoolMiss) {
-				return created, err
-			}
+	if c.req.Owner != store.PoolOwner {
+		if created, err := c.servePooled(ctx); !errors.Is(err, errPoolMiss) {
+			return created, err
 		}
-		s.pool.userCreates.Add(1)
-		defer func() {
-			if s.pool.userCreates.Add(-1) == 0 {
-				s.pool.poke()
-			}
-		}()
+		defer s.pool.ColdCreate()()
 	}
-
-	// 2c. the image: pulled through the engine when it lacks it (pull.go),
-	// once per node however many creates wait. Before any side effect, so
-	// a failed pull leaves nothing to undo.
-	if err := t.run("image", func() error { return s.ensureImage(ctx, req.Owner, req.Image) }); err != nil {
+	// 2c. the image, before any side effect (pull.go).
+	if err := c.image(ctx); err != nil {
 		return nil, err
 	}
-
-	// 3. choose the id (secrets are bound to it).
-	id := idOverride
-	if id == "" {
-		id = newSandboxID()
+	// 3. choose the id; 4. seal secret env; 5. agent token and SSH keys.
+	if err := c.seal(); err != nil {
+		return nil, err
 	}
+	defer c.rollback(&err)
+	for _, step := range []func(context.Context) error{
+		c.insertRow,     // 6. claim target + row (creating) → delete the row
+		c.claimCluster,  // 6b. cluster placement and name → release the keys
+		c.admit,         // 7. admission → release
+		c.prepareMounts, // 8. mounts → abandon them
+		c.startRuntime,  // 9. runtime create + start, agent ready → destroy the container
+		c.applyNetwork,  // 9a. the network policy → remove it
+		c.handSecretEnv, // 9b. the secret env to the agent (the container's undo)
+		c.installRoute,  // 10. route → remove it
+		c.storeMounts,   // 11. the mounts' sealed specs (they go with the row)
+		c.commit,        // 11. commit: the row goes running
+	} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	s.replaceClient(c.id, agent.NewClient(s.dialer(c.id), c.sec.token))
+	return &Created{Sandbox: fromRow(c.row), SSHPrivateKey: c.sec.keys.Private, Timings: c.t.timings}, nil
+}
 
-	// 4. seal secret env; 5. agent token and SSH key pair.
-	var sec sandboxSecrets
-	if err := t.run("seal", func() (err error) {
-		sec, err = s.seal(id, req)
+// creation is one run of the create chain: the request, what the steps
+// made so far and the undo of each. Its step methods run in createChain's
+// order; from step 6 on each pushes its undo right after it succeeded.
+type creation struct {
+	s     *Service
+	t     *stepTimer
+	req   CreateRequest   // normalized from step 2 on
+	cl    *store.Claim    // the idempotency claim the create runs under, or nil
+	id    string          // the chosen id (idOverride) until step 3 sets it
+	sec   sandboxSecrets  // step 4–5
+	row   store.Sandbox   // inserted by insertRow, as committed by commit
+	binds []runtime.Mount // the prepared mounts, for the runtime
+	undo  undoStack
+}
+
+// gate is step 1: the startup repair is done, and in cluster mode the
+// topology lets this node create (Deps.Gate).
+func (c *creation) gate(ctx context.Context) error {
+	s := c.s
+	if err := s.requireReady(); err != nil {
 		return err
-	}); err != nil {
-		return nil, err
 	}
+	if s.Gate == nil {
+		return nil
+	}
+	if err := c.t.run("gate", func() error { return s.Gate(ctx) }); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
 
-	var undo undoStack
-	defer func() {
-		if err != nil {
-			if uerr := undo.run(s.Logger, id); uerr != nil {
-				err = errors.Join(err, fmt.Errorf("rollback: %w", uerr))
-			}
-		}
-	}()
+// validate is step 2: the request normalized (defaults, image reference)
+// and validated. On an error c.req is what normalize returned beside it.
+func (c *creation) validate() error {
+	return c.t.run("validate", func() (err error) {
+		c.req, err = c.s.normalize(c.req)
+		return err
+	})
+}
 
-	// 6. the claim names the id; the row, in state creating, claims the id
-	// and the name.
+// servePooled is step 2b for a request that reserved nothing: a claim of
+// an idle sandbox (fromPool), or errPoolMiss when the pool does not serve
+// the request (a chosen id, mounts, a build's sandbox) or has none.
+func (c *creation) servePooled(ctx context.Context) (*Created, error) {
+	if c.id != "" || len(c.req.Mounts) > 0 || c.req.Owner == buildOwner {
+		return nil, errPoolMiss
+	}
+	return c.s.fromPool(ctx, c.req, c.cl, c.t)
+}
+
+// image is step 2c: the image is present, pulled through the engine when
+// it lacks it, once per node however many creates wait. It runs before
+// any side effect, so a failed pull leaves nothing to undo.
+func (c *creation) image(ctx context.Context) error {
+	return c.t.run("image", func() error { return c.s.ensureImage(ctx, c.req.Owner, c.req.Image) })
+}
+
+// seal is steps 3–5: the id (the chosen one on the recreate path; the
+// secrets are bound to it), the sealed secret env, the agent token and the
+// SSH key pair. Memory only: nothing to undo.
+func (c *creation) seal() error {
+	if c.id == "" {
+		c.id = newSandboxID()
+	}
+	return c.t.run("seal", func() (err error) {
+		c.sec, err = c.s.seal(c.id, c.req)
+		return err
+	})
+}
+
+// rollback undoes, in reverse order, every step that succeeded when *err
+// is set, each with a fresh context; a failed undo joins *err.
+func (c *creation) rollback(err *error) {
+	if *err == nil {
+		return
+	}
+	if uerr := c.undo.run(c.s.Logger, c.id); uerr != nil {
+		*err = errors.Join(*err, fmt.Errorf("rollback: %w", uerr))
+	}
+}
+
+// insertRow is step 6: the claim names the id, then the row, in state
+// creating without an expiry, claims the id and the name. Undo: delete
+// the row (and the agent client a later step may have cached).
+func (c *creation) insertRow(ctx context.Context) error {
+	s := c.s
 	enforced, err := s.diskEnforced(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	row := s.newRow(id, req, sec, enforced)
-	if err := t.run("store", func() error {
-		if cl != nil {
-			if err := s.Store.AttachClaimTarget(ctx, *cl, id); err != nil {
+	c.row = s.newRow(c.id, c.req, c.sec, enforced)
+	if err := c.t.run("store", func() error {
+		if c.cl != nil {
+			if err := s.Store.AttachClaimTarget(ctx, *c.cl, c.id); err != nil {
 				return err
 			}
 		}
-		return s.Store.CreateSandbox(ctx, &row)
+		return s.Store.CreateSandbox(ctx, &c.row)
 	}); err != nil {
 		if errors.Is(err, store.ErrIDConflict) {
-			return nil, err // CreateSandboxWithID resolves this race
+			return err // CreateSandboxWithID resolves this race
 		}
-		return nil, s.mapStoreErr(err, req.Name)
+		return s.mapStoreErr(err, c.req.Name)
 	}
-	undo.push("delete row", func(ctx context.Context) error {
+	id := c.id
+	c.undo.push("delete row", func(ctx context.Context) error {
 		s.forgetClient(id)
 		if err := s.Store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
 		return nil
 	})
+	return nil
+}
 
-	// 6b. cluster mode: the placement and the name cluster-wide, local
-	// first (the row above), then the cluster, before anything costly.
-	// The undo comes first: a claim whose outcome is unknown (the cluster
-	// answered too late) may have been applied, and the release is fenced
-	// on this id and node, so it never takes another sandbox's name.
-	if s.Cluster != nil && req.Owner != store.PoolOwner {
-		undo.push("release cluster keys", func(ctx context.Context) error { return s.releaseCluster(ctx, id) })
-		if err := t.run("cluster", func() error { return s.claimCluster(ctx, id, req) }); err != nil {
-			return nil, err
-		}
+// claimCluster is step 6b, in cluster mode: the placement and the name
+// cluster-wide, local first (the row above), then the cluster, before
+// anything costly. The undo is pushed first: a claim whose outcome is
+// unknown (the cluster answered too late) may have been applied, and the
+// release is fenced on this id and node, so it never takes another
+// sandbox's name. Idle sandboxes of the pool claim nothing.
+func (c *creation) claimCluster(ctx context.Context) error {
+	s, id := c.s, c.id
+	if s.Cluster == nil || c.req.Owner == store.PoolOwner {
+		return nil
 	}
+	c.undo.push("release cluster keys", func(ctx context.Context) error { return s.releaseCluster(ctx, id) })
+	return c.t.run("cluster", func() error { return s.claimCluster(ctx, id, c.req) })
+}
 
-	// 7. admission. A build's sandbox reserves nothing: its build holds
-	// its capacity, for the build's owner, from its request to its end
-	// (BuildTemplate).
-	if err := t.run("admission", func() error {
+// admit is step 7: capacity reserved within the owner's quota. A build's
+// sandbox reserves nothing: its build holds its capacity, for the build's
+// owner, from its request to its end (BuildTemplate). Undo: release.
+func (c *creation) admit(ctx context.Context) error {
+	s, id, req := c.s, c.id, c.req
+	if err := c.t.run("admission", func() error {
 		if req.Owner == buildOwner {
 			return nil
 		}
@@ -236,83 +309,118 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 		}
 		return err
 	}); err != nil {
-		return nil, admissionErr(err)
+		return admissionErr(err)
 	}
-	undo.push("release admission", func(context.Context) error { s.Admission.Release(id); return nil })
+	c.undo.push("release admission", func(context.Context) error { s.Admission.Release(id); return nil })
+	return nil
+}
 
-	// 8. mounts. A volume that does not exist yet is made by Prepare, its
-	// size held in the owner's disk quota first (reserveVolumes).
-	var binds []runtime.Mount
-	if len(req.Mounts) > 0 {
-		if err := t.run("mounts", func() (err error) {
-			binds, err = s.Volumes.Prepare(ctx, req.Owner, id, req.Mounts, s.reserveVolumes(Caller{Owner: req.Owner, Quota: req.Quota}))
-			return err
-		}); err != nil {
-			// Prepare removed what it made before failing.
-			return nil, fmt.Errorf("prepare mounts: %w", err)
-		}
-		undo.push("abandon mounts", func(ctx context.Context) error { return s.Volumes.Abandon(ctx, id) })
+// prepareMounts is step 8. A volume that does not exist yet is made by
+// Prepare, its size held in the owner's disk quota first
+// (reserveVolumes); Prepare removes what it made before failing. Undo:
+// abandon the mounts.
+func (c *creation) prepareMounts(ctx context.Context) error {
+	s, id, req := c.s, c.id, c.req
+	if len(req.Mounts) == 0 {
+		return nil
 	}
-
-	// 9. runtime create + start, agent ready.
-	if err := t.run("runtime", func() error {
-		return s.startRuntime(ctx, s.runtimeSpec(id, req, sec.token, binds))
-	}); err != nil {
-		return nil, err
-	}
-	undo.push("destroy container", func(ctx context.Context) error { return s.Runtime.Destroy(ctx, id) })
-
-	// 9a. the network policy, on the host: until it is in, a sandbox
-	// with network reaches nothing (netpolicy's chains end in REJECT).
-	// An idle sandbox of the pool gets none: it reaches nothing until its
-	// claim applies its owner's.
-	if req.Network && s.Firewall != nil && req.Owner != store.PoolOwner {
-		undo.push("remove network policy", func(ctx context.Context) error { return s.Firewall.Remove(ctx, id) })
-		if err := t.run("network", func() error { return s.Firewall.Apply(ctx, id, req.NetworkPolicy) }); err != nil {
-			return nil, fmt.Errorf("apply the network policy: %w", err)
-		}
-	}
-
-	// 9b. the secret env, over the agent's channel: never in the engine's
-	// configuration of the container.
-	if len(req.SecretEnv) > 0 {
-		if err := t.run("secret env", func() error {
-			c := agent.NewClient(s.dialer(id), sec.token)
-			defer c.Close()
-			return c.Configure(ctx, agent.Configuration{Env: req.SecretEnv})
-		}); err != nil {
-			return nil, fmt.Errorf("hand the secret env to the agent: %w", err)
-		}
-	}
-
-	// 10. route.
-	if err := t.run("route", func() error { return s.Router.Install(ctx, id) }); err != nil {
-		return nil, fmt.Errorf("install route: %w", err)
-	}
-	undo.push("remove route", func(ctx context.Context) error { return s.Router.Remove(ctx, id) })
-
-	// 11. mounts' sealed specs, then the commit: the row goes running.
-	if len(req.Mounts) > 0 {
-		if err := t.run("store mounts", func() error { return s.putMounts(ctx, id, req.Mounts) }); err != nil {
-			return nil, fmt.Errorf("store mounts: %w", err)
-		}
-	}
-	// The timeout counts from here: a sandbox's life starts when it runs,
-	// and the reaper never sees a creating row as expired.
-	if err := t.run("commit", func() error {
-		var expires time.Time
-		if req.Timeout > 0 {
-			expires = s.Clock().Add(req.Timeout)
-		}
-		var err error
-		row, err = s.Store.CommitCreate(ctx, id, expires)
+	if err := c.t.run("mounts", func() (err error) {
+		c.binds, err = s.Volumes.Prepare(ctx, req.Owner, id, req.Mounts, s.reserveVolumes(Caller{Owner: req.Owner, Quota: req.Quota}))
 		return err
 	}); err != nil {
-		return nil, s.mapStoreErr(err, id)
+		return fmt.Errorf("prepare mounts: %w", err)
 	}
-	s.replaceClient(id, agent.NewClient(s.dialer(id), sec.token))
+	c.undo.push("abandon mounts", func(ctx context.Context) error { return s.Volumes.Abandon(ctx, id) })
+	return nil
+}
 
-	return &Created{Sandbox: fromRow(row), SSHPrivateKey: sec.keys.Private, Timings: t.timings}, nil
+// startRuntime is step 9: runtime create + start, agent ready. Undo:
+// destroy the container.
+func (c *creation) startRuntime(ctx context.Context) error {
+	s, id := c.s, c.id
+	if err := c.t.run("runtime", func() error {
+		return s.startRuntime(ctx, s.runtimeSpec(id, c.req, c.sec.token, c.binds))
+	}); err != nil {
+		return err
+	}
+	c.undo.push("destroy container", func(ctx context.Context) error { return s.Runtime.Destroy(ctx, id) })
+	return nil
+}
+
+// applyNetwork is step 9a, the network policy on the host: until it is
+// in, a sandbox with network reaches nothing (netpolicy's chains end in
+// REJECT). An idle sandbox of the pool gets none: it reaches nothing
+// until its claim applies its owner's. The undo is pushed first (a policy
+// half applied is removed).
+func (c *creation) applyNetwork(ctx context.Context) error {
+	s, id := c.s, c.id
+	if !c.req.Network || s.Firewall == nil || c.req.Owner == store.PoolOwner {
+		return nil
+	}
+	c.undo.push("remove network policy", func(ctx context.Context) error { return s.Firewall.Remove(ctx, id) })
+	if err := c.t.run("network", func() error { return s.Firewall.Apply(ctx, id, c.req.NetworkPolicy) }); err != nil {
+		return fmt.Errorf("apply the network policy: %w", err)
+	}
+	return nil
+}
+
+// handSecretEnv is step 9b: the secret env, over the agent's channel,
+// never in the engine's configuration of the container. Its undo is the
+// container's.
+func (c *creation) handSecretEnv(ctx context.Context) error {
+	if len(c.req.SecretEnv) == 0 {
+		return nil
+	}
+	if err := c.t.run("secret env", func() error {
+		a := agent.NewClient(c.s.dialer(c.id), c.sec.token)
+		defer a.Close()
+		return a.Configure(ctx, agent.Configuration{Env: c.req.SecretEnv})
+	}); err != nil {
+		return fmt.Errorf("hand the secret env to the agent: %w", err)
+	}
+	return nil
+}
+
+// installRoute is step 10. Undo: remove the route.
+func (c *creation) installRoute(ctx context.Context) error {
+	s, id := c.s, c.id
+	if err := c.t.run("route", func() error { return s.Router.Install(ctx, id) }); err != nil {
+		return fmt.Errorf("install route: %w", err)
+	}
+	c.undo.push("remove route", func(ctx context.Context) error { return s.Router.Remove(ctx, id) })
+	return nil
+}
+
+// storeMounts is step 11's first half: the mounts' sealed specs, which
+// cascade with the row (its undo).
+func (c *creation) storeMounts(ctx context.Context) error {
+	if len(c.req.Mounts) == 0 {
+		return nil
+	}
+	if err := c.t.run("store mounts", func() error { return c.s.putMounts(ctx, c.id, c.req.Mounts) }); err != nil {
+		return fmt.Errorf("store mounts: %w", err)
+	}
+	return nil
+}
+
+// commit is step 11's last write: CommitCreate moves the row to running
+// and sets its expiry. The timeout counts from here: a sandbox's life
+// starts when it runs, and the reaper never sees a creating row as
+// expired. Nothing after it can fail.
+func (c *creation) commit(ctx context.Context) error {
+	s := c.s
+	if err := c.t.run("commit", func() error {
+		var expires time.Time
+		if c.req.Timeout > 0 {
+			expires = s.Clock().Add(c.req.Timeout)
+		}
+		var err error
+		c.row, err = s.Store.CommitCreate(ctx, c.id, expires)
+		return err
+	}); err != nil {
+		return s.mapStoreErr(err, c.id)
+	}
+	return nil
 }
 
 // sandboxSecrets are what a create makes for a sandbox before anything else: its

@@ -202,7 +202,7 @@ func (s *Service) adopt(ctx context.Context, c Caller, r CreateOnceRequest, cl s
 // key settles on it, and err is nil or the create's own failure.
 func (s *Service) createClaimed(ctx context.Context, c Caller, r CreateOnceRequest, cl store.Claim, acquiredAt time.Time) (out *Created, lost bool, err error) {
 	hold := s.holdClaim(ctx, cl, r.Key.PendingTTL, acquiredAt)
-	created, err := s.createWithID(ctx, r.Create, s.claimID(r, cl), &cl)
+	created, err := s.createWithID(ctx, r.Create, claimID(r, cl), &cl)
 	var afterErr error
 	if err == nil && r.After != nil && !created.Replayed {
 		afterErr = r.After(ctx, created.Sandbox)
@@ -310,7 +310,7 @@ func (s *Service) destroyDetached(ctx context.Context, id, why string) {
 
 // claimID is the id a create under cl makes: derived from the claim when
 // r asks for it, else "" (a fresh random id).
-func (s *Service) claimID(r CreateOnceRequest, cl store.Claim) string {
+func claimID(r CreateOnceRequest, cl store.Claim) string {
 	if !r.DeriveID {
 		return ""
 	}

@@ -215,12 +215,12 @@ func (s *Service) createDelivered(ctx context.Context, c Caller, r CreateOnceReq
 	// delivery row is keyed by; the claim's store write writes that row.
 	// A miss (the sandbox died) creates cold under a fresh id.
 	if e, ok := s.reservePooled(r.Create); ok {
-		dcl, err := store.NewDelivery(k.Scope, k.Fingerprint, e.id)
+		dcl, err := store.NewDelivery(k.Scope, k.Fingerprint, e.ID)
 		if err != nil {
 			s.unreservePooled(r.Create, e)
 			return nil, s.mapStoreErr(err, "")
 		}
-		created, err := s.createAs(work, r.Create, e.id, &reservation{pooled: e, delivery: &dcl, window: k.ReplayWindow}, nil)
+		created, err := s.createAs(work, r.Create, e.ID, &reservation{pooled: e, delivery: &dcl, window: k.ReplayWindow}, nil)
 		if !errors.Is(err, errPoolMiss) {
 			if err != nil {
 				return nil, err // the claim deleted its delivery row

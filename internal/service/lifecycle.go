@@ -14,6 +14,18 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
+// The lifecycle part of the service is four files: this one (lookup,
+// list, destroy, stop, start and update of one sandbox), pause.go (pause
+// and resume, and the per-sandbox transition lock every state change
+// takes), rules.go (the lifecycle rules the background loop applies:
+// auto-stop, auto-delete, auto-archive, pause on timeout) and, for what a
+// crash or the engine leaves behind, decide.go and reconcile.go. What it
+// needs of the rest: SandboxStore (the row is the truth; every transition
+// is a conditional write first), Runtime (the engine call after it),
+// Router (routes go with a destroy), Admission (a start reserves, a stop
+// parks: the disk still counts, a destroy releases) and the network part's
+// applyRowPolicy and removeRowPolicy; the create chain is create.go's.
+
 // Caller is who is asking: a user sees only the sandboxes it owns (others
 // are ErrNotFound, never ErrPermission: existence is not leaked); an admin
 // sees all.

@@ -9,6 +9,15 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
+// The network part of the service is this file: a create's policy
+// normalized (normalizePolicy) and applied after its container starts
+// (the create chain's step 9a), put in again at a start and taken out
+// before a stop or destroy (applyRowPolicy, removeRowPolicy, called by
+// lifecycle.go), SetNetworkPolicy, and the policies put back or swept by
+// the reconciler (restorePolicies, sweepFirewall). Its policy
+// language and the rules on the host are internal/netpolicy's; what it
+// needs of the rest is Firewall, below, and the row's spec (policy).
+
 // Firewall holds sandboxes' network policies on the host, outside every
 // sandbox's reach (netpolicy.Firewall, given each sandbox's address by the
 // engine). A sandbox with network has rules only while its container

@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/service/warmpool"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -26,25 +24,24 @@ import (
 // has no quota), the reconciler repairs it like any other, lookups and
 // listings never show it. The pool's memory (which idle sandboxes are
 // ready) is rebuilt from those rows at start.
+//
+// The part is three pieces: warmpool (the pool's state in memory, no
+// I/O), this file (targets, the refill loop, adoption at start, health
+// checks, eviction: the I/O warmpool's answers call for) and poolclaim.go
+// (a create served from the pool).
 
-// PoolClass is what makes two sandboxes interchangeable before a claim:
-// the image, the runtime, the CPU, the memory, the disk limit (so only
-// creates of a pooled class's disk limit, the default unless a target
-// says otherwise, are served from the pool) and whether it has network.
-// Everything else (owner, name, tags, env, secrets, timeout, annotations)
-// is applied at the claim.
-type PoolClass struct {
-	Image    string `json:"image"`
-	Runtime  string `json:"runtime"`
-	MilliCPU int64  `json:"milli_cpu"`
-	MemoryMB int64  `json:"memory_mb"`
-	DiskMB   int64  `json:"disk_mb"`
-	Network  bool   `json:"network"`
-}
+// PoolClass is what makes two sandboxes interchangeable before a claim
+// (warmpool.Class).
+type PoolClass = warmpool.Class
 
-func (c PoolClass) String() string {
-	return fmt.Sprintf("%s/%s/%dm/%dMB/disk=%dMB/net=%v", c.Image, c.Runtime, c.MilliCPU, c.MemoryMB, c.DiskMB, c.Network)
-}
+// MaxPoolSize bounds one class's target.
+const MaxPoolSize = warmpool.MaxSize
+
+// poolCheckEvery is how often idle sandboxes are health-checked.
+const poolCheckEvery = 15 * time.Second
+
+// pooled is one idle sandbox (warmpool.Idle).
+type pooled = warmpool.Idle
 
 // PoolTarget is how many idle sandboxes of a class the pool keeps.
 type PoolTarget struct {
@@ -59,263 +56,6 @@ type PoolStatus struct {
 	Filling int `json:"filling"`
 	// IDs are the ready sandboxes, oldest first (the next claimed first).
 	IDs []string `json:"ids"`
-}
-
-// Pool bounds.
-const (
-	// MaxPoolSize bounds one class's target, maxPoolClasses the classes.
-	MaxPoolSize    = 64
-	maxPoolClasses = 16
-	// poolCheckEvery is how often idle sandboxes are health-checked.
-	poolCheckEvery = 15 * time.Second
-	// poolBackoffMax bounds the wait after a class's refill failed.
-	poolBackoffMax = time.Minute
-	// refillQuiet is how long refills wait after a claim. A claim's caller
-	// usually execs right after it, and a refill is a container create
-	// and start (hundreds of milliseconds of the engine's CPU): on a small
-	// host, started at once it would double that first exec's latency.
-	refillQuiet = 250 * time.Millisecond
-)
-
-// pooled is one idle sandbox: its id and the agent token it booted with.
-type pooled struct {
-	id          string
-	token       string
-	sealedToken []byte
-}
-
-// pool is the warm pool's state. Its mutex guards everything but the
-// counters; nothing is held across I/O.
-type pool struct {
-	concurrency int
-
-	mu      sync.Mutex
-	targets map[PoolClass]int
-	ready   map[PoolClass][]pooled
-	filling map[PoolClass]int
-	// claiming counts sandboxes take handed out whose claim has not ended:
-	// they still count as the class's, so that a claim that gives its
-	// sandbox back (a name conflict, a quota) never makes the refill add
-	// one more.
-	claiming map[PoolClass]int
-	backoff  map[PoolClass]time.Time // no refill of the class before
-	fails    map[PoolClass]int
-	// quietUntil is when the last claim's refillQuiet ends (wall time, not
-	// the service's clock: it paces work, it decides nothing).
-	quietUntil time.Time
-
-	// userCreates counts cold creates in flight: refill waits while any is.
-	userCreates atomic.Int64
-	wake        chan struct{}
-}
-
-func newPool(concurrency int) *pool {
-	return &pool{
-		concurrency: max(concurrency, 1),
-		targets:     map[PoolClass]int{},
-		ready:       map[PoolClass][]pooled{},
-		filling:     map[PoolClass]int{},
-		claiming:    map[PoolClass]int{},
-		backoff:     map[PoolClass]time.Time{},
-		fails:       map[PoolClass]int{},
-		wake:        make(chan struct{}, 1),
-	}
-}
-
-// poke wakes the refill loop.
-func (p *pool) poke() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-// take pops an idle sandbox of class c, if the pool has one.
-func (p *pool) take(c PoolClass) (pooled, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	list := p.ready[c]
-	if len(list) == 0 {
-		return pooled{}, false
-	}
-	// Oldest first: every idle sandbox gets used before it grows stale.
-	e := list[0]
-	p.ready[c] = slices.Delete(list, 0, 1)
-	p.claiming[c]++
-	return e, true
-}
-
-// giveBack returns an untouched sandbox that take handed out.
-//
-// It reports false, keeping nothing, when the class no longer wants it
-// (drained, or its target shrank while the claim ran): the caller then
-// destroys the sandbox.
-func (p *pool) giveBack(c PoolClass, e pooled) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.claiming[c]--
-	if p.supply(c) >= p.targets[c] {
-		return false
-	}
-	p.ready[c] = append([]pooled{e}, p.ready[c]...)
-	return true
-}
-
-// gone ends the claim of a sandbox take handed out that the pool no
-// longer has (claimed, or found dead): the refill replaces it.
-func (p *pool) gone(c PoolClass) {
-	p.mu.Lock()
-	p.claiming[c]--
-	p.quietUntil = time.Now().Add(refillQuiet)
-	p.mu.Unlock()
-	p.poke()
-}
-
-// remove drops id from the ready lists; it reports whether it was there.
-func (p *pool) remove(id string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c, list := range p.ready {
-		if i := slices.IndexFunc(list, func(e pooled) bool { return e.id == id }); i >= 0 {
-			p.ready[c] = slices.Delete(list, i, i+1)
-			p.poke()
-			return true
-		}
-	}
-	return false
-}
-
-// status lists every class with a target or idle sandboxes.
-func (p *pool) status() []PoolStatus {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	classes := map[PoolClass]bool{}
-	for c := range p.targets {
-		classes[c] = true
-	}
-	for c, l := range p.ready {
-		if len(l) > 0 {
-			classes[c] = true
-		}
-	}
-	out := make([]PoolStatus, 0, len(classes))
-	for c := range classes {
-		ids := make([]string, len(p.ready[c]))
-		for i, e := range p.ready[c] {
-			ids[i] = e.id
-		}
-		out = append(out, PoolStatus{PoolTarget: PoolTarget{PoolClass: c, Size: p.targets[c]}, Ready: len(ids), Filling: p.filling[c], IDs: ids})
-	}
-	slices.SortFunc(out, func(a, b PoolStatus) int { return cmp.Compare(a.String(), b.String()) })
-	return out
-}
-
-// next picks a class to refill now and counts its refill as started, or
-// reports when to look again (zero: when poked). Within refillQuiet of
-// the last claim, only a class with no idle sandbox left is refilled.
-func (p *pool) next(now time.Time) (PoolClass, bool, time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	inFlight := 0
-	for _, n := range p.filling {
-		inFlight += n
-	}
-	if inFlight >= p.concurrency {
-		return PoolClass{}, false, 0
-	}
-	quiet := time.Until(p.quietUntil)
-	var wait time.Duration
-	classes := slices.SortedFunc(maps.Keys(p.targets), func(a, b PoolClass) int { return cmp.Compare(a.String(), b.String()) })
-	// The emptiest class first, so one class's refill never starves another.
-	slices.SortStableFunc(classes, func(a, b PoolClass) int {
-		return cmp.Compare(p.supply(a)-p.targets[a], p.supply(b)-p.targets[b])
-	})
-	for _, c := range classes {
-		if p.supply(c) >= p.targets[c] {
-			continue
-		}
-		if until := p.backoff[c]; now.Before(until) {
-			if d := until.Sub(now); wait == 0 || d < wait {
-				wait = d
-			}
-			continue
-		}
-		if quiet > 0 && len(p.ready[c]) > 0 {
-			// The last claim's first commands go first, unless the
-			// class ran dry (a steady stream of claims would otherwise
-			// keep pushing its refill back until it did).
-			if wait == 0 || quiet < wait {
-				wait = quiet
-			}
-			continue
-		}
-		p.filling[c]++
-		return c, true, 0
-	}
-	return PoolClass{}, false, wait
-}
-
-// supply is what class c has or will have: idle, being made, being claimed.
-func (p *pool) supply(c PoolClass) int { return len(p.ready[c]) + p.filling[c] + p.claiming[c] }
-
-// filled ends a refill of c: e joins the ready list (when the refill
-// succeeded and the class still wants it) or the class backs off.
-func (p *pool) filled(c PoolClass, e pooled, err error, now time.Time) (keep bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.filling[c]--
-	if err != nil {
-		p.fails[c]++
-		d := min(time.Second<<min(p.fails[c]-1, 6), poolBackoffMax)
-		p.backoff[c] = now.Add(d)
-		return false
-	}
-	p.fails[c] = 0
-	delete(p.backoff, c)
-	if len(p.ready[c]) >= p.targets[c] {
-		return false // the target shrank meanwhile
-	}
-	p.ready[c] = append(p.ready[c], e)
-	return true
-}
-
-// surplus takes out the idle sandboxes beyond each class's target.
-func (p *pool) surplus() []pooled {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []pooled
-	for c, list := range p.ready {
-		if n := p.targets[c]; len(list) > n {
-			out = append(out, list[n:]...)
-			p.ready[c] = list[:n:n]
-		}
-	}
-	return out
-}
-
-// idle is a snapshot of every ready sandbox.
-func (p *pool) idle() []pooled {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []pooled
-	for _, list := range p.ready {
-		out = append(out, list...)
-	}
-	return out
-}
-
-// drain takes out every ready sandbox and clears the targets, in one
-// locked step (a claim racing it gets either its sandbox or none).
-func (p *pool) drain() []pooled {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []pooled
-	for _, list := range p.ready {
-		out = append(out, list...)
-	}
-	clear(p.ready)
-	clear(p.targets)
-	return out
 }
 
 // poolClass is the class a create request falls in; only a request
@@ -346,8 +86,8 @@ func (s *Service) normalizeTargets(targets []PoolTarget) (map[PoolClass]int, err
 			return nil, invalid(field+".size", "the class's sizes add up to more than %d", MaxPoolSize)
 		}
 	}
-	if len(out) > maxPoolClasses {
-		return nil, invalid("pools", "at most %d classes", maxPoolClasses)
+	if len(out) > warmpool.MaxClasses {
+		return nil, invalid("pools", "at most %d classes", warmpool.MaxClasses)
 	}
 	return out, nil
 }
@@ -360,24 +100,24 @@ func (s *Service) SetPool(ctx context.Context, targets []PoolTarget) ([]PoolStat
 	if err != nil {
 		return nil, err
 	}
-	s.pool.mu.Lock()
-	clear(s.pool.targets)
-	for c, n := range want {
-		if n > 0 {
-			s.pool.targets[c] = n
-		}
+	s.pool.SetTargets(want)
+	for _, e := range s.pool.Surplus() {
+		s.destroyPooled(ctx, e.ID, "the pool's target shrank")
 	}
-	s.pool.mu.Unlock()
-	for _, e := range s.pool.surplus() {
-		s.destroyPooled(ctx, e.id, "the pool's target shrank")
-	}
-	s.pool.poke()
+	s.pool.Poke()
 	s.observePool()
-	return s.pool.status(), nil
+	return s.PoolStatus(), nil
 }
 
 // PoolStatus reports every class the pool keeps.
-func (s *Service) PoolStatus() []PoolStatus { return s.pool.status() }
+func (s *Service) PoolStatus() []PoolStatus {
+	st := s.pool.Status()
+	out := make([]PoolStatus, len(st))
+	for i, c := range st {
+		out[i] = PoolStatus{PoolTarget: PoolTarget{PoolClass: c.Class, Size: c.Target}, Ready: c.Ready, Filling: c.Filling, IDs: c.IDs}
+	}
+	return out
+}
 
 // PeerPools reports the pools of the cluster's other nodes (each node
 // keeps its own); nil on a single node.
@@ -405,8 +145,8 @@ func (s *Service) runPool(ctx context.Context) {
 		// under a steady stream of cold creates the pool waits instead,
 		// which costs only latency (those creates would miss it anyway).
 		var wait time.Duration
-		for s.pool.userCreates.Load() == 0 {
-			c, ok, w := s.pool.next(s.Clock())
+		for !s.pool.Busy() {
+			c, ok, w := s.pool.Next(s.Clock())
 			if !ok {
 				wait = w
 				break
@@ -420,7 +160,7 @@ func (s *Service) runPool(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.pool.wake:
+		case <-s.pool.Wake():
 		case <-timer:
 		case <-check.C:
 			s.checkPooled(ctx)
@@ -430,7 +170,7 @@ func (s *Service) runPool(ctx context.Context) {
 
 // refill makes one idle sandbox of class c through the create chain.
 func (s *Service) refill(ctx context.Context, c PoolClass) {
-	defer s.pool.poke()
+	defer s.pool.Poke()
 	// A refill is never cut short: an engine create abandoned mid-way can
 	// finish after its undo and leave a container behind. The daemon's stop
 	// waits for it (bounded), then drains the pool.
@@ -446,8 +186,8 @@ func (s *Service) refill(ctx context.Context, c PoolClass) {
 		var row store.Sandbox
 		row, err = s.Store.GetSandbox(ctx, created.ID)
 		if err == nil {
-			e = pooled{id: created.ID, sealedToken: row.AgentTokenSealed}
-			e.token, err = s.openToken(row)
+			e = pooled{ID: created.ID, SealedToken: row.AgentTokenSealed}
+			e.Token, err = s.openToken(row)
 		}
 		if err != nil {
 			s.destroyPooled(ctx, created.ID, "its row could not be read")
@@ -457,13 +197,13 @@ func (s *Service) refill(ctx context.Context, c PoolClass) {
 		if ctx.Err() == nil {
 			s.Logger.Warn("pool: refill failed", "class", c.String(), "err", err)
 		}
-		s.pool.filled(c, pooled{}, err, s.Clock())
+		s.pool.Filled(c, pooled{}, err, s.Clock())
 		return
 	}
 	s.Metrics.poolRefilled(time.Since(start))
 	s.warmUp(ctx, e)
-	if !s.pool.filled(c, e, nil, s.Clock()) {
-		s.destroyPooled(ctx, e.id, "the pool's target shrank")
+	if !s.pool.Filled(c, e, nil, s.Clock()) {
+		s.destroyPooled(ctx, e.ID, "the pool's target shrank")
 	}
 	s.observePool()
 }
@@ -480,8 +220,8 @@ const warmUpTimeout = 5 * time.Second
 func (s *Service) warmUp(ctx context.Context, e pooled) {
 	wctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
 	defer cancel()
-	if _, err := s.cacheClient(e.id, e.token).Exec(wctx, agent.ExecRequest{Cmd: []string{"true"}}); err != nil {
-		s.Logger.Debug("pool: warm-up exec", "sandbox", e.id, "err", err)
+	if _, err := s.cacheClient(e.ID, e.Token).Exec(wctx, agent.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		s.Logger.Debug("pool: warm-up exec", "sandbox", e.ID, "err", err)
 	}
 }
 
@@ -518,7 +258,7 @@ func (s *Service) adoptPooled(ctx context.Context) {
 		}
 	}
 	s.observePool()
-	s.pool.poke()
+	s.pool.Poke()
 }
 
 // adoptable puts a pool row from an earlier run in its class's ready list,
@@ -539,28 +279,25 @@ func (s *Service) adoptable(ctx context.Context, row store.Sandbox) string {
 	if err := s.cacheClient(row.ID, tok).Check(hctx); err != nil {
 		return "its agent does not answer with its token: " + err.Error()
 	}
-	s.pool.mu.Lock()
-	defer s.pool.mu.Unlock()
-	if len(s.pool.ready[c]) >= s.pool.targets[c] {
+	if !s.pool.Adopt(c, pooled{ID: row.ID, Token: tok, SealedToken: row.AgentTokenSealed}) {
 		return "the pool has no room for its class"
 	}
-	s.pool.ready[c] = append(s.pool.ready[c], pooled{id: row.ID, token: tok, sealedToken: row.AgentTokenSealed})
 	return ""
 }
 
 // checkPooled health-checks every idle sandbox with an authenticated call
 // and replaces those that fail, then destroys what exceeds the targets.
 func (s *Service) checkPooled(ctx context.Context) {
-	for _, e := range s.pool.idle() {
+	for _, e := range s.pool.Ready() {
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := s.cacheClient(e.id, e.token).Check(hctx)
+		err := s.cacheClient(e.ID, e.Token).Check(hctx)
 		cancel()
-		if err != nil && ctx.Err() == nil && s.pool.remove(e.id) {
-			s.destroyPooled(ctx, e.id, "it failed its health check: "+err.Error())
+		if err != nil && ctx.Err() == nil && s.pool.Remove(e.ID) {
+			s.destroyPooled(ctx, e.ID, "it failed its health check: "+err.Error())
 		}
 	}
-	for _, e := range s.pool.surplus() {
-		s.destroyPooled(ctx, e.id, "the pool's target shrank")
+	for _, e := range s.pool.Surplus() {
+		s.destroyPooled(ctx, e.ID, "the pool's target shrank")
 	}
 	s.observePool()
 }
@@ -568,26 +305,11 @@ func (s *Service) checkPooled(ctx context.Context) {
 // evictIdle destroys one idle sandbox, the largest, to make room for a
 // tenant's create; false when the pool holds none.
 func (s *Service) evictIdle(ctx context.Context) bool {
-	s.pool.mu.Lock()
-	var (
-		victim pooled
-		from   PoolClass
-		found  bool
-	)
-	for c, list := range s.pool.ready {
-		if len(list) > 0 && (!found || c.MemoryMB > from.MemoryMB || (c.MemoryMB == from.MemoryMB && c.MilliCPU > from.MilliCPU)) {
-			victim, from, found = list[len(list)-1], c, true
-		}
-	}
-	if found {
-		l := s.pool.ready[from]
-		s.pool.ready[from] = l[:len(l)-1]
-	}
-	s.pool.mu.Unlock()
+	victim, found := s.pool.EvictLargest()
 	if !found {
 		return false
 	}
-	s.destroyPooled(ctx, victim.id, "a tenant's create needs its capacity")
+	s.destroyPooled(ctx, victim.ID, "a tenant's create needs its capacity")
 	s.Metrics.poolEvicted()
 	return true
 }
@@ -596,10 +318,10 @@ func (s *Service) evictIdle(ctx context.Context) bool {
 // that stops leaves no idle sandboxes; one that is killed leaves them for
 // the next start to adopt).
 func (s *Service) DrainPool(ctx context.Context) {
-	ids := s.pool.drain()
+	ids := s.pool.Drain()
 	var wg sync.WaitGroup
 	for _, e := range ids {
-		wg.Go(func() { s.destroyPooled(ctx, e.id, "the daemon stops") })
+		wg.Go(func() { s.destroyPooled(ctx, e.ID, "the daemon stops") })
 	}
 	wg.Wait()
 }
@@ -611,7 +333,7 @@ func (s *Service) destroyPooled(ctx context.Context, id, why string) {
 }
 
 func (s *Service) observePool() {
-	for _, st := range s.pool.status() {
-		s.Metrics.poolReady(st.PoolClass, st.Ready)
+	for _, st := range s.pool.Status() {
+		s.Metrics.poolReady(st.Class, st.Ready)
 	}
 }

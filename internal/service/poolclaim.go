@@ -25,7 +25,7 @@ var errPoolMiss = errors.New("pool miss")
 // Any other error is the create's answer (a name conflict, a quota), and
 // the idle sandbox goes back to the pool untouched.
 func (s *Service) fromPool(ctx context.Context, req CreateRequest, cl *store.Claim, t *stepTimer) (*Created, error) {
-	e, ok := s.pool.take(poolClass(req))
+	e, ok := s.pool.Take(poolClass(req))
 	if !ok {
 		s.Metrics.poolMiss()
 		return nil, errPoolMiss
@@ -58,7 +58,7 @@ func (s *Service) reservePooled(req CreateRequest) (pooled, bool) {
 	if err != nil {
 		return pooled{}, false // the create answers the error itself
 	}
-	return s.pool.take(poolClass(n))
+	return s.pool.Take(poolClass(n))
 }
 
 // unreservePooled gives back a sandbox reservePooled took and no create
@@ -72,8 +72,8 @@ func (s *Service) unreservePooled(req CreateRequest, e pooled) {
 // destroys it when the class no longer wants it (a stop drained the pool,
 // or its target shrank, while a claim held it).
 func (s *Service) returnPooled(ctx context.Context, class PoolClass, e pooled) {
-	if !s.pool.giveBack(class, e) {
-		s.destroyPooled(ctx, e.id, "the pool no longer wants it")
+	if !s.pool.GiveBack(class, e) {
+		s.destroyPooled(ctx, e.ID, "the pool no longer wants it")
 	}
 }
 
@@ -112,7 +112,7 @@ const poolConfigureTimeout = 5 * time.Second
 func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservation, cl *store.Claim, t *stepTimer) (*Created, error) {
 	class := poolClass(req)
 	start := time.Now()
-	id := r.id
+	id := r.ID
 	sec, err := s.seal(id, req)
 	if err != nil {
 		s.returnPooled(ctx, class, r.pooled)
@@ -157,7 +157,7 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 	// The agent call and the store write run at once: neither needs the
 	// other's answer, and the claim waits for the longer of the two, not
 	// their sum. Both must succeed; either failing destroys the sandbox.
-	boot := s.bootClient(id, r.token)
+	boot := s.bootClient(id, r.Token)
 	configured := make(chan error, 1)
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, poolConfigureTimeout)
@@ -182,7 +182,7 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 	enforced, _ := s.diskEnforced(ctx)
 	row, err := s.Store.ClaimPooled(ctx, store.PoolClaim{
 		ID: id, Owner: req.Owner, Name: req.Name, Tags: req.Tags, Env: req.Env,
-		SealedSecrets: sec.sealedEnv, AgentTokenSealed: sec.sealedToken, BootTokenSealed: r.sealedToken,
+		SealedSecrets: sec.sealedEnv, AgentTokenSealed: sec.sealedToken, BootTokenSealed: r.SealedToken,
 		SSHPublicKey: sec.keys.Public, Spec: s.newRow(id, req, sec, enforced).Spec, Claim: cl,
 		Delivery: r.delivery, DeliveryWindow: r.window,
 		Commit: commit, ExpiresAt: expires, Lifecycle: storeLifecycle(req.Lifecycle),
@@ -190,7 +190,7 @@ func (s *Service) claimPooled(ctx context.Context, req CreateRequest, r reservat
 	// Both awaited whatever the write did: a destroy below must not race
 	// a policy still going in.
 	cerr := errors.Join(<-configured, <-firewalled)
-	s.pool.gone(class)
+	s.pool.Gone(class)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		// No longer the pool's running sandbox: destroyed under the pool

@@ -391,7 +391,7 @@ func (p *pulls) pull(ctx context.Context, s *Service, f *pullFlight, host string
 		return &FieldError{Field: "image", Reason: tl.Error() + ": refused", Kind: ErrImageTooLarge}
 	}
 	if err != nil {
-		return s.pullErr(ctx, "the pull of", f.ref, host, timeout, err)
+		return pullErr(ctx, "the pull of", f.ref, host, timeout, err)
 	}
 	s.Logger.Info("image pulled", "image", f.ref, "duration", time.Since(start).Round(time.Millisecond))
 	if capB <= 0 {
@@ -420,14 +420,14 @@ func (s *Service) checkAccess(ctx context.Context, ref, host string, auth *runti
 	cctx, cancel := context.WithTimeout(ctx, accessCheckTimeout)
 	defer cancel()
 	if err := s.Puller.CheckAccess(cctx, ref, auth); err != nil {
-		return s.pullErr(cctx, "the access check of", ref, host, accessCheckTimeout, err)
+		return pullErr(cctx, "the access check of", ref, host, accessCheckTimeout, err)
 	}
 	return nil
 }
 
 // pullErr maps a failed pull, or access check (what says which), to the
 // domain's errors.
-func (s *Service) pullErr(ctx context.Context, what, ref, host string, timeout time.Duration, err error) error {
+func pullErr(ctx context.Context, what, ref, host string, timeout time.Duration, err error) error {
 	switch {
 	case errors.Is(err, runtime.ErrNotInRegistry):
 		return &ImageError{Kind: ErrNotFound, Reason: fmt.Sprintf("image %q was not found in its registry %q (or the registry hides it from anonymous pulls)", ref, host)}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -18,12 +17,26 @@ import (
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/secrets"
+	"github.com/sandboxd/sandboxd/internal/service/builds"
+	"github.com/sandboxd/sandboxd/internal/service/warmpool"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-// Store is what the service needs of the database; *store.Store is the
-// implementation and tests wrap it to inject faults.
+// Store is what the service needs of the database, grouped by noun (each
+// part's small interface below); *store.Store is the implementation and
+// tests wrap it to inject faults.
 type Store interface {
+	SandboxStore
+	ExposureStore
+	ClaimStore
+	DeliveryStore
+	TemplateStore
+	RegistryStore
+}
+
+// SandboxStore is the sandboxes table: rows, their states and lifecycle
+// timers, and their sealed mounts.
+type SandboxStore interface {
 	CreateSandbox(ctx context.Context, sb *store.Sandbox) error
 	GetSandbox(ctx context.Context, id string) (store.Sandbox, error)
 	GetSandboxByName(ctx context.Context, owner, name string) (store.Sandbox, error)
@@ -48,7 +61,11 @@ type Store interface {
 	DeleteSandbox(ctx context.Context, id string) error
 	ListExpired(ctx context.Context, now time.Time) ([]store.Sandbox, error)
 	PutSandboxMounts(ctx context.Context, sandboxID string, sealed [][]byte) error
+}
 
+// ExposureStore is what a sandbox exposes: its ports (and the host ports
+// they hold) and its custom domains.
+type ExposureStore interface {
 	TryReserveHostPort(ctx context.Context, req store.PortRequest, candidate int) (store.ReserveOutcome, store.ExposedPort, error)
 	ReserveHostPort(ctx context.Context, req store.PortRequest, pool store.PortRange, bind func(hostPort int) error) (store.ExposedPort, bool, error)
 	ReleaseReservation(ctx context.Context, ep store.ExposedPort) (bool, error)
@@ -67,7 +84,10 @@ type Store interface {
 	NoteCustomDomainCheck(ctx context.Context, sandboxID, hostname, why string, retryUntil time.Time) error
 	ListPendingCustomDomains(ctx context.Context, limit int) ([]store.CustomDomain, error)
 	GetSandboxCustomDomain(ctx context.Context, sandboxID, hostname string) (store.CustomDomain, error)
+}
 
+// ClaimStore is the idempotency claims of keyed creates (CreateOnce).
+type ClaimStore interface {
 	Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error)
 	PeekClaim(ctx context.Context, req store.ClaimRequest) (store.Claim, error)
 	Complete(ctx context.Context, c store.Claim, targetID string, replayWindow time.Duration) error
@@ -78,7 +98,11 @@ type Store interface {
 	ReleasePendingClaims(ctx context.Context) (int64, error)
 	ListStaleClaims(ctx context.Context, limit int) ([]store.StaleClaim, error)
 	DeleteStaleClaim(ctx context.Context, c store.StaleClaim) (bool, error)
+}
 
+// DeliveryStore is the delivery claims of unkeyed E2B creates
+// (delivery.go).
+type DeliveryStore interface {
 	BeginDelivery(ctx context.Context, scope, fingerprint, target string, window time.Duration) (store.Claim, error)
 	HasUndelivered(ctx context.Context, scope, fingerprint string) (bool, error)
 	AdoptUndelivered(ctx context.Context, scope, fingerprint string) (store.Claim, bool, error)
@@ -88,7 +112,11 @@ type Store interface {
 	AbandonInflight(ctx context.Context) (int64, error)
 	ExpireUndelivered(ctx context.Context, c store.Claim) (store.ExpireOutcome, error)
 	ListExpiredUndelivered(ctx context.Context, limit int) ([]store.Claim, error)
+}
 
+// TemplateStore is the templates part's table: templates, snapshots,
+// forks and their tags (templates.go and its sibling template*.go files).
+type TemplateStore interface {
 	CreateTemplate(ctx context.Context, t store.Template) (store.Template, error)
 	FinishTemplate(ctx context.Context, id string, sizeBytes int64, tags ...string) (store.Template, error)
 	FailTemplate(ctx context.Context, id, reason string) (store.Template, error)
@@ -110,7 +138,11 @@ type Store interface {
 	MarkTemplateShared(ctx context.Context, id string) error
 	FinishSharedTemplate(ctx context.Context, id string, sizeBytes int64, tags []string) (store.Template, error)
 	SandboxesOfImage(ctx context.Context, ref string) (int, error)
+}
 
+// RegistryStore is the owners' sealed registry credentials
+// (registries.go).
+type RegistryStore interface {
 	PutRegistryCredential(ctx context.Context, c store.RegistryCredential) error
 	GetRegistryCredential(ctx context.Context, owner, host string) (store.RegistryCredential, error)
 	ListRegistryCredentials(ctx context.Context, owner string) ([]store.RegistryCredential, error)
@@ -311,11 +343,11 @@ type Service struct {
 	clients sync.Map // string → *agent.Client
 
 	// pool is the warm pool (pool.go): never nil, empty without targets.
-	pool *pool
+	pool *warmpool.Pool
 
 	// builds keeps the output of this process's template builds and
 	// bounds how many run.
-	builds buildLogs
+	builds builds.Builds
 	// captures serializes each owner's snapshots and forks (their
 	// storage check and capture).
 	captures keyedLocks
@@ -401,14 +433,13 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = "sandboxd/base:bookworm"
 	}
-	s := &Service{cfg: cfg, Deps: deps, pool: newPool(cmp.Or(cfg.PoolConcurrency, 2)), events: &eventHub{}}
+	s := &Service{cfg: cfg, Deps: deps, pool: warmpool.New(cmp.Or(cfg.PoolConcurrency, 2)), events: &eventHub{}}
 	s.Store = publishingStore{Store: deps.Store, hub: s.events}
 	targets, err := s.normalizeTargets(cfg.Pool)
 	if err != nil {
 		return nil, fmt.Errorf("service: pool: %w", err)
 	}
-	maps.Copy(s.pool.targets, targets)
-	maps.DeleteFunc(s.pool.targets, func(_ PoolClass, n int) bool { return n == 0 })
+	s.pool.SetTargets(targets)
 	s.setReady("the startup repair has not run yet")
 	return s, nil
 }

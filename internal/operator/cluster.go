@@ -1,7 +1,11 @@
-package daemon
+package operator
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +22,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/cluster"
 	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/datadir"
 	"github.com/sandboxd/sandboxd/internal/naming"
 )
 
@@ -55,7 +60,7 @@ ETCD-TLS (an external etcd): --etcd-cacert FILE --etcd-cert FILE --etcd-key FILE
 	client := fs.String("etcd-client", "", "embedded etcd: the member's client address (HOST:PORT, TLS)")
 	peer := fs.String("etcd-peer", "", "embedded etcd: the member's peer address (HOST:PORT, TLS)")
 	endpoints := fs.String("etcd-endpoints", "", "an external etcd cluster's client URLs, comma-separated (no embedded member)")
-	var ext clusterTLS
+	var ext datadir.ClusterTLS
 	fs.StringVar(&ext.CACert, "etcd-cacert", "", "external etcd: the CA certificate (PEM) that signed its servers' certificates")
 	fs.StringVar(&ext.Cert, "etcd-cert", "", "external etcd: this node's client certificate (PEM)")
 	fs.StringVar(&ext.Key, "etcd-key", "", "external etcd: this node's client key (PEM)")
@@ -131,7 +136,7 @@ func memberURLs(client, peer string) (clientURL, peerURL string, hosts []string,
 // external etcd: all three are required (etcd is never reached in clear
 // or without a client certificate), and they must load. It returns them
 // as absolute paths, which the cluster file keeps.
-func externalTLS(t clusterTLS) (*clusterTLS, error) {
+func externalTLS(t datadir.ClusterTLS) (*datadir.ClusterTLS, error) {
 	if t.CACert == "" || t.Cert == "" || t.Key == "" {
 		return nil, errors.New("--etcd-endpoints needs --etcd-cacert, --etcd-cert and --etcd-key: the node reaches etcd with TLS and a client certificate only")
 	}
@@ -142,7 +147,7 @@ func externalTLS(t clusterTLS) (*clusterTLS, error) {
 		}
 		*p = abs
 	}
-	if _, err := t.files("").ClientConfig(); err != nil {
+	if _, err := t.Files("").ClientConfig(); err != nil {
 		return nil, err
 	}
 	return &t, nil
@@ -150,8 +155,8 @@ func externalTLS(t clusterTLS) (*clusterTLS, error) {
 
 // refuseEmbeddedTLSFlags refuses the external etcd's TLS flags without
 // --etcd-endpoints: the embedded member's identity is the cluster's own.
-func refuseEmbeddedTLSFlags(t clusterTLS) error {
-	if t != (clusterTLS{}) {
+func refuseEmbeddedTLSFlags(t datadir.ClusterTLS) error {
+	if t != (datadir.ClusterTLS{}) {
 		return errors.New("--etcd-cacert, --etcd-cert and --etcd-key are for an external etcd (--etcd-endpoints); an embedded member's certificates come from the cluster's CA")
 	}
 	return nil
@@ -180,12 +185,12 @@ func splitURLs(flagName, list string) ([]string, error) {
 // now if the directory has none), checked for the cluster: it names the
 // etcd member and is part of container names.
 func clusterNodeID(dataDir string) (string, error) {
-	id, err := loadOrCreateNodeID(filepath.Join(dataDir, "node-id"))
+	id, err := datadir.LoadOrCreateNodeID(datadir.NodeIDPath(dataDir))
 	if err != nil {
 		return "", err
 	}
 	if !naming.ValidLabel(id) {
-		return "", fmt.Errorf("node id %q (in %s) is not a DNS label; write one that is to that file first", id, filepath.Join(dataDir, "node-id"))
+		return "", fmt.Errorf("node id %q (in %s) is not a DNS label; write one that is to that file first", id, datadir.NodeIDPath(dataDir))
 	}
 	return id, nil
 }
@@ -193,22 +198,22 @@ func clusterNodeID(dataDir string) (string, error) {
 // unclusteredNodeID is clusterNodeID of a data directory that is in no
 // cluster yet (init and join refuse one that is).
 func unclusteredNodeID(dataDir string) (string, error) {
-	f, err := loadClusterFile(dataDir)
+	f, err := datadir.LoadClusterFile(dataDir)
 	if err != nil {
 		return "", err
 	}
 	if f != nil {
-		return "", fmt.Errorf("%s is in a cluster already (%s); `sandboxd cluster leave` first", dataDir, clusterFileName)
+		return "", fmt.Errorf("%s is in a cluster already (%s); `sandboxd cluster leave` first", dataDir, datadir.ClusterFileName)
 	}
 	return clusterNodeID(dataDir)
 }
 
-func clusterInit(dataDir, client, peer, endpoints string, ext clusterTLS, stdout io.Writer) error {
+func clusterInit(dataDir, client, peer, endpoints string, ext datadir.ClusterTLS, stdout io.Writer) error {
 	id, err := unclusteredNodeID(dataDir)
 	if err != nil {
 		return err
 	}
-	var f clusterFile
+	var f datadir.ClusterFile
 	if endpoints != "" {
 		if f.Endpoints, err = splitURLs("--etcd-endpoints", endpoints); err != nil {
 			return err
@@ -228,14 +233,14 @@ func clusterInit(dataDir, client, peer, endpoints string, ext clusterTLS, stdout
 			return err
 		}
 		f.Endpoints = []string{c}
-		f.Member = &clusterMember{ClientURL: c, PeerURL: p, InitialCluster: id + "=" + p, State: "new"}
-		f.TLS = &embeddedTLS
+		f.Member = &datadir.ClusterMember{ClientURL: c, PeerURL: p, InitialCluster: id + "=" + p, State: "new"}
+		f.TLS = embeddedTLS()
 	}
-	secret := filepath.Join(dataDir, clusterSecretName)
-	if err := newClusterSecret(secret); err != nil {
+	secret := filepath.Join(dataDir, datadir.ClusterSecretName)
+	if err := datadir.NewClusterSecret(secret); err != nil {
 		return err
 	}
-	if err := writeClusterFile(dataDir, f); err != nil {
+	if err := datadir.WriteClusterFile(dataDir, f); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "node %s starts a new cluster; start its daemon on %s.\n", id, dataDir)
@@ -263,22 +268,12 @@ func initClusterCA(dataDir, id string, hosts []string) error {
 	if err != nil {
 		return err
 	}
-	return writeFiles(dataDir, map[string][]byte{
-		clusterCAName: ca.CertPEM(), clusterCAKeyName: caKey, clusterCertName: cert, clusterCertKeyName: key,
+	return datadir.WriteFiles(dataDir, map[string][]byte{
+		datadir.ClusterCAName: ca.CertPEM(), datadir.ClusterCAKeyName: caKey, datadir.ClusterCertName: cert, datadir.ClusterCertKeyName: key,
 	})
 }
 
-// writeFiles writes each file of files in dir (0600, atomically).
-func writeFiles(dir string, files map[string][]byte) error {
-	for name, b := range files {
-		if err := writeAtomic(filepath.Join(dir, name), b); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func clusterJoin(ctx context.Context, dataDir, client, peer, endpoints, viaAPI, secretFile string, ext clusterTLS, stdout io.Writer) error {
+func clusterJoin(ctx context.Context, dataDir, client, peer, endpoints, viaAPI, secretFile string, ext datadir.ClusterTLS, stdout io.Writer) error {
 	id, err := unclusteredNodeID(dataDir)
 	if err != nil {
 		return err
@@ -286,11 +281,11 @@ func clusterJoin(ctx context.Context, dataDir, client, peer, endpoints, viaAPI, 
 	if secretFile == "" {
 		return errors.New("--secret-file is required (the cluster.secret of a node of the cluster)")
 	}
-	secret, err := loadClusterSecret(secretFile)
+	secret, err := datadir.LoadClusterSecret(secretFile)
 	if err != nil {
 		return err
 	}
-	var f clusterFile
+	var f datadir.ClusterFile
 	if endpoints != "" {
 		if f.Endpoints, err = splitURLs("--etcd-endpoints", endpoints); err != nil {
 			return err
@@ -313,12 +308,12 @@ func clusterJoin(ctx context.Context, dataDir, client, peer, endpoints, viaAPI, 
 			return err
 		}
 		cctx, cancel := context.WithTimeout(ctx, clusterCallTimeout)
-		etcdEndpoints, err := requestCertificate(cctx, http.DefaultClient, viaAPI, secret, id, hosts, dataDir)
+		etcdEndpoints, err := RequestCertificate(cctx, http.DefaultClient, viaAPI, secret, id, hosts, dataDir)
 		cancel()
 		if err != nil {
 			return err
 		}
-		tlsCfg, err := embeddedTLS.files(dataDir).ClientConfig()
+		tlsCfg, err := datadir.EmbeddedTLS().Files(dataDir).ClientConfig()
 		if err != nil {
 			return err
 		}
@@ -329,13 +324,13 @@ func clusterJoin(ctx context.Context, dataDir, client, peer, endpoints, viaAPI, 
 			return fmt.Errorf("add member %s: %w", id, err)
 		}
 		f.Endpoints = []string{c}
-		f.Member = &clusterMember{ClientURL: c, PeerURL: p, InitialCluster: initial, State: "existing"}
-		f.TLS = &embeddedTLS
+		f.Member = &datadir.ClusterMember{ClientURL: c, PeerURL: p, InitialCluster: initial, State: "existing"}
+		f.TLS = embeddedTLS()
 	}
-	if err := writeAtomic(filepath.Join(dataDir, clusterSecretName), []byte(fmt.Sprintf("%x\n", secret))); err != nil {
+	if err := datadir.WriteAtomic(filepath.Join(dataDir, datadir.ClusterSecretName), []byte(fmt.Sprintf("%x\n", secret))); err != nil {
 		return err
 	}
-	if err := writeClusterFile(dataDir, f); err != nil {
+	if err := datadir.WriteClusterFile(dataDir, f); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "node %s joined; start its daemon on %s now (a new member counts toward the quorum from this moment).\n", id, dataDir)
@@ -343,14 +338,14 @@ func clusterJoin(ctx context.Context, dataDir, client, peer, endpoints, viaAPI, 
 }
 
 func clusterMembers(ctx context.Context, dataDir string, stdout io.Writer) error {
-	f, err := loadClusterFile(dataDir)
+	f, err := datadir.LoadClusterFile(dataDir)
 	if err != nil {
 		return err
 	}
 	if f == nil {
 		return fmt.Errorf("%s is not in a cluster", dataDir)
 	}
-	tlsCfg, err := f.etcdTLS(dataDir)
+	tlsCfg, err := f.EtcdTLS(dataDir)
 	if err != nil {
 		return err
 	}
@@ -389,7 +384,7 @@ func clusterMembers(ctx context.Context, dataDir string, stdout io.Writer) error
 }
 
 func clusterLeave(ctx context.Context, dataDir, via string, stdout io.Writer) error {
-	f, err := loadClusterFile(dataDir)
+	f, err := datadir.LoadClusterFile(dataDir)
 	if err != nil {
 		return err
 	}
@@ -401,7 +396,7 @@ func clusterLeave(ctx context.Context, dataDir, via string, stdout io.Writer) er
 		return err
 	}
 	if f.Member != nil {
-		tlsCfg, err := f.etcdTLS(dataDir)
+		tlsCfg, err := f.EtcdTLS(dataDir)
 		if err != nil {
 			return err
 		}
@@ -422,15 +417,94 @@ func clusterLeave(ctx context.Context, dataDir, via string, stdout io.Writer) er
 			return err
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dataDir, clusterCAKeyName)); err == nil {
+	if _, err := os.Stat(filepath.Join(dataDir, datadir.ClusterCAKeyName)); err == nil {
 		fmt.Fprintf(stdout, "note: node %s held the cluster CA key (%s), which signs joining nodes' certificates; it is removed with the node. Copy %s and %s from a backup into another node's data directory if the cluster should take more nodes.\n",
-			id, clusterCAKeyName, clusterCAName, clusterCAKeyName)
+			id, datadir.ClusterCAKeyName, datadir.ClusterCAName, datadir.ClusterCAKeyName)
 	}
-	for _, name := range []string{clusterFileName, clusterSecretName, clusterCAKeyName, clusterCertKeyName, clusterCertName, clusterCAName} {
+	for _, name := range []string{datadir.ClusterFileName, datadir.ClusterSecretName, datadir.ClusterCAKeyName, datadir.ClusterCertKeyName, datadir.ClusterCertName, datadir.ClusterCAName} {
 		if err := os.Remove(filepath.Join(dataDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
 	fmt.Fprintf(stdout, "node %s left the cluster; its daemon starts as a single node now.\n", id)
 	return nil
+}
+
+// RequestCertificate is the joiner's side: it makes this node's etcd key,
+// asks the node at apiURL to sign it under the cluster secret, checks the
+// answer's MAC and that the certificate is for its key and verifies under
+// the CA it got, then writes the CA certificate, its certificate and key
+// into dataDir. It returns the cluster's etcd endpoints. The secret never
+// leaves this process: only MACs travel.
+func RequestCertificate(ctx context.Context, hc *http.Client, apiURL string, secret []byte, node string, hosts []string, dataDir string) ([]string, error) {
+	key, keyPEM, err := cluster.NewNodeKey()
+	if err != nil {
+		return nil, err
+	}
+	csr, err := cluster.NodeCSR(key, node)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(cluster.JoinRequest{Node: node, Hosts: hosts, CSR: string(csr), Time: time.Now().Unix()})
+	if err != nil {
+		return nil, err
+	}
+	mac, err := cluster.JoinMAC(secret, body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(apiURL, "/")+cluster.JoinPath, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(cluster.HeaderJoinAuth, mac)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("ask %s for an etcd certificate: %w", apiURL, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("ask %s for an etcd certificate: %w", apiURL, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("ask %s for an etcd certificate: %s: %s", apiURL, resp.Status, bytes.TrimSpace(out))
+	}
+	want, err := cluster.ResponseMAC(secret, mac, out)
+	if err != nil || !cluster.VerifyMAC(resp.Header.Get(cluster.HeaderJoinAuth), want) {
+		return nil, fmt.Errorf("ask %s for an etcd certificate: the answer is not authenticated by the cluster secret (is it a node of this cluster?)", apiURL)
+	}
+	var jr cluster.JoinResponse
+	if err := json.Unmarshal(out, &jr); err != nil {
+		return nil, fmt.Errorf("ask %s for an etcd certificate: %w", apiURL, err)
+	}
+	pair, err := tls.X509KeyPair([]byte(jr.Cert), keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the certificate %s signed is not for this node's key: %w", apiURL, err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM([]byte(jr.CA)) {
+		return nil, fmt.Errorf("%s sent no CA certificate", apiURL)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil, fmt.Errorf("the certificate %s signed does not verify under its CA: %w", apiURL, err)
+	}
+	if len(jr.Endpoints) == 0 {
+		return nil, fmt.Errorf("%s named no etcd endpoints", apiURL)
+	}
+	if err := datadir.WriteFiles(dataDir, map[string][]byte{datadir.ClusterCAName: []byte(jr.CA), datadir.ClusterCertName: []byte(jr.Cert), datadir.ClusterCertKeyName: keyPEM}); err != nil {
+		return nil, err
+	}
+	return jr.Endpoints, nil
+}
+
+// embeddedTLS is datadir.EmbeddedTLS for a cluster file to point at.
+func embeddedTLS() *datadir.ClusterTLS {
+	t := datadir.EmbeddedTLS()
+	return &t
 }

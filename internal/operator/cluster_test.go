@@ -1,4 +1,4 @@
-package daemon
+package operator
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/datadir"
 )
 
 // The embedded member speaks TLS with client certificates, so it may
@@ -25,7 +27,7 @@ func TestClusterInit_MemberAddresses(t *testing.T) {
 		if code := ClusterCommand(append([]string{"init", "--data-dir", dir}, args...), &out, &errb); code == 0 {
 			t.Errorf("init %v: exit 0, want a refusal", args)
 		}
-		if _, err := os.Stat(filepath.Join(dir, clusterFileName)); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, datadir.ClusterFileName)); err == nil {
 			t.Errorf("init %v left a cluster file", args)
 		}
 	}
@@ -37,11 +39,11 @@ func TestClusterInit_MemberAddresses(t *testing.T) {
 	if code := ClusterCommand([]string{"init", "--data-dir", dir, "--etcd-client", "10.77.0.1:23790", "--etcd-peer", "10.77.0.1:23800"}, &out, &errb); code != 0 {
 		t.Fatalf("init on 10.77.0.1: exit %d: %s", code, errb.String())
 	}
-	f, err := loadClusterFile(dir)
+	f, err := datadir.LoadClusterFile(dir)
 	if err != nil || f == nil || f.TLS == nil {
 		t.Fatalf("cluster file: %+v, %v", f, err)
 	}
-	files := f.TLS.files(dir)
+	files := f.TLS.Files(dir)
 	pair, err := tls.LoadX509KeyPair(files.Cert, files.Key)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +57,7 @@ func TestClusterInit_MemberAddresses(t *testing.T) {
 			t.Errorf("the node certificate for %s: %v", host, err)
 		}
 	}
-	for _, name := range []string{clusterCAKeyName, clusterCertKeyName, clusterSecretName} {
+	for _, name := range []string{datadir.ClusterCAKeyName, datadir.ClusterCertKeyName, datadir.ClusterSecretName} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v, %v; want mode 0600", name, fi, err)
 		}
@@ -76,7 +78,7 @@ func TestClusterInit_ExternalNeedsTLSFlags(t *testing.T) {
 		if code := ClusterCommand(append([]string{"init", "--data-dir", dir}, args...), &out, &errb); code == 0 || !strings.Contains(errb.String(), "--etcd-c") {
 			t.Errorf("init %v: exit %d, stderr %q; want a refusal naming the TLS flags", args, code, errb.String())
 		}
-		if _, err := os.Stat(filepath.Join(dir, clusterFileName)); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, datadir.ClusterFileName)); err == nil {
 			t.Errorf("init %v left a cluster file", args)
 		}
 	}
@@ -94,14 +96,14 @@ func TestClusterInit_WritesFilesOnce(t *testing.T) {
 	if code := ClusterCommand(args, &out, &errb); code != 0 {
 		t.Fatalf("init: exit %d: %s", code, errb.String())
 	}
-	f, err := loadClusterFile(dir)
+	f, err := datadir.LoadClusterFile(dir)
 	if err != nil || f == nil || f.Member == nil {
 		t.Fatalf("cluster file: %+v, %v", f, err)
 	}
 	if got, want := f.Member.InitialCluster, "n1=https://127.0.0.1:23800"; got != want {
 		t.Errorf("initial cluster %q, want %q", got, want)
 	}
-	if _, err := loadClusterSecret(filepath.Join(dir, clusterSecretName)); err != nil {
+	if _, err := datadir.LoadClusterSecret(filepath.Join(dir, datadir.ClusterSecretName)); err != nil {
 		t.Errorf("secret: %v", err)
 	}
 	errb.Reset()

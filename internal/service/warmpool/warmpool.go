@@ -1,0 +1,370 @@
+// Package warmpool is the warm pool's state: the idle sandboxes ready per
+// class, each class's target, and the refills and claims in flight. It
+// holds memory only, under one mutex never held across I/O; the service
+// does the I/O (poolclaim.go claims, pool.go refills, adopts, health-checks
+// and evicts) and asks this package what to do next. See docs/design.md,
+// "The warm pool".
+package warmpool
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Class is what makes two sandboxes interchangeable before a claim:
+// the image, the runtime, the CPU, the memory, the disk limit (so only
+// creates of a pooled class's disk limit, the default unless a target
+// says otherwise, are served from the pool) and whether it has network.
+// Everything else (owner, name, tags, env, secrets, timeout, annotations)
+// is applied at the claim.
+type Class struct {
+	Image    string `json:"image"`
+	Runtime  string `json:"runtime"`
+	MilliCPU int64  `json:"milli_cpu"`
+	MemoryMB int64  `json:"memory_mb"`
+	DiskMB   int64  `json:"disk_mb"`
+	Network  bool   `json:"network"`
+}
+
+func (c Class) String() string {
+	return fmt.Sprintf("%s/%s/%dm/%dMB/disk=%dMB/net=%v", c.Image, c.Runtime, c.MilliCPU, c.MemoryMB, c.DiskMB, c.Network)
+}
+
+// Bounds of the pool.
+const (
+	// MaxSize bounds one class's target, MaxClasses the classes.
+	MaxSize    = 64
+	MaxClasses = 16
+	// backoffMax bounds the wait after a class's refill failed.
+	backoffMax = time.Minute
+	// refillQuiet is how long refills wait after a claim. A claim's caller
+	// usually execs right after it, and a refill is a container create
+	// and start (hundreds of milliseconds of the engine's CPU): on a small
+	// host, started at once it would double that first exec's latency.
+	refillQuiet = 250 * time.Millisecond
+)
+
+// Idle is one idle sandbox: its id and the agent token it booted with
+// (plain, and sealed as its row keeps it).
+type Idle struct {
+	ID          string
+	Token       string
+	SealedToken []byte
+}
+
+// Pool is the warm pool's state: which idle sandboxes are ready, per
+// class, what each class wants, and the refills in flight. Its mutex guards everything but the
+// counters; nothing is held across I/O.
+type Pool struct {
+	concurrency int
+
+	mu      sync.Mutex
+	targets map[Class]int
+	ready   map[Class][]Idle
+	filling map[Class]int
+	// claiming counts sandboxes Take handed out whose claim has not ended:
+	// they still count as the class's, so that a claim that gives its
+	// sandbox back (a name conflict, a quota) never makes the refill add
+	// one more.
+	claiming map[Class]int
+	backoff  map[Class]time.Time // no refill of the class before
+	fails    map[Class]int
+	// quietUntil is when the last claim's refillQuiet ends (wall time, not
+	// the service's clock: it paces work, it decides nothing).
+	quietUntil time.Time
+
+	// userCreates counts cold creates in flight: refill waits while any is.
+	userCreates atomic.Int64
+	wake        chan struct{}
+}
+
+func New(concurrency int) *Pool {
+	return &Pool{
+		concurrency: max(concurrency, 1),
+		targets:     map[Class]int{},
+		ready:       map[Class][]Idle{},
+		filling:     map[Class]int{},
+		claiming:    map[Class]int{},
+		backoff:     map[Class]time.Time{},
+		fails:       map[Class]int{},
+		wake:        make(chan struct{}, 1),
+	}
+}
+
+// ColdCreate counts a cold create of a tenant in flight until the
+// returned func is called; the refill waits while any is, and is poked
+// when the last ends.
+func (p *Pool) ColdCreate() (done func()) {
+	p.userCreates.Add(1)
+	return func() {
+		if p.userCreates.Add(-1) == 0 {
+			p.Poke()
+		}
+	}
+}
+
+// SetTargets replaces every class's target (a class of n <= 0 is none);
+// what is now beyond a target is Surplus.
+func (p *Pool) SetTargets(targets map[Class]int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.targets)
+	for c, n := range targets {
+		if n > 0 {
+			p.targets[c] = n
+		}
+	}
+}
+
+// Busy reports whether a cold create counted by ColdCreate is in flight:
+// the refill waits until none is.
+func (p *Pool) Busy() bool { return p.userCreates.Load() != 0 }
+
+// Wake is poked when the refill loop has something to look at.
+func (p *Pool) Wake() <-chan struct{} { return p.wake }
+
+// Adopt puts e, an idle sandbox of class c an earlier process left, in
+// c's ready list; false when c has no room for it.
+func (p *Pool) Adopt(c Class, e Idle) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.ready[c]) >= p.targets[c] {
+		return false
+	}
+	p.ready[c] = append(p.ready[c], e)
+	return true
+}
+
+// EvictLargest takes out one idle sandbox, of the class with the most
+// memory (then CPU), newest first; false when the pool holds none.
+func (p *Pool) EvictLargest() (Idle, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var (
+		victim Idle
+		from   Class
+		found  bool
+	)
+	for c, list := range p.ready {
+		if len(list) > 0 && (!found || c.MemoryMB > from.MemoryMB || (c.MemoryMB == from.MemoryMB && c.MilliCPU > from.MilliCPU)) {
+			victim, from, found = list[len(list)-1], c, true
+		}
+	}
+	if found {
+		l := p.ready[from]
+		p.ready[from] = l[:len(l)-1]
+	}
+	return victim, found
+}
+
+// Poke wakes the refill loop.
+func (p *Pool) Poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Take pops an idle sandbox of class c, if the pool has one.
+func (p *Pool) Take(c Class) (Idle, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	list := p.ready[c]
+	if len(list) == 0 {
+		return Idle{}, false
+	}
+	// Oldest first: every idle sandbox gets used before it grows stale.
+	e := list[0]
+	p.ready[c] = slices.Delete(list, 0, 1)
+	p.claiming[c]++
+	return e, true
+}
+
+// GiveBack returns an untouched sandbox that Take handed out.
+//
+// It reports false, keeping nothing, when the class no longer wants it
+// (drained, or its target shrank while the claim ran): the caller then
+// destroys the sandbox.
+func (p *Pool) GiveBack(c Class, e Idle) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.claiming[c]--
+	if p.supply(c) >= p.targets[c] {
+		return false
+	}
+	p.ready[c] = append([]Idle{e}, p.ready[c]...)
+	return true
+}
+
+// Gone ends the claim of a sandbox Take handed out that the pool no
+// longer has (claimed, or found dead): the refill replaces it.
+func (p *Pool) Gone(c Class) {
+	p.mu.Lock()
+	p.claiming[c]--
+	p.quietUntil = time.Now().Add(refillQuiet)
+	p.mu.Unlock()
+	p.Poke()
+}
+
+// Remove drops id from the ready lists; it reports whether it was there.
+func (p *Pool) Remove(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c, list := range p.ready {
+		if i := slices.IndexFunc(list, func(e Idle) bool { return e.ID == id }); i >= 0 {
+			p.ready[c] = slices.Delete(list, i, i+1)
+			p.Poke()
+			return true
+		}
+	}
+	return false
+}
+
+// Status is a class's target and what the pool holds of it now.
+type Status struct {
+	Class
+	Target  int
+	Ready   int
+	Filling int
+	// IDs are the ready sandboxes, oldest first (the next claimed first).
+	IDs []string
+}
+
+// Status lists every class with a target or idle sandboxes, in the order
+// of their String.
+func (p *Pool) Status() []Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	classes := map[Class]bool{}
+	for c := range p.targets {
+		classes[c] = true
+	}
+	for c, l := range p.ready {
+		if len(l) > 0 {
+			classes[c] = true
+		}
+	}
+	out := make([]Status, 0, len(classes))
+	for c := range classes {
+		ids := make([]string, len(p.ready[c]))
+		for i, e := range p.ready[c] {
+			ids[i] = e.ID
+		}
+		out = append(out, Status{Class: c, Target: p.targets[c], Ready: len(ids), Filling: p.filling[c], IDs: ids})
+	}
+	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.String(), b.String()) })
+	return out
+}
+
+// Next picks a class to refill now and counts its refill as started, or
+// reports when to look again (zero: when poked). Within refillQuiet of
+// the last claim, only a class with no idle sandbox left is refilled.
+func (p *Pool) Next(now time.Time) (Class, bool, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	inFlight := 0
+	for _, n := range p.filling {
+		inFlight += n
+	}
+	if inFlight >= p.concurrency {
+		return Class{}, false, 0
+	}
+	quiet := time.Until(p.quietUntil)
+	var wait time.Duration
+	classes := slices.SortedFunc(maps.Keys(p.targets), func(a, b Class) int { return cmp.Compare(a.String(), b.String()) })
+	// The emptiest class first, so one class's refill never starves another.
+	slices.SortStableFunc(classes, func(a, b Class) int {
+		return cmp.Compare(p.supply(a)-p.targets[a], p.supply(b)-p.targets[b])
+	})
+	for _, c := range classes {
+		if p.supply(c) >= p.targets[c] {
+			continue
+		}
+		if until := p.backoff[c]; now.Before(until) {
+			if d := until.Sub(now); wait == 0 || d < wait {
+				wait = d
+			}
+			continue
+		}
+		if quiet > 0 && len(p.ready[c]) > 0 {
+			// The last claim's first commands go first, unless the
+			// class ran dry (a steady stream of claims would otherwise
+			// keep pushing its refill back until it did).
+			if wait == 0 || quiet < wait {
+				wait = quiet
+			}
+			continue
+		}
+		p.filling[c]++
+		return c, true, 0
+	}
+	return Class{}, false, wait
+}
+
+// supply is what class c has or will have: idle, being made, being claimed.
+func (p *Pool) supply(c Class) int { return len(p.ready[c]) + p.filling[c] + p.claiming[c] }
+
+// Filled ends a refill of c: e joins the ready list (when the refill
+// succeeded and the class still wants it) or the class backs off.
+func (p *Pool) Filled(c Class, e Idle, err error, now time.Time) (keep bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.filling[c]--
+	if err != nil {
+		p.fails[c]++
+		d := min(time.Second<<min(p.fails[c]-1, 6), backoffMax)
+		p.backoff[c] = now.Add(d)
+		return false
+	}
+	p.fails[c] = 0
+	delete(p.backoff, c)
+	if len(p.ready[c]) >= p.targets[c] {
+		return false // the target shrank meanwhile
+	}
+	p.ready[c] = append(p.ready[c], e)
+	return true
+}
+
+// Surplus takes out the idle sandboxes beyond each class's target.
+func (p *Pool) Surplus() []Idle {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Idle
+	for c, list := range p.ready {
+		if n := p.targets[c]; len(list) > n {
+			out = append(out, list[n:]...)
+			p.ready[c] = list[:n:n]
+		}
+	}
+	return out
+}
+
+// Ready is a snapshot of every ready sandbox.
+func (p *Pool) Ready() []Idle {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Idle
+	for _, list := range p.ready {
+		out = append(out, list...)
+	}
+	return out
+}
+
+// Drain takes out every ready sandbox and clears the targets, in one
+// locked step (a claim racing it gets either its sandbox or none).
+func (p *Pool) Drain() []Idle {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Idle
+	for _, list := range p.ready {
+		out = append(out, list...)
+	}
+	clear(p.ready)
+	clear(p.targets)
+	return out
+}
