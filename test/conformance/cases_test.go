@@ -264,6 +264,13 @@ var execCases = []tcase{
 		}
 		return expect(r.ExitCode == 0 && r.Stdout == "/tmp\n", "got %+v, want /tmp", r)
 	}},
+	{name: "ExecBadEnvName", want: apierr.InvalidArgument, run: func(ctx context.Context, f *fixture) error {
+		r, err := f.w.Exec(ctx, f.id, execReq{Command: "env", Env: map[string]string{"A=B": "x"}})
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("ran with an env name holding '=': %+v", r)
+	}},
 	{name: "ExecMissingCwd", want: apierr.InvalidArgument, run: func(ctx context.Context, f *fixture) error {
 		r, err := f.w.Exec(ctx, f.id, execReq{Command: "pwd", Cwd: "/no/such/dir"})
 		if err != nil {
@@ -308,6 +315,13 @@ var fileCases = []tcase{
 	}},
 	{name: "DownloadDirectory", want: apierr.InvalidArgument, run: func(ctx context.Context, f *fixture) error {
 		_, err := f.w.Download(ctx, f.id, "/tmp/conf/dir")
+		return err
+	}},
+	{name: "UploadUnderAFile", want: apierr.InvalidArgument, run: func(ctx context.Context, f *fixture) error {
+		return f.w.Upload(ctx, f.id, "/tmp/conf/dir/a.bin/x", payload)
+	}},
+	{name: "DownloadNULInPath", want: apierr.InvalidArgument, run: func(ctx context.Context, f *fixture) error {
+		_, err := f.w.Download(ctx, f.id, "/tmp/conf/a\x00b")
 		return err
 	}},
 	{name: "UploadNULInPath", want: apierr.InvalidArgument, run: func(ctx context.Context, f *fixture) error {
@@ -367,6 +381,14 @@ var errorCases = []tcase{
 	}}, run: func(ctx context.Context, f *fixture) error {
 		return f.w.CreateRaw(ctx, fmt.Sprintf(`{"$IMAGE":"sandboxd/no-such-image:conformance","$LABELS":{"conformance":%q,"wire":%q}}`,
 			f.labels["conformance"], f.w.Name()))
+	}, check: noNewSandbox},
+	{name: "CreateEmptyLabelKey", want: apierr.InvalidArgument, run: func(ctx context.Context, f *fixture) error {
+		return f.w.CreateRaw(ctx, fmt.Sprintf(`{"$IMAGE":%q,"$LABELS":{"":"x","conformance":%q,"wire":%q}}`,
+			image, f.labels["conformance"], f.w.Name()))
+	}, check: noNewSandbox},
+	{name: "CreateBadEnvName", want: apierr.InvalidArgument, run: func(ctx context.Context, f *fixture) error {
+		return f.w.CreateRaw(ctx, fmt.Sprintf(`{"$IMAGE":%q,"$ENV":{"A=B":"x"},"$LABELS":{"conformance":%q,"wire":%q}}`,
+			image, f.labels["conformance"], f.w.Name()))
 	}, check: noNewSandbox},
 	{name: "ExecEmptyCommand", want: apierr.InvalidArgument, run: func(ctx context.Context, f *fixture) error {
 		_, err := f.w.Exec(ctx, f.id, execReq{Command: ""})
