@@ -284,6 +284,13 @@ var execCases = []tcase{
 // as text loses it.
 var payload = []byte("conformance\x00\n\xff\xfe line two\n")
 
+// mib is a MiB of random bytes.
+var mib = func() []byte {
+	b := make([]byte, 1<<20)
+	rand.Read(b)
+	return b
+}()
+
 var fileCases = []tcase{
 	{name: "UploadDownload", run: func(ctx context.Context, f *fixture) error {
 		if err := f.w.Upload(ctx, f.id, "/tmp/conf/dir/a.bin", payload); err != nil {
@@ -294,6 +301,26 @@ var fileCases = []tcase{
 			return err
 		}
 		return expect(bytes.Equal(got, payload), "downloaded %q, want %q", got, payload)
+	}},
+	{name: "EmptyFile", run: func(ctx context.Context, f *fixture) error {
+		if err := f.w.Upload(ctx, f.id, "/tmp/conf/empty", nil); err != nil {
+			return err
+		}
+		got, err := f.w.Download(ctx, f.id, "/tmp/conf/empty")
+		if err != nil {
+			return err
+		}
+		return expect(len(got) == 0, "downloaded %d bytes of an empty file", len(got))
+	}},
+	{name: "MiBFile", run: func(ctx context.Context, f *fixture) error {
+		if err := f.w.Upload(ctx, f.id, "/tmp/conf/big.bin", mib); err != nil {
+			return err
+		}
+		got, err := f.w.Download(ctx, f.id, "/tmp/conf/big.bin")
+		if err != nil {
+			return err
+		}
+		return expect(bytes.Equal(got, mib), "downloaded %d bytes, want the %d uploaded", len(got), len(mib))
 	}},
 	{name: "ListDir", run: func(ctx context.Context, f *fixture) error {
 		names, err := f.w.ListDir(ctx, f.id, "/tmp/conf/dir")
@@ -480,6 +507,9 @@ var stopStartCases = []tcase{
 	}, check: func(t *testing.T, ctx context.Context, f *fixture) {
 		if v, err := f.w.Get(ctx, f.id); err != nil || v.State != stateStopped {
 			t.Errorf("%s: after stop the sandbox reads %+v, %v; want stopped", f.w.Name(), v, err)
+		}
+		if vs, err := f.w.List(ctx, f.labels); err != nil || len(vs) != 1 || vs[0].State != stateStopped {
+			t.Errorf("%s: after stop the list reads %+v, %v; want it, stopped", f.w.Name(), vs, err)
 		}
 	}},
 	// A retried stop finds the sandbox stopped and changes nothing.
