@@ -11,6 +11,9 @@ import (
 )
 
 func TestThreeMembers_DirectoryAndDeparted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several embedded etcd members (make test runs it; make test-unit does not)")
+	}
 	t.Parallel() // mostly waiting on etcd: overlap it with the other tests
 	ms := startThree(t)
 	a := openNode(t, "a", []string{ms[0].ClientURL()})
@@ -65,6 +68,9 @@ func nodeIDs(n *Node) []string {
 }
 
 func TestThreeMembers_QuorumLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several embedded etcd members (make test runs it; make test-unit does not)")
+	}
 	t.Parallel() // mostly waiting on etcd: overlap it with the other tests
 	ms := startThree(t)
 	const opTimeout = time.Second
@@ -106,6 +112,9 @@ func TestThreeMembers_QuorumLoss(t *testing.T) {
 }
 
 func TestAddMember_JoinListRemove(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several embedded etcd members (make test runs it; make test-unit does not)")
+	}
 	t.Parallel() // mostly waiting on etcd: overlap it with the other tests
 	m0 := startSingle(t)
 	eps := []string{m0.ClientURL()}
