@@ -22,8 +22,6 @@ type fixture struct {
 	w      wire
 	id     string
 	labels map[string]string
-	// stopped is set by the lifecycle cases while the sandbox is stopped.
-	stopped bool
 }
 
 // createEnv is set at create on every wire; commands must see it.
