@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -75,6 +77,7 @@ func TestConformance(t *testing.T) {
 		&e2b{base: d.URL(), key: auth.E2BKey(d.Token()), tokens: tokens},
 		&daytona{base: d.URL(), token: d.Token()},
 	}
+	otherToken = mintUserToken(t, d.URL(), d.Token(), "conformance-other-"+randHex(4))
 	run := randHex(6)
 	for _, w := range wires {
 		t.Run(w.Name(), func(t *testing.T) {
@@ -465,6 +468,63 @@ func init() {
 			})
 		}
 	}
+	// Another owner's valid token: the sandbox does not exist for it (404,
+	// never 403, which would say it exists), and nothing changes. E2B's
+	// envd is authorized by the sandbox's own access token, which another
+	// owner never has: 401 there.
+	envdOther := map[string]exception{"e2b": {
+		class: apierr.Unauthenticated,
+		why:   "E2B's envd wants the sandbox's access token, which another owner never has",
+	}}
+	for _, o := range ops {
+		var except map[string]exception
+		switch o.name {
+		case "Create", "List":
+			continue // theirs to do: ListOtherOwner below
+		case "Exec", "Upload", "Download", "ListDir":
+			except = envdOther
+		}
+		errorCases = append(errorCases, tcase{
+			name: "OtherOwner/" + o.name, want: apierr.NotFound, except: except,
+			run:   func(ctx context.Context, f *fixture) error { return o.do(ctx, f.w.As(credOther), f) },
+			check: unchanged,
+		})
+	}
+	errorCases = append(errorCases, tcase{name: "OtherOwner/List", run: func(ctx context.Context, f *fixture) error {
+		vs, err := f.w.As(credOther).List(ctx, nil)
+		if err != nil {
+			return err
+		}
+		return expect(!slices.Contains(viewIDs(vs), f.id), "another owner lists %v", viewIDs(vs))
+	}})
+}
+
+// mintUserToken makes a user token of owner through the native API and
+// revokes it at the end of t.
+func mintUserToken(t *testing.T, base, admin, owner string) string {
+	t.Helper()
+	h := http.Header{"Authorization": {"Bearer " + admin}, "Content-Type": {"application/json"}}
+	parse := (&native{}).parse
+	b, _, err := call(t.Context(), http.MethodPost, base+"/v1/tokens", h,
+		jsonBody(map[string]any{"name": owner, "role": "user", "owner": owner}), parse)
+	if err != nil {
+		t.Fatalf("mint a user token: %v", err)
+	}
+	var tok struct {
+		ID    string `json:"id"`
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(b, &tok); err != nil || tok.Token == "" {
+		t.Fatalf("mint a user token: %q: %v", b, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, _, err := call(ctx, http.MethodDelete, base+"/v1/tokens/"+tok.ID, h, nil, parse); err != nil {
+			t.Errorf("revoke the user token: %v", err)
+		}
+	})
+	return tok.Token
 }
 
 // unchanged checks that the fixture is still there, running, alone under

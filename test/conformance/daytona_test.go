@@ -27,7 +27,7 @@ func (w *daytona) Name() string { return "daytona" }
 
 func (w *daytona) As(cred credential) wire {
 	c := *w
-	c.token = map[credential]string{credNone: "", credWrong: wrongToken}[cred]
+	c.token = map[credential]string{credNone: "", credWrong: wrongToken, credOther: otherToken}[cred]
 	return &c
 }
 

@@ -39,7 +39,7 @@ func (w *e2b) Name() string { return "e2b" }
 func (w *e2b) As(cred credential) wire {
 	c := *w
 	c.cred = cred
-	c.key = map[credential]string{credNone: "", credWrong: auth.E2BKey(wrongToken)}[cred]
+	c.key = map[credential]string{credNone: "", credWrong: auth.E2BKey(wrongToken), credOther: auth.E2BKey(otherToken)}[cred]
 	return &c
 }
 
@@ -167,7 +167,7 @@ func (w *e2b) Delete(ctx context.Context, id string) error {
 // envdToken is what an envd request for id carries as X-Access-Token.
 func (w *e2b) envdToken(id string) string {
 	switch w.cred {
-	case credNone:
+	case credNone, credOther: // another owner never has the sandbox's token
 		return ""
 	case credWrong:
 		return strings.Repeat("0", 64)

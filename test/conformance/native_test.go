@@ -21,7 +21,7 @@ func (w *native) Name() string { return "native" }
 
 func (w *native) As(cred credential) wire {
 	c := *w
-	c.token = map[credential]string{credNone: "", credWrong: wrongToken}[cred]
+	c.token = map[credential]string{credNone: "", credWrong: wrongToken, credOther: otherToken}[cred]
 	return &c
 }
 

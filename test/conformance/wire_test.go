@@ -55,7 +55,12 @@ type credential int
 const (
 	credNone  credential = iota + 1 // no credential at all
 	credWrong                       // a well-formed token the daemon never issued
+	credOther                       // a valid user token of another owner (otherToken)
 )
+
+// otherToken is a user token of an owner who has no sandbox of the
+// table's: TestConformance mints it.
+var otherToken string
 
 // wrongToken is a well-formed token of the daemon's kind that it never
 // issued.
