@@ -11,9 +11,6 @@ import (
 )
 
 func TestThreeMembers_DirectoryAndDeparted(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts several embedded etcd members (make test runs it; make test-unit does not)")
-	}
 	t.Parallel() // mostly waiting on etcd: overlap it with the other tests
 	ms := startThree(t)
 	a := openNode(t, "a", []string{ms[0].ClientURL()})
@@ -68,9 +65,6 @@ func nodeIDs(n *Node) []string {
 }
 
 func TestThreeMembers_QuorumLoss(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts several embedded etcd members (make test runs it; make test-unit does not)")
-	}
 	t.Parallel() // mostly waiting on etcd: overlap it with the other tests
 	ms := startThree(t)
 	const opTimeout = time.Second
@@ -112,9 +106,6 @@ func TestThreeMembers_QuorumLoss(t *testing.T) {
 }
 
 func TestAddMember_JoinListRemove(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts several embedded etcd members (make test runs it; make test-unit does not)")
-	}
 	t.Parallel() // mostly waiting on etcd: overlap it with the other tests
 	m0 := startSingle(t)
 	eps := []string{m0.ClientURL()}
