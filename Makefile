@@ -102,7 +102,12 @@ cluster-stop: ## stop the cluster started by `make cluster`
 
 .PHONY: test
 test: setup build ## run every test (unit, integration on real Docker, SDK compatibility)
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@# The daemon-level packages (test/e2e, test/adversarial, test/cluster,
+	@# test/conformance) run the binaries just built instead of each building
+	@# its own (internal/testenv/daemontest). test/cluster, the longest
+	@# package by far (~8 min, its tests one after another), is named first so
+	@# that go test starts it first; the others share the second slot beside it.
+	SANDBOXD_TEST_BIN_DIR=$(abspath $(BUILD_DIR)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/cluster/ ./...
 	python3 -m unittest discover -s images/code-interpreter -p '*_test.py'
 	@scripts/test-compat.sh
 

@@ -69,7 +69,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// Bug 1: the reaper destroyed a sandbox that was still being created (its
+// Regression: the reaper destroyed a sandbox that was still being created (its
 // timeout counted from the row's insert). Now the timeout counts from the
 // commit and a creating row is never reaped.
 func TestReap_NeverTouchesASandboxBeingCreated(t *testing.T) {
@@ -105,7 +105,7 @@ func TestReap_NeverTouchesASandboxBeingCreated(t *testing.T) {
 	h.assertNothingLeft(t)
 }
 
-// Bug 2: the reaper listed expired rows, then destroyed each without
+// Regression: the reaper listed expired rows, then destroyed each without
 // looking again, so an extension answered 200 in between was lost; and
 // its destroys ran one after another. Now each row is re-checked under the
 // writer and the teardowns overlap.
@@ -161,7 +161,7 @@ func TestReap_ExtensionInTheWindowKeepsTheSandbox(t *testing.T) {
 	}
 }
 
-// Bug 3: a startup repair that failed (the engine not answering yet) was
+// Regression: a startup repair that failed (the engine not answering yet) was
 // never retried: routes and TCP listeners stayed dead and admission
 // started empty. Now the service refuses creates until the repair
 // succeeds, retries it with backoff, and then restores everything.
@@ -224,7 +224,7 @@ func TestStartupRepair_RetriedUntilTheEngineAnswers(t *testing.T) {
 	}
 }
 
-// Bug 4: one failed read of a claim's sandbox was taken for "gone", and
+// Regression: one failed read of a claim's sandbox was taken for "gone", and
 // the retry created a second sandbox. Now only not-found counts.
 func TestCreateOnce_TransientReadErrorIsNotGone(t *testing.T) {
 	t.Parallel()
@@ -249,7 +249,7 @@ func TestCreateOnce_TransientReadErrorIsNotGone(t *testing.T) {
 	}
 }
 
-// Bug 5: E2B's dedupe counted a creating row as live, so a retry adopted a
+// Regression: E2B's dedupe counted a creating row as live, so a retry adopted a
 // half-made sandbox that the reconciler later destroyed. Now a creating
 // target is not an answer.
 func TestCreateOnce_NeverAdoptsAHalfMadeSandbox(t *testing.T) {
@@ -280,7 +280,7 @@ func TestCreateOnce_NeverAdoptsAHalfMadeSandbox(t *testing.T) {
 	}
 }
 
-// Bug 6: a holder whose claim was taken over still reported its own
+// Regression: a holder whose claim was taken over still reported its own
 // sandbox as the answer, so one key gave two ids. Now a holder that lost
 // its claim answers the key's settled sandbox and destroys its own.
 func TestCreateOnce_LostClaimNeverGivesTwoIDs(t *testing.T) {
@@ -328,7 +328,7 @@ func TestCreateOnce_LostClaimNeverGivesTwoIDs(t *testing.T) {
 	eventually(t, "only the answered sandbox is left", func() bool { return h.containers(t) == 1 })
 }
 
-// Bug 6, the other half: one failed extension used to stop the holder
+// Regression, the other half of the lost claim above: one failed extension used to stop the holder
 // extending for good. Now it retries, and the claim holds.
 func TestCreateOnce_FailedExtensionIsRetried(t *testing.T) {
 	t.Parallel()
@@ -368,7 +368,7 @@ func TestCreateOnce_FailedExtensionIsRetried(t *testing.T) {
 	}
 }
 
-// Bug 7: stale claims were never pruned. Now the periodic pass prunes
+// Regression: stale claims were never pruned. Now the periodic pass prunes
 // them, keeping a pending claim whose sandbox a retry still has to adopt.
 func TestReconcile_PrunesStaleClaimsButKeepsAdoptableOnes(t *testing.T) {
 	t.Parallel()
@@ -415,7 +415,7 @@ func TestReconcile_PrunesStaleClaimsButKeepsAdoptableOnes(t *testing.T) {
 	}
 }
 
-// Bug 8: a destroy cut short (after its container went, before its row)
+// Regression: a destroy cut short (after its container went, before its row)
 // was never finished: the reconciler marked the row error, kept its host
 // ports and domains reserved, and startup re-opened its TCP listener. Now
 // the destroy marks the row first and the reconciler finishes it.

@@ -196,6 +196,10 @@ func buildBigImage(ctx context.Context) (string, error) {
 }
 
 func TestPull_RegistryDiesMidPull(t *testing.T) {
+	// Parallel: the longest test of the package (building, pushing and
+	// twice pulling a 100 MB image, one pull cut), waited out beside the
+	// others. It looks only at its own registry, image and sandboxes.
+	t.Parallel()
 	d := sharedDaemon(t)
 	ctx := testContext(t, 10*time.Minute)
 	reg := registrytest.Start(t, registrytest.Options{})
@@ -262,6 +266,7 @@ func TestPull_RegistryDiesMidPull(t *testing.T) {
 }
 
 func TestPull_ConcurrentCreatesMakeOnePull(t *testing.T) {
+	t.Parallel() // its own daemon and registry
 	requireDocker(t)
 	d := startDaemon(t, "pull20", "--cpu-budget", "100000", "--memory-budget", "100000", "--pool", "none")
 	ctx := testContext(t, 10*time.Minute)

@@ -24,7 +24,7 @@ import (
 type Service interface {
 	NetworkAllowed() bool
 	SetNetworkPolicy(ctx context.Context, c service.Caller, idOrName string, p netpolicy.Policy) (service.Sandbox, error)
-	CreateSandbox(ctx context.Context, req service.CreateRequest) (*service.Created, error)
+	CreateOnce(ctx context.Context, c service.Caller, r service.CreateOnceRequest) (*service.Created, error)
 	Get(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	List(ctx context.Context, c service.Caller, f service.ListFilter) ([]service.Sandbox, string, error)
 	Destroy(ctx context.Context, c service.Caller, idOrName string) error

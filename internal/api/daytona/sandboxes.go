@@ -3,6 +3,8 @@ package daytona
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +22,17 @@ import (
 
 // create is POST /sandbox: CreateSandbox → 200 with the Sandbox, already
 // started (the SDK then makes no further call). A duplicate name is 409.
+//
+// With an Idempotency-Key header (1-255 printable ASCII; the native API's
+// and the E2B facade's rule, which the SDK does not send but any other
+// client may) the create runs at most once per (owner, key): a retry
+// within the replay window answers the first call's sandbox, and the same
+// key with another body is 422.
 func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller) error {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
 	var raw json.RawMessage
 	if err := f.decodeJSON(w, r, &raw); err != nil {
 		return err
@@ -53,8 +65,19 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 	if req.Mounts, err = f.volumeMounts(r.Context(), c, body.Volumes); err != nil {
 		return err
 	}
-	// Placed before the first side effect (the image build).
-	if elsewhere, err := f.placer.Elsewhere(w, r, c, service.CreateOnceRequest{Create: req}); elsewhere || err != nil {
+	once := service.CreateOnceRequest{Create: req}
+	if key != "" {
+		once.Key = service.OnceKey{
+			Scope:        createKeyScope,
+			Fingerprint:  hashHex(c.Owner + "\x00" + key),
+			RequestHash:  hashHex(canonical(raw)),
+			PendingTTL:   createPendingTTL,
+			ReplayWindow: createReplayWindow,
+		}
+	}
+	// Placed before the first side effect (the image build); a keyed
+	// create goes where its key is bound.
+	if elsewhere, err := f.placer.Elsewhere(w, r, c, once); elsewhere || err != nil {
 		return err // another node answered, or none can be chosen now
 	}
 	if build {
@@ -62,9 +85,9 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 		if err != nil {
 			return err
 		}
-		req.Image, req.Template = "", id
+		once.Create.Image, once.Create.Template = "", id
 	}
-	created, err := f.svc.CreateSandbox(r.Context(), req)
+	created, err := f.svc.CreateOnce(r.Context(), c, once)
 	if err != nil {
 		return err
 	}
@@ -73,6 +96,56 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 	}
 	writeJSON(w, http.StatusOK, dto(created.Sandbox, toolboxBase(r), true))
 	return nil
+}
+
+// A keyed create's claim (create): the scope of its key, how long a create
+// in flight holds it, and how long a finished one answers retries, as on
+// the native API.
+const (
+	createKeyScope     = "daytona.create.key"
+	createPendingTTL   = 2 * time.Minute
+	createReplayWindow = 24 * time.Hour
+)
+
+// idempotencyKey returns the Idempotency-Key header ("" when absent): one
+// header of 1-255 printable ASCII characters.
+func idempotencyKey(r *http.Request) (string, error) {
+	vs := r.Header.Values("Idempotency-Key")
+	switch {
+	case len(vs) == 0:
+		return "", nil
+	case len(vs) > 1:
+		return "", badRequest("more than one Idempotency-Key header")
+	}
+	k := vs[0]
+	if len(k) < 1 || len(k) > 255 {
+		return "", badRequest("Idempotency-Key must be 1 to 255 characters")
+	}
+	for i := range len(k) {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return "", badRequest("Idempotency-Key must be printable ASCII")
+		}
+	}
+	return k, nil
+}
+
+// canonical is raw JSON with its objects' keys sorted and no spacing, so
+// that field order and whitespace do not make a retry another request.
+func canonical(raw json.RawMessage) string {
+	var v any
+	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil {
+		return string(raw) // create refused it already
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return string(raw)
+	}
+	return string(b)
+}
+
+func hashHex(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
 }
 
 // ensureAccountScript gives a sandbox Daytona's account when its image has

@@ -69,18 +69,48 @@ type Env struct {
 	seq atomic.Int32
 }
 
-// Setup builds the binaries into a fresh temporary root. Close removes it.
+// Setup builds the binaries into a fresh temporary root, or takes them
+// from the directory SANDBOXD_TEST_BIN_DIR names, an absolute path (make
+// test sets it to the bin/ its build step has just made, so that the
+// daemon-level packages do not each build the same three binaries
+// again). Close removes the root.
 func Setup(prefix string, portBase int) (*Env, error) {
 	root, err := os.MkdirTemp("", "sbx"+prefix+"-")
 	if err != nil {
 		return nil, err
 	}
-	bins, err := Build(filepath.Join(root, "bin"))
+	bins, err := prebuilt(os.Getenv("SANDBOXD_TEST_BIN_DIR"))
+	if err == nil && bins == (Binaries{}) {
+		bins, err = Build(filepath.Join(root, "bin"))
+	}
 	if err != nil {
 		os.RemoveAll(root)
 		return nil, fmt.Errorf("build: %w", err)
 	}
 	return &Env{Root: root, Bins: bins, Prefix: prefix, PortBase: portBase + portShift()}, nil
+}
+
+// prebuilt returns the three binaries in dir, none when dir is "". A dir
+// that lacks one is an error, never a silent build of another checkout's.
+func prebuilt(dir string) (Binaries, error) {
+	if dir == "" {
+		return Binaries{}, nil
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return Binaries{}, err
+	}
+	b := Binaries{
+		Sandboxd: filepath.Join(dir, "sandboxd"),
+		Toolboxd: filepath.Join(dir, "toolboxd"),
+		Sbx:      filepath.Join(dir, "sbx"),
+	}
+	for _, p := range []string{b.Sandboxd, b.Toolboxd, b.Sbx} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+			return Binaries{}, fmt.Errorf("SANDBOXD_TEST_BIN_DIR=%s: %s is not an executable (run make build): %v", dir, p, err)
+		}
+	}
+	return b, nil
 }
 
 // portShift moves every host-port range by SANDBOXD_TEST_PORT_SHIFT, so that

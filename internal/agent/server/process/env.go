@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/agent/server/account"
@@ -33,6 +34,19 @@ func environ(u account.User, defaults, req map[string]string) []string {
 		}
 	}
 	return env // exec.Cmd keeps the last value of a duplicated key
+}
+
+// checkEnvs refuses what cannot be an environment variable: an empty
+// name, a name holding '=' (A=B with value x would silently become A set to
+// "B=x") and a NUL anywhere (the kernel would cut the string there). Names
+// are otherwise free, as on envd; the daemon's own API is stricter.
+func checkEnvs(envs map[string]string) error {
+	for k, v := range envs {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: env %q: a name must be non-empty without '=' or NUL, a value without NUL", ErrInvalid, k)
+		}
+	}
+	return nil
 }
 
 // workdir resolves the requested cwd for u: relative paths and "~" are under
@@ -73,6 +87,9 @@ func launchFor(u account.User, req *rpc.StartRequest, defaults map[string]string
 	cfg := req.GetProcess()
 	if cfg.GetCmd() == "" {
 		return launch{}, fmt.Errorf("%w: process.cmd is empty", ErrInvalid)
+	}
+	if err := checkEnvs(cfg.GetEnvs()); err != nil {
+		return launch{}, err
 	}
 	dir, err := workdir(u, cfg.Cwd)
 	if err != nil {

@@ -77,6 +77,9 @@ func TestStart_InvalidArguments(t *testing.T) {
 		"missing cwd":     {Process: &rpc.ProcessConfig{Cmd: "pwd", Cwd: ptr("/does/not/exist")}},
 		"unknown command": {Process: &rpc.ProcessConfig{Cmd: "no-such-command-xyz"}},
 		"empty command":   {Process: &rpc.ProcessConfig{}},
+		"env name with =": {Process: &rpc.ProcessConfig{Cmd: "env", Envs: map[string]string{"A=B": "x"}}},
+		"empty env name":  {Process: &rpc.ProcessConfig{Cmd: "env", Envs: map[string]string{"": "x"}}},
+		"NUL in env":      {Process: &rpc.ProcessConfig{Cmd: "env", Envs: map[string]string{"A": "x\x00y"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			st, err := e.client.Start(t.Context(), connect.NewRequest(req))

@@ -1,4 +1,4 @@
-// The warm pool (README "Warm pool", issue 14): daytona.create of a pooled
+// The warm pool (README "Warm pool"): daytona.create of a pooled
 // image is a claim of an idle sandbox, which this create's env, labels and
 // Daytona's user reach as if it had been made for it.
 //

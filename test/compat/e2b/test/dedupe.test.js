@@ -1,4 +1,4 @@
-// Create dedupe (README "Create dedupe", issue 12): identical creates are
+// Create dedupe (README "Create dedupe"): identical creates are
 // never collapsed into one sandbox; only a create whose client went away
 // before its answer is adopted, by one identical retry inside the replay
 // window, and destroyed after it if nobody adopts it.

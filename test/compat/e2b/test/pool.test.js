@@ -1,4 +1,4 @@
-// The warm pool (README "Warm pool", issue 14): Sandbox.create of a pooled
+// The warm pool (README "Warm pool"): Sandbox.create of a pooled
 // template is a claim of an idle sandbox, which this create's env and
 // metadata reach as if it had been made for it.
 //
