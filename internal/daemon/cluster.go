@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/cluster"
 	"github.com/sandboxd/sandboxd/internal/cluster/failover"
 	"github.com/sandboxd/sandboxd/internal/cluster/forward"
+	"github.com/sandboxd/sandboxd/internal/datadir"
 	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -88,22 +89,22 @@ type clusterNode struct {
 // openCluster joins the cluster that dataDir's cluster file names, or
 // returns nil when there is none (a single node).
 func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode, error) {
-	f, err := loadClusterFile(dataDir)
+	f, err := datadir.LoadClusterFile(dataDir)
 	if err != nil || f == nil {
 		return nil, err
 	}
 	if !naming.ValidLabel(d.Config.NodeID) {
 		return nil, fmt.Errorf("node id %q is not a DNS label; cluster nodes need one", d.Config.NodeID)
 	}
-	secret, err := loadClusterSecret(filepath.Join(dataDir, clusterSecretName))
+	secret, err := datadir.LoadClusterSecret(filepath.Join(dataDir, datadir.ClusterSecretName))
 	if err != nil {
 		return nil, fmt.Errorf("cluster secret: %w", err)
 	}
-	tlsCfg, err := f.etcdTLS(dataDir)
+	tlsCfg, err := f.EtcdTLS(dataDir)
 	if err != nil {
 		return nil, fmt.Errorf("cluster etcd TLS: %w", err)
 	}
-	ca, err := loadClusterCA(dataDir)
+	ca, err := datadir.LoadClusterCA(dataDir)
 	if err != nil {
 		return nil, fmt.Errorf("cluster CA: %w", err)
 	}
@@ -118,7 +119,7 @@ func (d *Daemon) openCluster(ctx context.Context, dataDir string) (*clusterNode,
 		c.member, err = cluster.StartMember(sctx, cluster.MemberConfig{
 			Name: d.Config.NodeID, DataDir: filepath.Join(dataDir, "etcd"),
 			ClientURL: m.ClientURL, PeerURL: m.PeerURL, InitialCluster: m.InitialCluster, State: m.State,
-			TLS: f.TLS.files(dataDir),
+			TLS: f.TLS.Files(dataDir),
 		}, d.logger)
 		if err != nil {
 			return nil, fmt.Errorf("cluster.StartMember: %w", err)
