@@ -47,6 +47,8 @@ type Client struct {
 	hc    *http.Client
 	proc  processconnect.ProcessClient
 	fs    filesystemconnect.FilesystemClient
+	// list is proc with ListProcesses' smaller read bound (list.go).
+	list processconnect.ProcessClient
 }
 
 // NewClient returns a client of the agent reached through dial and
@@ -75,6 +77,8 @@ func newClient(base http.RoundTripper, token string) *Client {
 		hc:    hc,
 		proc:  processconnect.NewProcessClient(rpc, baseURL, connectOptions()...),
 		fs:    filesystemconnect.NewFilesystemClient(rpc, baseURL, connectOptions()...),
+		list: processconnect.NewProcessClient(rpc, baseURL,
+			append(connectOptions(), connect.WithReadMaxBytes(maxListBytes))...),
 	}
 }
 

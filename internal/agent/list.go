@@ -19,10 +19,16 @@ type ProcessInfo struct {
 	Cwd  string
 }
 
+// maxListBytes bounds a List answer ListProcesses decodes. A process
+// costs a few bytes on the wire and far more decoded, so the message
+// limit of other calls (4 MiB: two million empty processes, hundreds of
+// MiB decoded) is too loose here; 1 MiB holds thousands of real ones.
+const maxListBytes = 1 << 20
+
 // ListProcesses returns the processes the agent tracks, in start order.
-// The answer is bounded by the client's message limit (limits.go).
+// The answer is bounded by maxListBytes.
 func (c *Client) ListProcesses(ctx context.Context) ([]ProcessInfo, error) {
-	resp, err := c.proc.List(ctx, connect.NewRequest(&rpc.ListRequest{}))
+	resp, err := c.list.List(ctx, connect.NewRequest(&rpc.ListRequest{}))
 	if err != nil {
 		return nil, wrap("list processes", err)
 	}

@@ -85,8 +85,13 @@ func (l *cmdLog) dropOldest(need int) int {
 		n++
 	}
 	if n > 0 {
-		// A fresh array: a follower may still hold the old one.
-		l.chunks = slices.Clone(l.chunks[n:])
+		// Followers copy what they send (Follow), so the dropped slots
+		// are cleared in place and the array re-sliced: a drop costs what
+		// it drops, never a copy of what is kept (a shell printing a byte
+		// at a time drops one chunk per chunk it adds). append moves the
+		// kept ones to a fresh array once the front's slots are used up.
+		clear(l.chunks[:n])
+		l.chunks = l.chunks[n:]
 		l.first += n
 		l.cost -= freed
 	}

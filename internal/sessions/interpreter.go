@@ -273,12 +273,20 @@ func (m *Manager) startContext(ctx context.Context, t Target, id, cwd string) (*
 	if err != nil {
 		return nil, err
 	}
+	// A slot is taken before the start, so concurrent starts never pass
+	// the limit together.
 	b.mu.Lock()
-	n := len(b.contexts)
-	b.mu.Unlock()
-	if n >= MaxContextsPerSandbox {
+	if len(b.contexts)+b.starting >= MaxContextsPerSandbox {
+		b.mu.Unlock()
 		return nil, errorf(TooMany, "at most %d interpreter contexts per sandbox", MaxContextsPerSandbox)
 	}
+	b.starting++
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.starting--
+		b.mu.Unlock()
+	}()
 	token, created := randomHex(8), time.Now().UTC()
 	sctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
 	defer cancel()

@@ -133,6 +133,7 @@ type box struct {
 	shells   map[string]*shell         // nil value: reserved by a create
 	terms    map[string]*terminal      // terminals (PTYs)
 	contexts map[string]*interpContext // interpreter contexts
+	starting int                       // contexts being started, counted against the limit
 }
 
 // New returns the part and starts listening to Events. It does no I/O.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/service"
 )
 
 // Limits of shell sessions.
@@ -36,6 +38,11 @@ const (
 	// output that opens a marker and never closes it is output, not a
 	// reason to buffer without end.
 	maxMarkerLen = 64 + (maxMarkerText+2)/3*4
+	// maxShellText bounds the command texts one shell keeps (each cut to
+	// maxMarkerText): past it the oldest commands are forgotten, so that
+	// texts, which no log budget counts, stay within 64 × 256 KiB a
+	// sandbox.
+	maxShellText = 256 << 10
 )
 
 // shellTagPrefix starts the agent tag of a shell session:
@@ -100,6 +107,7 @@ type shell struct {
 	writeMu sync.Mutex // orders command texts on the shell's stdin
 
 	mu       sync.Mutex
+	text     int // the bytes of the commands' texts
 	cmds     []*command
 	byID     map[string]*command
 	released bool // the session is gone from the cache: output is not kept
@@ -309,10 +317,13 @@ func (m *Manager) Wait(ctx context.Context, t Target, sid, cid string) (int, Log
 	}
 	for {
 		s.mu.Lock()
-		code, changed := c.exitCode, c.changed
+		code, changed, released := c.exitCode, c.changed, s.released
 		s.mu.Unlock()
 		if code != nil {
 			return *code, s.logs(c), nil
+		}
+		if released {
+			return 0, Logs{}, errDropped
 		}
 		select {
 		case <-changed:
@@ -331,6 +342,11 @@ func (m *Manager) CommandLogs(ctx context.Context, t Target, sid, cid string) (L
 	return s.logs(c), nil
 }
 
+// errDropped ends a wait on a command whose shell the cache dropped
+// meanwhile (its stream to the agent broke, the sandbox stopped, or the
+// daemon is stopping): no more news of it comes this way.
+var errDropped = fmt.Errorf("%w: the session was dropped while waiting (its sandbox stopped, or the stream to its agent broke); ask again to see the command's state", service.ErrUnavailable)
+
 // droppedNotice is sent to a follower where output was dropped before it
 // was sent (the limits).
 const droppedNotice = "[sandboxd: output dropped]\n"
@@ -347,7 +363,9 @@ func (m *Manager) Follow(ctx context.Context, t Target, sid, cid string, send fu
 		s.mu.Lock()
 		skipped := c.log.first > next
 		next = max(next, c.log.first)
-		pending, done, changed := c.log.chunks[next-c.log.first:], c.exitCode != nil, c.changed
+		// A copy: dropOldest clears the slots it drops in place.
+		pending, done, changed := slices.Clone(c.log.chunks[next-c.log.first:]), c.exitCode != nil, c.changed
+		released := s.released
 		s.mu.Unlock()
 		if skipped {
 			if err := send(Chunk{Data: []byte(droppedNotice)}); err != nil {
@@ -362,6 +380,9 @@ func (m *Manager) Follow(ctx context.Context, t Target, sid, cid string, send fu
 		next += len(pending)
 		if done {
 			return nil
+		}
+		if released {
+			return errDropped
 		}
 		select {
 		case <-changed:
@@ -403,7 +424,7 @@ func (m *Manager) Input(ctx context.Context, t Target, sid, cid string, data []b
 func (s *shell) exec(ctx context.Context, text string) (*command, error) {
 	var id [16]byte
 	_, _ = rand.Read(id[:]) // never fails
-	c := &command{id: hex.EncodeToString(id[:]), command: text, changed: make(chan struct{})}
+	c := &command{id: hex.EncodeToString(id[:]), command: keptText(text), changed: make(chan struct{})}
 
 	s.mu.Lock()
 	if s.ended {
@@ -413,11 +434,7 @@ func (s *shell) exec(ctx context.Context, text string) (*command, error) {
 	s.addLocked(c)
 	s.mu.Unlock()
 
-	shown := text
-	if len(shown) > maxMarkerText {
-		shown = shown[:maxMarkerText]
-	}
-	begin := fmt.Sprintf(`printf '\036%s:%s:B%s\036'`, s.token, c.id, base64.StdEncoding.EncodeToString([]byte(shown)))
+	begin := fmt.Sprintf(`printf '\036%s:%s:B%s\036'`, s.token, c.id, base64.StdEncoding.EncodeToString([]byte(c.command)))
 	end := fmt.Sprintf(`printf '\036%s:%s:E%%d\036' "$__sandboxd_ec"`, s.token, c.id)
 	script := "{ " + begin + "; " + begin + " >&2; { " + text + "\n}; __sandboxd_ec=$?; " + end + " >&2; " + end + "; }\n"
 
@@ -430,15 +447,27 @@ func (s *shell) exec(ctx context.Context, text string) (*command, error) {
 	return c, nil
 }
 
+// keptText is what a shell keeps of a command's text: what its begin
+// marker carries, so the view is the same before and after a restart.
+func keptText(text string) string {
+	if len(text) <= maxMarkerText {
+		return text
+	}
+	return strings.ToValidUTF8(text[:maxMarkerText], "")
+}
+
 // addLocked appends c, forgetting the oldest command past the limit. The
 // caller holds mu.
 func (s *shell) addLocked(c *command) {
 	s.cmds = append(s.cmds, c)
 	s.byID[c.id] = c
-	if len(s.cmds) > MaxCommandsPerShell {
+	s.text += len(c.command)
+	for len(s.cmds) > 1 && (len(s.cmds) > MaxCommandsPerShell || s.text > maxShellText) {
 		old := s.cmds[0]
 		s.uncharge(old.log.dropOldest(old.log.cost))
 		delete(s.byID, old.id)
+		s.text -= len(old.command)
+		s.cmds[0] = nil
 		s.cmds = s.cmds[1:]
 	}
 }
@@ -459,7 +488,8 @@ func (s *shell) read() {
 				return
 			}
 			if s.m.ctx.Err() != nil {
-				return // the daemon is stopping: the shell runs on
+				s.detach() // the daemon is stopping: the shell runs on
+				return
 			}
 			s.b.forget(s)
 			s.detach()

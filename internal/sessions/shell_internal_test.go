@@ -2,8 +2,10 @@ package sessions
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // fakeShell is a shell of m for sandboxID with no process behind it:
@@ -131,5 +133,59 @@ func TestDemuxer_SplitMarkers(t *testing.T) {
 	}
 	if a.exitCode == nil || *a.exitCode != 0 || b.exitCode == nil || *b.exitCode != 7 {
 		t.Errorf("exit codes %v %v", a.exitCode, b.exitCode)
+	}
+}
+
+// A command's log at its bound drops one chunk per chunk it adds, at the
+// cost of that chunk: a shell printing a byte at a time never makes each
+// byte copy the whole log (it once cost ~0.7 ms and ~0.5 MB a byte).
+func TestCmdLog_DropCostsWhatItDrops(t *testing.T) {
+	var l cmdLog
+	const bound = 1 << 20
+	for l.cost < bound {
+		l.add(false, []byte{'x'})
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 20000 {
+		l.add(false, []byte{'x'})
+		l.dropOldest(l.cost - bound)
+	}
+	runtime.ReadMemStats(&after)
+	if l.cost > bound {
+		t.Fatalf("log costs %d, past %d", l.cost, bound)
+	}
+	// Each add allocates its byte; append moves the kept chunks now and
+	// then. Copying the log on every drop allocated gigabytes here.
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+		t.Fatalf("20000 adds at the bound allocated %d MiB", n>>20)
+	}
+}
+
+// A shell keeps at most maxMarkerText of a command's text, and at most
+// maxShellText of texts in all: the oldest commands go first.
+func TestShell_CommandTextsAreBounded(t *testing.T) {
+	m := New(Options{})
+	defer m.cancel()
+	s := fakeShell(m, "sb-text", "s")
+	big := strings.Repeat("é", 1<<20) // cut inside a rune, too
+	s.mu.Lock()
+	for i := range 500 {
+		s.addLocked(&command{id: fmt.Sprint(i), command: keptText(big), changed: make(chan struct{})})
+	}
+	total := 0
+	for _, c := range s.cmds {
+		if len(c.command) > maxMarkerText || !utf8.ValidString(c.command) {
+			t.Fatalf("a kept text of %d bytes (valid UTF-8: %v)", len(c.command), utf8.ValidString(c.command))
+		}
+		total += len(c.command)
+	}
+	last := s.cmds[len(s.cmds)-1].id
+	s.mu.Unlock()
+	if total > maxShellText || total != s.text {
+		t.Fatalf("texts kept: %d bytes (counted %d), bound %d", total, s.text, maxShellText)
+	}
+	if last != "499" {
+		t.Fatalf("the newest command is %s, want 499", last)
 	}
 }

@@ -366,6 +366,9 @@ func (term *terminal) snapshot() TerminalInfo {
 }
 
 func (term *terminal) broadcast(data []byte) {
+	if len(data) == 0 {
+		return // nothing to show: never queue an empty chunk
+	}
 	term.mu.Lock()
 	defer term.mu.Unlock()
 	for cl := range term.clients {
@@ -635,9 +638,10 @@ func (cl *TerminalClient) push(data []byte) bool {
 	if cl.closed {
 		return false
 	}
-	if cl.queued+len(data) > maxClientQueue || cl.budget.Add(int64(len(data))) > maxQueuedTotal {
-		if cl.queued+len(data) <= maxClientQueue {
-			cl.budget.Add(-int64(len(data))) // charged above: undo
+	cost := len(data) + chunkOverhead // a queued chunk costs its slot too
+	if cl.queued+cost > maxClientQueue || cl.budget.Add(int64(cost)) > maxQueuedTotal {
+		if cl.queued+cost <= maxClientQueue {
+			cl.budget.Add(-int64(cost)) // charged above: undo
 		}
 		cl.closed, cl.slow = true, true
 		cl.takeLocked()
@@ -645,7 +649,7 @@ func (cl *TerminalClient) push(data []byte) bool {
 		return false
 	}
 	cl.queue = append(cl.queue, data)
-	cl.queued += len(data)
+	cl.queued += cost
 	cl.signal()
 	return true
 }

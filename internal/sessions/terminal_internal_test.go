@@ -40,7 +40,7 @@ func TestTerminalClient_QueueIsBoundedAndDropsTheSlow(t *testing.T) {
 // their writers take it.
 func TestTerminalClient_DaemonBudget(t *testing.T) {
 	var budget atomic.Int64
-	budget.Store(maxQueuedTotal - 10)
+	budget.Store(maxQueuedTotal - 10 - chunkOverhead)
 	a := &TerminalClient{budget: &budget, wake: make(chan struct{}, 1)}
 	if !a.push(make([]byte, 10)) {
 		t.Fatal("a push within the budget was refused")
@@ -55,7 +55,7 @@ func TestTerminalClient_DaemonBudget(t *testing.T) {
 	a.mu.Lock()
 	batch := a.takeLocked()
 	a.mu.Unlock()
-	if len(batch) != 1 || budget.Load() != maxQueuedTotal-10 {
+	if len(batch) != 1 || budget.Load() != maxQueuedTotal-10-chunkOverhead {
 		t.Errorf("after a's writer took its batch: %d chunks, budget %d", len(batch), budget.Load())
 	}
 }
@@ -72,8 +72,37 @@ func TestTerminal_BroadcastDropsOnlyTheFull(t *testing.T) {
 	if _, still := s.clients[full]; still {
 		t.Error("the full client is still attached")
 	}
-	if _, still := s.clients[ok]; !still || ok.queued != 5 {
+	if _, still := s.clients[ok]; !still || ok.queued != 5+chunkOverhead {
 		t.Errorf("the other client: attached %v, queued %d", still, ok.queued)
+	}
+}
+
+// A chunk costs its slot as well as its bytes, and an empty one is never
+// queued: a hostile agent's stream of empty or one-byte events cannot
+// queue more slots than the bytes the bound allows.
+func TestTerminal_TinyChunksAreBounded(t *testing.T) {
+	s := &terminal{clients: map[*TerminalClient]struct{}{}}
+	var budget atomic.Int64
+	cl := &TerminalClient{budget: &budget, wake: make(chan struct{}, 1)}
+	s.clients[cl] = struct{}{}
+	for range 1 << 20 {
+		s.broadcast(nil)
+		s.broadcast([]byte{})
+	}
+	if len(cl.queue) != 0 || cl.queued != 0 {
+		t.Fatalf("empty chunks queued: %d chunks, %d bytes", len(cl.queue), cl.queued)
+	}
+	for i := 0; i < maxClientQueue; i++ { // more one-byte chunks than the bound holds bytes
+		s.broadcast([]byte{'x'})
+		if _, still := s.clients[cl]; !still {
+			break
+		}
+	}
+	if _, still := s.clients[cl]; still || !cl.slow {
+		t.Fatal("a client fed one-byte chunks was never dropped")
+	}
+	if max := maxClientQueue / (1 + chunkOverhead); len(cl.queue) > max {
+		t.Fatalf("%d chunks queued, past %d", len(cl.queue), max)
 	}
 }
 

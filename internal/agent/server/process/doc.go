@@ -42,9 +42,9 @@
 // # Kept output (sandboxd's)
 //
 // A Start request with X-Sandboxd-Keep-Output: N makes the process keep its
-// newest N bytes of output (capped at [MaxKeepOutput]; oldest events
-// dropped first, one larger event trimmed to its tail), whether or not
-// anyone is attached. A Connect with X-Sandboxd-Replay: 1 then sends that
+// newest N bytes of output (each event counting 64 bytes more; capped at
+// [MaxKeepOutput]; oldest events dropped first, one larger event trimmed
+// to its tail), whether or not anyone is attached. A Connect with X-Sandboxd-Replay: 1 then sends that
 // output after start{pid} and before the live events, none lost or
 // repeated between the two, followed by one keepalive event that marks
 // where the kept output ends; it also reaches such a process for

@@ -23,8 +23,9 @@ type hub struct {
 	subs map[*sub]struct{}
 	end  *rpc.ProcessEvent // set by finish; later subscribers get only this
 
-	// keep bounds the bytes of data events kept (0: none); kept holds the
-	// newest data events, oldest first, keptBytes their data's size.
+	// keep bounds the cost of the data events kept (0: none; an event
+	// costs its output's bytes and keptOverhead); kept holds the newest
+	// data events, oldest first, keptBytes their cost.
 	keep      int
 	kept      []*rpc.ProcessEvent
 	keptBytes int
@@ -111,15 +112,19 @@ func (h *hub) record(ev *rpc.ProcessEvent) {
 	if h.keep <= 0 {
 		return
 	}
-	n := dataLen(ev)
+	n := keptCost(ev)
 	if n > h.keep {
-		ev, n = tail(ev, h.keep), h.keep
+		if h.keep <= keptOverhead {
+			return
+		}
+		ev = tail(ev, h.keep-keptOverhead)
+		n = keptCost(ev)
 	}
 	h.kept = append(h.kept, ev)
 	h.keptBytes += n
 	drop := 0
 	for h.keptBytes > h.keep {
-		h.keptBytes -= dataLen(h.kept[drop])
+		h.keptBytes -= keptCost(h.kept[drop])
 		h.kept[drop] = nil
 		drop++
 	}
@@ -140,6 +145,15 @@ func tail(ev *rpc.ProcessEvent, n int) *rpc.ProcessEvent {
 		return dataEvent(streamPTY, d.GetPty()[len(d.GetPty())-n:])
 	}
 }
+
+// keptOverhead is what a kept event costs beyond its output: a process
+// printing a byte at a time keeps as many events as its bound allows
+// bytes over 65, not one per byte, so that its memory and its replay stay
+// near the bound.
+const keptOverhead = 64
+
+// keptCost is what ev counts against the bound.
+func keptCost(ev *rpc.ProcessEvent) int { return dataLen(ev) + keptOverhead }
 
 // dataLen is the size of a data event's output (0 for other events).
 func dataLen(ev *rpc.ProcessEvent) int {
