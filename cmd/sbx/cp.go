@@ -82,21 +82,35 @@ func parseCopy(src, dst string) (from, to endpoint, err error) {
 }
 
 func (c *cli) cpCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "cp SRC DST",
-		Short: "Copy a file into or out of a sandbox",
-		Long: `Copy a file into or out of a sandbox. One of SRC and DST is <id|name>:<path>;
-the other is a local path, or - for standard input or output.
+	var recursive bool
+	cmd := &cobra.Command{
+		Use:   "cp [-r] SRC DST",
+		Short: "Copy a file or a directory into or out of a sandbox",
+		Long: `Copy a file or a directory into or out of a sandbox. One of SRC and DST is
+<id|name>:<path>; the other is a local path, or - for standard input or output.
 
   sbx cp ./data.csv web:/srv/data.csv
   sbx cp web:/srv/out.tar.gz .
   tar cz . | sbx cp - web:/tmp/src.tgz
+  sbx cp -r ./src web:/app          # /app/src if /app exists, else /app
+  sbx cp -r web:/app/logs ./logs
+  sbx cp -r web:/app - | tar t      # -r with -: a tar on stdin or stdout
 
 A remote DST ending in / (or an existing local directory as DST) receives
 the file under its own name. A local file is written to a temporary file
 beside it and renamed into place once complete. A progress bar is shown on
-a terminal for files over 8 MiB. With --json, sbx prints
-{"source", "destination", "bytes"}.`,
+a terminal for files over 8 MiB.
+
+With -r, SRC may be a directory and is copied as docker cp does: when DST
+is an existing directory, SRC lands inside it under its own name, else DST
+becomes the copy. Directories, files and symbolic links are copied with
+their permission bits (setuid and setgid dropped); links are never
+followed. The tree travels as a tar stream: an archive with an entry
+outside DST, one reached through a symbolic link, a hard link out or a
+device node is refused, in the sandbox and on this machine alike. A local
+DST that did not exist is assembled beside it and renamed into place.
+With --json, sbx prints {"source", "destination", "bytes"} (for -r, the
+bytes of the tar stream).`,
 		Args: args(2, 2, "SRC and DST"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			from, to, err := parseCopy(a[0], a[1])
@@ -111,9 +125,14 @@ a terminal for files over 8 MiB. With --json, sbx prints
 				return err
 			}
 			var n int64
-			if to.remote() {
+			switch {
+			case recursive && to.remote():
+				n, err = c.uploadTree(cmd.Context(), cl, from, to)
+			case recursive:
+				n, err = c.downloadTree(cmd.Context(), cl, from, to)
+			case to.remote():
 				n, err = c.upload(cmd.Context(), cl, from, to)
-			} else {
+			default:
 				n, err = c.download(cmd.Context(), cl, from, to)
 			}
 			if err != nil {
@@ -125,6 +144,8 @@ a terminal for files over 8 MiB. With --json, sbx prints
 			return nil
 		},
 	}
+	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "copy directories (as a tar stream)")
+	return cmd
 }
 
 func (c *cli) upload(ctx context.Context, cl *sandboxd.Client, from, to endpoint) (int64, error) {
@@ -145,7 +166,7 @@ func (c *cli) upload(ctx context.Context, cl *sandboxd.Client, from, to endpoint
 			return 0, err
 		}
 		if fi.IsDir() {
-			return 0, fmt.Errorf("%s is a directory; sbx cp copies files", from.path)
+			return 0, fmt.Errorf("%s is a directory: copy it with sbx cp -r", from.path)
 		}
 		r, size = f, fi.Size()
 	}
