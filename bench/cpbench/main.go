@@ -108,6 +108,13 @@ func run(ctx context.Context, out io.Writer, n, mb, files int, image string, cpu
 		}
 		return nil
 	}
+	rmSandbox := func(p string) error {
+		res, err := cl.Exec(ctx, sb.ID, sandboxd.ExecRequest{Cmd: []string{"rm", "-f", p}})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("rm -f %s: exit %d", p, res.ExitCode)
+		}
+		return err
+	}
 	if err := prep("mkdir -p /opt/cpbench"); err != nil {
 		return err
 	}
@@ -147,8 +154,16 @@ func run(ctx context.Context, out io.Writer, n, mb, files int, image string, cpu
 			name string
 			f    func() (time.Duration, error)
 		}{
-			{"file up: sbx cp", func() (time.Duration, error) { return sbx("cp", big, sb.ID+":"+remote) }},
+			{"file up: sbx cp", func() (time.Duration, error) {
+				if err := rmSandbox(remote); err != nil { // each upload makes the file
+					return 0, err
+				}
+				return sbx("cp", big, sb.ID+":"+remote)
+			}},
 			{"file up: API (SDK UploadFile)", func() (time.Duration, error) {
+				if err := rmSandbox(remote); err != nil {
+					return 0, err
+				}
 				return timeIt(func() error {
 					f, err := os.Open(big)
 					if err != nil {
@@ -159,6 +174,9 @@ func run(ctx context.Context, out io.Writer, n, mb, files int, image string, cpu
 				})
 			}},
 			{"file up: docker cp", func() (time.Duration, error) {
+				if _, _, err := benchd.Docker(ctx, "exec", ctr, "rm", "-f", remote); err != nil {
+					return 0, err
+				}
 				dt, _, err := benchd.Docker(ctx, "cp", big, ctr+":"+remote)
 				return dt, err
 			}},

@@ -11,10 +11,19 @@ import (
 // Upload writes the content of r to path inside the sandbox, as user (root
 // when empty), through POST /files with a raw octet-stream body: nothing is
 // buffered, whatever the size. Missing parent directories are created.
+//
+// When r has a Len() int method (the bytes left, as *bytes.Reader has) the
+// request carries that Content-Length instead of being chunked, which lets
+// the agent splice the body from the socket into the file.
 func (c *Client) Upload(ctx context.Context, path string, r io.Reader, user string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, filesURL(path, user), r)
 	if err != nil {
 		return err
+	}
+	if l, ok := r.(interface{ Len() int }); ok && req.ContentLength == 0 {
+		if req.ContentLength = int64(l.Len()); req.ContentLength == 0 {
+			req.Body = http.NoBody
+		}
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := c.hc.Do(req)

@@ -146,3 +146,44 @@ func TestArchive_PastTheDiskLimitIsDiskFull(t *testing.T) {
 		t.Errorf("after the refused archive the sandbox cannot write: %+v", r)
 	}
 }
+
+// sizedZeros is n zero bytes with a Len, so the SDK sends a
+// Content-Length, the daemon passes it on, and the agent splices the body
+// from its socket into the file.
+type sizedZeros struct{ left int }
+
+func (z *sizedZeros) Read(p []byte) (int, error) {
+	if z.left == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), z.left)
+	clear(p[:n])
+	z.left -= n
+	return n, nil
+}
+
+func (z *sizedZeros) Len() int { return z.left }
+
+// An upload of known length past the disk limit (the agent's spliced
+// path) is disk_full (507) like a chunked one, and the sandbox's agent
+// keeps answering.
+func TestDisk_SizedUploadPastTheLimitIsDiskFull(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "disk-sized")
+	c := tenant(t, d, "sized")
+	sb := sandbox(t, c, sandboxd.CreateRequest{DiskMB: 32})
+	driver, _ := engineDisk(t)
+	needsEnforcement(t, sb, driver)
+
+	err := c.UploadFile(t.Context(), sb.ID, "/tmp/big.bin", &sizedZeros{left: 128 * mib})
+	var apiErr *sandboxd.APIError
+	if !errors.Is(err, sandboxd.ErrDiskFull) || !errors.As(err, &apiErr) || apiErr.Status != 507 {
+		t.Fatalf("a sized upload of 128 MiB into a 32 MiB sandbox: %v, want 507 disk_full", err)
+	}
+	if r := sh(t, c, sb.ID, "rm -f /tmp/big.bin; echo small > /tmp/ok && cat /tmp/ok"); r.Stdout != "small\n" {
+		t.Errorf("after the refused upload the sandbox cannot write: %+v", r)
+	}
+	if err := c.UploadFile(t.Context(), sb.ID, "/tmp/fits.bin", &sizedZeros{left: 4 * mib}); err != nil {
+		t.Errorf("a sized upload within the limit: %v", err)
+	}
+}

@@ -18,7 +18,11 @@ func (s *server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.svc.Upload(r.Context(), caller(r), r.PathValue("id"), p, fileUser, r.Body); err != nil {
+	var body io.Reader = r.Body
+	if r.ContentLength >= 0 { // the agent gets the length too, not a chunked body
+		body = &sizedBody{r: r.Body, left: r.ContentLength}
+	}
+	if err := s.svc.Upload(r.Context(), caller(r), r.PathValue("id"), p, fileUser, body); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -129,3 +133,19 @@ func (s *server) downloadArchive(w http.ResponseWriter, r *http.Request) error {
 	}
 	return nil
 }
+
+// sizedBody is a request body of known length whose Len (the bytes left)
+// lets the agent client send the length on. The server already holds the
+// body to its Content-Length: a short one fails its read.
+type sizedBody struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *sizedBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *sizedBody) Len() int { return int(max(b.left, 0)) }
