@@ -90,7 +90,13 @@ func (c *cli) downloadTree(ctx context.Context, cl *sandboxd.Client, from, to en
 		return cr.n, err
 	}
 	if fi, err := os.Stat(to.path); err == nil && fi.IsDir() {
-		_, err = archive.Extract(to.path, cr, archive.Limits{})
+		// Only the tree's own name may appear in DST: a sandbox that sent
+		// a sibling (DST/.bashrc beside DST/app) is refused.
+		root := remoteBase(from.path)
+		if root == "" {
+			return 0, fmt.Errorf("%s: name the directory (not ~ or .) to copy it into an existing directory", from)
+		}
+		_, err = archive.Extract(to.path, cr, archive.Limits{Root: root})
 		return cr.n, err
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(to.path)), ".sbx-cp-*")
@@ -119,4 +125,18 @@ func (c *cli) downloadTree(ctx context.Context, cl *sandboxd.Client, from, to en
 		return cr.n, err
 	}
 	return cr.n, nil
+}
+
+// remoteBase is the name the daemon gives the root of p's archive (its
+// base name, "root" for /), or "" when only the sandbox knows it (~, .).
+func remoteBase(p string) string {
+	if strings.Trim(p, "/") == "" {
+		return "root"
+	}
+	switch b := path.Base(strings.TrimRight(p, "/")); b {
+	case ".", "..", "~":
+		return ""
+	default:
+		return b
+	}
 }

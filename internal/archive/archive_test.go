@@ -58,6 +58,7 @@ func tarOf(t *testing.T, es ...entry) []byte {
 func TestExtract_Hostile(t *testing.T) {
 	cases := []struct {
 		name    string
+		root    string                              // Limits.Root
 		plant   func(t *testing.T, dst, out string) // before the extraction
 		entries func(out string) []entry
 		want    error // nil: succeeds, but check still runs
@@ -136,6 +137,13 @@ func TestExtract_Hostile(t *testing.T) {
 		{name: "root entry that is a file", entries: func(string) []entry {
 			return []entry{{name: ".", body: "x"}}
 		}, want: archive.ErrRefused},
+		{name: "a sibling of the expected root", root: "app", entries: func(string) []entry {
+			return []entry{{name: "app/", typ: tar.TypeDir, mode: 0o755}, {name: ".bashrc", body: "evil"}}
+		}, want: archive.ErrRefused, check: func(t *testing.T, dst, _ string) {
+			if _, err := os.Lstat(filepath.Join(dst, ".bashrc")); err == nil {
+				t.Error("the sibling .bashrc was written")
+			}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -152,7 +160,7 @@ func TestExtract_Hostile(t *testing.T) {
 			if c.plant != nil {
 				c.plant(t, dst, out)
 			}
-			_, err := archive.Extract(dst, bytes.NewReader(tarOf(t, c.entries(out)...)), archive.Limits{Entries: 10})
+			_, err := archive.Extract(dst, bytes.NewReader(tarOf(t, c.entries(out)...)), archive.Limits{Entries: 10, Root: c.root})
 			if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
 				t.Fatalf("Extract: %v, want %v", err, c.want)
 			}

@@ -29,6 +29,11 @@ type Limits struct {
 	// NameLen is the longest entry name or link target in bytes; default
 	// 4096 (PATH_MAX).
 	NameLen int
+	// Root, when set, is the one name an extraction may create in its
+	// directory: every entry must be Root or beneath it. sbx cp -r sets it
+	// when unpacking a sandbox's tree into an existing directory, so a
+	// hostile sandbox cannot add a sibling (say ~/.bashrc beside ~/app).
+	Root string
 }
 
 func (l Limits) entries() int {
@@ -156,6 +161,9 @@ func (x *extractor) entry(h *tar.Header, tr *tar.Reader) error {
 	parts, err := x.cleanName(h.Name)
 	if err != nil {
 		return err
+	}
+	if x.lim.Root != "" && (len(parts) == 0 || parts[0] != x.lim.Root) {
+		return fmt.Errorf("%w: %q is not under %q", ErrRefused, h.Name, x.lim.Root)
 	}
 	if len(parts) == 0 { // the root itself
 		if h.Typeflag != tar.TypeDir {
