@@ -26,7 +26,8 @@ func (c *cli) uploadTree(ctx context.Context, cl *sandboxd.Client, from, to endp
 	}
 	if from.stdio() { // a tar made by the caller, unpacked beneath DST
 		cr := &progressReader{r: c.stdin, size: -1}
-		return cr.n, cl.UploadArchive(ctx, id, to.path, cr)
+		err := cl.UploadArchive(ctx, id, to.path, cr)
+		return cr.bytes(), err
 	}
 	if _, err := os.Lstat(from.path); err != nil {
 		return 0, err
@@ -43,7 +44,7 @@ func (c *cli) uploadTree(ctx context.Context, cl *sandboxd.Client, from, to endp
 	cr := &progressReader{r: pr, size: -1}
 	err = cl.UploadArchive(ctx, id, dir, cr)
 	pr.CloseWithError(errors.New("upload ended")) // stops the archiver if the upload did
-	return cr.n, err
+	return cr.bytes(), err
 }
 
 // remoteTarget says where a tree from src lands for a remote dst: the
@@ -87,7 +88,7 @@ func (c *cli) downloadTree(ctx context.Context, cl *sandboxd.Client, from, to en
 	cr := &progressReader{r: rc, size: -1}
 	if to.stdio() {
 		_, err = io.Copy(c.stdout, cr)
-		return cr.n, err
+		return cr.bytes(), err
 	}
 	if fi, err := os.Stat(to.path); err == nil && fi.IsDir() {
 		// Only the tree's own name may appear in DST: a sandbox that sent
@@ -97,7 +98,7 @@ func (c *cli) downloadTree(ctx context.Context, cl *sandboxd.Client, from, to en
 			return 0, fmt.Errorf("%s: name the directory (not ~ or .) to copy it into an existing directory", from)
 		}
 		_, err = archive.Extract(to.path, cr, archive.Limits{Root: root})
-		return cr.n, err
+		return cr.bytes(), err
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(to.path)), ".sbx-cp-*")
 	if err != nil {
@@ -109,22 +110,22 @@ func (c *cli) downloadTree(ctx context.Context, cl *sandboxd.Client, from, to en
 		}
 	}()
 	if _, err = archive.Extract(tmp, cr, archive.Limits{}); err != nil {
-		return cr.n, err
+		return cr.bytes(), err
 	}
 	ents, err := os.ReadDir(tmp)
 	if err != nil {
-		return cr.n, err
+		return cr.bytes(), err
 	}
 	if len(ents) != 1 {
-		return cr.n, fmt.Errorf("the sandbox sent %d top-level entries, want one", len(ents))
+		return cr.bytes(), fmt.Errorf("the sandbox sent %d top-level entries, want one", len(ents))
 	}
 	if err := os.Rename(filepath.Join(tmp, ents[0].Name()), to.path); err != nil {
 		if errors.Is(err, fs.ErrExist) || errors.Is(err, os.ErrExist) {
-			return cr.n, fmt.Errorf("%s exists and is not a directory", to.path)
+			return cr.bytes(), fmt.Errorf("%s exists and is not a directory", to.path)
 		}
-		return cr.n, err
+		return cr.bytes(), err
 	}
-	return cr.n, nil
+	return cr.bytes(), nil
 }
 
 // remoteBase is the name the daemon gives the root of p's archive (its
