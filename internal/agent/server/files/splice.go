@@ -25,10 +25,12 @@ import (
 const spliceMin = 1 << 20
 
 // canSplice reports whether r's body can be read from its connection: a
-// raw, identity-encoded HTTP/1.x body of known length past spliceMin, on
-// a writer that can be hijacked.
+// raw, identity-encoded HTTP/1.x body of known length past spliceMin,
+// without Expect, on a writer that can be hijacked.
 func canSplice(w http.ResponseWriter, r *http.Request) bool {
-	if r.ProtoMajor != 1 || r.ContentLength < spliceMin || len(r.TransferEncoding) > 0 {
+	// Expect: 100-continue is answered by the server's body reader, which
+	// a hijack bypasses: such a client would wait for its timeout.
+	if r.ProtoMajor != 1 || r.ContentLength < spliceMin || len(r.TransferEncoding) > 0 || r.Header.Get("Expect") != "" {
 		return false
 	}
 	switch r.Header.Get("Content-Encoding") {
