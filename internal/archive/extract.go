@@ -88,9 +88,10 @@ type extractor struct {
 	// (tar streams list a directory's files together).
 	parent     int
 	parentPath string
-	// dirs are the modes to give directories once their entries are in:
-	// a read-only directory is writable until then.
-	dirs []dirMode
+	// dirs are the modes to give directories without the owner's rwx
+	// once their entries are in: such a directory is writable until then.
+	dirs     []dirMode
+	deferred int // bytes of the paths in dirs
 }
 
 type dirMode struct {
@@ -170,6 +171,10 @@ func (x *extractor) entry(h *tar.Header, tr *tar.Reader) error {
 			return fmt.Errorf("%w: %q names the destination but is not a directory", ErrRefused, h.Name)
 		}
 		x.dirs = append(x.dirs, dirMode{"", perm(h)})
+		x.deferred++
+		if x.deferred > maxDeferred {
+			return fmt.Errorf("%w: too many root entries", ErrRefused)
+		}
 		return nil
 	}
 	name := strings.Join(parts, "/")
@@ -312,6 +317,30 @@ func (x *extractor) mkdir(pfd int, base, name string, mode uint32) error {
 		}
 	default:
 		return err
+	}
+	return x.setDirMode(pfd, base, name, mode)
+}
+
+// maxDeferred bounds the bytes of directory paths kept for finishDirs.
+const maxDeferred = 16 << 20
+
+// setDirMode gives the directory base in pfd its mode now, with the
+// owner's rwx kept until finishDirs when the mode lacks them (so its
+// entries can still be made); only those are remembered, within
+// maxDeferred bytes of paths.
+func (x *extractor) setDirMode(pfd int, base, name string, mode uint32) error {
+	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	err = unix.Fchmod(fd, mode|0o700)
+	unix.Close(fd)
+	if err != nil || mode&0o700 == 0o700 {
+		return err
+	}
+	x.deferred += len(name)
+	if x.deferred > maxDeferred {
+		return fmt.Errorf("%w: over %d bytes of paths of directories without owner rwx", ErrRefused, maxDeferred)
 	}
 	x.dirs = append(x.dirs, dirMode{name, mode})
 	return nil
