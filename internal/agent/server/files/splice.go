@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // A raw upload of known length is read straight from the connection: the
@@ -112,22 +113,30 @@ func hijackBody(w http.ResponseWriter, r *http.Request) (*connResponse, error) {
 	if buffered > r.ContentLength { // a pipelined request behind the body: not ours to read
 		buffered = r.ContentLength
 	}
-	r.Body = &connBody{
+	body := &connBody{
 		buffered: io.LimitReader(brw.Reader, buffered),
 		conn:     conn,
 		left:     r.ContentLength - buffered,
 		size:     r.ContentLength,
 	}
-	return &connResponse{conn: conn, header: http.Header{}}, nil
+	r.Body = body
+	return &connResponse{conn: conn, body: body, header: http.Header{}}, nil
 }
+
+// lingerUnread is how long an answer sent before the body's end waits
+// before the connection is closed, as net/http's server waits: closing
+// at once makes the client's next write fail (EPIPE) before it reads the
+// answer, and it reports the broken pipe instead of, say, the 507.
+const lingerUnread = 500 * time.Millisecond
 
 // connResponse is an http.ResponseWriter that buffers a short answer for a
 // hijacked connection.
 type connResponse struct {
 	conn   net.Conn
+	body   *connBody // the request's
 	header http.Header
 	code   int
-	body   bytes.Buffer
+	out    bytes.Buffer
 }
 
 func (c *connResponse) Header() http.Header { return c.header }
@@ -140,7 +149,7 @@ func (c *connResponse) WriteHeader(code int) {
 
 func (c *connResponse) Write(p []byte) (int, error) {
 	c.WriteHeader(http.StatusOK)
-	return c.body.Write(p)
+	return c.out.Write(p)
 }
 
 // send writes the answer with Connection: close and closes the connection.
@@ -149,10 +158,16 @@ func (c *connResponse) send() {
 	c.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriter(c.conn)
 	bw.WriteString("HTTP/1.1 " + strconv.Itoa(c.code) + " " + http.StatusText(c.code) + "\r\n")
-	c.header.Set("Content-Length", strconv.Itoa(c.body.Len()))
+	c.header.Set("Content-Length", strconv.Itoa(c.out.Len()))
 	c.header.Set("Connection", "close")
 	_ = c.header.Write(bw)
 	bw.WriteString("\r\n")
-	bw.Write(c.body.Bytes())
-	_ = bw.Flush() // the client is gone: nothing to do
+	bw.Write(c.out.Bytes())
+	if bw.Flush() != nil || c.body.n >= c.body.size {
+		return
+	}
+	if cw, ok := c.conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	time.Sleep(lingerUnread)
 }
