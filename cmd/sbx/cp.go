@@ -9,6 +9,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -82,21 +84,35 @@ func parseCopy(src, dst string) (from, to endpoint, err error) {
 }
 
 func (c *cli) cpCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "cp SRC DST",
-		Short: "Copy a file into or out of a sandbox",
-		Long: `Copy a file into or out of a sandbox. One of SRC and DST is <id|name>:<path>;
-the other is a local path, or - for standard input or output.
+	var recursive bool
+	cmd := &cobra.Command{
+		Use:   "cp [-r] SRC DST",
+		Short: "Copy a file or a directory into or out of a sandbox",
+		Long: `Copy a file or a directory into or out of a sandbox. One of SRC and DST is
+<id|name>:<path>; the other is a local path, or - for standard input or output.
 
   sbx cp ./data.csv web:/srv/data.csv
   sbx cp web:/srv/out.tar.gz .
   tar cz . | sbx cp - web:/tmp/src.tgz
+  sbx cp -r ./src web:/app          # /app/src if /app exists, else /app
+  sbx cp -r web:/app/logs ./logs
+  sbx cp -r web:/app - | tar t      # -r with -: a tar on stdin or stdout
 
 A remote DST ending in / (or an existing local directory as DST) receives
 the file under its own name. A local file is written to a temporary file
 beside it and renamed into place once complete. A progress bar is shown on
-a terminal for files over 8 MiB. With --json, sbx prints
-{"source", "destination", "bytes"}.`,
+a terminal for files over 8 MiB.
+
+With -r, SRC may be a directory and is copied as docker cp does: when DST
+is an existing directory, SRC lands inside it under its own name, else DST
+becomes the copy. Directories, files and symbolic links are copied with
+their permission bits (setuid and setgid dropped); links are never
+followed. The tree travels as a tar stream: an archive with an entry
+outside DST, one reached through a symbolic link, a hard link out or a
+device node is refused, in the sandbox and on this machine alike. A local
+DST that did not exist is assembled beside it and renamed into place.
+With --json, sbx prints {"source", "destination", "bytes"} (for -r, the
+bytes of the tar stream).`,
 		Args: args(2, 2, "SRC and DST"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			from, to, err := parseCopy(a[0], a[1])
@@ -111,9 +127,14 @@ a terminal for files over 8 MiB. With --json, sbx prints
 				return err
 			}
 			var n int64
-			if to.remote() {
+			switch {
+			case recursive && to.remote():
+				n, err = c.uploadTree(cmd.Context(), cl, from, to)
+			case recursive:
+				n, err = c.downloadTree(cmd.Context(), cl, from, to)
+			case to.remote():
 				n, err = c.upload(cmd.Context(), cl, from, to)
-			} else {
+			default:
 				n, err = c.download(cmd.Context(), cl, from, to)
 			}
 			if err != nil {
@@ -125,6 +146,8 @@ a terminal for files over 8 MiB. With --json, sbx prints
 			return nil
 		},
 	}
+	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "copy directories (as a tar stream)")
+	return cmd
 }
 
 func (c *cli) upload(ctx context.Context, cl *sandboxd.Client, from, to endpoint) (int64, error) {
@@ -145,7 +168,7 @@ func (c *cli) upload(ctx context.Context, cl *sandboxd.Client, from, to endpoint
 			return 0, err
 		}
 		if fi.IsDir() {
-			return 0, fmt.Errorf("%s is a directory; sbx cp copies files", from.path)
+			return 0, fmt.Errorf("%s is a directory: copy it with sbx cp -r", from.path)
 		}
 		r, size = f, fi.Size()
 	}
@@ -154,15 +177,16 @@ func (c *cli) upload(ctx context.Context, cl *sandboxd.Client, from, to endpoint
 		dst += filepath.Base(from.path)
 	}
 	pr := &progressReader{r: r, size: size, bar: c.progressBar(size, "upload")}
+	defer pr.stopRedraws()
 	var body io.Reader = pr
 	if size >= 0 {
 		body = sizedReader{pr} // keeps the Content-Length
 	}
 	if err := cl.UploadFile(ctx, id, dst, body); err != nil {
-		return pr.n, err
+		return pr.bytes(), err
 	}
 	pr.finish()
-	return pr.n, nil
+	return pr.bytes(), nil
 }
 
 func (c *cli) download(ctx context.Context, cl *sandboxd.Client, from, to endpoint) (n int64, err error) {
@@ -176,6 +200,7 @@ func (c *cli) download(ctx context.Context, cl *sandboxd.Client, from, to endpoi
 	}
 	defer src.Close()
 	pr := &progressReader{r: src, size: src.Size, bar: c.progressBar(src.Size, "download")}
+	defer pr.stopRedraws()
 	if to.stdio() {
 		n, err = io.Copy(c.stdout, pr)
 		if err == nil {
@@ -232,31 +257,74 @@ func (c *cli) progressBar(size int64, what string) *progressbar.ProgressBar {
 }
 
 // progressReader counts the bytes read through it and advances an
-// optional progress bar.
+// optional progress bar. The bar is redrawn from a goroutine of its own
+// every 100 ms, never from Read: drawing on the terminal in the copy's
+// path slowed a 100 MB upload by a fifth.
 type progressReader struct {
 	r    io.Reader
 	size int64 // -1 when unknown
-	n    int64
+	n    atomic.Int64
 	bar  *progressbar.ProgressBar
+	once sync.Once
+	halt sync.Once
+	stop chan struct{}
+	done chan struct{}
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
-	p.n += int64(n)
-	if p.bar != nil && n > 0 {
-		p.bar.Add(n)
+	p.n.Add(int64(n))
+	if p.bar != nil {
+		p.once.Do(p.start)
 	}
 	return n, err
+}
+
+// bytes is the count read so far.
+func (p *progressReader) bytes() int64 { return p.n.Load() }
+
+func (p *progressReader) start() {
+	_ = p.bar.RenderBlank() // the bar's clock (its rate) starts with the first read
+	p.stop, p.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+				_ = p.bar.Set64(p.n.Load())
+			}
+		}
+	}()
 }
 
 // sizedReader is a progressReader of known size. Its Len (the bytes left)
 // lets UploadFile send a Content-Length, as it would for the file itself.
 type sizedReader struct{ *progressReader }
 
-func (s sizedReader) Len() int { return int(max(s.size-s.n, 0)) }
+func (s sizedReader) Len() int { return int(max(s.size-s.n.Load(), 0)) }
 
+// stopRedraws stops the redrawing goroutine, if it started, and waits
+// for it. Deferred by every copy, so no redraw follows an error message.
+func (p *progressReader) stopRedraws() {
+	p.once.Do(func() {}) // a Read from now on starts nothing
+	p.halt.Do(func() {
+		if p.stop != nil {
+			close(p.stop)
+			<-p.done
+		}
+	})
+}
+
+// finish stops the redraws and completes the bar.
 func (p *progressReader) finish() {
-	if p.bar != nil {
-		p.bar.Finish()
+	if p.bar == nil {
+		return
 	}
+	p.stopRedraws()
+	_ = p.bar.Set64(p.n.Load())
+	p.bar.Finish()
 }

@@ -136,3 +136,52 @@ func (c *Client) RemoveFile(ctx context.Context, id, path string) error {
 	}
 	return nil
 }
+
+// UploadArchive unpacks the tar stream r beneath the directory dir in a
+// sandbox; dir and its parents are made when missing. Entries keep their
+// names relative to dir, their permission bits (setuid and setgid are
+// dropped) and symbolic links; owners are the sandbox user's. The daemon
+// refuses (invalid_argument) an archive with an entry outside dir (an
+// absolute name, ".."), one reached through a symbolic link, a hard link
+// out, or a device node; past the sandbox's disk limit it is disk_full.
+// The body streams as it is read; UploadArchive does not close r and, like
+// UploadFile, is not retried (repeat it with a fresh reader: unpacking the
+// same archive again writes the same tree).
+func (c *Client) UploadArchive(ctx context.Context, id, dir string, r io.Reader) error {
+	req := &request{
+		method: http.MethodPut,
+		segs:   []string{"v1", "sandboxes", id, "files", "archive"},
+		query:  url.Values{"path": {dir}},
+		header: http.Header{"Content-Type": {"application/x-tar"}},
+		stream: r,
+		size:   readerSize(r),
+		retry:  retryNever,
+	}
+	resp, err := c.send(ctx, req)
+	if err != nil {
+		return fmt.Errorf("upload archive to %s in sandbox %q: %w", dir, id, err)
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// DownloadArchive opens path in a sandbox (a directory tree, a file or a
+// symbolic link) as a tar stream whose entries are named under path's base
+// name, as docker cp's archives are. No symbolic link below path is
+// followed: links are archived as links. The request is retried on
+// transient failures until the answer starts; a stream cut short by a
+// failure afterwards is an error from Read, never a clean end.
+func (c *Client) DownloadArchive(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	req := &request{
+		method: http.MethodGet,
+		segs:   []string{"v1", "sandboxes", id, "files", "archive"},
+		query:  url.Values{"path": {path}},
+		header: http.Header{"Accept": {"application/x-tar"}},
+		retry:  retrySafe,
+	}
+	resp, err := c.send(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("download archive of %s from sandbox %q: %w", path, id, err)
+	}
+	return resp.Body, nil
+}

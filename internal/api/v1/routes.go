@@ -75,6 +75,8 @@ func routes() []route {
 		{http.MethodGet, "/v1/sandboxes/{id}/files", user, streamed, (*server).downloadFile},
 		{http.MethodDelete, "/v1/sandboxes/{id}/files", user, jsonBody, (*server).removeFile},
 		{http.MethodGet, "/v1/sandboxes/{id}/files/list", user, jsonBody, (*server).listFiles},
+		{http.MethodPut, "/v1/sandboxes/{id}/files/archive", user, rawBody, (*server).uploadArchive},
+		{http.MethodGet, "/v1/sandboxes/{id}/files/archive", user, streamed, (*server).downloadArchive},
 
 		{http.MethodPost, "/v1/sandboxes/{id}/ports", user, jsonBody, (*server).exposePort},
 		{http.MethodGet, "/v1/sandboxes/{id}/ports", user, jsonBody, (*server).listPorts},

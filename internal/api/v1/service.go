@@ -38,6 +38,8 @@ type Service interface {
 
 	Upload(ctx context.Context, c service.Caller, idOrName, path, user string, r io.Reader) error
 	Download(ctx context.Context, c service.Caller, idOrName, path, user string) (rc io.ReadCloser, size int64, err error)
+	UploadArchive(ctx context.Context, c service.Caller, idOrName, dir, user string, r io.Reader) error
+	DownloadArchive(ctx context.Context, c service.Caller, idOrName, path, user string) (io.ReadCloser, error)
 	ListFiles(ctx context.Context, c service.Caller, idOrName, path, user string) ([]service.FileEntry, error)
 	RemoveFile(ctx context.Context, c service.Caller, idOrName, path, user string) error
 

@@ -27,6 +27,14 @@
 // streamed part by part through a fixed buffer: memory use does not grow with
 // the upload size. Parts before a failed one stay written.
 //
+// A raw upload of known length (1 MiB or more) is read from the hijacked
+// connection and spliced into the file (splice.go); its answer carries
+// Connection: close.
+//
+// PUT and GET [PathArchive] (the daemon's only: the facades' transport
+// refuses /sandboxd/) move directory trees as tar streams, as the
+// request's user, through package archive (archive.go).
+//
 // Errors are JSON {"code": <HTTP status>, "message": "..."} as in envd's REST
 // API: 400 for bad input (unknown user, NUL in path, directory, malformed
 // body), 403 for permission denied, 404 for a missing file, 507 when the disk

@@ -36,10 +36,13 @@ func New(o Options) *Handler {
 	return h
 }
 
-// Handle registers GET (and HEAD) and POST /files on mux.
+// Handle registers GET (and HEAD) and POST /files, and GET and PUT
+// [PathArchive] on mux.
 func (h *Handler) Handle(mux *http.ServeMux) {
 	mux.HandleFunc("GET /files", h.download)
 	mux.HandleFunc("POST /files", h.upload)
+	mux.HandleFunc("GET "+PathArchive, h.getArchive)
+	mux.HandleFunc("PUT "+PathArchive, h.putArchive)
 }
 
 // ServeHTTP dispatches on the method, for callers that mount the handler

@@ -40,6 +40,12 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	case "multipart/form-data":
 		written, err = h.uploadMultipart(u, r, meta)
 	case "application/octet-stream", "":
+		if canSplice(w, r) {
+			if cr, herr := hijackBody(w, r); herr == nil {
+				defer cr.send()
+				w = cr
+			}
+		}
 		written, err = h.uploadRaw(u, r, meta)
 	default:
 		err = fmt.Errorf("%w: unsupported Content-Type %q", errBadRequest, ct)

@@ -60,7 +60,11 @@ func writeFile(u account.User, path string, src io.Reader, meta map[string]strin
 			return err
 		}
 	}
-	if _, err := io.CopyBuffer(onlyWriter{f}, bodyReader{src}, make([]byte, copyBufferSize)); err != nil {
+	if cb, ok := src.(*connBody); ok { // spliced from the socket (splice.go)
+		if err := cb.writeTo(f, make([]byte, copyBufferSize)); err != nil {
+			return err
+		}
+	} else if _, err := io.CopyBuffer(onlyWriter{f}, bodyReader{src}, make([]byte, copyBufferSize)); err != nil {
 		return err
 	}
 	if err := filemeta.Replace(f, meta); err != nil {
