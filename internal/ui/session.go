@@ -1,0 +1,139 @@
+package ui
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/auth"
+)
+
+// Session bounds. A session is short-lived on purpose: it holds the API
+// token it was opened with, so its lifetime is how long a stolen cookie is
+// worth anything.
+const (
+	// SessionTTL is a session's whole life, however active it is.
+	SessionTTL = time.Hour
+	// maxSessions bounds the store: a caller holding a valid token could
+	// otherwise grow the daemon's memory one login at a time.
+	maxSessions = 4096
+	// cookieName is the session cookie. Its Path is /ui/, so it never
+	// travels with API, facade or preview requests.
+	cookieName = "sandboxd_ui"
+)
+
+// errTooManySessions is a login refused because the store is full of
+// sessions that have not expired.
+var errTooManySessions = errors.New("too many dashboard sessions: try again later or log out elsewhere")
+
+// session is one login: the token it was opened with (kept in memory
+// only, never sent back to the browser), who it stands for, and its CSRF
+// secret.
+type session struct {
+	token     string
+	principal auth.Principal
+	csrf      string
+	expires   time.Time
+}
+
+// sessions is the server-side session store, keyed by the SHA-256 of the
+// cookie's value (so the map's keys are not usable cookies). Deleting a
+// session revokes its cookie at once.
+type sessions struct {
+	now func() time.Time
+
+	mu sync.Mutex
+	m  map[[32]byte]*session
+}
+
+func newSessions(now func() time.Time) *sessions {
+	return &sessions{now: now, m: map[[32]byte]*session{}}
+}
+
+// open starts a session for token (already authenticated as p) and
+// returns the cookie value.
+func (s *sessions) open(token string, p auth.Principal) (string, *session, error) {
+	id, csrf := randomHex(32), randomHex(32)
+	sess := &session{token: token, principal: p, csrf: csrf, expires: s.now().Add(SessionTTL)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.m) >= maxSessions {
+		s.pruneLocked()
+		if len(s.m) >= maxSessions {
+			return "", nil, errTooManySessions
+		}
+	}
+	s.m[sha256.Sum256([]byte(id))] = sess
+	return id, sess, nil
+}
+
+// get returns the live session of cookie value id, or nil.
+func (s *sessions) get(id string) *session {
+	key := sha256.Sum256([]byte(id))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess := s.m[key]
+	if sess == nil {
+		return nil
+	}
+	if !s.now().Before(sess.expires) {
+		delete(s.m, key)
+		return nil
+	}
+	return sess
+}
+
+// drop revokes the session of cookie value id.
+func (s *sessions) drop(id string) {
+	s.mu.Lock()
+	delete(s.m, sha256.Sum256([]byte(id)))
+	s.mu.Unlock()
+}
+
+// dropToken revokes every session opened with token (the API refused it:
+// revoked or gone).
+func (s *sessions) dropToken(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, sess := range s.m {
+		if sess.token == token {
+			delete(s.m, k)
+		}
+	}
+}
+
+func (s *sessions) pruneLocked() {
+	now := s.now()
+	for k, sess := range s.m {
+		if !now.Before(sess.expires) {
+			delete(s.m, k)
+		}
+	}
+}
+
+// checkCSRF reports whether got is the session's CSRF token, in constant
+// time.
+func (sess *session) checkCSRF(got string) bool {
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(sess.csrf)) == 1
+}
+
+// sessionCookie is the cookie carrying value: HttpOnly (no script reads
+// it), SameSite=Strict (no other site's page sends it), Secure when the
+// request came over TLS, scoped to /ui/, and gone with the session.
+func sessionCookie(r *http.Request, value string, maxAge int) *http.Cookie {
+	return &http.Cookie{
+		Name: cookieName, Value: value, Path: "/ui/", MaxAge: maxAge,
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
