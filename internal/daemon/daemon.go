@@ -618,8 +618,8 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 	// the E2B facade, which serves any port of its own sandboxes by host
 	// (and declines the rest, left 404). Requests for no sandbox host go by
 	// path and header: E2B (control plane, envd by E2b-Sandbox-Id), Daytona
-	// under /daytona/api, then the native API; /mcp is the MCP server's,
-	// / and /ui/… the dashboard's.
+	// under /daytona/api, then the dashboard (/ and /ui/…), then the
+	// native API; /mcp is the MCP server's.
 	mcpHandler := d.mcpHandler()
 	uiHandler, err := d.uiHandler()
 	if err != nil {
@@ -629,12 +629,12 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		switch {
 		case r.URL.Path == "/mcp":
 			mcpHandler.ServeHTTP(w, r)
-		case ui.Match(r):
-			uiHandler.ServeHTTP(w, r)
 		case e2bFacade.Match(r):
 			e2bFacade.ServeHTTP(w, r)
 		case daytonaFacade.Match(r):
 			daytonaFacade.ServeHTTP(w, r)
+		case ui.Match(r):
+			uiHandler.ServeHTTP(w, r)
 		default:
 			api.ServeHTTP(w, r)
 		}

@@ -22,6 +22,10 @@ const (
 	// maxSessions bounds the store: a caller holding a valid token could
 	// otherwise grow the daemon's memory one login at a time.
 	maxSessions = 4096
+	// maxSessionsPerToken bounds one token's share of the store: its
+	// oldest session gives way to a new one, so one token cannot fill
+	// the store and lock every other tenant out.
+	maxSessionsPerToken = 16
 	// cookieName is the session cookie. Its Path is /ui/, so it never
 	// travels with API, facade or preview requests.
 	cookieName = "sandboxd_ui"
@@ -38,6 +42,7 @@ type session struct {
 	token     string
 	principal auth.Principal
 	csrf      string
+	created   time.Time
 	expires   time.Time
 }
 
@@ -59,9 +64,11 @@ func newSessions(now func() time.Time) *sessions {
 // returns the cookie value.
 func (s *sessions) open(token string, p auth.Principal) (string, *session, error) {
 	id, csrf := randomHex(32), randomHex(32)
-	sess := &session{token: token, principal: p, csrf: csrf, expires: s.now().Add(SessionTTL)}
+	now := s.now()
+	sess := &session{token: token, principal: p, csrf: csrf, created: now, expires: now.Add(SessionTTL)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.capTokenLocked(token)
 	if len(s.m) >= maxSessions {
 		s.pruneLocked()
 		if len(s.m) >= maxSessions {
@@ -104,6 +111,28 @@ func (s *sessions) dropToken(token string) {
 		if sess.token == token {
 			delete(s.m, k)
 		}
+	}
+}
+
+// capTokenLocked drops the oldest sessions of token until one more fits
+// within maxSessionsPerToken.
+func (s *sessions) capTokenLocked(token string) {
+	for {
+		var oldest [32]byte
+		n, found := 0, false
+		for k, sess := range s.m {
+			if sess.token != token {
+				continue
+			}
+			n++
+			if !found || sess.created.Before(s.m[oldest].created) {
+				oldest, found = k, true
+			}
+		}
+		if n < maxSessionsPerToken {
+			return
+		}
+		delete(s.m, oldest)
 	}
 }
 
