@@ -34,6 +34,19 @@ func parsePages() (map[string]*template.Template, error) {
 		"mb64":  humanMB,
 		"bytes": humanBytes,
 		"join":  func(dir, name string) string { return path.Join(dir, name) },
+		"limit": func(n int64) string {
+			if n <= 0 {
+				return "unlimited"
+			}
+			return strconv.FormatInt(n, 10)
+		},
+		"limitMB": func(n int64) string {
+			if n <= 0 {
+				return "unlimited"
+			}
+			return humanMB(n)
+		},
+		"cores": func(milli int64) string { return strconv.FormatFloat(float64(milli)/1000, 'f', -1, 64) },
 	}
 	names, err := fs.Glob(assets, "assets/pages/*.html")
 	if err != nil {
@@ -388,6 +401,82 @@ func (h *Handler) poolsPage(w http.ResponseWriter, r *http.Request, req request)
 }
 
 func isUnauthenticated(err error) bool { return errors.Is(err, auth.ErrUnauthenticated) }
+
+// node is one row of GET /v1/cluster/nodes.
+type node struct {
+	ID           string `json:"id"`
+	APIURL       string `json:"api_url"`
+	TLSAddr      string `json:"tls_addr"`
+	Self         bool   `json:"self"`
+	MilliCPU     int64  `json:"milli_cpu"`
+	MemoryMB     int64  `json:"memory_mb"`
+	FreeMilliCPU int64  `json:"free_milli_cpu"`
+	FreeMemoryMB int64  `json:"free_memory_mb"`
+}
+
+// maxNodesBody bounds the nodes answer the page reads.
+const maxNodesBody = 4 << 20
+
+// nodesPage lists the cluster's live nodes (GET /v1/cluster/nodes, admins
+// only); a daemon outside a cluster answers that route 404.
+func (h *Handler) nodesPage(w http.ResponseWriter, r *http.Request, req request) {
+	data := struct {
+		Clustered bool
+		Nodes     []node
+	}{}
+	hr, err := http.NewRequestWithContext(r.Context(), http.MethodGet, h.base+"/v1/cluster/nodes", nil)
+	if err != nil {
+		h.fail(w, r, req.sess, http.StatusInternalServerError, err.Error())
+		return
+	}
+	hr.Header.Set("Authorization", "Bearer "+req.sess.token)
+	resp, err := h.hc.Do(hr)
+	if err != nil {
+		h.apiFailed(w, r, req, err)
+		return
+	}
+	defer resp.Body.Close()
+	switch body := io.LimitReader(resp.Body, maxNodesBody); resp.StatusCode {
+	case http.StatusOK:
+		var out struct {
+			Items []node `json:"items"`
+		}
+		if err := json.NewDecoder(body).Decode(&out); err != nil {
+			h.fail(w, r, req.sess, http.StatusServiceUnavailable, "The cluster's node list could not be read: "+err.Error())
+			return
+		}
+		data.Clustered, data.Nodes = true, out.Items
+	case http.StatusNotFound:
+		// a single node
+	default:
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		_ = json.NewDecoder(body).Decode(&e)
+		h.apiFailed(w, r, req, &sandboxd.APIError{Status: resp.StatusCode, Message: e.Error.Message})
+		return
+	}
+	h.render(w, http.StatusOK, "nodes", req.sess, "Nodes", data)
+}
+
+// tokensPage lists the API tokens and their quotas (admins); a user sees
+// the quota of the token it logged in with.
+func (h *Handler) tokensPage(w http.ResponseWriter, r *http.Request, req request) {
+	data := struct {
+		Tokens []sandboxd.Token
+		Quota  auth.Quota
+	}{Quota: req.sess.principal.Quota}
+	if req.sess.principal.IsAdmin() {
+		var err error
+		if data.Tokens, err = req.api.ListTokens(r.Context()); err != nil {
+			h.apiFailed(w, r, req, err)
+			return
+		}
+	}
+	h.render(w, http.StatusOK, "tokens", req.sess, "Tokens and quotas", data)
+}
 
 func age(t time.Time) string {
 	if t.IsZero() {

@@ -169,6 +169,8 @@ func (h *Handler) routes() *http.ServeMux {
 	mux.HandleFunc("GET /ui/templates", h.withSession(false, h.templatesPage))
 	mux.HandleFunc("GET /ui/templates/{id}/logs", h.withSession(false, h.templateLogs))
 	mux.HandleFunc("GET /ui/pools", h.withSession(false, h.poolsPage))
+	mux.HandleFunc("GET /ui/nodes", h.withSession(false, h.nodesPage))
+	mux.HandleFunc("GET /ui/tokens", h.withSession(false, h.tokensPage))
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, nil, http.StatusNotFound, "No such page.")
 	})

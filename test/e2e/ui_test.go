@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -81,6 +82,26 @@ func userToken(ctx context.Context, t *testing.T, admin *sandboxd.Client, owner 
 		}
 	})
 	return tok.Secret
+}
+
+// daytonaGet is GET url with token, its body (200 expected).
+func daytonaGet(ctx context.Context, t *testing.T, url, token string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %s", url, resp.Status, body)
+	}
+	return string(body)
 }
 
 // fetchJS is a same-origin fetch from the page (the session cookie goes
@@ -273,6 +294,29 @@ func TestDashboard(t *testing.T) {
 	}
 	if got, err := clientA.GetSandbox(ctx, sb.ID); err != nil || got.State != sandboxd.StateRunning {
 		t.Fatalf("after refused destroys the sandbox is %v, %v; want it running", got, err)
+	}
+
+	// A terminal ends with its page: once the browser left every page of
+	// the sandbox, the sandbox has no dashboard terminal left.
+	run(t, bctx, time.Minute, "leave the sandbox's pages",
+		chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.ID("sandboxes")))
+	var ptys string
+	for deadline := time.Now().Add(time.Minute); ; {
+		ptys = daytonaGet(ctx, t, base+"/daytona/api/toolbox/"+sb.ID+"/process/pty", tokA)
+		if !strings.Contains(ptys, `"ui-`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dashboard's terminals outlive their pages: %s", ptys)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Nor can A download from B's sandbox.
+	answer = get(t, bctx, time.Minute, "download from B's sandbox", chromedp.Evaluate[string](
+		fetchJS("GET", "/ui/sandboxes/"+other.ID+"/download?path=/etc/hostname", ""), chromedp.EvalAwaitPromise))
+	if !strings.HasPrefix(answer, "404 ") {
+		t.Fatalf("tenant A downloading from tenant B's sandbox: %.200q, want 404", answer)
 	}
 
 	// The page's security headers.
