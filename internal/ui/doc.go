@@ -31,7 +31,13 @@
 // or for the WebSocket, which carries no header of the page's, the csrf
 // query parameter — and a same-origin Origin header (or Sec-Fetch-Site)
 // where the browser sends one. The login POST, which has no session yet,
-// needs the same-origin check.
+// needs the same-origin check. The Origin check is what stops a sandbox's
+// own pages: a preview host such as 8080-<id>.localhost is the same site as
+// a dashboard opened on localhost, so SameSite alone would let its
+// requests carry the cookie. For the same reason a request carrying more
+// than one session cookie (a sibling host can set one for the parent
+// domain, to slip the browser a session of its own) is treated as having
+// none.
 //
 // # Untrusted content
 //

@@ -136,3 +136,18 @@ func TestSessionCookie_Flags(t *testing.T) {
 		t.Fatal("Secure cookie over plain HTTP: the browser would drop it")
 	}
 }
+
+func TestOnlyCookie_SeveralAreNone(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, "http://localhost:7070/ui/", nil)
+	if _, ok := onlyCookie(r); ok {
+		t.Fatal("a request without a cookie has one")
+	}
+	r.AddCookie(&http.Cookie{Name: cookieName, Value: "mine"})
+	if c, ok := onlyCookie(r); !ok || c.Value != "mine" {
+		t.Fatalf("one cookie: %v, %v", c, ok)
+	}
+	r.AddCookie(&http.Cookie{Name: cookieName, Value: "tossed"})
+	if _, ok := onlyCookie(r); ok {
+		t.Fatal("two session cookies (one tossed by a sibling host) were trusted")
+	}
+}

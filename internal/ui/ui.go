@@ -193,10 +193,10 @@ type request struct {
 // X-CSRF-Token) and a same-origin request.
 func (h *Handler) withSession(mutating bool, fn func(http.ResponseWriter, *http.Request, request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		c, err := r.Cookie(cookieName)
 		var sess *session
 		var parts *multipart.Reader
-		if err == nil {
+		c, ok := onlyCookie(r)
+		if ok {
 			sess = h.sessions.get(c.Value)
 		}
 		if sess == nil {
@@ -225,6 +225,22 @@ func (h *Handler) withSession(mutating bool, fn func(http.ResponseWriter, *http.
 			sandboxd.WithUserAgent("sandboxd-ui/"+h.version))
 		fn(w, r, request{sess: sess, cookie: c.Value, api: api, parts: parts})
 	}
+}
+
+// onlyCookie returns the request's session cookie when it carries exactly
+// one. Several mean that a page of a sibling host (a sandbox's preview on
+// *.localhost beside a dashboard on localhost, which share a site) set one
+// for the parent domain to slip the browser its own session: none of them
+// is trusted, and the browser is sent to the login.
+func onlyCookie(r *http.Request) (*http.Cookie, bool) {
+	var found *http.Cookie
+	for _, c := range r.CookiesNamed(cookieName) {
+		if found != nil {
+			return nil, false
+		}
+		found = c
+	}
+	return found, found != nil
 }
 
 // csrfField reads the "csrf" form field: from the URL-encoded body, or
