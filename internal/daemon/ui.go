@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/sandboxd/sandboxd/internal/api/daytona"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/ui"
 	"github.com/sandboxd/sandboxd/internal/version"
@@ -21,8 +22,9 @@ func (d *Daemon) uiHandler() (*ui.Handler, error) {
 		Authenticate: func(ctx context.Context, token string) (auth.Principal, error) {
 			return d.Auth.AuthenticateToken(ctx, token)
 		},
-		Version: version.Version,
-		Logger:  d.logger,
+		Terminal: daytona.TerminalRoute,
+		Version:  version.Version,
+		Logger:   d.logger,
 	})
 	if err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package ui
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -174,7 +173,7 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request, req requ
 		h.apiFailed(w, r, req, err)
 		return
 	}
-	http.Redirect(w, r, "/ui/sandboxes/"+url.PathEscape(sb.ID), http.StatusSeeOther)
+	http.Redirect(w, r, "/ui/sandbox/"+url.PathEscape(sb.ID), http.StatusSeeOther)
 }
 
 func (h *Handler) destroySandbox(w http.ResponseWriter, r *http.Request, req request) {
@@ -252,7 +251,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, req request) {
 				h.apiFailed(w, r, req, err)
 				return
 			}
-			http.Redirect(w, r, "/ui/sandboxes/"+url.PathEscape(id)+"?path="+url.QueryEscape(dir), http.StatusSeeOther)
+			http.Redirect(w, r, "/ui/sandbox/"+url.PathEscape(id)+"?path="+url.QueryEscape(dir), http.StatusSeeOther)
 			return
 		}
 	}
@@ -296,7 +295,7 @@ func (h *Handler) exposePort(w http.ResponseWriter, r *http.Request, req request
 		h.apiFailed(w, r, req, err)
 		return
 	}
-	http.Redirect(w, r, "/ui/sandboxes/"+url.PathEscape(id), http.StatusSeeOther)
+	http.Redirect(w, r, "/ui/sandbox/"+url.PathEscape(id), http.StatusSeeOther)
 }
 
 // Terminal bounds: the size the browser asks for is clamped to these.
@@ -306,9 +305,9 @@ const (
 )
 
 // terminal is the terminal's WebSocket: a new terminal of the sessions
-// part (package sessions), reached through the Daytona facade's PTY route
-// in process (create-connect), so the API's token check and, in a
-// cluster, its forwarding apply. Its messages: a JSON control message
+// part (package sessions), reached in process through the API route
+// Options.Terminal names (the Daytona facade's PTY create-connect), so
+// the API's token check and, in a cluster, its forwarding apply. Its messages: a JSON control message
 // {"type":"control","status":"connected"} first, then the terminal's
 // output as binary messages; every message the browser sends is input.
 // The terminal is deleted when the WebSocket ends.
@@ -318,6 +317,10 @@ const (
 // and the Origin must be this host's.
 func (h *Handler) terminal(w http.ResponseWriter, r *http.Request, req request) {
 	q := r.URL.Query()
+	if h.termRoute == nil {
+		h.fail(w, r, req.sess, http.StatusNotFound, "This daemon serves no terminals.")
+		return
+	}
 	if r.Header.Get("Origin") == "" || !sameOrigin(r) || !req.sess.checkCSRF(q.Get("csrf")) {
 		h.fail(w, r, req.sess, http.StatusForbidden, "Missing or invalid CSRF token, or a cross-origin request: reload the page.")
 		return
@@ -330,25 +333,29 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request, req request) 
 	cols := clamp(q.Get("cols"), 100, minTermCols, maxTermCols)
 	rows := clamp(q.Get("rows"), 30, minTermRows, maxTermRows)
 	tid := "ui-" + randomHex(8)
-	base := "/daytona/api/toolbox/" + sb.ID + "/process/pty"
-	env, _ := json.Marshal(map[string]string{"TERM": "dumb"})
+	connect, header, remove := h.termRoute(sb.ID, tid, cols, rows, map[string]string{"TERM": "dumb"})
+	target, err := url.Parse(connect)
+	if err != nil {
+		h.fail(w, r, req.sess, http.StatusInternalServerError, "The terminal's route is malformed.")
+		return
+	}
 
 	fwd := r.Clone(r.Context())
-	fwd.URL = &url.URL{Path: base + "/create-connect", RawQuery: url.Values{
-		"id": {tid}, "cols": {strconv.Itoa(cols)}, "rows": {strconv.Itoa(rows)},
-	}.Encode()}
-	fwd.RequestURI = fwd.URL.RequestURI()
+	fwd.URL = target
+	fwd.RequestURI = target.RequestURI()
 	fwd.Header = r.Header.Clone()
 	fwd.Header.Del("Cookie")
-	fwd.Header.Del("Origin") // checked above; the facade's own check is for other sites' pages
+	fwd.Header.Del("Origin") // checked above; the API's own check is for other sites' pages
 	fwd.Header.Set("Authorization", "Bearer "+req.sess.token)
-	fwd.Header.Set("Sec-WebSocket-Protocol", "X-Daytona-Pty-Envs~"+base64.RawURLEncoding.EncodeToString(env))
+	for k, v := range header {
+		fwd.Header[k] = v
+	}
 	h.api.ServeHTTP(w, fwd)
 
 	// The WebSocket ended: end its terminal (its shell would run on).
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	del, err := http.NewRequestWithContext(ctx, http.MethodDelete, h.base+base+"/"+tid, nil)
+	del, err := http.NewRequestWithContext(ctx, http.MethodDelete, h.base+remove, nil)
 	if err != nil {
 		return
 	}

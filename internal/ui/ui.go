@@ -36,6 +36,12 @@ type Options struct {
 	APIHost string
 	// Authenticate checks a token typed into the login form. Required.
 	Authenticate func(ctx context.Context, token string) (auth.Principal, error)
+	// Terminal names the API route of a sandbox's terminal (the daemon
+	// gives the Daytona facade's, daytona.TerminalRoute): connect is the
+	// path and query of a WebSocket that creates terminal tid of sandbox
+	// id and attaches to it, header what it must carry besides the token,
+	// remove the path whose DELETE ends the terminal. Nil: no terminal.
+	Terminal func(id, tid string, cols, rows int, env map[string]string) (connect string, header http.Header, remove string)
 	// Version is shown in the footer and the SDK's User-Agent.
 	Version string
 	// Logger receives failures; nil discards them.
@@ -48,6 +54,7 @@ type Options struct {
 type Handler struct {
 	api          http.Handler
 	base         string // the in-process API's base URL
+	termRoute    func(id, tid string, cols, rows int, env map[string]string) (string, http.Header, string)
 	authenticate func(context.Context, string) (auth.Principal, error)
 	version      string
 	logger       *slog.Logger
@@ -84,6 +91,7 @@ func New(opts Options) (*Handler, error) {
 	h := &Handler{
 		api:          opts.API,
 		base:         "http://" + opts.APIHost,
+		termRoute:    opts.Terminal,
 		authenticate: opts.Authenticate,
 		version:      opts.Version,
 		logger:       logger,
@@ -160,12 +168,12 @@ func (h *Handler) routes() *http.ServeMux {
 	mux.HandleFunc("POST /ui/logout", h.withSession(true, h.logout))
 	mux.HandleFunc("GET /ui/{$}", h.withSession(false, h.sandboxesPage))
 	mux.HandleFunc("POST /ui/sandboxes", h.withSession(true, h.createSandbox))
-	mux.HandleFunc("GET /ui/sandboxes/{id}", h.withSession(false, h.sandboxPage))
-	mux.HandleFunc("POST /ui/sandboxes/{id}/destroy", h.withSession(true, h.destroySandbox))
-	mux.HandleFunc("POST /ui/sandboxes/{id}/upload", h.withSession(true, h.upload))
-	mux.HandleFunc("GET /ui/sandboxes/{id}/download", h.withSession(false, h.download))
-	mux.HandleFunc("POST /ui/sandboxes/{id}/ports", h.withSession(true, h.exposePort))
-	mux.HandleFunc("GET /ui/sandboxes/{id}/terminal", h.withSession(false, h.terminal))
+	mux.HandleFunc("GET /ui/sandbox/{id}", h.withSession(false, h.sandboxPage))
+	mux.HandleFunc("POST /ui/sandbox/{id}/destroy", h.withSession(true, h.destroySandbox))
+	mux.HandleFunc("POST /ui/sandbox/{id}/upload", h.withSession(true, h.upload))
+	mux.HandleFunc("GET /ui/sandbox/{id}/download", h.withSession(false, h.download))
+	mux.HandleFunc("POST /ui/sandbox/{id}/ports", h.withSession(true, h.exposePort))
+	mux.HandleFunc("GET /ui/sandbox/{id}/terminal", h.withSession(false, h.terminal))
 	mux.HandleFunc("GET /ui/templates", h.withSession(false, h.templatesPage))
 	mux.HandleFunc("GET /ui/templates/{id}/logs", h.withSession(false, h.templateLogs))
 	mux.HandleFunc("GET /ui/pools", h.withSession(false, h.poolsPage))

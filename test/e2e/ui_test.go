@@ -133,7 +133,7 @@ func TestDashboard(t *testing.T) {
 
 	// No session: any page sends the browser to the login.
 	run(t, bctx, time.Minute, "open without a session",
-		chromedp.Navigate(base+"/ui/sandboxes/"+other.ID),
+		chromedp.Navigate(base+"/ui/sandbox/"+other.ID),
 		chromedp.WaitVisible(chromedp.ID("token")))
 	loc := get(t, bctx, time.Minute, "location", chromedp.Location())
 	if !strings.HasSuffix(loc, "/ui/login") {
@@ -192,7 +192,7 @@ func TestDashboard(t *testing.T) {
 	if strings.Contains(html, other.ID) {
 		t.Fatalf("tenant A's dashboard lists tenant B's sandbox %s", other.ID)
 	}
-	answer := get(t, bctx, time.Minute, "open B's sandbox", chromedp.Evaluate[string](fetchJS("GET", "/ui/sandboxes/"+other.ID, ""), chromedp.EvalAwaitPromise))
+	answer := get(t, bctx, time.Minute, "open B's sandbox", chromedp.Evaluate[string](fetchJS("GET", "/ui/sandbox/"+other.ID, ""), chromedp.EvalAwaitPromise))
 	if !strings.HasPrefix(answer, "404 ") {
 		t.Fatalf("tenant A opening tenant B's sandbox page: %.200q, want 404", answer)
 	}
@@ -210,7 +210,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("the sandbox the form created: %v", err)
 	}
 	destroyAtEnd(t, clientA, sb.ID)
-	if !strings.HasSuffix(loc, "/ui/sandboxes/"+sb.ID) {
+	if !strings.HasSuffix(loc, "/ui/sandbox/"+sb.ID) {
 		t.Fatalf("after create the browser is at %s, want the sandbox's page", loc)
 	}
 
@@ -240,7 +240,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, bctx, 2*time.Minute, "upload",
-		chromedp.Navigate(base+"/ui/sandboxes/"+sb.ID+"?path=/tmp"),
+		chromedp.Navigate(base+"/ui/sandbox/"+sb.ID+"?path=/tmp"),
 		chromedp.WaitVisible(chromedp.ID("upload-file")),
 		chromedp.SetUploadFiles(chromedp.ID("upload-file"), []string{local}),
 		chromedp.Click(chromedp.ID("upload")),
@@ -263,7 +263,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("upload the hostile name: %v", err)
 	}
 	run(t, bctx, time.Minute, "list the hostile name",
-		chromedp.Navigate(base+"/ui/sandboxes/"+sb.ID+"?path=/tmp"),
+		chromedp.Navigate(base+"/ui/sandbox/"+sb.ID+"?path=/tmp"),
 		chromedp.WaitVisible(chromedp.ID("files")))
 	screen = get(t, bctx, time.Minute, "files", chromedp.TextContent(chromedp.ID("files")))
 	pwned := get(t, bctx, time.Minute, "img", chromedp.Evaluate[bool](`document.getElementById("pwned") !== null`))
@@ -275,12 +275,12 @@ func TestDashboard(t *testing.T) {
 	// a cross-origin form post.
 	for _, body := range []string{"csrf=" + strings.Repeat("0", 64), "", "csrf="} {
 		answer = get(t, bctx, time.Minute, "destroy with a bad CSRF token",
-			chromedp.Evaluate[string](fetchJS("POST", "/ui/sandboxes/"+sb.ID+"/destroy", body), chromedp.EvalAwaitPromise))
+			chromedp.Evaluate[string](fetchJS("POST", "/ui/sandbox/"+sb.ID+"/destroy", body), chromedp.EvalAwaitPromise))
 		if !strings.HasPrefix(answer, "403 ") {
 			t.Fatalf("destroy with body %q: %.200q, want 403", body, answer)
 		}
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/ui/sandboxes/"+sb.ID+"/destroy", strings.NewReader("csrf=x"))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/ui/sandbox/"+sb.ID+"/destroy", strings.NewReader("csrf=x"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", "http://evil.example")
 	req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
@@ -314,7 +314,7 @@ func TestDashboard(t *testing.T) {
 
 	// Nor can A download from B's sandbox.
 	answer = get(t, bctx, time.Minute, "download from B's sandbox", chromedp.Evaluate[string](
-		fetchJS("GET", "/ui/sandboxes/"+other.ID+"/download?path=/etc/hostname", ""), chromedp.EvalAwaitPromise))
+		fetchJS("GET", "/ui/sandbox/"+other.ID+"/download?path=/etc/hostname", ""), chromedp.EvalAwaitPromise))
 	if !strings.HasPrefix(answer, "404 ") {
 		t.Fatalf("tenant A downloading from tenant B's sandbox: %.200q, want 404", answer)
 	}
@@ -340,7 +340,7 @@ func TestDashboard(t *testing.T) {
 
 	// Destroy through the page.
 	run(t, bctx, 2*time.Minute, "destroy",
-		chromedp.Navigate(base+"/ui/sandboxes/"+sb.ID),
+		chromedp.Navigate(base+"/ui/sandbox/"+sb.ID),
 		chromedp.WaitVisible(chromedp.ID("destroy")),
 		chromedp.Click(chromedp.ID("destroy")),
 		chromedp.WaitVisible(chromedp.ID("sandboxes")))
