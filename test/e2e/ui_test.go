@@ -35,6 +35,10 @@ func browser(t *testing.T) context.Context {
 		chromedp.DisableGPU,
 		chromedp.WindowSize(1280, 760),
 		chromedp.UserDataDir(t.TempDir()),
+		// Nothing leaves the machine: every host but the daemon's
+		// 127.0.0.1 fails to resolve, and no proxy is looked up.
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
+		chromedp.Flag("no-proxy-server", true),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
