@@ -184,6 +184,19 @@ func (h *Handler) destroySandbox(w http.ResponseWriter, r *http.Request, req req
 	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 }
 
+// lifecycle is a stop or start button: the API call, then the sandbox's
+// page.
+func (h *Handler) lifecycle(call func(*sandboxd.Client, context.Context, string) (*sandboxd.Sandbox, error)) func(http.ResponseWriter, *http.Request, request) {
+	return func(w http.ResponseWriter, r *http.Request, req request) {
+		sb, err := call(req.api, r.Context(), r.PathValue("id"))
+		if err != nil {
+			h.apiFailed(w, r, req, err)
+			return
+		}
+		http.Redirect(w, r, "/ui/sandbox/"+url.PathEscape(sb.ID), http.StatusSeeOther)
+	}
+}
+
 // dirOf is the ?path= of the files view: an absolute, clean path.
 func dirOf(r *http.Request) string {
 	p := r.URL.Query().Get("path")

@@ -170,6 +170,8 @@ func (h *Handler) routes() *http.ServeMux {
 	mux.HandleFunc("POST /ui/sandboxes", h.withSession(true, h.createSandbox))
 	mux.HandleFunc("GET /ui/sandbox/{id}", h.withSession(false, h.sandboxPage))
 	mux.HandleFunc("POST /ui/sandbox/{id}/destroy", h.withSession(true, h.destroySandbox))
+	mux.HandleFunc("POST /ui/sandbox/{id}/stop", h.withSession(true, h.lifecycle((*sandboxd.Client).StopSandbox)))
+	mux.HandleFunc("POST /ui/sandbox/{id}/start", h.withSession(true, h.lifecycle((*sandboxd.Client).StartSandbox)))
 	mux.HandleFunc("POST /ui/sandbox/{id}/upload", h.withSession(true, h.upload))
 	mux.HandleFunc("GET /ui/sandbox/{id}/download", h.withSession(false, h.download))
 	mux.HandleFunc("POST /ui/sandbox/{id}/ports", h.withSession(true, h.exposePort))

@@ -342,6 +342,22 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
+	// Stop and start through the page.
+	run(t, bctx, 2*time.Minute, "stop",
+		chromedp.Navigate(base+"/ui/sandbox/"+sb.ID),
+		chromedp.WaitVisible(chromedp.ID("stop")),
+		chromedp.Click(chromedp.ID("stop")),
+		chromedp.WaitVisible(chromedp.ID("start")))
+	if got, err := clientA.GetSandbox(ctx, sb.ID); err != nil || got.State != sandboxd.StateStopped {
+		t.Fatalf("after Stop the sandbox is %v, %v; want stopped", got, err)
+	}
+	run(t, bctx, 2*time.Minute, "start",
+		chromedp.Click(chromedp.ID("start")),
+		chromedp.WaitVisible(chromedp.CSS(`#terminal[data-state="connected"]`)))
+	if got, err := clientA.GetSandbox(ctx, sb.ID); err != nil || got.State != sandboxd.StateRunning {
+		t.Fatalf("after Start the sandbox is %v, %v; want running", got, err)
+	}
+
 	// Destroy through the page.
 	run(t, bctx, 2*time.Minute, "destroy",
 		chromedp.Navigate(base+"/ui/sandbox/"+sb.ID),
