@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -235,6 +236,26 @@ func TestDashboard(t *testing.T) {
 		if !echoed.MatchString(screen) {
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+
+	// The terminal has the size of its element (wider than the 100
+	// columns the page falls back to at this window's width).
+	run(t, bctx, time.Minute, "ask the terminal's size",
+		chromedp.SendKeys(chromedp.ID("terminal"), "stty size\r"))
+	sized := regexp.MustCompile(`(?m)^([0-9]+) ([0-9]+)$`)
+	for deadline := time.Now().Add(time.Minute); ; {
+		screen = get(t, bctx, 30*time.Second, "read the terminal", chromedp.TextContent(chromedp.ID("terminal")))
+		if m := sized.FindStringSubmatch(screen); m != nil {
+			rows, _ := strconv.Atoi(m[1])
+			if cols, _ := strconv.Atoi(m[2]); rows < 5 || cols <= 100 {
+				t.Fatalf("the terminal is %s rows × %s columns; want the element's size (over 100 columns)", m[1], m[2])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stty size never answered; the terminal shows:\n%s", screen)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 
 	// Upload a file into /tmp through the form, then download it.

@@ -51,9 +51,19 @@
     render();
   }
 
+  // The terminal's size in characters, measured once: the server clamps it.
+  var probe = document.createElement('span');
+  probe.className = 'probe';
+  probe.textContent = 'MMMMMMMMMM';
+  term.appendChild(probe);
+  var box = probe.getBoundingClientRect();
+  term.removeChild(probe);
+  var cols = box.width > 0 ? Math.floor((term.clientWidth - 28) / (box.width / 10)) : 100;
+  var rows = box.height > 0 ? Math.floor((term.clientHeight - 20) / box.height) : 30;
+
   var proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
   var url = proto + '//' + location.host + term.dataset.ws +
-    '?csrf=' + encodeURIComponent(term.dataset.csrf) + '&cols=100&rows=30';
+    '?csrf=' + encodeURIComponent(term.dataset.csrf) + '&cols=' + cols + '&rows=' + rows;
   var ws = new WebSocket(url);
   ws.binaryType = 'arraybuffer';
   setStatus('connecting');
