@@ -440,6 +440,12 @@ const maxNodesBody = 4 << 20
 // nodesPage lists the cluster's live nodes (GET /v1/cluster/nodes, admins
 // only); a daemon outside a cluster answers that route 404.
 func (h *Handler) nodesPage(w http.ResponseWriter, r *http.Request, req request) {
+	if !req.sess.principal.IsAdmin() {
+		// What the cluster's route answers a user; a single daemon has
+		// no such route, and would otherwise say only that it is alone.
+		h.fail(w, r, req.sess, http.StatusForbidden, "The cluster's nodes are shown to admins only.")
+		return
+	}
 	data := struct {
 		Clustered bool
 		Nodes     []node

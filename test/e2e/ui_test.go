@@ -363,6 +363,19 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
+	// The other pages: templates, the user's quota; pools and nodes are
+	// an admin's (403 for a user).
+	run(t, bctx, time.Minute, "templates and quota",
+		chromedp.Navigate(base+"/ui/templates"), chromedp.WaitVisible(chromedp.ID("templates")),
+		chromedp.Navigate(base+"/ui/tokens"), chromedp.WaitVisible(chromedp.ID("quota")))
+	for _, page := range []string{"/ui/pools", "/ui/nodes"} {
+		answer = get(t, bctx, time.Minute, "open "+page+" as a user",
+			chromedp.Evaluate[string](fetchJS("GET", page, ""), chromedp.EvalAwaitPromise))
+		if !strings.HasPrefix(answer, "403 ") {
+			t.Fatalf("a user opening %s: %.200q, want 403", page, answer)
+		}
+	}
+
 	// Stop and start through the page.
 	run(t, bctx, 2*time.Minute, "stop",
 		chromedp.Navigate(base+"/ui/sandbox/"+sb.ID),
@@ -407,4 +420,19 @@ func TestDashboard(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/login" {
 		t.Fatalf("the logged-out cookie gets %s to %q, want 303 to /ui/login", resp.Status, resp.Header.Get("Location"))
 	}
+
+	// An admin sees every tenant's sandboxes with their owners, the pools
+	// and the nodes (a single daemon says it is alone).
+	run(t, bctx, time.Minute, "log in as admin",
+		chromedp.SetValue(chromedp.ID("token"), d.Token()),
+		chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("sandboxes")))
+	html = get(t, bctx, time.Minute, "admin's list", chromedp.OuterHTML(chromedp.ID("sandboxes")))
+	if !strings.Contains(html, other.ID) || !strings.Contains(html, "ui-b-"+suffix) {
+		t.Fatalf("the admin's list lacks tenant B's sandbox %s or its owner", other.ID)
+	}
+	run(t, bctx, time.Minute, "admin pages",
+		chromedp.Navigate(base+"/ui/pools"), chromedp.WaitVisible(chromedp.ID("pools")),
+		chromedp.Navigate(base+"/ui/nodes"), chromedp.WaitVisible(chromedp.ID("single-node")),
+		chromedp.Navigate(base+"/ui/tokens"), chromedp.WaitVisible(chromedp.ID("tokens")))
 }
