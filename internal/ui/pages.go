@@ -353,7 +353,11 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request, req request) 
 		return
 	}
 
-	fwd := r.Clone(r.Context())
+	// The terminal ends with the session: at its logout, its token's
+	// revocation or its expiry, however long the WebSocket was open.
+	ctx, cancel := req.sess.context(r.Context())
+	defer cancel()
+	fwd := r.Clone(ctx)
 	fwd.URL = target
 	fwd.RequestURI = target.RequestURI()
 	fwd.Header = r.Header.Clone()
@@ -366,9 +370,9 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request, req request) 
 	h.api.ServeHTTP(w, fwd)
 
 	// The WebSocket ended: end its terminal (its shell would run on).
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	del, err := http.NewRequestWithContext(ctx, http.MethodDelete, h.base+remove, nil)
+	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer dcancel()
+	del, err := http.NewRequestWithContext(dctx, http.MethodDelete, h.base+remove, nil)
 	if err != nil {
 		return
 	}

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -44,6 +45,26 @@ type session struct {
 	csrf      string
 	created   time.Time
 	expires   time.Time
+	// ended is closed when the session is dropped (logout, the token's
+	// revocation, another session taking its place); with expires it
+	// bounds what outlives a request, such as the terminal's WebSocket.
+	ended     chan struct{}
+	endedOnce sync.Once
+}
+
+func (sess *session) end() { sess.endedOnce.Do(func() { close(sess.ended) }) }
+
+// context returns parent ended also when the session ends or expires.
+func (sess *session) context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(parent, sess.expires)
+	go func() {
+		select {
+		case <-sess.ended:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // sessions is the server-side session store, keyed by the SHA-256 of the
@@ -65,7 +86,7 @@ func newSessions(now func() time.Time) *sessions {
 func (s *sessions) open(token string, p auth.Principal) (string, *session, error) {
 	id, csrf := randomHex(32), randomHex(32)
 	now := s.now()
-	sess := &session{token: token, principal: p, csrf: csrf, created: now, expires: now.Add(SessionTTL)}
+	sess := &session{token: token, principal: p, csrf: csrf, created: now, expires: now.Add(SessionTTL), ended: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.capTokenLocked(token)
@@ -90,6 +111,7 @@ func (s *sessions) get(id string) *session {
 	}
 	if !s.now().Before(sess.expires) {
 		delete(s.m, key)
+		sess.end()
 		return nil
 	}
 	return sess
@@ -97,8 +119,12 @@ func (s *sessions) get(id string) *session {
 
 // drop revokes the session of cookie value id.
 func (s *sessions) drop(id string) {
+	key := sha256.Sum256([]byte(id))
 	s.mu.Lock()
-	delete(s.m, sha256.Sum256([]byte(id)))
+	if sess := s.m[key]; sess != nil {
+		delete(s.m, key)
+		sess.end()
+	}
 	s.mu.Unlock()
 }
 
@@ -110,6 +136,7 @@ func (s *sessions) dropToken(token string) {
 	for k, sess := range s.m {
 		if sess.token == token {
 			delete(s.m, k)
+			sess.end()
 		}
 	}
 }
@@ -132,6 +159,7 @@ func (s *sessions) capTokenLocked(token string) {
 		if n < maxSessionsPerToken {
 			return
 		}
+		s.m[oldest].end()
 		delete(s.m, oldest)
 	}
 }
@@ -141,6 +169,7 @@ func (s *sessions) pruneLocked() {
 	for k, sess := range s.m {
 		if !now.Before(sess.expires) {
 			delete(s.m, k)
+			sess.end()
 		}
 	}
 }

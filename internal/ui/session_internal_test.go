@@ -151,3 +151,25 @@ func TestOnlyCookie_SeveralAreNone(t *testing.T) {
 		t.Fatal("two session cookies (one tossed by a sibling host) were trusted")
 	}
 }
+
+func TestSessions_EndingCancelsTheSessionsContext(t *testing.T) {
+	s := newSessions(time.Now)
+	id, sess, _ := s.open("sbx_a", auth.Principal{})
+	ctx, cancel := sess.context(t.Context())
+	defer cancel()
+	s.drop(id)
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a dropped session's context is still live")
+	}
+	_, sess2, _ := s.open("sbx_b", auth.Principal{})
+	ctx2, cancel2 := sess2.context(t.Context())
+	defer cancel2()
+	s.dropToken("sbx_b")
+	select {
+	case <-ctx2.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a revoked token's session context is still live")
+	}
+}

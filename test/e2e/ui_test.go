@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
 
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
@@ -107,6 +109,75 @@ func daytonaGet(ctx context.Context, t *testing.T, url, token string) string {
 		t.Fatalf("GET %s: %s %s", url, resp.Status, body)
 	}
 	return string(body)
+}
+
+// terminalEndsWithLogout logs in with token as a plain HTTP client, opens
+// sandbox id's terminal, logs out, and fails t unless the terminal's
+// WebSocket ends.
+func terminalEndsWithLogout(ctx context.Context, t *testing.T, base, token, id string) {
+	t.Helper()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	post := func(path string, form url.Values, cookie *http.Cookie) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", base)
+		if cookie != nil {
+			req.AddCookie(cookie)
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	resp := post("/ui/login", url.Values{"token": {token}}, nil)
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "sandboxd_ui" {
+			cookie = c
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || cookie == nil {
+		t.Fatalf("login: %s, cookie %v", resp.Status, cookie)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/ui/sandbox/"+id, nil)
+	req.AddCookie(cookie)
+	page, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	m := regexp.MustCompile(`data-csrf="([0-9a-f]+)"`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("no CSRF token on the sandbox page (%s)", page.Status)
+	}
+	csrf := string(m[1])
+	wsURL := "ws" + strings.TrimPrefix(base, "http") + "/ui/sandbox/" + id + "/terminal?csrf=" + csrf
+	conn, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: http.Header{
+		"Origin": {base}, "Cookie": {cookie.String()},
+	}})
+	if err != nil {
+		t.Fatalf("open the terminal: %v", err)
+	}
+	defer conn.CloseNow()
+	if _, msg, err := conn.Read(ctx); err != nil || !strings.Contains(string(msg), "connected") {
+		t.Fatalf("the terminal's first message: %q, %v", msg, err)
+	}
+	if resp := post("/ui/logout", url.Values{"csrf": {csrf}}, cookie); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout: %s", resp.Status)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		if _, _, err := conn.Read(rctx); err != nil {
+			if rctx.Err() != nil {
+				t.Fatal("the terminal's WebSocket outlived the session's logout by 30 s")
+			}
+			return // ended
+		}
+	}
 }
 
 // fetchJS is a same-origin fetch from the page (the session cookie goes
@@ -391,6 +462,10 @@ func TestDashboard(t *testing.T) {
 	if got, err := clientA.GetSandbox(ctx, sb.ID); err != nil || got.State != sandboxd.StateRunning {
 		t.Fatalf("after Start the sandbox is %v, %v; want running", got, err)
 	}
+
+	// A terminal ends with its session: log in a second time (a plain
+	// client), open the terminal, log out, and the WebSocket closes.
+	terminalEndsWithLogout(ctx, t, base, tokA, sb.ID)
 
 	// Destroy through the page.
 	run(t, bctx, 2*time.Minute, "destroy",
