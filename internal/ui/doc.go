@@ -23,7 +23,7 @@
 // valid for [SessionTTL] at most. No token ever appears in a URL, a page
 // or the browser's storage. Logging out deletes the session at once; an
 // API answer of 401 (the token was revoked) deletes every session of that
-// token. The store holds at most 4096 sessions; sessions die with the
+// token. An open terminal ends with its session, whichever way it ends. The store holds at most 4096 sessions; sessions die with the
 // daemon (log in again after a restart).
 //
 // Every state-changing request (a POST, the terminal's WebSocket) needs
