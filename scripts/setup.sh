@@ -12,6 +12,8 @@ command -v curl >/dev/null || missing+=(curl)
 command -v node >/dev/null || missing+=(nodejs npm)
 # systemd-analyze verifies the unit `make install` puts (test/install).
 command -v systemd-analyze >/dev/null || missing+=(systemd)
+# The dashboard's browser test (test/e2e/ui_test.go) drives chromium headless.
+command -v chromium >/dev/null || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   apt-get -q update >/dev/null

@@ -47,6 +47,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/sessions"
 	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/ui"
 	"github.com/sandboxd/sandboxd/internal/version"
 	"github.com/sandboxd/sandboxd/internal/volume"
 )
@@ -617,8 +618,13 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 	// the E2B facade, which serves any port of its own sandboxes by host
 	// (and declines the rest, left 404). Requests for no sandbox host go by
 	// path and header: E2B (control plane, envd by E2b-Sandbox-Id), Daytona
-	// under /daytona/api, then the native API; /mcp is the MCP server's.
+	// under /daytona/api, then the dashboard (/ and /ui/…), then the
+	// native API; /mcp is the MCP server's.
 	mcpHandler := d.mcpHandler()
+	uiHandler, err := d.uiHandler()
+	if err != nil {
+		return fmt.Errorf("ui.New: %w", err)
+	}
 	byPath := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/mcp":
@@ -627,6 +633,8 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 			e2bFacade.ServeHTTP(w, r)
 		case daytonaFacade.Match(r):
 			daytonaFacade.ServeHTTP(w, r)
+		case ui.Match(r):
+			uiHandler.ServeHTTP(w, r)
 		default:
 			api.ServeHTTP(w, r)
 		}

@@ -26,8 +26,10 @@ const (
 
 // Sandbox is the API's sandbox object.
 type Sandbox struct {
-	ID       string  `json:"id"`
-	Name     string  `json:"name,omitempty"`
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+	// Owner is the tenant that owns the sandbox.
+	Owner    string  `json:"owner,omitempty"`
 	Image    string  `json:"image"`
 	State    State   `json:"state"`
 	CPU      float64 `json:"cpu"`

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -306,4 +307,22 @@ func (f *Facade) resizePTY(w http.ResponseWriter, r *http.Request, b box) error 
 	}
 	writeJSON(w, http.StatusOK, toPTYInfo(info))
 	return nil
+}
+
+// TerminalRoute is how another part of the daemon (the dashboard, package
+// ui) reaches a terminal through this facade, in process, without
+// spelling its URLs: the path and query of the WebSocket that creates
+// terminal tid of sandbox id (cols×rows, env) and attaches to it, the
+// header that carries env, and the path whose DELETE ends the terminal.
+func TerminalRoute(id, tid string, cols, rows int, env map[string]string) (connect string, header http.Header, remove string) {
+	base := Prefix + "/toolbox/" + url.PathEscape(id) + "/process/pty"
+	connect = base + "/create-connect?" + url.Values{
+		"id": {tid}, "cols": {strconv.Itoa(cols)}, "rows": {strconv.Itoa(rows)},
+	}.Encode()
+	header = http.Header{}
+	if len(env) > 0 {
+		raw, _ := json.Marshal(env) // a map of strings always encodes
+		header.Set("Sec-WebSocket-Protocol", ptyEnvsPrefix+base64.RawURLEncoding.EncodeToString(raw))
+	}
+	return connect, header, base + "/" + url.PathEscape(tid)
 }

@@ -19,6 +19,7 @@ import (
 type sandboxJSON struct {
 	ID       string  `json:"id"`
 	Name     string  `json:"name,omitempty"`
+	Owner    string  `json:"owner,omitempty"`
 	Image    string  `json:"image"`
 	State    string  `json:"state"`
 	CPU      float64 `json:"cpu"`
@@ -128,6 +129,7 @@ func toSandboxJSON(sb service.Sandbox) sandboxJSON {
 	out := sandboxJSON{
 		ID:           sb.ID,
 		Name:         sb.Name,
+		Owner:        sb.Owner,
 		Image:        sb.Image,
 		State:        string(sb.State),
 		CPU:          float64(sb.MilliCPU) / 1000,

@@ -1,0 +1,175 @@
+package ui
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/auth"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func TestSessions_ExpireAfterTTL(t *testing.T) {
+	c := &clock{t: time.Unix(1_000_000, 0)}
+	s := newSessions(c.now)
+	id, _, err := s.open("sbx_tok", auth.Principal{Role: auth.RoleUser, Owner: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(SessionTTL - time.Second)
+	if s.get(id) == nil {
+		t.Fatal("session gone before its TTL")
+	}
+	c.t = c.t.Add(time.Second)
+	if s.get(id) != nil {
+		t.Fatal("session alive at its TTL")
+	}
+}
+
+func TestSessions_DropRevokes(t *testing.T) {
+	s := newSessions(time.Now)
+	a, _, _ := s.open("sbx_a", auth.Principal{})
+	b, _, _ := s.open("sbx_b", auth.Principal{})
+	a2, _, _ := s.open("sbx_a", auth.Principal{})
+	s.drop(b)
+	if s.get(b) != nil {
+		t.Fatal("a dropped session is alive")
+	}
+	s.dropToken("sbx_a")
+	if s.get(a) != nil || s.get(a2) != nil {
+		t.Fatal("sessions of a dropped token are alive")
+	}
+	if s.get("") != nil || s.get("forged") != nil {
+		t.Fatal("an unknown id opened a session")
+	}
+}
+
+func TestSessions_OneTokenCannotFillTheStore(t *testing.T) {
+	c := &clock{t: time.Unix(1_000_000, 0)}
+	s := newSessions(c.now)
+	var first string
+	for i := range maxSessions + 10 {
+		c.t = c.t.Add(time.Millisecond)
+		id, _, err := s.open("sbx_greedy", auth.Principal{})
+		if err != nil {
+			t.Fatalf("login %d of one token: %v", i, err)
+		}
+		if i == 0 {
+			first = id
+		}
+	}
+	if n := len(s.m); n != maxSessionsPerToken {
+		t.Fatalf("one token holds %d sessions, want %d", n, maxSessionsPerToken)
+	}
+	if s.get(first) != nil {
+		t.Fatal("the token's oldest session survived")
+	}
+	if _, _, err := s.open("sbx_other", auth.Principal{}); err != nil {
+		t.Fatalf("another token's login: %v", err)
+	}
+}
+
+func TestSessions_FullStoreRefuses(t *testing.T) {
+	s := newSessions(time.Now)
+	for i := range maxSessions {
+		if _, _, err := s.open(randomHex(8), auth.Principal{}); err != nil {
+			t.Fatalf("login %d: %v", i, err)
+		}
+	}
+	if _, _, err := s.open("sbx_late", auth.Principal{}); err != errTooManySessions {
+		t.Fatalf("login past the bound: %v, want errTooManySessions", err)
+	}
+}
+
+func TestCheckCSRF(t *testing.T) {
+	sess := &session{csrf: randomHex(32)}
+	for _, got := range []string{"", "x", sess.csrf[:63], sess.csrf + "0"} {
+		if sess.checkCSRF(got) {
+			t.Errorf("checkCSRF(%q) = true", got)
+		}
+	}
+	if !sess.checkCSRF(sess.csrf) {
+		t.Error("the session's own token refused")
+	}
+}
+
+func TestSameOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		origin, site string
+		want         bool
+	}{
+		{"http://127.0.0.1:7070", "", true},
+		{"https://127.0.0.1:7070", "", true},
+		{"http://evil.example", "", false},
+		{"http://127.0.0.1:7071", "", false},
+		{"null", "", false},
+		{"", "same-origin", true},
+		{"", "cross-site", false},
+		{"", "same-site", false},
+		{"", "", true},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:7070/ui/logout", nil)
+		if tc.origin != "" {
+			r.Header.Set("Origin", tc.origin)
+		}
+		if tc.site != "" {
+			r.Header.Set("Sec-Fetch-Site", tc.site)
+		}
+		if got := sameOrigin(r); got != tc.want {
+			t.Errorf("sameOrigin(Origin %q, Sec-Fetch-Site %q) = %v, want %v", tc.origin, tc.site, got, tc.want)
+		}
+	}
+}
+
+func TestSessionCookie_Flags(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "https://sandboxd.example/ui/login", nil)
+	c := sessionCookie(r, "v", 60)
+	if !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode || c.Path != "/ui/" {
+		t.Fatalf("cookie over TLS: %+v", c)
+	}
+	r = httptest.NewRequest(http.MethodPost, "http://127.0.0.1/ui/login", nil)
+	if c := sessionCookie(r, "v", 60); c.Secure {
+		t.Fatal("Secure cookie over plain HTTP: the browser would drop it")
+	}
+}
+
+func TestOnlyCookie_SeveralAreNone(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, "http://localhost:7070/ui/", nil)
+	if _, ok := onlyCookie(r); ok {
+		t.Fatal("a request without a cookie has one")
+	}
+	r.AddCookie(&http.Cookie{Name: cookieName, Value: "mine"})
+	if c, ok := onlyCookie(r); !ok || c.Value != "mine" {
+		t.Fatalf("one cookie: %v, %v", c, ok)
+	}
+	r.AddCookie(&http.Cookie{Name: cookieName, Value: "tossed"})
+	if _, ok := onlyCookie(r); ok {
+		t.Fatal("two session cookies (one tossed by a sibling host) were trusted")
+	}
+}
+
+func TestSessions_EndingCancelsTheSessionsContext(t *testing.T) {
+	s := newSessions(time.Now)
+	id, sess, _ := s.open("sbx_a", auth.Principal{})
+	ctx, cancel := sess.context(t.Context())
+	defer cancel()
+	s.drop(id)
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a dropped session's context is still live")
+	}
+	_, sess2, _ := s.open("sbx_b", auth.Principal{})
+	ctx2, cancel2 := sess2.context(t.Context())
+	defer cancel2()
+	s.dropToken("sbx_b")
+	select {
+	case <-ctx2.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a revoked token's session context is still live")
+	}
+}
