@@ -370,7 +370,7 @@ func (f *Facade) sample(ctx context.Context, c service.Caller, sb service.Sandbo
 	if err != nil {
 		return sandboxMetric{}, err
 	}
-	disk, err := f.svc.DiskUsage(ctx, c, sb.ID)
+	disk, err := f.svc.SandboxDisk(ctx, c, sb.ID)
 	if err != nil {
 		if ctx.Err() != nil {
 			return sandboxMetric{}, ctx.Err()
