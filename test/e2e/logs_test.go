@@ -343,3 +343,81 @@ func TestMetrics_SandboxUsage(t *testing.T) {
 		}
 	})
 }
+
+// TestCLI_Logs runs sbx logs against the shared daemon: the streams to
+// stdout and stderr, --tail, --since, --json, and -f that sees a new line
+// and ends when the sandbox stops.
+func TestCLI_Logs(t *testing.T) {
+	t.Parallel()
+	d := sharedDaemon(t)
+	ctx := testContext(t, 5*time.Minute)
+	dir := t.TempDir()
+	c := newClient(d, true)
+	sb, err := c.CreateSandbox(ctx, sandboxd.CreateRequest{Image: busyboxImage, CPU: 0.25, MemoryMB: 128})
+	if err != nil {
+		t.Fatalf("CreateSandbox: %v", err)
+	}
+	destroyAtEnd(t, c, sb.ID)
+	mustSbx(t, d, dir, "exec", sb.ID, "--", "sh", "-c", "echo out-1; echo err-1 >&2")
+	mustSbx(t, d, dir, "exec", sb.ID, "--", "echo", "out-2")
+
+	r := mustSbx(t, d, dir, "logs", sb.ID)
+	if r.stdout != "out-1\nout-2\n" || r.stderr != "err-1\n" {
+		t.Errorf("sbx logs: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	if r := mustSbx(t, d, dir, "logs", "--tail", "1", sb.ID); r.stdout != "out-2\n" || r.stderr != "" {
+		t.Errorf("sbx logs --tail 1: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	if r := mustSbx(t, d, dir, "logs", "--since", time.Now().Add(time.Hour).Format(time.RFC3339), sb.ID); r.stdout != "" {
+		t.Errorf("sbx logs --since <an hour ahead>: %q", r.stdout)
+	}
+	if r := sbx(t, d, dir, "logs", "--since", "yesterday", sb.ID); r.code != 2 || !strings.Contains(r.stderr, "--since") {
+		t.Errorf("sbx logs --since yesterday: exit %d, %q; want 2 naming --since", r.code, r.stderr)
+	}
+	r = mustSbx(t, d, dir, "logs", "--json", "--tail", "1", sb.ID)
+	var l sandboxd.LogLine
+	if err := json.Unmarshal([]byte(r.stdout), &l); err != nil || l.Text != "out-2" || l.Stream != "stdout" {
+		t.Errorf("sbx logs --json: %q (%v)", r.stdout, err)
+	}
+
+	// -f: a new exec's line arrives, the stop ends it.
+	var out syncBuffer
+	cmd := sbxCommand(ctx, d, dir, "logs", "-f", "--tail", "1", sb.ID)
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	pollUntil(t, ctx, "sbx logs -f's first line", func() bool { return out.String() == "out-2\n" })
+	mustSbx(t, d, dir, "exec", sb.ID, "--", "echo", "out-3")
+	pollUntil(t, ctx, "sbx logs -f's new line", func() bool { return out.String() == "out-2\nout-3\n" })
+	mustSbx(t, d, dir, "stop", sb.ID)
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("sbx logs -f after the stop: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Error("sbx logs -f did not end within a minute of the sandbox's stop")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
