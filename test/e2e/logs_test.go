@@ -421,3 +421,64 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestLogs_StartCommand builds a template with a start command and reads
+// that command's output in the logs of a sandbox made from it, as it
+// comes (follow).
+func TestLogs_StartCommand(t *testing.T) {
+	t.Parallel()
+	d := sharedDaemon(t)
+	ctx := testContext(t, 5*time.Minute)
+	c := newClient(d, true)
+	name := "logs-start-" + sandboxd.NewIdempotencyKey()[:8]
+	tpl, err := c.BuildTemplate(ctx, sandboxd.Recipe{Name: name, Base: busyboxImage, StartCmd: "echo start-1; echo start-err >&2; sleep 2; echo start-2; sleep 600"})
+	if err != nil {
+		t.Fatalf("BuildTemplate: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.DeleteTemplate(ctx, tpl.ID); err != nil && !isNotFound(err) {
+			t.Errorf("cleanup: delete template %s: %v", tpl.ID, err)
+		}
+	})
+	pollUntil(t, ctx, "the template build", func() bool {
+		got, err := c.GetTemplate(ctx, tpl.ID)
+		if err == nil && got.State == "failed" {
+			t.Fatalf("build failed: %s", got.Error)
+		}
+		return err == nil && got.State == sandboxd.TemplateReady
+	})
+	sb, err := c.CreateSandbox(ctx, sandboxd.CreateRequest{Template: tpl.ID, CPU: 0.25, MemoryMB: 128})
+	if err != nil {
+		t.Fatalf("CreateSandbox: %v", err)
+	}
+	destroyAtEnd(t, c, sb.ID)
+	var mu sync.Mutex
+	var seen []string
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_ = c.Logs(fctx, sb.ID, sandboxd.LogOptions{Follow: true}, func(l sandboxd.LogLine) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if l.Source == "start" {
+				seen = append(seen, l.Stream+":"+l.Text)
+			}
+			return nil
+		})
+	}()
+	pollUntil(t, ctx, "the start command's lines", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(strings.Join(seen, "|"), "start-2")
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	// The agent reads stdout and stderr apart: their order between them
+	// is not kept, within one it is.
+	got := strings.Join(seen, "|")
+	if len(seen) != 3 || !strings.Contains(got, "stderr:start-err") || strings.Index(got, "start-1") > strings.Index(got, "start-2") {
+		t.Errorf("start command's lines %q; want stdout start-1 then start-2, and stderr start-err", got)
+	}
+}
