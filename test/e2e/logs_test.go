@@ -475,6 +475,21 @@ func TestLogs_StartCommand(t *testing.T) {
 	})
 	mu.Lock()
 	defer mu.Unlock()
+	mu.Unlock()
+	// Daytona's process.getEntrypointLogs reads the same lines.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+"/daytona/api/toolbox/"+sb.ID+"/process/session/entrypoint/logs", nil)
+	req.Header.Set("Authorization", "Bearer "+d.Token())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ep struct{ Output, Stdout, Stderr string }
+	err = json.NewDecoder(resp.Body).Decode(&ep)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || ep.Stdout != "start-1\nstart-2\n" || ep.Stderr != "start-err\n" || len(ep.Output) != len("start-1\nstart-2\nstart-err\n") {
+		t.Errorf("Daytona entrypoint logs: %d %+v (%v)", resp.StatusCode, ep, err)
+	}
+	mu.Lock()
 	// The agent reads stdout and stderr apart: their order between them
 	// is not kept, within one it is.
 	got := strings.Join(seen, "|")
