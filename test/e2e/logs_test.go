@@ -489,6 +489,23 @@ func TestLogs_StartCommand(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 || ep.Stdout != "start-1\nstart-2\n" || ep.Stderr != "start-err\n" || len(ep.Output) != len("start-1\nstart-2\nstart-err\n") {
 		t.Errorf("Daytona entrypoint logs: %d %+v (%v)", resp.StatusCode, ep, err)
 	}
+	// E2B's logs routes (no SDK method calls them): v2 newest first.
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+"/v2/sandboxes/"+sb.ID+"/logs?direction=backward&limit=2", nil)
+	req.Header.Set("X-API-KEY", d.Token())
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	var v2 struct {
+		Logs []struct {
+			Level, Message string
+			Fields         map[string]string
+		}
+	}
+	err = json.NewDecoder(resp.Body).Decode(&v2)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || len(v2.Logs) != 2 || v2.Logs[0].Message != "start-2" || v2.Logs[0].Fields["source"] != "start" {
+		t.Errorf("E2B v2 logs: %d %+v (%v)", resp.StatusCode, v2, err)
+	}
 	mu.Lock()
 	// The agent reads stdout and stderr apart: their order between them
 	// is not kept, within one it is.

@@ -36,6 +36,8 @@ func (f *Facade) routes() http.Handler {
 		"POST /sandboxes/{id}/pause":      f.pause,
 		"GET /sandboxes/{id}/metrics":     f.metrics,
 		"GET /sandboxes/metrics":          f.batchMetrics,
+		"GET /sandboxes/{id}/logs":        f.logsV1,
+		"GET /v2/sandboxes/{id}/logs":     f.logsV2,
 		"POST /sandboxes/{id}/snapshots":  f.createSnapshot,
 		"GET /snapshots":                  f.listSnapshots,
 		"DELETE /templates/{templateID}":  f.deleteTemplate,
