@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,8 +22,12 @@ import (
 //
 // Bounds: a logbook holds at most logBytes of text and logLines lines,
 // dropping its oldest lines first; a line longer than maxLogLine is cut
-// into pieces; at most maxLogbooks sandboxes have one (the oldest written
-// is forgotten first). A follower reads from the ring with a cursor and
+// into pieces; at most maxPartials unfinished lines wait for their
+// newline (processes whose stream broke before their end leave theirs:
+// beyond the cap they are all ended as they are); at most maxLogbooks
+// sandboxes have one (the one written to least recently is forgotten
+// first), so the logs hold at most ~256 × 2 MiB (text and line headers)
+// however many sandboxes print. A follower reads from the ring with a cursor and
 // writes outside its lock, so a slow reader holds nothing but its place:
 // when it falls behind the ring, it skips to the oldest line still kept.
 // The logbook goes with the sandbox's destroy; a daemon restart empties
@@ -31,7 +36,8 @@ const (
 	logBytes    = 1 << 20
 	logLines    = 10000
 	maxLogLine  = 8 << 10
-	maxLogbooks = 4096
+	maxLogbooks = 256
+	maxPartials = 64
 	// logFollowPoll is how often a follow checks that the sandbox still
 	// runs while no line arrives.
 	logFollowPoll = time.Second
@@ -153,9 +159,21 @@ func (lb *logbook) write(source, stream string, data []byte) {
 	if len(buf) == 0 {
 		delete(lb.partial, key)
 	} else {
+		if _, ok := lb.partial[key]; !ok && len(lb.partial) >= maxPartials {
+			lb.endPartialsLocked(now)
+		}
 		lb.partial[key] = bytes.Clone(buf)
 	}
 	lb.notifyLocked()
+}
+
+// endPartialsLocked ends every unfinished line as it is.
+func (lb *logbook) endPartialsLocked(now time.Time) {
+	for key, buf := range lb.partial {
+		source, stream, _ := strings.Cut(key, "\x00")
+		lb.appendLocked(LogLine{Time: now, Source: source, Stream: stream, Text: string(buf)})
+		delete(lb.partial, key)
+	}
 }
 
 // flush ends source's unterminated lines (its process ended).

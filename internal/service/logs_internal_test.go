@@ -75,3 +75,28 @@ func TestLogbook_Bounded(t *testing.T) {
 		t.Errorf("since the future: start %d, want the end %d", start, lb.next)
 	}
 }
+
+// TestLogbook_PartialsBounded: processes that leave unfinished lines
+// (their stream broke before their end) hold at most maxPartials of them.
+func TestLogbook_PartialsBounded(t *testing.T) {
+	lb := newLogbook()
+	for i := range 1000 {
+		lb.write(fmt.Sprintf("pid-%d", i), "stdout", []byte(strings.Repeat("p", maxLogLine-1)))
+	}
+	if len(lb.partial) > maxPartials {
+		t.Errorf("%d unfinished lines kept; want at most %d", len(lb.partial), maxPartials)
+	}
+	if lb.bytes > logBytes {
+		t.Errorf("%d bytes kept", lb.bytes)
+	}
+}
+
+func TestLogbooks_Bounded(t *testing.T) {
+	var b logbooks
+	for i := range maxLogbooks + 10 {
+		b.get(fmt.Sprintf("sb-%d", i), true)
+	}
+	if len(b.m) != maxLogbooks {
+		t.Errorf("%d logbooks; want %d", len(b.m), maxLogbooks)
+	}
+}
