@@ -167,6 +167,7 @@ command's own code.`,
 		c.createCmd(), c.lsCmd(), c.getCmd(), c.execCmd(), c.shellCmd(), c.cpCmd(),
 		c.startCmd(), c.stopCmd(), c.pauseCmd(), c.resumeCmd(), c.rmCmd(), c.portsCmd(), c.domainsCmd(), c.tokenCmd(), c.poolCmd(),
 		c.templateCmd(), c.snapshotCmd(), c.forkCmd(), c.networkCmd(), c.imagesCmd(), c.pullCmd(), c.sessionCmd(),
+		c.logsCmd(),
 	)
 	return root
 }

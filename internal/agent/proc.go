@@ -95,7 +95,17 @@ type Process struct {
 	// Replayed); replaying says it is still open.
 	replayed  chan struct{}
 	replaying bool
+
+	// tee and teeEnd, when set (Tee), see every output Recv returns and
+	// the end of the process.
+	tee    func(Output)
+	teeEnd func()
 }
+
+// Tee makes Recv hand every output it returns to out as well, and call
+// end when the process has ended. Call it before the first Recv, from the
+// goroutine that calls Recv.
+func (p *Process) Tee(out func(Output), end func()) { p.tee, p.teeEnd = out, end }
 
 // doneReplay is the Replayed of a stream that replays nothing.
 var doneReplay = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -260,15 +270,18 @@ func (p *Process) Recv() (Output, error) {
 		case *rpc.ProcessEvent_Data:
 			switch o := e.Data.GetOutput().(type) {
 			case *rpc.ProcessEvent_DataEvent_Stdout:
-				return Output{Stream: Stdout, Data: o.Stdout}, nil
+				return p.teed(Output{Stream: Stdout, Data: o.Stdout}), nil
 			case *rpc.ProcessEvent_DataEvent_Stderr:
-				return Output{Stream: Stderr, Data: o.Stderr}, nil
+				return p.teed(Output{Stream: Stderr, Data: o.Stderr}), nil
 			case *rpc.ProcessEvent_DataEvent_Pty:
-				return Output{Stream: PTY, Data: o.Pty}, nil
+				return p.teed(Output{Stream: PTY, Data: o.Pty}), nil
 			}
 		case *rpc.ProcessEvent_End:
 			p.endReplay()
 			p.exit = &ExitStatus{Code: int(e.End.GetExitCode()), Exited: e.End.GetExited(), Status: e.End.GetStatus()}
+			if p.teeEnd != nil {
+				p.teeEnd()
+			}
 			// Read the stream's own end too, so that its connection is
 			// free for reuse once the stream is closed.
 			_, _ = p.recv()
@@ -276,6 +289,14 @@ func (p *Process) Recv() (Output, error) {
 		}
 		// an event this client does not know: skip
 	}
+}
+
+// teed hands o to the tee, if any, and returns it.
+func (p *Process) teed(o Output) Output {
+	if p.tee != nil {
+		p.tee(o)
+	}
+	return o
 }
 
 // Exit reports how the process ended, once Recv returned io.EOF.

@@ -28,8 +28,8 @@ type Daemon struct {
 	Listen string
 	// AllowPublic lets Listen and HTTPSListen be any address or host name
 	// (a cluster across hosts, docs/deploy.md). Every route but /healthz,
-	// /readyz and public previews then asks for a credential, /metrics
-	// an admin token.
+	// /readyz and public previews then asks for a credential (/metrics
+	// always asks for an admin token).
 	AllowPublic bool
 	// DataDir holds the database, keys, agent sockets and the admin token.
 	DataDir string
@@ -239,7 +239,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	}
 	fs.StringVar(&configPath, "config", configPath, "settings file: one name = value a line (the names of these flags), # comments; flags and environment win over it (env SANDBOXD_CONFIG)")
 	fs.StringVar(&d.Listen, "listen", d.Listen, "HTTP listen address (env SANDBOXD_LISTEN)")
-	fs.BoolVar(&d.AllowPublic, "allow-public", d.AllowPublic, "let --listen and --https-listen be a non-loopback address or a host name; /metrics then needs an admin token (env SANDBOXD_ALLOW_PUBLIC)")
+	fs.BoolVar(&d.AllowPublic, "allow-public", d.AllowPublic, "let --listen and --https-listen be a non-loopback address or a host name (env SANDBOXD_ALLOW_PUBLIC)")
 	fs.StringVar(&d.DataDir, "data-dir", d.DataDir, "data directory (env SANDBOXD_DATA_DIR)")
 	fs.StringVar(&d.AgentBinary, "agent-binary", d.AgentBinary, "toolboxd binary mounted into sandboxes (default: beside sandboxd)")
 	fs.StringVar(&d.NodeID, "node-id", d.NodeID, "node id used in container labels (env SANDBOXD_NODE_ID; default: one kept in the data dir)")

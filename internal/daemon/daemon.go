@@ -578,7 +578,6 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 
 		DefaultQuota:   auth.Quota(d.Config.DefaultQuota),
 		DefaultTimeout: d.Config.DefaultTimeout,
-		PrivateMetrics: d.Config.AllowPublic,
 		Placer:         d.placer(),
 	})
 	if err != nil {

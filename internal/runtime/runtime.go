@@ -447,6 +447,22 @@ type Stats struct {
 	Pids uint64
 }
 
+// Usage is what a sandbox uses of its disk and network, beyond Stats.
+type Usage struct {
+	// DiskUsed is what the sandbox wrote over its image (its writable
+	// layer: what the disk limit counts), in bytes.
+	DiskUsed uint64
+	// NetRx and NetTx are the bytes received and sent on the sandbox's
+	// network interfaces (loopback excepted) since it started.
+	NetRx, NetTx uint64
+}
+
+// UsageReader is a Runtime that reports a sandbox's Usage. The docker
+// runtime implements it.
+type UsageReader interface {
+	Usage(ctx context.Context, sandboxID string) (Usage, error)
+}
+
 // Images captures sandboxes' filesystems as images and removes them: the
 // engine side of templates, snapshots and forks. The docker runtime
 // implements it.

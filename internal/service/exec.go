@@ -75,7 +75,7 @@ func (s *Service) Exec(ctx context.Context, c Caller, idOrName string, req ExecR
 	if req.Timeout < 0 || req.Timeout > maxExecTimeout {
 		return nil, invalid("timeout_s", "must be between 0 and %d seconds", int(maxExecTimeout.Seconds()))
 	}
-	ac, err := s.runningAgent(ctx, c, idOrName)
+	id, ac, err := s.runningSandbox(ctx, c, idOrName)
 	if err != nil {
 		return nil, err
 	}
@@ -86,6 +86,7 @@ func (s *Service) Exec(ctx context.Context, c Caller, idOrName string, req ExecR
 	if err != nil {
 		return nil, agentErr(err)
 	}
+	s.logExec(id, res)
 	return res, nil
 }
 
@@ -112,7 +113,7 @@ func (s *Service) StartProcess(ctx context.Context, c Caller, idOrName string, r
 	if err := validateEnv("env", req.Env); err != nil {
 		return nil, err
 	}
-	ac, err := s.runningAgent(ctx, c, idOrName)
+	id, ac, err := s.runningSandbox(ctx, c, idOrName)
 	if err != nil {
 		return nil, err
 	}
@@ -122,26 +123,34 @@ func (s *Service) StartProcess(ctx context.Context, c Caller, idOrName string, r
 	if err != nil {
 		return nil, agentErr(err)
 	}
+	s.logProcess(id, p)
 	return p, nil
 }
 
 // runningAgent resolves a sandbox the caller may see, checks that it is
 // running, and returns its agent client.
 func (s *Service) runningAgent(ctx context.Context, c Caller, idOrName string) (*agent.Client, error) {
+	_, ac, err := s.runningSandbox(ctx, c, idOrName)
+	return ac, err
+}
+
+// runningSandbox is runningAgent that also returns the sandbox's id.
+func (s *Service) runningSandbox(ctx context.Context, c Caller, idOrName string) (string, *agent.Client, error) {
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	switch row.State {
 	case store.StateRunning:
 	case store.StatePaused:
-		return nil, fmt.Errorf("sandbox %s: %w", row.ID, ErrPaused)
+		return "", nil, fmt.Errorf("sandbox %s: %w", row.ID, ErrPaused)
 	case store.StateCreating:
-		return nil, beingCreated(row.ID)
+		return "", nil, beingCreated(row.ID)
 	default:
-		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", row.ID, row.State, ErrConflict)
+		return "", nil, fmt.Errorf("sandbox %s is %s, not running: %w", row.ID, row.State, ErrConflict)
 	}
-	return s.Agent(ctx, row.ID)
+	ac, err := s.Agent(ctx, row.ID)
+	return row.ID, ac, err
 }
 
 // beingCreated is a call for a sandbox whose create (or, in a cluster, its

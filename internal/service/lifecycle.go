@@ -354,6 +354,7 @@ func (s *Service) finishDestroy(ctx context.Context, id string) error {
 		return s.mapStoreErr(err, id)
 	}
 	s.forgetClient(id) // again: a lookup racing this destroy may have cached one
+	s.logs.drop(id)
 	s.Admission.Release(id)
 	return nil
 }

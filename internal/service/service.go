@@ -342,6 +342,9 @@ type Service struct {
 	// dial and no AEAD open of the token.
 	clients sync.Map // string → *agent.Client
 
+	// logs keeps each sandbox's recent process output (logs.go).
+	logs logbooks
+
 	// pool is the warm pool (pool.go): never nil, empty without targets.
 	pool *warmpool.Pool
 

@@ -96,11 +96,13 @@ func (s *Service) startTemplate(ctx context.Context, id string, spec templateSpe
 	if err != nil {
 		return err
 	}
-	p, err := ac.StartProcess(ctx, agent.StartRequest{Cmd: []string{"/bin/sh", "-c", spec.StartCmd}, Cwd: spec.Workdir, User: spec.User, Tag: "template-start"})
+	// The stream outlives the create (not the sandbox: its destroy ends
+	// it) to copy the command's output into the sandbox's logs.
+	p, err := ac.StartProcess(context.WithoutCancel(ctx), agent.StartRequest{Cmd: []string{"/bin/sh", "-c", spec.StartCmd}, Cwd: spec.Workdir, User: spec.User, Tag: "template-start"})
 	if err != nil {
 		return fmt.Errorf("the template's start command: %w", agentErr(err))
 	}
-	p.Close() // it runs on
+	s.followStartCmd(ctx, id, p) // it runs on
 	if spec.ReadyCmd == "" {
 		return nil
 	}

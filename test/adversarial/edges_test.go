@@ -99,7 +99,7 @@ func TestEdges_HeldConnectionsAreBounded(t *testing.T) {
 	if h, err := adminClient(d).Health(t.Context()); err != nil || h.Status != "ok" {
 		t.Errorf("health after the flood: %+v, %v", h, err)
 	}
-	_, metrics := call(t, d, "GET", "", "/metrics", "")
+	_, metrics := call(t, d, "GET", "", "/metrics", "", "Authorization", "Bearer "+d.Token())
 	for _, want := range []string{"sandboxd_http_connections_max 8", "sandboxd_http_connection_waits_total "} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics has no %q", want)

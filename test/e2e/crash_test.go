@@ -203,7 +203,7 @@ func checkReconciled(ctx context.Context, t *testing.T, d *daemonProcess, c *san
 			t.Errorf("sandbox %s is running but its container is %q", sb.ID, containers[sb.ID].State)
 		}
 	}
-	if n, ok, err := metricValue(ctx, d.URL(), `sandboxd_sandboxes{state="creating"}`); err != nil || (ok && n != 0) {
+	if n, ok, err := metricValue(ctx, d.URL(), d.Token(), `sandboxd_sandboxes{state="creating"}`); err != nil || (ok && n != 0) {
 		t.Errorf("metrics: sandboxd_sandboxes{state=creating} = %v (present %v, err %v); want 0", n, ok, err)
 	}
 
@@ -337,7 +337,7 @@ func TestCrashRecovery_RetrySameKeyAfterRestart(t *testing.T) {
 		if answered.Load() > 0 {
 			return nil
 		}
-		n, _, err := metricValue(ctx, d.URL(), `sandboxd_sandboxes{state="creating"}`)
+		n, _, err := metricValue(ctx, d.URL(), d.Token(), `sandboxd_sandboxes{state="creating"}`)
 		if err == nil && n == 0 {
 			err = errors.New("no sandbox in creating yet")
 		}

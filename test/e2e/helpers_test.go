@@ -91,12 +91,14 @@ func listAll(ctx context.Context, c *sandboxd.Client, opts sandboxd.ListOptions)
 
 // metricValue scrapes GET /metrics and returns the value of the sample
 // whose name and labels are exactly series (for example
-// `sandboxd_sandboxes{state="creating"}`), and whether it was present.
-func metricValue(ctx context.Context, baseURL, series string) (float64, bool, error) {
+// `sandboxd_sandboxes{state="creating"}`), and whether it was present,
+// with the admin token tok.
+func metricValue(ctx context.Context, baseURL, tok, series string) (float64, bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/metrics", nil)
 	if err != nil {
 		return 0, false, err
 	}
+	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, false, err

@@ -171,7 +171,7 @@ func TestPool_KillMidRefillAndMidClaim(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated || !strings.Contains(resp.Header.Get("Server-Timing"), "pool;desc=hit") {
 		t.Errorf("a create of the pool's class: %d, Server-Timing %q (%s)", resp.StatusCode, resp.Header.Get("Server-Timing"), body)
 	}
-	if n, ok, err := metricValue(ctx, d.URL(), `sandboxd_pool_claims_total{outcome="hit"}`); err != nil || !ok || n < 1 {
+	if n, ok, err := metricValue(ctx, d.URL(), d.Token(), `sandboxd_pool_claims_total{outcome="hit"}`); err != nil || !ok || n < 1 {
 		t.Errorf("metrics: pool hits %v (present %v, err %v)", n, ok, err)
 	}
 	if err := d.Stop(); err != nil {

@@ -34,6 +34,7 @@ type Service interface {
 	Touch(ctx context.Context, sb service.Sandbox) error
 	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
 	Exec(ctx context.Context, c service.Caller, idOrName string, req service.ExecRequest) (*service.ExecResult, error)
+	Logs(ctx context.Context, c service.Caller, idOrName string, q service.LogQuery, emit func([]service.LogLine) error) error
 	Upload(ctx context.Context, c service.Caller, idOrName, path, user string, r io.Reader) error
 	Download(ctx context.Context, c service.Caller, idOrName, path, user string) (io.ReadCloser, int64, error)
 	ExposePort(ctx context.Context, c service.Caller, idOrName string, port int, protocol string, public bool) (service.Exposure, error)
@@ -303,6 +304,7 @@ func (f *Facade) routes() *http.ServeMux {
 		"GET /toolbox/{id}/process/session/{sid}/command/{cid}":        f.toolbox(f.sessionCommand),
 		"GET /toolbox/{id}/process/session/{sid}/command/{cid}/logs":   f.toolbox(f.sessionLogs),
 		"POST /toolbox/{id}/process/session/{sid}/command/{cid}/input": f.toolbox(f.sessionInput),
+		"GET /toolbox/{id}/process/session/entrypoint/logs":            f.toolbox(f.entrypointLogs),
 
 		// Toolbox: PTY sessions (pty.go).
 		"POST /toolbox/{id}/process/pty":               f.toolbox(f.createPTY),

@@ -38,7 +38,8 @@ type Service interface {
 	Resume(ctx context.Context, c service.Caller, idOrName string) (service.Resumed, error)
 	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
 	Stats(ctx context.Context, c service.Caller, idOrName string) (runtime.Stats, error)
-	DiskUsage(ctx context.Context, c service.Caller, idOrName string) (service.Disk, error)
+	SandboxDisk(ctx context.Context, c service.Caller, idOrName string) (service.Disk, error)
+	Logs(ctx context.Context, c service.Caller, idOrName string, q service.LogQuery, emit func([]service.LogLine) error) error
 	DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error)
 	Agent(ctx context.Context, sandboxID string) (*agent.Client, error)
 	Snapshot(ctx context.Context, c service.Caller, idOrName, name string) (service.Template, error)

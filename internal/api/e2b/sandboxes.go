@@ -36,6 +36,8 @@ func (f *Facade) routes() http.Handler {
 		"POST /sandboxes/{id}/pause":      f.pause,
 		"GET /sandboxes/{id}/metrics":     f.metrics,
 		"GET /sandboxes/metrics":          f.batchMetrics,
+		"GET /sandboxes/{id}/logs":        f.logsV1,
+		"GET /v2/sandboxes/{id}/logs":     f.logsV2,
 		"POST /sandboxes/{id}/snapshots":  f.createSnapshot,
 		"GET /snapshots":                  f.listSnapshots,
 		"DELETE /templates/{templateID}":  f.deleteTemplate,
@@ -370,7 +372,7 @@ func (f *Facade) sample(ctx context.Context, c service.Caller, sb service.Sandbo
 	if err != nil {
 		return sandboxMetric{}, err
 	}
-	disk, err := f.svc.DiskUsage(ctx, c, sb.ID)
+	disk, err := f.svc.SandboxDisk(ctx, c, sb.ID)
 	if err != nil {
 		if ctx.Err() != nil {
 			return sandboxMetric{}, ctx.Err()

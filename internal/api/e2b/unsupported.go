@@ -31,8 +31,6 @@ var unsupportedAPIs = map[string]string{
 	"/secrets/":                      "secrets",
 	"/volumes":                       "the volumes API",
 	"/volumes/":                      "the volumes API",
-	"GET /sandboxes/{id}/logs":       "sandbox logs",
-	"GET /v2/sandboxes/{id}/logs":    "sandbox logs",
 	"POST /sandboxes/{id}/refreshes": "refreshes (use setTimeout)",
 }
 

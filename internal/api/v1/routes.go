@@ -45,7 +45,7 @@ func routes() []route {
 	return []route{
 		{http.MethodGet, "/healthz", public, jsonBody, (*server).healthz},
 		{http.MethodGet, "/readyz", public, jsonBody, (*server).readyz},
-		{http.MethodGet, "/metrics", public, jsonBody, (*server).serveMetrics},
+		{http.MethodGet, "/metrics", adminOnly, jsonBody, (*server).serveMetrics},
 
 		{http.MethodPost, "/v1/sandboxes", user, jsonBody, (*server).createSandbox},
 		{http.MethodGet, "/v1/sandboxes", user, jsonBody, (*server).listSandboxes},
@@ -61,6 +61,8 @@ func routes() []route {
 
 		{http.MethodPost, "/v1/sandboxes/{id}/exec", user, streamed, (*server).exec},
 		{http.MethodGet, "/v1/sandboxes/{id}/exec/stream", user, streamed, (*server).execStream},
+		{http.MethodGet, "/v1/sandboxes/{id}/logs", user, streamed, (*server).sandboxLogs},
+		{http.MethodGet, "/v1/sandboxes/{id}/metrics", user, jsonBody, (*server).sandboxMetrics},
 
 		{http.MethodPost, "/v1/sandboxes/{id}/sessions", user, jsonBody, (*server).createSession},
 		{http.MethodGet, "/v1/sandboxes/{id}/sessions", user, jsonBody, (*server).listSessions},

@@ -497,7 +497,10 @@ func TestMetrics(t *testing.T) {
 	create(t, tok, `{`+busybox+`}`)
 	wantError(t, do(t, tok, "GET", "/v1/sandboxes/sb-ffffffffffffffff", ""), 404, "not_found")
 
-	r := do(t, "", "GET", "/metrics", "")
+	// /metrics is the admin's: no token is 401, a user's 403.
+	wantError(t, do(t, "", "GET", "/metrics", ""), 401, "unauthenticated")
+	wantError(t, do(t, tok, "GET", "/metrics", ""), 403, "permission_denied")
+	r := do(t, env.AdminToken, "GET", "/metrics", "")
 	if r.status != http.StatusOK {
 		t.Fatalf("/metrics: %v", r)
 	}

@@ -70,10 +70,6 @@ type Options struct {
 	// Sessions serves /v1/sandboxes/{id}/sessions (the sessions part).
 	// Nil: those routes answer unavailable.
 	Sessions *sessions.Manager
-	// PrivateMetrics makes /metrics ask for an admin token: the daemon
-	// listens beyond loopback (--allow-public), where only /healthz and
-	// /readyz answer a caller without a credential.
-	PrivateMetrics bool
 	// Placer places creates in a cluster (package router). Nil: every
 	// create is this node's.
 	Placer *router.Placer
@@ -131,13 +127,13 @@ func New(opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("v1.New: %w", err)
 	}
+	if err := opts.Registry.Register(newSandboxCollector(opts.Service)); err != nil {
+		return nil, fmt.Errorf("v1.New: register per-sandbox metrics: %w", err)
+	}
 	s.metrics = m
 
 	mux := http.NewServeMux()
 	for _, rt := range routes() {
-		if rt.path == "/metrics" && opts.PrivateMetrics {
-			rt.access = adminOnly
-		}
 		mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
 	return s.logRequests(s.rejectUnmatched(mux)), nil

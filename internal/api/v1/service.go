@@ -35,6 +35,8 @@ type Service interface {
 
 	Exec(ctx context.Context, c service.Caller, idOrName string, req service.ExecRequest) (*service.ExecResult, error)
 	StartProcess(ctx context.Context, c service.Caller, idOrName string, req service.ProcessRequest) (*agent.Process, error)
+	Logs(ctx context.Context, c service.Caller, idOrName string, q service.LogQuery, emit func([]service.LogLine) error) error
+	SandboxUsage(ctx context.Context, c service.Caller, idOrName string) (service.SandboxMetrics, error)
 
 	Upload(ctx context.Context, c service.Caller, idOrName, path, user string, r io.Reader) error
 	Download(ctx context.Context, c service.Caller, idOrName, path, user string) (rc io.ReadCloser, size int64, err error)

@@ -113,7 +113,10 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	cpuPrevs map[string]cpuSample // last Stats sample per sandbox id
-	pids     map[string]int       // host pid of each sandbox's agent (boot.go)
+	// diskSizes caches Usage's writable-layer size per sandbox id
+	// (usage.go): the engine walks the layer's files to count it.
+	diskSizes sync.Map       // string → diskSize
+	pids      map[string]int // host pid of each sandbox's agent (boot.go)
 
 	boots [bootLockStripes]sync.Mutex // see bootLock
 
@@ -662,6 +665,7 @@ func (r *Runtime) Destroy(ctx context.Context, sandboxID string) (err error) {
 	}
 	r.mu.Lock()
 	delete(r.cpuPrevs, sandboxID)
+	r.diskSizes.Delete(sandboxID)
 	delete(r.pids, sandboxID)
 	r.mu.Unlock()
 	if err := os.RemoveAll(r.SocketDir(sandboxID)); err != nil {

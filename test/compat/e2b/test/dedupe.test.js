@@ -44,7 +44,7 @@ async function serverRows(nonce) {
 async function undeliveredCount() {
   let n = 0
   for (const base of await nodeURLs()) {
-    const res = await fetch(`${base}/metrics`)
+    const res = await fetch(`${base}/metrics`, { headers: { Authorization: `Bearer ${process.env.SANDBOXD_TOKEN}` } })
     if (!res.ok) throw new Error(`metrics: ${res.status}`)
     const line = (await res.text()).split('\n').find((l) => l.startsWith('sandboxd_creates_undelivered_total '))
     n += line ? Number(line.split(' ')[1]) : 0
