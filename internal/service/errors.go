@@ -82,6 +82,34 @@ func invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// Error is a refusal worded once for the caller: Msg says what failed
+// and, where there is something to do, what to do. Kind is the domain
+// sentinel it is (the edges classify by it) and Err the cause, kept for
+// errors.Is and for logs; neither is repeated in the message, so a
+// sentinel's word ("invalid argument") or a lower package's prefix
+// ("agent: start …: invalid_argument: …") never reaches the caller twice.
+type Error struct {
+	Kind error
+	Msg  string
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Unwrap makes the error Kind, and Err.
+func (e *Error) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.Err}
+}
+
+// refuse is an *Error of kind caused by cause (may be nil), its message
+// format's.
+func refuse(kind, cause error, format string, args ...any) error {
+	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...), Err: cause}
+}
+
 // QuotaError is a refusal for the owner's quota. Its Reason names the
 // quota and is safe to show the caller (it is about the caller's own
 // tenant).

@@ -256,7 +256,10 @@ func (s *Service) RemoveFile(ctx context.Context, c Caller, idOrName, path, user
 
 // agentErr maps the agent's errors onto the service's sentinels: its
 // Connect codes, and the statuses of its plain-HTTP file routes, whose
-// message (the agent's, about the sandbox's own files) is kept.
+// message (the agent's, about the sandbox's own files) is kept. The
+// message shown is the agent's own words, without the client's "agent:
+// start …" context or Connect's code word: the caller's class says the
+// code once.
 func agentErr(err error) error {
 	if err == nil {
 		return nil
@@ -265,22 +268,33 @@ func agentErr(err error) error {
 	if errors.As(err, &he) {
 		return agentHTTPErr(he)
 	}
+	msg := agentMessage(err)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return refuse(ErrNotFound, err, "%s", msg)
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeNotFound:
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return refuse(ErrNotFound, err, "%s", msg)
 	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return refuse(ErrInvalidArgument, err, "%s", msg)
 	case connect.CodePermissionDenied:
-		return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
+		return refuse(ErrPermissionDenied, err, "%s", msg)
 	case connect.CodeAlreadyExists:
-		return fmt.Errorf("%w: %w", ErrConflict, err)
+		return refuse(ErrConflict, err, "%s", msg)
 	case connect.CodeUnavailable:
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// agentMessage is what the agent said: a Connect error's message without
+// its code, else the error's text.
+func agentMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Message() != "" {
+		return ce.Message()
+	}
+	return err.Error()
 }
 
 // agentHTTPErr maps an answer of the agent's /files routes. Their bodies
@@ -295,13 +309,13 @@ func agentHTTPErr(he *agent.HTTPError) error {
 	}
 	switch he.StatusCode {
 	case http.StatusNotFound:
-		return fmt.Errorf("%w: %s", ErrNotFound, msg)
+		return refuse(ErrNotFound, he, "%s", msg)
 	case http.StatusBadRequest:
 		return &FieldError{Field: "path", Reason: msg}
 	case http.StatusForbidden:
-		return fmt.Errorf("%w: %s", ErrPermissionDenied, msg)
+		return refuse(ErrPermissionDenied, he, "%s", msg)
 	case http.StatusInsufficientStorage: // ENOSPC or EDQUOT: the disk limit
-		return fmt.Errorf("%w: %s", ErrDiskFull, msg)
+		return refuse(ErrDiskFull, he, "%s", msg)
 	}
 	return he
 }
