@@ -83,10 +83,33 @@ func (s *Service) Exec(ctx context.Context, c Caller, idOrName string, req ExecR
 		Cmd: args, Env: req.Env, Cwd: req.Cwd, User: req.User,
 		Stdin: req.Stdin, Timeout: req.Timeout, MaxOutput: req.MaxOutput,
 	})
+	if code, stderr, ok := NotExecuted(err); ok {
+		// What sh and docker exec answer: an exit status, not an error.
+		return &agent.ExecResult{ExitCode: code, Exited: true, Stderr: []byte(stderr)}, nil
+	}
 	if err != nil {
 		return nil, agentErr(err)
 	}
 	return res, nil
+}
+
+// NotExecuted reports whether err is a program the agent could not
+// execute, and then the exit status a shell gives for it (127: not
+// found, 126: not executable) and the line a shell writes on stderr. The
+// native API answers such an exec as a result with that status, not as
+// an error, so scripts see what sh and docker exec give them.
+func NotExecuted(err error) (exitCode int, stderr string, ok bool) {
+	var ne *agent.NotExecutedError
+	if !errors.As(err, &ne) {
+		return 0, "", false
+	}
+	switch ne.ExitCode {
+	case 127:
+		return 127, fmt.Sprintf("sandboxd: %s: command not found\n", ne.Program), true
+	case 126:
+		return 126, fmt.Sprintf("sandboxd: %s: cannot execute: not an executable program, or permission denied\n", ne.Program), true
+	}
+	return ne.ExitCode, fmt.Sprintf("sandboxd: %s: %s\n", ne.Program, ne.Msg), true
 }
 
 // ProcessRequest is a process to start and stream (see StartProcess).
