@@ -317,7 +317,7 @@ func TestErrorTable_EveryClassOnEveryWire(t *testing.T) {
 			apierr.CapacityExhausted, 429, apierr.MsgCapacityExhausted, "2"},
 		{"CapacityWithoutHint", wrap(service.ErrCapacityExhausted), apierr.CapacityExhausted, 429, apierr.MsgCapacityExhausted, "1"},
 		{"Quota", &service.RetryAfterError{Err: &service.QuotaError{Reason: `quota exceeded: owner "a" may run 2 sandboxes`}, After: 5 * time.Second},
-			apierr.CapacityExhausted, 429, `quota exceeded: owner "a" may run 2 sandboxes`, "5"},
+			apierr.QuotaExceeded, 403, `quota exceeded: owner "a" may run 2 sandboxes`, ""},
 		{"Internal", errors.New("dial /run/secret.sock: refused"), apierr.Internal, 500, apierr.MsgInternal, ""},
 		{"StoreIDConflictIsInternal", wrap(store.ErrIDConflict), apierr.Internal, 500, apierr.MsgInternal, ""},
 		{"Unavailable", wrap(service.ErrUnavailable), apierr.Unavailable, 503, apierr.MsgUnavailable, ""},

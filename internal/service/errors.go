@@ -34,8 +34,9 @@ var (
 	// ErrCapacityExhausted is a create past the host's budget; retry later.
 	ErrCapacityExhausted = errors.New("capacity exhausted")
 	// ErrQuotaExceeded is a create or start past the owner's quota
-	// (a *QuotaError, which also matches ErrCapacityExhausted); retry
-	// after stopping or destroying a sandbox.
+	// (a *QuotaError, which also matches ErrCapacityExhausted); it clears
+	// only when the owner stops or destroys a sandbox, so it is not
+	// retryable.
 	ErrQuotaExceeded = errors.New("quota exceeded")
 	// ErrIdempotencyKeyReused is an Idempotency-Key sent again with another body.
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
@@ -117,8 +118,9 @@ type QuotaError struct{ Reason string }
 
 func (e *QuotaError) Error() string { return e.Reason }
 
-// Unwrap makes the refusal both ErrCapacityExhausted (429, retryable) and
-// ErrQuotaExceeded.
+// Unwrap makes the refusal both ErrCapacityExhausted and ErrQuotaExceeded;
+// the edges answer ErrQuotaExceeded (403, not retryable: it clears only
+// when the owner stops or destroys a sandbox) before ErrCapacityExhausted.
 func (e *QuotaError) Unwrap() []error { return []error{ErrCapacityExhausted, ErrQuotaExceeded} }
 
 // UnavailableError is ErrUnavailable with its cause in words safe to show

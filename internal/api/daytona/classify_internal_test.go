@@ -46,7 +46,7 @@ func TestWriteError_EveryDomainError(t *testing.T) {
 		{"CapacityWithHint", &service.RetryAfterError{Err: wrap(service.ErrCapacityExhausted), After: 4 * time.Second},
 			body(429, "the host is out of capacity; retry later"), "4"},
 		{"Quota", &service.RetryAfterError{Err: &service.QuotaError{Reason: "quota exceeded: x"}, After: 5 * time.Second},
-			body(429, "quota exceeded: x"), "5"},
+			body(403, "quota exceeded: x"), ""},
 		{"CapacityWithoutHint", wrap(service.ErrCapacityExhausted), body(429, "the host is out of capacity; retry later"), "1"},
 		{"Unavailable", wrap(service.ErrUnavailable), body(503, "temporarily unavailable; retry later"), ""},
 		{"DeadlineExceeded", wrap(context.DeadlineExceeded), body(503, "temporarily unavailable; retry later"), ""},

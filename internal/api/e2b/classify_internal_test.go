@@ -48,7 +48,7 @@ func TestWriteError_EveryDomainError(t *testing.T) {
 		{"CapacityWithHint", &service.RetryAfterError{Err: wrap(service.ErrCapacityExhausted), After: 2100 * time.Millisecond},
 			429, "the host is out of capacity; retry later", "3"},
 		{"Quota", &service.RetryAfterError{Err: &service.QuotaError{Reason: "quota exceeded: x"}, After: 5 * time.Second},
-			429, "quota exceeded: x", "5"},
+			403, "quota exceeded: x", ""},
 		{"CapacityWithoutHint", wrap(service.ErrCapacityExhausted), 429, "the host is out of capacity; retry later", "1"},
 		{"Unavailable", wrap(service.ErrUnavailable), 503, "temporarily unavailable; retry later", ""},
 		{"DeadlineExceeded", wrap(context.DeadlineExceeded), 503, "temporarily unavailable; retry later", ""},

@@ -58,7 +58,7 @@ func TestClassify_EveryDomainError(t *testing.T) {
 		{"CapacityHintRoundsUpToOne", &service.RetryAfterError{Err: wrap(service.ErrCapacityExhausted), After: time.Millisecond},
 			429, CodeCapacityExhausted, true, "the host is out of capacity; retry later", "1"},
 		{"Quota", &service.RetryAfterError{Err: &service.QuotaError{Reason: `quota exceeded: owner "a" may run 2 sandboxes at once and runs 2`}, After: 5 * time.Second},
-			429, CodeCapacityExhausted, true, `quota exceeded: owner "a" may run 2 sandboxes at once and runs 2`, "5"},
+			403, CodeQuotaExceeded, false, `quota exceeded: owner "a" may run 2 sandboxes at once and runs 2`, ""},
 		{"CapacityWithoutHint", wrap(service.ErrCapacityExhausted), 429, CodeCapacityExhausted, true, "the host is out of capacity; retry later", "1"},
 		{"Unavailable", wrap(service.ErrUnavailable), 503, CodeUnavailable, true, "temporarily unavailable; retry later (request id rid1)", ""},
 		{"DeadlineExceeded", wrap(context.DeadlineExceeded), 503, CodeUnavailable, true, "temporarily unavailable; retry later (request id rid1)", ""},
@@ -126,7 +126,7 @@ func TestCodes_Closed(t *testing.T) {
 	want := map[Code]int{
 		CodeInvalidArgument: 400, CodeUnauthenticated: 401, CodePermissionDenied: 403, CodeNotFound: 404,
 		CodeConflict: 409, CodeNameConflict: 409, CodeHostnameConflict: 409, CodePayloadTooLarge: 413,
-		CodeIdempotencyKeyReused: 422, CodeCapacityExhausted: 429, CodeInternal: 500, CodeUnavailable: 503,
+		CodeIdempotencyKeyReused: 422, CodeQuotaExceeded: 403, CodeCapacityExhausted: 429, CodeInternal: 500, CodeUnavailable: 503,
 		CodeDiskFull: 507,
 	}
 	got := map[Code]int{}
