@@ -46,3 +46,32 @@ func TestExec_NotExecutable(t *testing.T) {
 		}
 	}
 }
+
+// TestCLI_NamesItsFlags: a refusal of a request field names the sbx flag
+// that sets it, not the API's JSON field (it said "public: a tcp port
+// cannot be private … expose it with public: true").
+func TestCLI_NamesItsFlags(t *testing.T) {
+	t.Parallel()
+	d := sharedDaemon(t)
+	ctx := testContext(t, 3*time.Minute)
+	c := newClient(d, true)
+	sb, err := c.CreateSandbox(ctx, sandboxd.CreateRequest{Image: busyboxImage, Tags: map[string]string{"suite": "cli-flags"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	destroyAtEnd(t, c, sb.ID)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args      []string
+		want, not string
+	}{
+		{[]string{"ports", "expose", sb.ID, "8080", "--protocol", "tcp"}, "expose it with --public", "public: true"},
+		{[]string{"create", "--image", busyboxImage, "--cpu", "99"}, "invalid argument: --cpu: ", "argument: cpu:"},
+		{[]string{"create", "--image", busyboxImage, "--memory", "1"}, "invalid argument: --memory: ", "memory_mb"},
+	} {
+		r := sbx(t, d, dir, tc.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, tc.not) {
+			t.Errorf("sbx %s: exit %d, stderr %q; want 2 naming %q, not %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.want, tc.not)
+		}
+	}
+}
