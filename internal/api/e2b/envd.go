@@ -54,23 +54,27 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 // answers only for a running sandbox created through the E2B API (the
 // port's traffic then goes as on the E2b-Sandbox-Id route: the traffic
 // token when allowPublicTraffic was false, the Host rewritten by
-// maskRequestHost). For anything else — no sandbox of that id, a sandbox
-// of the native API or Daytona, one that is not running — it writes
-// nothing and returns false, so the caller answers as it does for a host
-// it does not know, and no answer tells a sandbox of another kind, or of
-// another tenant, from none. Only a failed lookup (not a not-found) is
-// answered here, 502.
+// maskRequestHost). For anything else — no sandbox of that id (a killed
+// one), a sandbox of the native API or Daytona, one that is not running —
+// it answers what E2B's edge answers for a sandbox it cannot route to:
+// 502 {"sandboxId","message":"The sandbox was not found","code":502},
+// the same body for each, so that no answer tells a sandbox of another
+// kind, or of another tenant, from none (the ingress's own 404 said
+// {"error":…}, which the E2B SDK does not read). A failed lookup (not a
+// not-found) is a 502 too, naming the reason.
 func (f *Facade) ServePort(w http.ResponseWriter, r *http.Request, id string, port int) bool {
 	sb, err := f.lookupEnvd(r.Context(), id)
 	switch {
 	case errors.Is(err, service.ErrNotFound):
-		return false
+		f.sandboxNotFound(w, r, id)
+		return true
 	case err != nil:
 		f.log.ErrorContext(r.Context(), "e2b: port host: look up sandbox", "sandbox", id, "err", err)
 		f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+id+" is not reachable right now")
 		return true
 	case sb.State != service.StateRunning || sb.Annotations[annTemplate] == "":
-		return false
+		f.sandboxNotFound(w, r, id)
+		return true
 	}
 	f.forward(w, r, sb, port)
 	return true
