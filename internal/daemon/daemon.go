@@ -68,6 +68,10 @@ type Options struct {
 // Daemon is one assembled sandboxd. Build it with New, run it with Serve,
 // release it with Close.
 type Daemon struct {
+	// e2bServesHost: whether the E2B facade serves a preview host (its
+	// ServePort), for the TLS listener's certificate decision.
+	e2bServesHost func(host string) bool
+
 	Config   config.Daemon
 	Store    *store.Store
 	Service  *service.Service
@@ -632,6 +636,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		}
 	})
 	ingressed := d.Router.WrapFallback(byPath, e2bFacade.ServePort)
+	d.e2bServesHost = e2bFacade.ServesHost
 	d.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if e2bFacade.MatchHost(r.Host) {
 			e2bFacade.ServeHTTP(w, r)
@@ -662,7 +667,13 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 // configured, else from a local CA made at start whose certificate is
 // written to <data-dir>/preview-ca.pem for clients to trust.
 func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
-	allow := func(host string) bool { return d.Router.Routable(host) || slices.Contains(cfg.APIHosts, host) }
+	// A preview host is served over TLS when the ingress routes it (an
+	// exposed http port) or the E2B facade serves it (any port of a
+	// running E2B sandbox, with no expose call: getHost's links).
+	allow := func(host string) bool {
+		return d.Router.Routable(host) || slices.Contains(cfg.APIHosts, host) ||
+			(d.e2bServesHost != nil && d.e2bServesHost(host))
+	}
 	var tlsConf *tls.Config
 	if cfg.ACMEEmail != "" {
 		acme, err := ingress.NewACME(ingress.ACMEOptions{

@@ -48,6 +48,22 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 	f.forward(w, r, sb, port)
 }
 
+// ServesHost reports whether host is a preview host <port>-<id>.<domain>
+// that ServePort forwards: a running sandbox created through the E2B API.
+// The TLS listener asks it before it issues a certificate for a name, so
+// that getHost's links are served over TLS like exposed ports. One store
+// read per handshake of a name it has no certificate for.
+func (f *Facade) ServesHost(host string) bool {
+	if !f.previewHost(host) {
+		return false
+	}
+	id, _, _ := naming.ParsePreviewHost(host, f.domain)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sb, err := f.lookupEnvd(ctx, id)
+	return err == nil && sb.State == service.StateRunning && sb.Annotations[annTemplate] != ""
+}
+
 // ServePort serves a request that reached the preview host
 // <port>-<id>.<domain> of a port the ingress has no http route for: E2B
 // serves every port of a sandbox by host, with no expose call first. It
