@@ -560,6 +560,26 @@ func reservedHosts(cfg config.Daemon, ln net.Addr) []string {
 	return hosts
 }
 
+// e2bDomain is the domain E2B's create reports, from which the SDK
+// builds getHost(port) as <port>-<id>.<domain> (and, without
+// E2B_SANDBOX_URL, envd's https URL): in local mode (--domain localhost)
+// the preview domain with the port of the listener the names are served
+// on, --https-listen's when set, else --listen's (the bound one), unless
+// it is the scheme's default (443, 80); otherwise the preview domain.
+func e2bDomain(cfg config.Daemon, ln net.Addr) string {
+	if cfg.Domain != "localhost" {
+		return cfg.Domain
+	}
+	addr, dflt := ln.String(), "80"
+	if cfg.HTTPSListen != "" {
+		addr, dflt = cfg.HTTPSListen, "443"
+	}
+	if _, port, err := net.SplitHostPort(addr); err == nil && port != "" && port != "0" && port != dflt {
+		return net.JoinHostPort(cfg.Domain, port)
+	}
+	return cfg.Domain
+}
+
 // buildHandler builds the API edges — the native API, the E2B facade
 // (whose access-token key is loaded or created in dataDir) and the Daytona
 // facade (registering its Close) — and sets d.Handler to route between
@@ -603,6 +623,8 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		Elsewhere:      d.elsewhere(),
 		PeerSandboxes:  d.peerSandboxes(),
 		Placer:         d.placer(),
+		// getHost(port) must name a host that opens in the default setup.
+		AdvertisedDomain: e2bDomain(d.Config, d.ln.Addr()),
 	})
 
 	daytonaFacade := daytona.New(daytona.Options{
