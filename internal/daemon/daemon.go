@@ -689,12 +689,15 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 // configured, else from a local CA made at start whose certificate is
 // written to <data-dir>/preview-ca.pem for clients to trust.
 func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
-	// A preview host is served over TLS when the ingress routes it (an
-	// exposed http port) or the E2B facade serves it (any port of a
-	// running E2B sandbox, with no expose call: getHost's links).
-	allow := func(host string) bool {
-		return d.Router.Routable(host) || slices.Contains(cfg.APIHosts, host) ||
-			(d.e2bServesHost != nil && d.e2bServesHost(host))
+	allow := func(host string) bool { return d.Router.Routable(host) || slices.Contains(cfg.APIHosts, host) }
+	// With the local CA, a preview host the E2B facade serves (any port of
+	// a running E2B sandbox, no expose call: getHost's links) gets a
+	// certificate too; the CA's leaf cache is bounded. Not from ACME: any
+	// caller could then make the daemon request a certificate per port
+	// (65,535 per sandbox) against the CA's rate limits; there, expose the
+	// port or use a wildcard certificate (--https-cert).
+	allowLocal := func(host string) bool {
+		return allow(host) || (d.e2bServesHost != nil && d.e2bServesHost(host))
 	}
 	var tlsConf *tls.Config
 	if cfg.ACMEEmail != "" {
@@ -714,7 +717,7 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 		if err := os.WriteFile(filepath.Join(dataDir, "preview-ca.pem"), ca.CertPEM(), 0o644); err != nil {
 			return err
 		}
-		tlsConf = ca.TLSConfig(allow)
+		tlsConf = ca.TLSConfig(allowLocal)
 	}
 	if cfg.HTTPSCert != "" {
 		var err error
