@@ -401,7 +401,7 @@ func (e *NotExecutedError) Unwrap() error { return e.Err }
 func startErr(program string, err error) error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
-		if code, convErr := strconv.Atoi(ce.Meta().Get(headerStartExitCode)); convErr == nil && code > 0 {
+		if code, convErr := strconv.Atoi(ce.Meta().Get(headerStartExitCode)); convErr == nil && code > 0 && code < 256 {
 			return &NotExecutedError{Program: program, ExitCode: code, Msg: ce.Message(), Err: err}
 		}
 	}
