@@ -70,16 +70,48 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	root.SetIn(c.stdin)
 	root.SetOut(c.stdout)
 	root.SetErr(c.stderr)
-	err := root.ExecuteContext(ctx)
+	ran, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
 	code := exitCode(err)
 	var st exitStatus
 	if !errors.As(err, &st) {
-		fmt.Fprintln(c.stderr, "sbx: "+c.message(err))
+		msg := c.message(err)
+		if ran != nil && errors.Is(err, sandboxd.ErrInvalidArgument) {
+			msg = flagWords(ran.CommandPath(), msg)
+		}
+		fmt.Fprintln(c.stderr, "sbx: "+msg)
 	}
 	return code
+}
+
+// requestFlags names, per command, the flag that sets each API request
+// field the command sends, so that a refusal naming a field ("public: a
+// tcp port cannot be private …") names the flag the user typed.
+var requestFlags = map[string]map[string]string{
+	"sbx ports expose": {"public": "--public", "protocol": "--protocol"},
+	"sbx create": {
+		"cpu": "--cpu", "memory_mb": "--memory", "disk_mb": "--disk", "timeout_s": "--timeout",
+		"image": "--image", "name": "--name", "env": "--env", "tags": "--tag", "template": "--template",
+		"network": "--network",
+	},
+}
+
+// flagWords rewrites the API's field names in msg, an invalid_argument's
+// text, into the flags of the command at path: the field the message
+// opens with ("public: …", the daemon's field-error shape) and a field
+// set to a value ("public: true", "protocol: http"), which is how the
+// daemon says what to send instead.
+func flagWords(path, msg string) string {
+	for field, flag := range requestFlags[path] {
+		if rest, ok := strings.CutPrefix(msg, "invalid argument: "+field+": "); ok {
+			msg = "invalid argument: " + flag + ": " + rest
+		}
+		msg = strings.ReplaceAll(msg, " "+field+": true", " "+flag)
+		msg = strings.ReplaceAll(msg, " "+field+": ", " "+flag+" ")
+	}
+	return msg
 }
 
 // exitCode maps an error to sbx's exit code.

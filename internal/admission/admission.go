@@ -15,17 +15,17 @@ const retryAfter = 5 * time.Second
 
 var (
 	// ErrCapacityExhausted matches every [*ExhaustedError].
-	ErrCapacityExhausted = errors.New("admission: capacity exhausted")
+	ErrCapacityExhausted = errors.New("capacity exhausted")
 	// ErrExceedsBudget means a request is larger than the whole budget and
 	// can never be admitted.
-	ErrExceedsBudget = errors.New("admission: request exceeds the host budget")
+	ErrExceedsBudget = errors.New("request exceeds the host budget")
 	// ErrInvalidRequest means an empty id or a negative amount.
-	ErrInvalidRequest = errors.New("admission: invalid request")
+	ErrInvalidRequest = errors.New("invalid request")
 	// ErrQuotaExceeded matches every [*QuotaError].
-	ErrQuotaExceeded = errors.New("admission: quota exceeded")
+	ErrQuotaExceeded = errors.New("quota exceeded")
 	// ErrExceedsQuota means a request is larger than its owner's whole
 	// quota and can never be admitted under it.
-	ErrExceedsQuota = errors.New("admission: request exceeds the quota")
+	ErrExceedsQuota = errors.New("request exceeds the quota")
 )
 
 // Budget is the capacity a host offers to sandboxes.
@@ -90,7 +90,7 @@ type ExhaustedError struct {
 }
 
 func (e *ExhaustedError) Error() string {
-	return fmt.Sprintf("admission: capacity exhausted: requested %s, free %s", e.Requested, e.Free)
+	return fmt.Sprintf("capacity exhausted: requested %s, free %s", e.Requested, e.Free)
 }
 
 // Unwrap returns [ErrCapacityExhausted].

@@ -121,7 +121,7 @@ func TestReserve_ExhaustedPerDimension(t *testing.T) {
 	if !errors.Is(err, admission.ErrCapacityExhausted) {
 		t.Fatalf("err = %v, want ErrCapacityExhausted", err)
 	}
-	if got, want := err.Error(), "admission: capacity exhausted: requested 100m CPU, 100 MB, free 1900m CPU, 12 MB"; got != want {
+	if got, want := err.Error(), "capacity exhausted: requested 100m CPU, 100 MB, free 1900m CPU, 12 MB"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }

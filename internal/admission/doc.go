@@ -15,6 +15,6 @@
 // Each reservation names its owner, and [Controller.ReserveWithin] also
 // holds it to the owner's [Quota] (count, CPU, memory) in the same locked
 // step, so concurrent requests of one owner never pass the quota together.
-// Past the quota is a [*QuotaError] ([ErrQuotaExceeded], also a 429); larger
+// Past the quota is a [*QuotaError] ([ErrQuotaExceeded], 403 quota_exceeded at the edges); larger
 // than the whole quota is [ErrExceedsQuota] (400).
 package admission

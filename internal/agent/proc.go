@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -19,6 +20,8 @@ const (
 	headerKeepalive  = "Keepalive-Ping-Interval"
 	headerKeepOutput = "X-Sandboxd-Keep-Output"
 	headerReplay     = "X-Sandboxd-Replay"
+	// headerStartExitCode is the agent's process.HeaderStartExitCode.
+	headerStartExitCode = "X-Sandboxd-Start-Exit-Code"
 )
 
 // StartRequest describes a process to start.
@@ -164,7 +167,7 @@ func (c *Client) StartProcess(ctx context.Context, r StartRequest) (*Process, er
 	if err != nil {
 		stop()
 		cancel()
-		return nil, fmt.Errorf("agent: start %q: %w", r.Cmd[0], err)
+		return nil, startErr(r.Cmd[0], err)
 	}
 	p := &Process{c: c, pty: r.PTY != nil, user: r.User, cancel: func() { stop(); cancel() }, close: st.Close, replayed: doneReplay,
 		recv: func() (*rpc.ProcessEvent, error) {
@@ -175,7 +178,7 @@ func (c *Client) StartProcess(ctx context.Context, r StartRequest) (*Process, er
 		}}
 	if err := p.awaitStart(); err != nil {
 		p.Close()
-		return nil, fmt.Errorf("agent: start %q: %w", r.Cmd[0], err)
+		return nil, startErr(r.Cmd[0], err)
 	}
 	return p, nil
 }
@@ -395,4 +398,33 @@ func wrap(op string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("agent: %s: %w", op, err)
+}
+
+// NotExecutedError is a start the agent refused because the program could
+// not be executed: ExitCode is what a shell exits with for the same
+// failure (127 not found, 126 not executable), Msg the agent's words.
+type NotExecutedError struct {
+	Program  string
+	ExitCode int
+	Msg      string
+	Err      error
+}
+
+func (e *NotExecutedError) Error() string {
+	return fmt.Sprintf("agent: start %q: %v", e.Program, e.Err)
+}
+
+// Unwrap returns the agent's error.
+func (e *NotExecutedError) Unwrap() error { return e.Err }
+
+// startErr wraps the agent's refusal to start program: a
+// *NotExecutedError when the agent said which exit status a shell gives.
+func startErr(program string, err error) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		if code, convErr := strconv.Atoi(ce.Meta().Get(headerStartExitCode)); convErr == nil && code > 0 && code < 256 {
+			return &NotExecutedError{Program: program, ExitCode: code, Msg: ce.Message(), Err: err}
+		}
+	}
+	return fmt.Errorf("agent: start %q: %w", program, err)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandboxd/sandboxd/internal/api/apierr"
+	"github.com/sandboxd/sandboxd/internal/api/apierr/apierrtest"
 	"github.com/sandboxd/sandboxd/internal/api/daytona"
 	"github.com/sandboxd/sandboxd/internal/api/e2b"
 	v1 "github.com/sandboxd/sandboxd/internal/api/v1"
@@ -208,6 +209,11 @@ func do(t *testing.T, wire string, req *http.Request) answer {
 		}
 		a.Message, a.Retryable = body.Message, apierr.RetryableStatus(resp.StatusCode)
 	}
+	// Every message the table produces says what failed once: no lower
+	// package's prefix, no code word twice.
+	if why := apierrtest.Unclear(a.Message); why != "" {
+		t.Errorf("%s: message %q has %s", wire, a.Message, why)
+	}
 	return a
 }
 
@@ -290,20 +296,20 @@ func TestErrorTable_EveryClassOnEveryWire(t *testing.T) {
 			apierr.InvalidArgument, 400, "image: image is 2 MB, more than the cap of 1 MB", ""},
 		{"ImageNotPresent", &service.FieldError{Field: "image", Kind: service.ErrImageNotPresent, Reason: `image "x" is not present on this host`},
 			apierr.InvalidArgument, 400, `image: image "x" is not present on this host`, ""},
-		{"StoreInvalid", wrap(store.ErrInvalidArgument), apierr.InvalidArgument, 400, `sandbox "web": store: invalid argument`, ""},
+		{"StoreInvalid", wrap(store.ErrInvalidArgument), apierr.InvalidArgument, 400, `sandbox "web": invalid argument`, ""},
 		{"Unauthenticated", fmt.Errorf("token abc: %w", auth.ErrUnauthenticated), apierr.Unauthenticated, 401, apierr.MsgUnauthenticated, ""},
 		{"PermissionDenied", wrap(service.ErrPermissionDenied), apierr.PermissionDenied, 403, `sandbox "web": permission denied`, ""},
 		{"PullRefused", imageRefused, apierr.PermissionDenied, 403, imageRefused.Reason, ""},
 		{"NotFound", wrap(service.ErrNotFound), apierr.NotFound, 404, `sandbox "web": not found`, ""},
-		{"StoreNotFound", wrap(store.ErrNotFound), apierr.NotFound, 404, `sandbox "web": store: not found`, ""},
+		{"StoreNotFound", wrap(store.ErrNotFound), apierr.NotFound, 404, `sandbox "web": not found`, ""},
 		{"PullNotFound", imageMissing, apierr.NotFound, 404, imageMissing.Reason, ""},
 		{"TokenNotFound", fmt.Errorf("revoke abc: %w", auth.ErrTokenNotFound), apierr.NotFound, 404, "revoke abc: auth: token not found", ""},
 		{"Conflict", wrap(service.ErrConflict), apierr.Conflict, 409, `sandbox "web": conflict`, ""},
 		{"Paused", wrap(service.ErrPaused), apierr.Conflict, 409, `sandbox "web": sandbox is paused; resume it: conflict`, ""},
-		{"StoreStateConflict", wrap(store.ErrStateConflict), apierr.Conflict, 409, `sandbox "web": store: sandbox state conflict`, ""},
+		{"StoreStateConflict", wrap(store.ErrStateConflict), apierr.Conflict, 409, `sandbox "web": sandbox state conflict`, ""},
 		{"NameConflict", wrap(service.ErrNameConflict), apierr.NameConflict, 409, `sandbox "web": name conflict`, ""},
 		{"HostnameConflict", wrap(service.ErrHostnameConflict), apierr.HostnameConflict, 409, `sandbox "web": hostname conflict`, ""},
-		{"StoreHostnameConflict", wrap(store.ErrHostnameConflict), apierr.HostnameConflict, 409, `sandbox "web": store: hostname already bound`, ""},
+		{"StoreHostnameConflict", wrap(store.ErrHostnameConflict), apierr.HostnameConflict, 409, `sandbox "web": hostname already bound`, ""},
 		{"PayloadTooLarge", fmt.Errorf("decode: %w", &http.MaxBytesError{Limit: 1024}), apierr.PayloadTooLarge, 413, "request body exceeds 1024 bytes", ""},
 		{"IdempotencyKeyReused", wrap(service.ErrIdempotencyKeyReused), apierr.IdempotencyKeyReused, 422, apierr.MsgIdempotencyKeyReused, ""},
 		{"StoreIdempotencyKeyReused", wrap(store.ErrIdempotencyKeyReused), apierr.IdempotencyKeyReused, 422, apierr.MsgIdempotencyKeyReused, ""},
@@ -311,7 +317,7 @@ func TestErrorTable_EveryClassOnEveryWire(t *testing.T) {
 			apierr.CapacityExhausted, 429, apierr.MsgCapacityExhausted, "2"},
 		{"CapacityWithoutHint", wrap(service.ErrCapacityExhausted), apierr.CapacityExhausted, 429, apierr.MsgCapacityExhausted, "1"},
 		{"Quota", &service.RetryAfterError{Err: &service.QuotaError{Reason: `quota exceeded: owner "a" may run 2 sandboxes`}, After: 5 * time.Second},
-			apierr.CapacityExhausted, 429, `quota exceeded: owner "a" may run 2 sandboxes`, "5"},
+			apierr.QuotaExceeded, 403, `quota exceeded: owner "a" may run 2 sandboxes`, ""},
 		{"Internal", errors.New("dial /run/secret.sock: refused"), apierr.Internal, 500, apierr.MsgInternal, ""},
 		{"StoreIDConflictIsInternal", wrap(store.ErrIDConflict), apierr.Internal, 500, apierr.MsgInternal, ""},
 		{"Unavailable", wrap(service.ErrUnavailable), apierr.Unavailable, 503, apierr.MsgUnavailable, ""},

@@ -18,30 +18,30 @@ var (
 	// passed. Retry later. A write that fails this way may still have been
 	// applied; its error says "outcome unknown", and every write here is
 	// safe to retry.
-	ErrUnavailable = errors.New("cluster: unavailable")
+	ErrUnavailable = errors.New("unavailable")
 	// ErrNameTaken is a claim whose names/<owner>/<name> names another
 	// sandbox.
-	ErrNameTaken = errors.New("cluster: name taken")
+	ErrNameTaken = errors.New("name taken")
 	// ErrHostnameTaken is a claim whose hostnames/<host> names another
 	// sandbox.
-	ErrHostnameTaken = errors.New("cluster: hostname taken")
+	ErrHostnameTaken = errors.New("hostname taken")
 	// ErrNotFound is a key that does not exist.
-	ErrNotFound = errors.New("cluster: not found")
+	ErrNotFound = errors.New("not found")
 	// ErrConflict is a compare-and-swap that lost: the key changed under
 	// the caller (a placement moved, or is held by another node).
-	ErrConflict = errors.New("cluster: conflict")
+	ErrConflict = errors.New("conflict")
 	// ErrTemplateInUse is a template delete refused because a placement
 	// made from the template exists.
-	ErrTemplateInUse = errors.New("cluster: template in use")
+	ErrTemplateInUse = errors.New("template in use")
 	// ErrTemplateGone is a placement claim made from a template whose
 	// record is gone (deleted meanwhile).
-	ErrTemplateGone = errors.New("cluster: template deleted")
+	ErrTemplateGone = errors.New("template deleted")
 	// ErrCorrupt is a sealed blob that fails to open: altered, truncated,
 	// sealed with other associated data or with another cluster secret.
-	ErrCorrupt = errors.New("cluster: sealed blob corrupt")
+	ErrCorrupt = errors.New("sealed blob corrupt")
 	// ErrInvalidArgument is a call whose arguments can never succeed
 	// (an empty id, a too-short secret, a too-large value).
-	ErrInvalidArgument = errors.New("cluster: invalid argument")
+	ErrInvalidArgument = errors.New("invalid argument")
 )
 
 // unavailable classifies an etcd error: a failure of the cluster (no

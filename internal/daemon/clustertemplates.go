@@ -87,13 +87,13 @@ func catalogErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, cluster.ErrTemplateInUse):
-		return fmt.Errorf("sandboxes made from it still exist (%w): %w", err, service.ErrConflict)
+		return &service.Error{Kind: service.ErrConflict, Err: err, Msg: "sandboxes made from the template still exist; destroy them first"}
 	case errors.Is(err, cluster.ErrNotFound):
-		return fmt.Errorf("%w: %w", service.ErrNotFound, err)
+		return &service.Error{Kind: service.ErrNotFound, Err: err, Msg: err.Error()}
 	case errors.Is(err, cluster.ErrConflict):
-		return fmt.Errorf("%w: %w", service.ErrConflict, err)
+		return &service.Error{Kind: service.ErrConflict, Err: err, Msg: err.Error()}
 	case errors.Is(err, cluster.ErrInvalidArgument):
-		return fmt.Errorf("%w: %w", service.ErrInvalidArgument, err)
+		return &service.Error{Kind: service.ErrInvalidArgument, Err: err, Msg: err.Error()}
 	}
 	return serviceErr(err)
 }

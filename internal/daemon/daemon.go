@@ -69,6 +69,10 @@ type Options struct {
 // Daemon is one assembled sandboxd. Build it with New, run it with Serve,
 // release it with Close.
 type Daemon struct {
+	// e2bServesHost: whether the E2B facade serves a preview host (its
+	// ServePort), for the TLS listener's certificate decision.
+	e2bServesHost func(host string) bool
+
 	Config   config.Daemon
 	Store    *store.Store
 	Service  *service.Service
@@ -557,6 +561,26 @@ func reservedHosts(cfg config.Daemon, ln net.Addr) []string {
 	return hosts
 }
 
+// e2bDomain is the domain E2B's create reports, from which the SDK
+// builds getHost(port) as <port>-<id>.<domain> (and, without
+// E2B_SANDBOX_URL, envd's https URL): in local mode (--domain localhost)
+// the preview domain with the port of the listener the names are served
+// on, --https-listen's when set, else --listen's (the bound one), unless
+// it is the scheme's default (443, 80); otherwise the preview domain.
+func e2bDomain(cfg config.Daemon, ln net.Addr) string {
+	if cfg.Domain != "localhost" {
+		return cfg.Domain
+	}
+	addr, dflt := ln.String(), "80"
+	if cfg.HTTPSListen != "" {
+		addr, dflt = cfg.HTTPSListen, "443"
+	}
+	if _, port, err := net.SplitHostPort(addr); err == nil && port != "" && port != "0" && port != dflt {
+		return net.JoinHostPort(cfg.Domain, port)
+	}
+	return cfg.Domain
+}
+
 // buildHandler builds the API edges — the native API, the E2B facade
 // (whose access-token key is loaded or created in dataDir) and the Daytona
 // facade (registering its Close) — and sets d.Handler to route between
@@ -599,6 +623,8 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		Elsewhere:      d.elsewhere(),
 		PeerSandboxes:  d.peerSandboxes(),
 		Placer:         d.placer(),
+		// getHost(port) must name a host that opens in the default setup.
+		AdvertisedDomain: e2bDomain(d.Config, d.ln.Addr()),
 	})
 
 	daytonaFacade := daytona.New(daytona.Options{
@@ -639,6 +665,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		}
 	})
 	ingressed := d.Router.WrapFallback(byPath, e2bFacade.ServePort)
+	d.e2bServesHost = e2bFacade.ServesHost
 	d.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if e2bFacade.MatchHost(r.Host) {
 			e2bFacade.ServeHTTP(w, r)
@@ -670,6 +697,15 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 // written to <data-dir>/preview-ca.pem for clients to trust.
 func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	allow := func(host string) bool { return d.Router.Routable(host) || slices.Contains(cfg.APIHosts, host) }
+	// With the local CA, a preview host the E2B facade serves (any port of
+	// a running E2B sandbox, no expose call: getHost's links) gets a
+	// certificate too; the CA's leaf cache is bounded. Not from ACME: any
+	// caller could then make the daemon request a certificate per port
+	// (65,535 per sandbox) against the CA's rate limits; there, expose the
+	// port or use a wildcard certificate (--https-cert).
+	allowLocal := func(host string) bool {
+		return allow(host) || (d.e2bServesHost != nil && d.e2bServesHost(host))
+	}
 	var tlsConf *tls.Config
 	if cfg.ACMEEmail != "" {
 		acme, err := ingress.NewACME(ingress.ACMEOptions{
@@ -688,7 +724,7 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 		if err := os.WriteFile(filepath.Join(dataDir, "preview-ca.pem"), ca.CertPEM(), 0o644); err != nil {
 			return err
 		}
-		tlsConf = ca.TLSConfig(allow)
+		tlsConf = ca.TLSConfig(allowLocal)
 	}
 	if cfg.HTTPSCert != "" {
 		var err error

@@ -155,6 +155,70 @@ func TestHTTPS_PreviewURLWithTheLocalCA(t *testing.T) {
 	}
 }
 
+// TestHTTPS_E2BPortHostWithoutExpose: E2B's getHost(port) names any port
+// of an E2B sandbox with no expose call; with --https-listen those names
+// get a certificate from the local CA and are served over TLS as the
+// README says (the handshake failed: "no route for this server name").
+func TestHTTPS_E2BPortHostWithoutExpose(t *testing.T) {
+	requireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	agent, err := runtimetest.BuildAgent(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpsAddr := probe.Addr().String()
+	probe.Close()
+	d := newDaemon(t, agent, "--https-listen", httpsAddr)
+	go d.Serve(ctx)
+
+	admin := service.Caller{Admin: true}
+	// What the E2B facade's create records: the sandbox is E2B's.
+	sb, err := d.Service.CreateSandbox(ctx, service.CreateRequest{Owner: "admin", Annotations: map[string]string{"e2b.template": "base"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Service.Destroy(context.Background(), admin, sb.ID) })
+	if _, err := d.Service.Exec(ctx, admin, sb.ID, service.ExecRequest{
+		Command: "mkdir -p /www && echo hello-e2b-tls > /www/index.html && httpd -p 8080 -h /www",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pem, err := os.ReadFile(filepath.Join(d.Config.DataDir, "preview-ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	get := func(host string) (int, string, error) {
+		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: host},
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "tcp", httpsAddr)
+			},
+		}}
+		resp, err := client.Get("https://" + host + "/")
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), nil
+	}
+	code, body, err := get("8080-" + sb.ID + ".localhost")
+	if err != nil || code != 200 || body != "hello-e2b-tls\n" {
+		t.Fatalf("https port host of an E2B sandbox: %d %q %v; want 200 hello-e2b-tls", code, body, err)
+	}
+	// A name no sandbox serves still gets no certificate.
+	if _, _, err := get("8080-sb-00000000deadbeef.localhost"); err == nil {
+		t.Errorf("a port host of no sandbox got a certificate")
+	}
+}
+
 // TestReadyz_NotReadyUntilTheStartupRepairSucceeds: a daemon that starts
 // while the engine does not answer serves (/healthz 200) but is not ready
 // (/readyz 503 with the reason, creates 503); once the engine answers, the

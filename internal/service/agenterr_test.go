@@ -25,10 +25,16 @@ func TestAgentErr(t *testing.T) {
 	}{
 		{"HTTP400", httpErr(400, `{"code":400,"message":"write /: is a directory"}`), ErrInvalidArgument, "path: write /: is a directory"},
 		{"HTTP400NotJSON", httpErr(400, `bad`), ErrInvalidArgument, "path: bad"},
-		{"HTTP403", httpErr(403, `{"code":403,"message":"open /root/x: permission denied"}`), ErrPermissionDenied, "permission denied: open /root/x: permission denied"},
-		{"HTTP404", httpErr(404, `{"code":404,"message":"open /x: no such file"}`), ErrNotFound, "not found: open /x: no such file"},
+		{"HTTP403", httpErr(403, `{"code":403,"message":"open /root/x: permission denied"}`), ErrPermissionDenied, "open /root/x: permission denied"},
+		{"HTTP404", httpErr(404, `{"code":404,"message":"open /x: no such file"}`), ErrNotFound, "open /x: no such file"},
 		{"ConnectPermission", connect.NewError(connect.CodePermissionDenied, errors.New("x")), ErrPermissionDenied, ""},
-		{"ConnectFailedPrecondition", connect.NewError(connect.CodeFailedPrecondition, errors.New("busy")), ErrInvalidArgument, ""},
+		{"ConnectFailedPrecondition", connect.NewError(connect.CodeFailedPrecondition, errors.New("busy")), ErrInvalidArgument, "busy"},
+		// The agent's words once: not the client's "agent: …" context,
+		// not Connect's code word, not the sentinel's.
+		{"ConnectNotFoundWrapped", fmt.Errorf("agent: list /nope: %w", connect.NewError(connect.CodeNotFound, errors.New("lstat /nope: no such file or directory"))),
+			ErrNotFound, "lstat /nope: no such file or directory"},
+		{"ConnectInvalidWrapped", fmt.Errorf("agent: start %q: %w", "x", connect.NewError(connect.CodeInvalidArgument, errors.New("cannot start process: x: bad cwd"))),
+			ErrInvalidArgument, "cannot start process: x: bad cwd"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := agentErr(tc.err)

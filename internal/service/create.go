@@ -586,7 +586,7 @@ func admissionErr(err error) error {
 		return &RetryAfterError{Err: &QuotaError{Reason: qe.Error()}, After: qe.RetryAfter}
 	case errors.Is(err, admission.ErrExceedsBudget), errors.Is(err, admission.ErrExceedsQuota),
 		errors.Is(err, admission.ErrInvalidRequest):
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return refuse(ErrInvalidArgument, err, "%v", err)
 	}
 	return err
 }

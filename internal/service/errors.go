@@ -34,8 +34,9 @@ var (
 	// ErrCapacityExhausted is a create past the host's budget; retry later.
 	ErrCapacityExhausted = errors.New("capacity exhausted")
 	// ErrQuotaExceeded is a create or start past the owner's quota
-	// (a *QuotaError, which also matches ErrCapacityExhausted); retry
-	// after stopping or destroying a sandbox.
+	// (a *QuotaError, which also matches ErrCapacityExhausted); it clears
+	// only when the owner stops or destroys a sandbox, so it is not
+	// retryable.
 	ErrQuotaExceeded = errors.New("quota exceeded")
 	// ErrIdempotencyKeyReused is an Idempotency-Key sent again with another body.
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
@@ -82,6 +83,34 @@ func invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// Error is a refusal worded once for the caller: Msg says what failed
+// and, where there is something to do, what to do. Kind is the domain
+// sentinel it is (the edges classify by it) and Err the cause, kept for
+// errors.Is and for logs; neither is repeated in the message, so a
+// sentinel's word ("invalid argument") or a lower package's prefix
+// ("agent: start …: invalid_argument: …") never reaches the caller twice.
+type Error struct {
+	Kind error
+	Msg  string
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Unwrap makes the error Kind, and Err.
+func (e *Error) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.Err}
+}
+
+// refuse is an *Error of kind caused by cause (may be nil), its message
+// format's.
+func refuse(kind, cause error, format string, args ...any) error {
+	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...), Err: cause}
+}
+
 // QuotaError is a refusal for the owner's quota. Its Reason names the
 // quota and is safe to show the caller (it is about the caller's own
 // tenant).
@@ -89,8 +118,9 @@ type QuotaError struct{ Reason string }
 
 func (e *QuotaError) Error() string { return e.Reason }
 
-// Unwrap makes the refusal both ErrCapacityExhausted (429, retryable) and
-// ErrQuotaExceeded.
+// Unwrap makes the refusal both ErrCapacityExhausted and ErrQuotaExceeded;
+// the edges answer ErrQuotaExceeded (403, not retryable: it clears only
+// when the owner stops or destroys a sandbox) before ErrCapacityExhausted.
 func (e *QuotaError) Unwrap() []error { return []error{ErrCapacityExhausted, ErrQuotaExceeded} }
 
 // UnavailableError is ErrUnavailable with its cause in words safe to show

@@ -83,11 +83,34 @@ func (s *Service) Exec(ctx context.Context, c Caller, idOrName string, req ExecR
 		Cmd: args, Env: req.Env, Cwd: req.Cwd, User: req.User,
 		Stdin: req.Stdin, Timeout: req.Timeout, MaxOutput: req.MaxOutput,
 	})
+	if code, stderr, ok := NotExecuted(err); ok {
+		// What sh and docker exec answer: an exit status, not an error.
+		return &agent.ExecResult{ExitCode: code, Exited: true, Stderr: []byte(stderr)}, nil
+	}
 	if err != nil {
 		return nil, agentErr(err)
 	}
 	s.logExec(id, res)
 	return res, nil
+}
+
+// NotExecuted reports whether err is a program the agent could not
+// execute, and then the exit status a shell gives for it (127: not
+// found, 126: not executable) and the line a shell writes on stderr. The
+// native API answers such an exec as a result with that status, not as
+// an error, so scripts see what sh and docker exec give them.
+func NotExecuted(err error) (exitCode int, stderr string, ok bool) {
+	var ne *agent.NotExecutedError
+	if !errors.As(err, &ne) {
+		return 0, "", false
+	}
+	switch ne.ExitCode {
+	case 127:
+		return 127, fmt.Sprintf("sandboxd: %s: command not found\n", ne.Program), true
+	case 126:
+		return 126, fmt.Sprintf("sandboxd: %s: cannot execute: not an executable program, or permission denied\n", ne.Program), true
+	}
+	return ne.ExitCode, fmt.Sprintf("sandboxd: %s: %s\n", ne.Program, ne.Msg), true
 }
 
 // ProcessRequest is a process to start and stream (see StartProcess).
@@ -265,7 +288,10 @@ func (s *Service) RemoveFile(ctx context.Context, c Caller, idOrName, path, user
 
 // agentErr maps the agent's errors onto the service's sentinels: its
 // Connect codes, and the statuses of its plain-HTTP file routes, whose
-// message (the agent's, about the sandbox's own files) is kept.
+// message (the agent's, about the sandbox's own files) is kept. The
+// message shown is the agent's own words, without the client's "agent:
+// start …" context or Connect's code word: the caller's class says the
+// code once.
 func agentErr(err error) error {
 	if err == nil {
 		return nil
@@ -274,22 +300,33 @@ func agentErr(err error) error {
 	if errors.As(err, &he) {
 		return agentHTTPErr(he)
 	}
+	msg := agentMessage(err)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return refuse(ErrNotFound, err, "%s", msg)
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeNotFound:
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return refuse(ErrNotFound, err, "%s", msg)
 	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return refuse(ErrInvalidArgument, err, "%s", msg)
 	case connect.CodePermissionDenied:
-		return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
+		return refuse(ErrPermissionDenied, err, "%s", msg)
 	case connect.CodeAlreadyExists:
-		return fmt.Errorf("%w: %w", ErrConflict, err)
+		return refuse(ErrConflict, err, "%s", msg)
 	case connect.CodeUnavailable:
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// agentMessage is what the agent said: a Connect error's message without
+// its code, else the error's text.
+func agentMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Message() != "" {
+		return ce.Message()
+	}
+	return err.Error()
 }
 
 // agentHTTPErr maps an answer of the agent's /files routes. Their bodies
@@ -304,13 +341,13 @@ func agentHTTPErr(he *agent.HTTPError) error {
 	}
 	switch he.StatusCode {
 	case http.StatusNotFound:
-		return fmt.Errorf("%w: %s", ErrNotFound, msg)
+		return refuse(ErrNotFound, he, "%s", msg)
 	case http.StatusBadRequest:
 		return &FieldError{Field: "path", Reason: msg}
 	case http.StatusForbidden:
-		return fmt.Errorf("%w: %s", ErrPermissionDenied, msg)
+		return refuse(ErrPermissionDenied, he, "%s", msg)
 	case http.StatusInsufficientStorage: // ENOSPC or EDQUOT: the disk limit
-		return fmt.Errorf("%w: %s", ErrDiskFull, msg)
+		return refuse(ErrDiskFull, he, "%s", msg)
 	}
 	return he
 }

@@ -259,7 +259,7 @@ func (s *Service) portErr(err error, sandboxID string, port int) error {
 	case errors.Is(err, ingress.ErrL4Unavailable):
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	case errors.Is(err, ingress.ErrInvalidRoute):
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return refuse(ErrInvalidArgument, err, "%v", err)
 	}
 	return s.mapStoreErr(err, sandboxID)
 }

@@ -511,13 +511,23 @@ func (s *Service) mapStoreErr(err error, what string) error {
 	case errors.Is(err, store.ErrNameConflict):
 		return fmt.Errorf("a sandbox named %q already exists: %w", what, ErrNameConflict)
 	case errors.Is(err, store.ErrStateConflict):
-		return fmt.Errorf("sandbox %q: %w: %w", what, ErrConflict, err)
+		return refuse(ErrConflict, err, "sandbox %q changed state meanwhile (%v); read it and retry", what, stateOf(err))
 	case errors.Is(err, store.ErrIdempotencyKeyReused):
 		return ErrIdempotencyKeyReused
 	case errors.Is(err, store.ErrInvalidArgument):
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return refuse(ErrInvalidArgument, err, "%v", err)
 	}
 	return err
+}
+
+// stateOf words a state conflict: the state the sandbox is in when the
+// store says, else the store's text.
+func stateOf(err error) string {
+	var sc *store.StateConflictError
+	if errors.As(err, &sc) {
+		return "it is " + string(sc.Current)
+	}
+	return err.Error()
 }
 
 // NetworkAllowed reports whether sandboxes may have outbound network on

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -358,15 +359,24 @@ func (job buildJob) build(ctx context.Context) error {
 	}
 	env := map[string]string{}
 	workdir, user := job.workdir, job.user
+	// Steps run, and relative copy paths resolve, in the working
+	// directory: the recipe's (a workdir step, a base template's), else
+	// the base image's, else "/", as Docker's RUN and COPY (and E2B's
+	// builds) do; not in the agent's default, the user's home.
+	stepDir := func() string { return cmp.Or(workdir, job.base.Config.WorkingDir, "/") }
 	for i, st := range r.Steps {
 		switch {
 		case st.Run != "":
 			log.Printf("step %d: run %s\n", i+1, st.Run)
-			if err := buildRun(ctx, ac, st.Run, env, workdir, cmp.Or(st.User, user), log); err != nil {
+			if err := buildRun(ctx, ac, st.Run, env, stepDir(), cmp.Or(st.User, user), log); err != nil {
 				return fmt.Errorf("step %d (run): %w", i+1, err)
 			}
 		case st.Copy != nil:
-			if err := buildCopy(ctx, ac, st.Copy, user, log); err != nil {
+			c := *st.Copy
+			if !path.IsAbs(c.Path) {
+				c.Path = path.Join(stepDir(), c.Path)
+			}
+			if err := buildCopy(ctx, ac, &c, user, log); err != nil {
 				return fmt.Errorf("step %d (copy to %s): %w", i+1, st.Copy.Path, err)
 			}
 		case st.Env != nil:

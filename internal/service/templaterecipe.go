@@ -88,7 +88,9 @@ type Step struct {
 	User string `json:"user,omitempty"`
 }
 
-// CopyStep writes Content to Path (parents created), as the steps' user,
+// CopyStep writes Content to Path (parents created; a relative Path is
+// under the build's working directory: the last workdir step's, else the
+// base image's, else /), as the steps' user,
 // with Mode's permission bits when it is set and owned by Owner when it
 // is set (written as root, then given to Owner); or, when Link is set,
 // makes Path a symbolic link to Link.
@@ -229,8 +231,8 @@ func (r Recipe) validate() error {
 		case len(st.Run) > maxCommandLen || strings.ContainsRune(st.Run, 0):
 			return invalid(field+".run", "must be at most %d bytes, without NUL", maxCommandLen)
 		case st.Copy != nil:
-			if err := validPath(st.Copy.Path); err != nil || !strings.HasPrefix(st.Copy.Path, "/") {
-				return invalid(field+".copy.path", "must be an absolute path without NUL")
+			if err := validPath(st.Copy.Path); err != nil {
+				return invalid(field+".copy.path", "must be a path without NUL (a relative one is under the working directory)")
 			}
 			if st.Copy.Mode > 0o7777 {
 				return invalid(field+".copy.mode", "must be permission bits (at most 07777)")

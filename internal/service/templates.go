@@ -447,7 +447,7 @@ func (s *Service) DeleteTemplate(ctx context.Context, c Caller, idOrName string)
 func (s *Service) removeTemplate(ctx context.Context, imgs runtime.Images, t store.Template) error {
 	if _, err := s.Store.DeleteTemplate(ctx, t.ID); err != nil {
 		if errors.Is(err, store.ErrTemplateInUse) {
-			return fmt.Errorf("template %s: sandboxes made from it still exist (%w): %w", t.ID, err, ErrConflict)
+			return refuse(ErrConflict, err, "template %s: sandboxes made from it still exist; destroy them first", t.ID)
 		}
 		return mapTemplateErr(err, t.ID)
 	}
@@ -466,7 +466,7 @@ func mapTemplateErr(err error, what string) error {
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("template %q: %w", what, ErrNotFound)
 	case errors.Is(err, store.ErrInvalidArgument):
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return refuse(ErrInvalidArgument, err, "%v", err)
 	}
 	return err
 }

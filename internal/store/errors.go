@@ -9,45 +9,47 @@ import (
 )
 
 // Sentinel errors. Callers test for them with errors.Is; the API edges map them to wire codes.
+// Their texts carry no "store:" prefix: the service passes them up with its own context, and
+// a message a user reads names what failed, not the package that noticed.
 var (
 	// ErrNotFound: the row does not exist (or, for tokens, is revoked).
-	ErrNotFound = errors.New("store: not found")
+	ErrNotFound = errors.New("not found")
 	// ErrIDConflict: a row with this id already exists (for API tokens: one that differs
 	// from the token being created, or the secret hash is another token's).
-	ErrIDConflict = errors.New("store: id already exists")
+	ErrIDConflict = errors.New("id already exists")
 	// ErrNameConflict: another sandbox of the same owner already has this non-empty name.
-	ErrNameConflict = errors.New("store: sandbox name already in use")
+	ErrNameConflict = errors.New("sandbox name already in use")
 	// ErrHostnameConflict: the hostname is bound to another sandbox or another port.
-	ErrHostnameConflict = errors.New("store: hostname already bound")
+	ErrHostnameConflict = errors.New("hostname already bound")
 	// ErrPortProtocolConflict: the sandbox port is already exposed with another protocol.
-	ErrPortProtocolConflict = errors.New("store: port already exposed with another protocol")
+	ErrPortProtocolConflict = errors.New("port already exposed with another protocol")
 	// ErrPoolExhausted: every slot of an allocation pool is taken. The concrete error is a
 	// *PoolExhaustedError.
-	ErrPoolExhausted = errors.New("store: pool exhausted")
+	ErrPoolExhausted = errors.New("pool exhausted")
 	// ErrStateConflict: a compare-and-set state change found another state. The concrete
 	// error is a *StateConflictError.
-	ErrStateConflict = errors.New("store: sandbox state conflict")
+	ErrStateConflict = errors.New("sandbox state conflict")
 	// ErrIdempotencyKeyReused: the idempotency key is live for a request with another hash.
-	ErrIdempotencyKeyReused = errors.New("store: idempotency key reused with a different request")
+	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
 	// ErrClaimLost: the idempotency claim is no longer held by the caller (its lock expired
 	// and another caller reclaimed it, or it was deleted).
-	ErrClaimLost = errors.New("store: idempotency claim lost")
+	ErrClaimLost = errors.New("idempotency claim lost")
 	// ErrHostPortUnavailable is returned by a ReserveHostPort bind callback to say "this
 	// host port cannot be used (for example EADDRINUSE): release it and walk on".
-	ErrHostPortUnavailable = errors.New("store: host port unavailable")
+	ErrHostPortUnavailable = errors.New("host port unavailable")
 	// ErrSchemaTooNew: the database was written by a newer binary. The concrete error is a
 	// *SchemaVersionError.
-	ErrSchemaTooNew = errors.New("store: database schema is newer than this binary")
+	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
 	// ErrInvalidArgument: the input is malformed; nothing was changed.
-	ErrInvalidArgument = errors.New("store: invalid argument")
+	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrDiskFull: a write found the database's disk full (SQLITE_FULL);
 	// nothing was changed. Retry once space is freed.
-	ErrDiskFull = errors.New("store: database or disk is full")
+	ErrDiskFull = errors.New("database or disk is full")
 	// ErrUnwritable: a write could not reach the database file: it, its
 	// WAL or its filesystem is read-only (SQLITE_READONLY), or the disk
 	// answered with an I/O error (SQLITE_IOERR, SQLITE_CANTOPEN). Nothing
 	// was changed. Retry once the store is writable.
-	ErrUnwritable = errors.New("store: database is read-only or failing")
+	ErrUnwritable = errors.New("database is read-only or failing")
 )
 
 // PoolExhaustedError reports that every candidate in [Lo, Hi] of Pool is taken.
@@ -57,7 +59,7 @@ type PoolExhaustedError struct {
 }
 
 func (e *PoolExhaustedError) Error() string {
-	return fmt.Sprintf("store: %s pool exhausted: every slot in [%d, %d] is taken", e.Pool, e.Lo, e.Hi)
+	return fmt.Sprintf("%s pool exhausted: every slot in [%d, %d] is taken", e.Pool, e.Lo, e.Hi)
 }
 
 // Is makes errors.Is(err, ErrPoolExhausted) hold.
@@ -71,7 +73,7 @@ type StateConflictError struct {
 }
 
 func (e *StateConflictError) Error() string {
-	return fmt.Sprintf("store: sandbox %s is %s, want one of %v", e.ID, e.Current, e.Want)
+	return fmt.Sprintf("sandbox %s is %s, want one of %v", e.ID, e.Current, e.Want)
 }
 
 // Is makes errors.Is(err, ErrStateConflict) hold.

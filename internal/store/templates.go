@@ -33,7 +33,7 @@ const (
 )
 
 // ErrTemplateInUse: a sandbox was made from the template and still exists.
-var ErrTemplateInUse = errors.New("store: template in use by a sandbox")
+var ErrTemplateInUse = errors.New("template in use by a sandbox")
 
 // Template is an image sandboxd made that sandboxes can be created from.
 type Template struct {

@@ -283,6 +283,12 @@ func (c *Client) decodeError(resp *http.Response) *APIError {
 		e.Code = codeForStatus(resp.StatusCode)
 	}
 	e.Retryable = e.Retryable || transientStatus(resp.StatusCode)
+	if e.Code == CodeQuotaExceeded {
+		// The caller's own quota clears only when the caller stops or
+		// destroys a sandbox: no retry of the same request helps, whatever
+		// the status (daemons before quota_exceeded answered 429).
+		e.Retryable = false
+	}
 	return e
 }
 

@@ -326,6 +326,32 @@ func TestCreateSandbox_HonoursRetryAfter(t *testing.T) {
 	}
 }
 
+// TestCreateSandbox_QuotaNotRetried: the caller's own quota does not clear
+// by waiting; the SDK makes one attempt and returns ErrQuotaExceeded, also
+// for a daemon that still answers it as a retryable 429.
+func TestCreateSandbox_QuotaNotRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reply func(http.ResponseWriter, *http.Request)
+	}{
+		{"403", replyError(403, "quota_exceeded", `quota exceeded: owner "a" may run 2 sandboxes at once and runs 2; stop or destroy one first`, false)},
+		{"old 429", replyError(429, "quota_exceeded", "quota exceeded", true, "Retry-After", "5")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{t: t, replies: []func(http.ResponseWriter, *http.Request){tc.reply, replySandbox(201)}}
+			c, _ := newClient(t, rec)
+			_, err := c.CreateSandbox(t.Context(), sandboxd.CreateRequest{})
+			var apiErr *sandboxd.APIError
+			if !errors.Is(err, sandboxd.ErrQuotaExceeded) || !errors.As(err, &apiErr) || apiErr.Retryable {
+				t.Fatalf("err = %#v, want ErrQuotaExceeded, not retryable", err)
+			}
+			if n := len(rec.requests()); n != 1 {
+				t.Errorf("got %d attempts, want 1", n)
+			}
+		})
+	}
+}
+
 func TestCreateSandbox_AttemptsBounded(t *testing.T) {
 	rec := &recorder{t: t, replies: []func(http.ResponseWriter, *http.Request){
 		replyError(503, "unavailable", "down", true),

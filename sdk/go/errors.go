@@ -24,6 +24,7 @@ const (
 	CodePayloadTooLarge      ErrorCode = "payload_too_large"      // 413
 	CodeDiskFull             ErrorCode = "disk_full"              // 507: a write past the sandbox's disk limit
 	CodeIdempotencyKeyReused ErrorCode = "idempotency_key_reused" // 422
+	CodeQuotaExceeded        ErrorCode = "quota_exceeded"         // 403: the caller's own quota; never retried
 	CodeCapacityExhausted    ErrorCode = "capacity_exhausted"     // 429, with Retry-After
 	CodeInternal             ErrorCode = "internal"               // 500
 	CodeUnavailable          ErrorCode = "unavailable"            // 503
@@ -47,6 +48,7 @@ var (
 	ErrPayloadTooLarge      error = &sentinel{CodePayloadTooLarge}
 	ErrDiskFull             error = &sentinel{CodeDiskFull}
 	ErrIdempotencyKeyReused error = &sentinel{CodeIdempotencyKeyReused}
+	ErrQuotaExceeded        error = &sentinel{CodeQuotaExceeded}
 	ErrCapacityExhausted    error = &sentinel{CodeCapacityExhausted}
 	ErrInternal             error = &sentinel{CodeInternal}
 	ErrUnavailable          error = &sentinel{CodeUnavailable}

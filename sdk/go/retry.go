@@ -15,7 +15,8 @@ const maxRetryAfterWait = time.Minute
 // RetryPolicy bounds the retries of one call. Only calls that are safe to
 // repeat are retried (see the package documentation), and only after a
 // transient failure: a transport error, or an answer that is retryable
-// (429, 500, 502, 503, 504, or "retryable": true in the body).
+// (429, 500, 502, 503, 504, or "retryable": true in the body), never a
+// quota_exceeded (the caller's own quota does not clear by waiting).
 type RetryPolicy struct {
 	// MaxAttempts is the number of attempts, the first included. Values
 	// below 2 disable retries.

@@ -148,7 +148,7 @@ func (zeros) Read(p []byte) (int, error) {
 }
 
 // A token's disk quota bounds the sum of its owner's disk limits: the
-// create that would pass it is refused with the quota error (429), and
+// create that would pass it is refused with the quota error (403 quota_exceeded), and
 // one within it, or another owner's, is not.
 func TestDisk_OwnerDiskQuotaRefusesACreate(t *testing.T) {
 	t.Parallel()
@@ -163,8 +163,8 @@ func TestDisk_OwnerDiskQuotaRefusesACreate(t *testing.T) {
 	first := sandbox(t, c, sandboxd.CreateRequest{DiskMB: 64})
 	_, err = c.CreateSandbox(t.Context(), sandboxd.CreateRequest{Image: busyboxImage, DiskMB: 64})
 	var apiErr *sandboxd.APIError
-	if !errors.Is(err, sandboxd.ErrCapacityExhausted) || !errors.As(err, &apiErr) || !strings.Contains(apiErr.Message, "disk") {
-		t.Fatalf("a create past the disk quota: %v, want 429 capacity_exhausted naming the disk", err)
+	if !errors.Is(err, sandboxd.ErrQuotaExceeded) || !errors.As(err, &apiErr) || !strings.Contains(apiErr.Message, "disk") {
+		t.Fatalf("a create past the disk quota: %v, want 403 quota_exceeded naming the disk", err)
 	}
 	// A stopped sandbox keeps its files, so its disk still counts: stop
 	// and create again is no way past the quota.
@@ -172,8 +172,8 @@ func TestDisk_OwnerDiskQuotaRefusesACreate(t *testing.T) {
 		t.Fatalf("stop: %v", err)
 	}
 	_, err = c.CreateSandbox(t.Context(), sandboxd.CreateRequest{Image: busyboxImage, DiskMB: 64})
-	if !errors.Is(err, sandboxd.ErrCapacityExhausted) || !errors.As(err, &apiErr) || !strings.Contains(apiErr.Message, "disk") {
-		t.Fatalf("a create past the disk quota beside a stopped sandbox: %v, want 429 capacity_exhausted naming the disk", err)
+	if !errors.Is(err, sandboxd.ErrQuotaExceeded) || !errors.As(err, &apiErr) || !strings.Contains(apiErr.Message, "disk") {
+		t.Fatalf("a create past the disk quota beside a stopped sandbox: %v, want 403 quota_exceeded naming the disk", err)
 	}
 	if _, err := c.StartSandbox(t.Context(), first.ID); err != nil {
 		t.Fatalf("start the stopped sandbox again within its own disk: %v", err)
@@ -235,8 +235,8 @@ func TestDisk_VolumeCannotFillTheHostsDisk(t *testing.T) {
 	// 64 held; a sandbox of 16 with a new volume of 32 would make 112.
 	_, err = c.CreateSandbox(t.Context(), sandboxd.CreateRequest{Image: busyboxImage, DiskMB: 16, Mounts: []sandboxd.Mount{{Volume: "more", Path: "/m"}}})
 	var apiErr *sandboxd.APIError
-	if !errors.Is(err, sandboxd.ErrCapacityExhausted) || !errors.As(err, &apiErr) || !strings.Contains(apiErr.Message, "disk") {
-		t.Fatalf("a new volume past the disk quota: %v, want 429 capacity_exhausted naming the disk", err)
+	if !errors.Is(err, sandboxd.ErrQuotaExceeded) || !errors.As(err, &apiErr) || !strings.Contains(apiErr.Message, "disk") {
+		t.Fatalf("a new volume past the disk quota: %v, want 403 quota_exceeded naming the disk", err)
 	}
 	// The volume that exists holds nothing more, and the refused one holds
 	// nothing: 64 + 16 fits (with "more" still held it would be 112).
@@ -247,8 +247,8 @@ func TestDisk_VolumeCannotFillTheHostsDisk(t *testing.T) {
 		t.Fatalf("restart: %v", err)
 	}
 	_, err = c.CreateSandbox(t.Context(), sandboxd.CreateRequest{Image: busyboxImage, DiskMB: 32})
-	if !errors.Is(err, sandboxd.ErrCapacityExhausted) {
-		t.Errorf("after a restart, a create past the quota with the volume counted: %v, want 429 capacity_exhausted", err)
+	if !errors.Is(err, sandboxd.ErrQuotaExceeded) {
+		t.Errorf("after a restart, a create past the quota with the volume counted: %v, want 403 quota_exceeded", err)
 	}
 	if r := sh(t, c, sb.ID, "echo kept > /data/k && cat /data/k"); r.Stdout != "kept\n" {
 		t.Errorf("after a restart the volume does not take writes: %+v", r)
@@ -289,7 +289,7 @@ func TestDisk_VolumeQuotaHoldsUnderARace(t *testing.T) {
 		switch {
 		case err == nil:
 			ok++
-		case !errors.Is(err, sandboxd.ErrCapacityExhausted):
+		case !errors.Is(err, sandboxd.ErrQuotaExceeded):
 			t.Errorf("create %d: %v, want success or 429 capacity_exhausted", i, err)
 		}
 	}

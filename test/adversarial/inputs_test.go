@@ -152,7 +152,7 @@ func TestInputs_QuotaHoldsAcrossConcurrentCreates(t *testing.T) {
 		switch c {
 		case http.StatusCreated:
 			created++
-		case http.StatusTooManyRequests:
+		case http.StatusForbidden: // quota_exceeded
 		default:
 			t.Errorf("a racing create answered %d", c)
 		}

@@ -96,8 +96,8 @@ func TestCluster_QuotaCountsTheOwnersSandboxesOnEveryNode(t *testing.T) {
 	}
 	holds(2)
 	for _, d := range c.Nodes {
-		if a := createAs(d); a.Status != http.StatusTooManyRequests || !strings.Contains(string(a.Body), "quota") {
-			t.Errorf("a third sandbox through %s: %v, want 429 naming the quota", d.NodeID(), a)
+		if a := createAs(d); a.Status != http.StatusForbidden || !strings.Contains(string(a.Body), "quota") {
+			t.Errorf("a third sandbox through %s: %v, want 403 naming the quota", d.NodeID(), a)
 		}
 	}
 	if a, err := call(ctx, c.Nodes[0], http.MethodDelete, "/v1/sandboxes/"+ids[0], nil, as...); err != nil || a.Status != http.StatusNoContent {

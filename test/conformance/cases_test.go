@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/api/apierr"
+	"github.com/sandboxd/sandboxd/internal/api/apierr/apierrtest"
 	"github.com/sandboxd/sandboxd/internal/auth"
 )
 
@@ -104,6 +106,16 @@ func runCase(t *testing.T, ctx context.Context, f *fixture, tc tcase) {
 	got, other := classOf(err)
 	if got != "" {
 		t.Logf("%s answered: %v", f.w.Name(), err)
+	}
+	// Whatever the class, its message says what failed once: no lower
+	// package's prefix, no code word twice.
+	var we *wireError
+	if errors.As(err, &we) {
+		for _, m := range we.messages() {
+			if why := apierrtest.Unclear(m); why != "" {
+				t.Errorf("%s: message %q has %s", f.w.Name(), m, why)
+			}
+		}
 	}
 	switch {
 	case err == nil && want != "":

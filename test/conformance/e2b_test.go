@@ -215,7 +215,7 @@ func rpcErr(err error) error {
 	if ce.Code() == connect.CodeUnknown && ce.Message() == "" {
 		return err // not an answer: a transport failure, kept as it is
 	}
-	return &wireError{Wire: "e2b", Status: connectStatus(ce.Code()), Class: connectClass(ce.Code()), Raw: ce.Error()}
+	return &wireError{Wire: "e2b", Status: connectStatus(ce.Code()), Class: connectClass(ce.Code()), Raw: ce.Error(), Msg: ce.Message()}
 }
 
 func (w *e2b) envdFiles(ctx context.Context, method, id, path string, body *bytes.Buffer, ct string) ([]byte, error) {

@@ -106,6 +106,39 @@ type wireError struct {
 	Status int         // the HTTP status; for a Connect error, its code's
 	Class  apierr.Code // the class of the edges' table; "" when none maps
 	Raw    string      // the body, for the failure message
+	// Msg is the message a person reads, when the body is not JSON
+	// (a Connect error's, without Connect's code word).
+	Msg string
+}
+
+// messages returns the messages of e's body: every "message" string of
+// its JSON, or Msg.
+func (e *wireError) messages() []string {
+	if e.Msg != "" {
+		return []string{e.Msg}
+	}
+	var out []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if s, ok := x.(string); ok && k == "message" {
+					out = append(out, s)
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	var body any
+	if json.Unmarshal([]byte(e.Raw), &body) == nil {
+		walk(body)
+	}
+	return out
 }
 
 func (e *wireError) Error() string {

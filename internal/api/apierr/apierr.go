@@ -22,7 +22,8 @@
 //	hostname_conflict       409     no         service.ErrHostnameConflict
 //	payload_too_large       413     no         *http.MaxBytesError
 //	idempotency_key_reused  422     no         service.ErrIdempotencyKeyReused
-//	capacity_exhausted      429     yes        service.ErrCapacityExhausted, ErrQuotaExceeded (+ Retry-After)
+//	quota_exceeded          403     no         service.ErrQuotaExceeded (the caller's own quota: stop or destroy a sandbox first)
+//	capacity_exhausted      429     yes        service.ErrCapacityExhausted (+ Retry-After)
 //	internal                500     yes        anything else
 //	unavailable             503     yes        a fault (service.Fault), service.ErrUnavailable, context.DeadlineExceeded
 //	disk_full               507     no         service.ErrDiskFull
@@ -66,6 +67,15 @@
 //     failure, the facades every 5xx, so a tenant filling its own disk
 //     through E2B or Daytona wrote the daemon's error log; now every edge
 //     logs [DaemonFault]s only.
+//   - quota_exceeded: a refusal for the caller's own quota was 429
+//     capacity_exhausted, retryable, with a Retry-After, so the Go SDK
+//     (and E2B's RateLimitError, Daytona's DaytonaRateLimitError) retried
+//     a limit that clears only when the caller stops or destroys a
+//     sandbox. Now 403 quota_exceeded, not retryable, no Retry-After,
+//     with the message naming the quota and what to do; 429 is left to
+//     refusals that clear by themselves (the host's capacity, the host
+//     port pool). The E2B SDK reads 403 as its generic SandboxError with
+//     the message, Daytona as DaytonaForbiddenError.
 //   - The order of the checks: the native API tested a full disk before
 //     not-found and the conflicts, the facades after them; no error is
 //     both, and the table has one order.
@@ -111,6 +121,7 @@ const (
 	HostnameConflict     Code = "hostname_conflict"
 	PayloadTooLarge      Code = "payload_too_large"
 	IdempotencyKeyReused Code = "idempotency_key_reused"
+	QuotaExceeded        Code = "quota_exceeded"
 	CapacityExhausted    Code = "capacity_exhausted"
 	Internal             Code = "internal"
 	Unavailable          Code = "unavailable"
@@ -136,6 +147,9 @@ var classes = []Class{
 	{HostnameConflict, http.StatusConflict, false},
 	{PayloadTooLarge, http.StatusRequestEntityTooLarge, false},
 	{IdempotencyKeyReused, http.StatusUnprocessableEntity, false},
+	// The caller's own quota: it clears only when the caller stops or
+	// destroys a sandbox, so no retry of the same request helps.
+	{QuotaExceeded, http.StatusForbidden, false},
 	{CapacityExhausted, http.StatusTooManyRequests, true},
 	{Internal, http.StatusInternalServerError, true},
 	{Unavailable, http.StatusServiceUnavailable, true},
@@ -217,7 +231,7 @@ func Classify(err error) (Class, string) {
 	case service.Is(err, service.ErrConflict):
 		return Lookup(Conflict), err.Error()
 	case errors.Is(err, service.ErrQuotaExceeded):
-		return Lookup(CapacityExhausted), err.Error() // names the caller's own quota
+		return Lookup(QuotaExceeded), err.Error() // names the caller's own quota
 	case errors.Is(err, service.ErrCapacityExhausted):
 		return Lookup(CapacityExhausted), MsgCapacityExhausted
 	case errors.Is(err, service.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

@@ -27,7 +27,7 @@ func TestClassify_EveryServiceSentinel(t *testing.T) {
 		{service.ErrConflict, apierr.Conflict},
 		{service.ErrPaused, apierr.Conflict},
 		{service.ErrCapacityExhausted, apierr.CapacityExhausted},
-		{&service.QuotaError{Reason: "quota exceeded"}, apierr.CapacityExhausted},
+		{&service.QuotaError{Reason: "quota exceeded"}, apierr.QuotaExceeded},
 		{service.ErrIdempotencyKeyReused, apierr.IdempotencyKeyReused},
 		{&service.FieldError{Field: "image", Reason: "absent", Kind: service.ErrImageNotPresent}, apierr.InvalidArgument},
 		{&service.FieldError{Field: "image", Reason: "too big", Kind: service.ErrImageTooLarge}, apierr.InvalidArgument},

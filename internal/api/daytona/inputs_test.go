@@ -98,9 +98,10 @@ func TestToolbox_HostileFilesAre4xx(t *testing.T) {
 	}
 }
 
-// TestCreate_OverQuotaIs429: the facade creates under the caller's token's
-// quota, and answers a create past it with 429 naming the quota.
-func TestCreate_OverQuotaIs429(t *testing.T) {
+// TestCreate_OverQuotaIs403: the facade creates under the caller's token's
+// quota, and answers a create past it with 403 naming the quota (not 429:
+// the SDK's DaytonaRateLimitError would invite a retry that cannot help).
+func TestCreate_OverQuotaIs403(t *testing.T) {
 	s := need(t)
 	plain, tok, hash := auth.Generate(auth.RoleUser, "daytona-quota")
 	rec := store.APIToken{ID: tok.ID, Name: "quota", Role: store.RoleUser, Owner: "daytona-quota", Quota: store.Quota{Sandboxes: 1}}
@@ -108,7 +109,7 @@ func TestCreate_OverQuotaIs429(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.create(t, plain, map[string]any{"snapshot": apitest.BusyboxImage})
-	body := wantError(t, s.do(t, plain, http.MethodPost, "/sandbox", map[string]any{"snapshot": apitest.BusyboxImage}), http.StatusTooManyRequests)
+	body := wantError(t, s.do(t, plain, http.MethodPost, "/sandbox", map[string]any{"snapshot": apitest.BusyboxImage}), http.StatusForbidden)
 	if !strings.Contains(body.Message, "quota") {
 		t.Errorf("message %q does not name the quota", body.Message)
 	}

@@ -265,9 +265,12 @@ type copyArgs struct {
 func copySteps(archive []byte, a copyArgs, budget *copyBudget) ([]service.Step, error) {
 	dest := a.dest
 	intoDir := strings.HasSuffix(dest, "/")
-	if !path.IsAbs(dest) {
-		dest = path.Join("/", a.workdir, dest)
+	if !path.IsAbs(dest) && a.workdir != "" {
+		dest = path.Join(a.workdir, dest)
 	}
+	// Without a WORKDIR step yet, a relative dest stays relative: the
+	// build resolves it under the base image's working directory, as
+	// E2B (and Docker's COPY) do.
 	dest = path.Clean(dest)
 	src := path.Clean(strings.TrimPrefix(a.src, "./"))
 	r, err := archiveReader(archive)

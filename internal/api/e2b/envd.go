@@ -48,29 +48,49 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 	f.forward(w, r, sb, port)
 }
 
+// ServesHost reports whether host is a preview host <port>-<id>.<domain>
+// that ServePort forwards: a running sandbox created through the E2B API.
+// The TLS listener asks it before it issues a certificate for a name, so
+// that getHost's links are served over TLS like exposed ports. One store
+// read per handshake of a name it has no certificate for.
+func (f *Facade) ServesHost(host string) bool {
+	if !f.previewHost(host) {
+		return false
+	}
+	id, _, _ := naming.ParsePreviewHost(host, f.domain)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sb, err := f.lookupEnvd(ctx, id)
+	return err == nil && sb.State == service.StateRunning && sb.Annotations[annTemplate] != ""
+}
+
 // ServePort serves a request that reached the preview host
 // <port>-<id>.<domain> of a port the ingress has no http route for: E2B
 // serves every port of a sandbox by host, with no expose call first. It
 // answers only for a running sandbox created through the E2B API (the
 // port's traffic then goes as on the E2b-Sandbox-Id route: the traffic
 // token when allowPublicTraffic was false, the Host rewritten by
-// maskRequestHost). For anything else — no sandbox of that id, a sandbox
-// of the native API or Daytona, one that is not running — it writes
-// nothing and returns false, so the caller answers as it does for a host
-// it does not know, and no answer tells a sandbox of another kind, or of
-// another tenant, from none. Only a failed lookup (not a not-found) is
-// answered here, 502.
+// maskRequestHost). For anything else — no sandbox of that id (a killed
+// one), a sandbox of the native API or Daytona, one that is not running —
+// it answers what E2B's edge answers for a sandbox it cannot route to:
+// 502 {"sandboxId","message":"The sandbox was not found","code":502},
+// the same body for each, so that no answer tells a sandbox of another
+// kind, or of another tenant, from none (the ingress's own 404 said
+// {"error":…}, which the E2B SDK does not read). A failed lookup (not a
+// not-found) is a 502 too, naming the reason.
 func (f *Facade) ServePort(w http.ResponseWriter, r *http.Request, id string, port int) bool {
 	sb, err := f.lookupEnvd(r.Context(), id)
 	switch {
 	case errors.Is(err, service.ErrNotFound):
-		return false
+		f.sandboxNotFound(w, r, id)
+		return true
 	case err != nil:
 		f.log.ErrorContext(r.Context(), "e2b: port host: look up sandbox", "sandbox", id, "err", err)
 		f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+id+" is not reachable right now")
 		return true
 	case sb.State != service.StateRunning || sb.Annotations[annTemplate] == "":
-		return false
+		f.sandboxNotFound(w, r, id)
+		return true
 	}
 	f.forward(w, r, sb, port)
 	return true

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -78,6 +79,11 @@ type Options struct {
 	// Host <port>-<sandbox-id>.<Domain>, and create reports it as the
 	// sandbox's domain. Empty: header routing only, domain null.
 	Domain string
+	// AdvertisedDomain, when set, is the domain create reports instead of
+	// Domain: Domain with the port clients reach the daemon on when that
+	// is not the scheme's default ("localhost:7070"), so that the SDK's
+	// getHost(port), <port>-<id>.<domain>, is a host that opens.
+	AdvertisedDomain string
 	// AccessTokenKey keys the HMAC that derives each sandbox's envd access
 	// token (see the package documentation). Give 32 random bytes kept with
 	// the daemon's data, so tokens survive restarts. Empty: a random key
@@ -136,6 +142,7 @@ type Facade struct {
 	auth       Authenticator
 	log        *slog.Logger
 	domain     string
+	advertised string // the domain create reports (Options.AdvertisedDomain)
 	tokenKey   []byte
 	bodyDedupe Dedupe
 	window     time.Duration
@@ -183,6 +190,7 @@ func New(opts Options) *Facade {
 		auth:       opts.Auth,
 		log:        opts.Logger,
 		domain:     strings.ToLower(opts.Domain),
+		advertised: strings.ToLower(cmp.Or(opts.AdvertisedDomain, opts.Domain)),
 		tokenKey:   opts.AccessTokenKey,
 		bodyDedupe: opts.BodyDedupe,
 		window:     opts.ReplayWindow,

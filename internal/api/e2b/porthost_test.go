@@ -150,9 +150,10 @@ func TestPortHost_PrivateSandboxWantsItsTrafficToken(t *testing.T) {
 }
 
 // TestPortHost_OnlyRunningE2BSandboxesByID: the port hosts of a sandbox
-// made through the native API, of one not running, of a name, and of an
-// id nobody holds all answer the same 404 (the ingress's): the facade
-// declines them without writing.
+// made through the native API, of one not running, of a name, of a killed
+// sandbox and of an id nobody holds all answer the same as E2B's edge: 502
+// {"sandboxId","message":"The sandbox was not found","code":502} (it was
+// the ingress's 404 {"error":…}), telling none of them from the others.
 func TestPortHost_OnlyRunningE2BSandboxesByID(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	native, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "bob", Name: "bobs-web", Image: "sandboxd/busybox:latest"})
@@ -167,11 +168,16 @@ func TestPortHost_OnlyRunningE2BSandboxesByID(t *testing.T) {
 	srv := portHosts(h)
 	defer srv.Close()
 
-	_, none := getAs(t, srv, "8080-sb-00000000deadbeef.e2b.test", "/", nil)
-	for name, id := range map[string]string{"native": native.ID, "paused": paused.SandboxID, "a name": "bobs-web"} {
+	killed := h.create(t, map[string]any{"templateID": "base"})
+	if resp := h.do(t, h.admin, http.MethodDelete, "/sandboxes/"+killed.SandboxID, nil); resp.status != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", resp.status, resp.body)
+	}
+	for name, id := range map[string]string{"none": "sb-00000000deadbeef", "native": native.ID, "paused": paused.SandboxID,
+		"a name": "bobs-web", "killed": killed.SandboxID} {
 		code, b := getAs(t, srv, "8080-"+id+".e2b.test", "/", nil)
-		if code != http.StatusNotFound || b != none {
-			t.Errorf("%s: %d %q, want the 404 of no sandbox (%q)", name, code, b, none)
+		want := `{"sandboxId":"` + id + `","message":"The sandbox was not found","code":502}` + "\n"
+		if code != http.StatusBadGateway || b != want {
+			t.Errorf("%s: %d %q, want 502 %q", name, code, b, want)
 		}
 	}
 }

@@ -352,7 +352,7 @@ func (f *Facade) recipeOf(owner string, body buildStartBody) (service.Recipe, er
 	if len(body.Steps) > maxBuildSteps {
 		return rec, badRequest("steps: at most %d", maxBuildSteps)
 	}
-	workdir := "/"
+	workdir := "" // the base image's until a WORKDIR step
 	budget := newCopyBudget()
 	for i, st := range body.Steps {
 		rec.NoCache = rec.NoCache || st.Force

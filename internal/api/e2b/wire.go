@@ -188,7 +188,7 @@ func (f *Facade) domainJSON() *string {
 	if f.domain == "" {
 		return nil
 	}
-	d := f.domain
+	d := f.advertised
 	return &d
 }
 

@@ -23,6 +23,7 @@ const (
 	CodePayloadTooLarge      = apierr.PayloadTooLarge
 	CodeDiskFull             = apierr.DiskFull
 	CodeIdempotencyKeyReused = apierr.IdempotencyKeyReused
+	CodeQuotaExceeded        = apierr.QuotaExceeded
 	CodeCapacityExhausted    = apierr.CapacityExhausted
 	CodeInternal             = apierr.Internal
 	CodeUnavailable          = apierr.Unavailable

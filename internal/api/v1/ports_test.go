@@ -97,16 +97,18 @@ func TestPorts_PreviewHTTP(t *testing.T) {
 		t.Errorf("downloaded %d bytes with sha256 %s, want %d with %s", n, got, 50<<20, sum)
 	}
 
-	if r := get(t, c, previewURL(sb.ID, 8001)+"/", tok); r.status != http.StatusNotFound {
-		t.Errorf("unexposed port: %v, want 404", r)
+	// No route behind a preview host: the same 502 as for no sandbox
+	// (internal/api/e2b's ServePort), telling no sandbox from another's.
+	if r := get(t, c, previewURL(sb.ID, 8001)+"/", tok); r.status != http.StatusBadGateway {
+		t.Errorf("unexposed port: %v, want 502", r)
 	}
 	for range 2 { // unexposing is safe to repeat
 		if r := do(t, tok, "DELETE", "/v1/sandboxes/"+sb.ID+"/ports/8000", ""); r.status != http.StatusNoContent {
 			t.Fatalf("unexpose: %v", r)
 		}
 	}
-	if r := get(t, c, p.URL+"/", tok); r.status != http.StatusNotFound {
-		t.Errorf("after unexpose: %v, want 404", r)
+	if r := get(t, c, p.URL+"/", tok); r.status != http.StatusBadGateway {
+		t.Errorf("after unexpose: %v, want 502", r)
 	}
 }
 
@@ -275,8 +277,10 @@ func TestPorts_TCPAndDestroy(t *testing.T) {
 	waitReady(t, c, web.URL+"/", "")
 
 	destroy(t, sb.ID)
-	if r := get(t, c, web.URL+"/", ""); r.status != http.StatusNotFound {
-		t.Errorf("preview URL after destroy: %v, want 404", r)
+	// A preview host with no sandbox behind it is a gateway without an
+	// upstream: 502, in the body E2B's edge gives (internal/api/e2b).
+	if r := get(t, c, web.URL+"/", ""); r.status != http.StatusBadGateway {
+		t.Errorf("preview URL after destroy: %v, want 502", r)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.HostPort)))
 	if err != nil {

@@ -24,18 +24,20 @@ func quotaToken(t *testing.T, owner, quota string) string {
 	return tok.Token
 }
 
-// wantQuota429 checks r is the 429 of a quota: capacity_exhausted,
-// retryable, Retry-After set, and a message that names the quota.
-func wantQuota429(t *testing.T, r response, what string) {
+// wantQuota403 checks r is the refusal of a quota: 403 quota_exceeded,
+// not retryable (it clears only when the caller stops or destroys a
+// sandbox), no Retry-After, and a message that names the quota.
+func wantQuota403(t *testing.T, r response, what string) {
 	t.Helper()
-	wantError(t, r, http.StatusTooManyRequests, "capacity_exhausted")
-	if r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "quota") || !strings.Contains(string(r.body), what) {
-		t.Errorf("quota refusal %s (Retry-After %q): want a hint and a message naming the %s quota", r.body, r.header.Get("Retry-After"), what)
+	wantError(t, r, http.StatusForbidden, "quota_exceeded")
+	if r.header.Get("Retry-After") != "" || strings.Contains(string(r.body), `"retryable":true`) ||
+		!strings.Contains(string(r.body), "quota") || !strings.Contains(string(r.body), what) {
+		t.Errorf("quota refusal %s (Retry-After %q): want no retry and a message naming the %s quota", r.body, r.header.Get("Retry-After"), what)
 	}
 }
 
 // TestQuota_ConcurrentCreatesNeverExceedIt: of many concurrent creates by
-// one owner exactly the quota's worth succeed, the others are 429 naming
+// one owner exactly the quota's worth succeed, the others are 403 naming
 // the quota, and another tenant still creates meanwhile. A destroy gives
 // the room back.
 func TestQuota_ConcurrentCreatesNeverExceedIt(t *testing.T) {
@@ -65,7 +67,7 @@ func TestQuota_ConcurrentCreatesNeverExceedIt(t *testing.T) {
 			made = append(made, sb.ID)
 			continue
 		}
-		wantQuota429(t, r, "sandboxes")
+		wantQuota403(t, r, "sandboxes")
 	}
 	if len(made) != quota {
 		t.Fatalf("%d creates succeeded under a quota of %d sandboxes", len(made), quota)
@@ -91,14 +93,14 @@ func TestQuota_CPUMemoryAndStart(t *testing.T) {
 	tok := quotaToken(t, "quota-dims", `{"cpu":1,"memory_mb":512}`)
 	a := create(t, tok, `{`+busybox+`,"cpu":0.5,"memory_mb":256}`)
 	create(t, tok, `{`+busybox+`,"cpu":0.5,"memory_mb":128}`)
-	wantQuota429(t, do(t, tok, "POST", "/v1/sandboxes", `{`+busybox+`,"cpu":0.1,"memory_mb":64}`), "CPU")
+	wantQuota403(t, do(t, tok, "POST", "/v1/sandboxes", `{`+busybox+`,"cpu":0.1,"memory_mb":64}`), "CPU")
 	wantError(t, do(t, tok, "POST", "/v1/sandboxes", `{`+busybox+`,"cpu":2}`), http.StatusBadRequest, "invalid_argument")
 
 	if r := do(t, tok, "POST", "/v1/sandboxes/"+a.ID+"/stop", ""); r.status != http.StatusOK {
 		t.Fatalf("stop: %v", r)
 	}
 	c := create(t, tok, `{`+busybox+`,"cpu":0.2,"memory_mb":64}`) // the room a released
-	wantQuota429(t, do(t, tok, "POST", "/v1/sandboxes/"+a.ID+"/start", ""), "CPU")
+	wantQuota403(t, do(t, tok, "POST", "/v1/sandboxes/"+a.ID+"/start", ""), "CPU")
 	destroy(t, c.ID)
 	if r := do(t, tok, "POST", "/v1/sandboxes/"+a.ID+"/start", ""); r.status != http.StatusOK {
 		t.Fatalf("start after a destroy: %v", r)

@@ -93,6 +93,15 @@ func (s *server) execStream(w http.ResponseWriter, r *http.Request) error {
 	procCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	proc, err := s.svc.StartProcess(procCtx, c, id, req)
+	if code, stderr, ok := service.NotExecuted(err); ok {
+		// A program that is not there exits 127 (126: not executable),
+		// as in sh and docker exec: output and an exit frame, no error.
+		if send(ctx, conn, serverFrame{Type: "stderr", Data: []byte(stderr)}) == nil &&
+			send(ctx, conn, serverFrame{Type: "exit", ExitCode: &code}) == nil {
+			conn.Close(websocket.StatusNormalClosure, "")
+		}
+		return nil
+	}
 	if err != nil {
 		s.closeWithError(ctx, r, conn, err)
 		return nil

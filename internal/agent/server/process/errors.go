@@ -2,6 +2,10 @@ package process
 
 import (
 	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"syscall"
 
 	"connectrpc.com/connect"
 
@@ -35,7 +39,16 @@ func toConnect(err error) error {
 		return err
 	}
 	code := connect.CodeInternal
+	var se *StartError
 	switch {
+	case errors.As(err, &se):
+		// envd answers invalid_argument here too; the exit status a
+		// shell would give rides along for sandboxd's own client.
+		ce := connect.NewError(connect.CodeInvalidArgument, err)
+		if se.ExitCode != 0 {
+			ce.Meta().Set(HeaderStartExitCode, strconv.Itoa(se.ExitCode))
+		}
+		return ce
 	case errors.Is(err, ErrNotFound):
 		code = connect.CodeNotFound
 	case errors.Is(err, ErrInvalid),
@@ -58,3 +71,40 @@ var (
 	// ErrClosed: the service is shutting down and starts nothing new.
 	ErrClosed = errors.New("process service is shutting down")
 )
+
+// HeaderStartExitCode, on a Start refused because the program could not
+// be executed, is the exit status a shell gives for the same failure:
+// 127 for a program that is not there, 126 for one that cannot be
+// executed. sandboxd's client (internal/agent) reads it so that its exec
+// of a missing program exits 127 like sh and docker exec; E2B's SDK
+// ignores it and sees envd's invalid_argument.
+const HeaderStartExitCode = "X-Sandboxd-Start-Exit-Code"
+
+// StartError is a process that could not be started. It is ErrStart.
+type StartError struct {
+	Path string
+	Err  error
+	// ExitCode is a shell's status for the failure: 127 (not found),
+	// 126 (not executable), 0 when the failure is of another kind.
+	ExitCode int
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("%v: %s: %v", ErrStart, e.Path, e.Err)
+}
+
+// Unwrap makes the error ErrStart, and Err.
+func (e *StartError) Unwrap() []error { return []error{ErrStart, e.Err} }
+
+// startError classifies err, the failure to start path, by its errno.
+func startError(path string, err error) error {
+	se := &StartError{Path: path, Err: err}
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
+		se.ExitCode = 127
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.ENOEXEC), errors.Is(err, syscall.EISDIR),
+		errors.Is(err, syscall.EPERM):
+		se.ExitCode = 126
+	}
+	return se
+}

@@ -99,7 +99,7 @@ func start(w waiter, l launch, h *hub, atExec func(pid int)) (*proc, <-chan reap
 			if p.tty != nil { // the terminal opened, the child did not run
 				p.tty.Close()
 			}
-			return nil, nil, fmt.Errorf("%w: %s: %v", ErrStart, l.path, err)
+			return nil, nil, startError(l.path, err)
 		}
 		p.outputs = []*os.File{p.tty}
 	} else {
@@ -136,7 +136,7 @@ func start(w waiter, l launch, h *hub, atExec func(pid int)) (*proc, <-chan reap
 		closeAll(childEnds)
 		if err != nil {
 			closeAll(parentEnds)
-			return nil, nil, fmt.Errorf("%w: %s: %v", ErrStart, l.path, err)
+			return nil, nil, startError(l.path, err)
 		}
 		p.outputs = []*os.File{outR, errR}
 	}

@@ -32,4 +32,15 @@ describe('archive', () => {
     await sb.stop(120)
     assert.equal((await daytona.get(sb.id)).state, 'stopped', 'a plain stop within the interval is not archived')
   })
+
+  it('autoArchiveInterval 0 means the maximum (43200 minutes); more is capped, as Daytona does', { timeout: 180_000 }, async (t) => {
+    const sb = await createSandbox(t, daytona, 'archive-max', { autoArchiveInterval: 0 })
+    assert.equal(sb.autoArchiveInterval, 43200)
+    assert.equal((await daytona.get(sb.id)).autoArchiveInterval, 43200)
+    await sb.setAutoArchiveInterval(100000)
+    await sb.refreshData()
+    assert.equal(sb.autoArchiveInterval, 43200)
+    await sb.setAutoArchiveInterval(0)
+    assert.equal((await daytona.get(sb.id)).autoArchiveInterval, 43200)
+  })
 })

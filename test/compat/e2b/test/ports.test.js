@@ -45,7 +45,8 @@ describe('ports by host', { concurrency: true, timeout: 600_000 }, () => {
     const sbx = await createSandbox(t, 'ports-public')
     await startEcho(sbx, 8080)
     const host = sbx.getHost(8080)
-    assert.equal(host, `8080-${sbx.sandboxId}.localhost`)
+    // The domain carries the daemon's port: the link opens as it is.
+    assert.equal(host, `8080-${sbx.sandboxId}.localhost:${new URL(process.env.E2B_SANDBOX_URL).port}`)
     const res = await untilServed(host, '/hello?x=1')
     assert.match(res.body, new RegExp(`^host=8080-${sbx.sandboxId}\\.localhost:\\d+ path=/hello\\?x=1$`))
     // A port nothing listens on is the daemon's answer, not a hang.
@@ -72,8 +73,16 @@ describe('ports by host', { concurrency: true, timeout: 600_000 }, () => {
     assert.equal((await sbx.commands.run('echo ok')).stdout, 'ok\n')
   })
 
-  it('a host for an unknown sandbox is a 404', { timeout: 60_000 }, async () => {
-    const res = await requestAs('8080-sb-00000000deadbeef.localhost', '/')
-    assert.equal(res.status, 404, res.body)
+  it('a host for an unknown or killed sandbox is E2B\'s 502', { timeout: 120_000 }, async (t) => {
+    const unknown = await requestAs('8080-sb-00000000deadbeef.localhost', '/')
+    assert.equal(unknown.status, 502, unknown.body)
+    assert.deepEqual(JSON.parse(unknown.body), { sandboxId: 'sb-00000000deadbeef', message: 'The sandbox was not found', code: 502 })
+
+    const sbx = await createSandbox(t, 'ports-killed')
+    const host = sbx.getHost(8080)
+    await sbx.kill()
+    const killed = await requestAs(host, '/')
+    assert.equal(killed.status, 502, killed.body)
+    assert.deepEqual(JSON.parse(killed.body), { sandboxId: sbx.sandboxId, message: 'The sandbox was not found', code: 502 })
   })
 })

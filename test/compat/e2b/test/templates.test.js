@@ -97,6 +97,23 @@ describe('template builds', { concurrency: true, timeout: 600_000 }, () => {
     assert.equal(served.stdout, `hello ${nonce}\n`, 'the start command runs and was ready before create answered')
   })
 
+  it("Template.build: a relative copy() and runCmd() use the image's working directory", { timeout: 300_000 }, async (t) => {
+    const name = templateName('workdir')
+    t.after(() => deleteQuietly(name))
+    const nonce = randomUUID()
+    const ctx = buildContext(t, nonce)
+    // The base image's WORKDIR is /home/user: relative paths land there,
+    // and commands run there (they resolved against / and ran in /root).
+    const template = Template({ fileContextPath: ctx })
+      .fromTemplate('base')
+      .copy('hello.txt', 'rel/')
+      .runCmd('pwd > pwd.txt')
+    await Template.build(template, name)
+    const sbx = await createSandbox(t, 'template-workdir', { template: name })
+    assert.equal(await sbx.files.read('/home/user/rel/hello.txt'), `hello ${nonce}\n`)
+    assert.equal((await sbx.files.read('/home/user/pwd.txt')).trim(), '/home/user')
+  })
+
   it('Template.build again: the same steps are cached, a changed one moves the name', { timeout: 300_000 }, async (t) => {
     const name = templateName('rebuild')
     t.after(() => deleteQuietly(name))
