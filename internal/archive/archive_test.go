@@ -137,6 +137,29 @@ func TestExtract_Hostile(t *testing.T) {
 		{name: "root entry that is a file", entries: func(string) []entry {
 			return []entry{{name: ".", body: "x"}}
 		}, want: archive.ErrRefused},
+		{name: "hard link to a file already in the destination", root: "app",
+			plant: func(t *testing.T, dst, _ string) {
+				if err := os.MkdirAll(filepath.Join(dst, ".ssh"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dst, ".ssh", "id_rsa"), []byte("key"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			entries: func(string) []entry {
+				return []entry{{name: "app/", typ: tar.TypeDir, mode: 0o755}, {name: "app/notes", typ: tar.TypeLink, link: ".ssh/id_rsa"}}
+			}, want: archive.ErrRefused, check: func(t *testing.T, dst, _ string) {
+				if _, err := os.Lstat(filepath.Join(dst, "app", "notes")); err == nil {
+					t.Error("app/notes was made: a second name for a file the archive did not write")
+				}
+			}},
+		{name: "hard link to a file of the archive", entries: func(string) []entry {
+			return []entry{{name: "a", body: "same"}, {name: "b", typ: tar.TypeLink, link: "a"}}
+		}, check: func(t *testing.T, dst, _ string) {
+			if b, err := os.ReadFile(filepath.Join(dst, "b")); err != nil || string(b) != "same" {
+				t.Errorf("b = %q, %v; want a link to a", b, err)
+			}
+		}},
 		{name: "a sibling of the expected root", root: "app", entries: func(string) []entry {
 			return []entry{{name: "app/", typ: tar.TypeDir, mode: 0o755}, {name: ".bashrc", body: "evil"}}
 		}, want: archive.ErrRefused, check: func(t *testing.T, dst, _ string) {

@@ -92,6 +92,10 @@ type extractor struct {
 	// once their entries are in: such a directory is writable until then.
 	dirs     []dirMode
 	deferred int // bytes of the paths in dirs
+	// made holds the regular files this extraction wrote, the only
+	// targets a hard link may name (madeBytes: their paths' bytes).
+	made      map[string]struct{}
+	madeBytes int
 }
 
 type dirMode struct {
@@ -202,11 +206,30 @@ func (x *extractor) entry(h *tar.Header, tr *tar.Reader) error {
 	case tar.TypeLink:
 		err = x.link(pfd, base, h.Linkname)
 	default:
-		err = x.file(pfd, base, perm(h), tr, h.Size)
+		if err = x.file(pfd, base, perm(h), tr, h.Size); err == nil {
+			err = x.remember(strings.Join(parts, "/"))
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
+	return nil
+}
+
+// remember records a regular file this extraction wrote, as a target
+// hard links may name, within maxDeferred bytes of paths.
+func (x *extractor) remember(path string) error {
+	if x.made == nil {
+		x.made = make(map[string]struct{})
+	}
+	if _, ok := x.made[path]; ok {
+		return nil
+	}
+	x.madeBytes += len(path)
+	if x.madeBytes > maxDeferred {
+		return fmt.Errorf("%w: over %d bytes of paths of files that hard links may name", ErrRefused, maxDeferred)
+	}
+	x.made[path] = struct{}{}
 	return nil
 }
 
@@ -363,6 +386,12 @@ func (x *extractor) link(pfd int, base, target string) error {
 	}
 	if len(parts) == 0 {
 		return fmt.Errorf("%w: a hard link to the destination", ErrRefused)
+	}
+	// Only to a file this archive wrote: a link to one that was already
+	// there would give the sender a second name for it (sbx cp -r into a
+	// home directory, a link to .ssh/id_rsa beside the copied tree).
+	if _, ok := x.made[strings.Join(parts, "/")]; !ok {
+		return fmt.Errorf("%w: a hard link to %q, which this archive did not write", ErrRefused, target)
 	}
 	ofd, err := walk(x.root, parts[:len(parts)-1], false)
 	if err != nil {
