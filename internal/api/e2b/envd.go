@@ -338,8 +338,9 @@ func (f *Facade) proxy(target *url.URL, rt http.RoundTripper, user, host string,
 				pr.Out.Host = host
 			}
 		},
-		Transport:     rt,
-		FlushInterval: -1,
+		Transport:      rt,
+		FlushInterval:  -1,
+		ModifyResponse: agentAnswerOnly(target),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return
@@ -347,6 +348,32 @@ func (f *Facade) proxy(target *url.URL, rt http.RoundTripper, user, host string,
 			f.log.WarnContext(r.Context(), "e2b: envd proxy", "path", r.URL.Path, "err", err)
 			f.envdError(w, r, http.StatusBadGateway, "unavailable", "the sandbox did not answer")
 		},
+	}
+}
+
+// agentAnswerOnly, for the agent's answers (target is agentURL), keeps a
+// browser from taking them for a page of the host they are served on: a
+// signed file URL is served on the API's host, which is also the
+// dashboard's, and a sandbox that replaced its agent chooses every byte
+// of the answer. So no cookie is set, nothing is sniffed or run (a
+// sandboxing CSP), and a downloaded file is an attachment of octets.
+// Other ports are the sandbox's own sites, served on hosts of their own.
+func agentAnswerOnly(target *url.URL) func(*http.Response) error {
+	if target != agentURL {
+		return nil
+	}
+	return func(resp *http.Response) error {
+		h := resp.Header
+		h.Del("Set-Cookie")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+		if resp.Request != nil && resp.Request.Method == http.MethodGet && resp.Request.URL.Path == "/files" && resp.StatusCode/100 == 2 {
+			h.Set("Content-Type", "application/octet-stream")
+			if d := h.Get("Content-Disposition"); !strings.HasPrefix(d, "attachment") {
+				h.Set("Content-Disposition", "attachment") // the agent's names the file
+			}
+		}
+		return nil
 	}
 }
 

@@ -1,7 +1,10 @@
 package e2b
 
 import (
+	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,5 +142,28 @@ func TestAccessToken_PerSandboxAndKey(t *testing.T) {
 		if other == a.token(accessTokenLabel, "sb-1") {
 			t.Error("tokens collide across sandboxes, keys or kinds")
 		}
+	}
+}
+
+// An answer of the agent reaches a browser as nothing it would run: a
+// sandbox that replaced its agent cannot serve a page (or set a cookie) on
+// the API's host, which is also the dashboard's.
+func TestAgentAnswerOnly_NoPageNoCookie(t *testing.T) {
+	if agentAnswerOnly(&url.URL{Scheme: "http", Host: "127.0.0.1:8080"}) != nil {
+		t.Error("a sandbox port's answers are rewritten; they are its own site")
+	}
+	req := httptest.NewRequest(http.MethodGet, "http://api.example/files?path=x", nil)
+	resp := &http.Response{StatusCode: 200, Request: req, Header: http.Header{
+		"Content-Type": {"text/html"}, "Set-Cookie": {"sandboxd_ui=attacker; Path=/ui/"},
+		"Content-Disposition": {"inline"},
+	}}
+	if err := agentAnswerOnly(agentURL)(resp); err != nil {
+		t.Fatal(err)
+	}
+	h := resp.Header
+	if h.Get("Set-Cookie") != "" || h.Get("Content-Type") != "application/octet-stream" ||
+		!strings.HasPrefix(h.Get("Content-Disposition"), "attachment") || h.Get("X-Content-Type-Options") != "nosniff" ||
+		!strings.HasPrefix(h.Get("Content-Security-Policy"), "sandbox") {
+		t.Errorf("the agent's answer reaches the browser as %v", h)
 	}
 }
