@@ -87,7 +87,7 @@ func TestTemplates_BadInput(t *testing.T) {
 		{"empty step", "POST", "/v1/templates", `{"steps":[{}]}`, 400, "invalid_argument"},
 		{"unknown recipe field", "POST", "/v1/templates", `{"bsae":"x"}`, 400, "invalid_argument"},
 		{"copy content not base64", "POST", "/v1/templates", `{"steps":[{"copy":{"path":"/a","content":"!!"}}]}`, 400, "invalid_argument"},
-		{"relative copy path", "POST", "/v1/templates", `{"steps":[{"copy":{"path":"a","content":""}}]}`, 400, "invalid_argument"},
+		{"copy path with NUL", "POST", "/v1/templates", `{"steps":[{"copy":{"path":"a\u0000b","content":""}}]}`, 400, "invalid_argument"},
 		{"ready without start", "POST", "/v1/templates", `{"ready_cmd":"true"}`, 400, "invalid_argument"},
 		{"base from a registry not allowed", "POST", "/v1/templates", `{"base":"nope/nope:1"}`, 403, "permission_denied"},
 		{"recipe name not a label", "POST", "/v1/templates", `{"name":"Not_A_Label"}`, 400, "invalid_argument"},
