@@ -21,6 +21,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -561,6 +562,26 @@ func reservedHosts(cfg config.Daemon, ln net.Addr) []string {
 	return hosts
 }
 
+// apiHostOf reports whether a request's Host is one the daemon answers
+// as itself: an address literal, localhost, or one of reserved (the
+// --api-host names, the listeners' and the advertised host). The
+// dashboard is served there only: a name someone pointed at the daemon
+// (a custom domain not yet verified, any stranger's) gets the API's 404,
+// never a login page under that name.
+func apiHostOf(reserved []string) func(host string) bool {
+	return func(host string) bool {
+		h := host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			h = hh
+		}
+		h = naming.NormalizeHost(strings.Trim(h, "[]"))
+		if h == "localhost" || net.ParseIP(h) != nil {
+			return true
+		}
+		return slices.Contains(reserved, h)
+	}
+}
+
 // e2bDomain is the domain E2B's create reports, from which the SDK
 // builds getHost(port) as <port>-<id>.<domain> (and, without
 // E2B_SANDBOX_URL, envd's https URL): in local mode (--domain localhost)
@@ -650,6 +671,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 	if err != nil {
 		return fmt.Errorf("ui.New: %w", err)
 	}
+	onAPIHost := apiHostOf(reservedHosts(d.Config, d.ln.Addr()))
 	byPath := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/mcp":
@@ -658,7 +680,7 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 			e2bFacade.ServeHTTP(w, r)
 		case daytonaFacade.Match(r):
 			daytonaFacade.ServeHTTP(w, r)
-		case ui.Match(r):
+		case ui.Match(r) && onAPIHost(r.Host):
 			uiHandler.ServeHTTP(w, r)
 		default:
 			api.ServeHTTP(w, r)
