@@ -46,6 +46,24 @@ func (p *progressLog) handler(_ context.Context, req *mcp.ProgressNotificationCl
 	}
 }
 
+// waitFor returns what was streamed once ok holds for it, or what was
+// streamed when ctx ends.
+func (p *progressLog) waitFor(ctx context.Context, ok func(string) bool) string {
+	for {
+		p.mu.Lock()
+		all := strings.Join(p.msgs, "")
+		p.mu.Unlock()
+		if ok(all) {
+			return all
+		}
+		select {
+		case <-p.seen:
+		case <-ctx.Done():
+			return all
+		}
+	}
+}
+
 // mcpClient returns an MCP client that records progress in log.
 func mcpClient(log *progressLog) *mcp.Client {
 	return mcp.NewClient(&mcp.Implementation{Name: "sandboxd-e2e", Version: "test"},
@@ -226,9 +244,9 @@ func mcpSandboxFlow(ctx context.Context, t *testing.T, d *daemonProcess, token s
 	if er.ExitCode != 3 || er.Stdout != "first hello\nsecond\n" || er.Stderr != "oops\n" || er.TimedOut {
 		t.Errorf("exec result %+v; want exit 3, both lines, stderr oops", er)
 	}
-	log.mu.Lock()
-	streamed := strings.Join(log.msgs, "")
-	log.mu.Unlock()
+	// The client hands notifications to the handler apart from the
+	// result, so the last ones may land just after it: wait for them.
+	streamed := log.waitFor(ctx, func(s string) bool { return strings.Contains(s, "[stderr] oops") && strings.Contains(s, "second") })
 	if !strings.Contains(streamed, "[stderr] oops") || !strings.Contains(streamed, "second") {
 		t.Errorf("streamed %q; want stdout and [stderr]-tagged stderr", streamed)
 	}
