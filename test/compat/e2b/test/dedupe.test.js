@@ -60,6 +60,9 @@ async function undeliveredCount() {
  * caller tries again with a fresh body.
  */
 async function abortAfterServerStarted(metadata) {
+  // Counted before the create: between seeing its row and the abort
+  // nothing slower than the list may run, or the answer comes first.
+  const before = await undeliveredCount()
   const ac = new AbortController()
   let answered = false
   const settled = Sandbox.create(BASE, { metadata, signal: ac.signal }).then(
@@ -74,7 +77,6 @@ async function abortAfterServerStarted(metadata) {
     const r = await serverRows(metadata.nonce)
     return r.length > 0 && r
   }, { timeoutMs: 60_000, intervalMs: 10, what: 'the daemon to start on the create' })
-  const before = await undeliveredCount()
   ac.abort()
   const err = await settled
   if (answered) return null
