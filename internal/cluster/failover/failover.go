@@ -136,7 +136,14 @@ func (f *Failover) failOne(ctx context.Context, p cluster.Placement) {
 	}
 	// Marked before the takeover commits, so that no call sees this
 	// node named without the mark; a lost takeover clears it at once.
-	f.recreating.Store(p.ID, struct{}{})
+	// A second failOne of the same sandbox on this node (the watch and
+	// the sweep of missed departures may both see it) leaves it to the
+	// first: its lost takeover must not clear the mark the first one's
+	// recreate stands behind (a call then found this node named, no mark
+	// and no row yet: a 404 in the middle of a failover).
+	if _, busy := f.recreating.LoadOrStore(p.ID, struct{}{}); busy {
+		return
+	}
 	defer f.recreating.Delete(p.ID)
 	won, err := f.Dir.TakeOver(ctx, p, f.Self)
 	if err != nil || !won {
