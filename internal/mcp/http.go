@@ -3,17 +3,16 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/internal/api/apierr"
+	"github.com/sandboxd/sandboxd/internal/inproc"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -43,7 +42,7 @@ type HTTPHandler struct {
 	logger       *slog.Logger
 	mcp          http.Handler
 
-	self *pipeListener
+	self *inproc.Listener
 	srv  *http.Server
 	done chan struct{}
 }
@@ -58,7 +57,7 @@ func NewHTTPHandler(opts HTTPOptions) *HTTPHandler {
 	h := &HTTPHandler{
 		authenticate: opts.Authenticate,
 		logger:       logger,
-		self:         newPipeListener(),
+		self:         inproc.NewListener(),
 		done:         make(chan struct{}),
 	}
 	// The in-process server: the API's handler on connections that are
@@ -75,7 +74,7 @@ func NewHTTPHandler(opts HTTPOptions) *HTTPHandler {
 		_ = h.srv.Serve(h.self) // ends with Close
 	}()
 	hc := &http.Client{Transport: &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return h.self.dial(ctx) },
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return h.self.Dial(ctx) },
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     time.Minute,
 		DisableCompression:  true,
@@ -144,52 +143,3 @@ func (h *HTTPHandler) Close() error {
 	<-h.done
 	return err
 }
-
-// pipeListener is a net.Listener of in-memory connections: dial hands
-// one end of a net.Pipe to Accept.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) dial(ctx context.Context) (net.Conn, error) {
-	client, server := net.Pipe()
-	select {
-	case l.conns <- server:
-		return client, nil
-	case <-l.done:
-		client.Close()
-		server.Close()
-		return nil, &net.OpError{Op: "dial", Net: "pipe", Err: errors.New("the daemon is stopping")}
-	case <-ctx.Done():
-		client.Close()
-		server.Close()
-		return nil, ctx.Err()
-	}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "in-process" }

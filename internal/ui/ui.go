@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/inproc"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -63,7 +64,7 @@ type Handler struct {
 	static       http.Handler
 	mux          *http.ServeMux
 
-	self *pipeListener
+	self *inproc.Listener
 	srv  *http.Server
 	hc   *http.Client
 	done chan struct{}
@@ -98,7 +99,7 @@ func New(opts Options) (*Handler, error) {
 		sessions:     newSessions(now),
 		pages:        pages,
 		static:       http.StripPrefix("/ui/static/", http.FileServerFS(static)),
-		self:         newPipeListener(),
+		self:         inproc.NewListener(),
 		done:         make(chan struct{}),
 	}
 	h.srv = &http.Server{
@@ -112,7 +113,7 @@ func New(opts Options) (*Handler, error) {
 		_ = h.srv.Serve(h.self) // ends with Close
 	}()
 	h.hc = &http.Client{Transport: &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return h.self.dial(ctx) },
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return h.self.Dial(ctx) },
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     time.Minute,
 		DisableCompression:  true,
