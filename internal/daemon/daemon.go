@@ -644,8 +644,11 @@ func (d *Daemon) buildHandler(dataDir string, previews *auth.PreviewTokens) erro
 		Elsewhere:      d.elsewhere(),
 		PeerSandboxes:  d.peerSandboxes(),
 		Placer:         d.placer(),
-		// getHost(port) must name a host that opens in the default setup.
-		AdvertisedDomain: e2bDomain(d.Config, d.ln.Addr()),
+		// getHost(port) must name a host that opens in the default setup:
+		// the port the client reached (whichever node it reached), or this
+		// listener's when the request does not say.
+		AdvertisedDomain:   e2bDomain(d.Config, d.ln.Addr()),
+		DomainPortFromHost: d.Config.Domain == "localhost",
 	})
 
 	daytonaFacade := daytona.New(daytona.Options{

@@ -129,7 +129,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request, c service.Caller
 // its length and is flushed before the handler returns, so "written without
 // error" means the whole answer left the process.
 func (f *Facade) deliver(w http.ResponseWriter, r *http.Request, created *service.Created) error {
-	b, err := json.Marshal(f.sandbox(created.Sandbox))
+	b, err := json.Marshal(f.sandbox(r, created.Sandbox))
 	if err != nil {
 		return fmt.Errorf("encode sandbox: %w", err)
 	}

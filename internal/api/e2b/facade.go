@@ -84,6 +84,14 @@ type Options struct {
 	// is not the scheme's default ("localhost:7070"), so that the SDK's
 	// getHost(port), <port>-<id>.<domain>, is a host that opens.
 	AdvertisedDomain string
+	// DomainPortFromHost, when set, makes the domain an answer reports
+	// Domain with the port of the Host the request arrived with (none when
+	// the Host has none: the client used its scheme's default), instead of
+	// AdvertisedDomain. That is the address the client reached, which
+	// cluster forwarding keeps, so getHost(port) opens through the node the
+	// client talks to whichever node holds the sandbox. For a Domain that
+	// names only this host ("localhost"); a real domain is advertised as is.
+	DomainPortFromHost bool
 	// AccessTokenKey keys the HMAC that derives each sandbox's envd access
 	// token (see the package documentation). Give 32 random bytes kept with
 	// the daemon's data, so tokens survive restarts. Empty: a random key
@@ -138,21 +146,22 @@ const mcpGatewayTemplate = "mcp-gateway"
 // Facade is the E2B edge. Mount it in front of the native API and send it
 // every request Match accepts.
 type Facade struct {
-	svc        Service
-	auth       Authenticator
-	log        *slog.Logger
-	domain     string
-	advertised string // the domain create reports (Options.AdvertisedDomain)
-	tokenKey   []byte
-	bodyDedupe Dedupe
-	window     time.Duration
-	images     map[string]string
-	ready      time.Duration
-	maxBody    int64
-	timeout    time.Duration
-	elsewhere  func(w http.ResponseWriter, r *http.Request, id string) bool
-	peerIDs    func() []string
-	placer     *router.Placer
+	svc          Service
+	auth         Authenticator
+	log          *slog.Logger
+	domain       string
+	advertised   string // the domain create reports (Options.AdvertisedDomain)
+	portFromHost bool   // Options.DomainPortFromHost
+	tokenKey     []byte
+	bodyDedupe   Dedupe
+	window       time.Duration
+	images       map[string]string
+	ready        time.Duration
+	maxBody      int64
+	timeout      time.Duration
+	elsewhere    func(w http.ResponseWriter, r *http.Request, id string) bool
+	peerIDs      func() []string
+	placer       *router.Placer
 
 	control     http.Handler
 	interpreter singleflight.Group // one interpreter start per sandbox at a time
@@ -186,21 +195,22 @@ func New(opts Options) *Facade {
 		opts.ReplayWindow = dedupeReplayWindow
 	}
 	f := &Facade{
-		svc:        opts.Service,
-		auth:       opts.Auth,
-		log:        opts.Logger,
-		domain:     strings.ToLower(opts.Domain),
-		advertised: strings.ToLower(cmp.Or(opts.AdvertisedDomain, opts.Domain)),
-		tokenKey:   opts.AccessTokenKey,
-		bodyDedupe: opts.BodyDedupe,
-		window:     opts.ReplayWindow,
-		images:     opts.Images,
-		ready:      opts.InterpreterReady,
-		maxBody:    opts.MaxBodyBytes,
-		timeout:    opts.RequestTimeout,
-		elsewhere:  opts.Elsewhere,
-		peerIDs:    opts.PeerSandboxes,
-		placer:     opts.Placer,
+		svc:          opts.Service,
+		auth:         opts.Auth,
+		log:          opts.Logger,
+		domain:       strings.ToLower(opts.Domain),
+		advertised:   strings.ToLower(cmp.Or(opts.AdvertisedDomain, opts.Domain)),
+		portFromHost: opts.DomainPortFromHost,
+		tokenKey:     opts.AccessTokenKey,
+		bodyDedupe:   opts.BodyDedupe,
+		window:       opts.ReplayWindow,
+		images:       opts.Images,
+		ready:        opts.InterpreterReady,
+		maxBody:      opts.MaxBodyBytes,
+		timeout:      opts.RequestTimeout,
+		elsewhere:    opts.Elsewhere,
+		peerIDs:      opts.PeerSandboxes,
+		placer:       opts.Placer,
 	}
 	f.pending = pendingBuilds{builds: map[string]*pendingBuild{}, now: time.Now}
 	f.uploads = newUploads(time.Now)

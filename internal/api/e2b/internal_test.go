@@ -167,3 +167,35 @@ func TestAgentAnswerOnly_NoPageNoCookie(t *testing.T) {
 		t.Errorf("the agent's answer reaches the browser as %v", h)
 	}
 }
+
+// TestDomainJSON: with DomainPortFromHost the reported domain carries the
+// port the client reached (kept by cluster forwarding), not this
+// listener's; a Host without a valid port gets the bare domain.
+func TestDomainJSON(t *testing.T) {
+	fixed := New(Options{Domain: "localhost", AdvertisedDomain: "localhost:7070", AccessTokenKey: []byte("k")})
+	follows := New(Options{Domain: "localhost", AdvertisedDomain: "localhost:7070", DomainPortFromHost: true, AccessTokenKey: []byte("k")})
+	none := New(Options{AccessTokenKey: []byte("k")})
+	for _, tc := range []struct {
+		f          *Facade
+		host, want string
+	}{
+		{fixed, "127.0.0.1:9000", "localhost:7070"},
+		{follows, "127.0.0.1:9000", "localhost:9000"},
+		{follows, "[::1]:9443", "localhost:9443"},
+		{follows, "sandboxd.internal", "localhost"},
+		{follows, "h:0", "localhost"},
+		{follows, "h:65536", "localhost"},
+		{follows, "h:x", "localhost"},
+		{none, "127.0.0.1:9000", ""},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/sandboxes", nil)
+		r.Host = tc.host
+		got := ""
+		if d := tc.f.domainJSON(r); d != nil {
+			got = *d
+		}
+		if got != tc.want {
+			t.Errorf("Host %q: domain %q, want %q", tc.host, got, tc.want)
+		}
+	}
+}

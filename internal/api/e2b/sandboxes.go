@@ -115,7 +115,7 @@ func (f *Facade) get(w http.ResponseWriter, r *http.Request, c service.Caller) e
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, f.detail(sb))
+	writeJSON(w, http.StatusOK, f.detail(r, sb))
 	return nil
 }
 
@@ -167,7 +167,7 @@ func (f *Facade) connect(w http.ResponseWriter, r *http.Request, c service.Calle
 	if resumed {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, f.sandbox(sb))
+	writeJSON(w, status, f.sandbox(r, sb))
 	return nil
 }
 
@@ -189,7 +189,7 @@ func (f *Facade) resume(w http.ResponseWriter, r *http.Request, c service.Caller
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, f.sandbox(sb))
+	writeJSON(w, http.StatusCreated, f.sandbox(r, sb))
 	return nil
 }
 

@@ -237,7 +237,7 @@ func (f *Facade) fork(w http.ResponseWriter, r *http.Request, c service.Caller) 
 			f.destroyForks(r.Context(), c, forks)
 			return err
 		}
-		js := f.sandbox(sb)
+		js := f.sandbox(r, sb)
 		out[i] = forkResult{Sandbox: &js}
 	}
 	writeJSON(w, http.StatusCreated, out)

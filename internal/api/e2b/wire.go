@@ -2,6 +2,9 @@ package e2b
 
 import (
 	"encoding/json"
+	"net"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -184,15 +187,27 @@ func listed(sb service.Sandbox) listedSandbox {
 	}
 }
 
-func (f *Facade) domainJSON() *string {
+// domainJSON is the domain an answer to r reports: null without a preview
+// domain; with Options.DomainPortFromHost, the domain with the port r's
+// Host names (a Host that names none, or no valid one, gets the bare
+// domain); else the advertised domain.
+func (f *Facade) domainJSON(r *http.Request) *string {
 	if f.domain == "" {
 		return nil
 	}
 	d := f.advertised
+	if f.portFromHost {
+		d = f.domain
+		if _, port, err := net.SplitHostPort(r.Host); err == nil {
+			if n, err := strconv.ParseUint(port, 10, 16); err == nil && n > 0 {
+				d = net.JoinHostPort(f.domain, strconv.FormatUint(n, 10))
+			}
+		}
+	}
 	return &d
 }
 
-func (f *Facade) sandbox(sb service.Sandbox) sandboxJSON {
+func (f *Facade) sandbox(r *http.Request, sb service.Sandbox) sandboxJSON {
 	return sandboxJSON{
 		SandboxID:          sb.ID,
 		ClientID:           clientID,
@@ -200,14 +215,14 @@ func (f *Facade) sandbox(sb service.Sandbox) sandboxJSON {
 		EnvdVersion:        envdVersion,
 		EnvdAccessToken:    f.accessTokenFor(sb),
 		TrafficAccessToken: f.trafficTokenFor(sb),
-		Domain:             f.domainJSON(),
+		Domain:             f.domainJSON(r),
 	}
 }
 
-func (f *Facade) detail(sb service.Sandbox) sandboxDetail {
+func (f *Facade) detail(r *http.Request, sb service.Sandbox) sandboxDetail {
 	d := sandboxDetail{
 		listedSandbox:   listed(sb),
-		Domain:          f.domainJSON(),
+		Domain:          f.domainJSON(r),
 		EnvdAccessToken: f.accessTokenFor(sb),
 		Lifecycle:       lifecycle{OnTimeout: "kill"},
 	}
