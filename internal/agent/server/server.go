@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/agent/server/account"
 	"github.com/sandboxd/sandboxd/internal/agent/server/files"
 	"github.com/sandboxd/sandboxd/internal/agent/server/filesystem"
+	"github.com/sandboxd/sandboxd/internal/agent/server/logbook"
 	"github.com/sandboxd/sandboxd/internal/agent/server/process"
 	"github.com/sandboxd/sandboxd/internal/agent/tunnel"
 )
@@ -62,7 +63,8 @@ type Config struct {
 
 // NewHandler returns the agent's HTTP API on one mux: GET /health
 // (unauthenticated, 204), the Connect services /process.Process/* and
-// /filesystem.Filesystem/*, GET and POST /files, PUT [PathConfig], and
+// /filesystem.Filesystem/*, GET and POST /files, PUT [PathConfig], GET
+// logbook.Path (the sandbox's log of process output), and
 // CONNECT tunnels to sandbox-local ports (package tunnel). Every request except GET /health
 // must carry [HeaderToken] equal to cfg.Token, or it is answered 401 with
 // a Connect error body whose code is "unauthenticated".
@@ -89,6 +91,7 @@ func NewHandler(cfg Config) http.Handler {
 	want := []byte(cfg.Token)
 	token.Store(&want)
 	mux.HandleFunc("PUT "+PathConfig, configure(cfg.Process, token))
+	mux.Handle("GET "+logbook.Path, logbook.Handler(cfg.Process.Logbook()))
 	cfg.Process.Handle(mux)
 	cfg.Filesystem.Handle(mux)
 	files.New(files.Options{Users: cfg.Users, Log: cfg.Log}).Handle(mux)

@@ -3,6 +3,7 @@ package process
 import (
 	"sync"
 
+	"github.com/sandboxd/sandboxd/internal/agent/server/logbook"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 )
 
@@ -29,6 +30,12 @@ type hub struct {
 	keep      int
 	kept      []*rpc.ProcessEvent
 	keptBytes int
+
+	// book, when set, gets every output as source's (the sandbox's log,
+	// package logbook). Both are set before the first publish and never
+	// change after.
+	book   *logbook.Book
+	source string
 }
 
 // sub is one subscriber. Events arrives on ch; ch is closed after the end
@@ -91,6 +98,18 @@ func (h *hub) unsubscribe(s *sub) {
 // it or leave. Safe for concurrent use by the output readers; it must not
 // be called after finish.
 func (h *hub) publish(ev *rpc.ProcessEvent) {
+	if h.book != nil {
+		if d := ev.GetData(); d != nil {
+			switch {
+			case d.GetStdout() != nil:
+				h.book.Write(h.source, logbook.Stdout, d.GetStdout())
+			case d.GetStderr() != nil:
+				h.book.Write(h.source, logbook.Stderr, d.GetStderr())
+			default:
+				h.book.Write(h.source, logbook.PTY, d.GetPty())
+			}
+		}
+	}
 	h.mu.Lock()
 	h.record(ev)
 	subs := make([]*sub, 0, len(h.subs))
@@ -164,6 +183,9 @@ func dataLen(ev *rpc.ProcessEvent) int {
 // finish delivers the end event to every subscriber and closes their
 // channels. Call it once, after the last publish has returned.
 func (h *hub) finish(end *rpc.ProcessEvent) {
+	if h.book != nil {
+		h.book.Flush(h.source)
+	}
 	h.mu.Lock()
 	h.end = end
 	subs := h.subs

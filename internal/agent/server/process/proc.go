@@ -28,6 +28,9 @@ type launch struct {
 	cred   *syscall.Credential // nil: run as the agent's own user
 	pty    *rpc.PTY            // nil: pipes
 	stdin  bool                // keep a stdin pipe (ignored with a PTY)
+	// logAs is the source of the process's lines in the sandbox's log:
+	// "" names it by pid ("pid-N"); logOff keeps it out of the log.
+	logAs string
 }
 
 // proc is one started process: its I/O, its subscribers and its fate.
@@ -142,6 +145,16 @@ func start(w waiter, l launch, h *hub, atExec func(pid int)) (*proc, <-chan reap
 	}
 	p.process = cmd.Process
 	p.pid = uint32(cmd.Process.Pid)
+	if h.book != nil { // before the readers start: they read it unlocked
+		switch l.logAs {
+		case logOff:
+			h.book = nil
+		case "":
+			h.source = fmt.Sprintf("pid-%d", p.pid)
+		default:
+			h.source = l.logAs
+		}
+	}
 
 	if p.tty != nil {
 		p.readers.Go(func() { readOutput(p.tty, streamPTY, ptyChunk, h) })

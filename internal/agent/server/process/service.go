@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/agent/server/account"
+	"github.com/sandboxd/sandboxd/internal/agent/server/logbook"
 	"github.com/sandboxd/sandboxd/internal/agent/server/process/reaper"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
@@ -66,6 +67,10 @@ type Options struct {
 	// capabilities is not held (tracing would cancel its privilege):
 	// AtExec then runs right after the start.
 	AtExec func(pid int)
+	// Logbook gets the output of every process the service starts (but
+	// those started with X-Sandboxd-Log: off); default a new one, see
+	// [Service.Logbook].
+	Logbook *logbook.Book
 }
 
 // Service is the process.Process Connect service. Create it with [New];
@@ -78,6 +83,7 @@ type Service struct {
 	keepalive time.Duration
 	log       *slog.Logger
 	atExec    func(pid int)
+	book      *logbook.Book
 
 	now func() time.Time
 
@@ -102,7 +108,10 @@ func New(o Options) *Service {
 	s := &Service{
 		users: o.Users, waiter: o.Waiter, env: o.Env, grace: o.OutputGrace,
 		keepalive: o.Keepalive, log: o.Log, atExec: o.AtExec, procs: make(map[uint32]*proc),
-		now: time.Now,
+		book: o.Logbook, now: time.Now,
+	}
+	if s.book == nil {
+		s.book = logbook.New(nil)
 	}
 	if s.users == nil {
 		s.users = account.NewDirectory(account.DefaultPasswd)
@@ -149,6 +158,10 @@ func (s *Service) defaults() map[string]string {
 	maps.Copy(merged, late)
 	return merged
 }
+
+// Logbook is the sandbox's log the service writes its processes' output
+// to.
+func (s *Service) Logbook() *logbook.Book { return s.book }
 
 // Handle registers the service's Connect handlers on mux.
 func (s *Service) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
@@ -202,6 +215,7 @@ func waitAll(ctx context.Context, procs []*proc) error {
 // process starts, sees all of its output.
 func (s *Service) launchProc(l launch, lifetime time.Duration, keep int) (*proc, *sub, error) {
 	h := newHub(keep)
+	h.book = s.book
 	sb := h.subscribe()
 	s.mu.Lock()
 	if s.closed {

@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -26,7 +27,29 @@ const (
 	// headerReplay (sandboxd's, on Connect): "1" replays the kept output
 	// before the live events.
 	headerReplay = "X-Sandboxd-Replay"
+	// headerLog (sandboxd's, on Start) names the process's lines in the
+	// sandbox's log (package logbook): absent, by its pid ("pid-N");
+	// "start", as the sandbox's start command; "off" keeps them out (the
+	// daemon's own probes: a disk-usage check, a readiness check).
+	headerLog = "X-Sandboxd-Log"
 )
+
+// logOff is launch.logAs for a process kept out of the log.
+const logOff = "\x00off"
+
+// logAsFor reads headerLog.
+func logAsFor(h http.Header) (string, error) {
+	switch v := h.Get(headerLog); v {
+	case "":
+		return "", nil
+	case "start":
+		return v, nil
+	case "off":
+		return logOff, nil
+	default:
+		return "", fmt.Errorf("%w: header %s: %q is not start or off", ErrInvalid, headerLog, v)
+	}
+}
 
 // Start starts a process and streams its events: start{pid}, data..., end.
 // The process belongs to the agent, not to the stream: a client that goes
@@ -47,6 +70,9 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[rpc.StartReque
 	}
 	l, err := launchFor(u, req.Msg, s.defaults())
 	if err != nil {
+		return toConnect(err)
+	}
+	if l.logAs, err = logAsFor(req.Header()); err != nil {
 		return toConnect(err)
 	}
 	p, sb, err := s.launchProc(l, lifetime, min(keep, MaxKeepOutput))
