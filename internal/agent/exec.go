@@ -28,6 +28,8 @@ type ExecRequest struct {
 	// MaxOutput caps each of stdout and stderr; output beyond it is read
 	// and dropped and Truncated is set. Zero means DefaultMaxOutput.
 	MaxOutput int
+	// LogAs: see StartRequest.LogAs.
+	LogAs string
 }
 
 // ExecResult is the outcome of a command that ran to completion.
@@ -55,7 +57,7 @@ func (c *Client) Exec(ctx context.Context, r ExecRequest) (*ExecResult, error) {
 	}
 	p, err := c.StartProcess(ctx, StartRequest{
 		Cmd: r.Cmd, Env: r.Env, Cwd: r.Cwd, User: r.User,
-		Stdin: r.Stdin != nil, Lifetime: r.Timeout,
+		Stdin: r.Stdin != nil, Lifetime: r.Timeout, LogAs: r.LogAs,
 	})
 	if err != nil {
 		return nil, err

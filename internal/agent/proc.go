@@ -20,6 +20,9 @@ const (
 	headerKeepalive  = "Keepalive-Ping-Interval"
 	headerKeepOutput = "X-Sandboxd-Keep-Output"
 	headerReplay     = "X-Sandboxd-Replay"
+	// headerLog names the process's lines in the sandbox's log (the
+	// agent's process.headerLog): LogStart, LogOff, or absent (by pid).
+	headerLog = "X-Sandboxd-Log"
 	// headerStartExitCode is the agent's process.HeaderStartExitCode.
 	headerStartExitCode = "X-Sandboxd-Start-Exit-Code"
 )
@@ -50,7 +53,17 @@ type StartRequest struct {
 	// is attached, and to keep the process known to a replaying
 	// ConnectProcess for a while after it ends. Zero keeps nothing.
 	KeepOutput int
+	// LogAs names the process's lines in the sandbox's log (Client.Logs):
+	// "" by its pid, LogStart as the sandbox's start command, LogOff not
+	// at all (the daemon's own probes).
+	LogAs string
 }
+
+// Values of StartRequest.LogAs and ExecRequest.LogAs.
+const (
+	LogStart = "start"
+	LogOff   = "off"
+)
 
 // Size is a terminal size.
 type Size struct{ Cols, Rows uint32 }
@@ -98,17 +111,7 @@ type Process struct {
 	// Replayed); replaying says it is still open.
 	replayed  chan struct{}
 	replaying bool
-
-	// tee and teeEnd, when set (Tee), see every output Recv returns and
-	// the end of the process.
-	tee    func(Output)
-	teeEnd func()
 }
-
-// Tee makes Recv hand every output it returns to out as well, and call
-// end when the process has ended. Call it before the first Recv, from the
-// goroutine that calls Recv.
-func (p *Process) Tee(out func(Output), end func()) { p.tee, p.teeEnd = out, end }
 
 // doneReplay is the Replayed of a stream that replays nothing.
 var doneReplay = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -162,6 +165,9 @@ func (c *Client) StartProcess(ctx context.Context, r StartRequest) (*Process, er
 	}
 	if r.KeepOutput > 0 {
 		req.Header().Set(headerKeepOutput, fmt.Sprint(r.KeepOutput))
+	}
+	if r.LogAs != "" {
+		req.Header().Set(headerLog, r.LogAs)
 	}
 	st, err := c.proc.Start(sctx, req)
 	if err != nil {
@@ -273,18 +279,15 @@ func (p *Process) Recv() (Output, error) {
 		case *rpc.ProcessEvent_Data:
 			switch o := e.Data.GetOutput().(type) {
 			case *rpc.ProcessEvent_DataEvent_Stdout:
-				return p.teed(Output{Stream: Stdout, Data: o.Stdout}), nil
+				return Output{Stream: Stdout, Data: o.Stdout}, nil
 			case *rpc.ProcessEvent_DataEvent_Stderr:
-				return p.teed(Output{Stream: Stderr, Data: o.Stderr}), nil
+				return Output{Stream: Stderr, Data: o.Stderr}, nil
 			case *rpc.ProcessEvent_DataEvent_Pty:
-				return p.teed(Output{Stream: PTY, Data: o.Pty}), nil
+				return Output{Stream: PTY, Data: o.Pty}, nil
 			}
 		case *rpc.ProcessEvent_End:
 			p.endReplay()
 			p.exit = &ExitStatus{Code: int(e.End.GetExitCode()), Exited: e.End.GetExited(), Status: e.End.GetStatus()}
-			if p.teeEnd != nil {
-				p.teeEnd()
-			}
 			// Read the stream's own end too, so that its connection is
 			// free for reuse once the stream is closed.
 			_, _ = p.recv()
@@ -292,14 +295,6 @@ func (p *Process) Recv() (Output, error) {
 		}
 		// an event this client does not know: skip
 	}
-}
-
-// teed hands o to the tee, if any, and returns it.
-func (p *Process) teed(o Output) Output {
-	if p.tee != nil {
-		p.tee(o)
-	}
-	return o
 }
 
 // Exit reports how the process ended, once Recv returned io.EOF.

@@ -37,7 +37,7 @@ func (s *Service) DiskUsage(ctx context.Context, c Caller, idOrName string) (Dis
 	if err != nil {
 		return Disk{}, err
 	}
-	res, err := ac.Exec(ctx, agent.ExecRequest{Cmd: []string{"df", "-P", "-k", "/"}, Timeout: dfTimeout, MaxOutput: dfMaxOutput})
+	res, err := ac.Exec(ctx, agent.ExecRequest{Cmd: []string{"df", "-P", "-k", "/"}, Timeout: dfTimeout, MaxOutput: dfMaxOutput, LogAs: agent.LogOff})
 	if err != nil {
 		return Disk{}, agentErr(err)
 	}

@@ -75,7 +75,7 @@ func (s *Service) Exec(ctx context.Context, c Caller, idOrName string, req ExecR
 	if req.Timeout < 0 || req.Timeout > maxExecTimeout {
 		return nil, invalid("timeout_s", "must be between 0 and %d seconds", int(maxExecTimeout.Seconds()))
 	}
-	id, ac, err := s.runningSandbox(ctx, c, idOrName)
+	ac, err := s.runningAgent(ctx, c, idOrName)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +90,6 @@ func (s *Service) Exec(ctx context.Context, c Caller, idOrName string, req ExecR
 	if err != nil {
 		return nil, agentErr(err)
 	}
-	s.logExec(id, res)
 	return res, nil
 }
 
@@ -136,7 +135,7 @@ func (s *Service) StartProcess(ctx context.Context, c Caller, idOrName string, r
 	if err := validateEnv("env", req.Env); err != nil {
 		return nil, err
 	}
-	id, ac, err := s.runningSandbox(ctx, c, idOrName)
+	ac, err := s.runningAgent(ctx, c, idOrName)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +145,6 @@ func (s *Service) StartProcess(ctx context.Context, c Caller, idOrName string, r
 	if err != nil {
 		return nil, agentErr(err)
 	}
-	s.logProcess(id, p)
 	return p, nil
 }
 

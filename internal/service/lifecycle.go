@@ -354,7 +354,7 @@ func (s *Service) finishDestroy(ctx context.Context, id string) error {
 		return s.mapStoreErr(err, id)
 	}
 	s.forgetClient(id) // again: a lookup racing this destroy may have cached one
-	s.logs.drop(id)
+	s.stopped.drop(id)
 	s.Admission.Release(id)
 	return nil
 }
@@ -396,6 +396,9 @@ func (s *Service) stopLocked(ctx context.Context, row store.Sandbox) (Sandbox, e
 			s.Logger.Warn("stop: thaw before stopping", "sandbox", row.ID, "err", err)
 		}
 	}
+	// Its agent keeps its logs, and stops with it: what they hold now
+	// stays readable until it starts again.
+	s.snapshotLogs(ctx, row)
 	if err := s.removeRowPolicy(ctx, row.ID); err != nil {
 		return Sandbox{}, fmt.Errorf("stop %s: remove its network policy: %w", row.ID, err)
 	}
@@ -489,6 +492,7 @@ func (s *Service) startLocked(ctx context.Context, c Caller, row store.Sandbox) 
 	if err != nil {
 		return Sandbox{}, s.mapStoreErr(err, row.ID)
 	}
+	s.stopped.drop(row.ID) // its agent keeps its logs again, from empty
 	return fromRow(updated), nil
 }
 

@@ -1,10 +1,9 @@
 package service
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -12,43 +11,43 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-// A sandbox's logs are the output of the processes the daemon runs in it:
-// every exec (run to completion, or streamed over the exec WebSocket) and
-// the start command of the template it was made from. The daemon keeps
-// them itself, line by line, in one bounded ring per sandbox (a logbook),
-// stamped when the line reaches the daemon (the agent does not stamp its
-// events). Processes the daemon does not see (an E2B SDK talking envd's
-// protocol to the agent through the proxy, sessions) are not in them.
+// A sandbox's logs are the output of the processes its agent runs: every
+// exec, every streamed process whatever API started it (the native API,
+// an E2B SDK speaking envd's protocol through the proxy, sessions), and
+// the start command of the template it was made from. The agent keeps
+// them (package agent/server/logbook: line by line, stamped by the agent,
+// at most 1 MiB and 10,000 lines, in the sandbox's own memory), so they
+// outlive a daemon restart, and the daemon reads them through its agent
+// client, every read bounded (agent.Client.Logs). The daemon's own probes
+// (a disk-usage check, a readiness check) are kept out.
 //
-// Bounds: a logbook holds at most logBytes of text and logLines lines,
-// dropping its oldest lines first; a line longer than maxLogLine is cut
-// into pieces; at most maxPartials unfinished lines wait for their
-// newline (processes whose stream broke before their end leave theirs:
-// beyond the cap they are all ended as they are); at most maxLogbooks
-// sandboxes have one (the one written to least recently is forgotten
-// first), so the logs hold at most ~256 × 2 MiB (text and line headers)
-// however many sandboxes print. A follower reads from the ring with a cursor and
-// writes outside its lock, so a slow reader holds nothing but its place:
-// when it falls behind the ring, it skips to the oldest line still kept.
-// The logbook goes with the sandbox's destroy; a daemon restart empties
-// them all.
+// A stopped sandbox has no agent: what its logs held when the daemon
+// stopped it is kept by the daemon (a snapshot read at the stop, in
+// memory: at most maxStoppedLogs sandboxes, an owner's oldest snapshot
+// dropped first when that owner holds the most), and answered until it is
+// started again or destroyed. A sandbox that stopped by itself, or was
+// stopped by a daemon since restarted, answers none. A paused sandbox's
+// agent is frozen: its logs are ErrPaused, at once.
 const (
-	logBytes    = 1 << 20
-	logLines    = 10000
-	maxLogLine  = 8 << 10
-	maxLogbooks = 256
-	maxPartials = 64
 	// logFollowPoll is how often a follow checks that the sandbox still
-	// runs while no line arrives.
+	// runs, and how long it waits before reattaching to an agent whose
+	// answer broke while the sandbox runs.
 	logFollowPoll = time.Second
+	// stopLogsTimeout bounds the snapshot of a stopping sandbox's logs
+	// (a read of at most 1 MiB over the agent's socket: milliseconds).
+	stopLogsTimeout = 2 * time.Second
+	// maxStoppedLogs bounds the snapshots kept (each at most ~2 MiB: 1 MiB
+	// of text and 10,000 line headers).
+	maxStoppedLogs = 64
 )
 
 // LogLine is one line of a sandbox's logs.
 type LogLine struct {
+	// Time is when the agent kept the line.
 	Time time.Time
-	// Source names the process: "exec-3" (the third exec of the
-	// sandbox since the daemon started), "pid-42" (a streamed process)
-	// or "start" (the template's start command).
+	// Source names the process: "pid-42" (a process the agent ran: an
+	// exec, a streamed process, a session's shell) or "start" (the
+	// template's start command).
 	Source string
 	// Stream is "stdout", "stderr" or "pty".
 	Stream string
@@ -67,259 +66,95 @@ type LogQuery struct {
 	Follow bool
 }
 
-// logbook is one sandbox's ring of lines.
-type logbook struct {
+// stoppedLogs keeps the snapshots of stopped sandboxes' logs.
+type stoppedLogs struct {
 	mu sync.Mutex
-	// buf holds n lines from start, oldest first, wrapping around; it
-	// grows up to logLines.
-	buf      []LogLine
-	start, n int
-	bytes    int
-	next     uint64        // seq of the next line
-	wake     chan struct{} // closed and replaced when lines were added
-	partial  map[string][]byte
-	execs    int
-	touched  time.Time
+	m  map[string]stoppedLog
 }
 
-// at is the i-th line kept, oldest first.
-func (lb *logbook) at(i int) *LogLine { return &lb.buf[(lb.start+i)%len(lb.buf)] }
-
-// logbooks maps sandbox ids to their logbooks.
-type logbooks struct {
-	mu sync.Mutex
-	m  map[string]*logbook
+type stoppedLog struct {
+	owner string
+	at    time.Time
+	lines []LogLine
 }
 
-// get returns id's logbook, making one when create is set.
-func (b *logbooks) get(id string, create bool) *logbook {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if lb, ok := b.m[id]; ok || !create {
-		return lb
+// put keeps id's snapshot, dropping one of the owner holding the most
+// (its oldest) past maxStoppedLogs: a tenant that stops many sandboxes
+// evicts its own snapshots before anyone else's.
+func (k *stoppedLogs) put(id, owner string, lines []LogLine) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[string]stoppedLog{}
 	}
-	if b.m == nil {
-		b.m = map[string]*logbook{}
-	}
-	if len(b.m) >= maxLogbooks {
-		var oldest string
-		var at time.Time
-		for k, lb := range b.m {
-			lb.mu.Lock()
-			t := lb.touched
-			lb.mu.Unlock()
-			if oldest == "" || t.Before(at) {
-				oldest, at = k, t
+	delete(k.m, id)
+	if len(k.m) >= maxStoppedLogs {
+		count := map[string]int{}
+		for _, l := range k.m {
+			count[l.owner]++
+		}
+		var victim string
+		for vid, l := range k.m {
+			v, ok := k.m[victim]
+			if !ok || count[l.owner] > count[v.owner] || count[l.owner] == count[v.owner] && l.at.Before(v.at) {
+				victim = vid
 			}
 		}
-		delete(b.m, oldest)
+		delete(k.m, victim)
 	}
-	lb := &logbook{wake: make(chan struct{}), partial: map[string][]byte{}, touched: time.Now()}
-	b.m[id] = lb
-	return lb
+	k.m[id] = stoppedLog{owner: owner, at: time.Now(), lines: lines}
 }
 
-// drop forgets id's logbook (the sandbox is destroyed).
-func (b *logbooks) drop(id string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.m, id)
+func (k *stoppedLogs) get(id string) []LogLine {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.m[id].lines
 }
 
-// nextExec names the next exec of the sandbox.
-func (lb *logbook) nextExec() string {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	lb.execs++
-	return fmt.Sprintf("exec-%d", lb.execs)
+func (k *stoppedLogs) drop(id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, id)
 }
 
-// write appends output of source's stream: whole lines go in, the rest
-// waits (at most maxLogLine) for its newline or for flush.
-func (lb *logbook) write(source, stream string, data []byte) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	key := source + "\x00" + stream
-	buf := append(lb.partial[key], data...)
-	now := time.Now()
-	for {
-		i := bytes.IndexByte(buf, '\n')
-		if i < 0 && len(buf) < maxLogLine {
-			break
-		}
-		if i < 0 || i > maxLogLine {
-			i = maxLogLine
-			lb.appendLocked(LogLine{Time: now, Source: source, Stream: stream, Text: string(buf[:i])})
-			buf = buf[i:]
-			continue
-		}
-		lb.appendLocked(LogLine{Time: now, Source: source, Stream: stream, Text: string(buf[:i])})
-		buf = buf[i+1:]
+func fromAgentLines(ls []agent.LogLine) []LogLine {
+	out := make([]LogLine, len(ls))
+	for i, l := range ls {
+		out[i] = LogLine{Time: l.Time, Source: l.Source, Stream: l.Stream, Text: l.Text}
 	}
-	if len(buf) == 0 {
-		delete(lb.partial, key)
-	} else {
-		if _, ok := lb.partial[key]; !ok && len(lb.partial) >= maxPartials {
-			lb.endPartialsLocked(now)
-		}
-		lb.partial[key] = bytes.Clone(buf)
+	return out
+}
+
+// snapshotLogs keeps what a running sandbox's logs hold, before its stop.
+// Best effort: an agent that does not answer in time leaves none.
+func (s *Service) snapshotLogs(ctx context.Context, row store.Sandbox) {
+	s.stopped.drop(row.ID)
+	ac, err := s.Agent(ctx, row.ID)
+	if err != nil {
+		return
 	}
-	lb.notifyLocked()
-}
-
-// endPartialsLocked ends every unfinished line as it is.
-func (lb *logbook) endPartialsLocked(now time.Time) {
-	for key, buf := range lb.partial {
-		source, stream, _ := strings.Cut(key, "\x00")
-		lb.appendLocked(LogLine{Time: now, Source: source, Stream: stream, Text: string(buf)})
-		delete(lb.partial, key)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopLogsTimeout)
+	defer cancel()
+	var lines []LogLine
+	if _, err := ac.Logs(ctx, agent.LogQuery{}, func(ls []agent.LogLine) error {
+		lines = append(lines, fromAgentLines(ls)...)
+		return nil
+	}); err != nil {
+		s.Logger.Debug("stop: the logs of the sandbox were not kept", "sandbox", row.ID, "err", err)
+		return
 	}
+	s.stopped.put(row.ID, row.Owner, lines)
 }
-
-// flush ends source's unterminated lines (its process ended).
-func (lb *logbook) flush(source string) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	for _, stream := range []string{"stdout", "stderr", "pty"} {
-		key := source + "\x00" + stream
-		if buf := lb.partial[key]; len(buf) > 0 {
-			lb.appendLocked(LogLine{Time: time.Now(), Source: source, Stream: stream, Text: string(buf)})
-		}
-		delete(lb.partial, key)
-	}
-	lb.notifyLocked()
-}
-
-func (lb *logbook) appendLocked(l LogLine) {
-	lb.next++
-	if lb.n == len(lb.buf) && len(lb.buf) < logLines {
-		grown := make([]LogLine, lb.n, min(max(2*lb.n, 64), logLines))
-		for i := range lb.n {
-			grown[i] = *lb.at(i)
-		}
-		lb.buf, lb.start = grown[:cap(grown)], 0
-	}
-	if lb.n == len(lb.buf) {
-		lb.dropOldest()
-	}
-	*lb.at(lb.n) = l
-	lb.n++
-	lb.bytes += len(l.Text)
-	for lb.bytes > logBytes && lb.n > 1 {
-		lb.dropOldest()
-	}
-	lb.touched = l.Time
-}
-
-func (lb *logbook) dropOldest() {
-	lb.bytes -= len(lb.at(0).Text)
-	*lb.at(0) = LogLine{}
-	lb.start = (lb.start + 1) % len(lb.buf)
-	lb.n--
-}
-
-// notifyLocked wakes the followers.
-func (lb *logbook) notifyLocked() {
-	close(lb.wake)
-	lb.wake = make(chan struct{})
-}
-
-// from returns copies of the lines with seq >= seq (at most max), the seq
-// after them, and the channel closed by the next append.
-func (lb *logbook) from(seq uint64, max int) ([]LogLine, uint64, <-chan struct{}) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	first := lb.next - uint64(lb.n) // seq of the oldest line kept
-	seq = min(lb.next, seq)
-	seq = maxU(seq, first) // fell behind: skip to the oldest kept
-	var out []LogLine
-	for i := int(seq - first); i < lb.n && len(out) < max; i++ {
-		out = append(out, *lb.at(i))
-	}
-	return out, seq + uint64(len(out)), lb.wake
-}
-
-func maxU(a, b uint64) uint64 {
-	if a > b {
-		return a
-	}
-	return b
-}
-
-// tailStart is the seq where the last n lines stamped at or after since
-// begin.
-func (lb *logbook) tailStart(since time.Time, n int) uint64 {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	i := lb.n
-	for i > 0 && !lb.at(i-1).Time.Before(since) && (n <= 0 || lb.n-i < n) {
-		i--
-	}
-	return lb.next - uint64(lb.n-i)
-}
-
-// logTee is what an exec writes its output through.
-type logTee struct {
-	lb     *logbook
-	source string
-}
-
-func streamName(s agent.Stream) string {
-	switch s {
-	case agent.Stderr:
-		return "stderr"
-	case agent.PTY:
-		return "pty"
-	}
-	return "stdout"
-}
-
-func (t logTee) output(o agent.Output) { t.lb.write(t.source, streamName(o.Stream), o.Data) }
-
-// logExec records a finished exec's output.
-func (s *Service) logExec(id string, res *ExecResult) {
-	lb := s.logs.get(id, true)
-	src := lb.nextExec()
-	lb.write(src, "stdout", res.Stdout)
-	lb.write(src, "stderr", res.Stderr)
-	lb.flush(src)
-}
-
-// logProcess makes p copy its output to the sandbox's logs as it is read.
-func (s *Service) logProcess(id string, p *agent.Process) {
-	lb := s.logs.get(id, true)
-	t := logTee{lb: lb, source: fmt.Sprintf("pid-%d", p.PID())}
-	p.Tee(t.output, func() { lb.flush(t.source) })
-}
-
-// followStartCmd copies the template's start command's output into the
-// sandbox's logs until it ends or the sandbox is destroyed (which ends
-// the stream).
-func (s *Service) followStartCmd(_ context.Context, id string, p *agent.Process) {
-	lb := s.logs.get(id, true)
-	t := logTee{lb: lb, source: "start"}
-	p.Tee(t.output, func() { lb.flush(t.source) })
-	go func() {
-		defer p.Close()
-		for {
-			if _, err := p.Recv(); err != nil {
-				return
-			}
-			if s.logs.get(id, false) != lb {
-				return
-			}
-		}
-	}()
-}
-
-// logPage bounds the lines a follower copies out of a logbook at once.
-const logPage = 256
 
 // Logs writes a sandbox's logs to emit, oldest first: the lines kept that
 // q selects, then, with q.Follow, new lines as they come until the sandbox
-// is no longer running or ctx ends. emit's error ends the call (the
-// client left). ErrNotFound for a sandbox the caller may not see. A
-// stopped sandbox's logs are readable until it is destroyed.
+// is no longer running or ctx ends. emit is called once with no lines
+// when the reading begins (an edge writes its answer's status then: an
+// error before it is the call's, one after it only ends the stream). An
+// error of emit ends the call with it (the client left). ErrNotFound for
+// a sandbox the caller may not see; ErrPaused for a paused one; a running
+// sandbox whose agent does not answer is ErrUnavailable. A stopped
+// sandbox answers the lines kept at its stop (see above).
 func (s *Service) Logs(ctx context.Context, c Caller, idOrName string, q LogQuery, emit func([]LogLine) error) error {
 	row, err := s.lookup(ctx, c, idOrName)
 	if err != nil {
@@ -328,38 +163,116 @@ func (s *Service) Logs(ctx context.Context, c Caller, idOrName string, q LogQuer
 	if q.Tail < 0 {
 		return invalid("tail", "must not be negative")
 	}
-	lb := s.logs.get(row.ID, q.Follow && row.State == store.StateRunning)
-	if lb == nil {
-		return nil
+	switch row.State {
+	case store.StateRunning:
+	case store.StatePaused:
+		return fmt.Errorf("sandbox %s: %w", row.ID, ErrPaused)
+	default:
+		if err := emit(nil); err != nil {
+			return err
+		}
+		return emitKept(s.stopped.get(row.ID), q, emit)
 	}
-	seq := lb.tailStart(q.Since, q.Tail)
-	poll := time.NewTicker(logFollowPoll)
-	defer poll.Stop()
+	ac, err := s.Agent(ctx, row.ID)
+	if err != nil {
+		return err
+	}
+	var (
+		emitErr error
+		opened  bool
+	)
+	aq := agent.LogQuery{Since: q.Since, Tail: q.Tail, Follow: q.Follow, Opened: func() {
+		if !opened {
+			opened = true
+			emitErr = emit(nil)
+		}
+	}}
+	pass := func(ls []agent.LogLine) error {
+		if emitErr != nil {
+			return emitErr
+		}
+		emitErr = emit(fromAgentLines(ls))
+		return emitErr
+	}
+	if !q.Follow {
+		_, err := ac.Logs(ctx, aq, pass)
+		switch {
+		case emitErr != nil:
+			return emitErr
+		case err != nil && !opened:
+			return Unavailable("the sandbox's agent does not answer", err)
+		}
+		return err
+	}
 	for {
-		lines, next, wake := lb.from(seq, logPage)
-		seq = next
-		if len(lines) > 0 {
-			if err := emit(lines); err != nil {
-				return err
-			}
-			continue
-		}
-		if !q.Follow {
+		fctx, cancel := context.WithCancel(ctx)
+		running := s.watchRunning(fctx, cancel, row.ID)
+		next, err := ac.Logs(fctx, aq, pass)
+		cancel()
+		stillRunning := <-running
+		switch {
+		case emitErr != nil:
+			return emitErr
+		case ctx.Err() != nil || !stillRunning:
 			return nil
+		case !opened && err != nil:
+			return Unavailable("the sandbox's agent does not answer", err)
+		case errors.Is(err, agent.ErrMalformedLog), errors.Is(err, agent.ErrReplyTooLarge):
+			return err
 		}
+		// The answer broke while the sandbox runs (its agent restarted,
+		// or its stop has begun): reattach after the last line passed on.
+		aq.Tail, aq.Cursor = 0, &next
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-wake:
-		case <-poll.C:
-			cur, err := s.Store.GetSandbox(ctx, row.ID)
-			if err != nil || cur.State != store.StateRunning {
-				lines, _, _ := lb.from(seq, logLines)
-				if len(lines) > 0 {
-					return emit(lines)
-				}
-				return nil
-			}
+		case <-time.After(logFollowPoll):
+		}
+		if cur, err := s.Store.GetSandbox(ctx, row.ID); err != nil || cur.State != store.StateRunning {
+			return nil
 		}
 	}
+}
+
+// watchRunning checks every logFollowPoll that sandbox id still runs and
+// calls stop when it does not; the channel it returns gets whether it
+// still ran once ctx ended.
+func (s *Service) watchRunning(ctx context.Context, stop func(), id string) <-chan bool {
+	out := make(chan bool, 1)
+	go func() {
+		t := time.NewTicker(logFollowPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				out <- true
+				return
+			case <-t.C:
+				cur, err := s.Store.GetSandbox(context.WithoutCancel(ctx), id)
+				if err != nil || cur.State != store.StateRunning {
+					stop()
+					out <- false
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// emitKept writes the lines of a snapshot that q selects (never a follow:
+// the sandbox is not running).
+func emitKept(lines []LogLine, q LogQuery, emit func([]LogLine) error) error {
+	i := len(lines)
+	for i > 0 && !lines[i-1].Time.Before(q.Since) && (q.Tail <= 0 || len(lines)-i < q.Tail) {
+		i--
+	}
+	for lines = lines[i:]; len(lines) > 0; {
+		n := min(len(lines), agent.LogBatch)
+		if err := emit(lines[:n]); err != nil {
+			return err
+		}
+		lines = lines[n:]
+	}
+	return nil
 }

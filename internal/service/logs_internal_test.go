@@ -7,96 +7,66 @@ import (
 	"time"
 )
 
-func newLogbook() *logbook {
-	return (&logbooks{}).get("sb-1", true)
-}
-
-func TestLogbook_LinesAndPartials(t *testing.T) {
-	lb := newLogbook()
-	lb.write("exec-1", "stdout", []byte("a\nb"))
-	lb.write("exec-1", "stderr", []byte("e\n"))
-	lb.write("exec-1", "stdout", []byte("c\nd"))
-	lb.flush("exec-1")
-	got, next, _ := lb.from(0, 100)
-	var texts []string
-	for _, l := range got {
-		texts = append(texts, l.Stream+":"+l.Text)
+// A tenant that stops many sandboxes evicts its own snapshots first: the
+// others' stay while it holds the most.
+func TestStoppedLogs_AnOwnerEvictsItsOwnFirst(t *testing.T) {
+	var k stoppedLogs
+	k.put("b-1", "bob", []LogLine{{Text: "bob's"}})
+	k.put("c-1", "carol", []LogLine{{Text: "carol's"}})
+	for i := range 3 * maxStoppedLogs {
+		k.put(fmt.Sprintf("m-%d", i), "mallory", []LogLine{{Text: "spam"}})
 	}
-	if g, w := strings.Join(texts, "|"), "stdout:a|stderr:e|stdout:bc|stdout:d"; g != w {
-		t.Errorf("lines %q, want %q", g, w)
+	if got := k.get("b-1"); len(got) != 1 || got[0].Text != "bob's" {
+		t.Errorf("bob's snapshot after mallory's stops: %v", got)
 	}
-	if next != 4 {
-		t.Errorf("next %d, want 4", next)
+	if got := k.get("c-1"); len(got) != 1 {
+		t.Errorf("carol's snapshot after mallory's stops: %v", got)
 	}
-	if got, _, _ := lb.from(next, 100); len(got) != 0 {
-		t.Errorf("from the end: %v", got)
+	if got := k.get(fmt.Sprintf("m-%d", 3*maxStoppedLogs-1)); len(got) != 1 {
+		t.Errorf("mallory's newest snapshot is gone")
 	}
-}
-
-func TestLogbook_LongLineIsCut(t *testing.T) {
-	lb := newLogbook()
-	lb.write("x", "stdout", []byte(strings.Repeat("z", 2*maxLogLine+5)))
-	got, _, _ := lb.from(0, 100)
-	if len(got) != 2 || len(got[0].Text) != maxLogLine {
-		t.Fatalf("got %d lines; want 2 of %d bytes and a partial", len(got), maxLogLine)
+	if got := k.get("m-0"); got != nil {
+		t.Errorf("mallory's oldest snapshot is kept: %v", got)
 	}
-	lb.flush("x")
-	if got, _, _ := lb.from(0, 100); len(got) != 3 || len(got[2].Text) != 5 {
-		t.Errorf("after flush: %d lines", len(got))
+	if n := len(k.m); n != maxStoppedLogs {
+		t.Errorf("%d snapshots kept, want %d", n, maxStoppedLogs)
+	}
+	k.drop("b-1")
+	if got := k.get("b-1"); got != nil {
+		t.Errorf("dropped snapshot: %v", got)
 	}
 }
 
-// TestLogbook_Bounded writes far more than the bounds and checks that the
-// ring keeps the newest lines within them, and that a reader behind the
-// ring skips to the oldest line kept.
-func TestLogbook_Bounded(t *testing.T) {
-	lb := newLogbook()
-	for i := range 50000 {
-		lb.write("x", "stdout", fmt.Appendf(nil, "line %d\n", i))
+func TestEmitKept_SinceAndTail(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var lines []LogLine
+	for i := range 600 {
+		lines = append(lines, LogLine{Time: base.Add(time.Duration(i) * time.Second), Text: fmt.Sprint(i)})
 	}
-	if lb.n != logLines || len(lb.buf) != logLines {
-		t.Errorf("kept %d lines in a buffer of %d; want %d", lb.n, len(lb.buf), logLines)
+	read := func(q LogQuery) (string, int) {
+		var out []string
+		batches := 0
+		if err := emitKept(lines, q, func(ls []LogLine) error {
+			batches++
+			for _, l := range ls {
+				out = append(out, l.Text)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(out, " "), batches
 	}
-	got, _, _ := lb.from(0, logLines)
-	if len(got) != logLines || got[0].Text != "line 40000" || got[len(got)-1].Text != "line 49999" {
-		t.Errorf("from 0: %d lines, %q … %q", len(got), got[0].Text, got[len(got)-1].Text)
+	if got, batches := read(LogQuery{}); !strings.HasPrefix(got, "0 1 2") || !strings.HasSuffix(got, "598 599") || batches != 3 {
+		t.Errorf("all: %d batches, %.20q…", batches, got)
 	}
-	big := strings.Repeat("y", 4000) + "\n"
-	for range 1000 {
-		lb.write("x", "stdout", []byte(big))
+	if got, _ := read(LogQuery{Tail: 2}); got != "598 599" {
+		t.Errorf("tail 2: %q", got)
 	}
-	if lb.bytes > logBytes {
-		t.Errorf("%d bytes kept, over %d", lb.bytes, logBytes)
+	if got, _ := read(LogQuery{Since: base.Add(597 * time.Second)}); got != "597 598 599" {
+		t.Errorf("since: %q", got)
 	}
-	if start := lb.tailStart(time.Time{}, 3); lb.next-start != 3 {
-		t.Errorf("tail 3 starts %d before the end", lb.next-start)
-	}
-	if start := lb.tailStart(time.Now().Add(time.Hour), 0); start != lb.next {
-		t.Errorf("since the future: start %d, want the end %d", start, lb.next)
-	}
-}
-
-// TestLogbook_PartialsBounded: processes that leave unfinished lines
-// (their stream broke before their end) hold at most maxPartials of them.
-func TestLogbook_PartialsBounded(t *testing.T) {
-	lb := newLogbook()
-	for i := range 1000 {
-		lb.write(fmt.Sprintf("pid-%d", i), "stdout", []byte(strings.Repeat("p", maxLogLine-1)))
-	}
-	if len(lb.partial) > maxPartials {
-		t.Errorf("%d unfinished lines kept; want at most %d", len(lb.partial), maxPartials)
-	}
-	if lb.bytes > logBytes {
-		t.Errorf("%d bytes kept", lb.bytes)
-	}
-}
-
-func TestLogbooks_Bounded(t *testing.T) {
-	var b logbooks
-	for i := range maxLogbooks + 10 {
-		b.get(fmt.Sprintf("sb-%d", i), true)
-	}
-	if len(b.m) != maxLogbooks {
-		t.Errorf("%d logbooks; want %d", len(b.m), maxLogbooks)
+	if got, _ := read(LogQuery{Since: base.Add(597 * time.Second), Tail: 1}); got != "599" {
+		t.Errorf("since and tail 1: %q", got)
 	}
 }

@@ -342,8 +342,8 @@ type Service struct {
 	// dial and no AEAD open of the token.
 	clients sync.Map // string → *agent.Client
 
-	// logs keeps each sandbox's recent process output (logs.go).
-	logs logbooks
+	// stopped keeps the logs of sandboxes this daemon stopped (logs.go).
+	stopped stoppedLogs
 
 	// pool is the warm pool (pool.go): never nil, empty without targets.
 	pool *warmpool.Pool

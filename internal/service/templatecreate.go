@@ -96,20 +96,20 @@ func (s *Service) startTemplate(ctx context.Context, id string, spec templateSpe
 	if err != nil {
 		return err
 	}
-	// The stream outlives the create (not the sandbox: its destroy ends
-	// it) to copy the command's output into the sandbox's logs.
-	p, err := ac.StartProcess(context.WithoutCancel(ctx), agent.StartRequest{Cmd: []string{"/bin/sh", "-c", spec.StartCmd}, Cwd: spec.Workdir, User: spec.User, Tag: "template-start"})
+	// The agent keeps its output in the sandbox's logs as "start"'s; the
+	// stream is not needed for that, and the command runs on without it.
+	p, err := ac.StartProcess(context.WithoutCancel(ctx), agent.StartRequest{Cmd: []string{"/bin/sh", "-c", spec.StartCmd}, Cwd: spec.Workdir, User: spec.User, Tag: "template-start", LogAs: agent.LogStart})
 	if err != nil {
 		return fmt.Errorf("the template's start command: %w", agentErr(err))
 	}
-	s.followStartCmd(ctx, id, p) // it runs on
+	p.Close()
 	if spec.ReadyCmd == "" {
 		return nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	for {
-		res, err := ac.Exec(rctx, agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", spec.ReadyCmd}, Cwd: spec.Workdir, User: spec.User})
+		res, err := ac.Exec(rctx, agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", spec.ReadyCmd}, Cwd: spec.Workdir, User: spec.User, LogAs: agent.LogOff})
 		if err == nil && res.ExitCode == 0 {
 			return nil
 		}

@@ -14,7 +14,7 @@ import (
 // nothing for this long is dropped (its lines were never held for it).
 const logWriteTimeout = 30 * time.Second
 
-// maxLogTail bounds tail: more lines than a logbook keeps is all of them.
+// maxLogTail bounds tail: more lines than an agent keeps is all of them.
 const maxLogTail = 100000
 
 // logLineJSON is one NDJSON line of GET /v1/sandboxes/{id}/logs.
@@ -26,8 +26,8 @@ type logLineJSON struct {
 }
 
 // sandboxLogs is GET /v1/sandboxes/{id}/logs: the output of the processes
-// the daemon ran in the sandbox (service.Logs), one line per line,
-// oldest first. Query: since (RFC 3339, or a duration back from now such
+// the sandbox's agent ran (service.Logs), one line per line, oldest
+// first. Query: since (RFC 3339, or a duration back from now such
 // as 10m), tail (the last N lines), follow (true: new lines until the
 // sandbox stops), format (ndjson, the default, or text: the bare lines).
 func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request) error {
@@ -58,21 +58,22 @@ func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request) error {
 		return errorf(CodeInvalidArgument, "format must be ndjson or text, not %q", format)
 	}
 	c, id := caller(r), r.PathValue("id")
-	if _, err := s.svc.Get(r.Context(), c, id); err != nil {
-		return err
-	}
-	if format == "text" {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	} else {
-		w.Header().Set("Content-Type", "application/x-ndjson")
-	}
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	_ = rc.Flush()
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
+	started := false
 	err = s.svc.Logs(r.Context(), c, id, lq, func(lines []service.LogLine) error {
+		if !started {
+			// The reading has begun: an error before it is the answer.
+			started = true
+			if format == "text" {
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			} else {
+				w.Header().Set("Content-Type", "application/x-ndjson")
+			}
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+		}
 		_ = rc.SetWriteDeadline(time.Now().Add(logWriteTimeout))
 		for _, l := range lines {
 			var err error
@@ -90,6 +91,9 @@ func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request) error {
 		}
 		return rc.Flush()
 	})
+	if err != nil && !started {
+		return err
+	}
 	if err != nil {
 		s.log.DebugContext(r.Context(), "logs: stream ended", "sandbox", id, "err", err)
 	}

@@ -1,0 +1,229 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+)
+
+// TestClient_LogsOfTheRealAgent reads the log of a real agent: the
+// lines of an exec, by pid; tail; a cursor; a follow that sees a new
+// process's line and ends with its context.
+func TestClient_LogsOfTheRealAgent(t *testing.T) {
+	c, _ := localClient(t)
+	ctx := t.Context()
+	res, err := c.Exec(ctx, agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo one; echo two >&2; echo three"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(q agent.LogQuery) ([]agent.LogLine, uint64) {
+		t.Helper()
+		var out []agent.LogLine
+		next, err := c.Logs(ctx, q, func(ls []agent.LogLine) error { out = append(out, ls...); return nil })
+		if err != nil {
+			t.Fatalf("Logs(%+v): %v", q, err)
+		}
+		return out, next
+	}
+	lines, next := read(agent.LogQuery{})
+	if len(lines) != 3 || next != 3 {
+		t.Fatalf("%d lines, next %d: %+v", len(lines), next, lines)
+	}
+	src := fmt.Sprintf("pid-%d", res.PID)
+	for _, l := range lines {
+		if l.Source != src || l.Time.IsZero() || (l.Text == "two") != (l.Stream == "stderr") {
+			t.Errorf("line %+v; want source %s, a time, two on stderr", l, src)
+		}
+	}
+	if got, _ := read(agent.LogQuery{Tail: 1}); len(got) != 1 || got[0].Text != "three" {
+		t.Errorf("tail 1: %+v", got)
+	}
+	one := uint64(1)
+	if got, _ := read(agent.LogQuery{Cursor: &one}); len(got) != 2 || got[0].Seq != 1 {
+		t.Errorf("cursor 1: %+v", got)
+	}
+
+	fctx, cancel := context.WithCancel(ctx)
+	seen := make(chan agent.LogLine, 16)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Logs(fctx, agent.LogQuery{Follow: true, Cursor: &next}, func(ls []agent.LogLine) error {
+			for _, l := range ls {
+				seen <- l
+			}
+			return nil
+		})
+		done <- err
+	}()
+	if _, err := c.Exec(ctx, agent.ExecRequest{Cmd: []string{"echo", "later"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-seen:
+		if l.Text != "later" || l.Seq != 3 {
+			t.Errorf("followed %+v; want later, seq 3", l)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the follow saw no line within a minute")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("follow ended with %v; want nil when its context ends", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the follow did not end within a minute of its context")
+	}
+}
+
+// hostileLogAgent serves GET /sandboxd/logs with answer on a unix socket
+// and returns a client of it.
+func hostileLogAgent(t *testing.T, answer func(w http.ResponseWriter, r *http.Request)) *agent.Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hla")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "a.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(answer))
+	srv.Listener = ln
+	srv.Start()
+	c := agent.NewClient(agent.UnixDialer(sock), testToken)
+	t.Cleanup(func() { c.Close(); srv.CloseClientConnections(); srv.Close() })
+	return c
+}
+
+func entry(seq uint64, text string) string {
+	return fmt.Sprintf(`{"seq":%d,"time":"2026-01-01T00:00:00Z","source":"pid-1","stream":"stdout","text":%q}`+"\n", seq, text)
+}
+
+// endless writes lines from line(i) until the client goes away.
+func endless(line func(i uint64) string) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		for i := uint64(0); r.Context().Err() == nil; i++ {
+			if _, err := io.WriteString(w, line(i)); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// A hostile agent's log answer fails its call soon, with a typed error,
+// and the daemon's heap stays bounded, whatever it sends: a line without
+// end, an endless answer, lines that are no entries, seqs going back, a
+// text too long once decoded, an error status with an endless body.
+func TestClient_LogsOfAHostileAgentAreBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(http.ResponseWriter, *http.Request)
+		want   error
+	}{
+		{"LineWithoutEnd", endless(func(uint64) string { return strings.Repeat("a", 64<<10) }), agent.ErrReplyTooLarge},
+		{"EndlessAnswer", endless(func(i uint64) string { return entry(i, strings.Repeat("x", 1000)) }), agent.ErrReplyTooLarge},
+		{"EndlessEmptyLines", endless(func(i uint64) string { return entry(i, "") }), agent.ErrReplyTooLarge},
+		{"NotJSON", endless(func(uint64) string { return "hello\n" }), agent.ErrMalformedLog},
+		{"TwoValuesOnALine", endless(func(i uint64) string { return "{} {}\n" }), agent.ErrMalformedLog},
+		{"UnknownStream", endless(func(i uint64) string {
+			return strings.Replace(entry(i, "x"), "stdout", "stdin", 1)
+		}), agent.ErrMalformedLog},
+		{"NoSource", endless(func(i uint64) string {
+			return strings.Replace(entry(i, "x"), "pid-1", "", 1)
+		}), agent.ErrMalformedLog},
+		{"SeqGoesBack", endless(func(i uint64) string { return entry(7, "same") }), agent.ErrMalformedLog},
+		{"TextTooLongDecoded", endless(func(i uint64) string { return entry(i, strings.Repeat("\\u0000", 5000)) }), agent.ErrReplyTooLarge},
+		{"ErrorWithEndlessBody", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusTeapot)
+			for r.Context().Err() == nil {
+				if _, err := io.WriteString(w, strings.Repeat("e", 4096)); err != nil {
+					return
+				}
+			}
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := hostileLogAgent(t, tc.answer)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			var before runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			begin := time.Now()
+			lines := 0
+			_, err := c.Logs(ctx, agent.LogQuery{}, func(ls []agent.LogLine) error {
+				if len(ls) > agent.LogBatch {
+					t.Errorf("a batch of %d lines", len(ls))
+				}
+				lines += len(ls)
+				return nil
+			})
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			if err == nil {
+				t.Fatalf("Logs: nil error after %d lines", lines)
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("Logs: %v; want %v", err, tc.want)
+			}
+			if d := time.Since(begin); d > 15*time.Second || ctx.Err() != nil {
+				t.Errorf("Logs took %s", d)
+			}
+			if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 64<<20 {
+				t.Errorf("the heap grew by %d MB", grew>>20)
+			}
+		})
+	}
+}
+
+// A follow of an endless answer hands on bounded batches for as long as
+// its caller wants, and ends when the caller's context does.
+func TestClient_LogsFollowOfAnEndlessAnswerEndsWithItsContext(t *testing.T) {
+	c := hostileLogAgent(t, endless(func(i uint64) string { return entry(i, "spam") }))
+	ctx, cancel := context.WithCancel(t.Context())
+	total := 0
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Logs(ctx, agent.LogQuery{Follow: true}, func(ls []agent.LogLine) error {
+			if len(ls) > agent.LogBatch {
+				return fmt.Errorf("a batch of %d lines", len(ls))
+			}
+			if total += len(ls); total > 50000 {
+				cancel()
+			}
+			return nil
+		})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("follow: %v", err)
+		}
+	case <-time.After(time.Minute):
+		cancel()
+		t.Fatal("the follow did not end within a minute")
+	}
+	// An emit error ends the call with it.
+	stop := errors.New("client left")
+	if _, err := c.Logs(t.Context(), agent.LogQuery{Follow: true}, func([]agent.LogLine) error { return stop }); !errors.Is(err, stop) {
+		t.Errorf("follow whose emit fails: %v; want its error", err)
+	}
+}
