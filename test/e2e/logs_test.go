@@ -1,8 +1,10 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	procrpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
+	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -76,8 +82,8 @@ func TestLogs_ExecOutput(t *testing.T) {
 	}
 	src := lines[0].Source
 	for _, l := range lines {
-		if l.Source != src || !strings.HasPrefix(src, "exec-") || l.Time.IsZero() {
-			t.Errorf("line %+v: want source %q (exec-N) and a time", l, src)
+		if l.Source != src || !strings.HasPrefix(src, "pid-") || l.Time.IsZero() {
+			t.Errorf("line %+v: want source %q (pid-N) and a time", l, src)
 		}
 	}
 
@@ -513,5 +519,122 @@ func TestLogs_StartCommand(t *testing.T) {
 	got := strings.Join(seen, "|")
 	if len(seen) != 3 || !strings.Contains(got, "stderr:start-err") || strings.Index(got, "start-1") > strings.Index(got, "start-2") {
 		t.Errorf("start command's lines %q; want stdout start-1 then start-2, and stderr start-err", got)
+	}
+}
+
+// TestLogs_KeptByTheAgentSurviveADaemonRestart prints lines in a sandbox
+// through the native exec and through envd's process API directly (as
+// E2B's SDKs start processes: the daemon only proxies them), SIGKILLs the
+// daemon, starts it again, and reads every one of those lines back
+// through GET /v1/sandboxes/{id}/logs. Then: a follow after the restart
+// sees a new line; a paused sandbox's logs are a 409 at once; a stopped
+// one's answer what they held at the stop.
+func TestLogs_KeptByTheAgentSurviveADaemonRestart(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 5*time.Minute)
+	d := startDaemon(t, "logsrestart")
+	c := newClient(d, true)
+	body, _ := json.Marshal(map[string]any{"templateID": busyboxImage})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.URL()+"/v2/sandboxes", bytes.NewReader(body))
+	req.Header.Set("X-API-KEY", d.Token())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var sb struct {
+		SandboxID       string `json:"sandboxID"`
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	_ = json.Unmarshal(raw, &sb)
+	if sb.SandboxID != "" {
+		destroyAtEnd(t, c, sb.SandboxID)
+	}
+	if resp.StatusCode != http.StatusCreated || sb.SandboxID == "" {
+		t.Fatalf("E2B create: %d %s", resp.StatusCode, raw)
+	}
+	id := sb.SandboxID
+
+	if _, err := c.Exec(ctx, id, sandboxd.ExecRequest{Command: "echo before-1; echo before-2 >&2"}); err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	// envd's Start, through the daemon's proxy, as the E2B SDK sends it.
+	proc := processconnect.NewProcessClient(&http.Client{Transport: envdHeaders{id, sb.EnvdAccessToken}}, d.URL(), connect.WithProtoJSON())
+	st, err := proc.Start(ctx, connect.NewRequest(&procrpc.StartRequest{
+		Process: &procrpc.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "echo from-envd"}},
+	}))
+	if err != nil {
+		t.Fatalf("envd Start: %v", err)
+	}
+	var envdPID uint32
+	for st.Receive() {
+		if s := st.Msg().GetEvent().GetStart(); s != nil {
+			envdPID = s.GetPid()
+		}
+	}
+	st.Close()
+	if err := st.Err(); err != nil || envdPID == 0 {
+		t.Fatalf("envd Start stream: pid %d, %v", envdPID, err)
+	}
+
+	if err := d.Restart(ctx); err != nil { // SIGKILL, then a fresh start
+		t.Fatalf("restart: %v\nlog:\n%s", err, d.LogTail(40))
+	}
+	lines, err := readLogs(ctx, c, id, sandboxd.LogOptions{})
+	if err != nil {
+		t.Fatalf("Logs after the restart: %v", err)
+	}
+	got := strings.Join(texts(lines), "|")
+	for _, want := range []string{"stdout:before-1", "stderr:before-2", "stdout:from-envd"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("logs after a SIGKILL and restart of the daemon: %q; want %q among them", got, want)
+		}
+	}
+	for _, l := range lines {
+		if l.Text == "from-envd" && l.Source != fmt.Sprintf("pid-%d", envdPID) {
+			t.Errorf("the envd process's line has source %q; want pid-%d", l.Source, envdPID)
+		}
+	}
+
+	// A follow after the restart sees a new line.
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	followed := make(chan string, 64)
+	go func() {
+		_ = c.Logs(fctx, id, sandboxd.LogOptions{Follow: true, Tail: 1}, func(l sandboxd.LogLine) error {
+			followed <- l.Text
+			return nil
+		})
+	}()
+	if _, err := c.Exec(ctx, id, sandboxd.ExecRequest{Command: "echo after-restart"}); err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	deadline := time.After(time.Minute)
+	for seen := ""; seen != "after-restart"; {
+		select {
+		case seen = <-followed:
+		case <-deadline:
+			t.Fatal("the follow did not see the new line within a minute")
+		}
+	}
+	cancel()
+
+	if _, err := c.PauseSandbox(ctx, id); err != nil {
+		t.Fatalf("PauseSandbox: %v", err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = readLogs(pctx, c, id, sandboxd.LogOptions{Follow: true})
+	pcancel()
+	if !errors.Is(err, sandboxd.ErrConflict) {
+		t.Errorf("logs of a paused sandbox: %v; want a conflict (409) at once", err)
+	}
+	if _, err := c.StopSandbox(ctx, id); err != nil {
+		t.Fatalf("StopSandbox: %v", err)
+	}
+	lines, err = readLogs(ctx, c, id, sandboxd.LogOptions{Tail: 1})
+	if err != nil || strings.Join(texts(lines), "|") != "stdout:after-restart" {
+		t.Errorf("logs of the stopped sandbox: %v, %v; want its last line", texts(lines), err)
 	}
 }
