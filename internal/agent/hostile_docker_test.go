@@ -161,8 +161,9 @@ func bounded(t *testing.T, what string, call func(ctx context.Context) error) {
 }
 
 // hostileCalls are the client calls the tests aim at a hostile agent:
-// a stream (exec), a unary Connect call, and a plain-HTTP upload; the
-// port tunnel is added by runHostile.
+// a stream (exec), a unary Connect call, a plain-HTTP upload, and the
+// sandbox's log, read and followed; the port tunnel is added by
+// runHostile.
 func hostileCalls(c *agent.Client) map[string]func(context.Context) error {
 	return map[string]func(context.Context) error{
 		"exec": func(ctx context.Context) error {
@@ -175,6 +176,14 @@ func hostileCalls(c *agent.Client) map[string]func(context.Context) error {
 		},
 		"upload": func(ctx context.Context) error {
 			return c.Upload(ctx, "/tmp/x", strings.NewReader("x"), "")
+		},
+		"logs": func(ctx context.Context) error {
+			_, err := c.Logs(ctx, agent.LogQuery{}, func([]agent.LogLine) error { return nil })
+			return err
+		},
+		"logs-follow": func(ctx context.Context) error {
+			_, err := c.Logs(ctx, agent.LogQuery{Follow: true}, func([]agent.LogLine) error { return nil })
+			return err
 		},
 	}
 }
@@ -205,17 +214,17 @@ func runHostile(t *testing.T, mode string, names ...string) {
 // TestDocker_HostileAgent_GzipBomb: 1 MiB of gzip that inflates to 1 GiB,
 // framed as a Connect stream message, a unary answer and an HTTP body.
 func TestDocker_HostileAgent_GzipBomb(t *testing.T) {
-	runHostile(t, "gzip-bomb", "exec", "stat", "upload")
+	runHostile(t, "gzip-bomb", "exec", "stat", "upload", "logs", "logs-follow")
 }
 
 // TestDocker_HostileAgent_EndlessBody: a stream message announcing 4 GiB,
 // an endless unary body, an endless upload answer.
 func TestDocker_HostileAgent_EndlessBody(t *testing.T) {
-	runHostile(t, "endless-body", "exec", "stat", "upload")
+	runHostile(t, "endless-body", "exec", "stat", "upload", "logs", "logs-follow")
 }
 
 // TestDocker_HostileAgent_EndlessHeaders: header lines that never end,
 // to the Connect client and to the port tunnel's CONNECT.
 func TestDocker_HostileAgent_EndlessHeaders(t *testing.T) {
-	runHostile(t, "endless-headers", "exec", "stat", "tunnel")
+	runHostile(t, "endless-headers", "exec", "stat", "tunnel", "logs", "logs-follow")
 }

@@ -11,12 +11,13 @@ import (
 	"time"
 )
 
-// LogLine is one line of a sandbox's logs: the output of a process the
-// daemon ran in it.
+// LogLine is one line of a sandbox's logs: the output of a process its
+// agent ran.
 type LogLine struct {
-	// Time is when the line reached the daemon.
+	// Time is when the sandbox's agent kept the line.
 	Time time.Time `json:"time"`
-	// Source is "exec-N", "pid-N" or "start" (the template's start command).
+	// Source is "pid-N" (a process) or "start" (the template's start
+	// command).
 	Source string `json:"source"`
 	// Stream is "stdout", "stderr" or "pty".
 	Stream string `json:"stream"`
