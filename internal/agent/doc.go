@@ -12,8 +12,9 @@
 // completion with bounded output; [Client.StartProcess] and
 // [Client.ConnectProcess] return a [Process] stream with input, signal,
 // stdin-close and resize controls; [Client.Upload] and [Client.Download]
-// stream files; [Client.Process] and [Client.Filesystem] expose the
-// generated Connect clients for everything else.
+// stream files; [Client.Logs] reads (or follows) the sandbox's log of
+// process output the agent keeps; [Client.Process] and [Client.Filesystem]
+// expose the generated Connect clients for everything else.
 //
 // Process lifetime follows envd: the deadline of a Start stream (sent as
 // Connect-Timeout-Ms) is the process's lifetime on the agent. The client

@@ -15,7 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/sandboxd/sandboxd/internal/agent"
+	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
+	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
 )
 
 // TestClient_LogsOfTheRealAgent reads the log of a real agent: the
@@ -225,5 +229,50 @@ func TestClient_LogsFollowOfAnEndlessAnswerEndsWithItsContext(t *testing.T) {
 	stop := errors.New("client left")
 	if _, err := c.Logs(t.Context(), agent.LogQuery{Follow: true}, func([]agent.LogLine) error { return stop }); !errors.Is(err, stop) {
 		t.Errorf("follow whose emit fails: %v; want its error", err)
+	}
+}
+
+// The log is the daemon's alone: GET /sandboxd/logs wants the token, the
+// facades' Transport never reaches it, and a process started through the
+// Transport cannot keep its lines out of the log or pass them off as the
+// start command's (X-Sandboxd-Log is dropped).
+func TestClient_LogIsTheDaemonsAlone(t *testing.T) {
+	c, sock := localClient(t)
+	if resp := rawRequest(t, sock, http.MethodGet, "/sandboxd/logs", ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /sandboxd/logs without the token: %d, want 401", resp.StatusCode)
+	}
+	hc := &http.Client{Transport: c.Transport()}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, agent.BaseURL+"/sandboxd/logs", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /sandboxd/logs through Transport: %d, want 404", resp.StatusCode)
+	}
+	via := processconnect.NewProcessClient(hc, agent.BaseURL)
+	for _, h := range []string{"off", "start"} {
+		req := connect.NewRequest(&rpc.StartRequest{Process: &rpc.ProcessConfig{Cmd: "/bin/echo", Args: []string{"via-" + h}}})
+		req.Header().Set("X-Sandboxd-Log", h)
+		st, err := via.Start(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for st.Receive() {
+		}
+		st.Close()
+	}
+	var got []string
+	if _, err := c.Logs(t.Context(), agent.LogQuery{}, func(ls []agent.LogLine) error {
+		for _, l := range ls {
+			got = append(got, l.Source[:4]+":"+l.Text)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if g := strings.Join(got, "|"); g != "pid-:via-off|pid-:via-start" {
+		t.Errorf("log %q; want both lines, by pid", g)
 	}
 }

@@ -5,7 +5,8 @@
 // [NewHandler] puts everything on one mux, as envd does: GET /health
 // (unauthenticated, 204 No Content), the Connect services process.Process
 // (package server/process) and filesystem.Filesystem (package
-// server/filesystem), GET and POST /files (package server/files) and
+// server/filesystem), GET and POST /files (package server/files), GET
+// /sandboxd/logs (the sandbox's log, package server/logbook), and
 // CONNECT tunnels to ports inside the sandbox (package agent/tunnel). The
 // wire protocol is envd's (spec/envd), so E2B SDKs reach these handlers
 // through the daemon unchanged. Every request but GET /health must carry

@@ -54,6 +54,16 @@
 // the daemon reattaches and rebuilds its view from the replay. List and
 // every other call see only running processes, as in envd.
 //
+// # The sandbox's log (sandboxd's)
+//
+// Every process the service starts writes its output to the service's
+// logbook (package server/logbook, [Options].Logbook), named "pid-N",
+// whether or not anyone is attached. A Start with X-Sandboxd-Log: start
+// names it "start" (the template's start command); X-Sandboxd-Log: off
+// keeps it out (the daemon's own probes); any other value is
+// invalid_argument. The daemon's proxies drop X-Sandboxd-* headers, so
+// only the daemon sets them.
+//
 // # Users
 //
 // The request's user (Authorization: Basic base64("user:"), root when
