@@ -229,6 +229,14 @@ func (t *tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
+// CloseIdleConnections closes the base's idle connections: without it
+// http.Client.CloseIdleConnections, and so Close, would do nothing.
+func (t *tokenTransport) CloseIdleConnections() {
+	if ci, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
 // HTTPError is a non-success answer of the agent's plain-HTTP endpoints.
 // errors.Is(err, fs.ErrNotExist) holds for a 404.
 type HTTPError struct {

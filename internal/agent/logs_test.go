@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/agent"
 	rpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // TestClient_LogsOfTheRealAgent reads the log of a real agent: the
@@ -275,4 +277,31 @@ func TestClient_LogIsTheDaemonsAlone(t *testing.T) {
 	if g := strings.Join(got, "|"); g != "pid-:via-off|pid-:via-start" {
 		t.Errorf("log %q; want both lines, by pid", g)
 	}
+}
+
+// Close drops the client's idle connections (it did nothing before: the
+// token transport hid them from http.Client.CloseIdleConnections), so a
+// call after it dials again.
+func TestClient_CloseDropsIdleConnections(t *testing.T) {
+	sock := localAgent(t)
+	var dials atomic.Int64
+	dial := agent.UnixDialer(sock)
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { dials.Add(1); return dial(ctx) }, testToken)
+	defer c.Close()
+	logs := func() {
+		t.Helper()
+		if _, err := c.Logs(t.Context(), agent.LogQuery{}, func([]agent.LogLine) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs()
+	testenv.WaitFor(t, "a call after Close to dial again", func() error {
+		before := dials.Load()
+		c.Close()
+		logs()
+		if dials.Load() == before {
+			return errors.New("it reused a connection")
+		}
+		return nil
+	})
 }
