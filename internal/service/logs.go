@@ -36,9 +36,12 @@ const (
 	// stopLogsTimeout bounds the snapshot of a stopping sandbox's logs
 	// (a read of at most 1 MiB over the agent's socket: milliseconds).
 	stopLogsTimeout = 2 * time.Second
-	// maxStoppedLogs bounds the snapshots kept (each at most ~2 MiB: 1 MiB
-	// of text and 10,000 line headers).
-	maxStoppedLogs = 64
+	// maxStoppedLogs bounds the snapshots kept, and stoppedLogBytes the
+	// text of each (what the agent keeps; a hostile agent's answer, or
+	// invalid UTF-8 made text, may be larger: its oldest lines go), so
+	// they hold at most 64 × ~2 MiB (text and 10,000 line headers).
+	maxStoppedLogs  = 64
+	stoppedLogBytes = 1 << 20
 )
 
 // LogLine is one line of a sandbox's logs.
@@ -143,7 +146,18 @@ func (s *Service) snapshotLogs(ctx context.Context, row store.Sandbox) {
 		s.Logger.Debug("stop: the logs of the sandbox were not kept", "sandbox", row.ID, "err", err)
 		return
 	}
-	s.stopped.put(row.ID, row.Owner, lines)
+	s.stopped.put(row.ID, row.Owner, newestWithin(lines, stoppedLogBytes))
+}
+
+// newestWithin is the newest lines of lines whose texts hold at most max
+// bytes.
+func newestWithin(lines []LogLine, max int) []LogLine {
+	i, n := len(lines), 0
+	for i > 0 && n+len(lines[i-1].Text) <= max {
+		n += len(lines[i-1].Text)
+		i--
+	}
+	return lines[i:]
 }
 
 // Logs writes a sandbox's logs to emit, oldest first: the lines kept that

@@ -70,3 +70,15 @@ func TestEmitKept_SinceAndTail(t *testing.T) {
 		t.Errorf("since and tail 1: %q", got)
 	}
 }
+
+func TestNewestWithin(t *testing.T) {
+	lines := []LogLine{{Text: "aaaa"}, {Text: "bb"}, {Text: "cc"}, {Text: ""}}
+	for _, c := range []struct {
+		max  int
+		want int
+	}{{0, 1}, {2, 2}, {3, 2}, {4, 3}, {8, 4}, {100, 4}} {
+		if got := newestWithin(lines, c.max); len(got) != c.want {
+			t.Errorf("newestWithin(%d): %d lines, want %d", c.max, len(got), c.want)
+		}
+	}
+}
