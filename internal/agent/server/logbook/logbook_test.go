@@ -331,3 +331,14 @@ func TestBook_SlowReaderSkipsToTheOldestKept(t *testing.T) {
 	}
 	cancel()
 }
+
+// BenchmarkBook_Write: what the log costs a process printing 32-byte
+// lines, per 32 KiB read of its output.
+func BenchmarkBook_Write(b *testing.B) {
+	book := logbook.New(nil)
+	chunk := []byte(strings.Repeat("0123456789abcdef0123456789abcde\n", 1024))
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		book.Write("pid-1", logbook.Stdout, chunk)
+	}
+}
