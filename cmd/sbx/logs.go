@@ -11,8 +11,9 @@ import (
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
-// logsCmd is sbx logs: the output of the processes the daemon ran in a
-// sandbox (its execs and its template's start command), stdout lines to
+// logsCmd is sbx logs: the output of the processes a sandbox's agent ran
+// (its execs, any API's processes, sessions, its template's start
+// command), stdout lines to
 // stdout and stderr lines to stderr, or with --json one JSON object a line.
 func (c *cli) logsCmd() *cobra.Command {
 	var (
@@ -22,7 +23,7 @@ func (c *cli) logsCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "logs [-f] [--since 10m|<RFC 3339>] [--tail N] <id|name>",
-		Short: "Show a sandbox's logs (its execs' output)",
+		Short: "Show a sandbox's logs (its processes' output)",
 		Args:  args(1, 1, "one sandbox id or name"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			opts := sandboxd.LogOptions{Follow: follow}
