@@ -370,6 +370,16 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request, req request) 
 		h.fail(w, r, req.sess, http.StatusInternalServerError, "The terminal's route is malformed.")
 		return
 	}
+	// A terminal of that id (the page's, opened twice) is another page's:
+	// refuse, rather than let this WebSocket's end delete it.
+	if status := h.termStatus(r.Context(), req.sess.token, remove); status != http.StatusNotFound {
+		msg := "This terminal is open in another page: reload this one."
+		if status != http.StatusOK {
+			msg = "The terminal could not be checked: reload the page."
+		}
+		h.fail(w, r, req.sess, http.StatusConflict, msg)
+		return
+	}
 
 	// The terminal ends with the session: at its logout, its token's
 	// revocation or its expiry, however long the WebSocket was open.
@@ -399,6 +409,23 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request, req request) 
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()
 	}
+}
+
+// termStatus is the status of GET path (a terminal's) with token: 200
+// for a terminal that exists, 404 for none.
+func (h *Handler) termStatus(ctx context.Context, token, path string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.base+path, nil)
+	if err != nil {
+		return http.StatusBadRequest
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		return http.StatusServiceUnavailable
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func clamp(s string, def, lo, hi int) int {
