@@ -433,6 +433,8 @@ func TestDashboard(t *testing.T) {
 	if shot := os.Getenv("SANDBOXD_UI_SCREENSHOT"); shot != "" {
 		run(t, bctx, time.Minute, "open the list",
 			chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.ID("sandboxes")))
+		waitJS(t, bctx, time.Minute, "the list's usage",
+			`Array.from(document.querySelectorAll('tr[data-state="running"]')).every(r => r.dataset.samples)`)
 		png := get(t, bctx, time.Minute, "screenshot", chromedp.CaptureScreenshot())
 		if err := os.WriteFile(shot, png, 0o644); err != nil {
 			t.Fatal(err)

@@ -266,7 +266,7 @@
     for (var i = 0; i < cells.length; i++) {
       var k = cells[i].dataset.usage;
       if (u.error) {
-        cells[i].textContent = '–';
+        cells[i].textContent = cells[i].dataset.limit || '–';
         cells[i].title = u.error;
       } else {
         cells[i].textContent = (u.shown && u.shown[k]) || '';
