@@ -149,6 +149,14 @@ func TestDashboardLive(t *testing.T) {
 	if pwned := get(t, bctx, time.Minute, "img", chromedp.Evaluate[bool](`document.getElementById("pwnlog") !== null`)); pwned {
 		t.Fatal("a log line became markup")
 	}
+	// The pane keeps the last 1000 lines.
+	if _, err := clientA.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: "seq 1 1100 | sed 's/^/n-/'"}); err != nil {
+		t.Fatalf("print 1100 lines: %v", err)
+	}
+	waitJS(t, bctx, time.Minute, "the 1100th line in the logs pane", `document.getElementById("logs").lastChild.textContent.endsWith(" n-1100")`)
+	if n := get(t, bctx, time.Minute, "lines kept", chromedp.Evaluate[int](`document.getElementById("logs").childElementCount`)); n != 1000 {
+		t.Fatalf("the logs pane holds %d lines, want the last 1000", n)
+	}
 
 	// Resize: the terminal opened with its element's size; narrowing the
 	// element resizes the PTY (stty size inside reports it).
