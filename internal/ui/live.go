@@ -84,8 +84,15 @@ var idPattern = regexp.MustCompile(`^sb-[0-9a-f]{16}$`)
 // usage answers GET /ui/usage?id=…&id=…: {"items": {id: usageJSON}}, one
 // sample per sandbox named, taken through the API (so a sandbox the
 // session may not see is the API's 404 message, and one that is not
-// running its 409's).
+// running its 409's). Like logs, it answers the dashboard's own pages
+// only (sameOrigin): a sandbox's preview page on a sibling host, which
+// the SameSite cookie does not stop, could not read the answer but could
+// spend the session's share of samples or log streams.
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request, req request) {
+	if !sameOrigin(r) {
+		writeJSONError(w, http.StatusForbidden, "cross-origin request refused")
+		return
+	}
 	ids := r.URL.Query()["id"]
 	seen := map[string]bool{}
 	for _, id := range ids {
@@ -171,6 +178,10 @@ func ofLimit(used, limit uint64) string {
 // maxLogTail) and ?since= (RFC 3339, for a pane that reconnects) pass on.
 // The stream ends with the session. The pane writes lines as text.
 func (h *Handler) logs(w http.ResponseWriter, r *http.Request, req request) {
+	if !sameOrigin(r) {
+		writeJSONError(w, http.StatusForbidden, "cross-origin request refused")
+		return
+	}
 	q := r.URL.Query()
 	opts := sandboxd.LogOptions{Follow: true, Tail: clamp(q.Get("tail"), 0, 0, maxLogTail)}
 	if s := q.Get("since"); s != "" {

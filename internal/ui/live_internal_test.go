@@ -3,6 +3,7 @@ package ui
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -129,5 +130,37 @@ func TestUsage_Bounded(t *testing.T) {
 	}
 	if _, maxIn, calls := api.state(); maxIn > maxUsageCalls || calls != 2*maxUsageBatch {
 		t.Fatalf("metrics calls: %d, at most %d at once; want %d, at most %d", calls, maxIn, 2*maxUsageBatch, maxUsageCalls)
+	}
+}
+
+// TestLive_SiblingOriginRefused: a page of another origin (a sandbox's
+// preview on a sibling host, whose requests carry the SameSite cookie)
+// gets neither samples nor a log stream.
+func TestLive_SiblingOriginRefused(t *testing.T) {
+	api := &slowMetrics{release: make(chan struct{})}
+	close(api.release)
+	h, err := New(Options{API: api, APIHost: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	c, _, _ := h.sessions.open("sbx_one", auth.Principal{Role: auth.RoleUser, Owner: "one"})
+	for _, path := range []string{"/ui/usage?id=sb-0123456789abcdef", "/ui/sandbox/sb-0123456789abcdef/logs"} {
+		for _, hd := range []http.Header{
+			{"Origin": {"http://8080-sb-0123456789abcdef.localhost:7070"}},
+			{"Sec-Fetch-Site": {"same-site"}},
+		} {
+			r := httptest.NewRequest(http.MethodGet, "http://localhost:7070"+path, nil)
+			maps.Copy(r.Header, hd)
+			r.AddCookie(&http.Cookie{Name: cookieName, Value: c})
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusForbidden {
+				t.Errorf("GET %s with %v: %d %s, want 403", path, hd, w.Code, w.Body)
+			}
+		}
+	}
+	if _, _, calls := api.state(); calls != 0 {
+		t.Fatalf("refused requests made %d metrics calls", calls)
 	}
 }
