@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
@@ -122,32 +123,43 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request, req request) {
 		out = make(map[string]usageJSON, len(seen))
 		wg  sync.WaitGroup
 	)
+	var revoked atomic.Bool
 	for id := range seen {
 		wg.Go(func() {
-			u := h.sample(ctx, req.api, id)
+			u, status := h.sample(ctx, req.api, id)
+			if status == http.StatusUnauthorized {
+				revoked.Store(true)
+			}
 			mu.Lock()
 			out[id] = u
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	if revoked.Load() {
+		// The token was revoked since the login: as apiFailed, end its
+		// sessions; the page's next poll goes to the login and stops.
+		h.sessions.dropToken(req.sess.token)
+		writeJSONError(w, http.StatusUnauthorized, "Your session has ended: log in again.")
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": out})
 }
 
 // sample is one sandbox's usageJSON, taken within one of the dashboard's
-// metrics slots.
-func (h *Handler) sample(ctx context.Context, api *sandboxd.Client, id string) usageJSON {
+// metrics slots, and the API's status when it refused.
+func (h *Handler) sample(ctx context.Context, api *sandboxd.Client, id string) (usageJSON, int) {
 	if err := h.usageSlots.acquire(ctx); err != nil {
-		return usageJSON{Error: "no sample yet: the daemon is busy sampling other sandboxes"}
+		return usageJSON{Error: "no sample yet: the daemon is busy sampling other sandboxes"}, 0
 	}
 	defer h.usageSlots.release()
 	m, err := api.Metrics(ctx, id)
 	if err != nil {
 		if ctx.Err() != nil {
-			return usageJSON{Error: "no sample yet: the engine was slow to answer"}
+			return usageJSON{Error: "no sample yet: the engine was slow to answer"}, 0
 		}
-		_, msg := apiStatus(err)
-		return usageJSON{Error: msg}
+		status, msg := apiStatus(err)
+		return usageJSON{Error: msg}, status
 	}
 	u := usageJSON{
 		CPUPercent: m.CPUPercent, MemoryBytes: m.MemoryBytes, MemoryLimitBytes: m.MemoryLimitBytes,
@@ -159,7 +171,7 @@ func (h *Handler) sample(ctx context.Context, api *sandboxd.Client, id string) u
 		"disk":   ofLimit(m.DiskBytes, m.DiskLimitBytes),
 		"net":    "↓" + humanBytes(int64(m.NetRxBytes)) + " ↑" + humanBytes(int64(m.NetTxBytes)),
 	}
-	return u
+	return u, http.StatusOK
 }
 
 // ofLimit is "used of limit", or used alone without a limit.
@@ -195,6 +207,9 @@ func (h *Handler) logs(w http.ResponseWriter, r *http.Request, req request) {
 	sb, err := req.api.GetSandbox(r.Context(), r.PathValue("id"))
 	if err != nil {
 		status, msg := apiStatus(err)
+		if status == http.StatusUnauthorized {
+			h.sessions.dropToken(req.sess.token) // revoked since the login, as apiFailed
+		}
 		writeJSONError(w, status, msg)
 		return
 	}

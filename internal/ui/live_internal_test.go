@@ -164,3 +164,27 @@ func TestLive_SiblingOriginRefused(t *testing.T) {
 		t.Fatalf("refused requests made %d metrics calls", calls)
 	}
 }
+
+// TestUsage_RevokedTokenEndsTheSession: a token revoked since the login
+// (the API answers 401) ends its sessions, as the pages do.
+func TestUsage_RevokedTokenEndsTheSession(t *testing.T) {
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"error": {"code": "unauthenticated", "message": "invalid token", "retryable": false}}`)
+	})
+	h, err := New(Options{API: api, APIHost: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	c, _, _ := h.sessions.open("sbx_gone", auth.Principal{Role: auth.RoleUser, Owner: "one"})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, usageRequest(c, 2, 0))
+	if w.Code != http.StatusUnauthorized {
+		t.Fatalf("usage with a revoked token: %d %s, want 401", w.Code, w.Body)
+	}
+	if h.sessions.get(c) != nil {
+		t.Fatal("the revoked token's session lives on")
+	}
+}
