@@ -30,13 +30,22 @@ var CredentialHeaders = []string{
 // X-Sandboxd-Token). StripCredentials always removes it.
 const CredentialCookie = "sandboxd_token"
 
+// DashboardCookies are the dashboard's session cookies (package ui):
+// __Host-sandboxd_ui, the one browsers keep over TLS and on loopback
+// hosts, and sandboxd_ui, over plain HTTP elsewhere. A session id stands
+// for the API token it was opened with, and the first is scoped to every
+// path of the dashboard's host (a __Host- cookie's Path is /), where
+// E2B's envd routes forward requests to a sandbox: StripCredentials
+// always removes both.
+var DashboardCookies = []string{"__Host-sandboxd_ui", "sandboxd_ui"}
+
 // credentialPrefix starts the name of every header the daemon itself
 // reads as a credential or writes between nodes.
 const credentialPrefix = "X-Sandboxd-"
 
 // StripCredentials removes from h, a request's headers on their way to a
 // sandbox, every credential of this daemon: CredentialHeaders, every
-// X-Sandboxd- header, CredentialCookie and every cookie named in cookies
+// X-Sandboxd- header, CredentialCookie, DashboardCookies and every cookie named in cookies
 // or holding an API token, and each Authorization header that carries an API token
 // ([IsToken]) in any scheme, Basic included (as its user or its
 // password). An Authorization that carries no API token (Basic
@@ -64,7 +73,7 @@ func StripCredentials(h http.Header, cookies ...string) {
 			h.Add("Authorization", v)
 		}
 	}
-	stripCookies(h, append(cookies[:len(cookies):len(cookies)], CredentialCookie))
+	stripCookies(h, append(append(cookies[:len(cookies):len(cookies)], CredentialCookie), DashboardCookies...))
 }
 
 // IsToken reports whether s is an API token in either of its forms,

@@ -49,6 +49,10 @@ func TestStripCredentials(t *testing.T) {
 			in:   http.Header{"Cookie": {"a=1; sandboxd_token=" + token + "; named=x", "b=2; s=" + e2bKey + `; q="` + token + `"`}},
 			want: http.Header{"Cookie": {"a=1; b=2"}},
 		},
+		"the dashboard's session cookies": {
+			in:   http.Header{"Cookie": {"__Host-sandboxd_ui=0123abcd; app=1; sandboxd_ui=4567"}},
+			want: http.Header{"Cookie": {"app=1"}},
+		},
 		"only the daemon's cookies": {
 			in:   http.Header{"Cookie": {"sandboxd_token=x; named=y"}},
 			want: http.Header{},

@@ -22,9 +22,10 @@ func (d *Daemon) uiHandler() (*ui.Handler, error) {
 		Authenticate: func(ctx context.Context, token string) (auth.Principal, error) {
 			return d.Auth.AuthenticateToken(ctx, token)
 		},
-		Terminal: daytona.TerminalRoute,
-		Version:  version.Version,
-		Logger:   d.logger,
+		Terminal:       daytona.TerminalRoute,
+		TerminalResize: daytona.TerminalResizeRoute,
+		Version:        version.Version,
+		Logger:         d.logger,
 	})
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,13 @@ func parsePages() (map[string]*template.Template, error) {
 			return humanMB(n)
 		},
 		"cores": func(milli int64) string { return strconv.FormatFloat(float64(milli)/1000, 'f', -1, 64) },
+		"cpuf":  func(cores float64) string { return strconv.FormatFloat(cores, 'f', -1, 64) },
+		"usedMB": func(n int64) string {
+			if n <= 0 {
+				return "0"
+			}
+			return humanMB(n)
+		},
 	}
 	names, err := fs.Glob(assets, "assets/pages/*.html")
 	if err != nil {
@@ -127,8 +135,13 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		h.render(w, http.StatusServiceUnavailable, "login", nil, "Log in", err.Error())
 		return
 	}
-	if c, err := r.Cookie(cookieName); err == nil {
+	if c, ok := onlyCookie(r); ok {
 		h.sessions.drop(c.Value) // a login replaces the browser's earlier session
+	}
+	if secureContext(r) && len(r.CookiesNamed(httpCookieName)) > 0 {
+		// A cookie of the plain-HTTP name (an earlier version's) is never
+		// read here: let the browser forget it.
+		http.SetCookie(w, &http.Cookie{Name: httpCookieName, Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	}
 	http.SetCookie(w, sessionCookie(r, id, int(SessionTTL/time.Second)))
 	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
@@ -222,7 +235,9 @@ func (h *Handler) sandboxPage(w http.ResponseWriter, r *http.Request, req reques
 		FilesErr string
 		Ports    []sandboxd.Port
 		PortsErr string
-	}{Sandbox: sb, Running: sb.State == sandboxd.StateRunning, Dir: dirOf(r)}
+		// TID names the terminal the page opens (and resizes).
+		TID string
+	}{Sandbox: sb, Running: sb.State == sandboxd.StateRunning, Dir: dirOf(r), TID: newTID()}
 	data.Parent = path.Dir(data.Dir)
 	if data.Running {
 		if data.Files, err = req.api.ListFiles(ctx, sb.ID, data.Dir); err != nil {
@@ -345,11 +360,24 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request, req request) 
 	}
 	cols := clamp(q.Get("cols"), 100, minTermCols, maxTermCols)
 	rows := clamp(q.Get("rows"), 30, minTermRows, maxTermRows)
-	tid := "ui-" + randomHex(8)
+	tid := q.Get("tid") // the page's, so that its script can resize it
+	if !tidPattern.MatchString(tid) {
+		tid = newTID()
+	}
 	connect, header, remove := h.termRoute(sb.ID, tid, cols, rows, map[string]string{"TERM": "dumb"})
 	target, err := url.Parse(connect)
 	if err != nil {
 		h.fail(w, r, req.sess, http.StatusInternalServerError, "The terminal's route is malformed.")
+		return
+	}
+	// A terminal of that id (the page's, opened twice) is another page's:
+	// refuse, rather than let this WebSocket's end delete it.
+	if status := h.termStatus(r.Context(), req.sess.token, remove); status != http.StatusNotFound {
+		msg := "This terminal is open in another page: reload this one."
+		if status != http.StatusOK {
+			msg = "The terminal could not be checked: reload the page."
+		}
+		h.fail(w, r, req.sess, http.StatusConflict, msg)
 		return
 	}
 
@@ -381,6 +409,23 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request, req request) 
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()
 	}
+}
+
+// termStatus is the status of GET path (a terminal's) with token: 200
+// for a terminal that exists, 404 for none.
+func (h *Handler) termStatus(ctx context.Context, token, path string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.base+path, nil)
+	if err != nil {
+		return http.StatusBadRequest
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		return http.StatusServiceUnavailable
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func clamp(s string, def, lo, hi int) int {
@@ -491,21 +536,108 @@ func (h *Handler) nodesPage(w http.ResponseWriter, r *http.Request, req request)
 	h.render(w, http.StatusOK, "nodes", req.sess, "Nodes", data)
 }
 
-// tokensPage lists the API tokens and their quotas (admins); a user sees
-// the quota of the token it logged in with.
+// tokensPage lists the API tokens and their quotas with what each owner
+// holds (admins); a user sees the quota of the token it logged in with
+// and what its owner holds.
 func (h *Handler) tokensPage(w http.ResponseWriter, r *http.Request, req request) {
 	data := struct {
 		Tokens []sandboxd.Token
 		Quota  auth.Quota
+		// Held is what each owner holds (a user: its own only), by
+		// owner; Truncated says the count stopped at maxListed sandboxes.
+		Held      []holding
+		Truncated bool
 	}{Quota: req.sess.principal.Quota}
+	var err error
 	if req.sess.principal.IsAdmin() {
-		var err error
 		if data.Tokens, err = req.api.ListTokens(r.Context()); err != nil {
 			h.apiFailed(w, r, req, err)
 			return
 		}
 	}
+	if data.Held, data.Truncated, err = holdings(r.Context(), req.api, data.Tokens); err != nil {
+		h.apiFailed(w, r, req, err)
+		return
+	}
+	if !req.sess.principal.IsAdmin() && len(data.Held) == 0 {
+		data.Held = []holding{{Owner: req.sess.principal.Owner}}
+	}
 	h.render(w, http.StatusOK, "tokens", req.sess, "Tokens and quotas", data)
+}
+
+// holding is what one owner's sandboxes hold against its quota, counted
+// as admission counts it: a running, creating or paused sandbox holds its
+// CPU, memory and disk and counts as one of the owner's sandboxes; a
+// stopped one (or one in error) only its disk. Volumes and templates,
+// which also hold disk, are not counted here.
+type holding struct {
+	Owner     string
+	Sandboxes int64
+	CPU       float64
+	MemoryMB  int64
+	DiskMB    int64
+	// Quota is the owner's quota as its tokens carry it (admins only):
+	// nil when its tokens carry none, Mixed when they differ.
+	Quota *sandboxd.Quota
+	Mixed bool
+}
+
+// holdings counts what the sandboxes the caller may list hold, by owner
+// (the first maxListed sandboxes: truncated says there were more), and
+// adds each owner's quota from tokens.
+func holdings(ctx context.Context, api *sandboxd.Client, tokens []sandboxd.Token) (_ []holding, truncated bool, _ error) {
+	by := map[string]*holding{}
+	get := func(owner string) *holding {
+		hd := by[owner]
+		if hd == nil {
+			hd = &holding{Owner: owner}
+			by[owner] = hd
+		}
+		return hd
+	}
+	n := 0
+	for sb, err := range api.AllSandboxes(ctx, sandboxd.ListOptions{Limit: 100}) {
+		if err != nil {
+			return nil, false, err
+		}
+		if n == maxListed {
+			truncated = true
+			break
+		}
+		n++
+		hd := get(sb.Owner)
+		switch sb.State {
+		case sandboxd.StateRunning, sandboxd.StateCreating, sandboxd.StatePaused:
+			hd.Sandboxes++
+			hd.CPU += sb.CPU
+			hd.MemoryMB += int64(sb.MemoryMB)
+			hd.DiskMB += int64(sb.DiskMB)
+		default:
+			hd.DiskMB += int64(sb.DiskMB)
+		}
+	}
+	for _, t := range tokens {
+		if t.Role != sandboxd.RoleUser {
+			continue
+		}
+		hd := get(t.Owner)
+		switch {
+		case hd.Quota == nil && !hd.Mixed:
+			q := sandboxd.Quota{}
+			if t.Quota != nil {
+				q = *t.Quota
+			}
+			hd.Quota = &q
+		case hd.Quota != nil && (t.Quota == nil && *hd.Quota != sandboxd.Quota{} || t.Quota != nil && *t.Quota != *hd.Quota):
+			hd.Quota, hd.Mixed = nil, true
+		}
+	}
+	out := make([]holding, 0, len(by))
+	for _, hd := range by {
+		out = append(out, *hd)
+	}
+	slices.SortFunc(out, func(a, b holding) int { return strings.Compare(a.Owner, b.Owner) })
+	return out, truncated, nil
 }
 
 func age(t time.Time) string {

@@ -44,8 +44,9 @@ func TestPages_RenderAndEscape(t *testing.T) {
 			FilesErr    string
 			Ports       []sandboxd.Port
 			PortsErr    string
+			TID         string
 		}{&sb, true, "/tmp/" + hostile, "/tmp", []sandboxd.FileEntry{{Name: hostile, Path: "/tmp/" + hostile, Type: sandboxd.FileTypeFile, ModifiedAt: now}, {Name: hostile, Path: "/tmp/d", Type: sandboxd.FileTypeDir}}, hostile,
-			[]sandboxd.Port{{Port: 8080, Protocol: "http", URL: "javascript:alert(3)"}}, hostile},
+			[]sandboxd.Port{{Port: 8080, Protocol: "http", URL: "javascript:alert(3)"}}, hostile, newTID()},
 		"templates": []sandboxd.Template{{ID: "tpl-1", Name: hostile, Owner: hostile, Tags: []string{hostile}, State: "ready", Error: hostile, CreatedAt: now}},
 		"pools":     []sandboxd.Pool{{Image: hostile, Size: 2, Ready: 1, MemoryMB: 256}},
 		"nodes": struct {
@@ -53,9 +54,12 @@ func TestPages_RenderAndEscape(t *testing.T) {
 			Nodes     []node
 		}{true, []node{{ID: hostile, APIURL: hostile, Self: true, MilliCPU: 2000}}},
 		"tokens": struct {
-			Tokens []sandboxd.Token
-			Quota  auth.Quota
-		}{[]sandboxd.Token{{ID: "t1", Name: hostile, Owner: hostile, Quota: quota}, {ID: "t2", Name: "x"}}, auth.Quota{MilliCPU: 1500}},
+			Tokens    []sandboxd.Token
+			Quota     auth.Quota
+			Held      []holding
+			Truncated bool
+		}{[]sandboxd.Token{{ID: "t1", Name: hostile, Owner: hostile, Quota: quota}, {ID: "t2", Name: "x"}}, auth.Quota{MilliCPU: 1500},
+			[]holding{{Owner: hostile, Sandboxes: 2, CPU: 1.5, MemoryMB: 1024, Quota: quota}, {Owner: "b", Mixed: true}}, true},
 	}
 	for name := range h.pages {
 		if _, ok := pages[name]; !ok {

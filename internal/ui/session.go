@@ -7,8 +7,11 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
@@ -27,9 +30,21 @@ const (
 	// oldest session gives way to a new one, so one token cannot fill
 	// the store and lock every other tenant out.
 	maxSessionsPerToken = 16
-	// cookieName is the session cookie. Its Path is /ui/, so it never
-	// travels with API, facade or preview requests.
-	cookieName = "sandboxd_ui"
+	// cookieName is the session cookie wherever the browser keeps a
+	// Secure cookie (secureContext): a __Host- cookie, which a browser
+	// accepts only with Secure, Path=/ and no Domain, and so only from the
+	// dashboard's own host. A page of a sibling host (a sandbox's preview
+	// 8080-<id>.localhost beside a dashboard on localhost) cannot set,
+	// replace or shadow it, as it could a cookie for the parent domain.
+	// Its Path is / (the prefix demands it), so it travels with every
+	// request to the dashboard's host: what forwards one to a sandbox
+	// removes it (auth.StripCredentials, auth.DashboardCookies).
+	cookieName = "__Host-sandboxd_ui"
+	// httpCookieName is the session cookie over plain HTTP on a host
+	// that is not loopback, where browsers drop Secure cookies: Path /ui/,
+	// and a request carrying more than one is treated as carrying none
+	// (onlyCookie). Use TLS there.
+	httpCookieName = "sandboxd_ui"
 )
 
 // errTooManySessions is a login refused because the store is full of
@@ -50,6 +65,11 @@ type session struct {
 	// bounds what outlives a request, such as the terminal's WebSocket.
 	ended     chan struct{}
 	endedOnce sync.Once
+
+	// usageBusy is set while a /ui/usage of this session runs (one at a
+	// time); logFollows counts its open logs panes.
+	usageBusy  atomic.Bool
+	logFollows atomic.Int32
 }
 
 func (sess *session) end() { sess.endedOnce.Do(func() { close(sess.ended) }) }
@@ -181,13 +201,40 @@ func (sess *session) checkCSRF(got string) bool {
 }
 
 // sessionCookie is the cookie carrying value: HttpOnly (no script reads
-// it), SameSite=Strict (no other site's page sends it), Secure when the
-// request came over TLS, scoped to /ui/, and gone with the session.
+// it), SameSite=Strict (no other site's page sends it), gone with the
+// session, and, where the browser keeps Secure cookies (secureContext),
+// the __Host- cookie (Secure, Path /, host-only); elsewhere, over plain
+// HTTP, httpCookieName scoped to /ui/.
 func sessionCookie(r *http.Request, value string, maxAge int) *http.Cookie {
-	return &http.Cookie{
-		Name: cookieName, Value: value, Path: "/ui/", MaxAge: maxAge,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+	c := &http.Cookie{
+		Name: cookieName, Value: value, Path: "/", MaxAge: maxAge,
+		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode,
 	}
+	if !secureContext(r) {
+		c.Name, c.Path, c.Secure = httpCookieName, "/ui/", false
+	}
+	return c
+}
+
+// secureContext reports whether a browser keeps a Secure cookie that r's
+// answer sets: r came over TLS, or over plain HTTP to a loopback host
+// (localhost, 127.0.0.0/8, ::1), which browsers treat as a secure context
+// (Chromium keeps Secure and __Host- cookies from http://localhost and
+// http://127.0.0.1; TestDashboard checks it).
+func secureContext(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func randomHex(n int) string {

@@ -1,8 +1,10 @@
 package ui
 
 import (
+	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,29 +128,52 @@ func TestSameOrigin(t *testing.T) {
 }
 
 func TestSessionCookie_Flags(t *testing.T) {
-	r := httptest.NewRequest(http.MethodPost, "https://sandboxd.example/ui/login", nil)
-	c := sessionCookie(r, "v", 60)
-	if !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode || c.Path != "/ui/" {
-		t.Fatalf("cookie over TLS: %+v", c)
+	for _, u := range []string{"https://sandboxd.example/ui/login", "http://localhost:7070/ui/login", "http://127.0.0.1:7070/ui/login", "http://[::1]:7070/ui/login"} {
+		r := httptest.NewRequest(http.MethodPost, u, nil)
+		if strings.HasPrefix(u, "https:") {
+			r.TLS = &tls.ConnectionState{}
+		}
+		c := sessionCookie(r, "v", 60)
+		if c.Name != "__Host-sandboxd_ui" || !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.Domain != "" {
+			t.Errorf("cookie at %s: %+v; want __Host-sandboxd_ui, HttpOnly, Secure, SameSite=Strict, Path /, no Domain", u, c)
+		}
 	}
-	r = httptest.NewRequest(http.MethodPost, "http://127.0.0.1/ui/login", nil)
-	if c := sessionCookie(r, "v", 60); c.Secure {
-		t.Fatal("Secure cookie over plain HTTP: the browser would drop it")
+	for _, u := range []string{"http://sandboxd.example/ui/login", "http://10.0.0.5:7070/ui/login", "http://localhost.example/ui/login"} {
+		r := httptest.NewRequest(http.MethodPost, u, nil)
+		if c := sessionCookie(r, "v", 60); c.Name != "sandboxd_ui" || c.Secure || c.Path != "/ui/" || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
+			t.Errorf("cookie over plain HTTP at %s: %+v; want sandboxd_ui, not Secure (the browser would drop it), Path /ui/", u, c)
+		}
 	}
 }
 
 func TestOnlyCookie_SeveralAreNone(t *testing.T) {
-	r := httptest.NewRequest(http.MethodGet, "http://localhost:7070/ui/", nil)
+	r := httptest.NewRequest(http.MethodGet, "http://sandboxd.example/ui/", nil)
 	if _, ok := onlyCookie(r); ok {
 		t.Fatal("a request without a cookie has one")
 	}
-	r.AddCookie(&http.Cookie{Name: cookieName, Value: "mine"})
+	r.AddCookie(&http.Cookie{Name: httpCookieName, Value: "mine"})
 	if c, ok := onlyCookie(r); !ok || c.Value != "mine" {
 		t.Fatalf("one cookie: %v, %v", c, ok)
 	}
-	r.AddCookie(&http.Cookie{Name: cookieName, Value: "tossed"})
+	r.AddCookie(&http.Cookie{Name: httpCookieName, Value: "tossed"})
 	if _, ok := onlyCookie(r); ok {
 		t.Fatal("two session cookies (one tossed by a sibling host) were trusted")
+	}
+}
+
+// TestOnlyCookie_SecureContextReadsOnlyTheHostCookie: on localhost a
+// cookie of the plain name, which a sibling host can set for the parent
+// domain, neither stands for the session nor shadows the __Host- one.
+func TestOnlyCookie_SecureContextReadsOnlyTheHostCookie(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, "http://localhost:7070/ui/", nil)
+	r.AddCookie(&http.Cookie{Name: httpCookieName, Value: "planted"})
+	if c, ok := onlyCookie(r); ok {
+		t.Fatalf("a sandboxd_ui cookie on localhost was read as the session: %v", c)
+	}
+	r.AddCookie(&http.Cookie{Name: cookieName, Value: "mine"})
+	r.AddCookie(&http.Cookie{Name: httpCookieName, Value: "planted2"})
+	if c, ok := onlyCookie(r); !ok || c.Value != "mine" {
+		t.Fatalf("beside planted cookies the session is %v, %v; want mine", c, ok)
 	}
 }
 

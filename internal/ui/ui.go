@@ -43,6 +43,10 @@ type Options struct {
 	// id and attaches to it, header what it must carry besides the token,
 	// remove the path whose DELETE ends the terminal. Nil: no terminal.
 	Terminal func(id, tid string, cols, rows int, env map[string]string) (connect string, header http.Header, remove string)
+	// TerminalResize names the API route whose POST {cols, rows}
+	// resizes terminal tid of sandbox id (daytona.TerminalResizeRoute).
+	// Nil: terminals keep the size they opened with.
+	TerminalResize func(id, tid string) string
 	// Version is shown in the footer and the SDK's User-Agent.
 	Version string
 	// Logger receives failures; nil discards them.
@@ -56,6 +60,8 @@ type Handler struct {
 	api          http.Handler
 	base         string // the in-process API's base URL
 	termRoute    func(id, tid string, cols, rows int, env map[string]string) (string, http.Header, string)
+	termResize   func(id, tid string) string
+	usageSlots   usageSlots
 	authenticate func(context.Context, string) (auth.Principal, error)
 	version      string
 	logger       *slog.Logger
@@ -93,6 +99,8 @@ func New(opts Options) (*Handler, error) {
 		api:          opts.API,
 		base:         "http://" + opts.APIHost,
 		termRoute:    opts.Terminal,
+		termResize:   opts.TerminalResize,
+		usageSlots:   make(usageSlots, maxUsageCalls),
 		authenticate: opts.Authenticate,
 		version:      opts.Version,
 		logger:       logger,
@@ -177,6 +185,9 @@ func (h *Handler) routes() *http.ServeMux {
 	mux.HandleFunc("GET /ui/sandbox/{id}/download", h.withSession(false, h.download))
 	mux.HandleFunc("POST /ui/sandbox/{id}/ports", h.withSession(true, h.exposePort))
 	mux.HandleFunc("GET /ui/sandbox/{id}/terminal", h.withSession(false, h.terminal))
+	mux.HandleFunc("POST /ui/sandbox/{id}/terminal/resize", h.withSession(true, h.resizeTerminal))
+	mux.HandleFunc("GET /ui/sandbox/{id}/logs", h.withSession(false, h.logs))
+	mux.HandleFunc("GET /ui/usage", h.withSession(false, h.usage))
 	mux.HandleFunc("GET /ui/templates", h.withSession(false, h.templatesPage))
 	mux.HandleFunc("GET /ui/templates/{id}/logs", h.withSession(false, h.templateLogs))
 	mux.HandleFunc("GET /ui/pools", h.withSession(false, h.poolsPage))
@@ -239,13 +250,21 @@ func (h *Handler) withSession(mutating bool, fn func(http.ResponseWriter, *http.
 }
 
 // onlyCookie returns the request's session cookie when it carries exactly
-// one. Several mean that a page of a sibling host (a sandbox's preview on
-// *.localhost beside a dashboard on localhost, which share a site) set one
-// for the parent domain to slip the browser its own session: none of them
-// is trusted, and the browser is sent to the login.
+// one of the name its scheme and host use (sessionCookie): the __Host-
+// cookie in a secure context, which no other host can set, else
+// httpCookieName. Several of the latter mean that a page of a sibling
+// host (a sandbox's preview on *.example beside a dashboard on example,
+// which share a site) set one for the parent domain to slip the browser
+// its own session: none of them is trusted, and the browser is sent to
+// the login. The other name is ignored: in a secure context a cookie a
+// sibling set for the parent domain never stands for the session.
 func onlyCookie(r *http.Request) (*http.Cookie, bool) {
+	name := httpCookieName
+	if secureContext(r) {
+		name = cookieName
+	}
 	var found *http.Cookie
-	for _, c := range r.CookiesNamed(cookieName) {
+	for _, c := range r.CookiesNamed(name) {
 		if found != nil {
 			return nil, false
 		}

@@ -38,9 +38,10 @@ func browser(t *testing.T) context.Context {
 		chromedp.DisableGPU,
 		chromedp.WindowSize(1280, 760),
 		chromedp.UserDataDir(t.TempDir()),
-		// Nothing leaves the machine: every host but the daemon's
-		// 127.0.0.1 fails to resolve, and no proxy is looked up.
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
+		// Nothing leaves the machine: localhost and *.localhost are
+		// 127.0.0.1, every other host but 127.0.0.1 fails to resolve,
+		// and no proxy is looked up.
+		chromedp.Flag("host-resolver-rules", "MAP localhost 127.0.0.1, MAP *.localhost 127.0.0.1, MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
 		chromedp.Flag("no-proxy-server", true),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -134,7 +135,7 @@ func terminalEndsWithLogout(ctx context.Context, t *testing.T, base, token, id s
 	resp := post("/ui/login", url.Values{"token": {token}}, nil)
 	var cookie *http.Cookie
 	for _, c := range resp.Cookies() {
-		if c.Name == "sandboxd_ui" {
+		if c.Name == "__Host-sandboxd_ui" {
 			cookie = c
 		}
 	}
@@ -239,9 +240,12 @@ func TestDashboard(t *testing.T) {
 		chromedp.Click(chromedp.ID("login")),
 		chromedp.WaitVisible(chromedp.ID("create")))
 
-	// The cookie: HttpOnly, SameSite=Strict, not Secure on plain HTTP,
-	// scoped to /ui/, short-lived; and the token is nowhere in the page,
-	// the URL or the browser's storage.
+	// The cookie: a __Host- cookie (which no other host, a sandbox's
+	// preview on a sibling name included, can set or shadow): Secure,
+	// which chromium keeps from plain http://127.0.0.1 (a secure
+	// context), Path /, no Domain; HttpOnly, SameSite=Strict,
+	// short-lived; and the token is nowhere in the page, the URL or the
+	// browser's storage.
 	got, err := chromedp.Call(bctx, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/ui/"}})
 	if err != nil {
 		t.Fatalf("read the cookies: %v", err)
@@ -255,9 +259,10 @@ func TestDashboard(t *testing.T) {
 	}
 	c := cookies[0]
 	lifetime := time.Until(time.Unix(int64(c.Expires), 0))
-	if c.Name != "sandboxd_ui" || !c.HTTPOnly || c.SameSite != network.CookieSameSiteStrict || c.Secure || c.Path != "/ui/" ||
-		lifetime <= 0 || lifetime > time.Hour+time.Minute || c.Value == tokA || strings.Contains(c.Value, "sbx_") {
-		t.Fatalf("session cookie %+v (expires in %v): want sandboxd_ui, HttpOnly, SameSite=Strict, not Secure over HTTP, Path /ui/, at most an hour, not the token", c, lifetime)
+	if c.Name != "__Host-sandboxd_ui" || !c.HTTPOnly || c.SameSite != network.CookieSameSiteStrict || !c.Secure || c.Path != "/" ||
+		c.Domain != "127.0.0.1" || c.Session || lifetime <= 0 || lifetime > time.Hour+time.Minute ||
+		c.Value == tokA || strings.Contains(c.Value, "sbx_") {
+		t.Fatalf("session cookie %+v (expires in %v): want __Host-sandboxd_ui, Secure, Path /, host-only, HttpOnly, SameSite=Strict, at most an hour, not the token", c, lifetime)
 	}
 	if strings.Contains(stored, tokA) || strings.Contains(html, tokA) {
 		t.Fatal("the API token is visible to the page (storage, document.cookie, URL or HTML)")
@@ -428,6 +433,8 @@ func TestDashboard(t *testing.T) {
 	if shot := os.Getenv("SANDBOXD_UI_SCREENSHOT"); shot != "" {
 		run(t, bctx, time.Minute, "open the list",
 			chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.ID("sandboxes")))
+		waitJS(t, bctx, time.Minute, "the list's usage",
+			`Array.from(document.querySelectorAll('tr[data-state="running"]')).every(r => r.dataset.samples)`)
 		png := get(t, bctx, time.Minute, "screenshot", chromedp.CaptureScreenshot())
 		if err := os.WriteFile(shot, png, 0o644); err != nil {
 			t.Fatal(err)

@@ -326,3 +326,9 @@ func TerminalRoute(id, tid string, cols, rows int, env map[string]string) (conne
 	}
 	return connect, header, base + "/" + url.PathEscape(tid)
 }
+
+// TerminalResizeRoute is, like TerminalRoute, for the dashboard: the path
+// whose POST {cols, rows} resizes terminal tid of sandbox id (resizePTY).
+func TerminalResizeRoute(id, tid string) string {
+	return Prefix + "/toolbox/" + url.PathEscape(id) + "/process/pty/" + url.PathEscape(tid) + "/resize"
+}
