@@ -26,7 +26,9 @@ const maxSandboxSeries = 64
 // series; with 32, 0.9 s and 2.5 s (p95 3.8 s on a busy machine) with all
 // 64 (go run ./bench/metricsbench, one run each; docker stats --no-stream
 // of the same 64 took 2.6–2.7 s beside them). Each call is a goroutine
-// and a socket while it waits, little CPU.
+// and a socket while it waits, little CPU. The bound holds across
+// scrapes: calls a past scrape left behind (an engine slow to see their
+// cancellation) hold their slots until they return.
 const sandboxSampleWorkers = 32
 
 // sandboxSampleDeadline bounds the per-sandbox sampling of one scrape,
@@ -40,6 +42,7 @@ const sandboxSampleDeadline = 4 * time.Second
 type sandboxCollector struct {
 	svc                                    Service
 	deadline                               time.Duration
+	slots                                  chan struct{} // engine calls in flight, every scrape's
 	cpu, mem, disk, rx, tx, omits, missing *prometheus.Desc
 }
 
@@ -48,6 +51,7 @@ func newSandboxCollector(svc Service) *sandboxCollector {
 	return &sandboxCollector{
 		svc:      svc,
 		deadline: sandboxSampleDeadline,
+		slots:    make(chan struct{}, sandboxSampleWorkers),
 		cpu:      prometheus.NewDesc("sandboxd_sandbox_cpu_seconds_total", "CPU time a running sandbox used since it started.", l, nil),
 		mem:      prometheus.NewDesc("sandboxd_sandbox_memory_bytes", "Memory a running sandbox uses, reclaimable page cache excluded.", l, nil),
 		disk:     prometheus.NewDesc("sandboxd_sandbox_disk_bytes", "What a running sandbox wrote over its image (what its disk limit counts).", l, nil),
@@ -92,18 +96,17 @@ func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
 	sctx, scancel := context.WithTimeout(ctx, c.deadline)
 	defer scancel()
 	results := make(chan sandboxSample, len(running)) // never blocks a worker
-	sem := make(chan struct{}, sandboxSampleWorkers)
 	started := 0
 dispatch:
 	for _, sb := range running {
 		select {
-		case sem <- struct{}{}:
+		case c.slots <- struct{}{}:
 		case <-sctx.Done():
 			break dispatch
 		}
 		started++
 		go func() {
-			defer func() { <-sem }()
+			defer func() { <-c.slots }()
 			m, err := c.svc.SandboxUsage(sctx, admin, sb.ID)
 			results <- sandboxSample{id: sb.ID, m: m, err: err}
 		}()
