@@ -733,7 +733,7 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	// wildcard certificate (--https-cert).
 	allowLocal := func(host string) bool {
 		return allow(host) || (d.e2bServesHost != nil && d.e2bServesHost(host)) ||
-			(d.cluster != nil && d.cluster.servesElsewhere(host, cfg.Domain))
+			(d.cluster != nil && servesElsewhere(d.cluster.node, d.cluster.self, cfg.Domain, host))
 	}
 	var tlsConf *tls.Config
 	if cfg.ACMEEmail != "" {
