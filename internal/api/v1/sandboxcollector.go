@@ -23,9 +23,9 @@ const maxSandboxSeries = 64
 // collection tick, once a second, and calls waiting at once share it, so
 // a scrape takes about a second per round of workers. With 4, a scrape of
 // 8 sandboxes took p50 1.6 s and one of 64 hit the old 5 s bound with 20
-// series; with 32, 0.9 s and 2.5 s (p95 3.8 s on a busy machine) with all
-// 64 (go run ./bench/metricsbench, one run each; docker stats --no-stream
-// of the same 64 took 2.6–2.7 s beside them). Each call is a goroutine
+// series; with 32, 0.8–0.9 s and 2.1–2.5 s (p95 2.5–3.8 s on this busy
+// machine) with all 64 (go run ./bench/metricsbench, one run each; docker
+// stats --no-stream of the same 64 took 2.3–2.7 s beside them). Each call is a goroutine
 // and a socket while it waits, little CPU. The bound holds across
 // scrapes: calls a past scrape left behind (an engine slow to see their
 // cancellation) hold their slots until they return.
