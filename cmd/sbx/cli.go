@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/sandboxd/sandboxd/internal/clientconf"
 	"github.com/sandboxd/sandboxd/internal/version"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
@@ -41,9 +40,10 @@ type cli struct {
 	// to shorten retries).
 	clientOpts []sandboxd.Option
 
-	jsonOut bool   // --json
-	baseURL string // the daemon's URL, once a client is made
-	noToken bool   // no token was found; explains a 401
+	jsonOut bool             // --json
+	conf    clientconf.Flags // --url, --token-file
+	baseURL string           // the daemon's URL, once a client is made
+	noToken bool             // no token was found; explains a 401
 }
 
 // usageError is a command line sbx cannot act on.
@@ -159,7 +159,7 @@ func (c *cli) message(err error) string {
 			msg += ": " + apiErr.Message
 		}
 		if apiErr.Code == sandboxd.CodeUnauthenticated && c.noToken {
-			msg += " (no token: set SBX_TOKEN, or run inside a checkout with .sandboxd/admin.token)"
+			msg += " (no token: " + clientconf.NoTokenHint + ")"
 		}
 		return msg
 	default:
@@ -173,9 +173,10 @@ func (c *cli) rootCmd() *cobra.Command {
 		Short: "Manage sandboxes on a sandboxd daemon",
 		Long: `sbx manages sandboxes on a sandboxd daemon.
 
-The daemon is at $SBX_API_URL (default ` + sandboxd.DefaultBaseURL + `). The token is
-$SBX_TOKEN, or the admin token in $SBX_DATA_DIR/admin.token, or in
-.sandboxd/admin.token in this directory or the nearest parent that has one.
+The daemon is at --url, else $SBX_API_URL (default ` + sandboxd.DefaultBaseURL + `). The
+token is read from --token-file, else $SBX_TOKEN, else the admin token in
+$SBX_DATA_DIR/admin.token, else in .sandboxd/admin.token in this directory
+or the nearest parent that has one (sandboxd mcp finds it the same way).
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict,
 5 unauthenticated or permission denied; exec and shell exit with the
@@ -195,6 +196,8 @@ command's own code.`,
 		return &usageError{cmd: cmd.CommandPath(), err: err}
 	})
 	root.PersistentFlags().BoolVar(&c.jsonOut, "json", false, "print the API object as JSON")
+	root.PersistentFlags().StringVar(&c.conf.URL, clientconf.URLFlag, "", clientconf.URLHelp)
+	root.PersistentFlags().StringVar(&c.conf.TokenFile, clientconf.TokenFileFlag, "", clientconf.TokenFileHelp)
 	root.AddCommand(
 		c.createCmd(), c.lsCmd(), c.getCmd(), c.execCmd(), c.shellCmd(), c.cpCmd(),
 		c.startCmd(), c.stopCmd(), c.pauseCmd(), c.resumeCmd(), c.rmCmd(), c.portsCmd(), c.domainsCmd(), c.tokenCmd(), c.poolCmd(),
@@ -215,57 +218,22 @@ func args(minN, maxN int, usage string) cobra.PositionalArgs {
 	}
 }
 
-// client returns an API client configured from the environment.
+// client returns an API client configured by package clientconf's rules.
 func (c *cli) client() (*sandboxd.Client, error) {
-	base := c.getenv("SBX_API_URL")
-	if base == "" {
-		base = sandboxd.DefaultBaseURL
-	}
-	token, err := c.token()
+	conf, err := clientconf.Resolve(c.conf, clientconf.Env{Getenv: c.getenv, Getwd: c.getwd})
 	if err != nil {
 		return nil, err
 	}
-	c.baseURL, c.noToken = base, token == ""
+	c.baseURL, c.noToken = conf.URL, conf.Token == ""
 	opts := append([]sandboxd.Option{sandboxd.WithUserAgent("sbx/" + version.Version)}, c.clientOpts...)
-	return sandboxd.New(base, token, opts...), nil
+	return sandboxd.New(conf.URL, conf.Token, opts...), nil
 }
 
-// token finds the API token: SBX_TOKEN, else <data dir>/admin.token where
-// the data dir is SBX_DATA_DIR or the nearest .sandboxd directory at or
-// above the working directory. No token at all is not an error here: the
-// daemon answers 401 and message explains.
+// token finds the API token by package clientconf's rules. No token at
+// all is not an error here: the daemon answers 401 and message explains.
 func (c *cli) token() (string, error) {
-	if t := strings.TrimSpace(c.getenv("SBX_TOKEN")); t != "" {
-		return t, nil
-	}
-	if dir := c.getenv("SBX_DATA_DIR"); dir != "" {
-		return readToken(filepath.Join(dir, "admin.token"))
-	}
-	wd, err := c.getwd()
-	if err != nil {
-		return "", nil
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		t, err := readToken(filepath.Join(dir, ".sandboxd", "admin.token"))
-		if t != "" || err != nil {
-			return t, err
-		}
-		if filepath.Dir(dir) == dir {
-			return "", nil
-		}
-	}
-}
-
-// readToken returns the token in a file, or "" when there is no file.
-func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("read token: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
+	conf, err := clientconf.Resolve(c.conf, clientconf.Env{Getenv: c.getenv, Getwd: c.getwd})
+	return conf.Token, err
 }
 
 // resolve returns the id of the sandbox ref names: ref itself when it is

@@ -72,7 +72,8 @@ func remoteTarget(ctx context.Context, cl *sandboxd.Client, id, dst, src string)
 // downloadTree copies a tree out of a sandbox (or writes its tar to
 // stdout). Everything the sandbox sends is checked as a hostile archive
 // would be (package archive): nothing lands outside DST or goes through a
-// link. An existing local directory DST receives the tree under its own
+// link, and modes are cut by the umask, sticky bit included, as tar does
+// for a user who is not root. An existing local directory DST receives the tree under its own
 // name; otherwise the tree is unpacked in a temporary directory beside
 // DST and renamed to DST once whole, so a failure leaves nothing.
 func (c *cli) downloadTree(ctx context.Context, cl *sandboxd.Client, from, to endpoint) (n int64, err error) {
@@ -97,7 +98,7 @@ func (c *cli) downloadTree(ctx context.Context, cl *sandboxd.Client, from, to en
 		if root == "" {
 			return 0, fmt.Errorf("%s: name the directory (not ~ or .) to copy it into an existing directory", from)
 		}
-		_, err = archive.Extract(to.path, cr, archive.Limits{Root: root})
+		_, err = archive.Extract(to.path, cr, archive.Limits{Root: root, Mask: archive.LocalMask()})
 		return cr.bytes(), err
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(to.path)), ".sbx-cp-*")
@@ -109,7 +110,7 @@ func (c *cli) downloadTree(ctx context.Context, cl *sandboxd.Client, from, to en
 			err = rerr
 		}
 	}()
-	if _, err = archive.Extract(tmp, cr, archive.Limits{}); err != nil {
+	if _, err = archive.Extract(tmp, cr, archive.Limits{Mask: archive.LocalMask()}); err != nil {
 		return cr.bytes(), err
 	}
 	ents, err := os.ReadDir(tmp)

@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sandboxd/sandboxd/internal/clientconf"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -599,6 +600,28 @@ func TestToken_Discovery(t *testing.T) {
 				t.Errorf("exit %d, want %d (stderr %q)", got.code, tt.want, got.stderr)
 			}
 		})
+	}
+}
+
+// TestToken_FlagsAsSandboxdMCP: sbx takes sandboxd mcp's --url and
+// --token-file (package clientconf, one set of rules for both): the flags
+// win over the environment, and a --token-file that is not there is
+// clientconf's error, exit 1.
+func TestToken_FlagsAsSandboxdMCP(t *testing.T) {
+	_, srv := newFakeAPI(t)
+	file := filepath.Join(t.TempDir(), "tok")
+	if err := os.WriteFile(file, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"SBX_API_URL": "http://127.0.0.1:1", "SBX_TOKEN": "wrong"}
+	if got := sbxEnv(t, env, t.TempDir(), "", "--url", srv.URL, "--token-file", file, "get", "web"); got.code != exitOK {
+		t.Errorf("--url and --token-file over the environment: exit %d (stderr %q), want 0", got.code, got.stderr)
+	}
+	missing := filepath.Join(t.TempDir(), "missing")
+	_, want := clientconf.Resolve(clientconf.Flags{TokenFile: missing}, clientconf.Env{Getenv: func(string) string { return "" }})
+	got := sbxEnv(t, env, t.TempDir(), "", "--token-file", missing, "get", "web")
+	if want == nil || got.code != exitError || got.stderr != "sbx: "+want.Error()+"\n" {
+		t.Errorf("a missing --token-file: exit %d, stderr %q; want %d and %q", got.code, got.stderr, exitError, want)
 	}
 }
 

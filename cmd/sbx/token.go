@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/clientconf"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -58,7 +59,7 @@ func (c *cli) tokenCmd() *cobra.Command {
 	e2bKey := &cobra.Command{
 		Use:   "e2b-key [TOKEN]",
 		Short: "Print a token in the e2b_<hex> form every E2B SDK accepts as E2B_API_KEY",
-		Long: "Print TOKEN, or the token sbx uses (SBX_TOKEN, else .sandboxd/admin.token), in the\n" +
+		Long: "Print TOKEN, or the token sbx uses (--token-file, SBX_TOKEN, else .sandboxd/admin.token), in the\n" +
 			"form the E2B SDKs take as an API key: e2b_ and the token in hex. The daemon\n" +
 			"accepts both forms; SDKs that check the key's format before sending want this one.",
 		Args: args(0, 1, "at most one token"),
@@ -72,7 +73,7 @@ func (c *cli) tokenCmd() *cobra.Command {
 					return err
 				}
 				if tok == "" {
-					return usagef(cmd, "no token: give one, set SBX_TOKEN, or run inside a checkout with .sandboxd/admin.token")
+					return usagef(cmd, "no token: give one, %s", clientconf.NoTokenHint)
 				}
 			}
 			if _, err := auth.Parse(tok); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/archive"
@@ -305,5 +306,60 @@ func TestWriteExtract_RoundTrip(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestExtract_Mask: with a mask (sbx cp -r on the user's machine) modes
+// lose the mask's bits and the sticky bit, as tar gives a user who is not
+// root; without one (the agent, in a sandbox) they are the archive's,
+// sticky bit included. Setuid and setgid go either way.
+func TestExtract_Mask(t *testing.T) {
+	arc := tarOf(t,
+		entry{name: "t/", typ: tar.TypeDir, mode: 0o777},
+		entry{name: "t/shared/", typ: tar.TypeDir, mode: 0o1777},
+		entry{name: "t/world", mode: 0o666, body: "w"},
+		entry{name: "t/suid", mode: 0o4777, body: "s"},
+		entry{name: "t/sticky", mode: 0o1644, body: "k"},
+	)
+	for _, tc := range []struct {
+		name string
+		mask uint32
+		want map[string]os.FileMode
+	}{
+		{"umask 027 and sticky", 0o027 | 0o1000, map[string]os.FileMode{
+			"t": 0o750, "t/shared": 0o750, "t/world": 0o640, "t/suid": 0o750, "t/sticky": 0o640,
+		}},
+		{"no mask", 0, map[string]os.FileMode{
+			"t": 0o777, "t/shared": 0o777 | os.ModeSticky, "t/world": 0o666, "t/suid": 0o777, "t/sticky": 0o644 | os.ModeSticky,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if _, err := archive.Extract(dir, bytes.NewReader(arc), archive.Limits{Mask: tc.mask}); err != nil {
+				t.Fatal(err)
+			}
+			for p, want := range tc.want {
+				fi, err := os.Lstat(filepath.Join(dir, p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := fi.Mode() & (os.ModePerm | os.ModeSticky | os.ModeSetuid | os.ModeSetgid); got != want {
+					t.Errorf("%s: mode %v, want %v", p, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestLocalMask_IsTheUmaskAndSticky: LocalMask reads the process's umask
+// without changing it.
+func TestLocalMask_IsTheUmaskAndSticky(t *testing.T) {
+	old := syscall.Umask(0o027)
+	defer syscall.Umask(old)
+	if got := archive.LocalMask(); got != 0o1027 {
+		t.Errorf("LocalMask() = %#o under umask 027, want 01027", got)
+	}
+	if now := syscall.Umask(0o027); now != 0o027 {
+		t.Errorf("the umask after LocalMask is %#o, want 027", now)
 	}
 }

@@ -11,7 +11,8 @@
 // disk, is never written through), when it is a device node, FIFO or
 // anything but a directory, regular file, symbolic link or hard link
 // inside the archive, or when it goes past Limits (entries, name length).
-// Setuid and setgid bits are dropped; owners in the archive are ignored:
+// Setuid and setgid bits are dropped, and Limits.Mask's bits (sbx cp -r:
+// the user's umask and the sticky bit); owners in the archive are ignored:
 // what is created belongs to whoever extracts (the agent runs the
 // extraction with the request's user as its file-system identity, see
 // package files). Symbolic links are created as they are: their targets

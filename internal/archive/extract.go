@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +35,37 @@ type Limits struct {
 	// when unpacking a sandbox's tree into an existing directory, so a
 	// hostile sandbox cannot add a sibling (say ~/.bashrc beside ~/app).
 	Root string
+	// Mask holds mode bits cleared from every entry's mode (setuid and
+	// setgid are cleared always). sbx cp -r, writing on the user's
+	// machine, passes LocalMask(): the process's umask and the sticky
+	// bit, as tar does for a user who is not root, so a sandbox's
+	// world-writable files arrive as the user's other new files would.
+	// The agent passes none: an upload into a sandbox keeps the archive's
+	// permission bits and sticky bit as docker cp does (the caller owns
+	// the sandbox and chose them; nothing runs setuid from them).
+	Mask uint32
+}
+
+// LocalMask is the Mask for an extraction onto the user's machine: the
+// process's umask (from /proc/self/status; where that is missing, read
+// by setting it and back) and the sticky bit.
+func LocalMask() uint32 {
+	return umask() | unix.S_ISVTX
+}
+
+func umask() uint32 {
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+				if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+					return uint32(m) & 0o777
+				}
+			}
+		}
+	}
+	m := unix.Umask(0o077) // briefly the strictest, never looser
+	unix.Umask(m)
+	return uint32(m) & 0o777
 }
 
 func (l Limits) entries() int {
@@ -158,9 +190,9 @@ func (x *extractor) cleanName(name string) ([]string, error) {
 	return out, nil
 }
 
-// perm is the mode an entry gets: permission and sticky bits; setuid and
-// setgid are dropped.
-func perm(h *tar.Header) uint32 { return uint32(h.Mode) & 0o1777 }
+// perm is the mode an entry gets: permission and sticky bits but those
+// in the mask; setuid and setgid are dropped.
+func (x *extractor) perm(h *tar.Header) uint32 { return uint32(h.Mode) & 0o1777 &^ x.lim.Mask }
 
 func (x *extractor) entry(h *tar.Header, tr *tar.Reader) error {
 	parts, err := x.cleanName(h.Name)
@@ -174,7 +206,7 @@ func (x *extractor) entry(h *tar.Header, tr *tar.Reader) error {
 		if h.Typeflag != tar.TypeDir {
 			return fmt.Errorf("%w: %q names the destination but is not a directory", ErrRefused, h.Name)
 		}
-		x.dirs = append(x.dirs, dirMode{"", perm(h)})
+		x.dirs = append(x.dirs, dirMode{"", x.perm(h)})
 		x.deferred++
 		if x.deferred > maxDeferred {
 			return fmt.Errorf("%w: too many root entries", ErrRefused)
@@ -200,13 +232,13 @@ func (x *extractor) entry(h *tar.Header, tr *tar.Reader) error {
 	base := parts[len(parts)-1]
 	switch h.Typeflag {
 	case tar.TypeDir:
-		err = x.mkdir(pfd, base, name, perm(h))
+		err = x.mkdir(pfd, base, name, x.perm(h))
 	case tar.TypeSymlink:
 		err = x.symlink(pfd, base, h.Linkname)
 	case tar.TypeLink:
 		err = x.link(pfd, base, h.Linkname)
 	default:
-		if err = x.file(pfd, base, perm(h), tr, h.Size); err == nil {
+		if err = x.file(pfd, base, x.perm(h), tr, h.Size); err == nil {
 			err = x.remember(strings.Join(parts, "/"))
 		}
 	}

@@ -724,12 +724,16 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	allow := func(host string) bool { return d.Router.Routable(host) || slices.Contains(cfg.APIHosts, host) }
 	// With the local CA, a preview host the E2B facade serves (any port of
 	// a running E2B sandbox, no expose call: getHost's links) gets a
-	// certificate too; the CA's leaf cache is bounded. Not from ACME: any
-	// caller could then make the daemon request a certificate per port
-	// (65,535 per sandbox) against the CA's rate limits; there, expose the
-	// port or use a wildcard certificate (--https-cert).
+	// certificate too, and in a cluster a preview host of a sandbox placed
+	// on another live node (the request is forwarded there once TLS ends
+	// here; the watch-fed directory, no etcd call); the CA bounds what
+	// those 65,535 names per sandbox cost (ingress.LocalCA). Not from
+	// ACME: any caller could then make the daemon request a certificate per
+	// port against the CA's rate limits; there, expose the port or use a
+	// wildcard certificate (--https-cert).
 	allowLocal := func(host string) bool {
-		return allow(host) || (d.e2bServesHost != nil && d.e2bServesHost(host))
+		return allow(host) || (d.e2bServesHost != nil && d.e2bServesHost(host)) ||
+			(d.cluster != nil && servesElsewhere(d.cluster.node, d.cluster.self, cfg.Domain, host))
 	}
 	var tlsConf *tls.Config
 	if cfg.ACMEEmail != "" {
@@ -749,6 +753,9 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 		if err := os.WriteFile(filepath.Join(dataDir, "preview-ca.pem"), ca.CertPEM(), 0o644); err != nil {
 			return err
 		}
+		if err := registerLocalCA(d.Registry, ca); err != nil {
+			return err
+		}
 		tlsConf = ca.TLSConfig(allowLocal)
 	}
 	if cfg.HTTPSCert != "" {
@@ -765,6 +772,34 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	d.closers = append(d.closers, func() error { d.httpsLn.Close(); return nil })
 	return nil
 }
+
+// registerLocalCA reports the local CA's issuance in reg.
+func registerLocalCA(reg *prometheus.Registry, ca *ingress.LocalCA) error {
+	refused := prometheus.NewDesc("sandboxd_tls_local_handshakes_refused_total",
+		"TLS handshakes the local CA gave no certificate: reason=name (no sandbox or route serves it), budget (past the issuance bounds).", []string{"reason"}, nil)
+	return errors.Join(
+		reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sandboxd_tls_local_certificates_issued_total", Help: "Certificates the local CA signed for --https-listen.",
+		}, func() float64 { return float64(ca.Counts().Issued) })),
+		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandboxd_tls_local_certificates_cached", Help: "Certificates of the local CA kept in memory (least recently used go first).",
+		}, func() float64 { return float64(ca.Counts().Cached) })),
+		reg.Register(collectorFunc{desc: refused, collect: func(ch chan<- prometheus.Metric) {
+			c := ca.Counts()
+			ch <- prometheus.MustNewConstMetric(refused, prometheus.CounterValue, float64(c.RefusedName), "name")
+			ch <- prometheus.MustNewConstMetric(refused, prometheus.CounterValue, float64(c.RefusedBudget), "budget")
+		}}),
+	)
+}
+
+// collectorFunc is a collector of one description.
+type collectorFunc struct {
+	desc    *prometheus.Desc
+	collect func(chan<- prometheus.Metric)
+}
+
+func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
 // previewURL turns a preview host into the URL users open: over TLS on
 // the --https-listen port (left out when 443) when the daemon serves

@@ -364,3 +364,101 @@ func loosePrivateDir(t *testing.T) string {
 	}
 	return dir
 }
+
+// TestHTTPS_LocalCAIssuanceIsBounded: the TLS handshake comes before any
+// credential, so a stranger chooses the server names. Names no sandbox
+// serves make the local CA sign nothing; walking the ports of one E2B
+// sandbox (each a name it serves) gets certificates for a small budget
+// only, not one per port (before: all 100, each signed under one lock,
+// and the cache cleared whole at 4,096); concurrent handshakes for one
+// new name get one certificate between them; and a name signed before
+// the walk keeps its certificate.
+func TestHTTPS_LocalCAIssuanceIsBounded(t *testing.T) {
+	requireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	agent, err := runtimetest.BuildAgent(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpsAddr := probe.Addr().String()
+	probe.Close()
+	d := newDaemon(t, agent, "--https-listen", httpsAddr)
+	go d.Serve(ctx)
+
+	admin := service.Caller{Admin: true}
+	sb, err := d.Service.CreateSandbox(ctx, service.CreateRequest{Owner: "admin", Annotations: map[string]string{"e2b.template": "base"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Service.Destroy(context.Background(), admin, sb.ID) })
+	pem, err := os.ReadFile(filepath.Join(d.Config.DataDir, "preview-ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	// shake returns the serial of the certificate the daemon presented
+	// for name, or the handshake's error.
+	shake := func(name string) (string, error) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 30 * time.Second}, "tcp", httpsAddr, &tls.Config{ServerName: name, RootCAs: pool})
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
+	}
+	host := func(port int) string { return fmt.Sprintf("%d-%s.localhost", port, sb.ID) }
+
+	early, err := shake(host(8080))
+	if err != nil {
+		t.Fatalf("the sandbox's first port host: %v", err)
+	}
+	// Many names of no sandbox: all refused.
+	for i := range 100 {
+		if _, err := shake(fmt.Sprintf("%d-sb-%016x.localhost", 3000+i, 0xdead0000+i)); err == nil {
+			t.Fatalf("a port host of no sandbox got a certificate")
+		}
+	}
+	// One new name, 16 handshakes at once: one certificate.
+	serials := make(chan string, 16)
+	for range 16 {
+		go func() { s, _ := shake(host(9090)); serials <- s }()
+	}
+	first := <-serials
+	for range 15 {
+		if s := <-serials; s != first || s == "" {
+			t.Fatalf("concurrent handshakes for one name: serials %q and %q; want one certificate", first, s)
+		}
+	}
+	// A walk over 100 ports of the sandbox.
+	start := time.Now()
+	got := 0
+	for port := 10000; port < 10100; port++ {
+		if _, err := shake(host(port)); err == nil {
+			got++
+		}
+	}
+	// The sandbox's budget is 32 (two spent above) plus one per 2 s.
+	if limit := 32 + int(time.Since(start)/(2*time.Second)) + 1; got > limit {
+		t.Errorf("%d of 100 port hosts of one sandbox got a certificate in %v; want at most %d", got, time.Since(start).Round(time.Millisecond), limit)
+	}
+	if again, err := shake(host(8080)); err != nil || again != early {
+		t.Errorf("the first port host after the walk: serial %q, %v; want the same certificate %q", again, err, early)
+	}
+	mfs, err := d.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "sandboxd_tls_local_certificates_issued_total" {
+			if n := int(mf.GetMetric()[0].GetCounter().GetValue()); n != got+2 {
+				t.Errorf("sandboxd_tls_local_certificates_issued_total %d; want %d (8080, 9090 and the walk's)", n, got+2)
+			}
+		}
+	}
+}

@@ -71,3 +71,35 @@ func TestTLSRemote(t *testing.T) {
 		})
 	}
 }
+
+// TestServesElsewhere: the HTTPS listener's local CA may issue for a
+// preview host of a sandbox placed on another live node (its requests are
+// forwarded there), never for one of a lost, deleted or unknown sandbox,
+// one whose node is gone, or a name of no preview shape.
+func TestServesElsewhere(t *testing.T) {
+	dir := fakeDirectory{
+		placements: map[string]cluster.Placement{
+			"sb-a":       {ID: "sb-a", Node: "a", State: cluster.StateRunning},
+			"sb-b":       {ID: "sb-b", Node: "b", State: cluster.StateRunning},
+			"sb-gone":    {ID: "sb-gone", Node: "d", State: cluster.StateRunning},
+			"sb-lost":    {ID: "sb-lost", Node: "b", State: cluster.StateLost},
+			"sb-deleted": {ID: "sb-deleted", Node: "b", State: cluster.StateDeleted},
+		},
+		nodes: []cluster.NodeInfo{{ID: "a"}, {ID: "b"}},
+	}
+	for host, want := range map[string]bool{
+		"8080-sb-b.sandboxes.example.com":       true,
+		"1-sb-b.sandboxes.example.com":          true,
+		"8080-sb-a.sandboxes.example.com":       false, // this node's: the local checks say
+		"8080-sb-gone.sandboxes.example.com":    false,
+		"8080-sb-lost.sandboxes.example.com":    false,
+		"8080-sb-deleted.sandboxes.example.com": false,
+		"8080-sb-none.sandboxes.example.com":    false,
+		"sb-b.sandboxes.example.com":            false,
+		"8080-sb-b.elsewhere.example.com":       false,
+	} {
+		if got := servesElsewhere(dir, "a", "sandboxes.example.com", host); got != want {
+			t.Errorf("%s: %v, want %v", host, got, want)
+		}
+	}
+}

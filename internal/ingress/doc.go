@@ -74,5 +74,8 @@
 // daemon owns, with the same Wrap handler: NewACME (certmagic, on-demand
 // issuance gated by Router.Routable) in production, NewLocalCA (a CA made
 // in memory) in local mode and tests. Neither is needed for the SNI
-// listener, which never terminates TLS.
+// listener, which never terminates TLS. A handshake comes before any
+// credential, so the local CA's issuance is bounded (names the caller's
+// check admits, single flight per name, signing slots, rates per sandbox
+// and for the CA, an LRU cache): see LocalCA.
 package ingress

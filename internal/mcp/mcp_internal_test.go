@@ -3,6 +3,7 @@ package mcp
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/clientconf"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -109,50 +111,23 @@ func TestFailure_OtherErrorsShowOnlyTheCause(t *testing.T) {
 	}
 }
 
-func TestFindToken_FollowsSbxRules(t *testing.T) {
-	root := t.TempDir()
-	deep := filepath.Join(root, "a", "b")
-	if err := os.MkdirAll(filepath.Join(root, ".sandboxd"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(deep, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	write := func(path, s string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(filepath.Join(root, ".sandboxd", "admin.token"), "from-checkout\n")
-	dataDir := t.TempDir()
-	write(filepath.Join(dataDir, "admin.token"), "from-data-dir\n")
-	file := filepath.Join(t.TempDir(), "tok")
-	write(file, " from-file \n")
-
-	for _, tc := range []struct {
-		name string
-		file string
-		env  map[string]string
-		want string
-	}{
-		{"the nearest checkout", "", nil, "from-checkout"},
-		{"SBX_DATA_DIR", "", map[string]string{"SBX_DATA_DIR": dataDir}, "from-data-dir"},
-		{"SBX_TOKEN first", "", map[string]string{"SBX_TOKEN": "from-env", "SBX_DATA_DIR": dataDir}, "from-env"},
-		{"--token-file first", file, map[string]string{"SBX_TOKEN": "from-env"}, "from-file"},
-	} {
-		got, err := findToken(tc.file, Env{
-			Getenv: func(k string) string { return tc.env[k] },
-			Getwd:  func() (string, error) { return deep, nil },
-		})
-		if err != nil || got != tc.want {
-			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
-		}
-	}
-	if _, err := findToken(filepath.Join(root, "missing"), Env{Getenv: func(string) string { return "" }}); err == nil {
-		t.Error("a --token-file that does not exist is not an error")
+// TestCommand_TokenByClientconf: sandboxd mcp finds its token by package
+// clientconf's rules, as sbx does: a --token-file that is not there is
+// the same error, and exit 1 before serving.
+func TestCommand_TokenByClientconf(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	var stderr strings.Builder
+	env := Env{Getenv: func(string) string { return "" }, Getwd: os.Getwd}
+	code := Command(t.Context(), []string{"--token-file", missing}, io.NopCloser(strings.NewReader("")), nopWriteCloser{io.Discard}, &stderr, env, "test")
+	_, want := clientconf.Resolve(clientconf.Flags{TokenFile: missing}, env)
+	if code != 1 || want == nil || stderr.String() != "sandboxd mcp: "+want.Error()+"\n" {
+		t.Errorf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), want)
 	}
 }
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
 
 // /mcp answers a request without a valid credential 401 in the API's
 // shape, before the MCP handler or the API sees it.

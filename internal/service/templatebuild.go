@@ -58,6 +58,11 @@ func (s *Service) BuildTemplate(ctx context.Context, c Caller, r Recipe) (t Temp
 	if err != nil {
 		return Template{}, false, err
 	}
+	// Relative workdir steps resolve now that the base's working
+	// directory is known, so the steps and the cache key are absolute.
+	if err := r.resolveWorkdirs(cmp.Or(spec.Workdir, base.Config.WorkingDir)); err != nil {
+		return Template{}, false, err
+	}
 	hash := r.hash(base.ID)
 	if !r.NoCache {
 		if t, cached, done, err := s.cachedBuild(ctx, c, imgs, r, hash, spec.Tags); done {

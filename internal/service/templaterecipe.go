@@ -1,11 +1,13 @@
 package service
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,7 +83,10 @@ type Step struct {
 	// Env sets variables for later steps and for the template's sandboxes.
 	Env map[string]string `json:"env,omitempty"`
 	// Workdir is the directory later steps and the start command run in
-	// (created); the image's working directory.
+	// (created); the image's working directory. A relative one is under
+	// the working directory before it, as Docker's WORKDIR: the last
+	// workdir step's, else the base template's, else the base image's,
+	// else /.
 	Workdir string `json:"workdir,omitempty"`
 	// User runs later steps and the start command as this user; beside
 	// Run, that step only.
@@ -116,6 +121,43 @@ func safeWorkdir(w string) bool {
 		}
 	}
 	return true
+}
+
+// validWorkdir: a workdir step's path, absolute (safeWorkdir) or relative
+// to the working directory before it, as Docker's WORKDIR takes it (the
+// build resolves it: resolveWorkdirs).
+func validWorkdir(w string) bool {
+	if path.IsAbs(w) {
+		return safeWorkdir(w)
+	}
+	return len(w) <= maxWorkdirLen && !strings.ContainsRune(w, 0)
+}
+
+// maxWorkdirLen bounds a workdir step's path (PATH_MAX).
+const maxWorkdirLen = 4096
+
+// resolveWorkdirs makes r's relative workdir steps absolute as Docker
+// does: each against the working directory before it, the first against
+// start (the base template's workdir, else the base image's working
+// directory, else /). A path that resolves into /proc, /sys or /dev is
+// refused as an absolute one would be. r's steps are copied first.
+func (r *Recipe) resolveWorkdirs(start string) error {
+	cur := cmp.Or(start, "/")
+	r.Steps = slices.Clone(r.Steps)
+	for i, st := range r.Steps {
+		if st.Workdir == "" {
+			continue
+		}
+		if !path.IsAbs(st.Workdir) {
+			abs := path.Join(cur, st.Workdir)
+			if !safeWorkdir(abs) {
+				return invalid(fmt.Sprintf("steps[%d].workdir", i), "%q is %s under the working directory %s, inside /proc, /sys or /dev", st.Workdir, abs, cur)
+			}
+			r.Steps[i].Workdir = abs
+		}
+		cur = r.Steps[i].Workdir
+	}
+	return nil
 }
 
 // validTemplateName: a DNS label that is not an id's shape.
@@ -250,8 +292,8 @@ func (r Recipe) validate() error {
 			if err := validateEnv(field+".env", st.Env); err != nil {
 				return err
 			}
-		case st.Workdir != "" && !safeWorkdir(st.Workdir):
-			return invalid(field+".workdir", "must be a clean absolute path without NUL, outside /proc, /sys and /dev")
+		case st.Workdir != "" && !validWorkdir(st.Workdir):
+			return invalid(field+".workdir", "must be a clean absolute path without NUL, outside /proc, /sys and /dev, or a relative path (under the working directory before it)")
 		case !validUser(st.User):
 			return invalid(field+".user", "must be a user name")
 		}

@@ -497,3 +497,46 @@ func TestTemplate_BuildCountsAgainstTheQuota(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(ctx), admin, sb.ID) })
 }
+
+// A relative workdir step before any absolute one is under the base
+// image's working directory (sandboxd/base's is /home/user), as Docker's
+// WORKDIR: run and copy steps and the start command run there, and a
+// later relative one is under it (before: refused, or taken under /). One
+// that climbs into /proc is refused before the build.
+func TestTemplate_RelativeWorkdirIsUnderTheBaseImages(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	alice := service.Caller{Owner: "alice"}
+	tpl, _, err := h.svc.BuildTemplate(t.Context(), alice, service.Recipe{Base: base, Steps: []service.Step{
+		{Workdir: "app"},
+		{Run: "pwd > /tmp/pwd-app"},
+		{Copy: &service.CopyStep{Path: "rel.txt", Content: []byte("here")}},
+		{Workdir: "sub"},
+		{Run: "pwd > /tmp/pwd-sub"},
+	}, StartCmd: "pwd > /tmp/pwd-start; exec sleep 600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl, log := waitBuilt(t, h, alice, tpl.ID); tpl.State != store.TemplateReady {
+		t.Fatalf("build: %+v\n%s", tpl, log)
+	}
+	t.Cleanup(func() { _ = h.svc.DeleteTemplate(context.WithoutCancel(t.Context()), admin, tpl.ID) })
+	c, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "alice", Template: tpl.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(t.Context()), admin, c.ID) })
+	eventually(t, "the start command wrote its working directory", func() bool {
+		res, err := h.svc.Exec(t.Context(), alice, c.ID, service.ExecRequest{Command: "test -s /tmp/pwd-start"})
+		return err == nil && res.ExitCode == 0
+	})
+	got := sh(t, h, alice, c.ID, `cat /tmp/pwd-app /tmp/pwd-sub /home/user/app/rel.txt; echo; cat /tmp/pwd-start`)
+	if want := "/home/user/app\n/home/user/app/sub\nhere\n/home/user/app/sub\n"; got != want {
+		t.Errorf("the sandbox sees %q, want %q", got, want)
+	}
+	if _, _, err := h.svc.BuildTemplate(t.Context(), alice, service.Recipe{Base: busybox, Steps: []service.Step{
+		{Workdir: "../../proc/self"},
+	}}); !errors.Is(err, service.ErrInvalidArgument) {
+		t.Errorf("a relative workdir into /proc: %v, want ErrInvalidArgument", err)
+	}
+}

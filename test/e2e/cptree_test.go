@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -190,5 +191,44 @@ func TestCLI_CopyTree(t *testing.T) {
 	}
 	if res, _ := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: "test -e /etc/sbx-evil"}); res == nil || res.ExitCode == 0 {
 		t.Errorf("/etc/sbx-evil exists in the sandbox: written through the link")
+	}
+}
+
+// TestCLI_CopyTreeDownHonoursUmask: sbx cp -r out of a sandbox writes on
+// the user's machine as tar does for a user who is not root: each mode is
+// cut by sbx's umask and loses the sticky bit (and setuid and setgid), so
+// a sandbox cannot plant world-writable files or directories there
+// (before: 0666 and 1777 arrived as they were).
+func TestCLI_CopyTreeDownHonoursUmask(t *testing.T) {
+	t.Parallel()
+	d := sharedDaemon(t)
+	ctx := testContext(t, 5*time.Minute)
+	dir := t.TempDir()
+	c := newClient(d, true)
+	sb := createTestSandbox(ctx, t, c, sandboxd.CreateRequest{})
+	if res, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: "mkdir -p /tmp/modes/shared && " +
+		"echo w > /tmp/modes/world && echo s > /tmp/modes/suid && " +
+		"chmod 777 /tmp/modes && chmod 1777 /tmp/modes/shared && chmod 666 /tmp/modes/world && chmod 4777 /tmp/modes/suid"}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("make the tree: %+v, %v", res, err)
+	}
+	got := filepath.Join(dir, "got")
+	cctx, cancel := context.WithTimeout(ctx, cliTimeout)
+	defer cancel()
+	cmd := sbxCommand(cctx, d, dir, "cp", "-r", sb.ID+":/tmp/modes", got)
+	// The same sbx, under umask 027.
+	cmd.Args = append([]string{"sh", "-c", `umask 027 && exec "$0" "$@"`}, cmd.Args...)
+	cmd.Args[3] = cmd.Path
+	cmd.Path = "/bin/sh"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sbx cp -r under umask 027: %v\n%s", err, out)
+	}
+	for p, want := range map[string]os.FileMode{"": 0o750, "shared": 0o750, "world": 0o640, "suid": 0o750} {
+		fi, err := os.Lstat(filepath.Join(got, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := fi.Mode() & (os.ModePerm | os.ModeSticky | os.ModeSetuid | os.ModeSetgid); m != want {
+			t.Errorf("got/%s: mode %v, want %v", p, m, want)
+		}
 	}
 }

@@ -85,9 +85,8 @@ func recipeFromDockerfile(dockerfile string, images map[string]string) (base str
 				steps = append(steps, service.Step{User: words[0]})
 				continue
 			}
-			if !strings.HasPrefix(words[0], "/") {
-				return "", nil, fail("WORKDIR must be an absolute path")
-			}
+			// A relative one is under the working directory before it
+			// (the base image's first), as Docker's: the build resolves it.
 			steps = append(steps, service.Step{Workdir: words[0]})
 		case "COPY", "ADD":
 			return "", nil, fail("%s is not supported: local files in an Image need object storage, which sandboxd's Daytona facade does not serve", kw)

@@ -268,9 +268,10 @@ func copySteps(archive []byte, a copyArgs, budget *copyBudget) ([]service.Step, 
 	if !path.IsAbs(dest) && a.workdir != "" {
 		dest = path.Join(a.workdir, dest)
 	}
-	// Without a WORKDIR step yet, a relative dest stays relative: the
-	// build resolves it under the base image's working directory, as
-	// E2B (and Docker's COPY) do.
+	// Without an absolute WORKDIR step yet, a relative dest stays
+	// relative: the build resolves it under the working directory then
+	// (the base image's, or under it a relative WORKDIR's), as E2B (and
+	// Docker's COPY) do.
 	dest = path.Clean(dest)
 	src := path.Clean(strings.TrimPrefix(a.src, "./"))
 	r, err := archiveReader(archive)

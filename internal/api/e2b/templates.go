@@ -352,7 +352,11 @@ func (f *Facade) recipeOf(owner string, body buildStartBody) (service.Recipe, er
 	if len(body.Steps) > maxBuildSteps {
 		return rec, badRequest("steps: at most %d", maxBuildSteps)
 	}
-	workdir := "" // the base image's until a WORKDIR step
+	// The working directory as far as the translation knows it: "" until
+	// an absolute WORKDIR (the base's, which only the build knows; a
+	// relative WORKDIR before any absolute one goes to the service as it
+	// is and resolves there against the base's, as Docker's does).
+	workdir := ""
 	budget := newCopyBudget()
 	for i, st := range body.Steps {
 		rec.NoCache = rec.NoCache || st.Force
@@ -400,11 +404,15 @@ func (f *Facade) recipeOf(owner string, body buildStartBody) (service.Recipe, er
 			if arg(0) == "" {
 				return rec, bad("a directory is required")
 			}
-			workdir = path.Join("/", workdir, arg(0)) // a relative one is under the last
-			if strings.HasPrefix(arg(0), "/") {
-				workdir = path.Clean(arg(0))
+			step := path.Clean(arg(0)) // a relative one is under the last
+			switch {
+			case path.IsAbs(step):
+				workdir = step
+			case workdir != "":
+				workdir = path.Join(workdir, step)
+				step = workdir
 			}
-			rec.Steps = append(rec.Steps, service.Step{Workdir: workdir})
+			rec.Steps = append(rec.Steps, service.Step{Workdir: step})
 		case "USER":
 			if arg(0) == "" {
 				return rec, bad("a user is required")
