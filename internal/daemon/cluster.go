@@ -43,9 +43,6 @@ const (
 	headroomEvery = time.Second
 	// healthEvery is how often /readyz's view of the cluster is refreshed.
 	healthEvery = 2 * time.Second
-	// idempotencyTTL is how long an Idempotency-Key stays bound to the
-	// node that has its first attempt: the native API's replay window.
-	idempotencyTTL = 24 * time.Hour
 	// leaseTTL is how long a silent node counts as alive: a restart
 	// shorter than this is no departure; a crash is noticed after it.
 	leaseTTL = 10 * time.Second

@@ -20,8 +20,6 @@ import (
 // in a tenant's sandbox, a native port is private unless made public, and
 // no credential of the daemon reaches a sandbox's server.
 
-const interpreterImage = "sandboxd/code-interpreter:v1"
-
 // e2bSandbox is what an E2B create answers.
 type e2bSandbox struct {
 	SandboxID          string  `json:"sandboxID"`
