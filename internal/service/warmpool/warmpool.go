@@ -101,8 +101,8 @@ type Pool struct {
 	targets map[Class]int
 	// claims and misses are an adaptive class's recent demand (Decide).
 	claims, misses map[Class][]time.Time
-	ready   map[Class][]Idle
-	filling map[Class]int
+	ready          map[Class][]Idle
+	filling        map[Class]int
 	// claiming counts sandboxes Take handed out whose claim has not ended:
 	// they still count as the class's, so that a claim that gives its
 	// sandbox back (a name conflict, a quota) never makes the refill add
