@@ -201,3 +201,39 @@ func TestPool_AdaptiveGrowthIsBoundedByTheBudget(t *testing.T) {
 		t.Fatalf("target %d on a full host, want it left at 4", st[0].Target)
 	}
 }
+
+// What a create adds to the chain for an adaptive class: a claim's
+// timestamp under the pool's mutex (Take, served), or a miss's (Missed,
+// after a cold create), both bounded by the class's max.
+func BenchmarkPool_AdaptiveDemand(b *testing.B) {
+	p := warmpool.New(8)
+	p.SetTargets(map[warmpool.Class]warmpool.Config{small: {Size: 1, Max: 64, Window: time.Minute}})
+	now := t0
+	b.Run("missed", func(b *testing.B) {
+		for range b.N {
+			now = now.Add(time.Millisecond)
+			p.Missed(small, now)
+			select {
+			case <-p.Wake():
+			default:
+			}
+		}
+	})
+	b.Run("take", func(b *testing.B) {
+		for range b.N {
+			now = now.Add(time.Millisecond)
+			p.Take(small, now) // an empty pool: a miss costs only the lookup
+		}
+	})
+}
+
+// A class that was fixed and becomes adaptive starts at its minimum;
+// setting an adaptive class again keeps its target.
+func TestPool_AdaptiveStartsAtItsMinimum(t *testing.T) {
+	p := warmpool.New(8)
+	p.SetTargets(map[warmpool.Class]warmpool.Config{small: {Size: 5}})
+	p.SetTargets(map[warmpool.Class]warmpool.Config{small: {Size: 1, Max: 8, Window: time.Minute}})
+	if st := p.Status(); st[0].Target != 1 {
+		t.Fatalf("target %d, want the minimum 1", st[0].Target)
+	}
+}
