@@ -173,12 +173,6 @@ func (s *Service) runPool(ctx context.Context) {
 	check := time.NewTicker(poolCheckEvery)
 	defer check.Stop()
 	for {
-		// Refill yields to tenants: nothing starts while a cold create is
-		// in flight (it is poked when the last one ends). A refill holds
-		// capacity that no eviction can free until it is done, so running
-		// one beside cold creates could turn a tenant's create into a 429;
-		// under a steady stream of cold creates the pool waits instead,
-		// which costs only latency (those creates would miss it anyway).
 		// Adaptive classes first: a target that grew is refilled below, and
 		// idle sandboxes given up go on their own (a destroy takes the
 		// engine's time, not the loop's).
@@ -189,6 +183,12 @@ func (s *Service) runPool(ctx context.Context) {
 		if len(release) > 0 {
 			s.observePool()
 		}
+		// Refill yields to tenants: nothing starts while a cold create is
+		// in flight (it is poked when the last one ends). A refill holds
+		// capacity that no eviction can free until it is done, so running
+		// one beside cold creates could turn a tenant's create into a 429;
+		// under a steady stream of cold creates the pool waits instead,
+		// which costs only latency (those creates would miss it anyway).
 		for !s.pool.Busy() {
 			c, ok, w := s.pool.Next(s.Clock())
 			if !ok {
