@@ -80,6 +80,7 @@ func idle(ctx context.Context, d *benchd.Daemon, opts benchd.Options, c config) 
 		return d, err
 	}
 	rssAfter, _ := rssOf(d.PID())
+	shims, shimPss := enginePSS(ctx, "sandboxd.node="+d.NodeID)
 
 	// A restart: SIGKILL, then a start that reconciles every sandbox
 	// before it is ready.
@@ -135,6 +136,7 @@ func idle(ctx context.Context, d *benchd.Daemon, opts benchd.Options, c config) 
 	if err != nil {
 		return d, err
 	}
+	dShims, dShimPss := enginePSS(ctx, d.BaselineLabel())
 
 	t := benchd.Table{W: os.Stdout}
 	t.Head(fmt.Sprintf("%d at once", n))
@@ -146,9 +148,11 @@ func idle(ctx context.Context, d *benchd.Daemon, opts benchd.Options, c config) 
 	t.Note("sandboxd: host memory used, growth", mib(usedAfter-usedBefore))
 	t.Note("  the sandboxes' own (cgroup, sum)", mib(own))
 	t.Note("  outside them, per sandbox", mib((usedAfter-usedBefore-own)/int64(n)))
+	t.Note("  of which the engine's per-sandbox process", perShim(shims, shimPss))
 	t.Note("docker: host memory used, growth", mib(dUsedAfter-dUsedBefore))
 	t.Note("  the containers' own (cgroup, sum)", mib(dOwn))
 	t.Note("  outside them, per container", mib((dUsedAfter-dUsedBefore-dOwn)/int64(n)))
+	t.Note("  of which the engine's per-container process", perShim(dShims, dShimPss))
 	t.Note("sandboxd RSS before → with them", mib(rssBefore)+" → "+mib(rssAfter))
 	t.Note("restart (SIGKILL) → ready, reconciled", benchd.Ms(ready))
 	t.Row("  exec `true` in each after it, all answered", afterRestart)
@@ -269,6 +273,61 @@ func rssOf(pid int) (int64, error) {
 		}
 	}
 	return 0, errors.New("no VmRSS")
+}
+
+// enginePSS finds the engine's process beside each container labelled
+// label (the parent of the container's first process, when that is a
+// containerd shim) and sums their proportional set sizes (PSS: shared
+// pages divided among their sharers, so the sum is what they hold
+// together). It measures the part of "outside the sandboxes" that a
+// shared host's other work cannot blur; it finds nothing on a runtime
+// without the engine.
+func enginePSS(ctx context.Context, label string) (n int, pss int64) {
+	_, out, err := benchd.Docker(ctx, "ps", "-q", "--no-trunc", "--filter", "label="+label)
+	if err != nil || out == "" {
+		return 0, 0
+	}
+	_, pids, err := benchd.Docker(ctx, append([]string{"inspect", "--format", "{{.State.Pid}}"}, strings.Fields(out)...)...)
+	if err != nil {
+		return 0, 0
+	}
+	for _, pid := range strings.Fields(pids) {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so read after ')'.
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 2 {
+			continue
+		}
+		comm, _ := os.ReadFile("/proc/" + f[1] + "/comm")
+		if !strings.HasPrefix(string(comm), "containerd-shim") {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + f[1] + "/smaps_rollup")
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Pss:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				pss += kb << 10
+				n++
+				break
+			}
+		}
+	}
+	return n, pss
+}
+
+// perShim formats enginePSS's answer per process.
+func perShim(n int, pss int64) string {
+	if n == 0 {
+		return "none found"
+	}
+	return fmt.Sprintf("%.1f MiB PSS each (%d)", float64(pss)/float64(n)/(1<<20), n)
 }
 
 // sandboxMemory is a sandbox's memory from its cgroup, page cache aside
