@@ -1,9 +1,11 @@
 // Package warmpool is the warm pool's state: the idle sandboxes ready per
-// class, each class's target, and the refills and claims in flight. It
+// class, each class's target, and the refills and claims in flight; for a
+// class whose size follows demand, its recent claims and misses and the
+// rule that moves its target (Decide, a pure function, in adaptive.go). It
 // holds memory only, under one mutex never held across I/O; the service
-// does the I/O (poolclaim.go claims, pool.go refills, adopts, health-checks
-// and evicts) and asks this package what to do next. See docs/design.md,
-// "The warm pool".
+// does the I/O (poolclaim.go claims, pool.go refills, adopts, health-checks,
+// evicts and gives up what Adapt releases) and asks this package what to do
+// next. See docs/design.md, "The warm pool".
 package warmpool
 
 import (
