@@ -260,7 +260,12 @@ func TestPool_AdaptiveGrowsUnderABurstAndShrinksWhenIdle(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	grown := state("the pool grown by the burst", func(p sandboxd.Pool) bool { return p.Target == maxSize })
+	// Grown: to the burst's demand in the window (all 4 on a quiet host;
+	// fewer if some creates took longer than the window on a busy one).
+	grown := state("the pool grown by the burst", func(p sandboxd.Pool) bool { return p.Target > minSize })
+	if grown.Target > maxSize {
+		t.Errorf("target %d past the pool's max %d", grown.Target, maxSize)
+	}
 	// The refill makes what the burst asked for: more idle sandboxes than
 	// the minimum at once (the first ones wait a window before any is
 	// given back, so this is seen whatever the machine's pace).
