@@ -7,8 +7,13 @@ cd "$(dirname "$0")/.."
 
 for dir in bench/*/; do
   [ -f "$dir/main.go" ] || continue
+  args=()
+  # createbench passes --engine through to the daemon it measures.
+  if [ "$(basename "$dir")" = createbench ] && [ -n "${BENCH_ENGINE:-}" ]; then
+    args+=(-engine "$BENCH_ENGINE")
+  fi
   echo "== $(basename "$dir")"
-  go run "./$dir"
+  go run "./$dir" "${args[@]}"
   echo
 done
 

@@ -1,26 +1,53 @@
-// Command createbench measures the product's headline number — create →
-// first exec of a cold Docker sandbox through the native API — beside
-// `docker run --rm IMAGE true` of the same image (and the same with
-// --network none, since sandboxes have no network by default), interleaved
-// in one run, and breaks the create down by step from its Server-Timing
-// header:
+// Command createbench measures the product's headline numbers — how fast
+// a create is, how many a host sustains, how a burst fares against the
+// pool, and what an idle sandbox costs the host — each beside a baseline
+// measured in the same run (`docker run` of the same image):
 //
-//	go run ./bench/createbench [-n 20] [-images sandboxd/busybox:latest,sandboxd/base:bookworm] [-bin bin] [-build]
+//	go run ./bench/createbench [-sections cold,sustained,burst,idle] [-engine E]
+//	    [-n 30] [-images sandboxd/busybox:latest,sandboxd/base:bookworm]
+//	    [-image sandboxd/busybox:latest] [-duration 60s] [-concurrency 8]
+//	    [-burst 50] [-pool 8] [-idle 500] [-idle-memory-mb 64] [-bin bin] [-build]
 //
 // It starts sandboxd as a child process (from -bin when it holds sandboxd
 // and toolboxd, else built from this checkout into a temporary directory)
-// on a free 127.0.0.1 port with a temporary data directory and its own
-// node id and no warm pool (--pool none: this is the cold path; poolbench
-// measures the pool). For each image it warms up once, then takes N samples of each
-// side, alternating which side goes first. Each sandbox sample is
+// on a free 127.0.0.1 port with a temporary data directory, its own node
+// id, no warm pool unless a section sets one (--pool none), a host budget
+// large enough for every section, and -engine passed through as --engine
+// when set (the daemon's default otherwise). The sections:
 //
-//	POST /v1/sandboxes {"image": IMAGE}          → 201 (Server-Timing)
-//	POST /v1/sandboxes/{id}/exec {"cmd":["true"]} → 200, exit 0
+//  1. cold: create → first exec of a cold sandbox through the native API,
+//     for each of -images, n samples per side, interleaved, beside
+//     `docker run --rm IMAGE true` (with and without --network none, since
+//     sandboxes have no network by default) and `docker run -d` + `docker
+//     exec CONTAINER true`, with the create broken down by step from its
+//     Server-Timing header. Each sandbox sample is
 //
-// timed from the first request to the second answer; the sandbox is then
-// destroyed, untimed. Everything it creates is destroyed at the end, by the
-// daemon and then by node label. Absolute numbers are noisy on shared
-// machines; compare the two sides of one run.
+//     POST /v1/sandboxes {"image": IMAGE}          → 201 (Server-Timing)
+//     POST /v1/sandboxes/{id}/exec {"cmd":["true"]} → 200, exit 0
+//
+//     timed from the first request to the second answer; the sandbox is
+//     then destroyed, untimed.
+//
+//  2. sustained (sustained.go): creates/s through POST /v1/sandboxes for
+//     -duration at -concurrency, each sandbox destroyed after by a bounded
+//     set of destroyers (so at most a few dozen live at once; only creates
+//     are timed), beside `docker run -d` the same way.
+//
+//  3. burst (burst.go): -burst creates at once against a pool of -pool
+//     idle sandboxes, against a pool whose size follows demand (-pool to
+//
+//  64. after a first burst grew it, and beside -burst `docker run -d`
+//     at once.
+//
+//  4. idle (idle.go): -idle sandboxes of -image at once (-idle-memory-mb
+//     each), all answering an exec; the host memory used outside their own
+//     processes per sandbox, the daemon's RSS, and the time a restart of
+//     the daemon (SIGKILL, then a start that reconciles them all) takes to
+//     be ready; beside the same number of `docker run -d` containers.
+//
+// Everything it creates is destroyed at the end, by the daemon and then
+// by label. Absolute numbers are noisy on shared machines; compare the
+// two sides of one run.
 package main
 
 import (
@@ -32,6 +59,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,55 +67,128 @@ import (
 	"github.com/sandboxd/sandboxd/bench/internal/benchd"
 )
 
+// config is the command line.
+type config struct {
+	sections     map[string]bool
+	engine       string
+	n            int
+	images       []string
+	image        string
+	duration     time.Duration
+	concurrency  int
+	burst, pool  int
+	idle         int
+	idleMemoryMB int64
+	binDir       string
+	build        bool
+}
+
+// Bounds of the daemon's budget: every section fits in it (the budget is
+// bookkeeping; what the host really holds is what the sections make).
+const (
+	budgetMilliCPU = 1_000_000
+	budgetMemoryMB = 1 << 20
+)
+
 func main() {
-	n := flag.Int("n", 20, "samples per image and side")
-	images := flag.String("images", "sandboxd/busybox:latest,sandboxd/base:bookworm", "comma-separated images; each is measured on both sides")
-	binDir := flag.String("bin", "", "directory holding sandboxd and toolboxd (default: bin/ of this checkout when both are there)")
-	build := flag.Bool("build", false, "build sandboxd and toolboxd from this checkout even when -bin has them")
+	var c config
+	sections := flag.String("sections", "cold,sustained,burst,idle", "sections to run: cold, sustained, burst, idle")
+	flag.StringVar(&c.engine, "engine", "", "passed to sandboxd as --engine (docker, oci; default: the daemon's)")
+	flag.IntVar(&c.n, "n", 30, "cold: samples per image and side")
+	images := flag.String("images", "sandboxd/busybox:latest,sandboxd/base:bookworm", "cold: comma-separated images; each is measured on every side")
+	flag.StringVar(&c.image, "image", "sandboxd/busybox:latest", "sustained, burst, idle: the image of every side")
+	flag.DurationVar(&c.duration, "duration", time.Minute, "sustained: how long each side creates")
+	flag.IntVar(&c.concurrency, "concurrency", 8, "sustained, idle: creates in flight")
+	flag.IntVar(&c.burst, "burst", 50, "burst: creates at once")
+	flag.IntVar(&c.pool, "pool", 8, "burst: the pool's size (the adaptive pool's minimum)")
+	flag.IntVar(&c.idle, "idle", 500, "idle: sandboxes at once")
+	flag.Int64Var(&c.idleMemoryMB, "idle-memory-mb", 64, "idle: each sandbox's memory limit")
+	flag.StringVar(&c.binDir, "bin", "", "directory holding sandboxd and toolboxd (default: bin/ of this checkout when both are there)")
+	flag.BoolVar(&c.build, "build", false, "build sandboxd and toolboxd from this checkout even when -bin has them")
 	flag.Parse()
-	if *n < 1 {
-		fmt.Fprintln(os.Stderr, "createbench: -n must be at least 1")
+	c.sections = map[string]bool{}
+	for _, s := range strings.Split(*sections, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "cold", "sustained", "burst", "idle":
+			c.sections[s] = true
+		case "":
+		default:
+			fmt.Fprintf(os.Stderr, "createbench: unknown section %q\n", s)
+			os.Exit(2)
+		}
+	}
+	for _, img := range strings.Split(*images, ",") {
+		if img = strings.TrimSpace(img); img != "" {
+			c.images = append(c.images, img)
+		}
+	}
+	if c.n < 1 || c.concurrency < 1 || c.burst < 1 || c.pool < 1 || c.pool >= 64 || c.idle < 1 || c.duration <= 0 {
+		fmt.Fprintln(os.Stderr, "createbench: -n, -concurrency, -burst, -idle and -duration must be positive, -pool from 1 to 63")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, strings.Split(*images, ","), *n, *binDir, *build); err != nil {
+	if err := run(ctx, c); err != nil {
 		fmt.Fprintln(os.Stderr, "createbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, images []string, n int, binDir string, forceBuild bool) (err error) {
+func run(ctx context.Context, c config) (err error) {
 	tmp, err := os.MkdirTemp("", "cb")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	sandboxdBin, toolboxdBin, err := benchd.Binaries(ctx, binDir, forceBuild, filepath.Join(tmp, "bin"))
+	sandboxdBin, toolboxdBin, err := benchd.Binaries(ctx, c.binDir, c.build, filepath.Join(tmp, "bin"))
 	if err != nil {
 		return err
 	}
-	d, err := benchd.Start(ctx, benchd.Options{
-		Sandboxd: sandboxdBin, Toolboxd: toolboxdBin, Dir: tmp, Name: "createbench",
-		Args: []string{"--pool", "none"},
-	})
+	args := []string{"--pool", "none", "--cpu-budget", strconv.Itoa(budgetMilliCPU), "--memory-budget", strconv.Itoa(budgetMemoryMB)}
+	if c.engine != "" {
+		args = append(args, "--engine", c.engine)
+	}
+	opts := benchd.Options{
+		Sandboxd: sandboxdBin, Toolboxd: toolboxdBin, Dir: tmp, Name: "createbench", Args: args,
+		// A restart reconciles every idle sandbox of section 4.
+		StartTimeout: 10 * time.Minute,
+	}
+	d, err := benchd.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
-	defer d.Finish(&err)
+	defer func() { d.Finish(&err) }() // d is the restarted daemon after section 4
 
-	fmt.Printf("createbench: n=%d per side, interleaved; no warm pool; %d CPUs; docker %s; sandboxd %s\n",
-		n, goruntime.NumCPU(), benchd.DockerVersion(ctx), d.Version)
-	for _, image := range images {
-		image = strings.TrimSpace(image)
-		if image == "" {
-			continue
+	engine := c.engine
+	if engine == "" {
+		engine = "default"
+	}
+	fmt.Printf("createbench: engine %s; %d CPUs; docker %s; sandboxd %s\n",
+		engine, goruntime.NumCPU(), benchd.DockerVersion(ctx), d.Version)
+	if c.sections["cold"] {
+		fmt.Printf("\n1. cold create → first exec: n=%d per side, interleaved; no warm pool\n", c.n)
+		for _, image := range c.images {
+			res, err := measure(ctx, d, image, c.n)
+			if err != nil {
+				return fmt.Errorf("cold %s: %w", image, err)
+			}
+			res.print(os.Stdout)
 		}
-		res, err := measure(ctx, d, image, n)
-		if err != nil {
-			return fmt.Errorf("%s: %w", image, err)
+	}
+	if c.sections["sustained"] {
+		if err := sustained(ctx, d, c); err != nil {
+			return fmt.Errorf("sustained: %w", err)
 		}
-		res.print(os.Stdout)
+	}
+	if c.sections["burst"] {
+		if err := bursts(ctx, d, c); err != nil {
+			return fmt.Errorf("burst: %w", err)
+		}
+	}
+	if c.sections["idle"] {
+		if d, err = idle(ctx, d, opts, c); err != nil {
+			return fmt.Errorf("idle: %w", err)
+		}
 	}
 	return nil
 }
@@ -101,6 +202,10 @@ type result struct {
 	// --network none, which is what a sandbox gets by default (no network
 	// setup), so the pair brackets the fair comparison.
 	docker, dockerNoNet []time.Duration
+	// dockerExec is `docker run -d --network none IMAGE sleep` then
+	// `docker exec CONTAINER true`: a container that stays, and its first
+	// command, as a sandbox's create and first exec.
+	dockerExec []time.Duration
 	// steps are the Server-Timing durations by step name; order is the
 	// order in which the steps first appeared.
 	steps map[string][]time.Duration
@@ -117,6 +222,9 @@ func measure(ctx context.Context, d *benchd.Daemon, image string, n int) (*resul
 	}
 	if _, err := dockerRun(ctx, image, "--network", "none"); err != nil {
 		return nil, fmt.Errorf("warm-up docker run: %w", err)
+	}
+	if _, err := dockerRunExec(ctx, d, image); err != nil {
+		return nil, fmt.Errorf("warm-up docker run -d + exec: %w", err)
 	}
 	r := &result{image: image, steps: map[string][]time.Duration{}}
 	sandboxSide := func() error {
@@ -142,7 +250,12 @@ func measure(ctx context.Context, d *benchd.Daemon, image string, n int) (*resul
 		}
 		r.docker = append(r.docker, dur)
 		dur, err = dockerRun(ctx, image, "--network", "none")
+		if err != nil {
+			return err
+		}
 		r.dockerNoNet = append(r.dockerNoNet, dur)
+		dur, err = dockerRunExec(ctx, d, image)
+		r.dockerExec = append(r.dockerExec, dur)
 		return err
 	}
 	for i := range n {
@@ -171,8 +284,10 @@ func (r *result) print(w io.Writer) {
 	t.Row("  first exec `true`", r.exec)
 	t.Row("docker run --rm IMAGE true", r.docker)
 	t.Row("docker run --rm --network none IMAGE true", r.dockerNoNet)
+	t.Row("docker run -d --network none + docker exec", r.dockerExec)
 	t.Ratio("p50 ratio sandboxd / docker run", r.total, r.docker)
 	t.Ratio("p50 ratio sandboxd / docker run (no net)", r.total, r.dockerNoNet)
+	t.Ratio("p50 ratio sandboxd / docker run -d + exec", r.total, r.dockerExec)
 	fmt.Fprintln(w)
 	t.Head("create steps (Server-Timing)")
 	var sum time.Duration
@@ -187,6 +302,43 @@ func (r *result) print(w io.Writer) {
 func dockerRun(ctx context.Context, image string, flags ...string) (time.Duration, error) {
 	dur, _, err := benchd.Docker(ctx, append(append([]string{"run", "--rm"}, flags...), image, "true")...)
 	return dur, err
+}
+
+// dockerRunExec times `docker run -d --network none IMAGE sleep` and
+// `docker exec CONTAINER true` together; the container is then removed,
+// untimed.
+func dockerRunExec(ctx context.Context, d *benchd.Daemon, image string) (time.Duration, error) {
+	start := time.Now()
+	id, err := dockerStart(ctx, d, image)
+	if err != nil {
+		return 0, err
+	}
+	defer dockerRemove(ctx, id)
+	if _, _, err := benchd.Docker(ctx, "exec", id, "true"); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// dockerStart is `docker run -d --network none` of a container of image
+// that sleeps (labelled as the benchmark's, so Close removes what a
+// failed run leaves); it returns the container's id.
+func dockerStart(ctx context.Context, d *benchd.Daemon, image string, flags ...string) (string, error) {
+	args := append([]string{"run", "-d", "--network", "none", "--label", d.BaselineLabel()}, flags...)
+	_, id, err := benchd.Docker(ctx, append(args, image, "sleep", "86400")...)
+	return id, err
+}
+
+// dockerRemove removes containers, with a fresh bound (it runs on the
+// way out of a cancelled run too), and logs a failure: Close's label
+// sweep catches what it leaves.
+func dockerRemove(ctx context.Context, ids ...string) {
+	if len(ids) == 0 {
+		return
+	}
+	if _, _, err := benchd.Docker(context.WithoutCancel(ctx), append([]string{"rm", "-f", "-v"}, ids...)...); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	}
 }
 
 // sampled is one create → first exec through the API.

@@ -298,7 +298,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	if v, ok := env("SANDBOXD_POOL"); ok {
 		pool = v
 	}
-	fs.StringVar(&pool, "pool", pool, "warm pool: IMAGE=N[,IMAGE=N...] idle sandboxes per image, or none (env SANDBOXD_POOL; default: 2 of the default image)")
+	fs.StringVar(&pool, "pool", pool, "warm pool: IMAGE=N[,IMAGE=N...] idle sandboxes per image (IMAGE=MIN-MAX: following demand), or none (env SANDBOXD_POOL; default: 2 of the default image)")
 	fs.DurationVar(&d.IdleTimeout, "idle-timeout", d.IdleTimeout, "close a kept-alive connection idle this long (env SANDBOXD_IDLE_TIMEOUT)")
 	fs.DurationVar(&d.RequestTimeout, "request-timeout", d.RequestTimeout, "bound on a whole request to a route that is not a stream (env SANDBOXD_REQUEST_TIMEOUT)")
 	fs.IntVar(&d.MaxConns, "max-conns", d.MaxConns, "HTTP connections open at once; 0: a quarter of the open-file limit (env SANDBOXD_MAX_CONNS)")
@@ -691,16 +691,19 @@ func (f dedupeFlag) Set(v string) error {
 
 func (dedupeFlag) IsBoolFlag() bool { return true }
 
-// PoolSize is how many idle sandboxes of an image the warm pool keeps.
+// PoolSize is how many idle sandboxes of an image the warm pool keeps:
+// Size, or, with Max above it, from Size to Max following demand.
 type PoolSize struct {
 	Image string
 	Size  int
+	Max   int
 }
 
 // maxPoolSize bounds one image's pool (the service's bound).
 const maxPoolSize = 64
 
-// ParsePool parses --pool: "IMAGE=N[,IMAGE=N...]", "none" (or "0") for no
+// ParsePool parses --pool: "IMAGE=N[,IMAGE=N...]" (an item may be
+// IMAGE=MIN-MAX, a size that follows demand), "none" (or "0") for no
 // pool, and "" for the default, two of defaultImage.
 func ParsePool(s, defaultImage string) ([]PoolSize, error) {
 	switch strings.TrimSpace(s) {
@@ -712,6 +715,15 @@ func ParsePool(s, defaultImage string) ([]PoolSize, error) {
 	var out []PoolSize
 	for _, item := range splitList(s) {
 		img, n, ok := strings.Cut(item, "=")
+		if lo, hi, ranged := strings.Cut(n, "-"); ok && ranged {
+			size, err1 := strconv.Atoi(lo)
+			most, err2 := strconv.Atoi(hi)
+			if strings.TrimSpace(img) == "" || err1 != nil || err2 != nil || size < 0 || most <= size || most > maxPoolSize {
+				return nil, fmt.Errorf("%q: want IMAGE=MIN-MAX with MIN below MAX, both from 0 to %d", item, maxPoolSize)
+			}
+			out = append(out, PoolSize{Image: strings.TrimSpace(img), Size: size, Max: most})
+			continue
+		}
 		size, err := strconv.Atoi(n)
 		if !ok || strings.TrimSpace(img) == "" || err != nil || size < 0 || size > maxPoolSize {
 			return nil, fmt.Errorf("%q: want IMAGE=N with N from 0 to %d", item, maxPoolSize)

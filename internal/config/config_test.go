@@ -109,6 +109,7 @@ func TestParse_Sources(t *testing.T) {
 		{"PoolNone", nil, []string{"--pool", "none"}, func(d *Daemon) { d.Pool = nil }},
 		{"PoolEnv", map[string]string{"SANDBOXD_POOL": "a:1=3, b=0"}, nil, func(d *Daemon) { d.Pool = []PoolSize{{Image: "a:1", Size: 3}, {Image: "b", Size: 0}} }},
 		{"PoolFlagWins", map[string]string{"SANDBOXD_POOL": "a=3"}, []string{"--pool", "b=1"}, func(d *Daemon) { d.Pool = []PoolSize{{Image: "b", Size: 1}} }},
+		{"PoolFollowsDemand", nil, []string{"--pool", "a=2-16,b=3"}, func(d *Daemon) { d.Pool = []PoolSize{{Image: "a", Size: 2, Max: 16}, {Image: "b", Size: 3}} }},
 		{"DefaultRuntimeEnv", map[string]string{"SANDBOXD_DEFAULT_RUNTIME": "gvisor"}, nil, func(d *Daemon) { d.DefaultRuntime = "gvisor" }},
 		{"HostPortsEnv", map[string]string{"SANDBOXD_HOST_PORTS": "50000-50010"}, nil, func(d *Daemon) { d.HostPortLo, d.HostPortHi = 50000, 50010 }},
 		{"HostPortsFlagWins", map[string]string{"SANDBOXD_HOST_PORTS": "50000-50010"}, []string{"--host-ports", "1024-65535"}, func(d *Daemon) {
@@ -195,6 +196,8 @@ func TestParse_Rejects(t *testing.T) {
 		{"MemoryBudgetNegative", nil, []string{"--memory-budget", "-1"}, "--cpu-budget and --memory-budget must be positive"},
 		{"PoolNoSize", nil, []string{"--pool", "img"}, `--pool: "img": want IMAGE=N with N from 0 to 64`},
 		{"PoolTooBig", nil, []string{"--pool", "img=65"}, `--pool: "img=65": want IMAGE=N with N from 0 to 64`},
+		{"PoolRangeUpsideDown", nil, []string{"--pool", "img=4-2"}, `--pool: "img=4-2": want IMAGE=MIN-MAX with MIN below MAX, both from 0 to 64`},
+		{"PoolRangeTooBig", nil, []string{"--pool", "img=1-65"}, `--pool: "img=1-65": want IMAGE=MIN-MAX with MIN below MAX, both from 0 to 64`},
 		{"DefaultRuntimeUnknown", nil, []string{"--default-runtime", "kata"}, `--default-runtime "kata": want docker or gvisor`},
 		{"HostPortsEnvBad", map[string]string{"SANDBOXD_HOST_PORTS": "80-90"}, nil, `--host-ports: range "80-90": want 1024 <= lo <= hi <= 65535`},
 		{"HostPortsNoDash", nil, []string{"--host-ports", "40000"}, `--host-ports: range "40000": want lo-hi`},

@@ -417,7 +417,7 @@ func (d *Daemon) buildIngress(dialer *serviceDialer, previews *auth.PreviewToken
 func poolTargets(sizes []config.PoolSize) []service.PoolTarget {
 	out := make([]service.PoolTarget, len(sizes))
 	for i, p := range sizes {
-		out[i] = service.PoolTarget{PoolClass: service.PoolClass{Image: p.Image}, Size: p.Size}
+		out[i] = service.PoolTarget{PoolClass: service.PoolClass{Image: p.Image}, Size: p.Size, Max: p.Max}
 	}
 	return out
 }

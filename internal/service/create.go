@@ -158,6 +158,9 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 		}
 	}
 	s.replaceClient(c.id, agent.NewClient(s.dialer(c.id), c.sec.token))
+	if c.missed != nil {
+		s.pool.Missed(*c.missed, s.Clock())
+	}
 	return &Created{Sandbox: fromRow(c.row), SSHPrivateKey: c.sec.keys.Private, Timings: c.t.timings}, nil
 }
 
@@ -174,6 +177,9 @@ type creation struct {
 	row   store.Sandbox   // inserted by insertRow, as committed by commit
 	binds []runtime.Mount // the prepared mounts, for the runtime
 	undo  undoStack
+	// missed is the pool class whose idle sandboxes this create found none
+	// of (step 2b): its success counts in the class's demand.
+	missed *PoolClass
 }
 
 // gate is step 1: the startup repair is done, and in cluster mode the
@@ -208,7 +214,12 @@ func (c *creation) servePooled(ctx context.Context) (*Created, error) {
 	if c.id != "" || len(c.req.Mounts) > 0 || c.req.Owner == buildOwner {
 		return nil, errPoolMiss
 	}
-	return c.s.fromPool(ctx, c.req, c.cl, c.t)
+	created, err := c.s.fromPool(ctx, c.req, c.cl, c.t)
+	if errors.Is(err, errPoolMiss) {
+		class := poolClass(c.req)
+		c.missed = &class
+	}
+	return created, err
 }
 
 // image is step 2c: the image is present, pulled through the engine when

@@ -235,6 +235,9 @@ func (s *Service) createDelivered(ctx context.Context, c Caller, r CreateOnceReq
 	}
 	d := s.watch(ctx, cl, k.ReplayWindow)
 	created, err := s.create(work, r.Create, id, nil)
+	if err == nil {
+		s.poolMissed(r.Create) // served cold under the id the delivery row names
+	}
 	if err != nil {
 		// The chain rolled itself back.
 		if _, derr := d.release(ctx); derr != nil {

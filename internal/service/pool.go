@@ -43,15 +43,23 @@ const poolCheckEvery = 15 * time.Second
 // pooled is one idle sandbox (warmpool.Idle).
 type pooled = warmpool.Idle
 
-// PoolTarget is how many idle sandboxes of a class the pool keeps.
+// PoolTarget is how many idle sandboxes of a class the pool keeps: Size,
+// or, when Max is above Size, a number that follows demand between the
+// two (adaptive: it grows while creates of the class find the pool empty
+// within Window, and gives up idle sandboxes that waited a whole Window;
+// warmpool.Decide). Window defaults to warmpool.DefaultWindow.
 type PoolTarget struct {
 	PoolClass
-	Size int `json:"size"`
+	Size   int           `json:"size"`
+	Max    int           `json:"max,omitempty"`
+	Window time.Duration `json:"window,omitempty"`
 }
 
-// PoolStatus is a class's target and what the pool holds of it now.
+// PoolStatus is a class's configuration, its target now (Size, or where
+// an adaptive class's demand has moved it) and what the pool holds of it.
 type PoolStatus struct {
 	PoolTarget
+	Target  int `json:"target"`
 	Ready   int `json:"ready"`
 	Filling int `json:"filling"`
 	// IDs are the ready sandboxes, oldest first (the next claimed first).
@@ -65,13 +73,26 @@ func poolClass(req CreateRequest) PoolClass {
 }
 
 // normalizeTargets validates targets, filling each class's defaults the
-// way a create request's are filled, and merges duplicates.
-func (s *Service) normalizeTargets(targets []PoolTarget) (map[PoolClass]int, error) {
-	out := map[PoolClass]int{}
+// way a create request's are filled, and merges duplicates of fixed
+// classes (an adaptive class is named once).
+func (s *Service) normalizeTargets(targets []PoolTarget) (map[PoolClass]warmpool.Config, error) {
+	out := map[PoolClass]warmpool.Config{}
 	for i, t := range targets {
 		field := fmt.Sprintf("pools[%d]", i)
 		if t.Size < 0 || t.Size > MaxPoolSize {
 			return nil, invalid(field+".size", "must be between 0 and %d", MaxPoolSize)
+		}
+		adaptive := t.Max != 0
+		switch {
+		case adaptive && (t.Max <= t.Size || t.Max > MaxPoolSize):
+			return nil, invalid(field+".max_size", "must be above size (%d) and at most %d, or 0 for a fixed size", t.Size, MaxPoolSize)
+		case !adaptive && t.Window != 0:
+			return nil, invalid(field+".window_s", "applies only to a pool whose size follows demand (set max_size)")
+		case adaptive && t.Window == 0:
+			t.Window = warmpool.DefaultWindow
+		}
+		if adaptive && (t.Window < warmpool.MinWindow || t.Window > warmpool.MaxWindow) {
+			return nil, invalid(field+".window_s", "must be from %d to %d seconds", warmpool.MinWindow/time.Second, warmpool.MaxWindow/time.Second)
 		}
 		req, err := s.normalize(CreateRequest{Owner: store.PoolOwner, Image: t.Image, Runtime: t.Runtime, MilliCPU: t.MilliCPU, MemoryMB: t.MemoryMB, DiskMB: t.DiskMB, Network: t.Network})
 		if err != nil {
@@ -81,10 +102,20 @@ func (s *Service) normalizeTargets(targets []PoolTarget) (map[PoolClass]int, err
 			}
 			return nil, err
 		}
-		out[poolClass(req)] += t.Size
-		if out[poolClass(req)] > MaxPoolSize {
+		c := poolClass(req)
+		prev, dup := out[c]
+		if dup && (adaptive || prev.Max != 0) {
+			return nil, invalid(field, "names a class an earlier entry names: a class whose size follows demand is named once")
+		}
+		if adaptive {
+			out[c] = warmpool.Config{Size: t.Size, Max: t.Max, Window: t.Window}
+			continue
+		}
+		prev.Size += t.Size
+		if prev.Size > MaxPoolSize {
 			return nil, invalid(field+".size", "the class's sizes add up to more than %d", MaxPoolSize)
 		}
+		out[c] = prev
 	}
 	if len(out) > warmpool.MaxClasses {
 		return nil, invalid("pools", "at most %d classes", warmpool.MaxClasses)
@@ -114,7 +145,11 @@ func (s *Service) PoolStatus() []PoolStatus {
 	st := s.pool.Status()
 	out := make([]PoolStatus, len(st))
 	for i, c := range st {
-		out[i] = PoolStatus{PoolTarget: PoolTarget{PoolClass: c.Class, Size: c.Target}, Ready: c.Ready, Filling: c.Filling, IDs: c.IDs}
+		t := PoolTarget{PoolClass: c.Class, Size: c.Size}
+		if c.Max > c.Size {
+			t.Max, t.Window = c.Max, c.Window
+		}
+		out[i] = PoolStatus{PoolTarget: t, Target: c.Target, Ready: c.Ready, Filling: c.Filling, IDs: c.IDs}
 	}
 	return out
 }
@@ -138,24 +173,35 @@ func (s *Service) runPool(ctx context.Context) {
 	check := time.NewTicker(poolCheckEvery)
 	defer check.Stop()
 	for {
+		// Adaptive classes first: a target that grew is refilled below, and
+		// idle sandboxes given up go on their own (a destroy takes the
+		// engine's time, not the loop's).
+		release, wait := s.pool.Adapt(s.Clock(), s.poolFree())
+		for _, e := range release {
+			wg.Go(func() { s.destroyPooled(ctx, e.ID, "it waited a whole window unclaimed, beyond the pool's minimum") })
+		}
+		if len(release) > 0 {
+			s.observePool()
+		}
 		// Refill yields to tenants: nothing starts while a cold create is
 		// in flight (it is poked when the last one ends). A refill holds
 		// capacity that no eviction can free until it is done, so running
 		// one beside cold creates could turn a tenant's create into a 429;
 		// under a steady stream of cold creates the pool waits instead,
 		// which costs only latency (those creates would miss it anyway).
-		var wait time.Duration
 		for !s.pool.Busy() {
 			c, ok, w := s.pool.Next(s.Clock())
 			if !ok {
-				wait = w
+				if w > 0 && (wait == 0 || w < wait) {
+					wait = w
+				}
 				break
 			}
 			wg.Go(func() { s.refill(ctx, c) })
 		}
 		var timer <-chan time.Time
 		if wait > 0 {
-			timer = time.After(wait) // at most poolBackoffMax
+			timer = time.After(wait) // a backoff (at most a minute) or an adaptive class's window
 		}
 		select {
 		case <-ctx.Done():
@@ -279,7 +325,7 @@ func (s *Service) adoptable(ctx context.Context, row store.Sandbox) string {
 	if err := s.cacheClient(row.ID, tok).Check(hctx); err != nil {
 		return "its agent does not answer with its token: " + err.Error()
 	}
-	if !s.pool.Adopt(c, pooled{ID: row.ID, Token: tok, SealedToken: row.AgentTokenSealed}) {
+	if !s.pool.Adopt(c, pooled{ID: row.ID, Token: tok, SealedToken: row.AgentTokenSealed}, s.Clock()) {
 		return "the pool has no room for its class"
 	}
 	return ""
@@ -330,6 +376,28 @@ func (s *Service) DrainPool(ctx context.Context) {
 func (s *Service) destroyPooled(ctx context.Context, id, why string) {
 	s.Logger.Info("pool: destroying an idle sandbox", "sandbox", id, "why", why)
 	s.destroyDetached(ctx, id, why)
+}
+
+// poolFree is what the host's admission budget has free now, which an
+// adaptive class's growth takes at most half of (warmpool.Adapt).
+func (s *Service) poolFree() warmpool.Free {
+	used, budget := s.Admission.Usage()
+	return warmpool.Free{MilliCPU: budget.MilliCPU - used.MilliCPU, MemoryMB: budget.MemoryMB - used.MemoryMB}
+}
+
+// poolMissed counts a create of req served cold, after it succeeded,
+// in its class's demand when req was one the pool serves (nothing for a
+// class that does not follow demand). Only creates that got a sandbox
+// count: a tenant refused (a quota, a bad image) grows no pool.
+func (s *Service) poolMissed(req CreateRequest) {
+	if req.Owner == store.PoolOwner || req.Owner == buildOwner || len(req.Mounts) > 0 || req.Template != "" {
+		return
+	}
+	n, err := s.normalize(req)
+	if err != nil {
+		return
+	}
+	s.pool.Missed(poolClass(n), s.Clock())
 }
 
 func (s *Service) observePool() {

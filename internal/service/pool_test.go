@@ -681,3 +681,45 @@ func TestPool_DiskLimitIsPartOfTheClass(t *testing.T) {
 		}
 	}
 }
+
+// A pool whose size follows demand grows only for creates that got a
+// sandbox: a tenant whose creates of the class the empty pool cannot
+// serve are all refused (past its quota) grows nothing; one create served
+// cold grows it by one.
+func TestPool_AdaptiveGrowsOnlyForCreatesServed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{pool: []service.PoolTarget{{PoolClass: service.PoolClass{Image: busybox}, Size: 0, Max: 4, Window: time.Minute}}})
+	runPool(t, h)
+	ctx := t.Context()
+	target := func() int {
+		st := h.svc.PoolStatus()
+		if len(st) != 1 {
+			t.Fatalf("pool status %+v, want one class", st)
+		}
+		return st[0].Target
+	}
+	if got := target(); got != 0 {
+		t.Fatalf("target %d before any create, want 0", got)
+	}
+	for range 8 {
+		_, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "mallory", Image: busybox, Quota: service.Quota{MemoryMB: 128}})
+		if !errors.Is(err, service.ErrInvalidArgument) && !errors.Is(err, service.ErrQuotaExceeded) {
+			t.Fatalf("a create past mallory's quota: %v", err)
+		}
+	}
+	c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.svc.Destroy(context.WithoutCancel(ctx), admin, c.ID) })
+	if hit(c) {
+		t.Fatal("served from a pool of 0")
+	}
+	// Every miss was counted before the create returned: the first target
+	// the loop sets counts them all.
+	eventually(t, "the pool grows", func() bool { return target() != 0 })
+	if got := target(); got != 1 {
+		t.Errorf("target %d after one create served cold and %d refused, want 1", got, 8)
+	}
+	waitReady(t, h, 1)
+}

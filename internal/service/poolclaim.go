@@ -25,7 +25,7 @@ var errPoolMiss = errors.New("pool miss")
 // Any other error is the create's answer (a name conflict, a quota), and
 // the idle sandbox goes back to the pool untouched.
 func (s *Service) fromPool(ctx context.Context, req CreateRequest, cl *store.Claim, t *stepTimer) (*Created, error) {
-	e, ok := s.pool.Take(poolClass(req))
+	e, ok := s.pool.Take(poolClass(req), s.Clock())
 	if !ok {
 		s.Metrics.poolMiss()
 		return nil, errPoolMiss
@@ -58,7 +58,7 @@ func (s *Service) reservePooled(req CreateRequest) (pooled, bool) {
 	if err != nil {
 		return pooled{}, false // the create answers the error itself
 	}
-	return s.pool.Take(poolClass(n))
+	return s.pool.Take(poolClass(n), s.Clock())
 }
 
 // unreservePooled gives back a sandbox reservePooled took and no create

@@ -186,6 +186,9 @@ type Admission interface {
 	// it wrote, so its disk counts in its owner's quota until destroyed.
 	Park(id string)
 	Reset(live map[string]admission.Request)
+	// Usage is every reservation's sum and the budget: the warm pool grows
+	// only into what is free.
+	Usage() (used admission.Request, budget admission.Budget)
 }
 
 // Volumes prepares the host side of a sandbox's mounts.

@@ -185,3 +185,114 @@ func TestPool_KillMidRefillAndMidClaim(t *testing.T) {
 		t.Errorf("after a stop: %d containers, want only the one sandbox created last: %v", len(containers), containers)
 	}
 }
+
+// A pool whose size follows demand, on a whole daemon: a burst of creates
+// larger than the pool grows it (the creates that found it empty count),
+// the refill makes what the burst asked for, and once nothing claims them
+// for a window the idle sandboxes beyond the pool's minimum are given
+// back, containers and all.
+func TestPool_AdaptiveGrowsUnderABurstAndShrinksWhenIdle(t *testing.T) {
+	requireDocker(t)
+	t.Parallel()
+	ctx := testContext(t, 5*time.Minute)
+	d := startDaemon(t, "pooladapt", "--pool", "none")
+	c := newClient(d, false)
+	const (
+		minSize, maxSize = 1, 4
+		window           = 15 // seconds: the burst's refill (a few seconds) lands well inside it
+	)
+	pools, err := c.SetPools(ctx, []sandboxd.Pool{{Image: busyboxImage, Size: minSize, MaxSize: maxSize, WindowS: window}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pools) != 1 || pools[0].Size != minSize || pools[0].MaxSize != maxSize || pools[0].WindowS != window || pools[0].Target != minSize {
+		t.Fatalf("SetPools answered %+v", pools)
+	}
+	// state polls the one class until cond holds of it.
+	state := func(what string, cond func(p sandboxd.Pool) bool) sandboxd.Pool {
+		t.Helper()
+		var last sandboxd.Pool
+		err := testenv.Poll(ctx, testenv.Deadline, func() error {
+			pools, err := c.ListPools(ctx)
+			if err != nil {
+				return err
+			}
+			if len(pools) != 1 {
+				return fmt.Errorf("%d classes: %+v", len(pools), pools)
+			}
+			if last = pools[0]; !cond(last) {
+				return fmt.Errorf("not yet: %+v", last)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return last
+	}
+	state("the pool at its minimum", func(p sandboxd.Pool) bool { return p.Ready == minSize && p.Filling == 0 })
+
+	// The burst: maxSize creates at once, one served by the pool, the
+	// others cold.
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		ids []string
+	)
+	for range maxSize {
+		wg.Go(func() {
+			sb, err := c.CreateSandbox(ctx, sandboxd.CreateRequest{Image: busyboxImage})
+			if err != nil {
+				t.Errorf("create: %v", err)
+				return
+			}
+			mu.Lock()
+			ids = append(ids, sb.ID)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, id := range ids {
+			_ = c.DestroySandbox(context.WithoutCancel(ctx), id)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	// Grown: to the burst's demand in the window (all 4 on a quiet host;
+	// fewer if some creates took longer than the window on a busy one).
+	grown := state("the pool grown by the burst", func(p sandboxd.Pool) bool { return p.Target > minSize })
+	if grown.Target > maxSize {
+		t.Errorf("target %d past the pool's max %d", grown.Target, maxSize)
+	}
+	// The refill makes what the burst asked for: more idle sandboxes than
+	// the minimum at once (the first ones wait a window before any is
+	// given back, so this is seen whatever the machine's pace).
+	state("the grown pool refilled beyond its minimum", func(p sandboxd.Pool) bool { return p.Ready > minSize })
+	t.Logf("after the burst: %+v", grown)
+	for _, id := range ids {
+		if err := c.DestroySandbox(ctx, id); err != nil {
+			t.Errorf("destroy %s: %v", id, err)
+		}
+	}
+	ids = nil
+
+	// Idle for a window: back to the minimum, the containers with it.
+	state("the pool back at its minimum", func(p sandboxd.Pool) bool {
+		return p.Target == minSize && p.Ready == minSize && p.Filling == 0
+	})
+	err = testenv.Poll(ctx, testenv.Deadline, func() error {
+		cs, err := nodeContainers(ctx, d.NodeID())
+		if err != nil {
+			return err
+		}
+		if len(cs) != minSize {
+			return fmt.Errorf("%d containers of the node, want the pool's %d: %v", len(cs), minSize, cs)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -7,6 +7,7 @@ package benchd
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -46,6 +47,9 @@ type Options struct {
 	Name string
 	// Args are more flags for sandboxd (say --pool none).
 	Args []string
+	// StartTimeout bounds the wait for /healthz (0: 90 s); a start that
+	// reconciles hundreds of sandboxes may need more.
+	StartTimeout time.Duration
 }
 
 // Daemon is a sandboxd child process under measurement.
@@ -106,7 +110,7 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 		_ = d.cmd.Wait()
 		close(d.exited)
 	}()
-	if err := d.waitHealthy(ctx); err != nil {
+	if err := d.waitHealthy(ctx, cmp.Or(o.StartTimeout, startTimeout)); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("sandboxd did not become healthy: %w\n%s", err, d.LogTail(20))
 	}
@@ -127,8 +131,8 @@ func NodeID(name string) string { return fmt.Sprintf("%s-%d", name, os.Getpid())
 // Options.Dir dir; a caller may prepare it first (a cluster's files).
 func DataDir(dir string) string { return filepath.Join(dir, "data") }
 
-func (d *Daemon) waitHealthy(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+func (d *Daemon) waitHealthy(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		var h struct{ Version string }
@@ -163,6 +167,9 @@ func (d *Daemon) Close() error {
 	defer cancel()
 	return RemoveLabelled(ctx, "sandboxd.node="+d.NodeID, d.BaselineLabel())
 }
+
+// PID is the daemon's process id.
+func (d *Daemon) PID() int { return d.cmd.Process.Pid }
 
 // Kill stops the daemon with SIGKILL, as a crash would (no shutdown, no
 // cleanup), and waits for it to exit. Close still removes its containers.

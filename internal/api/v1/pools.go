@@ -3,13 +3,16 @@ package v1
 import (
 	"math"
 	"net/http"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
 // poolJSON is one class of the warm pool: what makes its sandboxes
-// interchangeable, how many idle ones it keeps (size), and, in answers,
-// how many it holds (ready) and is making (filling).
+// interchangeable, how many idle ones it keeps (size; with max_size, the
+// least it keeps while its number follows demand over window_s), and, in
+// answers, how many it keeps now (target), holds (ready) and is making
+// (filling).
 type poolJSON struct {
 	Image    string  `json:"image"`
 	Runtime  string  `json:"runtime,omitempty"`
@@ -18,6 +21,9 @@ type poolJSON struct {
 	DiskMB   int64   `json:"disk_mb,omitempty"`
 	Network  bool    `json:"network,omitempty"`
 	Size     int     `json:"size"`
+	MaxSize  int     `json:"max_size,omitempty"`
+	WindowS  int64   `json:"window_s,omitempty"`
+	Target   int     `json:"target"`
 	Ready    int     `json:"ready"`
 	Filling  int     `json:"filling"`
 	// SandboxIDs are the idle sandboxes (no API call reaches them: they
@@ -34,6 +40,8 @@ type poolsRequest struct {
 		DiskMB   int64   `json:"disk_mb"`
 		Network  bool    `json:"network"`
 		Size     int     `json:"size"`
+		MaxSize  int     `json:"max_size"`
+		WindowS  int64   `json:"window_s"`
 	} `json:"pools"`
 }
 
@@ -54,7 +62,8 @@ func toPoolsJSON(st []service.PoolStatus) poolsJSON {
 	for i, p := range st {
 		out.Pools[i] = poolJSON{
 			Image: p.Image, Runtime: p.Runtime, CPU: float64(p.MilliCPU) / 1000, MemoryMB: p.MemoryMB, DiskMB: p.DiskMB,
-			Network: p.Network, Size: p.Size, Ready: p.Ready, Filling: p.Filling, SandboxIDs: p.IDs,
+			Network: p.Network, Size: p.Size, MaxSize: p.Max, WindowS: int64(p.Window / time.Second),
+			Target: p.Target, Ready: p.Ready, Filling: p.Filling, SandboxIDs: p.IDs,
 		}
 	}
 	return out
@@ -87,10 +96,13 @@ func (s *server) setPools(w http.ResponseWriter, r *http.Request) error {
 		if p.CPU < 0 || p.CPU > 1e6 || math.IsNaN(p.CPU) {
 			return fieldError("pools", "cpu must be a positive number of cores")
 		}
+		if p.WindowS < 0 || p.WindowS > int64(24*time.Hour/time.Second) {
+			return fieldError("pools", "window_s must be a number of seconds from 1 to 86400")
+		}
 		targets[i] = service.PoolTarget{PoolClass: service.PoolClass{
 			Image: p.Image, Runtime: p.Runtime, MilliCPU: int64(math.Round(p.CPU * 1000)),
 			MemoryMB: p.MemoryMB, DiskMB: p.DiskMB, Network: p.Network,
-		}, Size: p.Size}
+		}, Size: p.Size, Max: p.MaxSize, Window: time.Duration(p.WindowS) * time.Second}
 	}
 	st, err := s.svc.SetPool(r.Context(), targets)
 	if err != nil {

@@ -1,9 +1,11 @@
 // Package warmpool is the warm pool's state: the idle sandboxes ready per
-// class, each class's target, and the refills and claims in flight. It
+// class, each class's target, and the refills and claims in flight; for a
+// class whose size follows demand, its recent claims and misses and the
+// rule that moves its target (Decide, a pure function, in adaptive.go). It
 // holds memory only, under one mutex never held across I/O; the service
-// does the I/O (poolclaim.go claims, pool.go refills, adopts, health-checks
-// and evicts) and asks this package what to do next. See docs/design.md,
-// "The warm pool".
+// does the I/O (poolclaim.go claims, pool.go refills, adopts, health-checks,
+// evicts and gives up what Adapt releases) and asks this package what to do
+// next. See docs/design.md, "The warm pool".
 package warmpool
 
 import (
@@ -50,11 +52,42 @@ const (
 )
 
 // Idle is one idle sandbox: its id and the agent token it booted with
-// (plain, and sealed as its row keeps it).
+// (plain, and sealed as its row keeps it), and when it joined the ready
+// list (the service's clock; set by Filled and Adopt).
 type Idle struct {
 	ID          string
 	Token       string
 	SealedToken []byte
+	Since       time.Time
+}
+
+// Config is what the pool keeps of a class: Size idle sandboxes, or,
+// when Max is above Size, a target that follows demand between the two
+// over Window (see Adaptive and Decide).
+type Config struct {
+	Size, Max int
+	Window    time.Duration
+}
+
+func (c Config) adaptive() Adaptive { return Adaptive{Min: c.Size, Max: c.Max, Window: c.Window} }
+
+// Free is what the host's budget has free now, for the growth of
+// adaptive classes.
+type Free struct {
+	MilliCPU, MemoryMB int64
+}
+
+// roomFor is how many sandboxes of c one growth may add within free: at
+// most 1/growShare of it.
+func roomFor(c Class, free Free) int {
+	n := int64(MaxSize)
+	if c.MilliCPU > 0 {
+		n = min(n, max(free.MilliCPU, 0)/growShare/c.MilliCPU)
+	}
+	if c.MemoryMB > 0 {
+		n = min(n, max(free.MemoryMB, 0)/growShare/c.MemoryMB)
+	}
+	return int(n)
 }
 
 // Pool is the warm pool's state: which idle sandboxes are ready, per
@@ -63,10 +96,15 @@ type Idle struct {
 type Pool struct {
 	concurrency int
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// configs are the classes as configured; targets what each keeps now
+	// (its Size, or an adaptive class's current target).
+	configs map[Class]Config
 	targets map[Class]int
-	ready   map[Class][]Idle
-	filling map[Class]int
+	// claims and misses are an adaptive class's recent demand (Decide).
+	claims, misses map[Class][]time.Time
+	ready          map[Class][]Idle
+	filling        map[Class]int
 	// claiming counts sandboxes Take handed out whose claim has not ended:
 	// they still count as the class's, so that a claim that gives its
 	// sandbox back (a name conflict, a quota) never makes the refill add
@@ -86,7 +124,10 @@ type Pool struct {
 func New(concurrency int) *Pool {
 	return &Pool{
 		concurrency: max(concurrency, 1),
+		configs:     map[Class]Config{},
 		targets:     map[Class]int{},
+		claims:      map[Class][]time.Time{},
+		misses:      map[Class][]time.Time{},
 		ready:       map[Class][]Idle{},
 		filling:     map[Class]int{},
 		claiming:    map[Class]int{},
@@ -108,17 +149,32 @@ func (p *Pool) ColdCreate() (done func()) {
 	}
 }
 
-// SetTargets replaces every class's target (a class of n <= 0 is none);
-// what is now beyond a target is Surplus.
-func (p *Pool) SetTargets(targets map[Class]int) {
+// SetTargets replaces every class's configuration (a class of size 0
+// that does not follow demand is none); what is now beyond a target is
+// Surplus. An adaptive class that was adaptive before keeps its current
+// target, brought within its new bounds, and its recent demand: setting
+// the same configuration again changes nothing.
+func (p *Pool) SetTargets(configs map[Class]Config) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	clear(p.targets)
-	for c, n := range targets {
-		if n > 0 {
-			p.targets[c] = n
+	old, oldConfigs := p.targets, p.configs
+	p.targets, p.configs = map[Class]int{}, map[Class]Config{}
+	for c, cfg := range configs {
+		a := cfg.adaptive()
+		if !a.On() {
+			if cfg.Size > 0 {
+				p.configs[c], p.targets[c] = Config{Size: cfg.Size}, cfg.Size
+			}
+			continue
+		}
+		p.configs[c] = cfg
+		p.targets[c] = a.Min
+		if oldConfigs[c].adaptive().On() {
+			p.targets[c] = min(max(old[c], a.Min), a.Max)
 		}
 	}
+	maps.DeleteFunc(p.claims, func(c Class, _ []time.Time) bool { return !p.configs[c].adaptive().On() })
+	maps.DeleteFunc(p.misses, func(c Class, _ []time.Time) bool { return !p.configs[c].adaptive().On() })
 }
 
 // Busy reports whether a cold create counted by ColdCreate is in flight:
@@ -129,13 +185,14 @@ func (p *Pool) Busy() bool { return p.userCreates.Load() != 0 }
 func (p *Pool) Wake() <-chan struct{} { return p.wake }
 
 // Adopt puts e, an idle sandbox of class c an earlier process left, in
-// c's ready list; false when c has no room for it.
-func (p *Pool) Adopt(c Class, e Idle) bool {
+// c's ready list, idle since now; false when c has no room for it.
+func (p *Pool) Adopt(c Class, e Idle, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.ready[c]) >= p.targets[c] {
 		return false
 	}
+	e.Since = now
 	p.ready[c] = append(p.ready[c], e)
 	return true
 }
@@ -170,8 +227,9 @@ func (p *Pool) Poke() {
 	}
 }
 
-// Take pops an idle sandbox of class c, if the pool has one.
-func (p *Pool) Take(c Class) (Idle, bool) {
+// Take pops an idle sandbox of class c, if the pool has one; at now, a
+// claim of an adaptive class counts in its demand.
+func (p *Pool) Take(c Class, now time.Time) (Idle, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	list := p.ready[c]
@@ -182,7 +240,72 @@ func (p *Pool) Take(c Class) (Idle, bool) {
 	e := list[0]
 	p.ready[c] = slices.Delete(list, 0, 1)
 	p.claiming[c]++
+	if a := p.configs[c].adaptive(); a.On() {
+		p.claims[c] = remember(p.claims[c], now, now.Add(-a.Window), a.Max)
+	}
 	return e, true
+}
+
+// Missed counts, at now, a create of class c that found no idle sandbox
+// and was served cold, in the class's demand when the class follows
+// demand (nothing otherwise: only configured classes ever grow), and
+// pokes the refill loop, whose Adapt grows the target.
+func (p *Pool) Missed(c Class, now time.Time) {
+	p.mu.Lock()
+	a := p.configs[c].adaptive()
+	if a.On() {
+		p.misses[c] = remember(p.misses[c], now, now.Add(-a.Window), a.Max)
+	}
+	p.mu.Unlock()
+	if a.On() {
+		p.Poke()
+	}
+}
+
+// Adapt moves every adaptive class's target where Decide says, at now
+// with free the host's free budget, and takes out the idle sandboxes it
+// gives up (the caller destroys them). next is how long until an answer
+// may change without a claim, a miss or a refill (zero: not until one).
+func (p *Pool) Adapt(now time.Time, free Free) (release []Idle, next time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var soonest time.Time
+	for c, cfg := range p.configs {
+		a := cfg.adaptive()
+		if !a.On() {
+			continue
+		}
+		list := p.ready[c]
+		since := make([]time.Time, len(list))
+		for i, e := range list {
+			since[i] = e.Since
+		}
+		d := Decide(a, Demand{
+			Target: p.targets[c], Supply: p.supply(c),
+			Claims: p.claims[c], Misses: p.misses[c], IdleSince: since,
+			Room: roomFor(c, free),
+		}, now)
+		p.targets[c] = d.Target
+		// The same ones Decide counted: idle for a window, oldest first.
+		cutoff := now.Add(-a.Window)
+		kept := list[:0:0]
+		for _, e := range list {
+			if d.Release > 0 && !e.Since.After(cutoff) {
+				release = append(release, e)
+				d.Release--
+				continue
+			}
+			kept = append(kept, e)
+		}
+		p.ready[c] = kept
+		if !d.Next.IsZero() && (soonest.IsZero() || d.Next.Before(soonest)) {
+			soonest = d.Next
+		}
+	}
+	if !soonest.IsZero() {
+		next = max(soonest.Sub(now), time.Millisecond)
+	}
+	return release, next
 }
 
 // GiveBack returns an untouched sandbox that Take handed out.
@@ -225,9 +348,11 @@ func (p *Pool) Remove(id string) bool {
 	return false
 }
 
-// Status is a class's target and what the pool holds of it now.
+// Status is a class's configuration, its target and what the pool holds
+// of it now.
 type Status struct {
 	Class
+	Config
 	Target  int
 	Ready   int
 	Filling int
@@ -241,7 +366,7 @@ func (p *Pool) Status() []Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	classes := map[Class]bool{}
-	for c := range p.targets {
+	for c := range p.configs {
 		classes[c] = true
 	}
 	for c, l := range p.ready {
@@ -255,7 +380,7 @@ func (p *Pool) Status() []Status {
 		for i, e := range p.ready[c] {
 			ids[i] = e.ID
 		}
-		out = append(out, Status{Class: c, Target: p.targets[c], Ready: len(ids), Filling: p.filling[c], IDs: ids})
+		out = append(out, Status{Class: c, Config: p.configs[c], Target: p.targets[c], Ready: len(ids), Filling: p.filling[c], IDs: ids})
 	}
 	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.String(), b.String()) })
 	return out
@@ -309,8 +434,9 @@ func (p *Pool) Next(now time.Time) (Class, bool, time.Duration) {
 // supply is what class c has or will have: idle, being made, being claimed.
 func (p *Pool) supply(c Class) int { return len(p.ready[c]) + p.filling[c] + p.claiming[c] }
 
-// Filled ends a refill of c: e joins the ready list (when the refill
-// succeeded and the class still wants it) or the class backs off.
+// Filled ends a refill of c: e joins the ready list, idle since now
+// (when the refill succeeded and the class still wants it), or the class
+// backs off.
 func (p *Pool) Filled(c Class, e Idle, err error, now time.Time) (keep bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -326,6 +452,7 @@ func (p *Pool) Filled(c Class, e Idle, err error, now time.Time) (keep bool) {
 	if len(p.ready[c]) >= p.targets[c] {
 		return false // the target shrank meanwhile
 	}
+	e.Since = now
 	p.ready[c] = append(p.ready[c], e)
 	return true
 }
@@ -366,5 +493,8 @@ func (p *Pool) Drain() []Idle {
 	}
 	clear(p.ready)
 	clear(p.targets)
+	clear(p.configs)
+	clear(p.claims)
+	clear(p.misses)
 	return out
 }

@@ -32,15 +32,15 @@ func fill(t *testing.T, p *warmpool.Pool, now time.Time) []warmpool.Idle {
 
 func TestPool_RefillsToTargetThenServesOldestFirst(t *testing.T) {
 	p := warmpool.New(8)
-	p.SetTargets(map[warmpool.Class]int{small: 2, big: 0})
+	p.SetTargets(map[warmpool.Class]warmpool.Config{small: {Size: 2}, big: {}})
 	made := fill(t, p, time.Now())
 	if len(made) != 2 {
 		t.Fatalf("refilled %d, want 2 (the target)", len(made))
 	}
-	if _, ok := p.Take(big); ok {
+	if _, ok := p.Take(big, time.Now()); ok {
 		t.Fatal("took a sandbox of a class without a target")
 	}
-	e, ok := p.Take(small)
+	e, ok := p.Take(small, time.Now())
 	if !ok || e.ID != made[0].ID {
 		t.Fatalf("took %v %v, want the oldest %s", e, ok, made[0].ID)
 	}
@@ -59,9 +59,9 @@ func TestPool_RefillsToTargetThenServesOldestFirst(t *testing.T) {
 
 func TestPool_GiveBackAfterTheTargetShrankKeepsNothing(t *testing.T) {
 	p := warmpool.New(8)
-	p.SetTargets(map[warmpool.Class]int{small: 1})
+	p.SetTargets(map[warmpool.Class]warmpool.Config{small: {Size: 1}})
 	fill(t, p, time.Now())
-	e, _ := p.Take(small)
+	e, _ := p.Take(small, time.Now())
 	p.SetTargets(nil)
 	if p.GiveBack(small, e) {
 		t.Fatal("a drained class took its sandbox back")
@@ -70,7 +70,7 @@ func TestPool_GiveBackAfterTheTargetShrankKeepsNothing(t *testing.T) {
 
 func TestPool_FailedRefillBacksOff(t *testing.T) {
 	p := warmpool.New(8)
-	p.SetTargets(map[warmpool.Class]int{small: 1})
+	p.SetTargets(map[warmpool.Class]warmpool.Config{small: {Size: 1}})
 	now := time.Now()
 	c, ok, _ := p.Next(now)
 	if !ok {
@@ -87,7 +87,7 @@ func TestPool_FailedRefillBacksOff(t *testing.T) {
 
 func TestPool_EvictsTheLargestFirst(t *testing.T) {
 	p := warmpool.New(8)
-	p.SetTargets(map[warmpool.Class]int{small: 1, big: 1})
+	p.SetTargets(map[warmpool.Class]warmpool.Config{small: {Size: 1}, big: {Size: 1}})
 	fill(t, p, time.Now())
 	for _, want := range []warmpool.Class{big, small} {
 		e, ok := p.EvictLargest()
@@ -119,11 +119,11 @@ func TestPool_ColdCreatesHoldTheRefill(t *testing.T) {
 
 func TestPool_AdoptHonoursTheTarget(t *testing.T) {
 	p := warmpool.New(8)
-	p.SetTargets(map[warmpool.Class]int{small: 1})
-	if !p.Adopt(small, warmpool.Idle{ID: "sb-1"}) {
+	p.SetTargets(map[warmpool.Class]warmpool.Config{small: {Size: 1}})
+	if !p.Adopt(small, warmpool.Idle{ID: "sb-1"}, time.Now()) {
 		t.Fatal("no room for the first")
 	}
-	if p.Adopt(small, warmpool.Idle{ID: "sb-2"}) {
+	if p.Adopt(small, warmpool.Idle{ID: "sb-2"}, time.Now()) {
 		t.Fatal("adopted past the target")
 	}
 	if got := p.Drain(); len(got) != 1 || got[0].ID != "sb-1" {
