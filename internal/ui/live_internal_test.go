@@ -50,12 +50,26 @@ func (f *slowMetrics) state() (inFlight, maxInFlight, calls int) {
 	return f.inFlight, f.max, f.calls
 }
 
+// localBinding is what a login at host from a browser on this machine
+// binds its session to.
+func localBinding(host string) binding {
+	return binding{host: host, class: addrLoopback}
+}
+
+// localRequest is a request from a client on this machine (httptest's
+// own RemoteAddr is another machine's).
+func localRequest(method, target string) *http.Request {
+	r := httptest.NewRequest(method, target, nil)
+	r.RemoteAddr = "127.0.0.1:40404"
+	return r
+}
+
 func usageRequest(cookie string, n, from int) *http.Request {
 	var q []string
 	for i := range n {
 		q = append(q, fmt.Sprintf("id=sb-%016x", from+i))
 	}
-	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:7070/ui/usage?"+strings.Join(q, "&"), nil)
+	r := localRequest(http.MethodGet, "http://127.0.0.1:7070/ui/usage?"+strings.Join(q, "&"))
 	r.AddCookie(&http.Cookie{Name: cookieName, Value: cookie})
 	return r
 }
@@ -71,8 +85,8 @@ func TestUsage_Bounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	c1, _, _ := h.sessions.open("sbx_one", auth.Principal{Role: auth.RoleUser, Owner: "one"})
-	c2, _, _ := h.sessions.open("sbx_two", auth.Principal{Role: auth.RoleUser, Owner: "two"})
+	c1, _, _ := h.sessions.open("sbx_one", auth.Principal{Role: auth.RoleUser, Owner: "one"}, localBinding("127.0.0.1:7070"))
+	c2, _, _ := h.sessions.open("sbx_two", auth.Principal{Role: auth.RoleUser, Owner: "two"}, localBinding("127.0.0.1:7070"))
 
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, usageRequest(c1, maxUsageBatch+1, 0))
@@ -144,13 +158,13 @@ func TestLive_SiblingOriginRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	c, _, _ := h.sessions.open("sbx_one", auth.Principal{Role: auth.RoleUser, Owner: "one"})
+	c, _, _ := h.sessions.open("sbx_one", auth.Principal{Role: auth.RoleUser, Owner: "one"}, localBinding("localhost:7070"))
 	for _, path := range []string{"/ui/usage?id=sb-0123456789abcdef", "/ui/sandbox/sb-0123456789abcdef/logs"} {
 		for _, hd := range []http.Header{
 			{"Origin": {"http://8080-sb-0123456789abcdef.localhost:7070"}},
 			{"Sec-Fetch-Site": {"same-site"}},
 		} {
-			r := httptest.NewRequest(http.MethodGet, "http://localhost:7070"+path, nil)
+			r := localRequest(http.MethodGet, "http://localhost:7070"+path)
 			maps.Copy(r.Header, hd)
 			r.AddCookie(&http.Cookie{Name: cookieName, Value: c})
 			w := httptest.NewRecorder()
@@ -178,7 +192,7 @@ func TestUsage_RevokedTokenEndsTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	c, _, _ := h.sessions.open("sbx_gone", auth.Principal{Role: auth.RoleUser, Owner: "one"})
+	c, _, _ := h.sessions.open("sbx_gone", auth.Principal{Role: auth.RoleUser, Owner: "one"}, localBinding("127.0.0.1:7070"))
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, usageRequest(c, 2, 0))
 	if w.Code != http.StatusUnauthorized {
