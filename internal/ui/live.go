@@ -85,13 +85,12 @@ var idPattern = regexp.MustCompile(`^sb-[0-9a-f]{16}$`)
 // usage answers GET /ui/usage?id=…&id=…: {"items": {id: usageJSON}}, one
 // sample per sandbox named, taken through the API (so a sandbox the
 // session may not see is the API's 404 message, and one that is not
-// running its 409's). Like logs, it answers the dashboard's own pages
-// only (sameOrigin): a sandbox's preview page on a sibling host, which
+// running its 409's). Like logs, it answers the dashboard's own script
+// only (liveAllowed): a sandbox's preview page on a sibling host, which
 // the SameSite cookie does not stop, could not read the answer but could
 // spend the session's share of samples or log streams.
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request, req request) {
-	if !sameOrigin(r) {
-		writeJSONError(w, http.StatusForbidden, "cross-origin request refused")
+	if !h.liveAllowed(w, r, req) {
 		return
 	}
 	ids := r.URL.Query()["id"]
@@ -146,6 +145,27 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request, req request) {
 	writeJSON(w, http.StatusOK, map[string]any{"items": out})
 }
 
+// liveAllowed admits a GET of the live routes (usage, logs) from the
+// dashboard's own script only: a same-origin request (sameOrigin) that
+// carries the session's CSRF token in the X-CSRF-Token header. Over plain
+// HTTP a browser sends neither Origin nor Sec-Fetch-Site on a GET, so an
+// <img> of a sibling host's page (a sandbox's preview, same site as the
+// dashboard, so the SameSite cookie goes along) passes sameOrigin; it
+// cannot set a header, and a page of another origin that fetches with
+// one is stopped by the preflight, which the dashboard never answers.
+// Otherwise 403, before any API call.
+func (h *Handler) liveAllowed(w http.ResponseWriter, r *http.Request, req request) bool {
+	if !sameOrigin(r) {
+		writeJSONError(w, http.StatusForbidden, "cross-origin request refused")
+		return false
+	}
+	if !req.sess.checkCSRF(r.Header.Get("X-CSRF-Token")) {
+		writeJSONError(w, http.StatusForbidden, "missing or invalid X-CSRF-Token header: reload the page")
+		return false
+	}
+	return true
+}
+
 // sample is one sandbox's usageJSON, taken within one of the dashboard's
 // metrics slots, and the API's status when it refused.
 func (h *Handler) sample(ctx context.Context, api *sandboxd.Client, id string) (usageJSON, int) {
@@ -186,16 +206,24 @@ func ofLimit(used, limit uint64) string {
 // the page is open (GET /v1/sandboxes/{id}/logs?follow=1 through the API,
 // so whichever part keeps the logs, the API's rules apply): NDJSON, one
 // {"time","source","stream","text"} per line, as the API gives them; a
-// last {"error"} line when the API's stream broke. ?tail= (at most
-// maxLogTail) and ?since= (RFC 3339, for a pane that reconnects) pass on.
+// last {"error"} line when the API's stream broke. ?tail= (1 to
+// maxLogTail, default defaultLogTail) and ?since= (RFC 3339, for a pane
+// that reconnects; then at most maxLogTail lines) pass on.
 // The stream ends with the session. The pane writes lines as text.
 func (h *Handler) logs(w http.ResponseWriter, r *http.Request, req request) {
-	if !sameOrigin(r) {
-		writeJSONError(w, http.StatusForbidden, "cross-origin request refused")
+	if !h.liveAllowed(w, r, req) {
 		return
 	}
 	q := r.URL.Query()
-	opts := sandboxd.LogOptions{Follow: true, Tail: clamp(q.Get("tail"), 0, 0, maxLogTail)}
+	// A pane opens with the last defaultLogTail lines (tail= asks for 1 to
+	// maxLogTail; 0 or nothing is the default, never "all"); a pane that
+	// reconnects (since=) gets at most the last maxLogTail lines since,
+	// which is all it keeps.
+	tail := clamp(q.Get("tail"), defaultLogTail, 1, maxLogTail)
+	if q.Get("tail") == "0" {
+		tail = defaultLogTail
+	}
+	opts := sandboxd.LogOptions{Follow: true, Tail: tail}
 	if s := q.Get("since"); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
@@ -203,6 +231,9 @@ func (h *Handler) logs(w http.ResponseWriter, r *http.Request, req request) {
 			return
 		}
 		opts.Since = t
+		if q.Get("tail") == "" {
+			opts.Tail = maxLogTail
+		}
 	}
 	sb, err := req.api.GetSandbox(r.Context(), r.PathValue("id"))
 	if err != nil {
