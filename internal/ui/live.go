@@ -24,15 +24,31 @@ import (
 // for the running rows in view, and rotates through them when more are),
 // a session has one such request in flight at a time (a second is 429),
 // and the dashboard makes at most maxUsageCalls metrics calls at once,
-// all sessions together. So a list of hundreds of sandboxes costs at most
-// maxUsageBatch calls per poll (every 5 s after the answer), and no number
-// of open pages makes more than maxUsageCalls engine calls run at once.
+// all sessions together, at most maxUsageCallsPerOwner of them one
+// owner's, handed out to waiting owners in turn (usage.go). Each call has
+// usageCallTimeout, and its answer serves every request of the same token
+// for the same sandbox for usageCacheFor (one call in flight per sandbox
+// and token, however many tabs poll it). So a list of hundreds of
+// sandboxes costs at most maxUsageBatch calls per poll (every 5 s after
+// the answer), no number of open pages makes more than maxUsageCalls
+// engine calls run at once, and an owner whose samples never come holds
+// maxUsageCallsPerOwner slots for usageCallTimeout at a time, not every
+// slot for as long as it likes.
 const (
 	maxUsageBatch = 20
 	maxUsageCalls = 4
+	// maxUsageCallsPerOwner is one owner's share of maxUsageCalls: an
+	// owner whose samples are slow leaves the rest to the others.
+	maxUsageCallsPerOwner = 2
 	// usageWait bounds one /ui/usage: a sample that has not come by then
 	// is reported as late, and asked for again at the next poll.
 	usageWait = 20 * time.Second
+	// usageCallTimeout bounds one metrics call, well under usageWait, so
+	// that a slot held by a sample that will not come is back soon.
+	usageCallTimeout = 5 * time.Second
+	// usageCacheFor is how long a sample answers every request of its
+	// token for its sandbox (tabs that poll the same sandboxes share it).
+	usageCacheFor = 3 * time.Second
 )
 
 // Logs pane bounds: the tail a pane opens with (the browser keeps the last
@@ -44,21 +60,6 @@ const (
 	maxLogFollows      = 8
 	uiLogWriteDeadline = 30 * time.Second
 )
-
-// usageSlots is the dashboard's share of metrics calls (maxUsageCalls),
-// shared by every session.
-type usageSlots chan struct{}
-
-func (s usageSlots) acquire(ctx context.Context) error {
-	select {
-	case s <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s usageSlots) release() { <-s }
 
 // usageJSON is one sandbox's entry in /ui/usage: the API's sample, raw and
 // as the page shows it, or why there is none.
@@ -125,7 +126,7 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request, req request) {
 	var revoked atomic.Bool
 	for id := range seen {
 		wg.Go(func() {
-			u, status := h.sample(ctx, req.api, id)
+			u, status := h.sample(ctx, req, id)
 			if status == http.StatusUnauthorized {
 				revoked.Store(true)
 			}
@@ -164,34 +165,6 @@ func (h *Handler) liveAllowed(w http.ResponseWriter, r *http.Request, req reques
 		return false
 	}
 	return true
-}
-
-// sample is one sandbox's usageJSON, taken within one of the dashboard's
-// metrics slots, and the API's status when it refused.
-func (h *Handler) sample(ctx context.Context, api *sandboxd.Client, id string) (usageJSON, int) {
-	if err := h.usageSlots.acquire(ctx); err != nil {
-		return usageJSON{Error: "no sample yet: the daemon is busy sampling other sandboxes"}, 0
-	}
-	defer h.usageSlots.release()
-	m, err := api.Metrics(ctx, id)
-	if err != nil {
-		if ctx.Err() != nil {
-			return usageJSON{Error: "no sample yet: the engine was slow to answer"}, 0
-		}
-		status, msg := apiStatus(err)
-		return usageJSON{Error: msg}, status
-	}
-	u := usageJSON{
-		CPUPercent: m.CPUPercent, MemoryBytes: m.MemoryBytes, MemoryLimitBytes: m.MemoryLimitBytes,
-		DiskBytes: m.DiskBytes, DiskLimitBytes: m.DiskLimitBytes, NetRxBytes: m.NetRxBytes, NetTxBytes: m.NetTxBytes, Pids: m.Pids,
-	}
-	u.Shown = map[string]string{
-		"cpu":    strconv.FormatFloat(m.CPUPercent, 'f', 1, 64) + "%",
-		"memory": ofLimit(m.MemoryBytes, m.MemoryLimitBytes),
-		"disk":   ofLimit(m.DiskBytes, m.DiskLimitBytes),
-		"net":    "↓" + humanBytes(int64(m.NetRxBytes)) + " ↑" + humanBytes(int64(m.NetTxBytes)),
-	}
-	return u, http.StatusOK
 }
 
 // ofLimit is "used of limit", or used alone without a limit.

@@ -68,7 +68,8 @@ type Handler struct {
 	termRoute    func(id, tid string, cols, rows int, env map[string]string) (string, http.Header, string)
 	termResize   func(id, tid string) string
 	tcpHost      string
-	usageSlots   usageSlots
+	usageSlots   *fairSlots
+	flights      usageFlights
 	authenticate func(context.Context, string) (auth.Principal, error)
 	version      string
 	logger       *slog.Logger
@@ -76,6 +77,11 @@ type Handler struct {
 	pages        map[string]*template.Template
 	static       http.Handler
 	mux          *http.ServeMux
+
+	// life is the dashboard's own context, ended by Close: the calls
+	// that outlive one request (a shared usage sample) run under it.
+	life    context.Context
+	endLife context.CancelFunc
 
 	self *inproc.Listener
 	srv  *http.Server
@@ -108,7 +114,8 @@ func New(opts Options) (*Handler, error) {
 		termRoute:    opts.Terminal,
 		termResize:   opts.TerminalResize,
 		tcpHost:      opts.TCPHost,
-		usageSlots:   make(usageSlots, maxUsageCalls),
+		usageSlots:   newFairSlots(maxUsageCalls, maxUsageCallsPerOwner),
+		flights:      usageFlights{m: map[usageKey]*usageFlight{}},
 		authenticate: opts.Authenticate,
 		version:      opts.Version,
 		logger:       logger,
@@ -118,6 +125,7 @@ func New(opts Options) (*Handler, error) {
 		self:         inproc.NewListener(),
 		done:         make(chan struct{}),
 	}
+	h.life, h.endLife = context.WithCancel(context.Background())
 	h.srv = &http.Server{
 		Handler:           opts.API,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -140,6 +148,7 @@ func New(opts Options) (*Handler, error) {
 
 // Close stops the in-process server, ending calls still in flight.
 func (h *Handler) Close() error {
+	h.endLife()
 	err := h.srv.Close()
 	<-h.done
 	return err
