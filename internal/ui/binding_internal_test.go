@@ -117,10 +117,12 @@ func TestSession_BoundToItsClientClass(t *testing.T) {
 	}
 }
 
-// TestDashboard_NotServedOnTheTCPHost: the dashboard answers no request
-// whose Host is the one raw TCP exposures listen on (or localhost for
-// 127.0.0.1 and ::1), so no session cookie is ever set where a browser
-// would hand it to an exposure.
+// TestDashboard_NotServedOnTheTCPHost: the dashboard answers no plain
+// HTTP request whose Host is the one raw TCP exposures listen on (or
+// localhost for 127.0.0.1 and ::1), so no session cookie is ever set
+// where a browser would hand it to an exposure; over TLS it does (the
+// cookie is Secure, and an exposure's port cannot complete TLS for the
+// name).
 func TestDashboard_NotServedOnTheTCPHost(t *testing.T) {
 	for _, tc := range []struct {
 		tcpHost, base string
@@ -135,6 +137,7 @@ func TestDashboard_NotServedOnTheTCPHost(t *testing.T) {
 		{"localhost", "http://[::1]:7070", false},
 		{"sbx1.example.net", "http://SBX1.example.net.:7070", false},
 		{"sbx1.example.net", "http://api.example.net:7070", true},
+		{"sbx1.example.net", "https://sbx1.example.net", true}, // Secure: never sent to a raw port without TLS
 	} {
 		h := adminDashboard(t, tc.tcpHost)
 		c, code := loginAt(t, h, tc.base, "127.0.0.1:50000")

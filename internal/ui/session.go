@@ -35,11 +35,14 @@ const (
 	// Secure cookie (secureContext): a __Host- cookie, which a browser
 	// accepts only with Secure, Path=/ and no Domain, and so only from the
 	// dashboard's own host. A page of a sibling host (a sandbox's preview
-	// 8080-<id>.localhost beside a dashboard on localhost) cannot set,
-	// replace or shadow it, as it could a cookie for the parent domain.
-	// Its Path is / (the prefix demands it), so it travels with every
-	// request to the dashboard's host: what forwards one to a sandbox
-	// removes it (auth.StripCredentials, auth.DashboardCookies).
+	// 8080-<id>.sandboxd.example.com beside a dashboard on
+	// sandboxd.example.com) cannot set, replace or shadow it, as it could
+	// a cookie for the parent domain. Its Path is / (the prefix demands
+	// it), so it travels with every request to the dashboard's host, any
+	// port: what forwards one to a sandbox over HTTP removes it
+	// (auth.StripCredentials, auth.DashboardCookies); raw TCP exposures,
+	// which cannot, listen on another address (config.DefaultTCPHost),
+	// and a copy that leaks opens nothing elsewhere (binding).
 	cookieName = "__Host-sandboxd_ui"
 	// httpCookieName is the session cookie over plain HTTP on a host
 	// that is not loopback, where browsers drop Secure cookies: Path /ui/,

@@ -48,10 +48,13 @@ type Options struct {
 	// Nil: terminals keep the size they opened with.
 	TerminalResize func(id, tid string) string
 	// TCPHost is the host raw TCP exposures listen on (--tcp-host): the
-	// dashboard is not served there, nor on a loopback name of the same
-	// address (localhost for 127.0.0.1 or ::1), since a browser sends a
-	// host's cookies to every port of it, and a raw TCP exposure passes
-	// them to the sandbox untouched. Empty: none.
+	// dashboard is not served there over plain HTTP, nor on a loopback
+	// name of the same address (localhost for 127.0.0.1 or ::1), since a
+	// browser sends a host's cookies to every port of it, and a raw TCP
+	// exposure passes them to the sandbox untouched. Over TLS it is (the
+	// cookie is Secure: a browser sends it to an exposure's port only
+	// over TLS, which the sandbox cannot complete for the name). Empty:
+	// none.
 	TCPHost string
 	// Version is shown in the footer and the SDK's User-Agent.
 	Version string
@@ -176,9 +179,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Referrer-Policy", "same-origin") // not no-referrer: with it, browsers send "Origin: null" on same-origin posts
 	hd.Set("Cross-Origin-Opener-Policy", "same-origin")
 	hd.Set("Cross-Origin-Resource-Policy", "same-origin")
-	if sameAddress(r.Host, h.tcpHost) {
+	if r.TLS == nil && sameAddress(r.Host, h.tcpHost) {
 		// A session cookie set here would reach every raw TCP exposure,
-		// whose ports share this host.
+		// whose ports share this host. (Over TLS it would not: the
+		// cookie is Secure, so a browser sends it to an exposure's port
+		// only over TLS, where the sandbox cannot show a certificate
+		// for the name.)
 		h.fail(w, r, nil, http.StatusMisdirectedRequest, "The dashboard is not served on the host raw TCP exposures listen on: open it at the daemon's API address.")
 		return
 	}
