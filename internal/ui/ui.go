@@ -77,6 +77,7 @@ type Handler struct {
 	version      string
 	logger       *slog.Logger
 	sessions     *sessions
+	now          func() time.Time
 	pages        map[string]*template.Template
 	static       http.Handler
 	mux          *http.ServeMux
@@ -123,6 +124,7 @@ func New(opts Options) (*Handler, error) {
 		version:      opts.Version,
 		logger:       logger,
 		sessions:     newSessions(now),
+		now:          now,
 		pages:        pages,
 		static:       http.StripPrefix("/ui/static/", http.FileServerFS(static)),
 		self:         inproc.NewListener(),
@@ -185,7 +187,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// cookie is Secure, so a browser sends it to an exposure's port
 		// only over TLS, where the sandbox cannot show a certificate
 		// for the name.)
-		h.fail(w, r, nil, http.StatusMisdirectedRequest, "The dashboard is not served on the host raw TCP exposures listen on: open it at the daemon's API address.")
+		h.fail(w, r, nil, http.StatusMisdirectedRequest, "The dashboard is not served over plain HTTP on the host raw TCP exposures listen on (--tcp-host): a browser would send them its session cookie. Open it at another address of the daemon's API, or over TLS.")
 		return
 	}
 	if loopbackOnly(r) {

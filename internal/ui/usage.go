@@ -173,11 +173,15 @@ type usageFlight struct {
 type usageFlights struct {
 	mu sync.Mutex
 	m  map[usageKey]*usageFlight
+	// sweepAt is the size at which a new flight first sweeps the expired
+	// ones: at least minFlightSweep, and twice what a sweep left, so the
+	// sweeps cost O(1) a flight however many are cached (a tenant naming
+	// ids at random makes one each, as fast as its slots let it).
+	sweepAt int
 }
 
-// maxCachedFlights is the size past which a new flight first sweeps the
-// expired ones.
-const maxCachedFlights = 1024
+// minFlightSweep is the smallest map that is swept.
+const minFlightSweep = 1024
 
 // sample is one sandbox's usageJSON as req's token sees it: the answer of
 // a call in flight or made less than usageCacheFor ago for the same token
@@ -188,7 +192,7 @@ const maxCachedFlights = 1024
 // (ctx) gets a "no sample yet" that says what it was waiting for.
 func (h *Handler) sample(ctx context.Context, req request, id string) (usageJSON, int) {
 	key := usageKey{token: sha256.Sum256([]byte(req.sess.token)), id: id}
-	now := time.Now()
+	now := h.now()
 	h.flights.mu.Lock()
 	f := h.flights.m[key]
 	if f != nil {
@@ -201,7 +205,7 @@ func (h *Handler) sample(ctx context.Context, req request, id string) (usageJSON
 		}
 	}
 	if f == nil {
-		if len(h.flights.m) >= maxCachedFlights {
+		if len(h.flights.m) >= max(h.flights.sweepAt, minFlightSweep) {
 			for k, g := range h.flights.m {
 				select {
 				case <-g.done:
@@ -211,6 +215,7 @@ func (h *Handler) sample(ctx context.Context, req request, id string) (usageJSON
 				default:
 				}
 			}
+			h.flights.sweepAt = 2 * len(h.flights.m)
 		}
 		f = &usageFlight{done: make(chan struct{})}
 		f.wait, f.stopWait = context.WithTimeout(h.life, usageWait)
@@ -245,7 +250,7 @@ func (h *Handler) sample(ctx context.Context, req request, id string) (usageJSON
 func (h *Handler) fly(f *usageFlight, key usageKey, api *sandboxd.Client, owner, id string) {
 	keep := true
 	defer func() {
-		f.expires = time.Now().Add(usageCacheFor)
+		f.expires = h.now().Add(usageCacheFor)
 		if !keep {
 			h.flights.mu.Lock()
 			if h.flights.m[key] == f {

@@ -252,3 +252,41 @@ func TestFairSlots_Turns(t *testing.T) {
 		t.Fatalf("used %d, turns %v, d %+v; want 3, none, none", f.used, f.turns, f.owners["d"])
 	}
 }
+
+// TestUsage_CacheBounded: a tenant naming sandbox ids at random makes a
+// flight for each; the ones past usageCacheFor are swept, so the map
+// holds about what the last few seconds made, not everything ever asked.
+func TestUsage_CacheBounded(t *testing.T) {
+	api := &stallingMetrics{inFlight: map[string]int{}, calls: map[string]int{}}
+	var mu sync.Mutex
+	clock := time.Now() // sessions' contexts end at their expiry by the wall clock
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	h, err := New(Options{API: api, APIHost: "127.0.0.1:1", Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	s := openLocal(t, h, "sbx_one", "one", "127.0.0.1:7070")
+	peak := 0
+	for i := range 300 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, usageRequest(s, maxUsageBatch, i*maxUsageBatch))
+		for id, u := range decodeUsage(t, w) {
+			if u.Error != "" {
+				t.Fatalf("request %d, %s: %s", i, id, u.Error)
+			}
+		}
+		mu.Lock()
+		clock = clock.Add(time.Second)
+		mu.Unlock()
+		h.flights.mu.Lock()
+		peak = max(peak, len(h.flights.m))
+		h.flights.mu.Unlock()
+	}
+	if _, calls := api.state("sbx_one"); calls != 300*maxUsageBatch {
+		t.Fatalf("%d metrics calls for %d distinct sandboxes", calls, 300*maxUsageBatch)
+	}
+	if limit := 2*minFlightSweep + maxUsageBatch; peak > limit {
+		t.Fatalf("the flight cache held %d entries at its peak, want at most %d", peak, limit)
+	}
+}
