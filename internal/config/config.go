@@ -68,7 +68,8 @@ type Daemon struct {
 	// port exposures; it is bound on the first TCP or TLS exposure.
 	TLSListen string
 	// TCPHost is the host raw TCP exposures bind their host ports on and
-	// name in their tcp:// URLs. Loopback unless AllowPublic is set.
+	// name in their tcp:// URLs. Loopback unless AllowPublic is set;
+	// DefaultTCPHost when not given.
 	TCPHost string
 	// DefaultImage is used when a create request names no image.
 	DefaultImage string
@@ -253,7 +254,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.HTTPSCert, "https-cert", d.HTTPSCert, "certificate (PEM, with its chain) served on --https-listen for the names it covers; with --https-key (env SANDBOXD_HTTPS_CERT)")
 	fs.StringVar(&d.HTTPSKey, "https-key", d.HTTPSKey, "the key of --https-cert, PEM (env SANDBOXD_HTTPS_KEY)")
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
-	fs.StringVar(&d.TCPHost, "tcp-host", d.TCPHost, "host (address or name) raw TCP exposures bind their host ports on and name in their URLs; beyond loopback with --allow-public, where they answer anyone who reaches this host: a raw TCP exposure has no credential (env SANDBOXD_TCP_HOST)")
+	fs.StringVar(&d.TCPHost, "tcp-host", d.TCPHost, "host (address or name) raw TCP exposures bind their host ports on and name in their URLs (default 127.0.0.2: a loopback address apart from the API's, so that a browser does not send the dashboard's cookie to them; the dashboard is not served on this host); beyond loopback with --allow-public, where they answer anyone who reaches this host: a raw TCP exposure has no credential (env SANDBOXD_TCP_HOST)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
 	fs.StringVar(&d.DefaultRuntime, "default-runtime", d.DefaultRuntime, "runtime used when a request names none: docker or gvisor (env SANDBOXD_DEFAULT_RUNTIME)")
 	fs.DurationVar(&d.DefaultTimeout, "default-timeout", d.DefaultTimeout,
@@ -361,10 +362,29 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	if d.APIHosts, err = normalizeHosts(d.APIHosts); err != nil {
 		return Daemon{}, fmt.Errorf("--api-host: %w", err)
 	}
+	if d.TCPHost == "" {
+		d.TCPHost = DefaultTCPHost(d.Listen)
+	}
 	if err := d.validate(); err != nil {
 		return Daemon{}, withOrigin(err, origin)
 	}
 	return d, nil
+}
+
+// DefaultTCPHost is --tcp-host when none is given: a loopback address
+// that is not the API's (listen's), 127.0.0.2 (127.0.0.3 when the API is
+// on 127.0.0.2). Browsers scope cookies by host, not by port: were raw
+// TCP exposures, which pass bytes straight through, on the dashboard's
+// address (localhost, 127.0.0.1), a browser logged in to the dashboard
+// would send its session cookie to any exposure a page links to. No name
+// a browser uses for the dashboard on loopback (localhost, 127.0.0.1,
+// ::1) reaches 127.0.0.2, and the dashboard refuses to serve the TCP
+// host (ui.Options.TCPHost).
+func DefaultTCPHost(listen string) string {
+	if host, _, err := net.SplitHostPort(listen); err == nil && host == "127.0.0.2" {
+		return "127.0.0.3"
+	}
+	return "127.0.0.2"
 }
 
 // parseClusterRegistry checks --registry: a registry host (a name or an
@@ -442,7 +462,7 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		NodeID:             get("SANDBOXD_NODE_ID", ""),
 		Domain:             get("SANDBOXD_DOMAIN", "localhost"),
 		TLSListen:          get("SANDBOXD_TLS_LISTEN", "127.0.0.1:7443"),
-		TCPHost:            get("SANDBOXD_TCP_HOST", "127.0.0.1"),
+		TCPHost:            get("SANDBOXD_TCP_HOST", ""), // "": DefaultTCPHost, once --listen is known
 		HTTPSListen:        get("SANDBOXD_HTTPS_LISTEN", ""),
 		HTTPSCert:          get("SANDBOXD_HTTPS_CERT", ""),
 		HTTPSKey:           get("SANDBOXD_HTTPS_KEY", ""),

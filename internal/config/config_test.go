@@ -29,7 +29,7 @@ func wantDefaults(t *testing.T) Daemon {
 		AgentBinary:        filepath.Join(filepath.Dir(exe), "toolboxd"),
 		Domain:             "localhost",
 		TLSListen:          "127.0.0.1:7443",
-		TCPHost:            "127.0.0.1",
+		TCPHost:            "127.0.0.2",
 		DefaultImage:       "sandboxd/base:bookworm",
 		DefaultRuntime:     "docker",
 		DefaultTimeout:     time.Hour,
@@ -76,7 +76,7 @@ func TestParse_Sources(t *testing.T) {
 		args []string
 		want func(*Daemon)
 	}{
-		{"ListenEnv", map[string]string{"SANDBOXD_LISTEN": "127.0.0.2:8080"}, nil, func(d *Daemon) { d.Listen = "127.0.0.2:8080" }},
+		{"ListenEnv", map[string]string{"SANDBOXD_LISTEN": "127.0.0.2:8080"}, nil, func(d *Daemon) { d.Listen, d.TCPHost = "127.0.0.2:8080", "127.0.0.3" }},
 		{"ListenFlagWins", map[string]string{"SANDBOXD_LISTEN": "127.0.0.2:8080"}, []string{"--listen", "localhost:9000"}, func(d *Daemon) { d.Listen = "localhost:9000" }},
 		{"ListenIPv6Loopback", nil, []string{"--listen=[::1]:7070"}, func(d *Daemon) { d.Listen = "[::1]:7070" }},
 		{"ListenPublicAllowed", nil, []string{"--allow-public", "--listen", "10.0.0.1:7070", "--https-listen", "api.example.com:443"}, func(d *Daemon) {

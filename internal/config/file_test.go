@@ -73,6 +73,7 @@ log-level = ""
 			[]string{"--config", path}, func(d *Daemon) {
 				fromFile(d)
 				d.Listen, d.SandboxNetwork, d.APIHosts, d.DefaultTimeout = "127.0.0.2:1", false, []string{"x.example.com"}, 0
+				d.TCPHost = "127.0.0.3" // DefaultTCPHost: apart from the API's address
 			}},
 		{"EmptyEnvIsUnset", map[string]string{"SANDBOXD_LISTEN": ""}, []string{"--config", path}, fromFile},
 		{"FlagOverEnvAndFile", map[string]string{"SANDBOXD_LISTEN": "127.0.0.2:1"},

@@ -24,6 +24,7 @@ func (d *Daemon) uiHandler() (*ui.Handler, error) {
 		},
 		Terminal:       daytona.TerminalRoute,
 		TerminalResize: daytona.TerminalResizeRoute,
+		TCPHost:        d.Config.TCPHost,
 		Version:        version.Version,
 		Logger:         d.logger,
 	})

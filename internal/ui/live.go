@@ -24,15 +24,31 @@ import (
 // for the running rows in view, and rotates through them when more are),
 // a session has one such request in flight at a time (a second is 429),
 // and the dashboard makes at most maxUsageCalls metrics calls at once,
-// all sessions together. So a list of hundreds of sandboxes costs at most
-// maxUsageBatch calls per poll (every 5 s after the answer), and no number
-// of open pages makes more than maxUsageCalls engine calls run at once.
+// all sessions together, at most maxUsageCallsPerOwner of them one
+// owner's, handed out to waiting owners in turn (usage.go). Each call has
+// usageCallTimeout, and its answer serves every request of the same token
+// for the same sandbox for usageCacheFor (one call in flight per sandbox
+// and token, however many tabs poll it). So a list of hundreds of
+// sandboxes costs at most maxUsageBatch calls per poll (every 5 s after
+// the answer), no number of open pages makes more than maxUsageCalls
+// engine calls run at once, and an owner whose samples never come holds
+// maxUsageCallsPerOwner slots for usageCallTimeout at a time, not every
+// slot for as long as it likes.
 const (
 	maxUsageBatch = 20
 	maxUsageCalls = 4
+	// maxUsageCallsPerOwner is one owner's share of maxUsageCalls: an
+	// owner whose samples are slow leaves the rest to the others.
+	maxUsageCallsPerOwner = 2
 	// usageWait bounds one /ui/usage: a sample that has not come by then
 	// is reported as late, and asked for again at the next poll.
 	usageWait = 20 * time.Second
+	// usageCallTimeout bounds one metrics call, well under usageWait, so
+	// that a slot held by a sample that will not come is back soon.
+	usageCallTimeout = 5 * time.Second
+	// usageCacheFor is how long a sample answers every request of its
+	// token for its sandbox (tabs that poll the same sandboxes share it).
+	usageCacheFor = 3 * time.Second
 )
 
 // Logs pane bounds: the tail a pane opens with (the browser keeps the last
@@ -44,21 +60,6 @@ const (
 	maxLogFollows      = 8
 	uiLogWriteDeadline = 30 * time.Second
 )
-
-// usageSlots is the dashboard's share of metrics calls (maxUsageCalls),
-// shared by every session.
-type usageSlots chan struct{}
-
-func (s usageSlots) acquire(ctx context.Context) error {
-	select {
-	case s <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s usageSlots) release() { <-s }
 
 // usageJSON is one sandbox's entry in /ui/usage: the API's sample, raw and
 // as the page shows it, or why there is none.
@@ -85,13 +86,12 @@ var idPattern = regexp.MustCompile(`^sb-[0-9a-f]{16}$`)
 // usage answers GET /ui/usage?id=…&id=…: {"items": {id: usageJSON}}, one
 // sample per sandbox named, taken through the API (so a sandbox the
 // session may not see is the API's 404 message, and one that is not
-// running its 409's). Like logs, it answers the dashboard's own pages
-// only (sameOrigin): a sandbox's preview page on a sibling host, which
+// running its 409's). Like logs, it answers the dashboard's own script
+// only (liveAllowed): a sandbox's preview page on a sibling host, which
 // the SameSite cookie does not stop, could not read the answer but could
 // spend the session's share of samples or log streams.
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request, req request) {
-	if !sameOrigin(r) {
-		writeJSONError(w, http.StatusForbidden, "cross-origin request refused")
+	if !h.liveAllowed(w, r, req) {
 		return
 	}
 	ids := r.URL.Query()["id"]
@@ -126,7 +126,7 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request, req request) {
 	var revoked atomic.Bool
 	for id := range seen {
 		wg.Go(func() {
-			u, status := h.sample(ctx, req.api, id)
+			u, status := h.sample(ctx, req, id)
 			if status == http.StatusUnauthorized {
 				revoked.Store(true)
 			}
@@ -146,32 +146,25 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request, req request) {
 	writeJSON(w, http.StatusOK, map[string]any{"items": out})
 }
 
-// sample is one sandbox's usageJSON, taken within one of the dashboard's
-// metrics slots, and the API's status when it refused.
-func (h *Handler) sample(ctx context.Context, api *sandboxd.Client, id string) (usageJSON, int) {
-	if err := h.usageSlots.acquire(ctx); err != nil {
-		return usageJSON{Error: "no sample yet: the daemon is busy sampling other sandboxes"}, 0
+// liveAllowed admits a GET of the live routes (usage, logs) from the
+// dashboard's own script only: a same-origin request (sameOrigin) that
+// carries the session's CSRF token in the X-CSRF-Token header. Over plain
+// HTTP a browser sends neither Origin nor Sec-Fetch-Site on a GET, so an
+// <img> of a sibling host's page (a sandbox's preview, same site as the
+// dashboard, so the SameSite cookie goes along) passes sameOrigin; it
+// cannot set a header, and a page of another origin that fetches with
+// one is stopped by the preflight, which the dashboard never answers.
+// Otherwise 403, before any API call.
+func (h *Handler) liveAllowed(w http.ResponseWriter, r *http.Request, req request) bool {
+	if !sameOrigin(r) {
+		writeJSONError(w, http.StatusForbidden, "cross-origin request refused")
+		return false
 	}
-	defer h.usageSlots.release()
-	m, err := api.Metrics(ctx, id)
-	if err != nil {
-		if ctx.Err() != nil {
-			return usageJSON{Error: "no sample yet: the engine was slow to answer"}, 0
-		}
-		status, msg := apiStatus(err)
-		return usageJSON{Error: msg}, status
+	if !req.sess.checkCSRF(r.Header.Get("X-CSRF-Token")) {
+		writeJSONError(w, http.StatusForbidden, "missing or invalid X-CSRF-Token header: reload the page")
+		return false
 	}
-	u := usageJSON{
-		CPUPercent: m.CPUPercent, MemoryBytes: m.MemoryBytes, MemoryLimitBytes: m.MemoryLimitBytes,
-		DiskBytes: m.DiskBytes, DiskLimitBytes: m.DiskLimitBytes, NetRxBytes: m.NetRxBytes, NetTxBytes: m.NetTxBytes, Pids: m.Pids,
-	}
-	u.Shown = map[string]string{
-		"cpu":    strconv.FormatFloat(m.CPUPercent, 'f', 1, 64) + "%",
-		"memory": ofLimit(m.MemoryBytes, m.MemoryLimitBytes),
-		"disk":   ofLimit(m.DiskBytes, m.DiskLimitBytes),
-		"net":    "↓" + humanBytes(int64(m.NetRxBytes)) + " ↑" + humanBytes(int64(m.NetTxBytes)),
-	}
-	return u, http.StatusOK
+	return true
 }
 
 // ofLimit is "used of limit", or used alone without a limit.
@@ -186,16 +179,24 @@ func ofLimit(used, limit uint64) string {
 // the page is open (GET /v1/sandboxes/{id}/logs?follow=1 through the API,
 // so whichever part keeps the logs, the API's rules apply): NDJSON, one
 // {"time","source","stream","text"} per line, as the API gives them; a
-// last {"error"} line when the API's stream broke. ?tail= (at most
-// maxLogTail) and ?since= (RFC 3339, for a pane that reconnects) pass on.
+// last {"error"} line when the API's stream broke. ?tail= (1 to
+// maxLogTail, default defaultLogTail) and ?since= (RFC 3339, for a pane
+// that reconnects; then at most maxLogTail lines) pass on.
 // The stream ends with the session. The pane writes lines as text.
 func (h *Handler) logs(w http.ResponseWriter, r *http.Request, req request) {
-	if !sameOrigin(r) {
-		writeJSONError(w, http.StatusForbidden, "cross-origin request refused")
+	if !h.liveAllowed(w, r, req) {
 		return
 	}
 	q := r.URL.Query()
-	opts := sandboxd.LogOptions{Follow: true, Tail: clamp(q.Get("tail"), 0, 0, maxLogTail)}
+	// A pane opens with the last defaultLogTail lines (tail= asks for 1 to
+	// maxLogTail; 0 or nothing is the default, never "all"); a pane that
+	// reconnects (since=) gets at most the last maxLogTail lines since,
+	// which is all it keeps.
+	tail := clamp(q.Get("tail"), defaultLogTail, 1, maxLogTail)
+	if q.Get("tail") == "0" {
+		tail = defaultLogTail
+	}
+	opts := sandboxd.LogOptions{Follow: true, Tail: tail}
 	if s := q.Get("since"); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
@@ -203,6 +204,9 @@ func (h *Handler) logs(w http.ResponseWriter, r *http.Request, req request) {
 			return
 		}
 		opts.Since = t
+		if q.Get("tail") == "" {
+			opts.Tail = maxLogTail
+		}
 	}
 	sb, err := req.api.GetSandbox(r.Context(), r.PathValue("id"))
 	if err != nil {

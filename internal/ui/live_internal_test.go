@@ -6,6 +6,8 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -50,14 +52,51 @@ func (f *slowMetrics) state() (inFlight, maxInFlight, calls int) {
 	return f.inFlight, f.max, f.calls
 }
 
-func usageRequest(cookie string, n, from int) *http.Request {
+// localBinding is what a login at host from a browser on this machine
+// binds its session to.
+func localBinding(host string) binding {
+	return binding{host: host, class: addrLoopback}
+}
+
+// localRequest is a request from a client on this machine (httptest's
+// own RemoteAddr is another machine's).
+func localRequest(method, target string) *http.Request {
+	r := httptest.NewRequest(method, target, nil)
+	r.RemoteAddr = "127.0.0.1:40404"
+	return r
+}
+
+// testSession is a session as the dashboard's script holds it: its
+// cookie and its CSRF token.
+type testSession struct{ cookie, csrf string }
+
+// openLocal opens a session of token (a user of owner) as a login at host
+// from this machine would.
+func openLocal(t *testing.T, h *Handler, token, owner, host string) testSession {
+	t.Helper()
+	c, sess, err := h.sessions.open(token, auth.Principal{Role: auth.RoleUser, Owner: owner}, localBinding(host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testSession{c, sess.csrf}
+}
+
+// liveRequest is a GET of a live route as the dashboard's script makes
+// it: same-origin, with the session's cookie and X-CSRF-Token.
+func liveRequest(s testSession, target string) *http.Request {
+	r := localRequest(http.MethodGet, target)
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	r.Header.Set("X-CSRF-Token", s.csrf)
+	r.AddCookie(&http.Cookie{Name: cookieName, Value: s.cookie})
+	return r
+}
+
+func usageRequest(s testSession, n, from int) *http.Request {
 	var q []string
 	for i := range n {
 		q = append(q, fmt.Sprintf("id=sb-%016x", from+i))
 	}
-	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:7070/ui/usage?"+strings.Join(q, "&"), nil)
-	r.AddCookie(&http.Cookie{Name: cookieName, Value: cookie})
-	return r
+	return liveRequest(s, "http://127.0.0.1:7070/ui/usage?"+strings.Join(q, "&"))
 }
 
 // TestUsage_Bounded: however many sandboxes the pages ask about and
@@ -71,8 +110,8 @@ func TestUsage_Bounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	c1, _, _ := h.sessions.open("sbx_one", auth.Principal{Role: auth.RoleUser, Owner: "one"})
-	c2, _, _ := h.sessions.open("sbx_two", auth.Principal{Role: auth.RoleUser, Owner: "two"})
+	c1 := openLocal(t, h, "sbx_one", "one", "127.0.0.1:7070")
+	c2 := openLocal(t, h, "sbx_two", "two", "127.0.0.1:7070")
 
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, usageRequest(c1, maxUsageBatch+1, 0))
@@ -81,7 +120,7 @@ func TestUsage_Bounded(t *testing.T) {
 	}
 
 	answers := make(chan *httptest.ResponseRecorder, 2)
-	for i, c := range []string{c1, c2} {
+	for i, c := range []testSession{c1, c2} {
 		go func() {
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, usageRequest(c, maxUsageBatch, i*maxUsageBatch))
@@ -144,15 +183,15 @@ func TestLive_SiblingOriginRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	c, _, _ := h.sessions.open("sbx_one", auth.Principal{Role: auth.RoleUser, Owner: "one"})
+	c := openLocal(t, h, "sbx_one", "one", "localhost:7070")
 	for _, path := range []string{"/ui/usage?id=sb-0123456789abcdef", "/ui/sandbox/sb-0123456789abcdef/logs"} {
 		for _, hd := range []http.Header{
 			{"Origin": {"http://8080-sb-0123456789abcdef.localhost:7070"}},
 			{"Sec-Fetch-Site": {"same-site"}},
 		} {
-			r := httptest.NewRequest(http.MethodGet, "http://localhost:7070"+path, nil)
+			r := liveRequest(c, "http://localhost:7070"+path)
+			r.Header.Del("Sec-Fetch-Site")
 			maps.Copy(r.Header, hd)
-			r.AddCookie(&http.Cookie{Name: cookieName, Value: c})
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
 			if w.Code != http.StatusForbidden {
@@ -178,13 +217,132 @@ func TestUsage_RevokedTokenEndsTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	c, _, _ := h.sessions.open("sbx_gone", auth.Principal{Role: auth.RoleUser, Owner: "one"})
+	c := openLocal(t, h, "sbx_gone", "one", "127.0.0.1:7070")
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, usageRequest(c, 2, 0))
 	if w.Code != http.StatusUnauthorized {
 		t.Fatalf("usage with a revoked token: %d %s, want 401", w.Code, w.Body)
 	}
-	if h.sessions.get(c) != nil {
+	if h.sessions.get(c.cookie) != nil {
 		t.Fatal("the revoked token's session lives on")
+	}
+}
+
+// TestLive_ImgOfASiblingRefused: over plain HTTP on a name, a sandbox's
+// preview page (8080-<id>.sandboxd.example.com, the same site as the
+// dashboard at sandboxd.example.com, so the SameSite cookie goes along)
+// puts <img> tags that GET the live routes: the browser sends neither
+// Origin nor Sec-Fetch-Site (it sends Sec-Fetch-* to secure origins
+// only), so only the missing X-CSRF-Token stops them. Nothing is asked of
+// the API; the dashboard's own script, which sends the header, is served.
+func TestLive_ImgOfASiblingRefused(t *testing.T) {
+	const id = "sb-0123456789abcdef"
+	var mu sync.Mutex
+	var calls []string
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/logs"):
+		case strings.HasSuffix(r.URL.Path, "/metrics"):
+			fmt.Fprint(w, `{"cpu_percent": 1}`)
+		default:
+			fmt.Fprintf(w, `{"id": %q, "state": "running"}`, id)
+		}
+	})
+	h, err := New(Options{API: api, APIHost: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	c, sess, err := h.sessions.open("sbx_victim", auth.Principal{Role: auth.RoleUser, Owner: "victim"},
+		binding{host: "sandboxd.example.com", class: addrPrivate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path, csrf string) int {
+		r := httptest.NewRequest(http.MethodGet, "http://sandboxd.example.com"+path, nil)
+		r.RemoteAddr = "192.168.1.9:50000"
+		r.Header.Set("Referer", "http://8080-"+id+".sandboxd.example.com/")
+		if csrf != "" {
+			r.Header.Set("X-CSRF-Token", csrf)
+		}
+		r.AddCookie(&http.Cookie{Name: httpCookieName, Value: c})
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	paths := []string{"/ui/usage?id=" + id, "/ui/sandbox/" + id + "/logs?tail=5"}
+	for _, path := range paths {
+		if got := get(path, ""); got != http.StatusForbidden {
+			t.Errorf("an <img> GET %s: %d, want 403", path, got)
+		}
+		if got := get(path, "not-the-token"); got != http.StatusForbidden {
+			t.Errorf("GET %s with a wrong X-CSRF-Token: %d, want 403", path, got)
+		}
+	}
+	mu.Lock()
+	spent := len(calls)
+	mu.Unlock()
+	if spent != 0 {
+		t.Fatalf("refused requests made %d API calls: %v", spent, calls)
+	}
+	for _, path := range paths {
+		if got := get(path, sess.csrf); got != http.StatusOK {
+			t.Errorf("the dashboard's script's GET %s: %d, want 200", path, got)
+		}
+	}
+}
+
+// TestLogs_TailBounded: a logs pane's request without a tail, with tail=0
+// or past maxLogTail, and a reconnect (since=) each ask the API for a
+// bounded tail, never every line it keeps.
+func TestLogs_TailBounded(t *testing.T) {
+	var mu sync.Mutex
+	var queries []string
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/logs") {
+			mu.Lock()
+			queries = append(queries, r.URL.Query().Get("tail"))
+			mu.Unlock()
+			return
+		}
+		fmt.Fprint(w, `{"id": "sb-0123456789abcdef", "state": "running"}`)
+	})
+	h, err := New(Options{API: api, APIHost: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	s := openLocal(t, h, "sbx_one", "one", "127.0.0.1:7070")
+	since := url.QueryEscape(time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano))
+	cases := []struct{ query, want string }{
+		{"", strconv.Itoa(defaultLogTail)},
+		{"?tail=0", strconv.Itoa(defaultLogTail)},
+		{"?tail=-3", "1"},
+		{"?tail=50", "50"},
+		{"?tail=5000", strconv.Itoa(maxLogTail)},
+		{"?since=" + since, strconv.Itoa(maxLogTail)},
+		{"?since=" + since + "&tail=20", "20"},
+	}
+	for _, tc := range cases {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, liveRequest(s, "http://127.0.0.1:7070/ui/sandbox/sb-0123456789abcdef/logs"+tc.query))
+		if w.Code != http.StatusOK {
+			t.Fatalf("logs%s: %d %s", tc.query, w.Code, w.Body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(queries) != len(cases) {
+		t.Fatalf("the API got %d logs calls, want %d", len(queries), len(cases))
+	}
+	for i, tc := range cases {
+		if queries[i] != tc.want {
+			t.Errorf("logs%s: the API was asked for tail=%q, want %q", tc.query, queries[i], tc.want)
+		}
 	}
 }

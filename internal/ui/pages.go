@@ -130,7 +130,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		h.render(w, status, "login", nil, "Log in", msg)
 		return
 	}
-	id, _, err := h.sessions.open(token, p)
+	id, _, err := h.sessions.open(token, p, bindingOf(r))
 	if err != nil {
 		h.render(w, http.StatusServiceUnavailable, "login", nil, "Log in", err.Error())
 		return

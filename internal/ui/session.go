@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,11 +35,14 @@ const (
 	// Secure cookie (secureContext): a __Host- cookie, which a browser
 	// accepts only with Secure, Path=/ and no Domain, and so only from the
 	// dashboard's own host. A page of a sibling host (a sandbox's preview
-	// 8080-<id>.localhost beside a dashboard on localhost) cannot set,
-	// replace or shadow it, as it could a cookie for the parent domain.
-	// Its Path is / (the prefix demands it), so it travels with every
-	// request to the dashboard's host: what forwards one to a sandbox
-	// removes it (auth.StripCredentials, auth.DashboardCookies).
+	// 8080-<id>.sandboxd.example.com beside a dashboard on
+	// sandboxd.example.com) cannot set, replace or shadow it, as it could
+	// a cookie for the parent domain. Its Path is / (the prefix demands
+	// it), so it travels with every request to the dashboard's host, any
+	// port: what forwards one to a sandbox over HTTP removes it
+	// (auth.StripCredentials, auth.DashboardCookies); raw TCP exposures,
+	// which cannot, listen on another address (config.DefaultTCPHost),
+	// and a copy that leaks opens nothing elsewhere (binding).
 	cookieName = "__Host-sandboxd_ui"
 	// httpCookieName is the session cookie over plain HTTP on a host
 	// that is not loopback, where browsers drop Secure cookies: Path /ui/,
@@ -58,8 +62,14 @@ type session struct {
 	token     string
 	principal auth.Principal
 	csrf      string
-	created   time.Time
-	expires   time.Time
+	// opened is what the session was opened with: it answers requests
+	// that match it only (admits), so a cookie that leaked (to a raw TCP
+	// exposure on the same host, whose port the browser does not tell
+	// apart) is worth nothing sent to another Host, scheme, or from
+	// another class of client address.
+	opened  binding
+	created time.Time
+	expires time.Time
 	// ended is closed when the session is dropped (logout, the token's
 	// revocation, another session taking its place); with expires it
 	// bounds what outlives a request, such as the terminal's WebSocket.
@@ -101,12 +111,12 @@ func newSessions(now func() time.Time) *sessions {
 	return &sessions{now: now, m: map[[32]byte]*session{}}
 }
 
-// open starts a session for token (already authenticated as p) and
-// returns the cookie value.
-func (s *sessions) open(token string, p auth.Principal) (string, *session, error) {
+// open starts a session for token (already authenticated as p), bound to
+// b (the login request's bindingOf), and returns the cookie value.
+func (s *sessions) open(token string, p auth.Principal, b binding) (string, *session, error) {
 	id, csrf := randomHex(32), randomHex(32)
 	now := s.now()
-	sess := &session{token: token, principal: p, csrf: csrf, created: now, expires: now.Add(SessionTTL), ended: make(chan struct{})}
+	sess := &session{token: token, principal: p, csrf: csrf, opened: b, created: now, expires: now.Add(SessionTTL), ended: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.capTokenLocked(token)
@@ -222,10 +232,82 @@ func sessionCookie(r *http.Request, value string, maxAge int) *http.Cookie {
 // (Chromium keeps Secure and __Host- cookies from http://localhost and
 // http://127.0.0.1; TestDashboard checks it).
 func secureContext(r *http.Request) bool {
-	if r.TLS != nil {
-		return true
+	return r.TLS != nil || loopbackHost(r.Host)
+}
+
+// binding is what a session is bound to: the Host it was opened on, over
+// TLS or not, and the class of the client's address. A browser sends the
+// session's cookie to every port of the host it came from, a raw TCP
+// exposure's among them when it shares the dashboard's address (see
+// tcpHost in ui.go): a cookie read there and replayed with another Host,
+// from another network, or over another scheme opens nothing.
+type binding struct {
+	host  string // r.Host, lower-cased, without a trailing dot
+	tls   bool
+	class addrClass
+}
+
+// addrClass is the kind of a client's address; a session opened from one
+// kind answers only clients of the same kind.
+type addrClass uint8
+
+const (
+	addrOther    addrClass = iota // not an IP address (a unix socket)
+	addrLoopback                  // 127.0.0.0/8, ::1
+	addrPrivate                   // RFC 1918, fc00::/7, link-local
+	addrPublic                    // the rest
+)
+
+// classOf is the class of a request's RemoteAddr.
+func classOf(remoteAddr string) addrClass {
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return addrOther
 	}
-	host := r.Host
+	switch a := ap.Addr().Unmap(); {
+	case a.IsLoopback():
+		return addrLoopback
+	case a.IsPrivate(), a.IsLinkLocalUnicast():
+		return addrPrivate
+	default:
+		return addrPublic
+	}
+}
+
+// bindingOf is what r would open a session with.
+func bindingOf(r *http.Request) binding {
+	return binding{host: normalHost(r.Host), tls: r.TLS != nil, class: classOf(r.RemoteAddr)}
+}
+
+// admits reports whether r may use a session bound to b: the same Host,
+// scheme and client address class, and, for a session of plain HTTP on
+// a loopback host, a loopback client (loopbackOnly: a browser treats
+// such a host as a secure context, so it carries the __Host- cookie, but
+// only a client on this machine reaches a loopback host honestly).
+func (b binding) admits(r *http.Request) bool {
+	return bindingOf(r) == b && !loopbackOnly(r)
+}
+
+// loopbackOnly reports whether r must be refused for coming from another
+// machine: plain HTTP that names a loopback host (Host: localhost,
+// 127.0.0.1, [::1]) from a client address that is not loopback. No
+// browser of another machine sends that; a replayed cookie does.
+func loopbackOnly(r *http.Request) bool {
+	return r.TLS == nil && loopbackHost(r.Host) && classOf(r.RemoteAddr) != addrLoopback
+}
+
+// normalHost is a Host header lower-cased, without a trailing dot.
+func normalHost(host string) string {
+	host = strings.ToLower(host)
+	if h, p, err := net.SplitHostPort(host); err == nil {
+		return net.JoinHostPort(strings.TrimSuffix(h, "."), p)
+	}
+	return strings.TrimSuffix(host, ".")
+}
+
+// loopbackHost reports whether host (a Host header, with or without a
+// port) names loopback: localhost, 127.0.0.0/8 or ::1.
+func loopbackHost(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}

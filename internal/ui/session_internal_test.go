@@ -18,7 +18,7 @@ func (c *clock) now() time.Time { return c.t }
 func TestSessions_ExpireAfterTTL(t *testing.T) {
 	c := &clock{t: time.Unix(1_000_000, 0)}
 	s := newSessions(c.now)
-	id, _, err := s.open("sbx_tok", auth.Principal{Role: auth.RoleUser, Owner: "a"})
+	id, _, err := s.open("sbx_tok", auth.Principal{Role: auth.RoleUser, Owner: "a"}, binding{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,9 +34,9 @@ func TestSessions_ExpireAfterTTL(t *testing.T) {
 
 func TestSessions_DropRevokes(t *testing.T) {
 	s := newSessions(time.Now)
-	a, _, _ := s.open("sbx_a", auth.Principal{})
-	b, _, _ := s.open("sbx_b", auth.Principal{})
-	a2, _, _ := s.open("sbx_a", auth.Principal{})
+	a, _, _ := s.open("sbx_a", auth.Principal{}, binding{})
+	b, _, _ := s.open("sbx_b", auth.Principal{}, binding{})
+	a2, _, _ := s.open("sbx_a", auth.Principal{}, binding{})
 	s.drop(b)
 	if s.get(b) != nil {
 		t.Fatal("a dropped session is alive")
@@ -56,7 +56,7 @@ func TestSessions_OneTokenCannotFillTheStore(t *testing.T) {
 	var first string
 	for i := range maxSessions + 10 {
 		c.t = c.t.Add(time.Millisecond)
-		id, _, err := s.open("sbx_greedy", auth.Principal{})
+		id, _, err := s.open("sbx_greedy", auth.Principal{}, binding{})
 		if err != nil {
 			t.Fatalf("login %d of one token: %v", i, err)
 		}
@@ -70,7 +70,7 @@ func TestSessions_OneTokenCannotFillTheStore(t *testing.T) {
 	if s.get(first) != nil {
 		t.Fatal("the token's oldest session survived")
 	}
-	if _, _, err := s.open("sbx_other", auth.Principal{}); err != nil {
+	if _, _, err := s.open("sbx_other", auth.Principal{}, binding{}); err != nil {
 		t.Fatalf("another token's login: %v", err)
 	}
 }
@@ -78,11 +78,11 @@ func TestSessions_OneTokenCannotFillTheStore(t *testing.T) {
 func TestSessions_FullStoreRefuses(t *testing.T) {
 	s := newSessions(time.Now)
 	for i := range maxSessions {
-		if _, _, err := s.open(randomHex(8), auth.Principal{}); err != nil {
+		if _, _, err := s.open(randomHex(8), auth.Principal{}, binding{}); err != nil {
 			t.Fatalf("login %d: %v", i, err)
 		}
 	}
-	if _, _, err := s.open("sbx_late", auth.Principal{}); err != errTooManySessions {
+	if _, _, err := s.open("sbx_late", auth.Principal{}, binding{}); err != errTooManySessions {
 		t.Fatalf("login past the bound: %v, want errTooManySessions", err)
 	}
 }
@@ -179,7 +179,7 @@ func TestOnlyCookie_SecureContextReadsOnlyTheHostCookie(t *testing.T) {
 
 func TestSessions_EndingCancelsTheSessionsContext(t *testing.T) {
 	s := newSessions(time.Now)
-	id, sess, _ := s.open("sbx_a", auth.Principal{})
+	id, sess, _ := s.open("sbx_a", auth.Principal{}, binding{})
 	ctx, cancel := sess.context(t.Context())
 	defer cancel()
 	s.drop(id)
@@ -188,7 +188,7 @@ func TestSessions_EndingCancelsTheSessionsContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a dropped session's context is still live")
 	}
-	_, sess2, _ := s.open("sbx_b", auth.Principal{})
+	_, sess2, _ := s.open("sbx_b", auth.Principal{}, binding{})
 	ctx2, cancel2 := sess2.context(t.Context())
 	defer cancel2()
 	s.dropToken("sbx_b")

@@ -47,6 +47,15 @@ type Options struct {
 	// resizes terminal tid of sandbox id (daytona.TerminalResizeRoute).
 	// Nil: terminals keep the size they opened with.
 	TerminalResize func(id, tid string) string
+	// TCPHost is the host raw TCP exposures listen on (--tcp-host): the
+	// dashboard is not served there over plain HTTP, nor on a loopback
+	// name of the same address (localhost for 127.0.0.1 or ::1), since a
+	// browser sends a host's cookies to every port of it, and a raw TCP
+	// exposure passes them to the sandbox untouched. Over TLS it is (the
+	// cookie is Secure: a browser sends it to an exposure's port only
+	// over TLS, which the sandbox cannot complete for the name). Empty:
+	// none.
+	TCPHost string
 	// Version is shown in the footer and the SDK's User-Agent.
 	Version string
 	// Logger receives failures; nil discards them.
@@ -61,14 +70,22 @@ type Handler struct {
 	base         string // the in-process API's base URL
 	termRoute    func(id, tid string, cols, rows int, env map[string]string) (string, http.Header, string)
 	termResize   func(id, tid string) string
-	usageSlots   usageSlots
+	tcpHost      string
+	usageSlots   *fairSlots
+	flights      usageFlights
 	authenticate func(context.Context, string) (auth.Principal, error)
 	version      string
 	logger       *slog.Logger
 	sessions     *sessions
+	now          func() time.Time
 	pages        map[string]*template.Template
 	static       http.Handler
 	mux          *http.ServeMux
+
+	// life is the dashboard's own context, ended by Close: the calls
+	// that outlive one request (a shared usage sample) run under it.
+	life    context.Context
+	endLife context.CancelFunc
 
 	self *inproc.Listener
 	srv  *http.Server
@@ -100,16 +117,20 @@ func New(opts Options) (*Handler, error) {
 		base:         "http://" + opts.APIHost,
 		termRoute:    opts.Terminal,
 		termResize:   opts.TerminalResize,
-		usageSlots:   make(usageSlots, maxUsageCalls),
+		tcpHost:      opts.TCPHost,
+		usageSlots:   newFairSlots(maxUsageCalls, maxUsageCallsPerOwner),
+		flights:      usageFlights{m: map[usageKey]*usageFlight{}},
 		authenticate: opts.Authenticate,
 		version:      opts.Version,
 		logger:       logger,
 		sessions:     newSessions(now),
+		now:          now,
 		pages:        pages,
 		static:       http.StripPrefix("/ui/static/", http.FileServerFS(static)),
 		self:         inproc.NewListener(),
 		done:         make(chan struct{}),
 	}
+	h.life, h.endLife = context.WithCancel(context.Background())
 	h.srv = &http.Server{
 		Handler:           opts.API,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -132,6 +153,7 @@ func New(opts Options) (*Handler, error) {
 
 // Close stops the in-process server, ending calls still in flight.
 func (h *Handler) Close() error {
+	h.endLife()
 	err := h.srv.Close()
 	<-h.done
 	return err
@@ -159,6 +181,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Referrer-Policy", "same-origin") // not no-referrer: with it, browsers send "Origin: null" on same-origin posts
 	hd.Set("Cross-Origin-Opener-Policy", "same-origin")
 	hd.Set("Cross-Origin-Resource-Policy", "same-origin")
+	if r.TLS == nil && sameAddress(r.Host, h.tcpHost) {
+		// A session cookie set here would reach every raw TCP exposure,
+		// whose ports share this host. (Over TLS it would not: the
+		// cookie is Secure, so a browser sends it to an exposure's port
+		// only over TLS, where the sandbox cannot show a certificate
+		// for the name.)
+		h.fail(w, r, nil, http.StatusMisdirectedRequest, "The dashboard is not served over plain HTTP on the host raw TCP exposures listen on (--tcp-host): a browser would send them its session cookie. Open it at another address of the daemon's API, or over TLS.")
+		return
+	}
+	if loopbackOnly(r) {
+		// Plain HTTP naming a loopback host from another machine: no
+		// browser sends that (a replayed cookie does), and no session
+		// may be opened or used by it.
+		h.fail(w, r, nil, http.StatusForbidden, "The dashboard on a loopback host answers clients on this machine only.")
+		return
+	}
 	if r.URL.Path == "/" || r.URL.Path == "/ui" {
 		http.Redirect(w, r, "/ui/", http.StatusFound)
 		return
@@ -220,6 +258,13 @@ func (h *Handler) withSession(mutating bool, fn func(http.ResponseWriter, *http.
 		c, ok := onlyCookie(r)
 		if ok {
 			sess = h.sessions.get(c.Value)
+		}
+		if sess != nil && !sess.opened.admits(r) {
+			// The cookie came with another Host, scheme or kind of
+			// client than its session was opened with: a copy that
+			// leaked. It opens nothing here (the session itself stays,
+			// so that a thief cannot log its owner out).
+			sess = nil
 		}
 		if sess == nil {
 			if mutating {
@@ -299,6 +344,33 @@ func csrfField(r *http.Request) (string, *multipart.Reader) {
 
 // maxFormBytes bounds a URL-encoded form.
 const maxFormBytes = 64 << 10
+
+// sameAddress reports whether a browser would send host's cookies to
+// tcpHost's ports: host (a Host header) names tcpHost, or both are
+// loopback names of one address (localhost is 127.0.0.1 and ::1).
+// Names are not resolved: an operator who gives --tcp-host a name
+// gives it an address no other name of the dashboard should have.
+func sameAddress(host, tcpHost string) bool {
+	if tcpHost == "" {
+		return false
+	}
+	name := func(h string) string {
+		if hh, _, err := net.SplitHostPort(h); err == nil {
+			h = hh
+		}
+		h = strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")
+		if ip := net.ParseIP(h); ip != nil {
+			return ip.String()
+		}
+		return h
+	}
+	a, b := name(host), name(tcpHost)
+	if a == b {
+		return true
+	}
+	loop := func(x string) bool { return x == "127.0.0.1" || x == "::1" }
+	return a == "localhost" && loop(b) || b == "localhost" && loop(a)
+}
 
 // sameOrigin reports whether r came from a page of this origin: its
 // Origin header (which browsers send on every POST and WebSocket) names

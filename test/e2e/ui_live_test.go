@@ -196,9 +196,19 @@ func TestDashboardLive(t *testing.T) {
 	for i := range 21 {
 		ids = append(ids, fmt.Sprintf("id=sb-%016x", i))
 	}
-	answer := get(t, bctx, time.Minute, "usage of 21", chromedp.Evaluate[string](fetchJS("GET", "/ui/usage?"+strings.Join(ids, "&"), ""), chromedp.EvalAwaitPromise))
+	// As the page's script asks (with the session's X-CSRF-Token), and
+	// without the header, as an <img> or a plain fetch would.
+	withToken := fmt.Sprintf(`fetch(%q, {headers: {"X-CSRF-Token": document.querySelector('input[name="csrf"]').value}})
+		.then(r => r.text().then(b => r.status + " " + b))`, "/ui/usage?"+strings.Join(ids, "&"))
+	answer := get(t, bctx, time.Minute, "usage of 21", chromedp.Evaluate[string](withToken, chromedp.EvalAwaitPromise))
 	if !strings.HasPrefix(answer, "400 ") {
 		t.Fatalf("usage of 21 sandboxes at once: %.200q, want 400", answer)
+	}
+	for _, path := range []string{"/ui/usage?id=" + sb.ID, "/ui/sandbox/" + sb.ID + "/logs"} {
+		answer = get(t, bctx, time.Minute, "without the header", chromedp.Evaluate[string](fetchJS("GET", path, ""), chromedp.EvalAwaitPromise))
+		if !strings.HasPrefix(answer, "403 ") {
+			t.Fatalf("GET %s without X-CSRF-Token: %.200q, want 403", path, answer)
+		}
 	}
 
 	// The quota page shows what the owner holds.

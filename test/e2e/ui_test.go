@@ -39,9 +39,10 @@ func browser(t *testing.T) context.Context {
 		chromedp.WindowSize(1280, 760),
 		chromedp.UserDataDir(t.TempDir()),
 		// Nothing leaves the machine: localhost and *.localhost are
-		// 127.0.0.1, every other host but 127.0.0.1 fails to resolve,
-		// and no proxy is looked up.
-		chromedp.Flag("host-resolver-rules", "MAP localhost 127.0.0.1, MAP *.localhost 127.0.0.1, MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
+		// 127.0.0.1, every other host but 127.0.0.1 and 127.0.0.2 (raw
+		// TCP exposures' default --tcp-host) fails to resolve, and no
+		// proxy is looked up.
+		chromedp.Flag("host-resolver-rules", "MAP localhost 127.0.0.1, MAP *.localhost 127.0.0.1, MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE 127.0.0.2"),
 		chromedp.Flag("no-proxy-server", true),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)

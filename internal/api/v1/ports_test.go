@@ -260,7 +260,7 @@ func TestPorts_TCPAndDestroy(t *testing.T) {
 	background(t, tok, sb.ID, "python3 -m http.server 8000 --bind 127.0.0.1 --directory /")
 
 	p := expose(t, env.URL, tok, sb.ID, `{"port":9000,"protocol":"tcp","public":true}`)
-	if p.HostPort < 40000 || p.HostPort > 40999 || p.URL != fmt.Sprintf("tcp://127.0.0.1:%d", p.HostPort) || p.Protocol != "tcp" {
+	if p.HostPort < 40000 || p.HostPort > 40999 || p.URL != fmt.Sprintf("tcp://%s:%d", exposureHost, p.HostPort) || p.Protocol != "tcp" {
 		t.Fatalf("expose answer %+v, want a host port of the pool 40000-40999 and its tcp:// URL", p)
 	}
 	if again := expose(t, env.URL, tok, sb.ID, `{"port":9000,"protocol":"tcp","public":true}`); again != p {
@@ -282,7 +282,7 @@ func TestPorts_TCPAndDestroy(t *testing.T) {
 	if r := get(t, c, web.URL+"/", ""); r.status != http.StatusBadGateway {
 		t.Errorf("preview URL after destroy: %v, want 502", r)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.HostPort)))
+	ln, err := net.Listen("tcp", net.JoinHostPort(exposureHost, strconv.Itoa(p.HostPort)))
 	if err != nil {
 		t.Fatalf("host port %d after destroy: %v", p.HostPort, err)
 	}
@@ -576,7 +576,7 @@ func TestPorts_ForeignHolder(t *testing.T) {
 	t.Parallel()
 	lo := freeRange(t, 4)
 	for p := lo; p < lo+3; p++ {
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		ln, err := net.Listen("tcp", net.JoinHostPort(exposureHost, strconv.Itoa(p)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -621,7 +621,7 @@ func TestPorts_Restart(t *testing.T) {
 
 	addr := d.addr
 	d.stop(t)
-	if c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(raw.HostPort))); err == nil {
+	if c, err := net.Dial("tcp", net.JoinHostPort(exposureHost, strconv.Itoa(raw.HostPort))); err == nil {
 		c.Close()
 		t.Fatal("the host port still answers with the daemon closed")
 	}
@@ -799,11 +799,16 @@ func waitReady(t *testing.T, c *http.Client, url, tok string, header ...string) 
 	}
 }
 
-// echoTCP sends a line to 127.0.0.1:hostPort and expects it back, retrying
+// exposureHost is the address raw TCP exposures listen on: the daemons of
+// these tests listen on 127.0.0.1, so --tcp-host defaults to 127.0.0.2,
+// apart from the dashboard's address (config.DefaultTCPHost).
+var exposureHost = config.DefaultTCPHost("127.0.0.1:0")
+
+// echoTCP sends a line to exposureHost:hostPort and expects it back, retrying
 // until wait has passed (the server may still be starting).
 func echoTCP(t *testing.T, hostPort int, wait time.Duration) {
 	t.Helper()
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(hostPort))
+	addr := net.JoinHostPort(exposureHost, strconv.Itoa(hostPort))
 	deadline := time.Now().Add(wait)
 	for {
 		got, err := tcpRoundTrip(addr, "ping over tcp\n")
@@ -897,7 +902,7 @@ func freeRange(t *testing.T, n int) int {
 		lo := 20000 + mrand.IntN(16000) // below the default pool (40000) and the ephemeral range
 		free := true
 		for p := lo; p < lo+n && free; p++ {
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			ln, err := net.Listen("tcp", net.JoinHostPort(exposureHost, strconv.Itoa(p)))
 			if err != nil {
 				free = false
 				continue

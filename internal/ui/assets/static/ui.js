@@ -161,6 +161,14 @@
 })();
 
 
+// csrfToken is the session's CSRF token (the logout form's field, on
+// every page of a session): the live routes (logs, usage) want it in the
+// X-CSRF-Token header, which no <img> or link of another page can send.
+function csrfToken() {
+  var f = document.querySelector('input[name="csrf"]');
+  return f ? f.value : '';
+}
+
 // The logs pane: the sandbox's logs, followed while the page is open
 // (GET /ui/sandbox/{id}/logs, NDJSON), each line written as text; the pane
 // keeps the last maxLines. When the stream ends (the sandbox stopped, the
@@ -190,7 +198,7 @@
     var skipTime = lastTime, skip = lastTime ? sameTime : 0;
     var url = pane.dataset.src + (lastTime ? '?since=' + encodeURIComponent(lastTime) : '?tail=200');
     setStatus('following');
-    fetch(url, {credentials: 'same-origin'}).then(function (resp) {
+    fetch(url, {credentials: 'same-origin', headers: {'X-CSRF-Token': csrfToken()}}).then(function (resp) {
       if (resp.redirected) { setStatus('session ended: reload the page'); return 'stop'; }
       if (!resp.ok) {
         return resp.json().then(function (e) { setStatus('error: ' + e.error); }, function () { setStatus('error ' + resp.status); });
@@ -295,7 +303,7 @@
     var ids = document.hidden ? [] : batch();
     if (ids.length === 0) { setTimeout(poll, every); return; }
     var q = ids.map(function (id) { return 'id=' + encodeURIComponent(id); }).join('&');
-    fetch('/ui/usage?' + q, {credentials: 'same-origin'}).then(function (resp) {
+    fetch('/ui/usage?' + q, {credentials: 'same-origin', headers: {'X-CSRF-Token': csrfToken()}}).then(function (resp) {
       if (resp.redirected || resp.status === 401) { return 'stop'; } // the session ended
       if (!resp.ok) { return; }
       return resp.json().then(function (body) {
