@@ -92,6 +92,9 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 		return noSpace(fmt.Errorf("start: record the run: %w", err))
 	}
 	watch(pid, func(ws unix.WaitStatus) { r.exited(id, pid, ws) })
+	if err := r.step("started"); err != nil {
+		return err
+	}
 	if b != nil {
 		offerCtx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup

@@ -103,6 +103,21 @@ type Runtime struct {
 	cpuPrevs map[string]cpuSample
 
 	boots [bootLockStripes]sync.Mutex
+
+	// fault, when set (tests), is asked at each step of Create and fails
+	// the step with its error.
+	fault func(step string) error
+}
+
+// step asks the fault hook whether step fails.
+func (r *Runtime) step(name string) error {
+	if r.fault == nil {
+		return nil
+	}
+	if err := r.fault(name); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
 }
 
 var (
@@ -381,6 +396,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		Image: spec.Image, ImageDir: img.dir, Hostname: r.hostname(id), Isolation: spec.Isolation,
 		Network: spec.Network, Created: time.Now().UTC(),
 	}
+	if err := r.step("image"); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
 	if err := r.claim(id, meta, spec.DiskMB); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
@@ -399,10 +417,19 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 			err = errors.Join(err, fmt.Errorf("undo: %w", rmErr))
 		}
 	}()
+	if err := r.step("claim"); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
 	if err := os.Mkdir(r.SocketDir(id), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: socket dir: %w", id, err)
 	}
+	if err := r.step("socket dir"); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
 	if err := r.mountRootfs(id, img.dir); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	if err := r.step("rootfs"); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	netns := ""
@@ -416,6 +443,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 			return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 		}
 	}
+	if err := r.step("network"); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
 	if err := r.writeEtc(meta); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
@@ -425,6 +455,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	}
 	if err := writeJSON(filepath.Join(r.sandboxDir(id), "config.json"), cfg); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, noSpace(err))
+	}
+	if err := r.step("config"); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	if err := r.boot(ctx, id, meta); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)

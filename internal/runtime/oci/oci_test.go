@@ -100,6 +100,10 @@ func setup(tmp string) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	env.socketRoot = filepath.Join(tmp, "s")
+	if dir := os.Getenv(envChildDir); dir != "" { // a child of TestAdopt_AfterSIGKILL
+		env.dir, env.socketRoot = dir, os.Getenv(envChildSockets)
+		return nil
+	}
 	base := os.Getenv(EnvDir)
 	if base == "" {
 		base = tmp

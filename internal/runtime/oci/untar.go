@@ -88,10 +88,23 @@ func (u *unpacker) parent(rel string) (int, error) {
 	if fd, ok := u.parents[rel]; ok {
 		return fd, nil
 	}
-	fd, err := unix.Openat2(u.root, rel, &unix.OpenHow{
+	how := &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	}
+	fd, err := unix.Openat2(u.root, rel, how)
+	if errors.Is(err, unix.ENOENT) {
+		// An archive may leave out its directories' own entries: make
+		// the missing ones (0755, root's), one component at a time.
+		up, base := path.Split(rel)
+		var pfd int
+		if pfd, err = u.parent(strings.TrimSuffix(up, "/")); err != nil {
+			return -1, err
+		}
+		if err = unix.Mkdirat(pfd, base, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
+			fd, err = unix.Openat2(u.root, rel, how)
+		}
+	}
 	if err != nil {
 		return -1, fmt.Errorf("%w: directory %q: %w", errUnsafeEntry, rel, err)
 	}

@@ -1,0 +1,7 @@
+package oci
+
+// SetFault makes Create fail at the step fault names (tests).
+func (r *Runtime) SetFault(fault func(step string) error) { r.fault = fault }
+
+// Unpack is unpack, for the hostile archive tests.
+var Unpack = unpack

@@ -1,0 +1,205 @@
+package oci_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/runtime/oci"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+)
+
+func spec(id string) runtime.Spec {
+	return runtime.Spec{
+		SandboxID: id, Image: testImage, CPU: 0.5, MemoryMB: 128, PidsLimit: 64, DiskMB: 64,
+		AgentBinary: env.agent, AgentToken: "tok-" + id,
+	}
+}
+
+// leftovers lists what of sandbox id is still on the host: its
+// directory (or a temporary one), socket directory, cgroups, mounts, the
+// OCI runtime's state and processes.
+func leftovers(t *testing.T, rt *oci.Runtime, id string) []string {
+	t.Helper()
+	var left []string
+	if _, err := os.Lstat(rt.BundleDir(id)); err == nil {
+		left = append(left, "sandbox dir")
+	}
+	if m, _ := filepath.Glob(filepath.Join(env.dir, "sandboxes", ".tmp-"+id+"-*")); len(m) > 0 {
+		left = append(left, "temporary sandbox dir")
+	}
+	if _, err := os.Lstat(rt.SocketDir(id)); err == nil {
+		left = append(left, "socket dir")
+	}
+	if m, _ := filepath.Glob("/sys/fs/cgroup/*/sandboxd/*-" + id); len(m) > 0 {
+		left = append(left, fmt.Sprintf("cgroups %v", m))
+	}
+	if m, _ := filepath.Glob("/sys/fs/cgroup/sandboxd/*-" + id); len(m) > 0 {
+		left = append(left, fmt.Sprintf("cgroups %v", m))
+	}
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), id) {
+		left = append(left, "mounts")
+	}
+	if m, _ := filepath.Glob(filepath.Join(env.dir, "state", "*", id)); len(m) > 0 {
+		left = append(left, fmt.Sprintf("OCI runtime state %v", m))
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		stat, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "stat"))
+		if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); strings.Contains(string(b), id) && len(f) > 0 && f[0] != "Z" {
+			// A zombie is dead; its parent reaps it.
+			left = append(left, "process "+filepath.Base(filepath.Dir(p))+" "+string(stat))
+		}
+	}
+	return left
+}
+
+// TestCreate_FailureAtEveryStepLeavesNothing fails Create at each of its
+// steps in turn: the error names the step and nothing of the sandbox is
+// left on the host.
+func TestCreate_FailureAtEveryStepLeavesNothing(t *testing.T) {
+	requireEnv(t)
+	for _, step := range []string{"image", "claim", "socket dir", "rootfs", "network", "config", "started"} {
+		t.Run(strings.ReplaceAll(step, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+			injected := errors.New("injected fault")
+			rt.SetFault(func(s string) error {
+				if s == step {
+					return injected
+				}
+				return nil
+			})
+			id := runtimetest.NewSandboxID()
+			_, err := rt.Create(t.Context(), spec(id))
+			if !errors.Is(err, injected) || !strings.Contains(err.Error(), step) {
+				t.Fatalf("Create = %v, want the injected fault at %q", err, step)
+			}
+			if left := leftovers(t, rt, id); len(left) > 0 {
+				t.Errorf("after a failure at %q: left %v", step, left)
+			}
+			if st, err := rt.Inspect(t.Context(), id); err != nil || st.State != runtime.StateMissing {
+				t.Errorf("Inspect = %+v, %v; want missing", st, err)
+			}
+			// And the id is free again: a retry succeeds.
+			rt.SetFault(nil)
+			if _, err := rt.Create(t.Context(), spec(id)); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			if err := rt.Destroy(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
+			if left := leftovers(t, rt, id); len(left) > 0 {
+				t.Errorf("after Destroy: left %v", left)
+			}
+		})
+	}
+}
+
+// Environment of TestAdopt_AfterSIGKILL's child.
+const (
+	envChildDir     = "SANDBOXD_TEST_OCI_CHILD_DIR"
+	envChildSockets = "SANDBOXD_TEST_OCI_CHILD_SOCKETS"
+	envChildNode    = "SANDBOXD_TEST_OCI_CHILD_NODE"
+	envChildID      = "SANDBOXD_TEST_OCI_CHILD_ID"
+)
+
+// TestAdoptChild is the child process of TestAdopt_AfterSIGKILL: it
+// creates a sandbox, says so, and waits to be killed.
+func TestAdoptChild(t *testing.T) {
+	if os.Getenv(envChildDir) == "" {
+		t.Skip("the child of TestAdopt_AfterSIGKILL")
+	}
+	rt, err := oci.New(oci.Options{Client: env.cli, NodeID: os.Getenv(envChildNode), Dir: env.dir, SocketRoot: env.socketRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := os.Getenv(envChildID)
+	if _, err := rt.Create(t.Context(), spec(id)); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("READY", id)
+	time.Sleep(10 * time.Minute)
+}
+
+// TestAdopt_AfterSIGKILL: a process that created a sandbox is killed
+// with SIGKILL; the sandbox runs on, and a new runtime (a restarted
+// daemon) finds it, reaches its agent, stops, starts and destroys it,
+// leaving nothing.
+func TestAdopt_AfterSIGKILL(t *testing.T) {
+	requireEnv(t)
+	node := "node-" + runtimetest.NewSandboxID()[3:]
+	id := runtimetest.NewSandboxID()
+	rt := newRuntime(t, runtimetest.Options{NodeID: node})
+	t.Cleanup(func() { _ = rt.Destroy(context.Background(), id) })
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestAdoptChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envChildDir+"="+env.dir, envChildSockets+"="+env.socketRoot,
+		envChildNode+"="+node, envChildID+"="+id, runtimetest.EnvAgentBinary+"="+env.agent)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	ready := false
+	for sc := bufio.NewScanner(out); sc.Scan(); {
+		if sc.Text() == "READY "+id {
+			ready = true
+			break
+		}
+	}
+	if !ready {
+		t.Fatal("the child never created its sandbox")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	list, err := rt.ListOurs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].SandboxID != id || list[0].State != runtime.StateRunning {
+		t.Fatalf("ListOurs after the creator's SIGKILL = %+v, want %s running", list, id)
+	}
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return rt.DialAgent(ctx, id) }, "tok-"+id)
+	defer c.Close()
+	res, err := c.Exec(ctx, agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo adopted"}, Timeout: 30 * time.Second})
+	if err != nil || string(res.Stdout) != "adopted\n" {
+		t.Fatalf("exec in the adopted sandbox: %v, %+v", err, res)
+	}
+	if err := rt.Stop(ctx, id); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if st, _ := rt.Inspect(ctx, id); st.State != runtime.StateExited {
+		t.Errorf("after Stop: %+v, want exited", st)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := rt.Destroy(ctx, id); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if left := leftovers(t, rt, id); len(left) > 0 {
+		t.Errorf("after Destroy: left %v", left)
+	}
+}
