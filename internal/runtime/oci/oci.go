@@ -592,6 +592,9 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 		return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
 	}
 	if meta.Network {
+		if r.opts.Network == nil {
+			return fmt.Errorf("start sandbox %s: %w: the sandbox has network and this runtime none", sandboxID, runtime.ErrInvalidSpec)
+		}
 		if err := r.opts.Network.ensure(ctx, sandboxID, r.sandboxDir(sandboxID), meta); err != nil {
 			return fmt.Errorf("start sandbox %s: network: %w", sandboxID, err)
 		}
@@ -759,8 +762,8 @@ func (r *Runtime) remove(ctx context.Context, id string, meta *sandboxMeta) erro
 	if err := r.unmountRootfs(id); err != nil {
 		return err
 	}
-	if r.opts.Network != nil {
-		if err := r.opts.Network.detach(ctx, id, r.sandboxDir(id)); err != nil {
+	if r.opts.Network != nil && (meta == nil || meta.Network) {
+		if err := r.opts.Network.detach(ctx, id, r.sandboxDir(id), m.IP); err != nil {
 			return fmt.Errorf("network: %w", err)
 		}
 	}
