@@ -154,6 +154,6 @@ func (r *Runtime) notReady(sandboxID string, start time.Time, last error) error 
 		st, _ = r.Inspect(context.Background(), sandboxID)
 	}
 	e.Status = st
-	e.LogsTail = tail(filepath.Join(r.sandboxDir(sandboxID), "output.log"), logsTailBytes)
+	e.LogsTail = tail(filepath.Join(r.rwDir(sandboxID), "output.log"), logsTailBytes)
 	return e
 }

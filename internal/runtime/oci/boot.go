@@ -48,7 +48,14 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 		}
 		defer b.close()
 	}
-	out, err := os.OpenFile(filepath.Join(dir, "output.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	out, err := os.OpenFile(filepath.Join(r.rwDir(id), "output.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.ENOSPC) {
+		// The sandbox filled its disk: it boots all the same, its
+		// output going nowhere (it could not be kept anyway).
+		r.log.Warn("a sandbox's disk is full: its output is not kept", "sandbox", id)
+		_ = os.Remove(filepath.Join(r.rwDir(id), "output.log"))
+		out, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	}
 	if err != nil {
 		return noSpace(fmt.Errorf("output file: %w", err))
 	}

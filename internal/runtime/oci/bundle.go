@@ -165,7 +165,6 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, netn
 		cwd = "/"
 	}
 	caps := slices.Clone(runtime.SandboxCapabilities)
-	dir := r.sandboxDir(spec.SandboxID)
 	mounts := []ociMount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
@@ -174,9 +173,9 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, netn
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
-		{Destination: "/etc/hosts", Type: "bind", Source: filepath.Join(dir, "etc", "hosts"), Options: []string{"rbind", "rprivate"}},
-		{Destination: "/etc/hostname", Type: "bind", Source: filepath.Join(dir, "etc", "hostname"), Options: []string{"rbind", "rprivate"}},
-		{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(dir, "etc", "resolv.conf"), Options: []string{"rbind", "rprivate"}},
+		{Destination: "/etc/hosts", Type: "bind", Source: filepath.Join(r.rwDir(spec.SandboxID), "etc", "hosts"), Options: []string{"rbind", "rprivate"}},
+		{Destination: "/etc/hostname", Type: "bind", Source: filepath.Join(r.rwDir(spec.SandboxID), "etc", "hostname"), Options: []string{"rbind", "rprivate"}},
+		{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(r.rwDir(spec.SandboxID), "etc", "resolv.conf"), Options: []string{"rbind", "rprivate"}},
 		{Destination: runtime.AgentPath, Type: "bind", Source: spec.AgentBinary, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev"}},
 	}
 	sockOpts := []string{"rbind", "rprivate", "nosuid", "nodev", "noexec"}

@@ -86,9 +86,16 @@ type volArgs struct {
 	name [btrfsVolNameMax + 1]byte
 }
 
-// makeSandboxDir makes path (a subvolume on btrfs, else a directory)
-// with limitMB as its qgroup limit (0: none).
-func (r *Runtime) makeSandboxDir(path string, limitMB int64) error {
+// makeSandboxDir makes the directory path (0700) and in it rwName,
+// what the sandbox can make grow: a subvolume on btrfs, with limitMB as
+// its qgroup limit (0: none), else a directory. The daemon's own files
+// stay beside it, outside the limit: a sandbox that filled its disk can
+// still be stopped, started and destroyed.
+func (r *Runtime) makeSandboxDir(dir string, limitMB int64) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, rwName)
 	if !r.disk.subvolumes {
 		return os.Mkdir(path, 0o700)
 	}
@@ -106,9 +113,23 @@ func (r *Runtime) makeSandboxDir(path string, limitMB int64) error {
 	return nil
 }
 
-// removeSandboxDir removes path and everything in it (nothing may be
-// mounted there any more). Gone already is success.
-func (r *Runtime) removeSandboxDir(path string) error {
+// rwName is the part of a sandbox's directory that its disk limit counts.
+const rwName = "rw"
+
+// removeSandboxDir removes a sandbox's directory: its subvolume, then the
+// rest (nothing may be mounted there any more). Gone already is success.
+func (r *Runtime) removeSandboxDir(dir string) error {
+	if err := r.removeSubvolume(filepath.Join(dir, rwName)); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// removeSubvolume removes path, a subvolume or a directory.
+func (r *Runtime) removeSubvolume(path string) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); errors.Is(err, unix.ENOENT) {
 		return nil

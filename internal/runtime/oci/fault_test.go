@@ -203,3 +203,38 @@ func TestAdopt_AfterSIGKILL(t *testing.T) {
 		t.Errorf("after Destroy: left %v", left)
 	}
 }
+
+// TestDiskFull_StopStartDestroyStillWork: a sandbox that filled its disk
+// limit is still stopped, started (its agent answers) and destroyed: the
+// daemon's own files of it are outside what the limit counts.
+func TestDiskFull_StopStartDestroyStillWork(t *testing.T) {
+	requireEnv(t)
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	if lim, _ := rt.DiskLimits(t.Context()); !lim.Enforced {
+		t.Skipf("SKIP: no disk limit here: %s", lim.How)
+	}
+	id := runtimetest.NewSandboxID()
+	sp := spec(id)
+	sp.DiskMB = 32
+	if _, err := rt.Create(t.Context(), sp); err != nil {
+		t.Fatal(err)
+	}
+	if out := execIn(t, rt, id, "dd if=/dev/zero of=/fill bs=1M count=64 2>&1; sync; echo done"); !strings.Contains(out, "done") {
+		t.Fatalf("fill: %q", out)
+	}
+	if err := rt.Stop(t.Context(), id); err != nil {
+		t.Fatalf("Stop of a sandbox with a full disk: %v", err)
+	}
+	if err := rt.Start(t.Context(), id); err != nil {
+		t.Fatalf("Start of a sandbox with a full disk: %v", err)
+	}
+	if out := execIn(t, rt, id, "rm /fill && echo freed"); out != "freed\n" {
+		t.Errorf("after Start: %q", out)
+	}
+	if err := rt.Destroy(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	if left := leftovers(t, rt, id); len(left) > 0 {
+		t.Errorf("after Destroy: left %v", left)
+	}
+}

@@ -238,6 +238,10 @@ func (r *Runtime) sandboxDir(id string) string {
 	return filepath.Join(r.opts.Dir, "sandboxes", id)
 }
 
+// rwDir is what the sandbox's disk limit counts: its overlay's upper and
+// work directories, its /etc files and its output.
+func (r *Runtime) rwDir(id string) string { return filepath.Join(r.sandboxDir(id), rwName) }
+
 // stateRoot is the OCI runtime's --root for isolation iso.
 func (r *Runtime) stateRoot(iso runtime.Isolation) string {
 	if iso == runtime.IsolationGVisor {
@@ -494,7 +498,7 @@ func (r *Runtime) claim(id string, meta *sandboxMeta, diskMB int64) (err error) 
 			_ = r.removeSandboxDir(tmp)
 		}
 	}()
-	for _, d := range []string{"upper", "work", "rootfs", "etc"} {
+	for _, d := range []string{"rootfs", filepath.Join(rwName, "upper"), filepath.Join(rwName, "work"), filepath.Join(rwName, "etc")} {
 		if err := os.Mkdir(filepath.Join(tmp, d), 0o755); err != nil {
 			return noSpace(err)
 		}
@@ -518,7 +522,7 @@ func (r *Runtime) mountRootfs(id, lower string) error {
 	if mounted(target) {
 		return nil
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, filepath.Join(dir, rwName, "upper"), filepath.Join(dir, rwName, "work"))
 	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount the root file system: %w", err)
 	}
@@ -552,7 +556,7 @@ func (r *Runtime) unmountRootfs(id string) error {
 // /etc/resolv.conf into its directory (on its subvolume: what the sandbox
 // writes to them counts against its disk limit).
 func (r *Runtime) writeEtc(meta *sandboxMeta) error {
-	dir := filepath.Join(r.sandboxDir(meta.ID), "etc")
+	dir := filepath.Join(r.rwDir(meta.ID), "etc")
 	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
 	if meta.IP != "" {
 		hosts += meta.IP + "\t" + meta.Hostname + "\n"
