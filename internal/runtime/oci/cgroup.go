@@ -40,8 +40,12 @@ func (m cgroupMode) swapAccounting() bool {
 	return err == nil
 }
 
-// frozen reports whether the sandbox's cgroup is frozen (paused).
-func (r *Runtime) frozen(id string) bool {
+// paused reports whether the sandbox is paused: its cgroup frozen, or
+// under gVisor runsc's pause, which state.json records.
+func (r *Runtime) paused(id string) bool {
+	if meta, err := r.readMeta(id); err == nil && meta.Isolation == runtime.IsolationGVisor {
+		return r.readState(id).Paused
+	}
 	p := r.cgroupPath(id)
 	if r.cgroups.v2 {
 		b, _ := os.ReadFile(r.cgroups.file("", p, "cgroup.freeze"))

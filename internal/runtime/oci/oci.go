@@ -309,6 +309,9 @@ type runState struct {
 	Exited    bool `json:"exited,omitempty"`
 	ExitCode  int  `json:"exit_code"`
 	OOMKilled bool `json:"oom_killed,omitempty"`
+	// Paused: runsc paused the sandbox (gVisor pauses inside its own
+	// kernel, not with the cgroup freezer, which says it for the others).
+	Paused bool `json:"paused,omitempty"`
 }
 
 func readJSON(path string, v any) error {
@@ -635,7 +638,7 @@ func (r *Runtime) stop(ctx context.Context, meta *sandboxMeta) error {
 	id := meta.ID
 	st := r.readState(id)
 	if p, ok := livePid(st); ok {
-		if r.frozen(id) {
+		if r.paused(id) {
 			// A frozen process dies only once thawed.
 			_ = r.ociRun(ctx, meta.Isolation, "resume", id)
 		}
@@ -714,6 +717,16 @@ func (r *Runtime) freeze(ctx context.Context, sandboxID string, pause bool) erro
 	if err := r.ociRun(ctx, meta.Isolation, verb, sandboxID); err != nil {
 		return fmt.Errorf("%s sandbox %s: %w", verb, sandboxID, err)
 	}
+	if meta.Isolation == runtime.IsolationGVisor {
+		mu := r.stateMu(sandboxID)
+		mu.Lock()
+		defer mu.Unlock()
+		st := r.readState(sandboxID)
+		st.Paused = pause
+		if err := r.writeState(sandboxID, st); err != nil {
+			return fmt.Errorf("%s sandbox %s: record it: %w", verb, sandboxID, err)
+		}
+	}
 	return nil
 }
 
@@ -788,7 +801,7 @@ func (r *Runtime) remove(ctx context.Context, id string, meta *sandboxMeta) erro
 func (r *Runtime) stopForRemoval(ctx context.Context, meta *sandboxMeta) error {
 	st := r.readState(meta.ID)
 	if p, ok := livePid(st); ok {
-		if r.frozen(meta.ID) {
+		if r.paused(meta.ID) {
 			_ = r.ociRun(ctx, meta.Isolation, "resume", meta.ID)
 		}
 		_ = p.signal(unix.SIGKILL)
@@ -819,7 +832,7 @@ func (r *Runtime) status(id string) runtime.Status {
 		p.close()
 		out.State, out.Detail = runtime.StateRunning, "running"
 		out.FinishedAt = time.Time{}
-		if r.frozen(id) {
+		if r.paused(id) {
 			out.Paused, out.Detail = true, "paused"
 		}
 	case st.Pid == 0:

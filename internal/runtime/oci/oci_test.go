@@ -263,3 +263,25 @@ func facts(t *testing.T, dir string) runtimetest.Facts {
 	}
 	return f
 }
+
+// TestConformance_GVisor runs the suite with runsc in place of crun.
+func TestConformance_GVisor(t *testing.T) {
+	requireEnv(t)
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Skip("SKIP: runsc is not installed (scripts/setup-gvisor.sh installs it)")
+	}
+	runtimetest.Run(t, runtimetest.Config{
+		New: func(t *testing.T, o runtimetest.Options) runtime.Runtime {
+			return newRuntime(t, o)
+		},
+		Image:       testImage,
+		AgentBinary: env.agent,
+		Isolation:   runtime.IsolationGVisor,
+		MemoryMB:    runtime.MinGVisorMemoryMB,
+		PidsLimit:   runtime.MinGVisorPidsLimit,
+		Facts: func(t *testing.T, id string) runtimetest.Facts {
+			return facts(t, filepath.Join(env.dir, "sandboxes", id))
+		},
+		SocketDir: func(id string) string { return filepath.Join(env.socketRoot, id) },
+	})
+}
