@@ -18,15 +18,7 @@ import (
 // is left in its OCI directory nor in the engine.
 func TestOCIEngine_Smoke(t *testing.T) {
 	t.Parallel()
-	requireDocker(t)
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: --engine oci needs root")
-	}
-	if _, err := exec.LookPath("crun"); err != nil {
-		if _, err := exec.LookPath("runc"); err != nil {
-			t.Skip("SKIP: --engine oci needs crun or runc (scripts/setup-oci.sh installs crun)")
-		}
-	}
+	requireOCI(t)
 	ctx := testContext(t, 5*time.Minute)
 	d := startDaemon(t, "oci", "--engine", "oci")
 	c := newClient(d, true)
@@ -69,6 +61,61 @@ func TestOCIEngine_Smoke(t *testing.T) {
 	if _, err := c.GetSandbox(ctx, sb.ID); !isNotFound(err) {
 		t.Errorf("get after destroy = %v, want not found", err)
 	}
+	if entries, err := os.ReadDir(sandboxes); err != nil || len(entries) > 0 {
+		t.Errorf("the OCI directory still holds %v (%v)", entries, err)
+	}
+}
+
+// requireOCI skips t where --engine oci cannot run.
+func requireOCI(t *testing.T) {
+	t.Helper()
+	requireDocker(t)
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP: --engine oci needs root")
+	}
+	if _, err := exec.LookPath("crun"); err != nil {
+		if _, err := exec.LookPath("runc"); err != nil {
+			t.Skip("SKIP: --engine oci needs crun or runc (scripts/setup-oci.sh installs crun)")
+		}
+	}
+}
+
+// TestOCIEngine_SurvivesDaemonSIGKILL: under --engine oci a daemon killed
+// with SIGKILL leaves its sandbox running; the restarted daemon serves it
+// (exec, stop, start) and destroys it, leaving nothing in its directory.
+func TestOCIEngine_SurvivesDaemonSIGKILL(t *testing.T) {
+	t.Parallel()
+	requireOCI(t)
+	ctx := testContext(t, 5*time.Minute)
+	d := startDaemon(t, "ocikill", "--engine", "oci")
+	c := newClient(d, true)
+	sb := createTestSandbox(ctx, t, c, sandboxd.CreateRequest{Image: busyboxImage})
+	if _, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: "echo before > /tmp/mark"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Restart(ctx); err != nil { // SIGKILL, then start again
+		t.Fatalf("restart: %v", err)
+	}
+	if got, err := c.GetSandbox(ctx, sb.ID); err != nil || got.State != "running" {
+		t.Fatalf("after the SIGKILL: %+v, %v; want running", got, err)
+	}
+	res, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: "cat /tmp/mark"})
+	if err != nil || res.Stdout != "before\n" {
+		t.Fatalf("exec after the SIGKILL = %+v, %v; want the file written before", res, err)
+	}
+	if _, err := c.StopSandbox(ctx, sb.ID); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if _, err := c.StartSandbox(ctx, sb.ID); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if res, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: "cat /tmp/mark"}); err != nil || res.Stdout != "before\n" {
+		t.Fatalf("exec after stop and start = %+v, %v", res, err)
+	}
+	if err := c.DestroySandbox(ctx, sb.ID); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	sandboxes := filepath.Join(d.DataDir(), "oci", "sandboxes")
 	if entries, err := os.ReadDir(sandboxes); err != nil || len(entries) > 0 {
 		t.Errorf("the OCI directory still holds %v (%v)", entries, err)
 	}
