@@ -175,3 +175,36 @@ func hostMemory() uint64 {
 	}
 	return 0
 }
+
+var _ runtime.UsageReader = (*Runtime)(nil)
+
+// Usage implements runtime.UsageReader: the disk its qgroup counts
+// (zero where no quota counts it), and the bytes through the network
+// interfaces of its namespace but loopback, from the agent's
+// /proc/<pid>/net/dev (zero when it is not running).
+func (r *Runtime) Usage(_ context.Context, sandboxID string) (runtime.Usage, error) {
+	if err := checkID(sandboxID); err != nil {
+		return runtime.Usage{}, err
+	}
+	if _, err := r.readMeta(sandboxID); err != nil {
+		return runtime.Usage{}, fmt.Errorf("usage of sandbox %s: %w", sandboxID, err)
+	}
+	var u runtime.Usage
+	u.DiskUsed, _ = r.subvolumeUsed(r.rwDir(sandboxID))
+	if p, ok := livePid(r.readState(sandboxID)); ok {
+		dev := readString("/proc/" + strconv.Itoa(p.pid) + "/net/dev")
+		p.close()
+		for line := range strings.Lines(dev) {
+			name, rest, ok := strings.Cut(line, ":")
+			f := strings.Fields(rest)
+			if !ok || strings.TrimSpace(name) == "lo" || len(f) < 9 {
+				continue
+			}
+			rx, _ := strconv.ParseUint(f[0], 10, 64)
+			tx, _ := strconv.ParseUint(f[8], 10, 64)
+			u.NetRx += rx
+			u.NetTx += tx
+		}
+	}
+	return u, nil
+}

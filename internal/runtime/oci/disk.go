@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -30,6 +31,7 @@ const (
 	btrfsIocSnapDestroy  = 0x5000940F // _IOW(0x94, 15, struct btrfs_ioctl_vol_args)
 	btrfsIocQgroupLimit  = 0x8030942B // _IOR(0x94, 43, struct btrfs_ioctl_qgroup_limit_args), 48 bytes
 	btrfsIocFSInfo       = 0x8400941F // _IOR(0x94, 31, struct btrfs_ioctl_fs_info_args), 1024 bytes
+	btrfsIocInoLookup    = 0xD0009412 // _IOWR(0x94, 18, struct btrfs_ioctl_ino_lookup_args), 4096 bytes
 	btrfsQgroupMaxRfer   = 1 << 0
 	btrfsQgroupMaxExcl   = 1 << 1
 	btrfsVolNameMax      = 4087
@@ -40,6 +42,7 @@ type diskMode struct {
 	subvolumes bool // btrfs: each sandbox directory is a subvolume
 	enforced   bool // and quotas are on: Spec.DiskMB is its qgroup limit
 	how        string
+	qgroups    string // the file system's sysfs qgroups directory, with quotas on
 }
 
 // probeDisk looks at the file system of dir.
@@ -71,7 +74,7 @@ func probeDisk(dir string) diskMode {
 	if kind == "" {
 		kind = "qgroup"
 	}
-	return diskMode{subvolumes: true, enforced: true, how: "btrfs qgroup of the sandbox's subvolume (" + kind + ")"}
+	return diskMode{subvolumes: true, enforced: true, how: "btrfs qgroup of the sandbox's subvolume (" + kind + ")", qgroups: qdir}
 }
 
 // DiskLimits implements runtime.DiskLimiter. The answer is the file
@@ -182,4 +185,30 @@ func qgroupLimit(path string, bytes uint64) error {
 		return errno
 	}
 	return nil
+}
+
+// subvolumeUsed is what the subvolume at path holds by its qgroup's
+// count (sysfs), in bytes; false without quotas.
+func (r *Runtime) subvolumeUsed(path string) (uint64, bool) {
+	if r.disk.qgroups == "" {
+		return 0, false
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer unix.Close(fd)
+	// struct btrfs_ioctl_ino_lookup_args: treeid 0 and the subvolume's
+	// root directory (256) ask for the subvolume's id.
+	var args [512]uint64
+	args[1] = 256
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), btrfsIocInoLookup, uintptr(unsafe.Pointer(&args[0]))); errno != 0 {
+		return 0, false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("%s0_%d/referenced", r.disk.qgroups, args[0]))
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil
 }

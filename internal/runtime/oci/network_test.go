@@ -101,6 +101,16 @@ func TestNetwork_VethOnTheBridge(t *testing.T) {
 		}
 	}
 
+	// Usage: A's traffic and what it wrote.
+	execIn(t, rt, idA, "dd if=/dev/zero of=/big bs=1M count=8 2>/dev/null; sync")
+	u, err := rt.Usage(ctx, idA)
+	if err != nil || u.NetRx == 0 || u.NetTx == 0 {
+		t.Errorf("Usage(A) = %+v, %v; want bytes received and sent", u, err)
+	}
+	if lim, _ := rt.DiskLimits(ctx); lim.Enforced && (u.DiskUsed < 8<<20 || u.DiskUsed > 64<<20) {
+		t.Errorf("Usage(A).DiskUsed = %d after writing 8 MiB", u.DiskUsed)
+	}
+
 	// A restarted daemon (a new runtime on the same directory) leases
 	// another address.
 	rt2 := newRuntime(t, runtimetest.Options{NodeID: node + "-b"}, func(o *oci.Options) { o.Network = nw })
