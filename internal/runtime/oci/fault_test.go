@@ -238,3 +238,53 @@ func TestDiskFull_StopStartDestroyStillWork(t *testing.T) {
 		t.Errorf("after Destroy: left %v", left)
 	}
 }
+
+// TestImage_ConcurrentCreatesShareOneUnpack: the first creates of an
+// image, at once, wait for one unpack; a crash's temporary directories
+// are swept at start, one in progress is not.
+func TestImage_ConcurrentCreatesShareOneUnpack(t *testing.T) {
+	requireEnv(t)
+	dir := t.TempDir()
+	imgs := filepath.Join(dir, "images")
+	if err := os.MkdirAll(filepath.Join(imgs, ".tmp-crashed"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(imgs, ".tmp-crashed"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(imgs, ".tmp-in-progress"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}, func(o *oci.Options) { o.Dir = dir })
+	if _, err := os.Stat(filepath.Join(imgs, ".tmp-crashed")); err == nil {
+		t.Errorf("a crashed unpack's directory survived New")
+	}
+	if _, err := os.Stat(filepath.Join(imgs, ".tmp-in-progress")); err != nil {
+		t.Errorf("a recent temporary directory was swept: %v", err)
+	}
+	const n = 6
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := rt.Create(t.Context(), spec(runtimetest.NewSandboxID()))
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("Create: %v", err)
+		}
+	}
+	if got := rt.Unpacks(); got != 1 {
+		t.Errorf("%d concurrent first creates of one image made %d unpacks, want 1", n, got)
+	}
+	entries, _ := os.ReadDir(imgs)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if len(names) != 3 { // <id>, <id>.json, .tmp-in-progress
+		t.Errorf("images dir holds %v, want the image, its config and the directory in progress", names)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -49,10 +50,10 @@ type image struct {
 	cfg imageConfig
 }
 
-// imageCache shares unpacks: one per image id at a time.
+// imageCache is a runtime's unpack bookkeeping (inflight shares them).
 type imageCache struct {
-	mu       sync.Mutex
-	inflight map[string]*unpackCall
+	unpacks atomic.Int64 // unpacks started (tests)
+	swept   atomic.Bool  // sweepExports ran once
 }
 
 type unpackCall struct {
@@ -103,30 +104,35 @@ func readImage(dir string) (image, error) {
 	return img, nil
 }
 
+// inflight are the unpacks under way in this process, by directory:
+// shared by every Runtime of the process (tests run several on one
+// directory).
+var inflight = struct {
+	mu    sync.Mutex
+	calls map[string]*unpackCall
+}{calls: map[string]*unpackCall{}}
+
 // unpackOnce unpacks ref into dir unless another call is doing it, in
 // which case it waits for that one (a failure is not shared with later
 // calls: the next one tries again).
 func (r *Runtime) unpackOnce(ctx context.Context, ref, dir string, cfg imageConfig) error {
-	r.images.mu.Lock()
-	if r.images.inflight == nil {
-		r.images.inflight = map[string]*unpackCall{}
-	}
-	c, ok := r.images.inflight[dir]
+	inflight.mu.Lock()
+	c, ok := inflight.calls[dir]
 	if !ok {
 		c = &unpackCall{done: make(chan struct{})}
-		r.images.inflight[dir] = c
+		inflight.calls[dir] = c
 		go func() {
 			// Not the caller's context: other creates wait on this unpack.
 			uctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			c.err = r.unpackImage(uctx, ref, dir, cfg)
-			r.images.mu.Lock()
-			delete(r.images.inflight, dir)
-			r.images.mu.Unlock()
+			inflight.mu.Lock()
+			delete(inflight.calls, dir)
+			inflight.mu.Unlock()
 			close(c.done)
 		}()
 	}
-	r.images.mu.Unlock()
+	inflight.mu.Unlock()
 	select {
 	case <-c.done:
 		return c.err
@@ -139,6 +145,7 @@ func (r *Runtime) unpackOnce(ctx context.Context, ref, dir string, cfg imageConf
 // directory and renames it (and its configuration) into place.
 func (r *Runtime) unpackImage(ctx context.Context, ref, dir string, cfg imageConfig) (err error) {
 	start := time.Now()
+	r.images.unpacks.Add(1)
 	if err := os.MkdirAll(r.imagesDir(), 0o700); err != nil {
 		return err
 	}
@@ -181,7 +188,8 @@ func (r *Runtime) unpackImage(ctx context.Context, ref, dir string, cfg imageCon
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(dir+".json.tmp", b, 0o600); err != nil {
+	cfgTmp := filepath.Join(r.imagesDir(), tmpPrefix+filepath.Base(dir)+".json-"+randHex(4))
+	if err := os.WriteFile(cfgTmp, b, 0o600); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
@@ -191,7 +199,8 @@ func (r *Runtime) unpackImage(ctx context.Context, ref, dir string, cfg imageCon
 		_ = os.RemoveAll(tmp) // another process's unpack came first
 	}
 	// The configuration last: it marks the directory complete.
-	if err := os.Rename(dir+".json.tmp", dir+".json"); err != nil {
+	if err := os.Rename(cfgTmp, dir+".json"); err != nil {
+		_ = os.Remove(cfgTmp)
 		return err
 	}
 	r.log.Info("image unpacked", "image", ref, "dir", dir, "took", time.Since(start))
@@ -223,6 +232,32 @@ func sweepTmp(dir string, age time.Duration, remove func(path string) error) {
 		}
 		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > age {
 			_ = remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// sweepExports removes the export containers unpacks that crashed left
+// in the engine (never started, labelled labelUnpack), older than tmpAge.
+// Once per process, from ListOurs (the daemon's startup reconcile); best
+// effort.
+func (r *Runtime) sweepExports(ctx context.Context) {
+	if r.images.swept.Swap(true) {
+		return
+	}
+	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", labelUnpack+"=1"),
+	})
+	if err != nil {
+		r.images.swept.Store(false) // the engine did not answer: next time
+		return
+	}
+	for _, c := range res.Items {
+		if time.Since(time.Unix(c.Created, 0)) < tmpAge {
+			continue
+		}
+		if _, err := r.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+			r.log.Warn("remove a crashed unpack's export container", "container", c.ID, "err", err)
 		}
 	}
 }

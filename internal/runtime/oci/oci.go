@@ -853,6 +853,7 @@ func (r *Runtime) status(id string) runtime.Status {
 func (r *Runtime) ListOurs(ctx context.Context) ([]runtime.Instance, error) {
 	dir := filepath.Join(r.opts.Dir, "sandboxes")
 	sweepTmp(dir, tmpAge, r.removeSandboxDir)
+	r.sweepExports(ctx)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
