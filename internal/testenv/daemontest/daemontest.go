@@ -435,6 +435,10 @@ func (d *Daemon) spawn() (*exec.Cmd, chan struct{}, error) {
 		// later, replaces this).
 		"--registry-allow", "127.0.0.1",
 	}, d.args...)
+	if e := os.Getenv(EnvEngine); e != "" {
+		// Before the test's own flags: a test that names an engine wins.
+		args = append([]string{"--engine", e}, args...)
+	}
 	cmd := exec.Command(d.env.Bins.Sandboxd, args...)
 	if d.host != nil {
 		https := net.JoinHostPort(d.host.Name, strconv.Itoa(lanHTTPSPort))
@@ -638,6 +642,11 @@ func FreePort() (int, error) {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
+
+// EnvEngine, when set (docker or oci), is the --engine of every daemon
+// the tests start: `SANDBOXD_TEST_ENGINE=oci go test ./test/e2e` runs the
+// end-to-end tests on the engine-free runtime.
+const EnvEngine = "SANDBOXD_TEST_ENGINE"
 
 // HermeticEnv is this process's environment without the variables the
 // daemon and the CLI read, so the developer's settings do not leak in.
