@@ -48,7 +48,7 @@ func TestOCIEngine_Smoke(t *testing.T) {
 	if string(b) != "written through the API\n" {
 		t.Errorf("download = %q", b)
 	}
-	if left, err := nodeContainers(ctx, d.NodeID()); err != nil || len(left) > 0 {
+	if left, err := engineContainers(ctx, d.NodeID()); err != nil || len(left) > 0 {
 		t.Errorf("the engine holds containers of the oci daemon: %v, %v", left, err)
 	}
 	sandboxes := filepath.Join(d.DataDir(), "oci", "sandboxes")

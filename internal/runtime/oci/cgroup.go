@@ -3,10 +3,12 @@ package oci
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/runtime"
@@ -178,8 +180,9 @@ func hostMemory() uint64 {
 
 var _ runtime.UsageReader = (*Runtime)(nil)
 
-// Usage implements runtime.UsageReader: the disk its qgroup counts
-// (zero where no quota counts it), and the bytes through the network
+// Usage implements runtime.UsageReader: the disk its qgroup counts (where
+// no quota counts it, the blocks of the files in rw/, walked at most
+// every diskWalkEvery), and the bytes through the network
 // interfaces of its namespace but loopback, from the agent's
 // /proc/<pid>/net/dev (zero when it is not running).
 func (r *Runtime) Usage(_ context.Context, sandboxID string) (runtime.Usage, error) {
@@ -190,7 +193,10 @@ func (r *Runtime) Usage(_ context.Context, sandboxID string) (runtime.Usage, err
 		return runtime.Usage{}, fmt.Errorf("usage of sandbox %s: %w", sandboxID, err)
 	}
 	var u runtime.Usage
-	u.DiskUsed, _ = r.subvolumeUsed(r.rwDir(sandboxID))
+	var ok bool
+	if u.DiskUsed, ok = r.subvolumeUsed(r.rwDir(sandboxID)); !ok {
+		u.DiskUsed = r.walkedSize(sandboxID)
+	}
 	if p, ok := livePid(r.readState(sandboxID)); ok {
 		dev := readString("/proc/" + strconv.Itoa(p.pid) + "/net/dev")
 		p.close()
@@ -207,4 +213,35 @@ func (r *Runtime) Usage(_ context.Context, sandboxID string) (runtime.Usage, err
 		}
 	}
 	return u, nil
+}
+
+// diskWalkEvery is how old a walked disk size may be (the Docker
+// runtime's engine caches its own count as long).
+const diskWalkEvery = 10 * time.Second
+
+type walked struct {
+	size uint64
+	at   time.Time
+}
+
+// walkedSize is the allocated size of the files in the sandbox's rw/,
+// cached for diskWalkEvery.
+func (r *Runtime) walkedSize(id string) uint64 {
+	if v, ok := r.diskSizes.Load(id); ok && time.Since(v.(walked).at) < diskWalkEvery {
+		return v.(walked).size
+	}
+	var size uint64
+	_ = filepath.WalkDir(r.rwDir(id), func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				size += uint64(st.Blocks) * 512
+			}
+		}
+		return nil
+	})
+	r.diskSizes.Store(id, walked{size: size, at: time.Now()})
+	return size
 }

@@ -101,6 +101,8 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	cpuPrevs map[string]cpuSample
+	// diskSizes caches Usage's walked disk size per sandbox (cgroup.go).
+	diskSizes sync.Map
 
 	boots [bootLockStripes]sync.Mutex
 
@@ -793,6 +795,7 @@ func (r *Runtime) remove(ctx context.Context, id string, meta *sandboxMeta) erro
 	r.mu.Lock()
 	delete(r.cpuPrevs, id)
 	r.mu.Unlock()
+	r.diskSizes.Delete(id)
 	return nil
 }
 

@@ -10,7 +10,9 @@ package daemontest
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -27,6 +29,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/runtime/oci"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
@@ -529,6 +534,9 @@ func (d *Daemon) Close() error {
 	if rerr := RemoveContainers(ctx, d.nodeID); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
+	if rerr := removeOCISandboxes(ctx, d.nodeID, d.dataDir); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
 	// Volumes' file systems stay mounted while the daemon is down, as they
 	// do in production: unmounted here. Staged subpath mounts a test left
 	// (its sandboxes removed behind the daemon's back) are a failure. Both
@@ -659,4 +667,35 @@ func HermeticEnv() []string {
 		out = append(out, kv)
 	}
 	return out
+}
+
+// removeOCISandboxes destroys what a daemon of --engine oci left running
+// in its data directory (its default --oci-dir), as RemoveContainers does
+// for the engine's: a daemon keeps its sandboxes when it stops.
+func removeOCISandboxes(ctx context.Context, nodeID, dataDir string) error {
+	dir := filepath.Join(dataDir, "oci")
+	entries, _ := os.ReadDir(filepath.Join(dir, "sandboxes"))
+	if len(entries) == 0 {
+		return nil
+	}
+	// The daemon's socket root (internal/daemon's socketRoot).
+	sum := sha256.Sum256([]byte(dataDir))
+	sockets := filepath.Join(os.TempDir(), "sandboxd-"+hex.EncodeToString(sum[:6]))
+	if unix.Access("/run", unix.W_OK) == nil {
+		sockets = filepath.Join("/run", "sandboxd", hex.EncodeToString(sum[:6]))
+	}
+	rt, err := oci.New(oci.Options{NodeID: nodeID, Dir: dir, SocketRoot: sockets})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	list, err := rt.ListOurs(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, in := range list {
+		errs = append(errs, rt.Destroy(ctx, in.SandboxID))
+	}
+	return errors.Join(errs...)
 }
