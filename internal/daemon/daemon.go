@@ -324,6 +324,18 @@ func (d *Daemon) openOCI(dataDir, sockets string, nameKey []byte, n docker.Netwo
 	return ort, nil
 }
 
+// ociImages are the engine's images, with commits of the oci runtime's
+// sandboxes (whose file systems the engine does not hold).
+type ociImages struct {
+	*docker.Runtime
+	oci *oci.Runtime
+}
+
+// Commit implements runtime.Images.
+func (i ociImages) Commit(ctx context.Context, sandboxID, ref string, cfg runtime.ImageConfig) (runtime.Image, error) {
+	return i.oci.Commit(ctx, sandboxID, ref, cfg)
+}
+
 // must is v, the answer of a call that cannot fail.
 func must[T any](v T, _ error) T { return v }
 
@@ -377,6 +389,7 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 			return nil, nil, err
 		}
 		rt = ort
+		d.images = ociImages{Runtime: drt, oci: ort}
 		d.gvisor = slices.Contains(must(ort.Isolations(ctx)), runtime.IsolationGVisor)
 		d.probeDisk(ort)
 		d.disk = ort
@@ -558,8 +571,8 @@ func dnsResolver(addr string) *net.Resolver {
 func (d *Daemon) probes() service.Probes {
 	db := filepath.Join(d.dataDir, "sandboxd.db")
 	p := service.Probes{DataDir: d.dataDir, StoreFiles: []string{db, db + "-wal"}}
-	if drt, ok := d.images.(*docker.Runtime); ok {
-		p.Engine = drt.Ping
+	if e, ok := d.images.(interface{ Ping(context.Context) error }); ok {
+		p.Engine = e.Ping
 	}
 	return p
 }

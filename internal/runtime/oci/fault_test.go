@@ -9,10 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/runtime"
@@ -286,5 +289,47 @@ func TestImage_ConcurrentCreatesShareOneUnpack(t *testing.T) {
 	}
 	if len(names) != 3 { // <id>, <id>.json, .tmp-in-progress
 		t.Errorf("images dir holds %v, want the image, its config and the directory in progress", names)
+	}
+}
+
+// TestCommit_NewSandboxFromTheImage: a sandbox's file system committed as
+// an image (with only the configuration asked for) starts a new sandbox
+// holding what the first wrote; the first runs on, thawed.
+func TestCommit_NewSandboxFromTheImage(t *testing.T) {
+	requireEnv(t)
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	ctx := t.Context()
+	id := runtimetest.NewSandboxID()
+	if _, err := rt.Create(ctx, spec(id)); err != nil {
+		t.Fatal(err)
+	}
+	execIn(t, rt, id, `mkdir -p /work && echo "from $HOSTNAME" > /work/hello && ln /work/hello /work/again`)
+	ref := "sandboxd/oci-commit-test:" + id
+	t.Cleanup(func() {
+		_, _ = env.cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{Force: true})
+	})
+	img, err := rt.Commit(ctx, id, ref, runtime.ImageConfig{Env: []string{"PATH=/bin:/usr/bin", "GREETING=a \"quoted\" $value"}, WorkingDir: "/work", Labels: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	if !slices.Contains(img.Config.Env, `GREETING=a "quoted" $value`) || img.Config.WorkingDir != "/work" || img.Config.Labels["k"] != "v" {
+		t.Errorf("image config = %+v", img.Config)
+	}
+	for _, e := range img.Config.Env {
+		if strings.HasPrefix(e, runtime.EnvAgentToken) {
+			t.Errorf("the image carries the agent token: %q", e)
+		}
+	}
+	if st, _ := rt.Inspect(ctx, id); st.State != runtime.StateRunning || st.Paused {
+		t.Errorf("after Commit the sandbox is %+v, want running", st)
+	}
+	id2 := runtimetest.NewSandboxID()
+	sp := spec(id2)
+	sp.Image = ref
+	if _, err := rt.Create(ctx, sp); err != nil {
+		t.Fatalf("Create from the committed image: %v", err)
+	}
+	if got := execIn(t, rt, id2, `cat /work/hello; echo "$GREETING"; stat -c %h /work/again`); !strings.HasPrefix(got, "from sandbox-") || !strings.Contains(got, "a \"quoted\" $value\n2\n") {
+		t.Errorf("in the new sandbox: %q", got)
 	}
 }
