@@ -285,3 +285,24 @@ func TestConformance_GVisor(t *testing.T) {
 		SocketDir: func(id string) string { return filepath.Join(env.socketRoot, id) },
 	})
 }
+
+// TestConformance_Runc runs the suite with runc in crun's place (the
+// runtime's fallback where crun is absent).
+func TestConformance_Runc(t *testing.T) {
+	requireEnv(t)
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Skip("SKIP: runc is not installed")
+	}
+	runtimetest.Run(t, runtimetest.Config{
+		New: func(t *testing.T, o runtimetest.Options) runtime.Runtime {
+			return newRuntime(t, o, func(o *oci.Options) { o.Binary = runc })
+		},
+		Image:       testImage,
+		AgentBinary: env.agent,
+		Facts: func(t *testing.T, id string) runtimetest.Facts {
+			return facts(t, filepath.Join(env.dir, "sandboxes", id))
+		},
+		SocketDir: func(id string) string { return filepath.Join(env.socketRoot, id) },
+	})
+}
