@@ -64,9 +64,9 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 	_ = os.Remove(logPath)
 	pidPath := filepath.Join(dir, "pid")
 	_ = os.Remove(pidPath)
-	args := r.globalArgs(meta.Isolation, logPath)
+	args := r.globalArgs(meta, logPath)
 	args = append(args, "run", "--detach", "--bundle", dir, "--pid-file", pidPath, id)
-	cmd := exec.CommandContext(ctx, r.binary(meta.Isolation), args...)
+	cmd := exec.CommandContext(ctx, r.binaryOf(meta), args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = dir
 	// Its own process group: a signal to the daemon's group (a terminal's
@@ -76,7 +76,7 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 		if cerr := ctx.Err(); cerr != nil {
 			return fmt.Errorf("start: %w", cerr)
 		}
-		return fmt.Errorf("start: %s run: %w: %s", filepath.Base(r.binary(meta.Isolation)), err, tail(logPath, 1024))
+		return fmt.Errorf("start: %s run: %w: %s", filepath.Base(r.binaryOf(meta)), err, tail(logPath, 1024))
 	}
 	pidText, err := os.ReadFile(pidPath)
 	if err != nil {
@@ -120,8 +120,9 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 }
 
 // globalArgs are the OCI runtime's options before its command.
-func (r *Runtime) globalArgs(iso runtime.Isolation, logPath string) []string {
-	args := []string{"--root", r.stateRoot(iso)}
+func (r *Runtime) globalArgs(meta *sandboxMeta, logPath string) []string {
+	iso := meta.Isolation
+	args := []string{"--root", r.stateRoot(meta)}
 	if logPath != "" {
 		args = append(args, "--log", logPath)
 	}
@@ -133,19 +134,19 @@ func (r *Runtime) globalArgs(iso runtime.Isolation, logPath string) []string {
 }
 
 // ociRun runs one command of the OCI runtime; its output is in the error.
-func (r *Runtime) ociRun(ctx context.Context, iso runtime.Isolation, args ...string) error {
-	cmd := exec.CommandContext(ctx, r.binary(iso), append(r.globalArgs(iso, ""), args...)...)
+func (r *Runtime) ociRun(ctx context.Context, meta *sandboxMeta, args ...string) error {
+	cmd := exec.CommandContext(ctx, r.binaryOf(meta), append(r.globalArgs(meta, ""), args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := runTracked(cmd); err != nil {
-		return fmt.Errorf("%s %s: %w: %s", filepath.Base(r.binary(iso)), args[0], err, strings.TrimSpace(out.String()))
+		return fmt.Errorf("%s %s: %w: %s", filepath.Base(r.binaryOf(meta)), args[0], err, strings.TrimSpace(out.String()))
 	}
 	return nil
 }
 
 // ociKnows reports whether the OCI runtime has state for the sandbox.
 func (r *Runtime) ociKnows(ctx context.Context, meta *sandboxMeta) bool {
-	_, err := os.Stat(filepath.Join(r.stateRoot(meta.Isolation), meta.ID))
+	_, err := os.Stat(filepath.Join(r.stateRoot(meta), meta.ID))
 	return err == nil
 }
 

@@ -48,11 +48,11 @@ func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime
 		return runtime.Image{}, fmt.Errorf("commit sandbox %s: %w", sandboxID, err)
 	}
 	if st := r.status(sandboxID); st.State == runtime.StateRunning && !st.Paused {
-		if err := r.ociRun(ctx, meta.Isolation, "pause", sandboxID); err != nil {
+		if err := r.ociRun(ctx, meta, "pause", sandboxID); err != nil {
 			return runtime.Image{}, fmt.Errorf("commit sandbox %s: freeze: %w", sandboxID, err)
 		}
 		defer func() {
-			if rerr := r.ociRun(context.WithoutCancel(ctx), meta.Isolation, "resume", sandboxID); rerr != nil {
+			if rerr := r.ociRun(context.WithoutCancel(ctx), meta, "resume", sandboxID); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("thaw: %w", rerr))
 			}
 		}()

@@ -333,3 +333,41 @@ func TestCommit_NewSandboxFromTheImage(t *testing.T) {
 		t.Errorf("in the new sandbox: %q", got)
 	}
 }
+
+// TestBinary_SandboxKeepsTheRuntimeThatMadeIt: a daemon restarted with
+// another OCI runtime (crun installed after runc ran its sandboxes)
+// pauses, stops, starts and destroys the sandboxes the first made.
+func TestBinary_SandboxKeepsTheRuntimeThatMadeIt(t *testing.T) {
+	requireEnv(t)
+	runc, err1 := exec.LookPath("runc")
+	crun, err2 := exec.LookPath("crun")
+	if err1 != nil || err2 != nil {
+		t.Skip("SKIP: needs both runc and crun")
+	}
+	node := "node-" + runtimetest.NewSandboxID()[3:]
+	first := newRuntime(t, runtimetest.Options{NodeID: node}, func(o *oci.Options) { o.Binary = runc })
+	id := runtimetest.NewSandboxID()
+	if _, err := first.Create(t.Context(), spec(id)); err != nil {
+		t.Fatal(err)
+	}
+	rt := newRuntime(t, runtimetest.Options{NodeID: node}, func(o *oci.Options) { o.Binary = crun })
+	ctx := t.Context()
+	if err := rt.Pause(ctx, id); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if err := rt.Resume(ctx, id); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if err := rt.Stop(ctx, id); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := rt.Destroy(ctx, id); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if left := leftovers(t, rt, id); len(left) > 0 {
+		t.Errorf("after Destroy: left %v", left)
+	}
+}

@@ -244,12 +244,22 @@ func (r *Runtime) sandboxDir(id string) string {
 // work directories, its /etc files and its output.
 func (r *Runtime) rwDir(id string) string { return filepath.Join(r.sandboxDir(id), rwName) }
 
-// stateRoot is the OCI runtime's --root for isolation iso.
-func (r *Runtime) stateRoot(iso runtime.Isolation) string {
-	if iso == runtime.IsolationGVisor {
-		return filepath.Join(r.opts.Dir, "state", "runsc")
+// stateRoot is the OCI runtime's --root for the sandbox: one per binary.
+func (r *Runtime) stateRoot(meta *sandboxMeta) string {
+	return filepath.Join(r.opts.Dir, "state", filepath.Base(r.binaryOf(meta)))
+}
+
+// binaryOf is the OCI runtime binary that runs the sandbox: the one it
+// was created with (a daemon restarted with another, crun installed
+// after runc ran its sandboxes, still reaches their state), else this
+// runtime's for its isolation.
+func (r *Runtime) binaryOf(meta *sandboxMeta) string {
+	if meta.Binary != "" {
+		if fi, err := os.Stat(meta.Binary); err == nil && fi.Mode().IsRegular() {
+			return meta.Binary
+		}
 	}
-	return filepath.Join(r.opts.Dir, "state", filepath.Base(r.opts.Binary))
+	return r.binary(meta.Isolation)
 }
 
 func (r *Runtime) binary(iso runtime.Isolation) string {
@@ -294,9 +304,11 @@ type sandboxMeta struct {
 	ImageDir    string            `json:"image_dir"`
 	Hostname    string            `json:"hostname"`
 	Isolation   runtime.Isolation `json:"isolation,omitempty"`
-	Network     bool              `json:"network,omitempty"`
-	IP          string            `json:"ip,omitempty"`
-	Created     time.Time         `json:"created"`
+	// Binary is the OCI runtime binary the sandbox was created with.
+	Binary  string    `json:"binary,omitempty"`
+	Network bool      `json:"network,omitempty"`
+	IP      string    `json:"ip,omitempty"`
+	Created time.Time `json:"created"`
 }
 
 // runState is a sandbox's state.json: its current or last run. The
@@ -402,7 +414,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	}
 	meta := &sandboxMeta{
 		ID: id, Node: r.opts.NodeID, ContainerID: randHex(12), Labels: labels(spec, r.opts.NodeID),
-		Image: spec.Image, ImageDir: img.dir, Hostname: r.hostname(id), Isolation: spec.Isolation,
+		Image: spec.Image, ImageDir: img.dir, Hostname: r.hostname(id), Isolation: spec.Isolation, Binary: r.binary(spec.Isolation),
 		Network: spec.Network, Created: time.Now().UTC(),
 	}
 	if err := r.step("image"); err != nil {
@@ -642,7 +654,7 @@ func (r *Runtime) stop(ctx context.Context, meta *sandboxMeta) error {
 	if p, ok := livePid(st); ok {
 		if r.paused(id) {
 			// A frozen process dies only once thawed.
-			_ = r.ociRun(ctx, meta.Isolation, "resume", id)
+			_ = r.ociRun(ctx, meta, "resume", id)
 		}
 		_ = p.signal(unix.SIGTERM)
 		if !p.waitExit(ctx, r.opts.StopTimeout) {
@@ -676,7 +688,7 @@ func (r *Runtime) finished(id string, st runState) {
 // ociDelete removes the container from the OCI runtime (killing what is
 // left of it); one the runtime does not know is success.
 func (r *Runtime) ociDelete(ctx context.Context, meta *sandboxMeta) error {
-	err := r.ociRun(ctx, meta.Isolation, "delete", "--force", meta.ID)
+	err := r.ociRun(ctx, meta, "delete", "--force", meta.ID)
 	if err != nil && !r.ociKnows(ctx, meta) {
 		err = nil
 	}
@@ -716,7 +728,7 @@ func (r *Runtime) freeze(ctx context.Context, sandboxID string, pause bool) erro
 	case st.Paused == pause:
 		return nil
 	}
-	if err := r.ociRun(ctx, meta.Isolation, verb, sandboxID); err != nil {
+	if err := r.ociRun(ctx, meta, verb, sandboxID); err != nil {
 		return fmt.Errorf("%s sandbox %s: %w", verb, sandboxID, err)
 	}
 	if meta.Isolation == runtime.IsolationGVisor {
@@ -805,7 +817,7 @@ func (r *Runtime) stopForRemoval(ctx context.Context, meta *sandboxMeta) error {
 	st := r.readState(meta.ID)
 	if p, ok := livePid(st); ok {
 		if r.paused(meta.ID) {
-			_ = r.ociRun(ctx, meta.Isolation, "resume", meta.ID)
+			_ = r.ociRun(ctx, meta, "resume", meta.ID)
 		}
 		_ = p.signal(unix.SIGKILL)
 		p.waitExit(ctx, cleanupTimeout)
