@@ -158,15 +158,12 @@ func newRuntime(t *testing.T, o runtimetest.Options, mod ...func(*oci.Options)) 
 	return rt
 }
 
-var runtimes = map[string]*oci.Runtime{}
 
 func TestConformance(t *testing.T) {
 	requireEnv(t)
-	var last *oci.Runtime
 	runtimetest.Run(t, runtimetest.Config{
 		New: func(t *testing.T, o runtimetest.Options) runtime.Runtime {
-			last = newRuntime(t, o)
-			return last
+			return newRuntime(t, o)
 		},
 		Image:       testImage,
 		AgentBinary: env.agent,

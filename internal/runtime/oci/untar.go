@@ -157,7 +157,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 				return err
 			}
 		}
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg:
 		fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			return err
