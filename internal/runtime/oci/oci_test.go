@@ -158,7 +158,6 @@ func newRuntime(t *testing.T, o runtimetest.Options, mod ...func(*oci.Options)) 
 	return rt
 }
 
-
 func TestConformance(t *testing.T) {
 	requireEnv(t)
 	runtimetest.Run(t, runtimetest.Config{
