@@ -1,14 +1,17 @@
 package e2e_test
 
 import (
+	"context"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -118,5 +121,44 @@ func TestOCIEngine_SurvivesDaemonSIGKILL(t *testing.T) {
 	sandboxes := filepath.Join(d.DataDir(), "oci", "sandboxes")
 	if entries, err := os.ReadDir(sandboxes); err != nil || len(entries) > 0 {
 		t.Errorf("the OCI directory still holds %v (%v)", entries, err)
+	}
+}
+
+// TestOCIEngine_Network: with --sandbox-network, a sandbox of --engine oci
+// that asks for network gets eth0 on the daemon's bridge and a default
+// route; one that does not has loopback only. Both go without a trace.
+func TestOCIEngine_Network(t *testing.T) {
+	t.Parallel()
+	requireOCI(t)
+	ctx := testContext(t, 5*time.Minute)
+	bridge := "sbo" + strconv.Itoa(os.Getpid()%100000)
+	d := startDaemon(t, "ocinet", "--engine", "oci", "--sandbox-network", "--sandbox-network-name", bridge)
+	t.Cleanup(func() {
+		// The daemon keeps its firewall chains when it stops (its
+		// sandboxes may run on): this test's bridge is going away.
+		if err := netpolicy.New(netpolicy.Options{Bridge: bridge}).Teardown(context.Background()); err != nil {
+			t.Errorf("firewall teardown: %v", err)
+		}
+		_, _ = docker(context.Background(), "network", "rm", bridge)
+		_ = os.Remove(filepath.Join("/run/sandboxd-oci", bridge)) // its address leases, empty by now
+	})
+	c := newClient(d, true)
+	withNet := createTestSandbox(ctx, t, c, sandboxd.CreateRequest{Image: busyboxImage, Network: true})
+	without := createTestSandbox(ctx, t, c, sandboxd.CreateRequest{Image: busyboxImage})
+	res, err := c.Exec(ctx, withNet.ID, sandboxd.ExecRequest{Command: "ls /sys/class/net | sort | tr '\\n' ' '; ip route | grep -c default"})
+	if err != nil || res.Stdout != "eth0 lo 1\n" {
+		t.Errorf("with network: %+v, %v; want eth0, lo and a default route", res, err)
+	}
+	res, err = c.Exec(ctx, without.ID, sandboxd.ExecRequest{Command: "ls /sys/class/net | tr '\\n' ' '"})
+	if err != nil || res.Stdout != "lo " {
+		t.Errorf("without network: %+v, %v; want lo only", res, err)
+	}
+	for _, id := range []string{withNet.ID, without.ID} {
+		if err := c.DestroySandbox(ctx, id); err != nil {
+			t.Fatalf("destroy %s: %v", id, err)
+		}
+	}
+	if out, _ := exec.Command("ip", "-o", "link", "show", "master", bridge).CombinedOutput(); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("ports left on the bridge: %s", out)
 	}
 }
