@@ -342,11 +342,17 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
+	// A name of its own: two writers never share a temporary file.
+	tmp := path + ".tmp-" + randHex(4)
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		_ = os.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 func (r *Runtime) readMeta(id string) (*sandboxMeta, error) {
@@ -675,6 +681,9 @@ func (r *Runtime) stop(ctx context.Context, meta *sandboxMeta) error {
 
 // finished records that the run in st ended, unless the reaper did.
 func (r *Runtime) finished(id string, st runState) {
+	mu := r.stateMu(id)
+	mu.Lock()
+	defer mu.Unlock()
 	cur := r.readState(id)
 	if cur.Pid != st.Pid || !cur.FinishedAt.IsZero() {
 		return
@@ -798,7 +807,13 @@ func (r *Runtime) remove(ctx context.Context, id string, meta *sandboxMeta) erro
 			return fmt.Errorf("network: %w", err)
 		}
 	}
-	if err := r.removeSandboxDir(r.sandboxDir(id)); err != nil {
+	// Under the state lock: the reaper recording a late exit writes
+	// beside the files being removed.
+	mu := r.stateMu(id)
+	mu.Lock()
+	err := r.removeSandboxDir(r.sandboxDir(id))
+	mu.Unlock()
+	if err != nil {
 		return err
 	}
 	if err := os.RemoveAll(r.SocketDir(id)); err != nil {

@@ -59,10 +59,15 @@ func TestMain(m *testing.M) {
 		if env.cli != nil {
 			env.cli.Close()
 		}
-		if env.dir != "" && code == 0 {
-			// Only the images are left when every test removed its
-			// sandboxes.
-			_ = os.RemoveAll(env.dir)
+		if env.dir != "" && os.Getenv(envChildDir) == "" {
+			// Only images are left once every test removed its
+			// sandboxes; a sandbox left is kept for a look.
+			if left, _ := os.ReadDir(filepath.Join(env.dir, "sandboxes")); len(left) == 0 {
+				_ = os.RemoveAll(env.dir)
+			} else {
+				fmt.Fprintf(os.Stderr, "oci tests: %d sandbox(es) left in %s\n", len(left), env.dir)
+				code = 1
+			}
 		}
 		return code
 	}()
