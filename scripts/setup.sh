@@ -32,4 +32,5 @@ fi
 
 scripts/setup-docker.sh
 scripts/setup-gvisor.sh
+scripts/setup-oci.sh
 scripts/build-images.sh

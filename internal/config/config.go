@@ -76,6 +76,14 @@ type Daemon struct {
 	// DefaultRuntime is the runtime of a create that names none: docker
 	// or gvisor.
 	DefaultRuntime string
+	// Engine runs the sandboxes: "docker" (the Docker engine) or "oci"
+	// (an OCI runtime directly, crun or runc: internal/runtime/oci; the
+	// engine keeps the images).
+	Engine string
+	// OCIDir holds the oci engine's images and sandboxes (default
+	// <data-dir>/oci); on btrfs with quotas (scripts/setup-oci.sh makes
+	// one) sandboxes' disk limits are enforced.
+	OCIDir string
 	// DefaultTimeout is the lifetime of a native API create that sends no
 	// timeout_s (one that sends 0 asks for none). Zero: no default. The
 	// E2B and Daytona facades keep their SDKs' own defaults.
@@ -256,6 +264,8 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
 	fs.StringVar(&d.TCPHost, "tcp-host", d.TCPHost, "host (address or name) raw TCP exposures bind their host ports on and name in their URLs (default 127.0.0.2: a loopback address apart from the API's, so that a browser does not send the dashboard's cookie to them; the dashboard is not served on this host); beyond loopback with --allow-public, where they answer anyone who reaches this host: a raw TCP exposure has no credential (env SANDBOXD_TCP_HOST)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
+	fs.StringVar(&d.Engine, "engine", d.Engine, "what runs sandboxes: docker (the Docker engine) or oci (crun or runc directly; images still come from the engine) (env SANDBOXD_ENGINE)")
+	fs.StringVar(&d.OCIDir, "oci-dir", d.OCIDir, "the oci engine's images and sandboxes, on btrfs with quotas for disk limits (default <data-dir>/oci; env SANDBOXD_OCI_DIR)")
 	fs.StringVar(&d.DefaultRuntime, "default-runtime", d.DefaultRuntime, "runtime used when a request names none: docker or gvisor (env SANDBOXD_DEFAULT_RUNTIME)")
 	fs.DurationVar(&d.DefaultTimeout, "default-timeout", d.DefaultTimeout,
 		"lifetime of a native create that sends no timeout_s (timeout_s 0 asks for none); 0: no default (env SANDBOXD_DEFAULT_TIMEOUT)")
@@ -469,6 +479,8 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		DefaultImage:       get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
 		APIHosts:           splitList(get("SANDBOXD_API_HOSTS", "")),
 		DefaultRuntime:     get("SANDBOXD_DEFAULT_RUNTIME", "docker"),
+		Engine:             get("SANDBOXD_ENGINE", "docker"),
+		OCIDir:             get("SANDBOXD_OCI_DIR", ""),
 		HostPortLo:         40000,
 		HostPortHi:         40999,
 		MilliCPU:           int64(runtime.NumCPU()) * 1000 * 4, // CPU is shared, so overcommit 4x
@@ -560,6 +572,12 @@ func (d Daemon) validate() error {
 	}
 	if n := d.SandboxNetworkName; n == "" || len(n) > 15 || strings.ContainsAny(n, " /:\t\n\x00") {
 		return bad([]string{"sandbox-network-name"}, "--sandbox-network-name %q: must be an interface name, 1 to 15 bytes", n)
+	}
+	if d.Engine != "docker" && d.Engine != "oci" {
+		return bad([]string{"engine"}, "--engine %q: want docker or oci", d.Engine)
+	}
+	if d.OCIDir != "" && !filepath.IsAbs(d.OCIDir) {
+		return bad([]string{"oci-dir"}, "--oci-dir %q: want an absolute path", d.OCIDir)
 	}
 	if d.DefaultRuntime != "docker" && d.DefaultRuntime != "gvisor" {
 		return bad([]string{"default-runtime"}, "--default-runtime %q: want docker or gvisor", d.DefaultRuntime)

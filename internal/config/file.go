@@ -51,6 +51,8 @@ var flagEnv = map[string]string{
 	"tls-listen":           "SANDBOXD_TLS_LISTEN",
 	"default-image":        "SANDBOXD_DEFAULT_IMAGE",
 	"default-runtime":      "SANDBOXD_DEFAULT_RUNTIME",
+	"engine":               "SANDBOXD_ENGINE",
+	"oci-dir":              "SANDBOXD_OCI_DIR",
 	"default-timeout":      "SANDBOXD_DEFAULT_TIMEOUT",
 	"host-ports":           "SANDBOXD_HOST_PORTS",
 	"sandbox-network":      "SANDBOXD_SANDBOX_NETWORK",

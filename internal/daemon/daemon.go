@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -42,8 +43,10 @@ import (
 	"github.com/sandboxd/sandboxd/internal/httplimit"
 	"github.com/sandboxd/sandboxd/internal/ingress"
 	"github.com/sandboxd/sandboxd/internal/naming"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
+	"github.com/sandboxd/sandboxd/internal/runtime/oci"
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/service"
 	"github.com/sandboxd/sandboxd/internal/sessions"
@@ -285,7 +288,7 @@ func (d *Daemon) probeGVisor(drt *docker.Runtime) bool {
 // limits. Where it does not, sandboxes still get their limit recorded,
 // answered with disk_enforced false: nothing polls in its place. An engine
 // that does not answer yet is asked again at the first create.
-func (d *Daemon) probeDisk(drt *docker.Runtime) {
+func (d *Daemon) probeDisk(drt runtime.DiskLimiter) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	lim, err := drt.DiskLimits(ctx)
@@ -299,6 +302,42 @@ func (d *Daemon) probeDisk(drt *docker.Runtime) {
 			"why", lim.How)
 	}
 }
+
+// openOCI opens the oci engine's runtime (registering its Close) in
+// --oci-dir, on the sandboxes' bridge when they may have network.
+func (d *Daemon) openOCI(dataDir, sockets string, nameKey []byte, n docker.Network) (*oci.Runtime, error) {
+	dir := d.Config.OCIDir
+	if dir == "" {
+		dir = filepath.Join(dataDir, "oci")
+	}
+	opts := oci.Options{NodeID: d.Config.NodeID, Dir: dir, SocketRoot: sockets, NameKey: nameKey, Logger: d.logger}
+	if d.Config.SandboxNetwork {
+		resolvConf, _ := os.ReadFile("/etc/resolv.conf")
+		opts.Network = &oci.Network{Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway, Resolvers: netpolicy.HostResolvers(resolvConf)}
+	}
+	ort, err := oci.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("oci.New: %w", err)
+	}
+	d.closers = append(d.closers, ort.Close)
+	d.logger.Info("sandboxes run by an OCI runtime, without the engine", "binary", ort.Binary(), "dir", dir)
+	return ort, nil
+}
+
+// ociImages are the engine's images, with commits of the oci runtime's
+// sandboxes (whose file systems the engine does not hold).
+type ociImages struct {
+	*docker.Runtime
+	oci *oci.Runtime
+}
+
+// Commit implements runtime.Images.
+func (i ociImages) Commit(ctx context.Context, sandboxID, ref string, cfg runtime.ImageConfig) (runtime.Image, error) {
+	return i.oci.Commit(ctx, sandboxID, ref, cfg)
+}
+
+// must is v, the answer of a call that cannot fail.
+func must[T any](v T, _ error) T { return v }
 
 // openRuntime connects to Docker (registering its Close), wrapped by wrap
 // when set, and opens the volume directory under dataDir.
@@ -317,6 +356,14 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker.New: %w", err)
 	}
+	// With --engine oci the engine keeps the images (pull, build,
+	// commit) and the sandboxes' bridge; an OCI runtime runs sandboxes.
+	var ort *oci.Runtime
+	ipOf := drt.SandboxIP
+	if d.Config.Engine == "oci" {
+		ipOf = func(ctx context.Context, id string) (netip.Addr, error) { return ort.SandboxIP(ctx, id) }
+	}
+	var sandboxNet docker.Network
 	if d.Config.SandboxNetwork {
 		var closeProxy func() error
 		denied, err := registryAddrs(ctx, clusterRegistry(d.cluster, d.Config.Registry))
@@ -324,7 +371,7 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 			drt.Close()
 			return nil, nil, err
 		}
-		if d.firewall, closeProxy, err = openFirewall(ctx, drt, d.Config.SandboxNetworkName, denied, d.logger); err != nil {
+		if d.firewall, sandboxNet, closeProxy, err = openFirewall(ctx, drt, d.Config.SandboxNetworkName, denied, ipOf, d.logger); err != nil {
 			drt.Close()
 			return nil, nil, err
 		}
@@ -334,12 +381,23 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 		_ = os.Remove(sockets) // only when empty: running sandboxes keep their sockets
 		return nil
 	})
-	d.gvisor = d.probeGVisor(drt)
-	d.probeDisk(drt)
 	d.images = drt
 	d.puller = drt
-	d.disk = drt
 	var rt runtime.Runtime = drt
+	if d.Config.Engine == "oci" {
+		if ort, err = d.openOCI(dataDir, sockets, nameKey, sandboxNet); err != nil {
+			return nil, nil, err
+		}
+		rt = ort
+		d.images = ociImages{Runtime: drt, oci: ort}
+		d.gvisor = slices.Contains(must(ort.Isolations(ctx)), runtime.IsolationGVisor)
+		d.probeDisk(ort)
+		d.disk = ort
+	} else {
+		d.gvisor = d.probeGVisor(drt)
+		d.probeDisk(drt)
+		d.disk = drt
+	}
 	if wrap != nil {
 		rt = wrap(rt)
 	}
@@ -513,8 +571,8 @@ func dnsResolver(addr string) *net.Resolver {
 func (d *Daemon) probes() service.Probes {
 	db := filepath.Join(d.dataDir, "sandboxd.db")
 	p := service.Probes{DataDir: d.dataDir, StoreFiles: []string{db, db + "-wal"}}
-	if drt, ok := d.images.(*docker.Runtime); ok {
-		p.Engine = drt.Ping
+	if e, ok := d.images.(interface{ Ping(context.Context) error }); ok {
+		p.Engine = e.Ping
 	}
 	return p
 }

@@ -19,17 +19,19 @@ import (
 // traffic between its containers off) and installs the firewall's base
 // rules on it: from here on a sandbox on it reaches nothing until its
 // policy is applied.
-func openFirewall(ctx context.Context, drt *docker.Runtime, name string, denied []netip.Prefix, log *slog.Logger) (service.Firewall, func() error, error) {
+//
+// ipOf answers a sandbox's address on it (the runtime that runs them).
+func openFirewall(ctx context.Context, drt *docker.Runtime, name string, denied []netip.Prefix, ipOf func(context.Context, string) (netip.Addr, error), log *slog.Logger) (service.Firewall, docker.Network, func() error, error) {
 	n, err := drt.EnsureNetwork(ctx, name, name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox network: %w", err)
+		return nil, n, nil, fmt.Errorf("sandbox network: %w", err)
 	}
 	// The name proxy answers on the host's address on the bridge only;
 	// the firewall lets sandboxes reach that port and nothing else of the
 	// host's.
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.Gateway, 0).String())
 	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox network %s: the name proxy: %w", name, err)
+		return nil, n, nil, fmt.Errorf("sandbox network %s: the name proxy: %w", name, err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	resolvConf, _ := os.ReadFile("/etc/resolv.conf") // none: the engine's defaults
@@ -39,7 +41,7 @@ func openFirewall(ctx context.Context, drt *docker.Runtime, name string, denied 
 	})
 	if err := fw.Setup(ctx); err != nil {
 		ln.Close()
-		return nil, nil, fmt.Errorf("sandbox network %s: %w", name, err)
+		return nil, n, nil, fmt.Errorf("sandbox network %s: %w", name, err)
 	}
 	go func() {
 		if err := netpolicy.NewProxy(fw, log, nil).Serve(ln); err != nil {
@@ -47,7 +49,7 @@ func openFirewall(ctx context.Context, drt *docker.Runtime, name string, denied 
 		}
 	}()
 	log.Info("sandbox network ready", "network", n.Name, "subnet", n.Subnet, "gateway", n.Gateway, "name_proxy_port", port)
-	return netpolicy.Addressed{Firewall: fw, IPOf: drt.SandboxIP}, ln.Close, nil
+	return netpolicy.Addressed{Firewall: fw, IPOf: ipOf}, n, ln.Close, nil
 }
 
 // registryAddrs are the addresses of the cluster's template registry

@@ -98,6 +98,9 @@ type harnessOptions struct {
 	// as not present. pullIdleGrace is Config.PullIdleGrace.
 	puller        func(runtime.Puller) runtime.Puller
 	pullIdleGrace time.Duration
+	// oci runs the sandboxes with internal/runtime/oci (on the same
+	// bridge with network), the engine keeping the images.
+	oci bool
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -136,6 +139,10 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	if opts.network {
 		firewall = netpolicytest.New(t, drt, netName)
 	}
+	var rt runtime.Runtime = drt
+	if opts.oci {
+		rt = newOCIRuntime(t, nodeID, sockRoot, drt, netName, &firewall)
+	}
 	t.Cleanup(func() {
 		// Whatever a test leaves, remove it (and fail if a test expected
 		// nothing to be left: those tests check ListOurs themselves).
@@ -169,7 +176,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	t.Cleanup(func() { router.Close() })
 	h := &harness{
 		store:   &faultyStore{Store: st},
-		rt:      runtimetest.NewFaulty(drt),
+		rt:      runtimetest.NewFaulty(rt),
 		drt:     drt,
 		routes:  &faultyRouter{Router: router},
 		adm:     admission.New(opts.budget),

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/runtime/oci"
+	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -35,8 +37,17 @@ type container struct {
 }
 
 // nodeContainers lists every container, in any state, labelled with
-// nodeID, keyed by sandbox id.
+// nodeID, keyed by sandbox id; under SANDBOXD_TEST_ENGINE=oci, the
+// sandboxes of that node the oci runtime runs (ociSandboxes).
 func nodeContainers(ctx context.Context, nodeID string) (map[string]container, error) {
+	if os.Getenv(daemontest.EnvEngine) == "oci" {
+		return ociSandboxes(ctx, nodeID)
+	}
+	return engineContainers(ctx, nodeID)
+}
+
+// engineContainers lists the engine's containers labelled with nodeID.
+func engineContainers(ctx context.Context, nodeID string) (map[string]container, error) {
 	out, err := docker(ctx, "ps", "-a", "--no-trunc",
 		"--filter", "label="+labelNode+"="+nodeID,
 		"--format", `{{.Label "`+labelSandbox+`"}} {{.State}}`)
@@ -189,3 +200,33 @@ func sha256File(t *testing.T, path string) (string, int64) {
 
 // isNotFound reports whether err is the API's not_found.
 func isNotFound(err error) bool { return errors.Is(err, sandboxd.ErrNotFound) }
+
+// ociSandboxes lists the sandboxes of nodeID that the oci runtime runs in
+// the default --oci-dir of any daemon of the tests, as containers
+// (state "running" or "exited", as the engine says them).
+func ociSandboxes(ctx context.Context, nodeID string) (map[string]container, error) {
+	cs := map[string]container{}
+	dirs, _ := filepath.Glob(filepath.Join(env.dt.Root, "*", "oci"))
+	for _, dir := range dirs {
+		if _, err := os.Stat(filepath.Join(dir, "sandboxes")); err != nil {
+			continue
+		}
+		rt, err := oci.New(oci.Options{NodeID: nodeID, Dir: dir, SocketRoot: filepath.Join(os.TempDir(), "sbx-e2e-unused")})
+		if err != nil {
+			return nil, err
+		}
+		list, err := rt.ListOurs(ctx)
+		rt.Close()
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range list {
+			state := string(in.State)
+			if in.Paused {
+				state = "paused"
+			}
+			cs[in.SandboxID] = container{SandboxID: in.SandboxID, State: state}
+		}
+	}
+	return cs, nil
+}

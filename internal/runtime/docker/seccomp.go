@@ -239,3 +239,8 @@ var seccompJSON = sync.OnceValue(func() string {
 	}
 	return string(b)
 })
+
+// SeccompProfileJSON is the sandboxes' seccomp profile in the engine's
+// format, for runtimes that hand it to an OCI runtime themselves
+// (internal/runtime/oci converts it).
+func SeccompProfileJSON() string { return seccompJSON() }

@@ -10,7 +10,9 @@ package daemontest
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -27,6 +29,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/runtime/oci"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
@@ -435,6 +440,10 @@ func (d *Daemon) spawn() (*exec.Cmd, chan struct{}, error) {
 		// later, replaces this).
 		"--registry-allow", "127.0.0.1",
 	}, d.args...)
+	if e := os.Getenv(EnvEngine); e != "" {
+		// Before the test's own flags: a test that names an engine wins.
+		args = append([]string{"--engine", e}, args...)
+	}
 	cmd := exec.Command(d.env.Bins.Sandboxd, args...)
 	if d.host != nil {
 		https := net.JoinHostPort(d.host.Name, strconv.Itoa(lanHTTPSPort))
@@ -523,6 +532,9 @@ func (d *Daemon) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	if rerr := RemoveContainers(ctx, d.nodeID); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	if rerr := removeOCISandboxes(ctx, d.nodeID, d.dataDir); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	// Volumes' file systems stay mounted while the daemon is down, as they
@@ -639,6 +651,11 @@ func FreePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// EnvEngine, when set (docker or oci), is the --engine of every daemon
+// the tests start: `SANDBOXD_TEST_ENGINE=oci go test ./test/e2e` runs the
+// end-to-end tests on the engine-free runtime.
+const EnvEngine = "SANDBOXD_TEST_ENGINE"
+
 // HermeticEnv is this process's environment without the variables the
 // daemon and the CLI read, so the developer's settings do not leak in.
 func HermeticEnv() []string {
@@ -650,4 +667,35 @@ func HermeticEnv() []string {
 		out = append(out, kv)
 	}
 	return out
+}
+
+// removeOCISandboxes destroys what a daemon of --engine oci left running
+// in its data directory (its default --oci-dir), as RemoveContainers does
+// for the engine's: a daemon keeps its sandboxes when it stops.
+func removeOCISandboxes(ctx context.Context, nodeID, dataDir string) error {
+	dir := filepath.Join(dataDir, "oci")
+	entries, _ := os.ReadDir(filepath.Join(dir, "sandboxes"))
+	if len(entries) == 0 {
+		return nil
+	}
+	// The daemon's socket root (internal/daemon's socketRoot).
+	sum := sha256.Sum256([]byte(dataDir))
+	sockets := filepath.Join(os.TempDir(), "sandboxd-"+hex.EncodeToString(sum[:6]))
+	if unix.Access("/run", unix.W_OK) == nil {
+		sockets = filepath.Join("/run", "sandboxd", hex.EncodeToString(sum[:6]))
+	}
+	rt, err := oci.New(oci.Options{NodeID: nodeID, Dir: dir, SocketRoot: sockets})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	list, err := rt.ListOurs(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, in := range list {
+		errs = append(errs, rt.Destroy(ctx, in.SandboxID))
+	}
+	return errors.Join(errs...)
 }

@@ -1,0 +1,10 @@
+package oci
+
+// SetFault makes Create fail at the step fault names (tests).
+func (r *Runtime) SetFault(fault func(step string) error) { r.fault = fault }
+
+// Unpack is unpack, for the hostile archive tests.
+var Unpack = unpack
+
+// Unpacks is how many image unpacks the runtime started.
+func (r *Runtime) Unpacks() int64 { return r.images.unpacks.Load() }

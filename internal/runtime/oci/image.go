@@ -1,0 +1,263 @@
+package oci
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/runtime"
+)
+
+// Images stay the engine's: it pulls, builds and commits them. The first
+// create of an image unpacks it, once, into a read-only lower directory
+// under the runtime's directory, named by the image's id:
+//
+//	<dir>/images/<id hex>/       the image's root file system
+//	<dir>/images/<id hex>.json   what of its configuration a sandbox uses
+//
+// An unpack goes to a temporary directory that is renamed into place
+// when complete, so a crash leaves a temporary directory (swept by New)
+// and never a partial image. Concurrent creates of one image share one
+// unpack. It is done from `docker export` of a container created (never
+// started) from the image: one flattened tar stream, no layers and no
+// whiteouts to apply (measured for the base image, 355 MB: export 1.8 s,
+// save 2.7 s); the container is removed at once.
+
+// imageConfig is what a sandbox takes from its image.
+type imageConfig struct {
+	Env        []string `json:"env"`
+	WorkingDir string   `json:"working_dir"`
+	User       string   `json:"user"`
+}
+
+// image is an unpacked image.
+type image struct {
+	dir string // its root file system (the overlay's lower directory)
+	cfg imageConfig
+}
+
+// imageCache is a runtime's unpack bookkeeping (inflight shares them).
+type imageCache struct {
+	unpacks atomic.Int64 // unpacks started (tests)
+	swept   atomic.Bool  // sweepExports ran once
+}
+
+type unpackCall struct {
+	done chan struct{}
+	err  error
+}
+
+func (r *Runtime) imagesDir() string { return filepath.Join(r.opts.Dir, "images") }
+
+// image resolves ref with the engine and returns its unpacked root file
+// system, unpacking it first if no create did before. A reference the
+// engine does not have is runtime.ErrImageNotFound.
+func (r *Runtime) image(ctx context.Context, ref string) (image, error) {
+	res, err := r.cli.ImageInspect(ctx, ref)
+	if cerrdefs.IsNotFound(err) {
+		return image{}, fmt.Errorf("%w: %s (create does not pull: the service pulls before it)", runtime.ErrImageNotFound, ref)
+	}
+	if err != nil {
+		return image{}, engineErr(fmt.Errorf("inspect image %s: %w", ref, err))
+	}
+	id := strings.TrimPrefix(res.ID, "sha256:")
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return image{}, fmt.Errorf("image %s: unexpected id %q", ref, res.ID)
+	}
+	dir := filepath.Join(r.imagesDir(), id)
+	if img, err := readImage(dir); err == nil {
+		return img, nil
+	}
+	cfg := imageConfig{}
+	if c := res.Config; c != nil {
+		cfg = imageConfig{Env: c.Env, WorkingDir: c.WorkingDir, User: c.User}
+	}
+	if err := r.unpackOnce(ctx, ref, dir, cfg); err != nil {
+		return image{}, err
+	}
+	return readImage(dir)
+}
+
+func readImage(dir string) (image, error) {
+	b, err := os.ReadFile(dir + ".json")
+	if err != nil {
+		return image{}, err
+	}
+	img := image{dir: dir}
+	if err := json.Unmarshal(b, &img.cfg); err != nil {
+		return image{}, fmt.Errorf("image config %s.json: %w", dir, err)
+	}
+	return img, nil
+}
+
+// inflight are the unpacks under way in this process, by directory:
+// shared by every Runtime of the process (tests run several on one
+// directory).
+var inflight = struct {
+	mu    sync.Mutex
+	calls map[string]*unpackCall
+}{calls: map[string]*unpackCall{}}
+
+// unpackOnce unpacks ref into dir unless another call is doing it, in
+// which case it waits for that one (a failure is not shared with later
+// calls: the next one tries again).
+func (r *Runtime) unpackOnce(ctx context.Context, ref, dir string, cfg imageConfig) error {
+	inflight.mu.Lock()
+	c, ok := inflight.calls[dir]
+	if !ok {
+		c = &unpackCall{done: make(chan struct{})}
+		inflight.calls[dir] = c
+		go func() {
+			// Not the caller's context: other creates wait on this unpack.
+			uctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			c.err = r.unpackImage(uctx, ref, dir, cfg)
+			inflight.mu.Lock()
+			delete(inflight.calls, dir)
+			inflight.mu.Unlock()
+			close(c.done)
+		}()
+	}
+	inflight.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// unpackImage exports ref's file system from the engine into a temporary
+// directory and renames it (and its configuration) into place.
+func (r *Runtime) unpackImage(ctx context.Context, ref, dir string, cfg imageConfig) (err error) {
+	start := time.Now()
+	r.images.unpacks.Add(1)
+	if err := os.MkdirAll(r.imagesDir(), 0o700); err != nil {
+		return err
+	}
+	tmp := filepath.Join(r.imagesDir(), tmpPrefix+filepath.Base(dir)+"-"+randHex(4))
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{Image: ref, Entrypoint: []string{"/nonexistent"}, Labels: map[string]string{labelUnpack: "1"}},
+	})
+	if err != nil {
+		return engineErr(fmt.Errorf("unpack image %s: create a container to export: %w", ref, err))
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if _, rerr := r.cli.ContainerRemove(rctx, created.ID, client.ContainerRemoveOptions{Force: true}); rerr != nil {
+			r.log.Warn("unpack: remove the export container", "container", created.ID, "err", rerr)
+		}
+	}()
+	rc, err := r.cli.ContainerExport(ctx, created.ID, client.ContainerExportOptions{})
+	if err != nil {
+		return engineErr(fmt.Errorf("unpack image %s: export: %w", ref, err))
+	}
+	defer rc.Close()
+	if err := unpack(rc, tmp); err != nil {
+		return fmt.Errorf("unpack image %s: %w", ref, err)
+	}
+	// The image's files are the lower directory of every sandbox of it:
+	// read-only to them through the overlay, and to everyone else here.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	cfgTmp := filepath.Join(r.imagesDir(), tmpPrefix+filepath.Base(dir)+".json-"+randHex(4))
+	if err := os.WriteFile(cfgTmp, b, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if !errors.Is(err, os.ErrExist) && !errors.Is(err, unix.ENOTEMPTY) {
+			return err
+		}
+		_ = os.RemoveAll(tmp) // another process's unpack came first
+	}
+	// The configuration last: it marks the directory complete.
+	if err := os.Rename(cfgTmp, dir+".json"); err != nil {
+		_ = os.Remove(cfgTmp)
+		return err
+	}
+	r.log.Info("image unpacked", "image", ref, "dir", dir, "took", time.Since(start))
+	return nil
+}
+
+// labelUnpack marks the containers unpackImage creates to export images.
+const labelUnpack = runtime.LabelPrefix + "oci-unpack"
+
+// tmpPrefix starts the names of directories not yet renamed into place.
+const tmpPrefix = ".tmp-"
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand contract)
+	return hex.EncodeToString(b)
+}
+
+// sweepTmp removes what crashed unpacks and creates left under dir:
+// entries named with tmpPrefix older than age.
+func sweepTmp(dir string, age time.Duration, remove func(path string) error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), tmpPrefix) {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > age {
+			_ = remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// sweepExports removes the export containers unpacks that crashed left
+// in the engine (never started, labelled labelUnpack), older than tmpAge.
+// Once per process, from ListOurs (the daemon's startup reconcile); best
+// effort.
+func (r *Runtime) sweepExports(ctx context.Context) {
+	if r.images.swept.Swap(true) {
+		return
+	}
+	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", labelUnpack+"=1"),
+	})
+	if err != nil {
+		r.images.swept.Store(false) // the engine did not answer: next time
+		return
+	}
+	for _, c := range res.Items {
+		if time.Since(time.Unix(c.Created, 0)) < tmpAge {
+			continue
+		}
+		if _, err := r.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+			r.log.Warn("remove a crashed unpack's export container", "container", c.ID, "err", err)
+		}
+	}
+}

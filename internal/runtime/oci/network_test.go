@@ -1,0 +1,140 @@
+package oci_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
+	"github.com/sandboxd/sandboxd/internal/runtime/docker"
+	"github.com/sandboxd/sandboxd/internal/runtime/oci"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+)
+
+// testNetwork makes a sandbox bridge of the test's own on the engine (as
+// the daemon makes its own, through the Docker runtime) and removes it
+// when the test ends.
+func testNetwork(t *testing.T) *oci.Network {
+	t.Helper()
+	drt, err := docker.New(docker.Options{Client: env.cli, NodeID: "oci-net-test", SocketRoot: filepath.Join(env.socketRoot, "docker")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "sbo" + runtimetest.NewSandboxID()[3:13]
+	n, err := drt.EnsureNetwork(t.Context(), name, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("docker", "network", "rm", name).CombinedOutput(); err != nil {
+			t.Errorf("docker network rm %s: %v: %s", name, err, out)
+		}
+	})
+	return &oci.Network{Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway,
+		Resolvers: netpolicy.HostResolvers(nil), LeaseDir: filepath.Join(t.TempDir(), "leases")}
+}
+
+func execIn(t *testing.T, rt *oci.Runtime, id, script string) string {
+	t.Helper()
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return rt.DialAgent(ctx, id) }, "tok-"+id)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	res, err := c.Exec(ctx, agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("exec %q: %v", script, err)
+	}
+	return string(res.Stdout) + string(res.Stderr)
+}
+
+// TestNetwork_VethOnTheBridge: a sandbox with network has eth0 on the
+// bridge, with an address of its own the host reaches; one without has
+// loopback only; a restarted runtime hands out no leased address again;
+// Destroy removes the veth, the namespace and the lease.
+func TestNetwork_VethOnTheBridge(t *testing.T) {
+	requireEnv(t)
+	nw := testNetwork(t)
+	node := "node-" + runtimetest.NewSandboxID()[3:]
+	rt := newRuntime(t, runtimetest.Options{NodeID: node}, func(o *oci.Options) { o.Network = nw })
+	ctx := t.Context()
+
+	idA, idB := runtimetest.NewSandboxID(), runtimetest.NewSandboxID()
+	specA := spec(idA)
+	specA.Network = true
+	if _, err := rt.Create(ctx, specA); err != nil {
+		t.Fatalf("Create with network: %v", err)
+	}
+	if _, err := rt.Create(ctx, spec(idB)); err != nil {
+		t.Fatalf("Create without network: %v", err)
+	}
+	ipA, err := rt.SandboxIP(ctx, idA)
+	if err != nil || !nw.Subnet.Contains(ipA) || ipA == nw.Gateway {
+		t.Fatalf("SandboxIP(A) = %v, %v; want an address of %s", ipA, err, nw.Subnet)
+	}
+	if ip, _ := rt.SandboxIP(ctx, idB); ip.IsValid() {
+		t.Errorf("SandboxIP of a sandbox without network = %v", ip)
+	}
+	if got := execIn(t, rt, idA, "ls /sys/class/net | sort | tr '\\n' ' '; grep -c nameserver /etc/resolv.conf"); !strings.HasPrefix(got, "eth0 lo ") || strings.HasSuffix(got, "0\n") {
+		t.Errorf("in A: interfaces and nameservers = %q, want eth0 and lo, and a nameserver", got)
+	}
+	if got := execIn(t, rt, idB, "ls /sys/class/net | tr '\\n' ' '"); got != "lo " {
+		t.Errorf("in B (no network): interfaces = %q, want lo only", got)
+	}
+	execIn(t, rt, idA, "mkdir -p /tmp/w && echo hi-from-a > /tmp/w/index.html && httpd -p 8080 -h /tmp/w")
+	hc := &http.Client{Timeout: 30 * time.Second}
+	if resp, err := hc.Get("http://" + netip.AddrPortFrom(ipA, 8080).String() + "/"); err != nil {
+		t.Errorf("the host does not reach A at %s: %v", ipA, err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "hi-from-a\n" {
+			t.Errorf("A's server answered %q", b)
+		}
+	}
+
+	// Usage: A's traffic and what it wrote.
+	execIn(t, rt, idA, "dd if=/dev/zero of=/big bs=1M count=8 2>/dev/null; sync")
+	u, err := rt.Usage(ctx, idA)
+	if err != nil || u.NetRx == 0 || u.NetTx == 0 {
+		t.Errorf("Usage(A) = %+v, %v; want bytes received and sent", u, err)
+	}
+	if lim, _ := rt.DiskLimits(ctx); lim.Enforced && (u.DiskUsed < 8<<20 || u.DiskUsed > 64<<20) {
+		t.Errorf("Usage(A).DiskUsed = %d after writing 8 MiB", u.DiskUsed)
+	}
+
+	// A restarted daemon (a new runtime on the same directory) leases
+	// another address.
+	rt2 := newRuntime(t, runtimetest.Options{NodeID: node + "-b"}, func(o *oci.Options) { o.Network = nw })
+	idC := runtimetest.NewSandboxID()
+	specC := spec(idC)
+	specC.Network = true
+	if _, err := rt2.Create(ctx, specC); err != nil {
+		t.Fatalf("Create C: %v", err)
+	}
+	if ipC, _ := rt2.SandboxIP(ctx, idC); ipC == ipA || !ipC.IsValid() {
+		t.Errorf("C got %v, A holds %v: want different addresses", ipC, ipA)
+	}
+
+	nsBefore, _ := filepath.Glob("/run/netns/sbxo-*")
+	if err := rt.Destroy(ctx, idA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(nw.LeaseDir, ipA.String())); err == nil {
+		t.Errorf("A's lease is still there")
+	}
+	if b, _ := exec.Command("ip", "-o", "link", "show", "master", nw.Bridge).CombinedOutput(); strings.Count(string(b), "\n") != 1 {
+		t.Errorf("ports of the bridge after A's destroy (want C's only):\n%s", b)
+	}
+	if nsAfter, _ := filepath.Glob("/run/netns/sbxo-*"); len(nsAfter) != len(nsBefore)-1 {
+		t.Errorf("network namespaces: %d before A's destroy, %d after; want one fewer", len(nsBefore), len(nsAfter))
+	}
+}
