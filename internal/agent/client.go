@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -49,6 +50,9 @@ type Client struct {
 	fs    filesystemconnect.FilesystemClient
 	// list is proc with ListProcesses' smaller read bound (list.go).
 	list processconnect.ProcessClient
+	// logReadTimeout, when set, replaces the constant of the same name
+	// (tests).
+	logReadTimeout time.Duration
 }
 
 // NewClient returns a client of the agent reached through dial and
@@ -200,11 +204,13 @@ func (t forwardTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			Request: r, ContentLength: int64(len(body)),
 		}, nil
 	}
+	// Header names are matched without case: a caller that fills the map
+	// itself may leave a name uncanonical, and the agent reads any case.
 	for k := range r.Header {
-		if strings.HasPrefix(k, daemonHeaders) {
+		if daemonHeader(k) {
 			r = r.Clone(r.Context())
 			for k := range r.Header {
-				if strings.HasPrefix(k, daemonHeaders) {
+				if daemonHeader(k) {
 					delete(r.Header, k)
 				}
 			}
@@ -212,6 +218,12 @@ func (t forwardTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	return t.base.RoundTrip(r)
+}
+
+// daemonHeader reports whether header name k is one of the daemon's
+// (daemonHeaders, in any case).
+func daemonHeader(k string) bool {
+	return len(k) >= len(daemonHeaders) && strings.EqualFold(k[:len(daemonHeaders)], daemonHeaders)
 }
 
 // BaseURL is the URL prefix requests through Transport use.
