@@ -75,11 +75,11 @@ func Handler(b *Book) http.Handler {
 			http.Error(w, "follow must be 1 or 0", http.StatusBadRequest)
 			return
 		}
-		if !hasCursor {
-			cursor = b.TailStart(since, tail)
-		}
 		// Without follow, the answer ends at the lines kept now.
-		end := b.Next()
+		start, end := b.Window(since, tail)
+		if !hasCursor {
+			cursor = start
+		}
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
 		rc := http.NewResponseController(w)

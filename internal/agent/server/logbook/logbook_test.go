@@ -218,6 +218,38 @@ func TestHandler_SinceTailCursor(t *testing.T) {
 	}
 }
 
+// tail=N answers at most N lines while lines are being written (the
+// start and the end of the answer were read under two locks: a line
+// written between them made N+1).
+func TestHandler_TailWhileWriting(t *testing.T) {
+	b := logbook.New(nil)
+	srv := httptest.NewServer(logbook.Handler(b))
+	defer srv.Close()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				b.Write("pid-1", logbook.Stdout, []byte("spam\n"))
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 300 {
+		entries, err := get(t.Context(), srv.URL+logbook.Path+"?tail=1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) > 1 {
+			t.Fatalf("request %d: tail=1 answered %d lines", i, len(entries))
+		}
+	}
+}
+
 // A follow sends the kept lines, then new ones as they come, and ends
 // when its client goes away (the handler returns: goleak checks).
 func TestHandler_FollowEndsWhenTheClientLeaves(t *testing.T) {
