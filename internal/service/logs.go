@@ -182,8 +182,11 @@ func newestWithin(lines []LogLine, max int) []LogLine {
 // q selects, then, with q.Follow, new lines as they come until the sandbox
 // is no longer running or ctx ends. emit is called once with no lines
 // when the reading begins (an edge writes its answer's status then: an
-// error before it is the call's, one after it only ends the stream). An
-// error of emit ends the call with it (the client left). ErrNotFound for
+// error before it is the call's, one after it ends the stream, which the
+// edge says in the stream's own format). An
+// error of emit ends the call with it (the client left); any other error
+// after the first emit is ErrUnavailable (the agent's answer broke off,
+// or took too long to read), the lines before it passed on. ErrNotFound for
 // a sandbox the caller may not see; ErrPaused for a paused one; a running
 // sandbox whose agent does not answer is ErrUnavailable. A stopped
 // sandbox answers the lines kept at its stop (see above).
@@ -233,8 +236,10 @@ func (s *Service) Logs(ctx context.Context, c Caller, idOrName string, q LogQuer
 			return emitErr
 		case err != nil && !opened:
 			return Unavailable("the sandbox's agent does not answer", err)
+		case err != nil:
+			return Unavailable("the sandbox's agent's log answer broke off", err)
 		}
-		return err
+		return nil
 	}
 	for {
 		fctx, cancel := context.WithCancel(ctx)
@@ -250,7 +255,7 @@ func (s *Service) Logs(ctx context.Context, c Caller, idOrName string, q LogQuer
 		case !opened && err != nil:
 			return Unavailable("the sandbox's agent does not answer", err)
 		case errors.Is(err, agent.ErrMalformedLog), errors.Is(err, agent.ErrReplyTooLarge):
-			return err
+			return Unavailable("the sandbox's agent's log answer broke off", err)
 		}
 		// The answer broke while the sandbox runs (its agent restarted,
 		// or its stop has begun): reattach after the last line passed on.
