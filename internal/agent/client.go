@@ -182,8 +182,8 @@ func (c *Client) Check(ctx context.Context) error {
 // envd requests unchanged proxies through it (any X-Access-Token the caller
 // sent is replaced); the daemon's own routes (Configure's) answer 404 through
 // it without reaching the agent, so no caller of a facade can replace a
-// sandbox's secret env, and the daemon's own headers (X-Sandboxd-*) are
-// dropped, so none can make a process keep output. Reply headers are bounded; bodies are streams the
+// sandbox's secret env, and the daemon's own headers (X-Sandboxd-*, in any
+// case) are dropped, so none can make a process keep output. Reply headers are bounded; bodies are streams the
 // proxy copies through, so they are not.
 func (c *Client) Transport() http.RoundTripper { return forwardTransport{c.hc.Transport} }
 
