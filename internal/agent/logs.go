@@ -146,7 +146,7 @@ func (c *Client) Logs(ctx context.Context, q LogQuery, emit func([]LogLine) erro
 		defer cancel(nil)
 		left, began := limit, time.Now()
 		timer := time.AfterFunc(left, func() {
-			cancel(fmt.Errorf("agent logs: no whole answer after %s of reading: %w", limit, context.DeadlineExceeded))
+			cancel(fmt.Errorf("no whole answer after %s of reading: %w", limit, context.DeadlineExceeded))
 		})
 		defer timer.Stop()
 		pause = func() {
