@@ -76,9 +76,11 @@ func Handler(b *Book) http.Handler {
 			return
 		}
 		// Without follow, the answer ends at the lines kept now.
-		start, end := b.Window(since, tail)
-		if !hasCursor {
-			cursor = start
+		var end uint64
+		if hasCursor {
+			end = b.Next()
+		} else {
+			cursor, end = b.Window(since, tail)
 		}
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)

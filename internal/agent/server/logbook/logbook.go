@@ -254,3 +254,10 @@ func (b *Book) Window(since time.Time, n int) (start, end uint64) {
 	}
 	return b.next - uint64(b.n-i), b.next
 }
+
+// Next is the seq the next line will get.
+func (b *Book) Next() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.next
+}
