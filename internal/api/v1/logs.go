@@ -26,9 +26,10 @@ type logLineJSON struct {
 	Text   string `json:"text"`
 }
 
-// logStreamError is the last line of a logs stream that broke after its
-// 200 (format text): a line no process wrote, as a process's lines are
-// the bare text.
+// logStreamError begins the last line of a logs stream that broke after
+// its 200 (format text). The text format is the bare lines, so a process
+// may print the same: a client that must tell reads NDJSON, where the
+// error is a record no process can write.
 const logStreamError = "sandboxd: the logs ended early: "
 
 // sandboxLogs is GET /v1/sandboxes/{id}/logs: the output of the processes
