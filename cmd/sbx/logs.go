@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -15,11 +17,16 @@ import (
 // (its execs, any API's processes, sessions, its template's start
 // command), stdout lines to
 // stdout and stderr lines to stderr, or with --json one JSON object a line.
+// A sandbox's output is an attacker's: printed to a terminal, its control
+// characters (C0 but tab, DEL, C1) are escaped (\x1b), so that no line can
+// move the cursor, rewrite the prefix -t prints or set the clipboard (OSC
+// 52); --raw prints them as they are. A stream the daemon ends early is
+// the command's error, after the lines before it.
 func (c *cli) logsCmd() *cobra.Command {
 	var (
-		follow, timestamps bool
-		since              string
-		tail               int
+		follow, timestamps, raw bool
+		since                   string
+		tail                    int
 	)
 	cmd := &cobra.Command{
 		Use:   "logs [-f] [--since 10m|<RFC 3339>] [--tail N] <id|name>",
@@ -45,19 +52,24 @@ func (c *cli) logsCmd() *cobra.Command {
 			out, errOut := bufio.NewWriter(c.stdout), bufio.NewWriter(c.stderr)
 			defer out.Flush()
 			defer errOut.Flush()
+			escOut, escErr := !raw && isTerminal(c.stdout), !raw && isTerminal(c.stderr)
 			enc := json.NewEncoder(out)
 			return cl.Logs(cmd.Context(), a[0], opts, func(l sandboxd.LogLine) error {
 				if c.jsonOut {
-					return enc.Encode(l)
+					return enc.Encode(l) // JSON escapes control characters
 				}
-				w := out
+				w, esc := out, escOut
 				if l.Stream == "stderr" {
-					w = errOut
+					w, esc = errOut, escErr
+				}
+				src, text := l.Source, l.Text
+				if esc {
+					src, text = escapeControls(src), escapeControls(text)
 				}
 				if timestamps {
-					fmt.Fprintf(w, "%s %s ", l.Time.Local().Format(time.RFC3339Nano), l.Source)
+					fmt.Fprintf(w, "%s %s ", l.Time.Local().Format(time.RFC3339Nano), src)
 				}
-				fmt.Fprintln(w, l.Text)
+				fmt.Fprintln(w, text)
 				if follow {
 					if err := out.Flush(); err != nil {
 						return err
@@ -73,7 +85,34 @@ func (c *cli) logsCmd() *cobra.Command {
 	f.StringVar(&since, "since", "", "only lines since a time (RFC 3339) or for a duration back (10m, 1h)")
 	f.IntVar(&tail, "tail", 0, "only the last N lines (0: all)")
 	f.BoolVarP(&timestamps, "timestamps", "t", false, "prefix each line with its time and process")
+	f.BoolVar(&raw, "raw", false, "print control characters as they are, even to a terminal")
 	return cmd
+}
+
+// escapeControls writes s's control characters but tab as Go escapes:
+// C0 and DEL as \x1b, C1 as \u009b (invalid UTF-8 as U+FFFD).
+func escapeControls(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, isEscaped) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\t':
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case isEscaped(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func isEscaped(r rune) bool {
+	return (r < 0x20 && r != '\t') || (r >= 0x7f && r <= 0x9f)
 }
 
 // parseSinceFlag reads --since: an RFC 3339 time or a duration back from

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -49,6 +50,9 @@ type Client struct {
 	fs    filesystemconnect.FilesystemClient
 	// list is proc with ListProcesses' smaller read bound (list.go).
 	list processconnect.ProcessClient
+	// logReadTimeout, when set, replaces the constant of the same name
+	// (tests).
+	logReadTimeout time.Duration
 }
 
 // NewClient returns a client of the agent reached through dial and
@@ -178,8 +182,8 @@ func (c *Client) Check(ctx context.Context) error {
 // envd requests unchanged proxies through it (any X-Access-Token the caller
 // sent is replaced); the daemon's own routes (Configure's) answer 404 through
 // it without reaching the agent, so no caller of a facade can replace a
-// sandbox's secret env, and the daemon's own headers (X-Sandboxd-*) are
-// dropped, so none can make a process keep output. Reply headers are bounded; bodies are streams the
+// sandbox's secret env, and the daemon's own headers (X-Sandboxd-*, in any
+// case) are dropped, so none can make a process keep output. Reply headers are bounded; bodies are streams the
 // proxy copies through, so they are not.
 func (c *Client) Transport() http.RoundTripper { return forwardTransport{c.hc.Transport} }
 
@@ -200,11 +204,13 @@ func (t forwardTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			Request: r, ContentLength: int64(len(body)),
 		}, nil
 	}
+	// Header names are matched without case: a caller that fills the map
+	// itself may leave a name uncanonical, and the agent reads any case.
 	for k := range r.Header {
-		if strings.HasPrefix(k, daemonHeaders) {
+		if daemonHeader(k) {
 			r = r.Clone(r.Context())
 			for k := range r.Header {
-				if strings.HasPrefix(k, daemonHeaders) {
+				if daemonHeader(k) {
 					delete(r.Header, k)
 				}
 			}
@@ -212,6 +218,12 @@ func (t forwardTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	return t.base.RoundTrip(r)
+}
+
+// daemonHeader reports whether header name k is one of the daemon's
+// (daemonHeaders, in any case).
+func daemonHeader(k string) bool {
+	return len(k) >= len(daemonHeaders) && strings.EqualFold(k[:len(daemonHeaders)], daemonHeaders)
 }
 
 // BaseURL is the URL prefix requests through Transport use.

@@ -13,7 +13,9 @@
 // [Client.ConnectProcess] return a [Process] stream with input, signal,
 // stdin-close and resize controls; [Client.Upload] and [Client.Download]
 // stream files; [Client.Logs] reads (or follows) the sandbox's log of
-// process output the agent keeps; [Client.Process] and [Client.Filesystem]
+// process output the agent keeps (every line checked, every read bounded:
+// the lines, their text, a batch, and the time spent reading the agent,
+// not the caller's); [Client.Process] and [Client.Filesystem]
 // expose the generated Connect clients for everything else.
 //
 // Process lifetime follows envd: the deadline of a Start stream (sent as

@@ -10,7 +10,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -28,22 +30,30 @@ const (
 	// maxLogText bounds one line's text once decoded: 8 KiB, each invalid
 	// byte replaced by U+FFFD's three.
 	maxLogText = 24 << 10
-	// maxLogSource bounds a source name (the agent cuts its at 64).
-	maxLogSource = 64
 	// maxLogLines and maxLogBytes bound the lines and the text of a call
 	// without Follow: what the agent keeps, and what JSON may add to it.
 	maxLogLines = 10000
 	maxLogBytes = 4 << 20
-	// LogBatch bounds the lines one emit gets.
-	LogBatch = 256
-	// logReadTimeout bounds a call without Follow: the real agent answers
-	// its whole log in milliseconds.
+	// LogBatch and LogBatchBytes bound the lines one emit gets, and their
+	// text (without it 256 lines of invalid UTF-8 made text would hold
+	// 6 MiB).
+	LogBatch      = 256
+	LogBatchBytes = 256 << 10
+	// logReadTimeout bounds the time a call without Follow spends reading
+	// the agent's answer (the real agent answers its whole log in
+	// milliseconds); the time emit takes is not counted (a slow client of
+	// the daemon's is not the agent's fault).
 	logReadTimeout = 30 * time.Second
 )
 
+// logSource is what a source may be: "start", or "pid-N" (the agent's
+// processes, numbered by the kernel: at most 2^22 on Linux).
+var logSource = regexp.MustCompile(`^(start|pid-[0-9]{1,10})$`)
+
 // ErrMalformedLog is an answer of the agent's log that is not what the
-// agent sends: a line that is no JSON entry, an unknown stream, seqs out
-// of order.
+// agent sends: a line that is no JSON entry, an unknown stream, a source
+// other than "start" or "pid-N", a text holding a newline, a time outside
+// years 1 to 9999, seqs out of order.
 var ErrMalformedLog = errors.New("agent: malformed log answer")
 
 // LogLine is one line of the sandbox's log.
@@ -64,7 +74,8 @@ type LogLine struct {
 
 // LogQuery selects lines of the agent's log.
 type LogQuery struct {
-	// Since drops lines stamped before it (zero: all).
+	// Since drops lines stamped before it (zero: all; one past year 9999
+	// drops them all).
 	Since time.Time
 	// Tail keeps only the last Tail lines of those Since selects (0: all).
 	Tail int
@@ -89,15 +100,18 @@ type logEntry struct {
 }
 
 // Logs reads the agent's log, oldest first, handing the lines to emit in
-// batches of at most LogBatch, and returns the cursor after the last line
-// it handed on (q.Cursor's, or 0, when none). An error of emit ends the
-// call with it. Everything read is bounded (see the bounds above): a line,
-// a batch, and, without Follow, the lines, the text and the time of the
-// whole call; an answer that breaks one is ErrReplyTooLarge, one that is
-// not the agent's shape ErrMalformedLog, never a hang or an unbounded
-// allocation. With Follow the call ends when ctx does (nil) or when the
-// answer ends (io.ErrUnexpectedEOF: the agent went away mid-answer, or
-// nil at a clean end).
+// batches of at most LogBatch lines and LogBatchBytes of text, and
+// returns the cursor after the last line it handed on (q.Cursor's, or 0,
+// when none). An error of emit ends the call with it. Everything read is
+// bounded (see the bounds above): a line, a batch, and, without Follow,
+// the lines, the text and the time spent reading the whole answer (the
+// time emit takes is not counted: a slow emit gets every line); an answer
+// that breaks one is ErrReplyTooLarge, or an error wrapping
+// context.DeadlineExceeded for the time, one that is not the agent's
+// shape ErrMalformedLog, never a hang or an unbounded allocation. With
+// Follow the call ends when ctx does (nil) or when the answer ends
+// (io.ErrUnexpectedEOF: the agent went away mid-answer, or nil at a clean
+// end).
 func (c *Client) Logs(ctx context.Context, q LogQuery, emit func([]LogLine) error) (uint64, error) {
 	var next uint64
 	v := url.Values{}
@@ -105,18 +119,47 @@ func (c *Client) Logs(ctx context.Context, q LogQuery, emit func([]LogLine) erro
 		next = *q.Cursor
 		v.Set("cursor", strconv.FormatUint(*q.Cursor, 10))
 	}
-	if !q.Since.IsZero() {
-		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))
+	// The agent reads RFC 3339, years 0 to 9999: an earlier Since keeps
+	// everything, as none does; a later one nothing, as the last instant
+	// of 9999 does.
+	if since := q.Since.UTC(); !q.Since.IsZero() && since.Year() >= 1 {
+		if since.After(lastLogTime) {
+			since = lastLogTime
+		}
+		v.Set("since", since.Format(time.RFC3339Nano))
 	}
 	if q.Tail > 0 {
 		v.Set("tail", strconv.Itoa(q.Tail))
 	}
+	// pause and resume stop the clock of a call without Follow while emit
+	// runs.
+	pause, resume := func() {}, func() {}
 	if q.Follow {
 		v.Set("follow", "1")
 	} else {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, logReadTimeout)
-		defer cancel()
+		limit := c.logReadTimeout
+		if limit <= 0 {
+			limit = logReadTimeout
+		}
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		left, began := limit, time.Now()
+		timer := time.AfterFunc(left, func() {
+			cancel(fmt.Errorf("no whole answer after %s of reading: %w", limit, context.DeadlineExceeded))
+		})
+		defer timer.Stop()
+		pause = func() {
+			if timer.Stop() {
+				left -= time.Since(began)
+			}
+		}
+		resume = func() {
+			began = time.Now()
+			if ctx.Err() == nil {
+				timer.Reset(max(left, 0))
+			}
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+pathLogs+"?"+v.Encode(), nil)
 	if err != nil {
@@ -124,18 +167,21 @@ func (c *Client) Logs(ctx context.Context, q LogQuery, emit func([]LogLine) erro
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return next, fmt.Errorf("agent logs: %w", err)
+		return next, fmt.Errorf("agent logs: %w", readErr(ctx, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return next, fmt.Errorf("agent logs: %w", httpError(resp))
 	}
 	if q.Opened != nil {
+		pause()
 		q.Opened()
+		resume()
 	}
 	br := bufio.NewReaderSize(resp.Body, maxLogEntry)
 	var (
 		batch      []LogLine
+		batchTxt   int
 		lines, txt int
 		seen       bool
 	)
@@ -143,9 +189,11 @@ func (c *Client) Logs(ctx context.Context, q LogQuery, emit func([]LogLine) erro
 		if len(batch) == 0 {
 			return nil
 		}
+		pause()
 		err := emit(batch)
+		resume()
 		next = batch[len(batch)-1].Seq + 1
-		batch = nil
+		batch, batchTxt = nil, 0
 		return err
 	}
 	for {
@@ -167,7 +215,7 @@ func (c *Client) Logs(ctx context.Context, q LogQuery, emit func([]LogLine) erro
 			if ctx.Err() != nil && q.Follow {
 				return next, nil
 			}
-			return next, fmt.Errorf("agent logs: %w", err)
+			return next, fmt.Errorf("agent logs: %w", readErr(ctx, err))
 		}
 		l, perr := parseLogEntry(raw)
 		if perr != nil {
@@ -182,7 +230,13 @@ func (c *Client) Logs(ctx context.Context, q LogQuery, emit func([]LogLine) erro
 		if !q.Follow && (lines > maxLogLines || txt > maxLogBytes) {
 			return next, fmt.Errorf("agent logs: more than %d lines or %d bytes: %w", maxLogLines, maxLogBytes, ErrReplyTooLarge)
 		}
+		if batchTxt+len(l.Text) > LogBatchBytes {
+			if err := flush(); err != nil {
+				return next, err
+			}
+		}
 		batch = append(batch, l)
+		batchTxt += len(l.Text)
 		// Hand on what came as soon as nothing more is ready: a follower
 		// sees each line when the agent sends it.
 		if len(batch) >= LogBatch || br.Buffered() == 0 {
@@ -192,6 +246,18 @@ func (c *Client) Logs(ctx context.Context, q LogQuery, emit func([]LogLine) erro
 		}
 	}
 }
+
+// readErr is err, a failed read of the answer, or the reason ctx was
+// cancelled with when it was (the read's time ran out).
+func readErr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
+
+// lastLogTime is the latest time RFC 3339 writes (and the agent reads).
+var lastLogTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
 
 // batchLast is the seq of the last line read: the batch's, or the one
 // before next.
@@ -213,15 +279,39 @@ func parseLogEntry(raw []byte) (LogLine, error) {
 		return LogLine{}, fmt.Errorf("%w: more than one value on a line", ErrMalformedLog)
 	}
 	t, err := time.Parse(time.RFC3339Nano, e.Time)
+	if err == nil {
+		// Stored in UTC: a time with an offset would keep a zone each,
+		// and one west of UTC in year 1, or east in 9999, has no RFC
+		// 3339 form once in UTC.
+		t = t.UTC()
+	}
 	switch {
-	case err != nil:
+	case err != nil || t.Year() < 1 || t.Year() > 9999:
 		return LogLine{}, fmt.Errorf("%w: time %q", ErrMalformedLog, e.Time)
 	case e.Stream != "stdout" && e.Stream != "stderr" && e.Stream != "pty":
 		return LogLine{}, fmt.Errorf("%w: stream %q", ErrMalformedLog, e.Stream)
-	case e.Source == "" || len(e.Source) > maxLogSource:
-		return LogLine{}, fmt.Errorf("%w: a source of %d bytes", ErrMalformedLog, len(e.Source))
+	case !logSource.MatchString(e.Source):
+		return LogLine{}, fmt.Errorf("%w: source %.70q", ErrMalformedLog, e.Source)
 	case len(e.Text) > maxLogText:
 		return LogLine{}, fmt.Errorf("agent logs: a line of %d bytes: %w", len(e.Text), ErrReplyTooLarge)
+	case strings.IndexByte(e.Text, '\n') >= 0:
+		return LogLine{}, fmt.Errorf("%w: a text holding a newline", ErrMalformedLog)
 	}
-	return LogLine{Seq: e.Seq, Time: t, Source: e.Source, Stream: e.Stream, Text: e.Text}, nil
+	return LogLine{Seq: e.Seq, Time: t, Source: intern(e.Source), Stream: intern(e.Stream), Text: e.Text}, nil
+}
+
+// intern is s, the same string for the names every line repeats (a
+// stopped sandbox's snapshot keeps 10,000 lines).
+func intern(s string) string {
+	switch s {
+	case "stdout":
+		return "stdout"
+	case "stderr":
+		return "stderr"
+	case "pty":
+		return "pty"
+	case "start":
+		return "start"
+	}
+	return s
 }

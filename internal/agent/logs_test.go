@@ -47,18 +47,38 @@ func TestClient_LogsOfTheRealAgent(t *testing.T) {
 	if len(lines) != 3 || next != 3 {
 		t.Fatalf("%d lines, next %d: %+v", len(lines), next, lines)
 	}
+	// The agent reads stdout and stderr apart: "two" may come anywhere,
+	// each stream's order is kept.
 	src := fmt.Sprintf("pid-%d", res.PID)
-	for _, l := range lines {
-		if l.Source != src || l.Time.IsZero() || (l.Text == "two") != (l.Stream == "stderr") {
-			t.Errorf("line %+v; want source %s, a time, two on stderr", l, src)
+	var stdout []string
+	for i, l := range lines {
+		if l.Source != src || l.Time.IsZero() || (l.Text == "two") != (l.Stream == "stderr") || l.Seq != uint64(i) {
+			t.Errorf("line %+v; want seq %d, source %s, a time, two on stderr", l, i, src)
+		}
+		if l.Stream == "stdout" {
+			stdout = append(stdout, l.Text)
 		}
 	}
-	if got, _ := read(agent.LogQuery{Tail: 1}); len(got) != 1 || got[0].Text != "three" {
-		t.Errorf("tail 1: %+v", got)
+	if g := strings.Join(stdout, "|"); g != "one|three" {
+		t.Errorf("stdout %q; want one|three", g)
+	}
+	if got, _ := read(agent.LogQuery{Tail: 1}); len(got) != 1 || got[0] != lines[2] {
+		t.Errorf("tail 1: %+v; want %+v", got, lines[2])
 	}
 	one := uint64(1)
-	if got, _ := read(agent.LogQuery{Cursor: &one}); len(got) != 2 || got[0].Seq != 1 {
+	if got, _ := read(agent.LogQuery{Cursor: &one}); len(got) != 2 || got[0] != lines[1] {
 		t.Errorf("cursor 1: %+v", got)
+	}
+	// A Since past what RFC 3339 writes (E2B's start in ms is not
+	// bounded) keeps nothing, one before year 1 everything: neither is
+	// the agent's 400.
+	for _, tc := range []struct {
+		since time.Time
+		want  int
+	}{{time.UnixMilli(9e15), 0}, {time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC), 3}} {
+		if got, _ := read(agent.LogQuery{Since: tc.since}); len(got) != tc.want {
+			t.Errorf("since %s: %d lines; want %d", tc.since, len(got), tc.want)
+		}
 	}
 
 	fctx, cancel := context.WithCancel(ctx)
@@ -153,6 +173,25 @@ func TestClient_LogsOfAHostileAgentAreBounded(t *testing.T) {
 		}), agent.ErrMalformedLog},
 		{"NoSource", endless(func(i uint64) string {
 			return strings.Replace(entry(i, "x"), "pid-1", "", 1)
+		}), agent.ErrMalformedLog},
+		{"SourceNotTheAgents", endless(func(i uint64) string {
+			return strings.Replace(entry(i, "x"), "pid-1", `\u001b[2K\rstart`, 1)
+		}), agent.ErrMalformedLog},
+		{"SourceWithANewline", endless(func(i uint64) string {
+			return strings.Replace(entry(i, "x"), "pid-1", `start\n`, 1)
+		}), agent.ErrMalformedLog},
+		{"SourcePidTooLong", endless(func(i uint64) string {
+			return strings.Replace(entry(i, "x"), "pid-1", "pid-12345678901", 1)
+		}), agent.ErrMalformedLog},
+		{"TextWithANewline", endless(func(i uint64) string { return entry(i, "line1\nFAKE start forged") }), agent.ErrMalformedLog},
+		{"TimeInYear0", endless(func(i uint64) string {
+			return strings.Replace(entry(i, "x"), "2026-01-01T00:00:00Z", "0000-01-01T00:00:00+01:00", 1)
+		}), agent.ErrMalformedLog},
+		{"TimeBeforeYear1InUTC", endless(func(i uint64) string {
+			return strings.Replace(entry(i, "x"), "2026-01-01T00:00:00Z", "0001-01-01T00:30:00+01:00", 1)
+		}), agent.ErrMalformedLog},
+		{"TimePastYear9999InUTC", endless(func(i uint64) string {
+			return strings.Replace(entry(i, "x"), "2026-01-01T00:00:00Z", "9999-12-31T23:30:00-01:00", 1)
 		}), agent.ErrMalformedLog},
 		{"SeqGoesBack", endless(func(i uint64) string { return entry(7, "same") }), agent.ErrMalformedLog},
 		{"TextTooLongDecoded", endless(func(i uint64) string { return entry(i, strings.Repeat("\\u0000", 5000)) }), agent.ErrReplyTooLarge},
@@ -254,9 +293,15 @@ func TestClient_LogIsTheDaemonsAlone(t *testing.T) {
 		t.Errorf("GET /sandboxd/logs through Transport: %d, want 404", resp.StatusCode)
 	}
 	via := processconnect.NewProcessClient(hc, agent.BaseURL)
-	for _, h := range []string{"off", "start"} {
+	for _, h := range []string{"off", "start", "lower"} {
 		req := connect.NewRequest(&rpc.StartRequest{Process: &rpc.ProcessConfig{Cmd: "/bin/echo", Args: []string{"via-" + h}}})
-		req.Header().Set("X-Sandboxd-Log", h)
+		if h == "lower" {
+			// A name the caller left uncanonical: the agent reads it
+			// as X-Sandboxd-Log all the same.
+			req.Header()["x-sandboxd-log"] = []string{"start"}
+		} else {
+			req.Header().Set("X-Sandboxd-Log", h)
+		}
 		st, err := via.Start(t.Context(), req)
 		if err != nil {
 			t.Fatal(err)
@@ -274,8 +319,8 @@ func TestClient_LogIsTheDaemonsAlone(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if g := strings.Join(got, "|"); g != "pid-:via-off|pid-:via-start" {
-		t.Errorf("log %q; want both lines, by pid", g)
+	if g := strings.Join(got, "|"); g != "pid-:via-off|pid-:via-start|pid-:via-lower" {
+		t.Errorf("log %q; want the three lines, by pid", g)
 	}
 }
 
@@ -304,4 +349,89 @@ func TestClient_CloseDropsIdleConnections(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A call without Follow whose emit is slow (the daemon's client reads
+// slowly) still gets every line: its time limit counts the reads of the
+// agent's answer, not emit's time.
+func TestClient_LogsOfASlowEmitAreWhole(t *testing.T) {
+	c, _ := localClient(t)
+	// Reading 1,000 lines takes milliseconds (more under -race on a busy
+	// machine): 2 s is plenty, and less than the emits take.
+	agent.SetLogReadTimeout(c, 2*time.Second)
+	if _, err := c.Exec(t.Context(), agent.ExecRequest{Cmd: []string{"seq", "1", "1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, calls := 0, 0
+	_, err := c.Logs(t.Context(), agent.LogQuery{}, func(ls []agent.LogLine) error {
+		got += len(ls)
+		if calls++; calls <= 2 {
+			// The fault: a client that takes its time, longer than the
+			// whole read may.
+			time.Sleep(1500 * time.Millisecond)
+		}
+		return nil
+	})
+	if err != nil || got != 1000 {
+		t.Errorf("Logs: %d of 1000 lines, %v; want all, nil", got, err)
+	}
+}
+
+// A call without Follow whose agent answers too slowly ends with an
+// error wrapping context.DeadlineExceeded (never nil with part of the
+// log).
+func TestClient_LogsOfASlowAgentEndInAnError(t *testing.T) {
+	c := hostileLogAgent(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		_, _ = io.WriteString(w, entry(0, "first"))
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	})
+	agent.SetLogReadTimeout(c, 300*time.Millisecond)
+	got := 0
+	_, err := c.Logs(t.Context(), agent.LogQuery{}, func(ls []agent.LogLine) error { got += len(ls); return nil })
+	if !errors.Is(err, context.DeadlineExceeded) || got != 1 {
+		t.Errorf("Logs: %d lines, %v; want 1, DeadlineExceeded", got, err)
+	}
+}
+
+// A line's time is kept in UTC (a time with an offset would keep a zone
+// each), the same instant; and no follow batch holds more than
+// LogBatchBytes of text, however large its lines are once decoded.
+func TestClient_LogsBatchesAndTimesAreBounded(t *testing.T) {
+	c := hostileLogAgent(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		_, _ = io.WriteString(w, strings.Replace(entry(0, "x"), "2026-01-01T00:00:00Z", "2026-01-01T01:00:00.5+01:00", 1))
+	})
+	var got []agent.LogLine
+	if _, err := c.Logs(t.Context(), agent.LogQuery{}, func(ls []agent.LogLine) error { got = append(got, ls...); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Date(2026, 1, 1, 0, 0, 0, 5e8, time.UTC); len(got) != 1 || got[0].Time != want {
+		t.Errorf("got %+v; want one line at %v in UTC", got, want)
+	}
+
+	text := strings.Repeat("\uFFFD", 8192) // 24 KiB once decoded
+	c = hostileLogAgent(t, endless(func(i uint64) string {
+		return fmt.Sprintf(`{"seq":%d,"time":"2026-01-01T00:00:00Z","source":"pid-1","stream":"stdout","text":"%s"}`+"\n", i, text)
+	}))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	total, most := 0, 0
+	if _, err := c.Logs(ctx, agent.LogQuery{Follow: true}, func(ls []agent.LogLine) error {
+		n := 0
+		for _, l := range ls {
+			n += len(l.Text)
+		}
+		most = max(most, n)
+		if total += len(ls); total > 2000 {
+			cancel()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if most > agent.LogBatchBytes {
+		t.Errorf("a batch held %d KiB of text; want at most %d", most>>10, agent.LogBatchBytes>>10)
+	}
 }

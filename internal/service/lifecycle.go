@@ -377,7 +377,7 @@ func (s *Service) Stop(ctx context.Context, c Caller, idOrName string) (Sandbox,
 	case store.StateCreating:
 		return Sandbox{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
 	default:
-		if sb, err = s.stopLocked(ctx, row); err != nil {
+		if sb, err = s.stopLocked(ctx, row, keepLogs); err != nil {
 			return Sandbox{}, err
 		}
 	}
@@ -387,8 +387,17 @@ func (s *Service) Stop(ctx context.Context, c Caller, idOrName string) (Sandbox,
 	return sb, nil
 }
 
-// stopLocked is Stop under the sandbox's transition lock.
-func (s *Service) stopLocked(ctx context.Context, row store.Sandbox) (Sandbox, error) {
+// Whether a stop keeps a snapshot of the sandbox's logs (stopLocked).
+const (
+	keepLogs = true
+	dropLogs = false
+)
+
+// stopLocked is Stop under the sandbox's transition lock. With keep
+// (keepLogs), what the sandbox's logs hold is read before the stop (at
+// most stopLogsTimeout) and kept once the stop succeeded; never for a
+// sandbox its stop destroys.
+func (s *Service) stopLocked(ctx context.Context, row store.Sandbox, keep bool) (Sandbox, error) {
 	if row.State == store.StatePaused {
 		// Thawed first: a frozen agent cannot take its SIGTERM, and would
 		// get the whole grace period and then SIGKILL.
@@ -397,13 +406,21 @@ func (s *Service) stopLocked(ctx context.Context, row store.Sandbox) (Sandbox, e
 		}
 	}
 	// Its agent keeps its logs, and stops with it: what they hold now
-	// stays readable until it starts again.
-	s.snapshotLogs(ctx, row)
+	// stays readable until it starts again, once it did stop (a failed
+	// stop leaves the sandbox running, its agent keeping its logs).
+	s.stopped.drop(row.ID)
+	var kept []LogLine
+	if keep && !row.Lifecycle.DeleteOnStop {
+		kept = s.readLogsForStop(ctx, row)
+	}
 	if err := s.removeRowPolicy(ctx, row.ID); err != nil {
 		return Sandbox{}, fmt.Errorf("stop %s: remove its network policy: %w", row.ID, err)
 	}
 	if err := s.Runtime.Stop(ctx, row.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return Sandbox{}, fmt.Errorf("stop %s: %w", row.ID, err)
+	}
+	if kept != nil {
+		s.stopped.put(row.ID, row.Owner, kept)
 	}
 	updated, err := s.Store.UpdateSandboxState(ctx, row.ID, nil, store.StateStopped, "")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,11 +23,14 @@ import (
 // (a disk-usage check, a readiness check) are kept out.
 //
 // A stopped sandbox has no agent: what its logs held when the daemon
-// stopped it is kept by the daemon (a snapshot read at the stop, in
-// memory: at most maxStoppedLogs sandboxes, an owner's oldest snapshot
-// dropped first when that owner holds the most), and answered until it is
-// started again or destroyed. A sandbox that stopped by itself, or was
-// stopped by a daemon since restarted, answers none. A paused sandbox's
+// stopped it is kept by the daemon (a snapshot read just before the stop,
+// kept once the stop succeeded, in memory: at most maxStoppedLogs
+// sandboxes, an owner's oldest snapshot dropped first when that owner
+// holds the most), and answered until it is started again or destroyed.
+// A sandbox that stopped by itself, was stopped by a daemon since
+// restarted, or stopped because the host was short of memory
+// (StopPausedUnderPressure: no snapshot there, each would hold up the
+// next stop) answers none. A paused sandbox's
 // agent is frozen: its logs are ErrPaused, at once.
 const (
 	// logFollowPoll is how often a follow checks that the sandbox still
@@ -37,9 +41,10 @@ const (
 	// (a read of at most 1 MiB over the agent's socket: milliseconds).
 	stopLogsTimeout = 2 * time.Second
 	// maxStoppedLogs bounds the snapshots kept, and stoppedLogBytes the
-	// text of each (what the agent keeps; a hostile agent's answer, or
-	// invalid UTF-8 made text, may be larger: its oldest lines go), so
-	// they hold at most 64 × ~2 MiB (text and 10,000 line headers).
+	// text and source names of each (what the agent keeps; a hostile
+	// agent's answer, or invalid UTF-8 made text, may be larger: its
+	// oldest lines go), so they hold at most 64 × ~2 MiB (the text, and
+	// 10,000 line headers of 72 bytes).
 	maxStoppedLogs  = 64
 	stoppedLogBytes = 1 << 20
 )
@@ -128,13 +133,13 @@ func fromAgentLines(ls []agent.LogLine) []LogLine {
 	return out
 }
 
-// snapshotLogs keeps what a running sandbox's logs hold, before its stop.
-// Best effort: an agent that does not answer in time leaves none.
-func (s *Service) snapshotLogs(ctx context.Context, row store.Sandbox) {
-	s.stopped.drop(row.ID)
+// readLogsForStop reads what a running sandbox's logs hold, before its
+// stop: their newest stoppedLogBytes (newestWithin). Best effort: an agent
+// that does not answer in time leaves none (nil).
+func (s *Service) readLogsForStop(ctx context.Context, row store.Sandbox) []LogLine {
 	ac, err := s.Agent(ctx, row.ID)
 	if err != nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopLogsTimeout)
 	defer cancel()
@@ -144,28 +149,44 @@ func (s *Service) snapshotLogs(ctx context.Context, row store.Sandbox) {
 		return nil
 	}); err != nil {
 		s.Logger.Debug("stop: the logs of the sandbox were not kept", "sandbox", row.ID, "err", err)
-		return
+		return nil
 	}
-	s.stopped.put(row.ID, row.Owner, newestWithin(lines, stoppedLogBytes))
+	return newestWithin(lines, stoppedLogBytes)
 }
 
-// newestWithin is the newest lines of lines whose texts hold at most max
-// bytes.
+// newestWithin is a copy of the newest lines of lines whose texts and
+// sources hold at most max bytes (a copy: lines' array, and the texts of
+// the lines left out, are not kept alive by it), each source string shared
+// by the lines that name it, each time in UTC (no zone kept).
 func newestWithin(lines []LogLine, max int) []LogLine {
 	i, n := len(lines), 0
-	for i > 0 && n+len(lines[i-1].Text) <= max {
-		n += len(lines[i-1].Text)
+	for i > 0 && n+len(lines[i-1].Text)+len(lines[i-1].Source) <= max {
+		n += len(lines[i-1].Text) + len(lines[i-1].Source)
 		i--
 	}
-	return lines[i:]
+	out := slices.Clone(lines[i:])
+	sources := map[string]string{}
+	for j := range out {
+		l := &out[j]
+		if src, ok := sources[l.Source]; ok {
+			l.Source = src
+		} else {
+			sources[l.Source] = l.Source
+		}
+		l.Time = l.Time.UTC()
+	}
+	return out
 }
 
 // Logs writes a sandbox's logs to emit, oldest first: the lines kept that
 // q selects, then, with q.Follow, new lines as they come until the sandbox
 // is no longer running or ctx ends. emit is called once with no lines
 // when the reading begins (an edge writes its answer's status then: an
-// error before it is the call's, one after it only ends the stream). An
-// error of emit ends the call with it (the client left). ErrNotFound for
+// error before it is the call's, one after it ends the stream, which the
+// edge says in the stream's own format). An
+// error of emit ends the call with it (the client left); any other error
+// after the first emit is ErrUnavailable (the agent's answer broke off,
+// or took too long to read), the lines before it passed on. ErrNotFound for
 // a sandbox the caller may not see; ErrPaused for a paused one; a running
 // sandbox whose agent does not answer is ErrUnavailable. A stopped
 // sandbox answers the lines kept at its stop (see above).
@@ -215,8 +236,10 @@ func (s *Service) Logs(ctx context.Context, c Caller, idOrName string, q LogQuer
 			return emitErr
 		case err != nil && !opened:
 			return Unavailable("the sandbox's agent does not answer", err)
+		case err != nil:
+			return Unavailable("the sandbox's agent's log answer broke off", err)
 		}
-		return err
+		return nil
 	}
 	for {
 		fctx, cancel := context.WithCancel(ctx)
@@ -232,7 +255,7 @@ func (s *Service) Logs(ctx context.Context, c Caller, idOrName string, q LogQuer
 		case !opened && err != nil:
 			return Unavailable("the sandbox's agent does not answer", err)
 		case errors.Is(err, agent.ErrMalformedLog), errors.Is(err, agent.ErrReplyTooLarge):
-			return err
+			return Unavailable("the sandbox's agent's log answer broke off", err)
 		}
 		// The answer broke while the sandbox runs (its agent restarted,
 		// or its stop has begun): reattach after the last line passed on.
@@ -242,13 +265,22 @@ func (s *Service) Logs(ctx context.Context, c Caller, idOrName string, q LogQuer
 			return nil
 		case <-time.After(logFollowPoll):
 		}
-		if cur, err := s.Store.GetSandbox(ctx, row.ID); err != nil || cur.State != store.StateRunning {
+		if cur, err := s.Store.GetSandbox(ctx, row.ID); err != nil || !followable(cur) {
 			return nil
 		}
 	}
 }
 
-// watchRunning checks every logFollowPoll that sandbox id still runs and
+// followable reports whether a follow of row's logs goes on: the sandbox
+// runs, and no destroy has begun (one whose teardown failed leaves the
+// row, and maybe the container, running: the sandbox is gone to callers
+// all the same).
+func followable(row store.Sandbox) bool {
+	return row.State == store.StateRunning && row.DestroyingSince.IsZero()
+}
+
+// watchRunning checks every logFollowPoll that sandbox id still runs (and
+// is not being destroyed: followable) and
 // calls stop when it does not; the channel it returns gets whether it
 // still ran once ctx ended.
 func (s *Service) watchRunning(ctx context.Context, stop func(), id string) <-chan bool {
@@ -263,7 +295,7 @@ func (s *Service) watchRunning(ctx context.Context, stop func(), id string) <-ch
 				return
 			case <-t.C:
 				cur, err := s.Store.GetSandbox(context.WithoutCancel(ctx), id)
-				if err != nil || cur.State != store.StateRunning {
+				if err != nil || !followable(cur) {
 					stop()
 					out <- false
 					return

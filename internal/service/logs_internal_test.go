@@ -2,9 +2,12 @@ package service
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/agent"
 )
 
 // A tenant that stops many sandboxes evicts its own snapshots first: the
@@ -81,4 +84,51 @@ func TestNewestWithin(t *testing.T) {
 			t.Errorf("newestWithin(%d): %d lines, want %d", c.max, len(got), c.want)
 		}
 	}
+	// A source counts as much as a text.
+	lines = []LogLine{{Source: "pid-1", Text: "aaaa"}, {Source: "pid-2", Text: "bb"}}
+	if got := newestWithin(lines, 8); len(got) != 1 || got[0].Text != "bb" {
+		t.Errorf("newestWithin(8) of sourced lines: %+v; want the last", got)
+	}
+}
+
+// TestNewestWithin_RetainsItsBudget: what a stopped sandbox's snapshot
+// keeps of a hostile agent's largest answer (10,000 lines, 4 MiB of text,
+// each time with a zone of its own) is about its budget: the lines left
+// out, their array and the zones are not kept alive (they were: 3.5
+// times the budget), sources count in the budget.
+func TestNewestWithin_RetainsItsBudget(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var lines []LogLine
+	for b := 0; b < 10000; b += agent.LogBatch {
+		var batch []agent.LogLine
+		for i := b; i < min(b+agent.LogBatch, 10000); i++ {
+			at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", 3600+i))
+			batch = append(batch, agent.LogLine{Seq: uint64(i), Time: at, Source: fmt.Sprintf("pid-%d", 1000000000+i%3), Stream: "stdout", Text: strings.Repeat("x", 419)})
+		}
+		lines = append(lines, fromAgentLines(batch)...)
+	}
+	kept := newestWithin(lines, stoppedLogBytes)
+	lines = nil
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	n, zoned := 0, 0
+	for _, l := range kept {
+		n += len(l.Text) + len(l.Source)
+		if l.Time.Location() != time.UTC {
+			zoned++
+		}
+	}
+	if zoned > 0 {
+		t.Errorf("%d kept times have a zone; want all in UTC", zoned)
+	}
+	if n > stoppedLogBytes {
+		t.Errorf("kept %d bytes of text and sources; want at most %d", n, stoppedLogBytes)
+	}
+	retained := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	if limit := int64(stoppedLogBytes) * 3 / 2; retained > limit {
+		t.Errorf("the snapshot retains %d KiB; want at most %d KiB", retained>>10, limit>>10)
+	}
+	runtime.KeepAlive(kept)
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
@@ -99,5 +101,127 @@ func TestLogs_FromTheAgentAcrossTheLifecycle(t *testing.T) {
 	}
 	if _, err := logTexts(t, h, c.ID, service.LogQuery{Tail: -1}); !errors.Is(err, service.ErrInvalidArgument) {
 		t.Errorf("tail -1: %v; want ErrInvalidArgument", err)
+	}
+}
+
+// TestLogs_StopUnderMemoryPressureKeepsNoSnapshot: a paused sandbox
+// stopped because the host is short of memory is stopped without reading
+// its logs (each read of a hung agent held the next stop up by
+// stopLogsTimeout): its agent is never dialled.
+func TestLogs_StopUnderMemoryPressureKeepsNoSnapshot(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{memory: func() (int64, int64, error) { return 10, 1000, nil }})
+	ctx := t.Context()
+	c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(ctx), admin, c.ID) })
+	if _, err := h.svc.Exec(ctx, admin, c.ID, service.ExecRequest{Command: "echo before"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Pause(ctx, admin, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ac, err := h.svc.Agent(ctx, c.ID); err == nil {
+		ac.Close() // its idle connections: a read would dial
+	}
+	var dials atomic.Int64
+	h.rt.Inject(runtimetest.DialAgent, runtimetest.Fault{Err: errInjected, Hook: func() error { dials.Add(1); return nil }})
+	defer h.rt.Clear(runtimetest.DialAgent)
+	h.clock.Advance(time.Second)
+	if n, err := h.svc.StopPausedUnderPressure(ctx); err != nil || n != 1 {
+		t.Fatalf("StopPausedUnderPressure: %d, %v; want 1 stopped", n, err)
+	}
+	if n := dials.Load(); n != 0 {
+		t.Errorf("the stop under pressure dialled the agent %d times; want none", n)
+	}
+	if got, err := logTexts(t, h, c.ID, service.LogQuery{}); err != nil || got != "" {
+		t.Errorf("stopped under pressure: %q, %v; want no lines", got, err)
+	}
+}
+
+// TestLogs_FailedStopKeepsNoSnapshot: a stop that fails leaves no
+// snapshot behind: the sandbox runs on, and once it stops by itself it
+// answers none, not the lines of the failed stop's time as if kept at its
+// stop.
+func TestLogs_FailedStopKeepsNoSnapshot(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.Destroy(context.WithoutCancel(ctx), admin, c.ID) })
+	if _, err := h.svc.Exec(ctx, admin, c.ID, service.ExecRequest{Command: "echo before-the-failed-stop"}); err != nil {
+		t.Fatal(err)
+	}
+	h.rt.Inject(runtimetest.Stop, runtimetest.Fault{Err: errInjected})
+	if _, err := h.svc.Stop(ctx, admin, c.ID); err == nil {
+		t.Fatal("the stop did not fail")
+	}
+	h.rt.Clear(runtimetest.Stop)
+	if got, err := logTexts(t, h, c.ID, service.LogQuery{}); err != nil || got != "stdout:before-the-failed-stop" {
+		t.Fatalf("after the failed stop: %q, %v; want the agent's lines", got, err)
+	}
+	if err := h.rt.Stop(ctx, c.ID); err != nil { // it stops by itself
+		t.Fatal(err)
+	}
+	if err := h.svc.Reconcile(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := h.svc.Get(ctx, admin, c.ID)
+	if err != nil || sb.State == store.StateRunning {
+		t.Fatalf("after its container stopped: %+v, %v; want it no longer running", sb.State, err)
+	}
+	if got, err := logTexts(t, h, c.ID, service.LogQuery{}); err != nil || got != "" {
+		t.Errorf("stopped by itself after a failed stop: %q, %v; want no lines", got, err)
+	}
+}
+
+// TestLogs_FollowEndsWithAFailedDestroy: a follow ends when a destroy of
+// its sandbox begins, even one whose teardown fails (the row stays,
+// running, marked as being destroyed: the sandbox is gone to callers).
+func TestLogs_FollowEndsWithAFailedDestroy(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ctx := t.Context()
+	c, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	opened := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		first := true
+		done <- h.svc.Logs(fctx, admin, c.ID, service.LogQuery{Follow: true}, func([]service.LogLine) error {
+			if first {
+				first = false
+				close(opened)
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-opened:
+	case err := <-done:
+		t.Fatalf("the follow ended before it began: %v", err)
+	}
+	h.rt.Inject(runtimetest.Destroy, runtimetest.Fault{Err: errInjected})
+	if err := h.svc.Destroy(ctx, admin, c.ID); err == nil {
+		t.Log("the destroy did not report its failed teardown")
+	}
+	h.rt.Clear(runtimetest.Destroy)
+	t.Cleanup(func() { _ = h.svc.Reconcile(context.WithoutCancel(ctx), false) })
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the follow ended with %v; want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follow was still open 30 s after the destroy began")
 	}
 }

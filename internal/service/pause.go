@@ -206,7 +206,7 @@ func (s *Service) StopLongPaused(ctx context.Context) (int, error) {
 		// Resumed (and maybe paused again) or destroyed since the listing: left alone.
 		still := func(row store.Sandbox) bool { return row.State == store.StatePaused && !row.PausedAt.After(cutoff) }
 		return s.underLock(ctx, id, "stop long paused", still, func(row store.Sandbox) error {
-			if _, err := s.stopLocked(ctx, row); err != nil {
+			if _, err := s.stopLocked(ctx, row, keepLogs); err != nil {
 				return fmt.Errorf("stop long paused %s: %w", id, err)
 			}
 			n.Add(1)
@@ -253,7 +253,10 @@ func (s *Service) StopPausedUnderPressure(ctx context.Context) (int, error) {
 		}
 		still := func(row store.Sandbox) bool { return row.State == store.StatePaused }
 		err := s.underLock(ctx, r.ID, "stop paused under memory pressure", still, func(row store.Sandbox) error {
-			if _, err := s.stopLocked(ctx, row); err != nil {
+			// No snapshot of its logs: the host needs its memory now,
+			// and each stop holds the next one up (an agent that does
+			// not answer would cost stopLogsTimeout a sandbox).
+			if _, err := s.stopLocked(ctx, row, dropLogs); err != nil {
 				return fmt.Errorf("stop paused %s under memory pressure: %w", row.ID, err)
 			}
 			n++

@@ -131,7 +131,7 @@ func (s *Service) Archive(ctx context.Context, c Caller, idOrName string) (Sandb
 	if row.State == store.StateStopped {
 		return fromRow(marked), nil
 	}
-	sb, err := s.stopLocked(ctx, marked)
+	sb, err := s.stopLocked(ctx, marked, keepLogs)
 	if err != nil {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 		if _, uerr := s.Store.ArchiveSandbox(uctx, row.ID, false); uerr != nil && !errors.Is(uerr, store.ErrNotFound) {
@@ -191,7 +191,7 @@ func (s *Service) ApplyLifecycle(ctx context.Context) (LifecycleApplied, error) 
 	errs = append(errs, parallel(ctx, rowIDs(idle), func(ctx context.Context, id string) error {
 		still := func(row store.Sandbox) bool { return row.Idle(s.Clock()) }
 		return s.underLock(ctx, id, "auto-stop", still, func(row store.Sandbox) error {
-			if _, err := s.stopLocked(ctx, row); err != nil {
+			if _, err := s.stopLocked(ctx, row, keepLogs); err != nil {
 				return fmt.Errorf("auto-stop %s: %w", id, err)
 			}
 			stopped.Add(1)

@@ -37,7 +37,10 @@ type LogOptions struct {
 
 // Logs calls out with each line of a sandbox's logs, oldest first, and
 // with opts.Follow new lines as they come, until the sandbox is no longer
-// running. An error from out ends the call with that error.
+// running. An error from out ends the call with that error. A stream the
+// daemon ends early (the sandbox's agent's answer broke off) ends the
+// call with an *APIError (Status 0, the code and message the daemon sent,
+// ErrUnavailable for a broken agent answer) after the lines before it.
 func (c *Client) Logs(ctx context.Context, id string, opts LogOptions, out func(LogLine) error) error {
 	q := url.Values{}
 	if !opts.Since.IsZero() {
@@ -60,11 +63,24 @@ func (c *Client) Logs(ctx context.Context, id string, opts LogOptions, out func(
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		var l LogLine
+		var l struct {
+			LogLine
+			Error *struct {
+				Code      ErrorCode `json:"code"`
+				Message   string    `json:"message"`
+				Retryable bool      `json:"retryable"`
+			} `json:"error"`
+		}
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			return fmt.Errorf("logs of sandbox %q: decode: %w", id, err)
 		}
-		if err := out(l); err != nil {
+		if e := l.Error; e != nil {
+			if e.Code == "" {
+				e.Code = CodeInternal
+			}
+			return fmt.Errorf("logs of sandbox %q: %w", id, &APIError{Code: e.Code, Message: e.Message, Retryable: e.Retryable})
+		}
+		if err := out(l.LogLine); err != nil {
 			return err
 		}
 	}

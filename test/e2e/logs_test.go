@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/creack/pty"
 
 	procrpc "github.com/sandboxd/sandboxd/internal/gen/envd/process"
 	"github.com/sandboxd/sandboxd/internal/gen/envd/process/processconnect"
@@ -411,6 +412,57 @@ func TestCLI_Logs(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Error("sbx logs -f did not end within a minute of the sandbox's stop")
+	}
+}
+
+// TestCLI_LogsEscapesOnATerminal: a sandbox's process writes terminal
+// escapes (a clear-line and carriage return that would overwrite the -t
+// prefix, an OSC 52 that would set the clipboard); sbx logs on a
+// terminal prints them escaped, --raw as they are.
+func TestCLI_LogsEscapesOnATerminal(t *testing.T) {
+	t.Parallel()
+	d := sharedDaemon(t)
+	ctx := testContext(t, 5*time.Minute)
+	dir := t.TempDir()
+	c := newClient(d, true)
+	sb, err := c.CreateSandbox(ctx, sandboxd.CreateRequest{Image: busyboxImage, CPU: 0.25, MemoryMB: 128})
+	if err != nil {
+		t.Fatalf("CreateSandbox: %v", err)
+	}
+	destroyAtEnd(t, c, sb.ID)
+	mustSbx(t, d, dir, "exec", sb.ID, "--", "printf", `a\tb\033[2K\rFAKE \033]52;c;cHduZWQ=\007\n`)
+	onTerminal := func(args ...string) string {
+		t.Helper()
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			t.Skipf("no pseudo-terminal: %v", err)
+		}
+		defer ptmx.Close()
+		got := make(chan []byte, 1)
+		go func() {
+			b, _ := io.ReadAll(ptmx) // EIO once sbx and our copy of its side are closed
+			got <- b
+		}()
+		cmd := sbxCommand(ctx, d, dir, args...)
+		cmd.Stdout = tty
+		err = cmd.Run()
+		tty.Close()
+		if err != nil {
+			t.Fatalf("sbx %v: %v", args, err)
+		}
+		select {
+		case b := <-got:
+			return strings.ReplaceAll(string(b), "\r\n", "\n")
+		case <-ctx.Done():
+			t.Fatal("the terminal's output did not end")
+			return ""
+		}
+	}
+	if got, want := onTerminal("logs", sb.ID), "a\tb\\x1b[2K\\x0dFAKE \\x1b]52;c;cHduZWQ=\\x07\n"; got != want {
+		t.Errorf("sbx logs on a terminal: %q; want %q", got, want)
+	}
+	if got := onTerminal("logs", "--raw", sb.ID); !strings.Contains(got, "\x1b]52;c;") {
+		t.Errorf("sbx logs --raw: %q; want the escapes as they are", got)
 	}
 }
 

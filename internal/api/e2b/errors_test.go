@@ -32,6 +32,8 @@ func TestErrors_EveryE2BPathAnswersInE2BShape(t *testing.T) {
 		{http.MethodPost, "/sandboxes/" + unknown + "/fork", h.admin, map[string]any{}, http.StatusNotFound, ""},
 		{http.MethodGet, "/v2/sandboxes/" + unknown + "/logs", h.admin, nil, http.StatusNotFound, ""},
 		{http.MethodGet, "/v2/sandboxes/" + id + "/logs?direction=sideways", h.admin, nil, http.StatusBadRequest, "direction"},
+		{http.MethodGet, "/v2/sandboxes/" + id + "/logs?cursor=253402300800000", h.admin, nil, http.StatusBadRequest, "cursor"},
+		{http.MethodGet, "/sandboxes/" + id + "/logs?start=9000000000000000", h.admin, nil, http.StatusBadRequest, "start"},
 		{http.MethodGet, "/volumes", h.admin, nil, http.StatusNotImplemented, "volumes"},
 		{http.MethodGet, "/teams", h.admin, nil, http.StatusNotImplemented, "teams"},
 		{http.MethodGet, "/v3/templates", "", nil, http.StatusUnauthorized, ""},

@@ -132,15 +132,20 @@ func (f *Facade) logEntries(r *http.Request, c service.Caller, timeParam, dir st
 	return out, nil
 }
 
-// msParam reads query parameter name as unix milliseconds; absent is zero.
+// maxLogMS is the last millisecond of year 9999: the latest time a log
+// line can have (RFC 3339's).
+var maxLogMS = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC).UnixMilli()
+
+// msParam reads query parameter name as unix milliseconds, from 0 to the
+// end of year 9999; absent is zero.
 func msParam(q url.Values, name string) (time.Time, error) {
 	v := q.Get(name)
 	if v == "" {
 		return time.Time{}, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return time.Time{}, badRequest("%s must be unix milliseconds, not %q", name, v)
+	if err != nil || n < 0 || n > maxLogMS {
+		return time.Time{}, badRequest("%s must be unix milliseconds from 0 to %d, not %q", name, maxLogMS, v)
 	}
 	return time.UnixMilli(n), nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
@@ -25,11 +26,21 @@ type logLineJSON struct {
 	Text   string `json:"text"`
 }
 
+// logStreamError begins the last line of a logs stream that broke after
+// its 200 (format text). The text format is the bare lines, so a process
+// may print the same: a client that must tell reads NDJSON, where the
+// error is a record no process can write.
+const logStreamError = "sandboxd: the logs ended early: "
+
 // sandboxLogs is GET /v1/sandboxes/{id}/logs: the output of the processes
 // the sandbox's agent ran (service.Logs), one line per line, oldest
 // first. Query: since (RFC 3339, or a duration back from now such
 // as 10m), tail (the last N lines), follow (true: new lines until the
 // sandbox stops), format (ndjson, the default, or text: the bare lines).
+// A stream that breaks after its 200 (the agent's answer broke off, or
+// took too long to read) ends with a line saying so: NDJSON the API's
+// error body, {"error":{"code","message","retryable"}}; text
+// logStreamError and the message.
 func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request) error {
 	q, err := query(r, func(k string) bool {
 		return k == "follow" || k == "since" || k == "tail" || k == "format"
@@ -61,8 +72,9 @@ func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request) error {
 	rc := http.NewResponseController(w)
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
-	started := false
-	err = s.svc.Logs(r.Context(), c, id, lq, func(lines []service.LogLine) error {
+	started, writeFailed := false, false
+	err = s.svc.Logs(r.Context(), c, id, lq, func(lines []service.LogLine) (err error) {
+		defer func() { writeFailed = err != nil }()
 		if !started {
 			// The reading has begun: an error before it is the answer.
 			started = true
@@ -94,10 +106,25 @@ func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil && !started {
 		return err
 	}
-	if err != nil {
-		s.log.DebugContext(r.Context(), "logs: stream ended", "sandbox", id, "err", err)
+	if err == nil || writeFailed || r.Context().Err() != nil {
+		if err != nil {
+			s.log.DebugContext(r.Context(), "logs: stream ended", "sandbox", id, "err", err)
+		}
+		return nil // the client left: nobody reads more
 	}
-	return nil // the status line is out: the stream just ends
+	// The status line is out: the stream says how it ended.
+	code, msg := classify(err)
+	s.log.WarnContext(r.Context(), "logs: stream broke off", "request_id", requestID(r), "sandbox", id, "code", code, "err", err)
+	_ = rc.SetWriteDeadline(time.Now().Add(logWriteTimeout))
+	if format == "text" {
+		_, _ = bw.WriteString(logStreamError + msg + "\n")
+	} else {
+		_ = enc.Encode(errorBody{Error: errorJSON{Code: code, Message: msg, Retryable: apierr.Lookup(code).Retryable}})
+	}
+	if bw.Flush() == nil {
+		_ = rc.Flush()
+	}
+	return nil
 }
 
 // parseSince reads since: an RFC 3339 time, or a duration (10m, 1h30m)

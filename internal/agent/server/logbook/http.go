@@ -75,11 +75,13 @@ func Handler(b *Book) http.Handler {
 			http.Error(w, "follow must be 1 or 0", http.StatusBadRequest)
 			return
 		}
-		if !hasCursor {
-			cursor = b.TailStart(since, tail)
-		}
 		// Without follow, the answer ends at the lines kept now.
-		end := b.Next()
+		var end uint64
+		if hasCursor {
+			end = b.Next()
+		} else {
+			cursor, end = b.Window(since, tail)
+		}
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
 		rc := http.NewResponseController(w)

@@ -241,16 +241,18 @@ func (b *Book) Read(cursor uint64, max int) ([]Line, uint64, <-chan struct{}) {
 	return out, cursor + uint64(len(out)), b.wake
 }
 
-// TailStart is the seq where the last n lines (0: all) stamped at or
-// after since begin.
-func (b *Book) TailStart(since time.Time, n int) uint64 {
+// Window is where a read of the last n lines (0: all) stamped at or after
+// since begins, and the seq the next line will get (where a read without
+// follow ends), both under one lock: lines written meanwhile cannot slip
+// in between (tail=n would answer more than n).
+func (b *Book) Window(since time.Time, n int) (start, end uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	i := b.n
 	for i > 0 && !b.at(i-1).Time.Before(since) && (n <= 0 || b.n-i < n) {
 		i--
 	}
-	return b.next - uint64(b.n-i)
+	return b.next - uint64(b.n-i), b.next
 }
 
 // Next is the seq the next line will get.
