@@ -24,7 +24,7 @@ import (
 )
 
 const (
-	testToken = "admin-secret"
+	testToken = "sbx_0badc0de_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" // well formed: a checkout's file must hold one of ours
 	webID     = "sb-0123456789abcdef"
 )
 
