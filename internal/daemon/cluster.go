@@ -250,19 +250,22 @@ func tlsRemote(dir tlsDirectory, self, domain string) func(serverName string) (s
 
 // servesElsewhere reports whether host is a preview host under domain of
 // a sandbox placed on another live node than self (not lost, not
-// deleted): the HTTPS listener may end TLS for it here, and the
-// forwarding middleware sends its requests on. dir is the watch-fed
-// directory: no etcd call on a handshake's path.
-func servesElsewhere(dir tlsDirectory, self, domain, host string) bool {
+// deleted), and names its owner: the HTTPS listener may end TLS for it
+// here, and the forwarding middleware sends its requests on. dir is the
+// watch-fed directory: no etcd call on a handshake's path.
+func servesElsewhere(dir tlsDirectory, self, domain, host string) (owner string, ok bool) {
 	id, _, ok := naming.ParsePreviewHost(host, domain)
 	if !ok {
-		return false
+		return "", false
 	}
 	p, ok := dir.Placement(id)
 	if !ok || p.Node == self || p.State == cluster.StateLost || p.State == cluster.StateDeleted {
-		return false
+		return "", false
 	}
-	return slices.ContainsFunc(dir.Nodes(), func(n cluster.NodeInfo) bool { return n.ID == p.Node })
+	if !slices.ContainsFunc(dir.Nodes(), func(n cluster.NodeInfo) bool { return n.ID == p.Node }) {
+		return "", false
+	}
+	return p.Owner, true
 }
 
 // keys adapts the node's keys to service.Cluster.

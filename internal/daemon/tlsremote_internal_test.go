@@ -98,7 +98,7 @@ func TestServesElsewhere(t *testing.T) {
 		"sb-b.sandboxes.example.com":            false,
 		"8080-sb-b.elsewhere.example.com":       false,
 	} {
-		if got := servesElsewhere(dir, "a", "sandboxes.example.com", host); got != want {
+		if _, got := servesElsewhere(dir, "a", "sandboxes.example.com", host); got != want {
 			t.Errorf("%s: %v, want %v", host, got, want)
 		}
 	}
