@@ -59,8 +59,9 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 // and spends no budget of the owner's. Cost per handshake: one store
 // read, and for another port one connect through the agent (closed at
 // once: the sandbox's server sees a connection without data) unless the
-// port answered one in the last listenTTL; at most listenProbes at once,
-// past which a handshake for a port not known to listen fails.
+// port answered one in the last listenTTL; at most listenProbes at once
+// (listenProbesPerSandbox per sandbox), past which a handshake for a port
+// not known to listen fails.
 func (f *Facade) ServesHost(host string) (owner string, ok bool) {
 	if !f.previewHost(host) {
 		return "", false

@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,12 +53,13 @@ func TestListening_RemembersYesOnlyAndBoundsProbes(t *testing.T) {
 		t.Errorf("after listenTTL: %d probes, want a fresh one (4)", probes.Load())
 	}
 
-	// listenProbes probes hang; the next ask is no at once, without one.
+	// listenProbes probes hang (listenProbesPerSandbox per sandbox); the
+	// next ask is no at once, without one.
 	blocking.Store(true)
 	var wg sync.WaitGroup
 	for p := range listenProbes {
 		wg.Add(1)
-		go func() { defer wg.Done(); l.listens(ctx, "sb-b", 20000+p) }()
+		go func() { defer wg.Done(); l.listens(ctx, fmt.Sprintf("sb-b%d", p/listenProbesPerSandbox), 20000+p) }()
 	}
 	for deadline := time.Now().Add(30 * time.Second); probes.Load() < 4+listenProbes; {
 		if time.Now().After(deadline) {
@@ -73,4 +75,45 @@ func TestListening_RemembersYesOnlyAndBoundsProbes(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
+}
+
+// TestListening_OneSandboxHoldsAtMostItsShareOfProbes: a sandbox whose
+// ports accept slowly holds listenProbesPerSandbox probes at once; more
+// asks for it are no without a probe, and another sandbox still gets one.
+func TestListening_OneSandboxHoldsAtMostItsShareOfProbes(t *testing.T) {
+	release := make(chan struct{})
+	var slow atomic.Int64
+	l := newListening(func(ctx context.Context, id string, port int) error {
+		if id == "sb-slow" {
+			slow.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	var wg sync.WaitGroup
+	defer func() { close(release); wg.Wait() }()
+	for p := range listenProbesPerSandbox {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.listens(t.Context(), "sb-slow", 1+p) }()
+	}
+	for deadline := time.Now().Add(30 * time.Second); slow.Load() < listenProbesPerSandbox; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d probes of the slow sandbox started, want %d", slow.Load(), listenProbesPerSandbox)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for p := range 20 {
+		if l.listens(t.Context(), "sb-slow", 100+p) {
+			t.Fatal("an ask past the sandbox's probes at once: yes, want no")
+		}
+	}
+	if got := slow.Load(); got != listenProbesPerSandbox {
+		t.Errorf("%d probes of the slow sandbox, want %d", got, listenProbesPerSandbox)
+	}
+	if !l.listens(t.Context(), "sb-other", 8080) {
+		t.Error("another sandbox's port: no, want a probe and yes")
+	}
 }
