@@ -730,14 +730,15 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	// here; the watch-fed directory, no etcd call); the CA bounds what
 	// those 65,535 names per sandbox cost (ingress.LocalCA), the facade
 	// admits only ports that listen, and each name counts against its
-	// sandbox's owner where known (a route's or an API host's: its own
-	// group; those are names a credential made). Not from
+	// sandbox's owner where known (an exposed port's: one store read per
+	// handshake; a custom domain's or an API host's: its own group; those
+	// are names a credential made and DNS proved). Not from
 	// ACME: any caller could then make the daemon request a certificate per
 	// port against the CA's rate limits; there, expose the port or use a
 	// wildcard certificate (--https-cert).
 	admitLocal := func(host string) (owner string, ok bool) {
 		if allow(host) {
-			return "", true
+			return d.previewOwner(cfg.Domain, host), true
 		}
 		if d.e2bServesHost != nil {
 			if owner, ok := d.e2bServesHost(host); ok {
@@ -785,6 +786,23 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	d.httpsLn = tls.NewListener(d.limiter.Wrap(ln), tlsConf) // counted before the handshake
 	d.closers = append(d.closers, func() error { d.httpsLn.Close(); return nil })
 	return nil
+}
+
+// previewOwner is the owner of the sandbox of host when it is a preview
+// host under domain, else "" (the local CA then counts the name against
+// its own group): one store read.
+func (d *Daemon) previewOwner(domain, host string) string {
+	id, _, ok := naming.ParsePreviewHost(host, domain)
+	if !ok || !service.IsID(id) {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sb, err := d.Service.Get(ctx, service.Caller{Admin: true}, id)
+	if err != nil {
+		return ""
+	}
+	return sb.Owner
 }
 
 // registerLocalCA reports the local CA's issuance in reg.

@@ -460,3 +460,85 @@ func TestHTTPS_LocalCAIssuanceIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPS_LocalCAOneTenantCannotStarveAnother: every exposed http port
+// is a name the local CA signs for at a stranger's handshake. A tenant
+// whose sandboxes expose more ports than the CA's burst (four sandboxes
+// of 33: each sandbox's own budget is 32) used to empty the CA's budget
+// with one walk over them, and another tenant's new ports then failed
+// TLS. Now each name counts against its sandbox's owner, whose share is
+// a quarter of the CA's rate: the other tenant's names still get theirs.
+func TestHTTPS_LocalCAOneTenantCannotStarveAnother(t *testing.T) {
+	requireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	agent, err := runtimetest.BuildAgent(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpsAddr := probe.Addr().String()
+	probe.Close()
+	d := newDaemon(t, agent, "--https-listen", httpsAddr)
+	go d.Serve(ctx)
+
+	admin := service.Caller{Admin: true}
+	create := func(owner string, ports ...int) string {
+		t.Helper()
+		sb, err := d.Service.CreateSandbox(ctx, service.CreateRequest{Owner: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Service.Destroy(context.Background(), admin, sb.ID) })
+		for _, p := range ports {
+			if _, err := d.Service.ExposePort(ctx, admin, sb.ID, p, "http", true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return sb.ID
+	}
+	many := make([]int, 33)
+	for i := range many {
+		many[i] = 10000 + i
+	}
+	var mallory []string
+	for range 4 {
+		mallory = append(mallory, create("mallory", many...))
+	}
+	alicePorts := make([]int, 20)
+	for i := range alicePorts {
+		alicePorts[i] = 3000 + i
+	}
+	alice := create("alice", alicePorts...)
+
+	pem, err := os.ReadFile(filepath.Join(d.Config.DataDir, "preview-ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	shake := func(port int, id string) error {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 30 * time.Second}, "tcp", httpsAddr,
+			&tls.Config{ServerName: fmt.Sprintf("%d-%s.localhost", port, id), RootCAs: pool})
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	walked := 0
+	for _, id := range mallory {
+		for _, p := range many {
+			if shake(p, id) == nil {
+				walked++
+			}
+		}
+	}
+	for _, p := range alicePorts {
+		if err := shake(p, alice); err != nil {
+			t.Fatalf("alice's exposed port %d after a walk over mallory's %d (%d certificates): %v", p, 4*len(many), walked, err)
+		}
+	}
+}
