@@ -175,8 +175,9 @@ func (c *cli) rootCmd() *cobra.Command {
 
 The daemon is at --url, else $SBX_API_URL (default ` + sandboxd.DefaultBaseURL + `). The
 token is read from --token-file, else $SBX_TOKEN, else the admin token in
-$SBX_DATA_DIR/admin.token, else in .sandboxd/admin.token in this directory
-or the nearest parent that has one (sandboxd mcp finds it the same way).
+$SBX_DATA_DIR/admin.token, else, for a loopback URL, in .sandboxd/admin.token
+in this directory or the nearest parent up to $HOME that has one: a regular
+file of yours (no symlink) holding a token (sandboxd mcp finds it the same way).
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict,
 5 unauthenticated or permission denied; exec and shell exit with the

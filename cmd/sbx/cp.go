@@ -16,6 +16,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxd/sandboxd/internal/archive"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -226,7 +227,10 @@ func (c *cli) download(ctx context.Context, cl *sandboxd.Client, from, to endpoi
 	if n, err = io.Copy(tmp, pr); err != nil {
 		return n, err
 	}
-	if err = tmp.Chmod(0o644); err != nil {
+	// CreateTemp made it 0600; a downloaded file gets the mode of the
+	// user's other new files (0666 less the umask), as the tree
+	// download's extraction does (archive.LocalMask).
+	if err = tmp.Chmod(os.FileMode(0o666 &^ archive.LocalMask())); err != nil {
 		return n, err
 	}
 	if err = tmp.Close(); err != nil {

@@ -3,8 +3,9 @@
 //
 // It finds the daemon at SBX_API_URL (default http://127.0.0.1:7070) and
 // authenticates with SBX_TOKEN, or else with the local admin token in
-// $SBX_DATA_DIR/admin.token, or else in .sandboxd/admin.token in the
-// current directory or the nearest parent that has one.
+// $SBX_DATA_DIR/admin.token, or else, for a loopback URL, in
+// .sandboxd/admin.token in the current directory or the nearest parent up
+// to $HOME that has one (package clientconf says which files it trusts).
 //
 // Exit codes: 0 ok, 1 error, 2 usage error (or an argument the daemon
 // rejected), 3 not found, 4 conflict, 5 unauthenticated or permission

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 )
 
 const (
-	testToken = "admin-secret"
+	testToken = "sbx_0badc0de_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" // well formed: a checkout's file must hold one of ours
 	webID     = "sb-0123456789abcdef"
 )
 
@@ -652,5 +653,26 @@ func TestExitCode(t *testing.T) {
 		if got := exitCode(tt.err); got != tt.want {
 			t.Errorf("exitCode(%v) = %d, want %d", tt.err, got, tt.want)
 		}
+	}
+}
+
+// TestCp_DownloadHonoursUmask: a single file downloaded to the user's
+// machine gets 0666 less the process's umask, like the user's other new
+// files, not a fixed 0644 (which a umask of 077 must not widen).
+func TestCp_DownloadHonoursUmask(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	f.files[webID+":/srv/secret.txt"] = []byte("private")
+	old := syscall.Umask(0o077)
+	t.Cleanup(func() { syscall.Umask(old) })
+	out := filepath.Join(t.TempDir(), "secret.txt")
+	if got := sbx(t, srv, "", "cp", "web:/srv/secret.txt", out); got.code != 0 {
+		t.Fatalf("download: exit %d: %s", got.code, got.stderr)
+	}
+	fi, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fi.Mode().Perm(), os.FileMode(0o600); got != want {
+		t.Errorf("downloaded file mode %v under umask 077, want %v", got, want)
 	}
 }

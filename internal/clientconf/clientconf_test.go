@@ -3,6 +3,7 @@ package clientconf_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -28,7 +29,8 @@ func TestResolve_Precedence(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write(filepath.Join(root, ".sandboxd", "admin.token"), "from-checkout\n")
+	fromCheckout := "sbx_c0ffee00_" + strings.Repeat("ab", 32) // a checkout's file must hold one of our tokens
+	write(filepath.Join(root, ".sandboxd", "admin.token"), fromCheckout+"\n")
 	dataDir := t.TempDir()
 	write(filepath.Join(dataDir, "admin.token"), "from-data-dir\n")
 	file := filepath.Join(t.TempDir(), "tok")
@@ -41,13 +43,13 @@ func TestResolve_Precedence(t *testing.T) {
 		wd    string
 		want  clientconf.Config
 	}{
-		{"defaults: the nearest checkout", clientconf.Flags{}, nil, deep, clientconf.Config{URL: sandboxd.DefaultBaseURL, Token: "from-checkout"}},
+		{"defaults: the nearest checkout", clientconf.Flags{}, nil, deep, clientconf.Config{URL: sandboxd.DefaultBaseURL, Token: fromCheckout}},
 		{"no checkout: no token", clientconf.Flags{}, nil, t.TempDir(), clientconf.Config{URL: sandboxd.DefaultBaseURL}},
 		{"SBX_DATA_DIR before the checkout", clientconf.Flags{}, map[string]string{"SBX_DATA_DIR": dataDir}, deep, clientconf.Config{URL: sandboxd.DefaultBaseURL, Token: "from-data-dir"}},
 		{"SBX_TOKEN before SBX_DATA_DIR", clientconf.Flags{}, map[string]string{"SBX_TOKEN": "from-env", "SBX_DATA_DIR": dataDir}, deep, clientconf.Config{URL: sandboxd.DefaultBaseURL, Token: "from-env"}},
 		{"--token-file before SBX_TOKEN", clientconf.Flags{TokenFile: file}, map[string]string{"SBX_TOKEN": "from-env"}, deep, clientconf.Config{URL: sandboxd.DefaultBaseURL, Token: "from-file"}},
-		{"SBX_API_URL", clientconf.Flags{}, map[string]string{"SBX_API_URL": "http://127.0.0.1:1"}, deep, clientconf.Config{URL: "http://127.0.0.1:1", Token: "from-checkout"}},
-		{"--url before SBX_API_URL", clientconf.Flags{URL: "http://127.0.0.1:2"}, map[string]string{"SBX_API_URL": "http://127.0.0.1:1"}, deep, clientconf.Config{URL: "http://127.0.0.1:2", Token: "from-checkout"}},
+		{"SBX_API_URL", clientconf.Flags{}, map[string]string{"SBX_API_URL": "http://127.0.0.1:1"}, deep, clientconf.Config{URL: "http://127.0.0.1:1", Token: fromCheckout}},
+		{"--url before SBX_API_URL", clientconf.Flags{URL: "http://127.0.0.1:2"}, map[string]string{"SBX_API_URL": "http://127.0.0.1:1"}, deep, clientconf.Config{URL: "http://127.0.0.1:2", Token: fromCheckout}},
 	} {
 		got, err := clientconf.Resolve(tc.flags, clientconf.Env{
 			Getenv: func(k string) string { return tc.env[k] },

@@ -50,7 +50,11 @@ type Placement struct {
 	// Template is the template the sandbox was made from, "" for none:
 	// a template in use anywhere is not deleted (TemplateUsers).
 	Template string `json:"template,omitempty"`
-	Revision int64  `json:"-"` // etcd ModRevision when read (ignored on write)
+	// PortHosts says the owner serves every port of the sandbox by its
+	// preview host, exposed or not (an E2B sandbox): another node's HTTPS
+	// listener may then end TLS for any of them and forward the request.
+	PortHosts bool  `json:"portHosts,omitempty"`
+	Revision  int64 `json:"-"` // etcd ModRevision when read (ignored on write)
 }
 
 // PortIntent is a port the sandbox exposes, to be exposed again after a

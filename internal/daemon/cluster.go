@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/api/e2b"
 	"github.com/sandboxd/sandboxd/internal/api/router"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/cluster"
@@ -249,20 +250,28 @@ func tlsRemote(dir tlsDirectory, self, domain string) func(serverName string) (s
 }
 
 // servesElsewhere reports whether host is a preview host under domain of
-// a sandbox placed on another live node than self (not lost, not
-// deleted): the HTTPS listener may end TLS for it here, and the
-// forwarding middleware sends its requests on. dir is the watch-fed
-// directory: no etcd call on a handshake's path.
-func servesElsewhere(dir tlsDirectory, self, domain, host string) bool {
-	id, _, ok := naming.ParsePreviewHost(host, domain)
+// a sandbox placed on another live node than self, running there, that
+// its node would serve: a port it exposes over http, or any port of an
+// E2B sandbox (PortHosts; whether it listens is that node's to find) —
+// and names its owner. The HTTPS listener may then end TLS for it here,
+// and the forwarding middleware sends its requests on. dir is the
+// watch-fed directory: no etcd call on a handshake's path.
+func servesElsewhere(dir tlsDirectory, self, domain, host string) (owner string, ok bool) {
+	id, port, ok := naming.ParsePreviewHost(host, domain)
 	if !ok {
-		return false
+		return "", false
 	}
 	p, ok := dir.Placement(id)
-	if !ok || p.Node == self || p.State == cluster.StateLost || p.State == cluster.StateDeleted {
-		return false
+	if !ok || p.Node == self || p.State != cluster.StateRunning {
+		return "", false
 	}
-	return slices.ContainsFunc(dir.Nodes(), func(n cluster.NodeInfo) bool { return n.ID == p.Node })
+	if !p.PortHosts && !slices.ContainsFunc(p.Ports, func(i cluster.PortIntent) bool { return i.Port == port && i.Protocol == "http" }) {
+		return "", false
+	}
+	if !slices.ContainsFunc(dir.Nodes(), func(n cluster.NodeInfo) bool { return n.ID == p.Node }) {
+		return "", false
+	}
+	return p.Owner, true
 }
 
 // keys adapts the node's keys to service.Cluster.
@@ -284,7 +293,7 @@ func (k clusterKeys) ClaimSandbox(ctx context.Context, p service.Placement) erro
 	}
 	err := k.c.node.ClaimPlacement(ctx, cluster.Placement{
 		ID: p.ID, Node: k.c.self, Owner: p.Owner, Name: p.Name, State: cluster.StateRunning, Failover: p.Failover, Spec: sealed, Key: key,
-		Template: p.Template,
+		Template: p.Template, PortHosts: e2b.ServesPortHosts(p.Annotations),
 	})
 	return serviceErr(err)
 }

@@ -74,8 +74,9 @@ type Options struct {
 // release it with Close.
 type Daemon struct {
 	// e2bServesHost: whether the E2B facade serves a preview host (its
-	// ServePort), for the TLS listener's certificate decision.
-	e2bServesHost func(host string) bool
+	// ServePort), and the sandbox's owner, for the TLS listener's
+	// certificate decision.
+	e2bServesHost func(host string) (owner string, ok bool)
 
 	Config   config.Daemon
 	Store    *store.Store
@@ -785,13 +786,27 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	// certificate too, and in a cluster a preview host of a sandbox placed
 	// on another live node (the request is forwarded there once TLS ends
 	// here; the watch-fed directory, no etcd call); the CA bounds what
-	// those 65,535 names per sandbox cost (ingress.LocalCA). Not from
+	// those 65,535 names per sandbox cost (ingress.LocalCA), the facade
+	// admits only ports that listen, and each name counts against its
+	// sandbox's owner where known (an exposed port's: one store read per
+	// handshake; a custom domain's or an API host's: its own group; those
+	// are names a credential made and DNS proved). Not from
 	// ACME: any caller could then make the daemon request a certificate per
 	// port against the CA's rate limits; there, expose the port or use a
 	// wildcard certificate (--https-cert).
-	allowLocal := func(host string) bool {
-		return allow(host) || (d.e2bServesHost != nil && d.e2bServesHost(host)) ||
-			(d.cluster != nil && servesElsewhere(d.cluster.node, d.cluster.self, cfg.Domain, host))
+	admitLocal := func(host string) (owner string, ok bool) {
+		if allow(host) {
+			return d.previewOwner(cfg.Domain, host), true
+		}
+		if d.e2bServesHost != nil {
+			if owner, ok := d.e2bServesHost(host); ok {
+				return owner, true
+			}
+		}
+		if d.cluster != nil {
+			return servesElsewhere(d.cluster.node, d.cluster.self, cfg.Domain, host)
+		}
+		return "", false
 	}
 	var tlsConf *tls.Config
 	if cfg.ACMEEmail != "" {
@@ -814,7 +829,7 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 		if err := registerLocalCA(d.Registry, ca); err != nil {
 			return err
 		}
-		tlsConf = ca.TLSConfig(allowLocal)
+		tlsConf = ca.TLSConfigByOwner(admitLocal)
 	}
 	if cfg.HTTPSCert != "" {
 		var err error
@@ -829,6 +844,23 @@ func (d *Daemon) listenHTTPS(cfg config.Daemon, dataDir string) error {
 	d.httpsLn = tls.NewListener(d.limiter.Wrap(ln), tlsConf) // counted before the handshake
 	d.closers = append(d.closers, func() error { d.httpsLn.Close(); return nil })
 	return nil
+}
+
+// previewOwner is the owner of the sandbox of host when it is a preview
+// host under domain, else "" (the local CA then counts the name against
+// its own group): one store read.
+func (d *Daemon) previewOwner(domain, host string) string {
+	id, _, ok := naming.ParsePreviewHost(host, domain)
+	if !ok || !service.IsID(id) {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sb, err := d.Service.Get(ctx, service.Caller{Admin: true}, id)
+	if err != nil {
+		return ""
+	}
+	return sb.Owner
 }
 
 // registerLocalCA reports the local CA's issuance in reg.

@@ -74,13 +74,18 @@ func TestTLSRemote(t *testing.T) {
 
 // TestServesElsewhere: the HTTPS listener's local CA may issue for a
 // preview host of a sandbox placed on another live node (its requests are
-// forwarded there), never for one of a lost, deleted or unknown sandbox,
-// one whose node is gone, or a name of no preview shape.
+// forwarded there) that the node would serve: any port of a running E2B
+// sandbox, an http port another sandbox exposes. Never for another port
+// (it used to admit every port of every sandbox placed elsewhere), one
+// of a sandbox being (re)created, lost, deleted or unknown, one whose
+// node is gone, or a name of no preview shape; and it names the owner.
 func TestServesElsewhere(t *testing.T) {
 	dir := fakeDirectory{
 		placements: map[string]cluster.Placement{
-			"sb-a":       {ID: "sb-a", Node: "a", State: cluster.StateRunning},
-			"sb-b":       {ID: "sb-b", Node: "b", State: cluster.StateRunning},
+			"sb-a":       {ID: "sb-a", Node: "a", State: cluster.StateRunning, PortHosts: true},
+			"sb-b":       {ID: "sb-b", Node: "b", State: cluster.StateRunning, PortHosts: true, Owner: "alice"},
+			"sb-native":  {ID: "sb-native", Node: "b", State: cluster.StateRunning, Owner: "bob", Ports: []cluster.PortIntent{{Port: 3000, Protocol: "http"}, {Port: 5432, Protocol: "tcp"}}},
+			"sb-new":     {ID: "sb-new", Node: "b", State: cluster.StateCreating, PortHosts: true},
 			"sb-gone":    {ID: "sb-gone", Node: "d", State: cluster.StateRunning},
 			"sb-lost":    {ID: "sb-lost", Node: "b", State: cluster.StateLost},
 			"sb-deleted": {ID: "sb-deleted", Node: "b", State: cluster.StateDeleted},
@@ -90,6 +95,10 @@ func TestServesElsewhere(t *testing.T) {
 	for host, want := range map[string]bool{
 		"8080-sb-b.sandboxes.example.com":       true,
 		"1-sb-b.sandboxes.example.com":          true,
+		"3000-sb-native.sandboxes.example.com":  true,  // exposed over http
+		"8080-sb-native.sandboxes.example.com":  false, // not exposed; not an E2B sandbox
+		"5432-sb-native.sandboxes.example.com":  false, // exposed over tcp: no preview host
+		"8080-sb-new.sandboxes.example.com":     false, // being (re)created: its node serves nothing yet
 		"8080-sb-a.sandboxes.example.com":       false, // this node's: the local checks say
 		"8080-sb-gone.sandboxes.example.com":    false,
 		"8080-sb-lost.sandboxes.example.com":    false,
@@ -98,8 +107,11 @@ func TestServesElsewhere(t *testing.T) {
 		"sb-b.sandboxes.example.com":            false,
 		"8080-sb-b.elsewhere.example.com":       false,
 	} {
-		if got := servesElsewhere(dir, "a", "sandboxes.example.com", host); got != want {
+		if _, got := servesElsewhere(dir, "a", "sandboxes.example.com", host); got != want {
 			t.Errorf("%s: %v, want %v", host, got, want)
 		}
+	}
+	if owner, _ := servesElsewhere(dir, "a", "sandboxes.example.com", "3000-sb-native.sandboxes.example.com"); owner != "bob" {
+		t.Errorf("owner %q, want the placement's, bob", owner)
 	}
 }

@@ -76,6 +76,11 @@
 // in memory) in local mode and tests. Neither is needed for the SNI
 // listener, which never terminates TLS. A handshake comes before any
 // credential, so the local CA's issuance is bounded (names the caller's
-// check admits, single flight per name, signing slots, rates per sandbox
-// and for the CA, an LRU cache): see LocalCA.
+// check admits, single flight per name, signing slots, rates per sandbox,
+// per owner and for the CA, an LRU cache where one owner holds at most a
+// quarter): see LocalCA. The check is the daemon's: routes, API hosts,
+// the E2B facade's ports that listen (ServesHost probes them) and, in a
+// cluster, preview hosts of sandboxes on other nodes; it names each
+// name's owner, so that one tenant's names neither empty the budget nor
+// evict the leaves of another's.
 package ingress

@@ -34,7 +34,9 @@ const (
 // The bounds of on-demand issuance. A TLS handshake comes before any
 // credential, so whoever reaches the listener chooses the server names:
 // allow admits only names the daemon could serve, but one E2B sandbox
-// serves every port by name (65,535 names), so issuance is bounded too.
+// serves every port something listens on by name (up to 65,535 names, and
+// its owner may listen on them all), so issuance is bounded too, and
+// shared out among owners.
 // Signing a leaf costs ~0.8 ms of CPU here (a P-256 key and a signature,
 // 2,000 signatures timed on this 2-core machine).
 const (
@@ -42,6 +44,10 @@ const (
 	// least recently used one goes (one, not all: a name in use keeps its
 	// certificate).
 	localLeafCacheCap = 4096
+	// localOwnerCacheShare: one owner holds at most 1/4 of the cache's
+	// cap; past it that owner's least recently used leaf goes, so one
+	// tenant's flood of names evicts only its own leaves.
+	localOwnerCacheShare = 4
 	// localSignSlots is how many leaves are signed at once, whatever the
 	// number of handshakes waiting.
 	localSignSlots = 2
@@ -58,8 +64,16 @@ const (
 	// it cannot spend the whole CA's budget on one sandbox.
 	localGroupRate  = 0.5
 	localGroupBurst = 32
-	// localGroupCap bounds the groups whose budget is remembered; full
-	// buckets are forgotten first (a fresh one is the same).
+	// localOwnerRate and localOwnerBurst bound fresh leaves per owner
+	// (the tenant the admission check names, else the name's group): a
+	// quarter of the CA's rate and half its burst, so one tenant walking
+	// the ports of all its sandboxes (each a fresh group of 32) leaves
+	// the CA three quarters of its rate for everyone else's.
+	localOwnerRate  = localIssueRate / 4
+	localOwnerBurst = localIssueBurst / 2
+	// localGroupCap bounds the groups and owners whose budget is
+	// remembered (each); full buckets are forgotten first (a fresh one
+	// is the same).
 	localGroupCap = 4096
 )
 
@@ -77,7 +91,8 @@ var (
 // Issuance is on demand and bounded (see the constants above): only names
 // allow admits, one signature per name however many handshakes wait for
 // it (single flight), at most localSignSlots signatures at once, within a
-// rate for the CA and one per sandbox, into a least-recently-used cache.
+// rate for the CA, one per owner (tenant) and one per sandbox, into a
+// least-recently-used cache where each owner holds at most a quarter.
 // A handshake over a bound fails; nothing waits for the budget.
 type LocalCA struct {
 	cert *x509.Certificate
@@ -91,19 +106,24 @@ type LocalCA struct {
 	global   *rate.Limiter
 	groupLim rate.Limit
 	groupMax int
+	ownerLim rate.Limit
+	ownerMax int
 
-	mu     sync.Mutex
-	leaves map[string]*list.Element // of *cachedLeaf, in lru
-	lru    *list.List               // front: most recently used
-	cap    int
-	groups map[string]*rate.Limiter
+	mu      sync.Mutex
+	leaves  map[string]*list.Element // of *cachedLeaf, in lru
+	lru     *list.List               // front: most recently used
+	cap     int
+	byOwner map[string]*list.List // of *list.Element of lru, front: most recently used
+	groups  map[string]*rate.Limiter
+	owners  map[string]*rate.Limiter
 
 	issued, refusedName, refusedBudget atomic.Int64
 }
 
 type cachedLeaf struct {
-	host string
-	cert *tls.Certificate
+	host, owner string
+	cert        *tls.Certificate
+	inOwner     *list.Element // this leaf's place in byOwner[owner]
 }
 
 // LocalCACounts are a LocalCA's issuance counters since it was made.
@@ -147,8 +167,10 @@ func NewLocalCA() (*LocalCA, error) {
 		slots:    make(chan struct{}, localSignSlots),
 		global:   rate.NewLimiter(localIssueRate, localIssueBurst),
 		groupLim: localGroupRate, groupMax: localGroupBurst,
+		ownerLim: localOwnerRate, ownerMax: localOwnerBurst,
 		leaves: map[string]*list.Element{}, lru: list.New(), cap: localLeafCacheCap,
-		groups: map[string]*rate.Limiter{},
+		byOwner: map[string]*list.List{},
+		groups:  map[string]*rate.Limiter{}, owners: map[string]*rate.Limiter{},
 	}, nil
 }
 
@@ -179,25 +201,49 @@ func (ca *LocalCA) Counts() LocalCACounts {
 // it:
 //
 //	srv.Serve(tls.NewListener(ln, ca.TLSConfig(router.Routable)))
+//
+// Every admitted name counts against its sandbox's group; with TLSConfig
+// the group is also the owner. TLSConfigByOwner is the same with an
+// admission check that names the tenant a name counts against.
 func (ca *LocalCA) TLSConfig(allow func(host string) bool) *tls.Config {
+	return ca.TLSConfigByOwner(func(host string) (string, bool) { return "", allow(host) })
+}
+
+// TLSConfigByOwner is TLSConfig whose admission check also names the
+// owner (the tenant) of each name it admits, "" for none known (the
+// name's group then stands for its owner). Each owner has its own share
+// of the CA's issuance rate and of its cache (localOwnerRate,
+// localOwnerCacheShare), so one tenant's flood of names neither empties
+// the CA's budget for the others nor evicts their leaves.
+func (ca *LocalCA) TLSConfigByOwner(admit func(host string) (owner string, ok bool)) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"http/1.1"},
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			host := naming.NormalizeHost(hello.ServerName)
-			if host == "" || !allow(host) {
+			if host == "" {
 				ca.refusedName.Add(1)
 				return nil, errNoRoute
 			}
-			return ca.leaf(hello.Context(), host)
+			owner, ok := admit(host)
+			if !ok {
+				ca.refusedName.Add(1)
+				return nil, errNoRoute
+			}
+			if owner == "" {
+				owner = "group:" + issueGroup(host)
+			} else {
+				owner = "owner:" + owner
+			}
+			return ca.leaf(hello.Context(), host, owner)
 		},
 	}
 }
 
 // leaf returns the cached certificate for host, or one signed now: by one
 // caller at a time per host (the others wait for its result), within the
-// budget.
-func (ca *LocalCA) leaf(ctx context.Context, host string) (*tls.Certificate, error) {
+// budgets of host's group and of owner (a key of TLSConfigByOwner's).
+func (ca *LocalCA) leaf(ctx context.Context, host, owner string) (*tls.Certificate, error) {
 	if c := ca.cached(host); c != nil {
 		return c, nil
 	}
@@ -205,7 +251,7 @@ func (ca *LocalCA) leaf(ctx context.Context, host string) (*tls.Certificate, err
 		if c := ca.cached(host); c != nil {
 			return c, nil // signed by a flight that just ended
 		}
-		if !ca.spend(host) {
+		if !ca.spend(host, owner) {
 			ca.refusedBudget.Add(1)
 			return nil, errIssueBudget
 		}
@@ -219,7 +265,7 @@ func (ca *LocalCA) leaf(ctx context.Context, host string) (*tls.Certificate, err
 			return nil, err
 		}
 		ca.issued.Add(1)
-		ca.store(host, c)
+		ca.store(host, owner, c)
 		return c, nil
 	})
 	select {
@@ -242,58 +288,87 @@ func (ca *LocalCA) cached(host string) *tls.Certificate {
 	if e == nil {
 		return nil
 	}
-	c := e.Value.(*cachedLeaf).cert
-	if !ca.now().Before(c.Leaf.NotAfter.Add(-time.Hour)) {
+	l := e.Value.(*cachedLeaf)
+	if !ca.now().Before(l.cert.Leaf.NotAfter.Add(-time.Hour)) {
 		return nil
 	}
 	ca.lru.MoveToFront(e)
-	return c
+	ca.byOwner[l.owner].MoveToFront(l.inOwner)
+	return l.cert
 }
 
-// store caches host's leaf, evicting the least recently used one past
+// store caches host's leaf as owner's, evicting owner's least recently
+// used one past the owner's cap, then the least recently used one past
 // the cap.
-func (ca *LocalCA) store(host string, c *tls.Certificate) {
+func (ca *LocalCA) store(host, owner string, c *tls.Certificate) {
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
 	if e := ca.leaves[host]; e != nil {
-		e.Value.(*cachedLeaf).cert = c
-		ca.lru.MoveToFront(e)
-		return
+		ca.evict(e) // cached again, perhaps as another owner's
 	}
-	ca.leaves[host] = ca.lru.PushFront(&cachedLeaf{host: host, cert: c})
+	l := &cachedLeaf{host: host, owner: owner, cert: c}
+	e := ca.lru.PushFront(l)
+	ca.leaves[host] = e
+	mine := ca.byOwner[owner]
+	if mine == nil {
+		mine = list.New()
+		ca.byOwner[owner] = mine
+	}
+	l.inOwner = mine.PushFront(e)
+	for mine.Len() > max(1, ca.cap/localOwnerCacheShare) {
+		ca.evict(mine.Back().Value.(*list.Element))
+	}
 	for ca.lru.Len() > ca.cap {
-		old := ca.lru.Back()
-		ca.lru.Remove(old)
-		delete(ca.leaves, old.Value.(*cachedLeaf).host)
+		ca.evict(ca.lru.Back())
 	}
 }
 
-// spend takes one fresh leaf from host's group's budget and the CA's,
-// reporting false (nothing taken from the CA's) when either is empty.
-func (ca *LocalCA) spend(host string) bool {
+// evict drops the cached leaf at e; the caller holds ca.mu.
+func (ca *LocalCA) evict(e *list.Element) {
+	l := e.Value.(*cachedLeaf)
+	ca.lru.Remove(e)
+	delete(ca.leaves, l.host)
+	mine := ca.byOwner[l.owner]
+	mine.Remove(l.inOwner)
+	if mine.Len() == 0 {
+		delete(ca.byOwner, l.owner)
+	}
+}
+
+// spend takes one fresh leaf from the budgets of host's group, of owner
+// and of the CA, reporting false (nothing taken) when any is empty.
+func (ca *LocalCA) spend(host, owner string) bool {
 	now := ca.now()
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
-	g := issueGroup(host)
-	lim := ca.groups[g]
-	if lim == nil {
-		if len(ca.groups) >= localGroupCap {
-			for k, l := range ca.groups { // a full bucket is a fresh one
-				if l.TokensAt(now) >= float64(ca.groupMax) {
-					delete(ca.groups, k)
-				}
-			}
-			if len(ca.groups) >= localGroupCap {
-				return false
-			}
-		}
-		lim = rate.NewLimiter(ca.groupLim, ca.groupMax)
-		ca.groups[g] = lim
-	}
-	if lim.TokensAt(now) < 1 || !ca.global.AllowN(now, 1) {
+	group := bucket(ca.groups, issueGroup(host), ca.groupLim, ca.groupMax, now)
+	mine := bucket(ca.owners, owner, ca.ownerLim, ca.ownerMax, now)
+	if group == nil || mine == nil || group.TokensAt(now) < 1 || mine.TokensAt(now) < 1 || !ca.global.AllowN(now, 1) {
 		return false
 	}
-	return lim.AllowN(now, 1)
+	return group.AllowN(now, 1) && mine.AllowN(now, 1)
+}
+
+// bucket returns key's limiter in m, making a full one (of rate r and
+// burst b) if it has none; nil when m is at localGroupCap with no full
+// bucket to forget.
+func bucket(m map[string]*rate.Limiter, key string, r rate.Limit, b int, now time.Time) *rate.Limiter {
+	if lim := m[key]; lim != nil {
+		return lim
+	}
+	if len(m) >= localGroupCap {
+		for k, l := range m { // a full bucket is a fresh one
+			if l.TokensAt(now) >= float64(b) {
+				delete(m, k)
+			}
+		}
+		if len(m) >= localGroupCap {
+			return nil
+		}
+	}
+	lim := rate.NewLimiter(r, b)
+	m[key] = lim
+	return lim
 }
 
 // issueGroup is the budget a name's leaves count against: the sandbox of

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,9 +12,14 @@ import (
 
 // caListener serves TLS handshakes with ca's configuration over allow on
 // loopback until the test ends; it returns the address.
-func caListener(t *testing.T, ca *LocalCA, allow func(string) bool) string {
+// A cfg given is used instead of ca.TLSConfig(allow).
+func caListener(t *testing.T, ca *LocalCA, allow func(string) bool, cfg ...*tls.Config) string {
 	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", ca.TLSConfig(allow))
+	conf := ca.TLSConfig(allow)
+	if len(cfg) > 0 {
+		conf = cfg[0]
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", conf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,5 +151,75 @@ func TestLocalCA_CacheEvictsOneNotAll(t *testing.T) {
 	got := ca.Counts()
 	if got.Issued != 21 || got.Cached != 8 {
 		t.Fatalf("counts %+v; want 21 signed (the hot name once) and 8 cached", got)
+	}
+}
+
+// ownersByID admits every name and names as its owner the tenant the
+// test gave its sandbox id's prefix (sb-a…: mallory, sb-b…: alice).
+func ownersByID(host string) (string, bool) {
+	switch {
+	case strings.Contains(host, "-sb-a"):
+		return "mallory", true
+	case strings.Contains(host, "-sb-b"):
+		return "alice", true
+	}
+	return "", true
+}
+
+// caListenerByOwner is caListener over TLSConfigByOwner(admit).
+func caListenerByOwner(t *testing.T, ca *LocalCA, admit func(string) (string, bool)) string {
+	t.Helper()
+	cfg := ca.TLSConfigByOwner(admit)
+	return caListener(t, ca, func(string) bool { return true }, cfg)
+}
+
+// TestLocalCA_OneOwnerCannotStarveAnother: one tenant walking the ports
+// of its 40 sandboxes (each a fresh group of 32) used to empty the CA's
+// whole budget, and another tenant's new ports then failed TLS. Now the
+// walker gets its owner's share, and the other tenant its names.
+func TestLocalCA_OneOwnerCannotStarveAnother(t *testing.T) {
+	ca := newTestCA(t) // no refills: what the walk spends stays spent
+	addr := caListenerByOwner(t, ca, ownersByID)
+	walked := 0
+	for sb := range 40 {
+		for port := 1; port <= 10; port++ {
+			if shake(addr, fmt.Sprintf("%d-sb-a%015x.localhost", port, sb), ca) == nil {
+				walked++
+			}
+		}
+	}
+	if walked > localIssueBurst {
+		t.Fatalf("the walk got %d certificates, more than the CA's burst %d", walked, localIssueBurst)
+	}
+	for port := 3000; port < 3020; port++ {
+		if err := shake(addr, fmt.Sprintf("%d-sb-b%015x.localhost", port, 1), ca); err != nil {
+			t.Fatalf("alice's new port %d after mallory's walk (%d certificates): %v", port, walked, err)
+		}
+	}
+}
+
+// TestLocalCA_OneOwnersFloodEvictsOnlyItsOwn: a tenant's flood of names
+// used to push everyone's leaves out of the LRU, and the CA's empty
+// budget then refused to sign them again. Now an owner holds at most its
+// share of the cache, and past it loses its own least recently used.
+func TestLocalCA_OneOwnersFloodEvictsOnlyItsOwn(t *testing.T) {
+	ca := newTestCA(t)
+	ca.cap = 60
+	addr := caListenerByOwner(t, ca, ownersByID)
+	victim := fmt.Sprintf("8080-sb-b%015x.localhost", 1)
+	if err := shake(addr, victim, ca); err != nil {
+		t.Fatal(err)
+	}
+	for sb := range 40 {
+		for port := 1; port <= 10; port++ {
+			_ = shake(addr, fmt.Sprintf("%d-sb-a%015x.localhost", port, sb), ca)
+		}
+	}
+	before := ca.Counts().Issued
+	if err := shake(addr, victim, ca); err != nil {
+		t.Fatalf("alice's cached name after mallory's flood: %v", err)
+	}
+	if got := ca.Counts(); got.Issued != before || got.Cached > 1+ca.cap/localOwnerCacheShare {
+		t.Errorf("counts %+v; want alice's leaf served from the cache (%d issued) and at most %d cached", got, before, 1+ca.cap/localOwnerCacheShare)
 	}
 }

@@ -98,6 +98,9 @@ type Placement struct {
 	// the cluster seals it with a key every node can open, since the node
 	// that recreates it is another one.
 	Recovery []byte
+	// Annotations are the create's (the facades' marks), for the cluster
+	// to publish what other nodes need of them; not stored whole.
+	Annotations map[string]string
 }
 
 // KeyRef names an idempotency key: OnceKey's Scope and Fingerprint (the
@@ -152,7 +155,7 @@ type recoveryRules struct {
 // spec when the request asks to be recreated (a sandbox that is not
 // recreated needs none, and its secret env then never leaves the node).
 func placementOf(id string, req CreateRequest) (Placement, error) {
-	p := Placement{ID: id, Owner: req.Owner, Name: req.Name, Failover: req.Failover}
+	p := Placement{ID: id, Owner: req.Owner, Name: req.Name, Failover: req.Failover, Annotations: req.Annotations}
 	if isTemplateImage(req.Image) {
 		p.Template = templateIDOf(req.Image)
 	}

@@ -49,19 +49,34 @@ func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, po
 }
 
 // ServesHost reports whether host is a preview host <port>-<id>.<domain>
-// that ServePort forwards: a running sandbox created through the E2B API.
-// The TLS listener asks it before it issues a certificate for a name, so
-// that getHost's links are served over TLS like exposed ports. One store
-// read per handshake of a name it has no certificate for.
-func (f *Facade) ServesHost(host string) bool {
+// that ServePort forwards to a server: a running sandbox created through
+// the E2B API, whose port is envd's (49983), the code interpreter's
+// (49999), or one something in the sandbox listens on. It names the
+// sandbox's owner, whom the name's certificate counts against. The TLS
+// listener asks it before it issues a certificate for a name, so that
+// getHost's links are served over TLS like exposed ports; a walk over a
+// sandbox's closed ports is refused by name, so it costs the CA nothing
+// and spends no budget of the owner's. Cost per handshake: one store
+// read, and for another port one connect through the agent (closed at
+// once: the sandbox's server sees a connection without data) unless the
+// port answered one in the last listenTTL; at most listenProbes at once
+// (listenProbesPerSandbox per sandbox), past which a handshake for a port
+// not known to listen fails.
+func (f *Facade) ServesHost(host string) (owner string, ok bool) {
 	if !f.previewHost(host) {
-		return false
+		return "", false
 	}
-	id, _, _ := naming.ParsePreviewHost(host, f.domain)
+	id, port, _ := naming.ParsePreviewHost(host, f.domain)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	sb, err := f.lookupEnvd(ctx, id)
-	return err == nil && sb.State == service.StateRunning && sb.Annotations[annTemplate] != ""
+	if err != nil || sb.State != service.StateRunning || sb.Annotations[annTemplate] == "" {
+		return "", false
+	}
+	if port != envdPort && port != interpreterPort && !f.listening.listens(ctx, sb.ID, port) {
+		return "", false
+	}
+	return sb.Owner, true
 }
 
 // ServePort serves a request that reached the preview host

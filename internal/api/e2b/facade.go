@@ -167,6 +167,7 @@ type Facade struct {
 	interpreter singleflight.Group // one interpreter start per sandbox at a time
 	pending     pendingBuilds      // template builds requested, not started
 	uploads     *uploads           // the files of template builds' COPY steps
+	listening   *listening         // which ports ServesHost found listening
 }
 
 // New returns the facade. It does no I/O.
@@ -213,6 +214,13 @@ func New(opts Options) *Facade {
 		placer:       opts.Placer,
 	}
 	f.pending = pendingBuilds{builds: map[string]*pendingBuild{}, now: time.Now}
+	f.listening = newListening(func(ctx context.Context, id string, port int) error {
+		c, err := f.svc.DialPort(ctx, id, port)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
 	f.uploads = newUploads(time.Now)
 	f.control = f.routes()
 	return f

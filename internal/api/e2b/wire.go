@@ -244,3 +244,11 @@ func (f *Facade) detail(r *http.Request, sb service.Sandbox) sandboxDetail {
 	d.Lifecycle.AutoResume = sb.Annotations[annAutoResume] == "true"
 	return d
 }
+
+// ServesPortHosts reports whether a sandbox created with annotations is
+// one of the facade's (an E2B sandbox), whose ports ServePort serves by
+// preview host with no expose call: the cluster publishes it so that
+// other nodes end TLS only for the port hosts its node would serve.
+func ServesPortHosts(annotations map[string]string) bool {
+	return annotations[annTemplate] != ""
+}
