@@ -116,8 +116,8 @@ test-unit: ## tests that need no engine (go test -short), under a minute; no set
 	$(GO) test -short -count=1 -timeout 5m ./...
 
 .PHONY: bench
-bench: setup build ## print benchmark figures beside their baselines (BENCH_ENGINE=oci: createbench's daemon gets --engine oci)
-	@BENCH_ENGINE="$(BENCH_ENGINE)" scripts/bench.sh
+bench: setup build ## print benchmark figures beside their baselines (BENCH_ENGINES="docker oci": the engines createbench measures)
+	@BENCH_ENGINES="$(BENCH_ENGINES)" scripts/bench.sh
 
 .PHONY: check
 check: ## gofmt, go vet, staticcheck, race tests, generated-code diff

@@ -5,15 +5,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# createbench measures each engine in BENCH_ENGINES (its daemon gets
+# --engine), each beside docker run -d of the same run: by default docker,
+# and oci too where crun is installed (scripts/setup-oci.sh).
+engines=${BENCH_ENGINES:-docker}
+if [ -z "${BENCH_ENGINES:-}" ] && command -v crun >/dev/null 2>&1; then
+  engines="docker oci"
+fi
+
 for dir in bench/*/; do
   [ -f "$dir/main.go" ] || continue
-  args=()
-  # createbench passes --engine through to the daemon it measures.
-  if [ "$(basename "$dir")" = createbench ] && [ -n "${BENCH_ENGINE:-}" ]; then
-    args+=(-engine "$BENCH_ENGINE")
+  if [ "$(basename "$dir")" = createbench ]; then
+    for engine in $engines; do
+      echo "== createbench (--engine $engine)"
+      go run "./$dir" -engine "$engine"
+      echo
+    done
+    continue
   fi
   echo "== $(basename "$dir")"
-  go run "./$dir" "${args[@]}"
+  go run "./$dir"
   echo
 done
 
