@@ -12,7 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/runtime"
 )
@@ -25,7 +28,10 @@ import (
 // netpolicy chains match the bridge and the sandbox's address, and
 // package service applies a sandbox's policy with the address SandboxIP
 // reports. A sandbox without Spec.Network gets a fresh namespace from the
-// OCI runtime, with loopback only.
+// OCI runtime, with loopback only. The namespace has IPv6 disabled
+// (disable_ipv6 on all, default and eth0; no address, not even
+// link-local), as the Docker runtime's containers: the firewall is IPv4
+// only.
 //
 // Addresses come from the upper half of the bridge's subnet (the engine's
 // allocator hands out the lower half first, from the bottom). An address
@@ -86,8 +92,17 @@ func (n *Network) attach(ctx context.Context, id, dir string) (_ netip.Addr, _ s
 // plumb makes the namespace and the veth pair and configures eth0.
 func (n *Network) plumb(ctx context.Context, dir string, ip netip.Addr) (string, error) {
 	ns, veth := netNames(dir)
+	if err := ipBatch(ctx, "", "netns add "+ns); err != nil {
+		return "", err
+	}
+	// No IPv6 in the namespace (as the Docker runtime's containers):
+	// nothing filters IPv6 on the bridge, and a link-local address would
+	// reach the other sandboxes and the host's listeners on [::] past the
+	// IPv4 firewall. Set before eth0 exists, so it inherits the default.
+	if err := disableIPv6(filepath.Join("/run/netns", ns)); err != nil {
+		return "", err
+	}
 	host := strings.Join([]string{
-		"netns add " + ns,
 		"link add " + veth + " type veth peer name eth0 netns " + ns,
 		"link set " + veth + " master " + n.Bridge + " up",
 	}, "\n")
@@ -95,6 +110,7 @@ func (n *Network) plumb(ctx context.Context, dir string, ip netip.Addr) (string,
 		return "", err
 	}
 	inside := strings.Join([]string{
+		"link set eth0 addrgenmode none",
 		"link set lo up",
 		fmt.Sprintf("addr add %s/%d dev eth0", ip, n.Subnet.Bits()),
 		"link set eth0 up",
@@ -265,6 +281,47 @@ func (n *Network) resolvConf() string {
 
 // ipBatch runs iproute2's commands, one a line, in the host's namespace
 // or (ns set) in ns.
+// disableIPv6 sets net.ipv6.conf.{all,default}.disable_ipv6=1 in the
+// network namespace at path, from a thread of this process that joins it
+// for the writes (a sysctl under /proc/sys/net is the opener's
+// namespace's). A kernel without IPv6 has nothing to disable.
+func disableIPv6(path string) error {
+	if _, err := os.Stat("/proc/sys/net/ipv6"); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	target, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("disable IPv6: %w", err)
+	}
+	defer target.Close()
+	self, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return fmt.Errorf("disable IPv6: %w", err)
+	}
+	defer self.Close()
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("disable IPv6: join %s: %w", path, err)
+			return
+		}
+		var werr error
+		for _, k := range []string{"all", "default"} {
+			f := "/proc/sys/net/ipv6/conf/" + k + "/disable_ipv6"
+			if err := os.WriteFile(f, []byte("1\n"), 0); err != nil && werr == nil {
+				werr = fmt.Errorf("disable IPv6 in %s: %w", path, err)
+			}
+		}
+		if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err == nil {
+			goruntime.UnlockOSThread()
+		} // else the thread stays locked and exits with this goroutine
+		errc <- werr
+	}()
+	return <-errc
+}
+
 func ipBatch(ctx context.Context, ns, cmds string) error {
 	args := []string{"-batch", "-"}
 	if ns != "" {

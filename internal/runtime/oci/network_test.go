@@ -138,3 +138,48 @@ func TestNetwork_VethOnTheBridge(t *testing.T) {
 		t.Errorf("network namespaces: %d before A's destroy, %d after; want one fewer", len(nsBefore), len(nsAfter))
 	}
 }
+
+// TestNetwork_NoIPv6: a networked sandbox has no IPv6 address at all (the
+// IPv4 firewall does not see IPv6, so a link-local fe80:: address reached
+// other sandboxes and the host's listeners on [::]); A finds no route to
+// B's nor to the bridge's link-local address.
+func TestNetwork_NoIPv6(t *testing.T) {
+	requireEnv(t)
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err != nil {
+		t.Skip("no IPv6 in this kernel")
+	}
+	nw := testNetwork(t)
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}, func(o *oci.Options) { o.Network = nw })
+	ctx := t.Context()
+	var ids []string
+	for range 2 {
+		id := runtimetest.NewSandboxID()
+		s := spec(id)
+		s.Network = true
+		if _, err := rt.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		got := execIn(t, rt, id, "cat /proc/sys/net/ipv6/conf/all/disable_ipv6 /proc/sys/net/ipv6/conf/default/disable_ipv6 /proc/sys/net/ipv6/conf/eth0/disable_ipv6 | tr '\\n' ' '; cat /proc/net/if_inet6")
+		if got != "1 1 1 " {
+			t.Errorf("in %s: disable_ipv6 all, default, eth0 and the IPv6 addresses = %q, want \"1 1 1 \" and none", id, got)
+		}
+	}
+	// The bridge's link-local address, as a host listener on [::] is on it.
+	br, err := net.InterfaceByName(nw.Bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, _ := br.Addrs()
+	for _, a := range addrs {
+		p, err := netip.ParsePrefix(a.String())
+		if err != nil || !p.Addr().Is6() || !p.Addr().IsLinkLocalUnicast() {
+			continue
+		}
+		if got := execIn(t, rt, ids[0], "ping -6 -c 1 -W 2 "+p.Addr().String()+"%eth0 >/dev/null 2>&1 && echo REACHED"); strings.Contains(got, "REACHED") {
+			t.Errorf("A reaches the bridge's link-local %s over IPv6", p.Addr())
+		}
+	}
+}
