@@ -1,9 +1,10 @@
 package oci
 
 import (
-	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -141,7 +142,8 @@ var (
 // namespaces (cgroup included), cgroup limits for CPU, memory (no swap
 // beyond it) and pids, and /etc/hosts, /etc/hostname and /etc/resolv.conf
 // as the engine writes them, from the sandbox's directory.
-func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, netnsPath string) (*ociSpec, error) {
+// uid and gid are the image user's (imageUser).
+func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, uid, gid uint32, netnsPath string) (*ociSpec, error) {
 	env := slices.Clone(img.cfg.Env)
 	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PATH=") }) {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -155,10 +157,6 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, netn
 		env = setEnv(env, runtime.EnvAgentIsolation, string(runtime.IsolationGVisor))
 	} else {
 		env = setEnv(env, runtime.EnvAgentHandoff, runtime.AgentSocketDir+"/"+runtime.AgentHandoffName)
-	}
-	uid, gid, err := imageUser(img)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", runtime.ErrInvalidSpec, err)
 	}
 	cwd := img.cfg.WorkingDir
 	if cwd == "" {
@@ -254,48 +252,118 @@ func setEnv(env []string, k, v string) []string {
 }
 
 // imageUser resolves the image's user ("", "root", a name, "uid",
-// "uid:gid", "name:group") against its /etc/passwd and /etc/group.
+// "uid:gid", "name:group") against its /etc/passwd and /etc/group. The
+// image is hostile (a committed sandbox's, a registry's): its files are
+// read by imageFile, confined to the image's root.
 func imageUser(img image) (uid, gid uint32, err error) {
 	u, g, _ := strings.Cut(img.cfg.User, ":")
 	if u == "" || u == "root" {
 		u = "0"
 	}
-	uid, ugid, err := lookupID(filepath.Join(img.dir, "etc", "passwd"), u)
+	uid, ugid, err := lookupID(img.dir, "etc/passwd", u)
 	if err != nil {
 		return 0, 0, fmt.Errorf("image user %q: %w", img.cfg.User, err)
 	}
 	gid = ugid
 	if g != "" {
-		if gid, _, err = lookupID(filepath.Join(img.dir, "etc", "group"), g); err != nil {
+		if gid, _, err = lookupID(img.dir, "etc/group", g); err != nil {
 			return 0, 0, fmt.Errorf("image group %q: %w", g, err)
 		}
 	}
 	return uid, gid, nil
 }
 
-// lookupID finds name (or a number) in a passwd- or group-format file:
-// its id and, for passwd, its primary group. A number not in the file is
-// itself (with group 0).
-func lookupID(file, name string) (id, gid uint32, err error) {
-	f, ferr := os.Open(file)
-	if ferr == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Split(sc.Text(), ":")
-			if len(fields) < 3 || (fields[0] != name && fields[2] != name) {
-				continue
-			}
-			n, err := strconv.ParseUint(fields[2], 10, 32)
-			if err != nil {
-				continue
-			}
-			var g uint64
-			if len(fields) > 3 {
-				g, _ = strconv.ParseUint(fields[3], 10, 32)
-			}
-			return uint32(n), uint32(g), nil
+// maxImageFile caps what the daemon reads of an image's /etc/passwd or
+// /etc/group.
+const maxImageFile = 1 << 20
+
+// imageFile reads name (relative, e.g. "etc/passwd") of the image rooted
+// at root as the sandbox would see it: symlinks resolve inside root
+// (openat2 RESOLVE_IN_ROOT; no /proc magic links), never to the host's
+// files; it opens without blocking and wants a regular file of at most
+// maxImageFile bytes (a FIFO or a device must not hang Create). A file
+// the image does not have is os.ErrNotExist.
+func imageFile(root, name string) ([]byte, error) {
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(dir)
+	fd, err := unix.Openat2(dir, name, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		fd, err = openNoSymlinks(dir, name)
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: "/" + name, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), "/"+name)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("the image's /%s is not a regular file (%v)", name, fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxImageFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxImageFile {
+		return nil, fmt.Errorf("the image's /%s is larger than %d bytes", name, maxImageFile)
+	}
+	return b, nil
+}
+
+// openNoSymlinks opens name under dir following no symlink at all (for a
+// kernel without openat2).
+func openNoSymlinks(dir int, name string) (int, error) {
+	parts := strings.Split(name, "/")
+	cur := dir
+	for i, p := range parts {
+		flags := unix.O_NOFOLLOW | unix.O_CLOEXEC
+		if i < len(parts)-1 {
+			flags |= unix.O_PATH | unix.O_DIRECTORY
+		} else {
+			flags |= unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY
 		}
+		fd, err := unix.Openat(cur, p, flags, 0)
+		if cur != dir {
+			unix.Close(cur)
+		}
+		if err != nil {
+			return -1, err
+		}
+		cur = fd
+	}
+	return cur, nil
+}
+
+// lookupID finds name (or a number) in a passwd- or group-format file of
+// the image at root: its id and, for passwd, its primary group. A number
+// not in the file (or with no such file) is itself (with group 0).
+func lookupID(root, file, name string) (id, gid uint32, err error) {
+	b, ferr := imageFile(root, file)
+	if ferr != nil && !errors.Is(ferr, os.ErrNotExist) {
+		return 0, 0, ferr
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		fields := strings.Split(line, ":")
+		if len(fields) < 3 || (fields[0] != name && fields[2] != name) {
+			continue
+		}
+		n, err := strconv.ParseUint(fields[2], 10, 32)
+		if err != nil {
+			continue
+		}
+		var g uint64
+		if len(fields) > 3 {
+			g, _ = strconv.ParseUint(fields[3], 10, 32)
+		}
+		return uint32(n), uint32(g), nil
 	}
 	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
 		return uint32(n), 0, nil

@@ -418,6 +418,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
+	// The image's user, read from its files before the sandbox's lock
+	// is taken: a hostile image must not hold the lock.
+	uid, gid, err := imageUser(img)
+	if err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: %w", id, runtime.ErrInvalidSpec, err)
+	}
 	meta := &sandboxMeta{
 		ID: id, Node: r.opts.NodeID, ContainerID: randHex(12), Labels: labels(spec, r.opts.NodeID),
 		Image: spec.Image, ImageDir: img.dir, Hostname: r.hostname(id), Isolation: spec.Isolation, Binary: r.binary(spec.Isolation),
@@ -476,7 +482,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := r.writeEtc(meta); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
-	cfg, err := r.bundleSpec(spec, meta, img, netns)
+	cfg, err := r.bundleSpec(spec, meta, img, uid, gid, netns)
 	if err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
