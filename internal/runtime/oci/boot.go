@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -314,15 +315,21 @@ func runTracked(cmd *exec.Cmd) error {
 	return err
 }
 
-// ociRuntimeNames are the command names of OCI runtime processes.
-var ociRuntimeNames = map[string]bool{"crun": true, "runc": true, "runsc": true}
+// ociRuntimeNames are the command names of OCI runtime processes; runsc
+// re-executes itself (/proc/self/exe) for its gofer and sandbox, which
+// then show as "exe".
+var ociRuntimeNames = map[string]bool{"crun": true, "runc": true, "runsc": true, "exe": true}
 
 // reapStrays reaps the OCI runtime's own helper processes that outlived
 // the command this process started and were handed to this subreaper
 // when it exited: zombies among this process's children, named as an
-// OCI runtime and not a command os/exec waits for. Without it each
+// OCI runtime (ociRuntimeNames), not a command os/exec waits for and
+// not an agent the reaper waits for. Without it each
 // create would leave one behind.
 func reapStrays() {
+	reaper.mu.Lock()
+	agents := maps.Clone(reaper.pids)
+	reaper.mu.Unlock()
 	execs.mu.Lock()
 	defer execs.mu.Unlock()
 	tasks, _ := os.ReadDir("/proc/self/task")
@@ -332,6 +339,9 @@ func reapStrays() {
 			pid, err := strconv.Atoi(f)
 			if err != nil || execs.pids[pid] {
 				continue
+			}
+			if _, ok := agents[pid]; ok {
+				continue // the reaper's own, with a callback
 			}
 			comm, _ := os.ReadFile("/proc/" + f + "/comm")
 			if !ociRuntimeNames[strings.TrimSpace(string(comm))] {

@@ -371,3 +371,56 @@ func TestBinary_SandboxKeepsTheRuntimeThatMadeIt(t *testing.T) {
 		t.Errorf("after Destroy: left %v", left)
 	}
 }
+
+// zombieChildren lists this process's zombie children named as an OCI
+// runtime's processes (runsc's re-executed ones show as "exe").
+func zombieChildren() []string {
+	var out []string
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, tk := range tasks {
+		b, _ := os.ReadFile(filepath.Join("/proc/self/task", tk.Name(), "children"))
+		for _, p := range strings.Fields(string(b)) {
+			st, _ := os.ReadFile("/proc/" + p + "/stat")
+			s := string(st)
+			i := strings.LastIndexByte(s, ')')
+			if i < 0 || len(s) < i+3 || s[i+2] != 'Z' {
+				continue
+			}
+			comm := s[strings.IndexByte(s, '(')+1 : i]
+			switch comm {
+			case "crun", "runc", "runsc", "exe":
+				out = append(out, p+"("+comm+")")
+			}
+		}
+	}
+	return out
+}
+
+// TestGVisor_NoZombiesLeft: gVisor sandboxes created and destroyed leave
+// no zombie of runsc (re-executed as "exe") under the daemon.
+func TestGVisor_NoZombiesLeft(t *testing.T) {
+	requireEnv(t)
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Skip("no runsc")
+	}
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	for range 2 {
+		id := runtimetest.NewSandboxID()
+		s := spec(id)
+		s.Isolation = runtime.IsolationGVisor
+		s.MemoryMB, s.PidsLimit = runtime.MinGVisorMemoryMB, runtime.MinGVisorPidsLimit
+		if _, err := rt.Create(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Destroy(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for z := zombieChildren(); len(z) > 0; z = zombieChildren() {
+		if time.Now().After(deadline) {
+			t.Fatalf("zombie children 30s after the last destroy: %v", z)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
