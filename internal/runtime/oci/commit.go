@@ -108,6 +108,11 @@ func importChanges(cfg runtime.ImageConfig) ([]string, error) {
 	}
 	for _, kv := range cfg.Env {
 		k, v, _ := strings.Cut(kv, "=")
+		// The key goes unquoted (a hostile base image's own env):
+		// nothing that ends the instruction or the word.
+		if k == "" || strings.ContainsAny(k, "\n\r\t \"'\\$") {
+			return nil, fmt.Errorf("%w: env key %q cannot be committed by this runtime", runtime.ErrInvalidSpec, k)
+		}
 		q, err := quote(v)
 		if err != nil {
 			return nil, err
