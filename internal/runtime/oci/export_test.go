@@ -1,5 +1,7 @@
 package oci
 
+import "time"
+
 // SetFault makes Create fail at the step fault names (tests).
 func (r *Runtime) SetFault(fault func(step string) error) { r.fault = fault }
 
@@ -8,3 +10,6 @@ var Unpack = unpack
 
 // Unpacks is how many image unpacks the runtime started.
 func (r *Runtime) Unpacks() int64 { return r.images.unpacks.Load() }
+
+// SetExportIdle sets how long an image's export may send nothing.
+func SetExportIdle(d time.Duration) (old time.Duration) { old, exportIdle = exportIdle, d; return old }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httputil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -422,5 +424,79 @@ func TestGVisor_NoZombiesLeft(t *testing.T) {
 			t.Fatalf("zombie children 30s after the last destroy: %v", z)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestImage_StalledExportEnds: an export the engine stops sending (as it
+// may for an image's FIFO; here a proxy in front of the engine stalls it)
+// fails Create with ErrUnavailable once nothing came for exportIdle, and
+// leaves no export container behind.
+func TestImage_StalledExportEnds(t *testing.T) {
+	requireEnv(t)
+	ref := "sandboxd-oci-test-stall:" + strings.ToLower(runtimetest.NewSandboxID()[3:])
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+testImage+"\nLABEL t="+ref+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("docker", "build", "-q", "-t", ref, dir).CombinedOutput(); err != nil {
+		t.Fatalf("docker build: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", ref).Run() })
+	// The proxy: every call to the engine but an export goes through.
+	sock := filepath.Join(t.TempDir(), "engine.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) { r.Out.URL.Scheme, r.Out.URL.Host = "http", "docker" },
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(env.cli.DaemonHost(), "unix://"))
+		}},
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/export") {
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		engine.ServeHTTP(w, r)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	cli, err := client.New(client.WithHost("unix://" + sock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	old := oci.SetExportIdle(3 * time.Second)
+	t.Cleanup(func() { oci.SetExportIdle(old) })
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}, func(o *oci.Options) { o.Client = cli })
+	id := runtimetest.NewSandboxID()
+	s := spec(id)
+	s.Image = ref
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := rt.Create(ctx, s); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, runtime.ErrUnavailable) {
+			t.Errorf("Create with a stalled export: %v, want ErrUnavailable", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatalf("Create with a stalled export still blocked after 90s")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "ancestor="+ref).Output()
+		if len(strings.TrimSpace(string(out))) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("export containers of %s left: %s", ref, out)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,12 +172,21 @@ func (r *Runtime) unpackImage(ctx context.Context, ref, dir string, cfg imageCon
 			r.log.Warn("unpack: remove the export container", "container", created.ID, "err", rerr)
 		}
 	}()
-	rc, err := r.cli.ContainerExport(ctx, created.ID, client.ContainerExportOptions{})
+	// The export ends when no byte came for exportIdle: the engine
+	// blocks for ever reading an image's FIFO.
+	ectx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := time.AfterFunc(exportIdle, cancel)
+	defer idle.Stop()
+	rc, err := r.cli.ContainerExport(ectx, created.ID, client.ContainerExportOptions{})
 	if err != nil {
 		return engineErr(fmt.Errorf("unpack image %s: export: %w", ref, err))
 	}
 	defer rc.Close()
-	if err := unpack(rc, tmp); err != nil {
+	if err := unpack(progressReader{rc, func() { idle.Reset(exportIdle) }}, tmp); err != nil {
+		if ectx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("unpack image %s: %w: the engine's export sent nothing for %v (a FIFO in the image?)", ref, runtime.ErrUnavailable, exportIdle)
+		}
 		return fmt.Errorf("unpack image %s: %w", ref, err)
 	}
 	// The image's files are the lower directory of every sandbox of it:
@@ -205,6 +215,23 @@ func (r *Runtime) unpackImage(ctx context.Context, ref, dir string, cfg imageCon
 	}
 	r.log.Info("image unpacked", "image", ref, "dir", dir, "took", time.Since(start))
 	return nil
+}
+
+// exportIdle is how long an image's export may send nothing.
+var exportIdle = 2 * time.Minute
+
+// progressReader calls progress after each read that got bytes.
+type progressReader struct {
+	r        io.Reader
+	progress func()
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.progress()
+	}
+	return n, err
 }
 
 // labelUnpack marks the containers unpackImage creates to export images.
