@@ -13,3 +13,6 @@ func (r *Runtime) Unpacks() int64 { return r.images.unpacks.Load() }
 
 // SetExportIdle sets how long an image's export may send nothing.
 func SetExportIdle(d time.Duration) (old time.Duration) { old, exportIdle = exportIdle, d; return old }
+
+// NetNames is netNames, for the tests that play a reboot.
+var NetNames = netNames

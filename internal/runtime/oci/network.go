@@ -123,7 +123,8 @@ func (n *Network) plumb(ctx context.Context, dir string, ip netip.Addr) (string,
 }
 
 // ensure makes the sandbox's namespace again if it is gone (Start after a
-// reboot), with its recorded address.
+// reboot), with its recorded address, or a new one (in meta.IP) when
+// another sandbox took that.
 func (n *Network) ensure(ctx context.Context, id, dir string, meta *sandboxMeta) error {
 	ns, veth := netNames(dir)
 	_, errNS := os.Stat(filepath.Join("/run/netns", ns))
@@ -136,8 +137,15 @@ func (n *Network) ensure(ctx context.Context, id, dir string, meta *sandboxMeta)
 		return fmt.Errorf("the sandbox's recorded address %q: %w", meta.IP, err)
 	}
 	_ = n.unplumb(ctx, dir)
-	if _, err := n.lease(id, dir, want); err != nil {
-		return err
+	if !n.take(want, dir) {
+		// Another sandbox holds the old address now (the lease
+		// directory is on tmpfs: gone with a reboot): a new one; the
+		// caller records meta.IP, and the firewall is applied with the
+		// address SandboxIP reports after Start.
+		if want, err = n.lease(id, dir, netip.Addr{}); err != nil {
+			return err
+		}
+		meta.IP = want.String()
 	}
 	_, err = n.plumb(ctx, dir, want)
 	return err

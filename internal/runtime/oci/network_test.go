@@ -183,3 +183,44 @@ func TestNetwork_NoIPv6(t *testing.T) {
 		}
 	}
 }
+
+// TestNetwork_StartAfterRebootWithTheAddressTaken: a stopped sandbox
+// whose namespace is gone (a reboot) and whose address another sandbox
+// leased meanwhile starts with a new address, which SandboxIP reports.
+func TestNetwork_StartAfterRebootWithTheAddressTaken(t *testing.T) {
+	requireEnv(t)
+	nw := testNetwork(t)
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}, func(o *oci.Options) { o.Network = nw })
+	ctx := t.Context()
+	id := runtimetest.NewSandboxID()
+	s := spec(id)
+	s.Network = true
+	if _, err := rt.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := rt.SandboxIP(ctx, id)
+	if err := rt.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// The reboot: namespace, veth and leases gone; then another
+	// sandbox (a directory that exists) leases the old address.
+	ns, veth := oci.NetNames(filepath.Join(env.dir, "sandboxes", id))
+	for _, c := range [][]string{{"link", "del", veth}, {"netns", "del", ns}} {
+		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", c, err, out)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(nw.LeaseDir, old.String()), []byte(t.TempDir()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start with the old address taken: %v", err)
+	}
+	ip, err := rt.SandboxIP(ctx, id)
+	if err != nil || !ip.IsValid() || ip == old {
+		t.Fatalf("SandboxIP after Start = %v, %v; want a new address (the old %v is taken)", ip, err, old)
+	}
+	if got := execIn(t, rt, id, "ip -4 -o addr show eth0"); !strings.Contains(got, " "+ip.String()+"/") {
+		t.Errorf("eth0 in the sandbox: %q, want %v", got, ip)
+	}
+}

@@ -628,8 +628,14 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 		if r.opts.Network == nil {
 			return fmt.Errorf("start sandbox %s: %w: the sandbox has network and this runtime none", sandboxID, runtime.ErrInvalidSpec)
 		}
+		ip := meta.IP
 		if err := r.opts.Network.ensure(ctx, sandboxID, r.sandboxDir(sandboxID), meta); err != nil {
 			return fmt.Errorf("start sandbox %s: network: %w", sandboxID, err)
+		}
+		if meta.IP != ip {
+			if err := writeJSON(filepath.Join(r.sandboxDir(sandboxID), "meta.json"), meta); err != nil {
+				return fmt.Errorf("start sandbox %s: %w", sandboxID, noSpace(err))
+			}
 		}
 	}
 	if err := r.boot(ctx, sandboxID, meta); err != nil {
