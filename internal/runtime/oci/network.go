@@ -92,21 +92,20 @@ func (n *Network) attach(ctx context.Context, id, dir string) (_ netip.Addr, _ s
 // plumb makes the namespace and the veth pair and configures eth0.
 func (n *Network) plumb(ctx context.Context, dir string, ip netip.Addr) (string, error) {
 	ns, veth := netNames(dir)
-	if err := ipBatch(ctx, "", "netns add "+ns); err != nil {
+	host := strings.Join([]string{
+		"netns add " + ns,
+		"link add " + veth + " type veth peer name eth0 netns " + ns,
+		"link set " + veth + " master " + n.Bridge + " up",
+	}, "\n")
+	if err := ipBatch(ctx, "", host); err != nil {
 		return "", err
 	}
 	// No IPv6 in the namespace (as the Docker runtime's containers):
 	// nothing filters IPv6 on the bridge, and a link-local address would
 	// reach the other sandboxes and the host's listeners on [::] past the
-	// IPv4 firewall. Set before eth0 exists, so it inherits the default.
+	// IPv4 firewall. "all" applies to eth0 and lo too; eth0 is still down
+	// and makes no link-local address (addrgenmode none).
 	if err := disableIPv6(filepath.Join("/run/netns", ns)); err != nil {
-		return "", err
-	}
-	host := strings.Join([]string{
-		"link add " + veth + " type veth peer name eth0 netns " + ns,
-		"link set " + veth + " master " + n.Bridge + " up",
-	}, "\n")
-	if err := ipBatch(ctx, "", host); err != nil {
 		return "", err
 	}
 	inside := strings.Join([]string{
