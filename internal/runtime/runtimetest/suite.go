@@ -794,6 +794,7 @@ func (s *suite) testStats(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Stats: %v", err)
 	}
+	sampled := time.Now()
 	if first.MemoryLimit != uint64(s.memoryMB())<<20 {
 		t.Errorf("MemoryLimit = %d, want %d", first.MemoryLimit, s.memoryMB()<<20)
 	}
@@ -803,6 +804,13 @@ func (s *suite) testStats(t *testing.T) {
 	if first.Pids < 1 || first.CPUTime <= 0 || first.At.IsZero() {
 		t.Errorf("Stats = %+v, want pids >= 1, cpu time > 0, a sample time", first)
 	}
+	// A CPU percentage is a rate, and under a quota only a rate over
+	// several of the scheduler's periods (100 ms each) keeps to it: within
+	// one, a sandbox limited to half a core may run a whole one (seen under
+	// gVisor, whose sentry is busy just after boot). So the second sample
+	// is taken a second after the first, the window the engine's own
+	// stats answer over: a measurement's window, not a wait for a state.
+	time.Sleep(time.Until(sampled.Add(time.Second)))
 	second, err := rt.Stats(opCtx(t), id)
 	if err != nil {
 		t.Fatalf("Stats #2: %v", err)
