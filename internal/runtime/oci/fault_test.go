@@ -305,7 +305,7 @@ func TestCommit_NewSandboxFromTheImage(t *testing.T) {
 	if _, err := rt.Create(ctx, spec(id)); err != nil {
 		t.Fatal(err)
 	}
-	execIn(t, rt, id, `mkdir -p /work && echo "from $HOSTNAME" > /work/hello && ln /work/hello /work/again`)
+	execIn(t, rt, id, `mkdir -p /data && echo "from $HOSTNAME" > /data/hello && ln /data/hello /data/again`)
 	ref := "sandboxd/oci-commit-test:" + id
 	t.Cleanup(func() {
 		_, _ = env.cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{Force: true})
@@ -331,7 +331,7 @@ func TestCommit_NewSandboxFromTheImage(t *testing.T) {
 	if _, err := rt.Create(ctx, sp); err != nil {
 		t.Fatalf("Create from the committed image: %v", err)
 	}
-	if got := execIn(t, rt, id2, `cat /work/hello; echo "$GREETING"; stat -c %h /work/again`); !strings.HasPrefix(got, "from sandbox-") || !strings.Contains(got, "a \"quoted\" $value\n2\n") {
+	if got := execIn(t, rt, id2, `cat /data/hello; echo "$GREETING"; stat -c %h /data/again`); !strings.HasPrefix(got, "from sandbox-") || !strings.Contains(got, "a \"quoted\" $value\n2\n") {
 		t.Errorf("in the new sandbox: %q", got)
 	}
 }
