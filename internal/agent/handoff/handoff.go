@@ -60,6 +60,34 @@ func Bind(path string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
+// Prepare readies a handoff in a socket directory: it removes whatever
+// sockets an earlier run left at agentPath and offerPath, binds a fresh
+// agent socket at agentPath (Bind) and listens at offerPath (mode 0600)
+// for the agent that Offer hands it to. On error nothing stays open.
+func Prepare(agentPath, offerPath string) (*os.File, *net.UnixListener, error) {
+	for _, p := range []string{agentPath, offerPath} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	sock, err := Bind(agentPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: offerPath, Net: "unix"})
+	if err == nil {
+		err = os.Chmod(offerPath, 0o600)
+	}
+	if err != nil {
+		sock.Close()
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, nil, fmt.Errorf("handoff socket: %w", err)
+	}
+	return sock, ln, nil
+}
+
 // ErrWrongPeer is a connection from a process other than the one expected.
 var ErrWrongPeer = errors.New("handoff: peer is not the expected process")
 

@@ -435,27 +435,9 @@ type bootSockets struct {
 // prepareBoot replaces the sockets an earlier run left in the socket
 // directory with a fresh agent socket and a handoff listener.
 func prepareBoot(dir string) (*bootSockets, error) {
-	agentPath := filepath.Join(dir, runtime.AgentSocketName)
-	handoffPath := filepath.Join(dir, runtime.AgentHandoffName)
-	for _, p := range []string{agentPath, handoffPath} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("remove stale socket: %w", err)
-		}
-	}
-	sock, err := handoff.Bind(agentPath)
+	sock, ln, err := handoff.Prepare(filepath.Join(dir, runtime.AgentSocketName), filepath.Join(dir, runtime.AgentHandoffName))
 	if err != nil {
 		return nil, err
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: handoffPath, Net: "unix"})
-	if err == nil {
-		err = os.Chmod(handoffPath, 0o600)
-	}
-	if err != nil {
-		sock.Close()
-		if ln != nil {
-			ln.Close()
-		}
-		return nil, fmt.Errorf("handoff socket: %w", err)
 	}
 	return &bootSockets{sock: sock, ln: ln}, nil
 }
