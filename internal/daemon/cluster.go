@@ -475,6 +475,32 @@ func (l locator) Locate(ctx context.Context, r *http.Request, ref forward.Ref) (
 	return forward.Target{}, false, nil
 }
 
+// arrived is the middleware's Arrived: a call another node sent here for
+// a sandbox this node is taking over (the sender saw the placement name
+// this node) is a retryable 503 until the local row exists, as the
+// locator answers a call made here (target); served, it would be a 404.
+// With no recreate in flight, the usual case, it costs one atomic load.
+func (l locator) arrived(r *http.Request, ref forward.Ref) error {
+	if !l.c.fo.RecreatingAny() {
+		return nil
+	}
+	id := ref.ID
+	if id == "" && ref.Name != "" {
+		owner, ok := l.owner(r)
+		if !ok {
+			return nil // the edge answers 401
+		}
+		var err error
+		if id, err = l.c.node.LookupName(r.Context(), owner, ref.Name); err != nil {
+			return nil // served here: the edge answers from the local store
+		}
+	}
+	if id != "" && l.c.fo.Recreating(id) {
+		return service.Unavailable(fmt.Sprintf("sandbox %s is being recreated on this node", id), nil)
+	}
+	return nil
+}
+
 // owner is the tenant of r's credential, when it has a valid one.
 func (l locator) owner(r *http.Request) (string, bool) {
 	c, ok := l.who(r)
@@ -734,7 +760,8 @@ func (c *clusterNode) handler(next http.Handler, svc *service.Service, authn *au
 	fwd := forward.Middleware(next, forward.Options{
 		Self: c.self, Signer: c.signer, Locator: l,
 		Domain: domain, APIHosts: apiHosts, Logger: c.logger,
-		Route: func(r *http.Request) (string, bool) { ref := route(r); return ref.Sandbox, ref.Create },
+		Route:   func(r *http.Request) (string, bool) { ref := route(r); return ref.Sandbox, ref.Create },
+		Arrived: l.arrived,
 		OnError: func(w http.ResponseWriter, r *http.Request, err error) {
 			if lost := (*lostError)(nil); errors.As(err, &lost) {
 				c.serveLost(w, r, l, route(r), next, lost.p)

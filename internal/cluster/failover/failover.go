@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/cluster"
@@ -77,13 +78,22 @@ type Failover struct {
 	// exists the placement names this node but the service knows nothing
 	// of the id, and a call for it is a retryable 503, not a 404.
 	recreating sync.Map
+	// inFlight counts recreating's entries: a call finds in one atomic
+	// load that nothing is being recreated, the common case.
+	inFlight atomic.Int64
 }
 
 // Recreating reports whether this node is recreating sandbox id now.
 func (f *Failover) Recreating(id string) bool {
+	if f.inFlight.Load() == 0 {
+		return false
+	}
 	_, busy := f.recreating.Load(id)
 	return busy
 }
+
+// RecreatingAny reports whether this node is recreating any sandbox now.
+func (f *Failover) RecreatingAny() bool { return f.inFlight.Load() > 0 }
 
 // Run fails over the sandboxes of departed nodes and sweeps stale ones
 // every staleEvery until ctx ends.
@@ -141,6 +151,8 @@ func (f *Failover) failOne(ctx context.Context, p cluster.Placement) {
 	// first: its lost takeover must not clear the mark the first one's
 	// recreate stands behind (a call then found this node named, no mark
 	// and no row yet: a 404 in the middle of a failover).
+	f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
 	if _, busy := f.recreating.LoadOrStore(p.ID, struct{}{}); busy {
 		return
 	}

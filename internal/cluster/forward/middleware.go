@@ -66,6 +66,13 @@ type Options struct {
 	// It is not called when the caller has gone. Nil: 503
 	// {"error":{"code":"unavailable","message":…,"retryable":true}}.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
+	// Arrived, when set, checks a request another node sent here (its
+	// MAC verified) that names a sandbox (ref.Kind Sandbox), before it is
+	// served: such a request is never located again, so what this node
+	// knows and its sender did not (say, the sandbox is being taken over
+	// here and has no row yet) is said here. A non-nil error answers
+	// OnError.
+	Arrived func(r *http.Request, ref Ref) error
 }
 
 // Dial and TLS handshake bounds for a node: an unreachable node fails
@@ -173,7 +180,18 @@ func (m *Handler) RefOf(r *http.Request) Ref {
 func (m *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if node, ok := m.o.Signer.Verify(r); ok {
 		// Loop guard: a node sent it here.
-		m.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nodeKey{}, node)))
+		r = r.WithContext(context.WithValue(r.Context(), nodeKey{}, node))
+		if m.o.Arrived != nil {
+			if ref := m.RefOf(r); ref.Kind == Sandbox {
+				if err := m.o.Arrived(r, ref); err != nil {
+					if r.Context().Err() == nil {
+						m.o.OnError(w, r, fmt.Errorf("sent here by node %s: %w", node, err))
+					}
+					return
+				}
+			}
+		}
+		m.next.ServeHTTP(w, r)
 		return
 	}
 	StripNodeHeaders(r.Header)

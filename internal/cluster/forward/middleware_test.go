@@ -244,6 +244,57 @@ func TestMiddleware_LoopGuard(t *testing.T) {
 	}
 }
 
+// TestMiddleware_Arrived: a request another node sent here for a sandbox
+// is checked by Arrived before the edges see it; its error is OnError's
+// answer, and a nil leaves the request to the edges. Only a request that
+// names a sandbox is checked.
+func TestMiddleware_Arrived(t *testing.T) {
+	errTakingOver := errors.New("being taken over here")
+	var mu sync.Mutex
+	var checked []forward.Ref
+	refuse := true
+	b := newNode(t, "b", &locator{}, nil, func(o *forward.Options) {
+		o.Arrived = func(_ *http.Request, ref forward.Ref) error {
+			mu.Lock()
+			defer mu.Unlock()
+			checked = append(checked, ref)
+			if refuse {
+				return errTakingOver
+			}
+			return nil
+		}
+		o.OnError = func(w http.ResponseWriter, _ *http.Request, err error) {
+			if !errors.Is(err, errTakingOver) {
+				t.Errorf("OnError got %v, want Arrived's error wrapped", err)
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	a := newNode(t, "a", always(b.target()), nil, nil)
+
+	if status, _ := do(t, client(t), "POST", a.srv.URL+"/v1/sandboxes/"+id+"/exec", "", "{}", nil); status != http.StatusServiceUnavailable {
+		t.Errorf("refused by Arrived: status %d, want OnError's 503", status)
+	}
+	if got := b.requests(); len(got) != 0 {
+		t.Errorf("the edges saw a request Arrived refused: %+v", got)
+	}
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	if status, body := do(t, client(t), "POST", a.srv.URL+"/v1/sandboxes/"+id+"/exec", "", "{}", nil); status != http.StatusOK || body != "served by b" {
+		t.Errorf("let through by Arrived: %d %q, want 200 from b", status, body)
+	}
+	// A request made on b itself is its locator's, not Arrived's.
+	if status, _ := do(t, client(t), "GET", b.srv.URL+"/v1/sandboxes/"+id, "", "", nil); status != http.StatusOK {
+		t.Errorf("a call made on b: status %d, want 200", status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(checked) != 2 || checked[0].ID != id || checked[0].Kind != forward.Sandbox {
+		t.Errorf("Arrived checked %+v, want the two forwarded calls naming %s", checked, id)
+	}
+}
+
 // TestMiddleware_UntrustedNodeHeaders: node headers without a valid MAC
 // are stripped before the edges or the locator see them, and do not stop
 // forwarding.
