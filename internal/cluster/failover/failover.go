@@ -156,7 +156,8 @@ func (f *Failover) failOne(ctx context.Context, p cluster.Placement) {
 	if _, busy := f.recreating.LoadOrStore(p.ID, struct{}{}); busy {
 		return
 	}
-	defer f.recreating.Delete(p.ID)
+	unmark := sync.OnceFunc(func() { f.recreating.Delete(p.ID) })
+	defer unmark()
 	won, err := f.Dir.TakeOver(ctx, p, f.Self)
 	if err != nil || !won {
 		if err != nil {
@@ -178,6 +179,10 @@ func (f *Failover) failOne(ctx context.Context, p cluster.Placement) {
 		f.markLost(ctx, log, p.ID, f.Self)
 		return
 	}
+	// The local row exists and runs: the service answers for the
+	// sandbox from here on (its ports and domains follow). A mark kept
+	// longer would answer 503 to calls that the sandbox already serves.
+	unmark()
 	caller := service.Caller{Owner: p.Owner}
 	for _, port := range p.Ports {
 		if _, err := f.Service.ExposePort(rctx, caller, p.ID, port.Port, port.Protocol, port.Public); err != nil {
