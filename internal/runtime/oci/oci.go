@@ -517,7 +517,7 @@ func (r *Runtime) claim(id string, meta *sandboxMeta, diskMB int64) (err error) 
 	if _, err := os.Lstat(final); err == nil {
 		return fmt.Errorf("%w: %s", runtime.ErrAlreadyExists, id)
 	}
-	tmp := filepath.Join(r.opts.Dir, "sandboxes", tmpPrefix+id+"-"+randHex(4))
+	tmp := filepath.Join(r.opts.Dir, "sandboxes", tmpName(id))
 	if err := r.makeSandboxDir(tmp, diskMB); err != nil {
 		_ = r.removeSandboxDir(tmp)
 		return noSpace(err)
