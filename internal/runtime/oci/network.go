@@ -60,7 +60,7 @@ func (n *Network) leaseDir() string {
 	if n.LeaseDir != "" {
 		return n.LeaseDir
 	}
-	return filepath.Join("/run/sandboxd-oci", n.Bridge)
+	return filepath.Join(defaultLeaseRoot, n.Bridge)
 }
 
 // names are a sandbox's namespace and host-side veth names, from a hash
