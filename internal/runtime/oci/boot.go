@@ -71,8 +71,14 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = dir
 	// Its own process group: a signal to the daemon's group (a terminal's
-	// ^C) does not reach the sandboxes.
-	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	// ^C) does not reach the sandboxes. It dies with this process: a
+	// start the daemon was killed during must not complete behind the
+	// next daemon's back, which finds the sandbox without a run and
+	// removes it, and would leave its agent running in a cgroup of a
+	// sandbox nothing lists. The container it started, once it returned,
+	// is not its child by then and runs on (the death signal is not
+	// inherited).
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true, Pdeathsig: unix.SIGKILL}
 	if err := runTracked(cmd); err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return fmt.Errorf("start: %w", cerr)
