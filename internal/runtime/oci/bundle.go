@@ -141,7 +141,7 @@ var (
 // sudo work; the Docker runtime's hostConfig says why), the engine's masked and read-only paths, private
 // namespaces (cgroup included), cgroup limits for CPU, memory (no swap
 // beyond it) and pids, and /etc/hosts, /etc/hostname and /etc/resolv.conf
-// as the engine writes them, from the sandbox's directory.
+// as the engine writes them (files of the root file system: writeEtc).
 // uid and gid are the image user's (imageUser).
 func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, uid, gid uint32, netnsPath string) (*ociSpec, error) {
 	env := slices.Clone(img.cfg.Env)
@@ -171,10 +171,14 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, uid,
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
-		{Destination: "/etc/hosts", Type: "bind", Source: filepath.Join(r.rwDir(spec.SandboxID), "etc", "hosts"), Options: []string{"rbind", "rprivate"}},
-		{Destination: "/etc/hostname", Type: "bind", Source: filepath.Join(r.rwDir(spec.SandboxID), "etc", "hostname"), Options: []string{"rbind", "rprivate"}},
-		{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(r.rwDir(spec.SandboxID), "etc", "resolv.conf"), Options: []string{"rbind", "rprivate"}},
 		{Destination: runtime.AgentPath, Type: "bind", Source: spec.AgentBinary, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev"}},
+	}
+	if _, err := os.Lstat(filepath.Join(r.rwDir(spec.SandboxID), "etc", "hosts")); err == nil {
+		// The image's /etc is no directory: writeEtc left the files
+		// beside the upper directory.
+		for _, name := range []string{"hosts", "hostname", "resolv.conf"} {
+			mounts = append(mounts, ociMount{Destination: "/etc/" + name, Type: "bind", Source: filepath.Join(r.rwDir(spec.SandboxID), "etc", name), Options: []string{"rbind", "rprivate"}})
+		}
 	}
 	sockOpts := []string{"rbind", "rprivate", "nosuid", "nodev", "noexec"}
 	if spec.Isolation != runtime.IsolationGVisor { // see the Docker runtime's startAgent
