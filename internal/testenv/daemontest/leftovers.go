@@ -1,0 +1,125 @@
+package daemontest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/runtime/oci"
+)
+
+// Engine is what runs the daemon's sandboxes: the last --engine of its
+// own flags, else EnvEngine, else "docker" (the daemon's default).
+func (d *Daemon) Engine() string {
+	engine := os.Getenv(EnvEngine)
+	for i, a := range d.args {
+		switch {
+		case a == "--engine" && i+1 < len(d.args):
+			engine = d.args[i+1]
+		case strings.HasPrefix(a, "--engine="):
+			engine = strings.TrimPrefix(a, "--engine=")
+		}
+	}
+	if engine == "" {
+		engine = "docker"
+	}
+	return engine
+}
+
+// Leftovers lists what the host holds of the daemon's node beside the
+// sandboxes keep, one line each; none means nothing leaked. Under Docker
+// that is the containers labelled with its node id; under --engine oci
+// every trace the oci runtime finds of the node (oci.Runtime.Traces: the
+// sandboxes' directories and subvolumes, mounts, cgroups, network
+// namespaces, veths, address leases, socket directories, the OCI
+// runtime's state and live agents). ids are sandboxes the caller knows
+// of (every id a test saw): their namespaces and veths are looked for
+// even when no other trace names them. It reads and changes nothing of
+// the daemon, which may be running or not.
+func (d *Daemon) Leftovers(ctx context.Context, keep []string, ids ...string) ([]string, error) {
+	if d.Engine() != "oci" {
+		out, err := exec.CommandContext(ctx, "docker", "ps", "-a", "--no-trunc",
+			"--filter", "label=sandboxd.node="+d.nodeID,
+			"--format", `{{.Label "sandboxd.sandbox"}} container {{.ID}} {{.Status}}`).Output()
+		if err != nil {
+			return nil, fmt.Errorf("docker ps: %w", err)
+		}
+		var left []string
+		for line := range strings.Lines(string(out)) {
+			id, _, _ := strings.Cut(line, " ")
+			if line = strings.TrimSpace(line); line != "" && !slices.Contains(keep, id) {
+				left = append(left, line)
+			}
+		}
+		return left, nil
+	}
+	rt, err := d.ociRuntime()
+	if err != nil {
+		return nil, err
+	}
+	defer rt.Close()
+	var left []string
+	for _, tr := range rt.Traces(ids...) {
+		if !slices.Contains(keep, tr.SandboxID) {
+			left = append(left, fmt.Sprintf("%s %s %s", tr.SandboxID, tr.Kind, tr.Path))
+		}
+	}
+	return left, nil
+}
+
+// ociRuntime opens the oci runtime on the daemon's directories, as
+// internal/daemon's openOCI does: its --oci-dir and its socket root.
+// Only for a daemon of --engine oci (it makes the directories).
+func (d *Daemon) ociRuntime() (*oci.Runtime, error) {
+	return oci.New(oci.Options{NodeID: d.nodeID, Dir: d.ociDir, SocketRoot: socketRoot(d.dataDir)})
+}
+
+// OCIDir is the daemon's --oci-dir when it runs --engine oci: a directory
+// of its own on the btrfs file system scripts/setup-oci.sh mounts, when
+// there is one (disk limits are enforced there, as in production), else
+// the daemon's default, <data-dir>/oci. Close removes it.
+func (d *Daemon) OCIDir() string { return d.ociDir }
+
+// OCIDirs are the --oci-dir of every daemon of e (those that ran
+// --engine oci exist).
+func (e *Env) OCIDirs() []string {
+	dirs, _ := filepath.Glob(filepath.Join(e.Root, "*", "oci"))
+	more, _ := filepath.Glob(filepath.Join(ociRoot(), filepath.Base(e.Root)+"-*"))
+	return append(dirs, more...)
+}
+
+// ociRoot is where scripts/setup-oci.sh mounts its btrfs file system.
+func ociRoot() string {
+	dir := os.Getenv("SANDBOXD_OCI_DIR")
+	if dir == "" {
+		dir = "/var/lib/sandboxd-oci"
+	}
+	return filepath.Join(dir, "root")
+}
+
+// ociDir is the --oci-dir of a daemon of the Env rooted at root with
+// data directory dataDir (OCIDir).
+func ociDir(root, dataDir string) string {
+	var fs unix.Statfs_t
+	if unix.Statfs(ociRoot(), &fs) == nil && fs.Type == unix.BTRFS_SUPER_MAGIC {
+		return filepath.Join(ociRoot(), filepath.Base(root)+"-"+filepath.Base(dataDir))
+	}
+	return filepath.Join(dataDir, "oci")
+}
+
+// socketRoot is a daemon's socket root (internal/daemon's socketRoot).
+func socketRoot(dataDir string) string {
+	sum := sha256.Sum256([]byte(dataDir))
+	if unix.Access("/run", unix.W_OK) == nil {
+		return filepath.Join("/run", "sandboxd", hex.EncodeToString(sum[:6]))
+	}
+	return filepath.Join(os.TempDir(), "sandboxd-"+hex.EncodeToString(sum[:6]))
+}
