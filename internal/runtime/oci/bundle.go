@@ -322,6 +322,44 @@ func imageFile(root, name string) ([]byte, error) {
 	return b, nil
 }
 
+// checkMountPaths refuses, with runtime.ErrInvalidSpec, a mount whose
+// path is a file of the image rooted at root (or has one on its way): a
+// volume, a directory, cannot go over it. The engine refuses it at the
+// start; here it is refused before anything is made, and the message
+// names no host path. Symlinks resolve inside root, as in imageFile.
+func checkMountPaths(root string, mounts []runtime.Mount) error {
+	if len(mounts) == 0 {
+		return nil
+	}
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(dir)
+	for _, m := range mounts {
+		name := strings.TrimPrefix(filepath.Clean(m.Path), "/")
+		if name == "" {
+			continue
+		}
+		fd, err := unix.Openat2(dir, name, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		notDir := errors.Is(err, unix.ENOTDIR)
+		if err == nil {
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				notDir = true
+			}
+			unix.Close(fd)
+		}
+		if notDir {
+			return fmt.Errorf("%w: mount path %s is a file in the image; a volume needs a directory or a path that does not exist", runtime.ErrInvalidSpec, m.Path)
+		}
+	}
+	return nil
+}
+
 // openNoSymlinks opens name under dir following no symlink at all (for a
 // kernel without openat2).
 func openNoSymlinks(dir int, name string) (int, error) {

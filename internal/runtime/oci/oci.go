@@ -424,6 +424,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: %w", id, runtime.ErrInvalidSpec, err)
 	}
+	if err := checkMountPaths(img.dir, spec.Mounts); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
 	meta := &sandboxMeta{
 		ID: id, Node: r.opts.NodeID, ContainerID: randHex(12), Labels: labels(spec, r.opts.NodeID),
 		Image: spec.Image, ImageDir: img.dir, Hostname: r.hostname(id), Isolation: spec.Isolation, Binary: r.binary(spec.Isolation),
