@@ -94,6 +94,9 @@ func (r *Runtime) Traces(ids ...string) []Trace {
 		if strings.HasPrefix(rel, "..") {
 			id = ""
 		}
+		if r.otherNode(id) {
+			continue
+		}
 		out = append(out, Trace{SandboxID: id, Kind: TraceMount, Path: m})
 		add(id)
 	}
@@ -114,6 +117,9 @@ func (r *Runtime) Traces(ids ...string) []Trace {
 	}
 	socks, _ := os.ReadDir(r.opts.SocketRoot)
 	for _, e := range socks {
+		if r.otherNode(e.Name()) {
+			continue
+		}
 		out = append(out, Trace{SandboxID: e.Name(), Kind: TraceSocketDir, Path: filepath.Join(r.opts.SocketRoot, e.Name())})
 		add(e.Name())
 	}
