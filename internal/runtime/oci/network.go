@@ -151,18 +151,26 @@ func (n *Network) ensure(ctx context.Context, id, dir string, meta *sandboxMeta)
 }
 
 // detach removes the sandbox's veth, namespace and lease (ip; "" when
-// unknown: every lease of dir); what is gone already is success.
+// unknown: every lease of dir); what is gone already is success. A
+// Network without a bridge (the runtime has none now) looks for the
+// lease in every bridge's lease directory.
 func (n *Network) detach(ctx context.Context, id, dir, ip string) error {
 	if err := n.unplumb(ctx, dir); err != nil {
 		return err
 	}
-	if ip != "" {
-		n.release(dir, ip)
-		return nil
+	dirs := []string{n.leaseDir()}
+	if n.Bridge == "" && n.LeaseDir == "" {
+		dirs, _ = filepath.Glob(filepath.Join(defaultLeaseRoot, "*"))
 	}
-	entries, _ := os.ReadDir(n.leaseDir())
-	for _, e := range entries {
-		n.release(dir, e.Name())
+	for _, ld := range dirs {
+		if ip != "" {
+			release(ld, dir, ip)
+			continue
+		}
+		entries, _ := os.ReadDir(ld)
+		for _, e := range entries {
+			release(ld, dir, e.Name())
+		}
 	}
 	return nil
 }
@@ -182,9 +190,10 @@ func (n *Network) unplumb(ctx context.Context, dir string) error {
 	return nil
 }
 
-// release removes the lease of ip if dir holds it.
-func (n *Network) release(dir, ip string) {
-	p := filepath.Join(n.leaseDir(), ip)
+// release removes the lease of ip in the lease directory ld if dir holds
+// it.
+func release(ld, dir, ip string) {
+	p := filepath.Join(ld, ip)
 	if b, err := os.ReadFile(p); err == nil && string(b) == dir {
 		_ = os.Remove(p)
 	}

@@ -864,8 +864,16 @@ func (r *Runtime) remove(ctx context.Context, id string, meta *sandboxMeta) erro
 	if err := r.unmountRootfs(id); err != nil {
 		return err
 	}
-	if r.opts.Network != nil && (meta == nil || meta.Network) {
-		if err := r.opts.Network.detach(ctx, id, r.sandboxDir(id), m.IP); err != nil {
+	if meta == nil || meta.Network {
+		// Without a network of its own now (a daemon restarted without
+		// --sandbox-network, a tool opening the directory), a networked
+		// sandbox's namespace, veth and lease go all the same: they are
+		// named by its directory.
+		n := r.opts.Network
+		if n == nil {
+			n = &Network{}
+		}
+		if err := n.detach(ctx, id, r.sandboxDir(id), m.IP); err != nil {
 			return fmt.Errorf("network: %w", err)
 		}
 	}
