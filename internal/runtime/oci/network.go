@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -250,13 +251,26 @@ func (n *Network) take(ip netip.Addr, dir string) bool {
 		if string(holder) == dir {
 			return true
 		}
-		if _, err := os.Stat(string(holder)); err == nil || len(holder) == 0 {
-			return false // held (or being written)
+		if len(holder) == 0 {
+			// Being written, or its writer was killed between the
+			// create and the write (a daemon SIGKILLed mid-create),
+			// which would hold the address until a reboot: one older
+			// than emptyLeaseAge is taken over.
+			if fi, err := os.Stat(p); err != nil || time.Since(fi.ModTime()) < emptyLeaseAge {
+				return false
+			}
+		} else if _, err := os.Stat(string(holder)); err == nil {
+			return false // held
 		}
 		_ = os.Remove(p) // its sandbox is gone: take it over (O_EXCL decides a race)
 	}
 	return false
 }
+
+// emptyLeaseAge is how old an empty lease must be to be taken over: its
+// writer writes it at once after creating it, so one this old is a dead
+// writer's.
+const emptyLeaseAge = time.Minute
 
 // pool is the range addresses are leased from: the upper half of the
 // subnet, less its broadcast address and the gateway.
