@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
@@ -64,28 +67,35 @@ func TestCrashRecovery_KillDuringConcurrentCreates(t *testing.T) {
 	requireDocker(t)
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		kill killAt
+		name    string
+		kill    killAt
+		network bool // the sandboxes have network: a netns, a veth, firewall rules
 	}{
 		// Rows are being inserted; few or no containers exist yet.
-		{"early_50ms", killAt{delay: 50 * time.Millisecond}},
+		{"early_50ms", killAt{delay: 50 * time.Millisecond}, false},
 		// Containers are being created and started; rows are creating.
-		{"mid_chain", killAt{midChain: true}},
+		{"mid_chain", killAt{midChain: true}, false},
+		{"mid_chain_network", killAt{midChain: true}, true},
 		// Some creates are committed and answered, the rest are mid-chain.
-		{"after_first_201", killAt{afterFirst201: true, delay: time.Minute}},
+		{"after_first_201", killAt{afterFirst201: true, delay: time.Minute}, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) { crashRound(t, tc.kill) })
+		t.Run(tc.name, func(t *testing.T) { crashRound(t, tc.kill, tc.network) })
 	}
 }
 
-// crashRound runs one kill-and-restart round on a daemon of its own.
-func crashRound(t *testing.T, kill killAt) {
+// crashRound runs one kill-and-restart round on a daemon of its own,
+// whose sandboxes have network when network is set.
+func crashRound(t *testing.T, kill killAt, network bool) {
 	ctx := testContext(t, 4*time.Minute)
-	d := startDaemon(t, "crash",
-		"--cpu-budget", fmt.Sprint(crashBudget.MilliCPU),
-		"--memory-budget", fmt.Sprint(crashBudget.MemoryMB))
-	c := newClient(d, false) // one attempt per call: no retry may reach the next process
+	args := []string{"--cpu-budget", fmt.Sprint(crashBudget.MilliCPU), "--memory-budget", fmt.Sprint(crashBudget.MemoryMB)}
 	req := sandboxd.CreateRequest{Image: busyboxImage, CPU: crashMilliCPU / 1000.0, MemoryMB: crashMemoryMB}
+	if network {
+		args = append(args, sandboxNetwork(t)...)
+		// Network, and no route out of this machine.
+		req.NetworkPolicy = &sandboxd.NetworkPolicy{Mode: sandboxd.NetworkOpen, Deny: []string{"0.0.0.0/1", "128.0.0.0/1"}}
+	}
+	d := startDaemon(t, "crash", args...)
+	c := newClient(d, false) // one attempt per call: no retry may reach the next process
 
 	// A sandbox that exists before the crash must come through it intact.
 	sentinel, err := c.CreateSandbox(ctx, req)
@@ -188,6 +198,28 @@ func crashRound(t *testing.T, kill killAt) {
 	seen := slices.Collect(maps.Keys(left))
 	checkReconciled(ctx, t, d, c, sentinel.ID, results, seen)
 }
+
+// sandboxNetwork returns the flags of a daemon whose sandboxes may have
+// network, on a bridge of t's own that t removes at its end with its
+// firewall chains (after the daemon's own cleanup: call it before
+// startDaemon).
+func sandboxNetwork(t *testing.T) []string {
+	t.Helper()
+	bridge := fmt.Sprintf("sbc%d%d", os.Getpid()%100000, bridgeSeq.Add(1))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := netpolicy.New(netpolicy.Options{Bridge: bridge}).Teardown(ctx); err != nil {
+			t.Errorf("firewall teardown: %v", err)
+		}
+		_, _ = docker(ctx, "network", "rm", bridge)
+		_ = os.Remove(filepath.Join("/run/sandboxd-oci", bridge)) // the oci runtime's address leases, empty by now
+	})
+	return []string{"--sandbox-network", "--sandbox-network-name", bridge}
+}
+
+// bridgeSeq numbers the bridges of sandboxNetwork.
+var bridgeSeq atomic.Int32
 
 // createOutcome is one create fired before a kill.
 type createOutcome struct {

@@ -40,11 +40,22 @@ func (d *Daemon) Engine() string {
 // every trace the oci runtime finds of the node (oci.Runtime.Traces: the
 // sandboxes' directories and subvolumes, mounts, cgroups, network
 // namespaces, veths, address leases, socket directories, the OCI
-// runtime's state and live agents). ids are sandboxes the caller knows
-// of (every id a test saw): their namespaces and veths are looked for
-// even when no other trace names them. It reads and changes nothing of
+// runtime's state and live agents); with a sandbox network, the firewall
+// rules of its bridge too (firewallLeftovers). ids are sandboxes the
+// caller knows of (every id a test saw): their namespaces, veths and
+// firewall chains are looked for even when no other trace names them. It reads and changes nothing of
 // the daemon, which may be running or not.
 func (d *Daemon) Leftovers(ctx context.Context, keep []string, ids ...string) ([]string, error) {
+	fw, err := d.firewallLeftovers(ctx, keep, ids)
+	if err != nil {
+		return nil, err
+	}
+	left, err := d.runtimeLeftovers(ctx, keep, ids)
+	return append(left, fw...), err
+}
+
+// runtimeLeftovers is Leftovers without the firewall.
+func (d *Daemon) runtimeLeftovers(ctx context.Context, keep, ids []string) ([]string, error) {
 	if d.Engine() != "oci" {
 		out, err := exec.CommandContext(ctx, "docker", "ps", "-a", "--no-trunc",
 			"--filter", "label=sandboxd.node="+d.nodeID,
@@ -70,6 +81,51 @@ func (d *Daemon) Leftovers(ctx context.Context, keep []string, ids ...string) ([
 	for _, tr := range rt.Traces(ids...) {
 		if !slices.Contains(keep, tr.SandboxID) {
 			left = append(left, fmt.Sprintf("%s %s %s", tr.SandboxID, tr.Kind, tr.Path))
+		}
+	}
+	return left, nil
+}
+
+// firewallLeftovers lists the firewall rules of sandboxes not in keep,
+// when the daemon has a sandbox network (--sandbox-network-name): the
+// jumps of its bridge's chains, by the sandbox id in their comment, and
+// the sandbox chains of ids (package netpolicy's names: "SBX-" and the
+// first 20 hex digits of the id's SHA-256; comment "sandbox:<id>").
+func (d *Daemon) firewallLeftovers(ctx context.Context, keep, ids []string) ([]string, error) {
+	bridge := ""
+	for i, a := range d.args {
+		if a == "--sandbox-network-name" && i+1 < len(d.args) {
+			bridge = d.args[i+1]
+		}
+	}
+	if bridge == "" {
+		return nil, nil
+	}
+	var left []string
+	for _, t := range []struct{ table, chain string }{{"filter", "SBXD-F-" + bridge}, {"nat", "SBXD-N-" + bridge}} {
+		out, err := exec.CommandContext(ctx, "iptables", "-w", "-t", t.table, "-S", t.chain).Output()
+		if err != nil {
+			continue // no chain: no rule
+		}
+		for line := range strings.Lines(string(out)) {
+			_, after, ok := strings.Cut(line, "--comment ")
+			if !ok {
+				continue
+			}
+			c := strings.Trim(strings.Fields(after)[0], `"`)
+			if id, ok := strings.CutPrefix(c, "sandbox:"); ok && !slices.Contains(keep, id) {
+				left = append(left, id+" firewall rule "+strings.TrimSpace(line))
+			}
+		}
+	}
+	for _, id := range ids {
+		if slices.Contains(keep, id) {
+			continue
+		}
+		sum := sha256.Sum256([]byte(id))
+		chain := "SBX-" + hex.EncodeToString(sum[:])[:20]
+		if exec.CommandContext(ctx, "iptables", "-w", "-S", chain).Run() == nil {
+			left = append(left, id+" firewall chain "+chain)
 		}
 	}
 	return left, nil
