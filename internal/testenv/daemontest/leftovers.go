@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -178,4 +179,50 @@ func socketRoot(dataDir string) string {
 		return filepath.Join("/run", "sandboxd", hex.EncodeToString(sum[:6]))
 	}
 	return filepath.Join(os.TempDir(), "sandboxd-"+hex.EncodeToString(sum[:6]))
+}
+
+// OCISandbox is a sandbox the oci runtime runs for a daemon of an Env, as
+// the engine lists a container: its node, its host name (the oci
+// runtime's keyed name; no engine name exists) and its state (running,
+// exited or created, as runtime.State says them; paused counts as
+// running, as the engine's).
+type OCISandbox struct {
+	ID, Node, Hostname, State string
+}
+
+// OCISandboxes lists the sandboxes of every --oci-dir of e's daemons, of
+// any node (OCIDirs), from the oci runtime's files and /proc.
+func (e *Env) OCISandboxes(ctx context.Context) ([]OCISandbox, error) {
+	var out []OCISandbox
+	for _, dir := range e.OCIDirs() {
+		entries, _ := os.ReadDir(filepath.Join(dir, "sandboxes"))
+		runtimes := map[string]*oci.Runtime{}
+		for _, en := range entries {
+			var meta struct {
+				Node     string `json:"node"`
+				Hostname string `json:"hostname"`
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "sandboxes", en.Name(), "meta.json"))
+			if err != nil || json.Unmarshal(b, &meta) != nil || meta.Node == "" {
+				continue // a create's temporary directory, or one being removed
+			}
+			rt := runtimes[meta.Node]
+			if rt == nil {
+				if rt, err = oci.New(oci.Options{NodeID: meta.Node, Dir: dir, SocketRoot: filepath.Join(os.TempDir(), "sbx-daemontest-unused")}); err != nil {
+					return nil, err
+				}
+				defer rt.Close()
+				runtimes[meta.Node] = rt
+			}
+			st, err := rt.Inspect(ctx, en.Name())
+			if err != nil {
+				return nil, err
+			}
+			if st.State == "missing" {
+				continue
+			}
+			out = append(out, OCISandbox{ID: en.Name(), Node: meta.Node, Hostname: meta.Hostname, State: string(st.State)})
+		}
+	}
+	return out, nil
 }
