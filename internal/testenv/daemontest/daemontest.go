@@ -450,6 +450,13 @@ func (d *Daemon) spawn() (*exec.Cmd, chan struct{}, error) {
 		args = append([]string{"netns", "exec", d.host.NS, d.env.Bins.Sandboxd, "--allow-public",
 			"--https-listen", https, "--https-cert", d.host.Cert, "--https-key", d.host.Key,
 			"--advertise-url", "https://" + https, "--tcp-host", d.host.Name}, args...)
+		if d.Engine() == "oci" {
+			// ip netns exec mounts a sysfs of the namespace's over /sys,
+			// hiding the cgroup hierarchies the OCI runtime needs: they
+			// are mounted again there first (cgroupMounts), then the
+			// shell execs sandboxd: same process.
+			args = append([]string{"netns", "exec", d.host.NS, "sh", "-c", cgroupMounts() + `exec "$0" "$@"`}, args[3:]...)
+		}
 		cmd = exec.Command("ip", args...) // ip execs sandboxd: same process
 	}
 	cmd.Env = append(HermeticEnv(), d.Env...)

@@ -226,3 +226,36 @@ func (e *Env) OCISandboxes(ctx context.Context) ([]OCISandbox, error) {
 	}
 	return out, nil
 }
+
+// cgroupMounts is a shell script that mounts the host's cgroup
+// hierarchies under /sys/fs/cgroup as this process sees them (the tmpfs,
+// each v1 controller's hierarchy, the unified one), for a mount namespace
+// whose /sys is a fresh sysfs (ip netns exec's). Mounting a v1 hierarchy
+// with the same options attaches to the same hierarchy.
+func cgroupMounts() string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	var script strings.Builder
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		i := slices.Index(f, "-")
+		if i < 0 || i+3 >= len(f) || len(f) < 5 || (f[4] != "/sys/fs/cgroup" && !strings.HasPrefix(f[4], "/sys/fs/cgroup/")) {
+			continue
+		}
+		fstype, opts := f[i+1], f[i+3]
+		var keep []string
+		for _, o := range strings.Split(opts, ",") {
+			if o != "rw" && o != "ro" {
+				keep = append(keep, o)
+			}
+		}
+		o := strings.Join(keep, ",")
+		if o == "" {
+			o = "defaults"
+		}
+		fmt.Fprintf(&script, "mkdir -p '%s' && mount -t %s -o '%s' %s '%s' || exit 1; ", f[4], fstype, o, fstype, f[4])
+	}
+	return script.String()
+}
