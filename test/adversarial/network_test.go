@@ -99,8 +99,16 @@ func TestNetwork_ResolverGivesNoNeighbourIDs(t *testing.T) {
 		t.Fatalf("ask the resolver: %+v, %v", res, err)
 	}
 	t.Logf("what the sandbox learnt about %s (%s):\n%s", victim.ID, addr, res.Stdout)
-	if !strings.Contains(res.Stdout, "127.0.0.11") {
-		t.Fatalf("the sandbox's resolver is not the engine's: the check looks in the wrong place")
+	// The engine's embedded resolver, which knows the containers' names.
+	// Under --engine oci there is none: resolv.conf names the host's
+	// resolvers, which know nothing of sandboxes; no answer may show the
+	// id all the same.
+	wantResolver := "127.0.0.11"
+	if d.Engine() == "oci" {
+		wantResolver = "resolv.conf: nameserver "
+	}
+	if !strings.Contains(res.Stdout, wantResolver) {
+		t.Fatalf("the sandbox's resolver is not the engine's (%q): the check looks in the wrong place", wantResolver)
 	}
 	if strings.Contains(res.Stdout, victim.ID) || strings.Contains(res.Stdout, victim.ID[3:]) {
 		t.Errorf("the engine's resolver gave the neighbour's id %s away:\n%s", victim.ID, res.Stdout)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -37,7 +38,7 @@ func TestSecrets_SecretEnvNeverReachesTheEngine(t *testing.T) {
 		}
 	}
 	seen("after the create")
-	engineLacks(t, sb.ID, secret)
+	engineLacks(t, d, sb.ID, secret)
 
 	ctx := testContext(t, 2*time.Minute)
 	if _, err := alice.StopSandbox(ctx, sb.ID); err != nil {
@@ -47,13 +48,18 @@ func TestSecrets_SecretEnvNeverReachesTheEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen("after a stop and a start")
-	engineLacks(t, sb.ID, secret)
+	engineLacks(t, d, sb.ID, secret)
 }
 
 // engineLacks fails t when the engine's view of sandbox id's container
-// (docker inspect, and the files the engine keeps it in) holds secret.
-func engineLacks(t *testing.T, id, secret string) {
+// (docker inspect, and the files the engine keeps it in) holds secret;
+// under --engine oci, the runtime's own files of the sandbox (ociLacks).
+func engineLacks(t *testing.T, d *daemontest.Daemon, id, secret string) {
 	t.Helper()
+	if d.Engine() == "oci" {
+		ociLacks(t, d, id, secret)
+		return
+	}
 	out, err := exec.CommandContext(t.Context(), "docker", "ps", "-aq", "--no-trunc", "--filter", "label=sandboxd.sandbox="+id).Output()
 	cid := strings.TrimSpace(string(out))
 	if err != nil || cid == "" || strings.Contains(cid, "\n") {
@@ -89,6 +95,51 @@ func engineLacks(t *testing.T, id, secret string) {
 		if strings.Contains(string(b), secret) {
 			t.Errorf("the engine's %s holds the secret env", f.Name())
 		}
+	}
+}
+
+// ociLacks fails t when what the oci runtime keeps of sandbox id
+// outside the sandbox's own file system (its OCI bundle's config.json,
+// meta.json, state.json, the OCI runtime's state) holds secret. The
+// sandbox's root file system and writable layer are the sandbox's, not
+// the runtime's view of it.
+func ociLacks(t *testing.T, d *daemontest.Daemon, id, secret string) {
+	t.Helper()
+	var files []string
+	dir := filepath.Join(d.OCIDir(), "sandboxes", id)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("the oci runtime's directory of %s: %v", id, err)
+	}
+	for _, e := range entries {
+		if e.Name() != "rootfs" && e.Name() != "rw" {
+			files = append(files, filepath.Join(dir, e.Name()))
+		}
+	}
+	state, _ := filepath.Glob(filepath.Join(d.OCIDir(), "state", "*", id+"*"))
+	files = append(files, state...)
+	plain := false
+	for _, root := range files {
+		err := filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
+			if err != nil || !e.Type().IsRegular() {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			plain = plain || strings.Contains(string(b), "PLAIN=visible")
+			if strings.Contains(string(b), secret) {
+				t.Errorf("the oci runtime's %s holds the secret env", p)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !plain {
+		t.Fatalf("no file of the oci runtime's for %s shows PLAIN=visible (%v): the check looks in the wrong place", id, files)
 	}
 }
 

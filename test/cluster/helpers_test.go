@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -179,9 +180,33 @@ type ctr struct {
 	Name, Node, State string
 }
 
+// engineFree reports whether the nodes run --engine oci
+// (SANDBOXD_TEST_ENGINE=oci): their sandboxes are then the oci runtime's,
+// and a sandbox's "container" is what daemontest's OCISandboxes lists,
+// named by its keyed host name.
+func engineFree() bool { return os.Getenv(daemontest.EnvEngine) == "oci" }
+
+// ociContainers lists the oci runtime's sandboxes of every node, as
+// containers, by sandbox id.
+func ociContainers(ctx context.Context) (map[string][]ctr, error) {
+	list, err := env.dt.OCISandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]ctr{}
+	for _, sb := range list {
+		out[sb.ID] = append(out[sb.ID], ctr{Name: sb.Hostname, Node: sb.Node, State: sb.State})
+	}
+	return out, nil
+}
+
 // containersOf lists the containers (any state) labelled with sandbox id,
 // on any node.
 func containersOf(ctx context.Context, id string) ([]ctr, error) {
+	if engineFree() {
+		cs, err := ociContainers(ctx)
+		return cs[id], err
+	}
 	out, err := docker(ctx, "ps", "-a", "--no-trunc", "--filter", "label="+labelSandbox+"="+id,
 		"--format", `{{.Names}} {{.Label "`+labelNode+`"}} {{.State}}`)
 	if err != nil {
@@ -199,8 +224,12 @@ func containersOf(ctx context.Context, id string) ([]ctr, error) {
 
 // qualifiedName reports whether c's name is a keyed container name
 // qualified by its node ("<name>.<node id>") that does not show the
-// sandbox id (docker.Runtime.ContainerName).
+// sandbox id (docker.Runtime.ContainerName). Under --engine oci no engine
+// name exists: the keyed host name must not show the id.
 func qualifiedName(c ctr, id string) bool {
+	if engineFree() {
+		return c.Name != "" && !strings.Contains(c.Name, id) && !strings.Contains(c.Name, strings.TrimPrefix(id, "sb-"))
+	}
 	return strings.HasSuffix(c.Name, "."+c.Node) && !strings.Contains(c.Name, id)
 }
 
@@ -229,6 +258,13 @@ func ownerOf(ctx context.Context, t *testing.T, c *daemontest.Cluster, id string
 // nodeCount is how many containers the nodes of c have, in all.
 func nodeCount(ctx context.Context, c *daemontest.Cluster) (int, error) {
 	n := 0
+	if engineFree() {
+		cs, err := containersOn(ctx, c.Nodes...)
+		for _, l := range cs {
+			n += len(l)
+		}
+		return n, err
+	}
 	for _, d := range c.Nodes {
 		left, err := testenv.NodeContainers(ctx, d.NodeID())
 		if err != nil {

@@ -134,6 +134,17 @@ func waitDeparted(ctx context.Context, c *daemontest.Cluster, gone *daemontest.D
 // containersOn lists the containers (any state) of nodes, by sandbox id.
 func containersOn(ctx context.Context, nodes ...*daemontest.Daemon) (map[string][]ctr, error) {
 	out := map[string][]ctr{}
+	if engineFree() {
+		all, err := ociContainers(ctx)
+		for id, l := range all {
+			for _, x := range l {
+				if slices.ContainsFunc(nodes, func(d *daemontest.Daemon) bool { return d.NodeID() == x.Node }) {
+					out[id] = append(out[id], x)
+				}
+			}
+		}
+		return out, err
+	}
 	for _, d := range nodes {
 		list, err := docker(ctx, "ps", "-a", "--no-trunc", "--filter", "label="+labelNode+"="+d.NodeID(),
 			"--format", `{{.Label "`+labelSandbox+`"}} {{.Names}} {{.State}}`)

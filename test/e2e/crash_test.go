@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
@@ -40,11 +45,18 @@ type resources struct{ MilliCPU, MemoryMB int64 }
 func (r resources) String() string { return fmt.Sprintf("%dm CPU, %d MB", r.MilliCPU, r.MemoryMB) }
 
 // killAt says when a crash round kills the daemon: after a delay from
-// firing the creates, or once the first create has answered 201 (the
-// delay then caps the wait).
+// firing the creates, once the first create has answered 201 (the delay
+// then caps the wait), or mid-chain.
 type killAt struct {
 	delay         time.Duration
 	afterFirst201 bool
+	// midChain: once the runtime holds a sandbox (a container, or the
+	// oci runtime's directory) of a create not answered yet: mid-chain
+	// on any engine, whatever a create costs there (an oci create takes
+	// ~60 ms, a Docker one ~500 ms: no delay fits both). The daemon is
+	// frozen (SIGSTOP) while that is looked for, so the kill lands on
+	// exactly the state seen.
+	midChain bool
 }
 
 // TestCrashRecovery_KillDuringConcurrentCreates kills the daemon with
@@ -55,28 +67,35 @@ func TestCrashRecovery_KillDuringConcurrentCreates(t *testing.T) {
 	requireDocker(t)
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		kill killAt
+		name    string
+		kill    killAt
+		network bool // the sandboxes have network: a netns, a veth, firewall rules
 	}{
 		// Rows are being inserted; few or no containers exist yet.
-		{"early_50ms", killAt{delay: 50 * time.Millisecond}},
+		{"early_50ms", killAt{delay: 50 * time.Millisecond}, false},
 		// Containers are being created and started; rows are creating.
-		{"mid_chain_700ms", killAt{delay: 700 * time.Millisecond}},
+		{"mid_chain", killAt{midChain: true}, false},
+		{"mid_chain_network", killAt{midChain: true}, true},
 		// Some creates are committed and answered, the rest are mid-chain.
-		{"after_first_201", killAt{afterFirst201: true, delay: time.Minute}},
+		{"after_first_201", killAt{afterFirst201: true, delay: time.Minute}, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) { crashRound(t, tc.kill) })
+		t.Run(tc.name, func(t *testing.T) { crashRound(t, tc.kill, tc.network) })
 	}
 }
 
-// crashRound runs one kill-and-restart round on a daemon of its own.
-func crashRound(t *testing.T, kill killAt) {
+// crashRound runs one kill-and-restart round on a daemon of its own,
+// whose sandboxes have network when network is set.
+func crashRound(t *testing.T, kill killAt, network bool) {
 	ctx := testContext(t, 4*time.Minute)
-	d := startDaemon(t, "crash",
-		"--cpu-budget", fmt.Sprint(crashBudget.MilliCPU),
-		"--memory-budget", fmt.Sprint(crashBudget.MemoryMB))
-	c := newClient(d, false) // one attempt per call: no retry may reach the next process
+	args := []string{"--cpu-budget", fmt.Sprint(crashBudget.MilliCPU), "--memory-budget", fmt.Sprint(crashBudget.MemoryMB)}
 	req := sandboxd.CreateRequest{Image: busyboxImage, CPU: crashMilliCPU / 1000.0, MemoryMB: crashMemoryMB}
+	if network {
+		args = append(args, sandboxNetwork(t)...)
+		// Network, and no route out of this machine.
+		req.NetworkPolicy = &sandboxd.NetworkPolicy{Mode: sandboxd.NetworkOpen, Deny: []string{"0.0.0.0/1", "128.0.0.0/1"}}
+	}
+	d := startDaemon(t, "crash", args...)
+	c := newClient(d, false) // one attempt per call: no retry may reach the next process
 
 	// A sandbox that exists before the crash must come through it intact.
 	sentinel, err := c.CreateSandbox(ctx, req)
@@ -89,6 +108,8 @@ func crashRound(t *testing.T, kill killAt) {
 	first201 := make(chan struct{})
 	var once sync.Once
 	var wg sync.WaitGroup
+	var answeredMu sync.Mutex
+	answered := map[string]bool{} // ids of the creates answered 201 so far
 	fireCtx, cancelFire := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancelFire()
 	fired := time.Now()
@@ -99,19 +120,51 @@ func crashRound(t *testing.T, kill killAt) {
 			sb, err := c.CreateSandbox(fireCtx, r)
 			results[i] = createOutcome{sb: sb, err: err}
 			if err == nil {
+				answeredMu.Lock()
+				answered[sb.ID] = true
+				answeredMu.Unlock()
 				once.Do(func() { close(first201) })
 			}
 		})
 	}
 	timer := time.NewTimer(kill.delay)
 	defer timer.Stop()
-	if kill.afterFirst201 {
+	switch {
+	case kill.midChain:
+		// Frozen, the daemon answers nothing more: a sandbox of the node
+		// that is neither the sentinel nor answered is one a create made
+		// and has not answered. Not yet: thaw it, look again.
+		pid := d.PID()
+		err := testenv.Poll(ctx, testenv.Deadline, func() error {
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				return err
+			}
+			cs, err := nodeContainers(ctx, d.NodeID())
+			answeredMu.Lock()
+			defer answeredMu.Unlock()
+			if err == nil {
+				for id := range cs {
+					if id != sentinel.ID && !answered[id] {
+						return nil // stays frozen until the kill
+					}
+				}
+				err = fmt.Errorf("no sandbox of an unanswered create yet (%d of the node, %d creates answered)", len(cs), len(answered))
+			}
+			if cerr := syscall.Kill(pid, syscall.SIGCONT); cerr != nil {
+				return errors.Join(err, cerr)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("waiting for a create mid-chain: %v", err)
+		}
+	case kill.afterFirst201:
 		select {
 		case <-first201:
 		case <-timer.C:
 			t.Fatalf("no create answered within %v", kill.delay)
 		}
-	} else {
+	default:
 		<-timer.C
 	}
 	d.Kill()
@@ -142,8 +195,31 @@ func crashRound(t *testing.T, kill killAt) {
 		killedAfter.Round(time.Millisecond), crashCreates, acked, len(left), time.Since(restarted).Round(time.Millisecond))
 
 	c = newClient(d, false)
-	checkReconciled(ctx, t, d, c, sentinel.ID, results)
+	seen := slices.Collect(maps.Keys(left))
+	checkReconciled(ctx, t, d, c, sentinel.ID, results, seen)
 }
+
+// sandboxNetwork returns the flags of a daemon whose sandboxes may have
+// network, on a bridge of t's own that t removes at its end with its
+// firewall chains (after the daemon's own cleanup: call it before
+// startDaemon).
+func sandboxNetwork(t *testing.T) []string {
+	t.Helper()
+	bridge := fmt.Sprintf("sbc%d%d", os.Getpid()%100000, bridgeSeq.Add(1))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := netpolicy.New(netpolicy.Options{Bridge: bridge}).Teardown(ctx); err != nil {
+			t.Errorf("firewall teardown: %v", err)
+		}
+		_, _ = docker(ctx, "network", "rm", bridge)
+		_ = os.Remove(filepath.Join("/run/sandboxd-oci", bridge)) // the oci runtime's address leases, empty by now
+	})
+	return []string{"--sandbox-network", "--sandbox-network-name", bridge}
+}
+
+// bridgeSeq numbers the bridges of sandboxNetwork.
+var bridgeSeq atomic.Int32
 
 // createOutcome is one create fired before a kill.
 type createOutcome struct {
@@ -155,12 +231,17 @@ type createOutcome struct {
 // its startup reconcile:
 //
 //  1. every container labelled with the node id has a row (no orphans);
+//     under --engine oci, nothing of any other sandbox is left on the
+//     host either (daemontest's Leftovers: directories, subvolumes,
+//     mounts, cgroups, namespaces, veths, socket directories, the OCI
+//     runtime's state), seen being the ids of the sandboxes the runtime
+//     held at the kill;
 //  2. no row is in state creating, and every row is running with a
 //     running container (every create either finished or was undone);
 //  3. every create answered 201 before the kill, and the sentinel, are
 //     still there and running, and the sentinel's agent answers;
 //  4. admission holds exactly what the live rows hold (checkAdmission).
-func checkReconciled(ctx context.Context, t *testing.T, d *daemonProcess, c *sandboxd.Client, sentinelID string, results []createOutcome) {
+func checkReconciled(ctx context.Context, t *testing.T, d *daemonProcess, c *sandboxd.Client, sentinelID string, results []createOutcome, seen []string) {
 	t.Helper()
 	rows, err := listAll(ctx, c, sandboxd.ListOptions{Limit: 1000})
 	if err != nil {
@@ -179,16 +260,11 @@ func checkReconciled(ctx context.Context, t *testing.T, d *daemonProcess, c *san
 		if containers, err = nodeContainers(ctx, d.NodeID()); err != nil {
 			return err
 		}
-		var orphans []string
-		for id, ct := range containers {
-			if _, ok := byID[id]; !ok {
-				orphans = append(orphans, fmt.Sprintf("container of %s (%s) has no row", id, ct.State))
-			}
+		left, err := d.Leftovers(ctx, slices.Collect(maps.Keys(byID)), seen...)
+		if err == nil && len(left) > 0 {
+			err = fmt.Errorf("orphans (the node holds them, no row does): %s", strings.Join(left, "; "))
 		}
-		if len(orphans) > 0 {
-			return fmt.Errorf("orphans: %s", strings.Join(orphans, "; "))
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		t.Error(err)

@@ -33,12 +33,17 @@ import (
 const faultDeadline = 60 * time.Second
 
 // TestFault_EngineUnreachable: with the engine cut off, create (on the
-// three APIs) answers 503 naming the engine; exec in a running sandbox
-// goes on (it talks to the sandbox's agent, not the engine). The daemon
-// restarted meanwhile: exec (which must ask the engine who the agent is)
-// and destroy answer 503 naming the engine, /readyz is 503 with cause
-// engine. Restored: /readyz is 200, the destroy retried finishes and a
-// create works.
+// three APIs), a snapshot and an image pull answer 503 naming the engine,
+// and /readyz is 503 with cause engine: the engine holds the images on
+// either engine (--engine oci resolves and unpacks them through it, and
+// commits into it). Exec in a running sandbox goes on (it talks to the
+// sandbox's agent, not the engine). Destroy, and exec once the daemon
+// restarted meanwhile, depend on the engine: under Docker they answer
+// 503 naming it (the container is the engine's; a restarted daemon asks
+// the engine who the agent is before it trusts the socket), under
+// --engine oci they work (the runtime finds its sandboxes, their agents'
+// pids and everything to remove in its own files). Restored: /readyz is
+// 200, the destroys retried finish and a create works.
 func TestFault_EngineUnreachable(t *testing.T) {
 	requireDocker(t)
 	t.Parallel()
@@ -47,6 +52,8 @@ func TestFault_EngineUnreachable(t *testing.T) {
 	d := newDaemon("engine")
 	d.Env = []string{"DOCKER_HOST=unix://" + proxy.path}
 	startOwnDaemon(ctx, t, d)
+	// Whether the sandboxes' lifecycle runs without the engine.
+	engineFree := d.Engine() == "oci"
 
 	waitReady(ctx, t, d, http.StatusOK, "")
 	sb := createRaw(ctx, t, d)
@@ -66,17 +73,28 @@ func TestFault_EngineUnreachable(t *testing.T) {
 	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"statusCode":503`) || !strings.Contains(string(body), "(cause: engine)") {
 		t.Errorf("Daytona create with the engine cut off: %d %s; want 503 {statusCode: 503} naming the engine", status, body)
 	}
+	status, body = call(ctx, d, http.MethodPost, "/v1/sandboxes/"+sb+"/snapshots", map[string]any{})
+	wantFault(t, "snapshot", status, body, "engine")
+	status, body = call(ctx, d, http.MethodPost, "/v1/images/pull", map[string]any{"ref": busyboxImage})
+	wantFault(t, "image pull", status, body, "engine")
 	status, body = call(ctx, d, http.MethodPost, "/v1/sandboxes/"+sb+"/exec", map[string]any{"command": "echo still-here"})
 	if status != http.StatusOK || !strings.Contains(string(body), "still-here") {
 		t.Errorf("exec in a running sandbox with the engine cut off: %d %s; want 200 (the agent answers)", status, body)
 	}
 	status, body = call(ctx, d, http.MethodDelete, "/v1/sandboxes/"+sb2, nil)
-	wantFault(t, "destroy", status, body, "engine")
+	if engineFree {
+		if status != http.StatusNoContent {
+			t.Errorf("destroy with the engine cut off, under --engine oci: %d %s; want 204 (the engine holds nothing of a sandbox)", status, body)
+		}
+	} else {
+		wantFault(t, "destroy", status, body, "engine")
+	}
 	waitReady(ctx, t, d, http.StatusServiceUnavailable, "engine")
 
 	// A daemon restarted meanwhile has not met the sandbox's agent yet:
-	// it asks the engine who the agent is before it trusts the socket,
-	// so its exec needs the engine, and says so.
+	// under Docker it asks the engine who the agent is before it trusts
+	// the socket, so its exec needs the engine, and says so; the oci
+	// runtime knows the agent's pid from its own files.
 	d.Kill()
 	sctx, cancel := context.WithTimeout(ctx, daemontest.StartTimeout)
 	if err := d.Start(sctx); err != nil {
@@ -85,9 +103,24 @@ func TestFault_EngineUnreachable(t *testing.T) {
 	}
 	cancel()
 	status, body = call(ctx, d, http.MethodPost, "/v1/sandboxes/"+sb+"/exec", map[string]any{"command": "echo still-here"})
-	wantFault(t, "exec after a restart, with the engine cut off", status, body, "engine")
+	if engineFree {
+		if status != http.StatusOK || !strings.Contains(string(body), "still-here") {
+			t.Errorf("exec after a restart with the engine cut off, under --engine oci: %d %s; want 200", status, body)
+		}
+	} else {
+		wantFault(t, "exec after a restart, with the engine cut off", status, body, "engine")
+	}
 	status, body = call(ctx, d, http.MethodDelete, "/v1/sandboxes/"+sb, nil)
-	wantFault(t, "destroy during the startup repair", status, body, "engine")
+	if engineFree {
+		if status != http.StatusNoContent {
+			t.Errorf("destroy after a restart with the engine cut off, under --engine oci: %d %s; want 204", status, body)
+		}
+		if left, err := d.Leftovers(ctx, nil, sb, sb2); err != nil || len(left) > 0 {
+			t.Errorf("destroyed with the engine cut off, the sandboxes left %v (%v)", left, err)
+		}
+	} else {
+		wantFault(t, "destroy during the startup repair", status, body, "engine")
+	}
 	waitReady(ctx, t, d, http.StatusServiceUnavailable, "engine")
 
 	proxy.restore(t)
@@ -302,13 +335,14 @@ func waitReady(ctx context.Context, t *testing.T, d *daemonProcess, status int, 
 	t.Fatalf("/readyz: %d %s; want %d with cause %q", got, body, status, cause)
 }
 
-// waitNoContainers waits until d's node has no container: a create the
-// fault refused left none.
+// waitNoContainers waits until d's node has no container (under
+// --engine oci, no trace of a sandbox): a create the fault refused left
+// none.
 func waitNoContainers(ctx context.Context, t *testing.T, d *daemonProcess) {
 	t.Helper()
 	deadline := time.Now().Add(faultDeadline)
 	for {
-		left, err := nodeContainers(ctx, d.NodeID())
+		left, err := d.Leftovers(ctx, nil)
 		if err == nil && len(left) == 0 {
 			return
 		}

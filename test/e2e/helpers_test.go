@@ -202,12 +202,11 @@ func sha256File(t *testing.T, path string) (string, int64) {
 func isNotFound(err error) bool { return errors.Is(err, sandboxd.ErrNotFound) }
 
 // ociSandboxes lists the sandboxes of nodeID that the oci runtime runs in
-// the default --oci-dir of any daemon of the tests, as containers
+// the --oci-dir of any daemon of the tests, as containers
 // (state "running" or "exited", as the engine says them).
 func ociSandboxes(ctx context.Context, nodeID string) (map[string]container, error) {
 	cs := map[string]container{}
-	dirs, _ := filepath.Glob(filepath.Join(env.dt.Root, "*", "oci"))
-	for _, dir := range dirs {
+	for _, dir := range env.dt.OCIDirs() {
 		if _, err := os.Stat(filepath.Join(dir, "sandboxes")); err != nil {
 			continue
 		}

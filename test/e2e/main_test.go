@@ -63,13 +63,14 @@ func runMain(m *testing.M) int {
 	code := m.Run()
 	if env.shared != nil {
 		// Every test destroys what it made on the shared daemon: a
-		// container of its node still there is a leak, which Close's
-		// sweep would otherwise hide.
+		// container of its node (under --engine oci, any trace of a
+		// sandbox) still there is a leak, which Close's sweep would
+		// otherwise hide.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		left, err := testenv.NodeContainers(ctx, env.shared.NodeID())
+		left, err := env.shared.Leftovers(ctx, nil)
 		cancel()
 		if err != nil || len(left) > 0 {
-			fmt.Fprintf(os.Stderr, "FAIL: e2e: the tests left %d container(s) on the shared daemon (node %s): %v\n\t%s\n",
+			fmt.Fprintf(os.Stderr, "FAIL: e2e: the tests left %d sandbox(es) on the shared daemon (node %s): %v\n\t%s\n",
 				len(left), env.shared.NodeID(), err, strings.Join(left, "\n\t"))
 			code = 1
 		}

@@ -54,7 +54,7 @@ func TestOCIEngine_Smoke(t *testing.T) {
 	if left, err := engineContainers(ctx, d.NodeID()); err != nil || len(left) > 0 {
 		t.Errorf("the engine holds containers of the oci daemon: %v, %v", left, err)
 	}
-	sandboxes := filepath.Join(d.DataDir(), "oci", "sandboxes")
+	sandboxes := filepath.Join(d.OCIDir(), "sandboxes")
 	if _, err := os.Stat(filepath.Join(sandboxes, sb.ID, "config.json")); err != nil {
 		t.Errorf("no OCI bundle for the sandbox: %v", err)
 	}
@@ -118,7 +118,7 @@ func TestOCIEngine_SurvivesDaemonSIGKILL(t *testing.T) {
 	if err := c.DestroySandbox(ctx, sb.ID); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
-	sandboxes := filepath.Join(d.DataDir(), "oci", "sandboxes")
+	sandboxes := filepath.Join(d.OCIDir(), "sandboxes")
 	if entries, err := os.ReadDir(sandboxes); err != nil || len(entries) > 0 {
 		t.Errorf("the OCI directory still holds %v (%v)", entries, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,14 +66,26 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 	_ = os.Remove(logPath)
 	pidPath := filepath.Join(dir, "pid")
 	_ = os.Remove(pidPath)
+	// Until the reaper watches the pid the OCI runtime writes there, that
+	// process must not be taken for one of the runtime's own helpers: runsc's
+	// sandbox process is named like them ("exe"), and one that exits at
+	// once is handed to this subreaper as a zombie before it is watched.
+	booting.add(pidPath)
+	defer booting.remove(pidPath)
 	args := r.globalArgs(meta, logPath)
 	args = append(args, "run", "--detach", "--bundle", dir, "--pid-file", pidPath, id)
 	cmd := exec.CommandContext(ctx, r.binaryOf(meta), args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = dir
 	// Its own process group: a signal to the daemon's group (a terminal's
-	// ^C) does not reach the sandboxes.
-	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	// ^C) does not reach the sandboxes. It dies with this process: a
+	// start the daemon was killed during must not complete behind the
+	// next daemon's back, which finds the sandbox without a run and
+	// removes it, and would leave its agent running in a cgroup of a
+	// sandbox nothing lists. The container it started, once it returned,
+	// is not its child by then and runs on (the death signal is not
+	// inherited).
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true, Pdeathsig: unix.SIGKILL}
 	if err := runTracked(cmd); err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return fmt.Errorf("start: %w", cerr)
@@ -327,6 +340,9 @@ var ociRuntimeNames = map[string]bool{"crun": true, "runc": true, "runsc": true,
 // not an agent the reaper waits for. Without it each
 // create would leave one behind.
 func reapStrays() {
+	// Booting before watched: a boot leaves booting only after its pid
+	// is watched, so a pid is in one or the other.
+	starting := booting.pids()
 	reaper.mu.Lock()
 	agents := maps.Clone(reaper.pids)
 	reaper.mu.Unlock()
@@ -340,8 +356,8 @@ func reapStrays() {
 			if err != nil || execs.pids[pid] {
 				continue
 			}
-			if _, ok := agents[pid]; ok {
-				continue // the reaper's own, with a callback
+			if _, ok := agents[pid]; ok || starting[pid] {
+				continue // the reaper's own, with a callback (or about to be)
 			}
 			comm, _ := os.ReadFile("/proc/" + f + "/comm")
 			if !ociRuntimeNames[strings.TrimSpace(string(comm))] {
@@ -354,6 +370,45 @@ func reapStrays() {
 			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
 	}
+}
+
+// booting are the pid files of the boots under way: the pids in them are
+// agents about to be watched, never strays (reapStrays).
+var booting = bootingSet{paths: map[string]int{}}
+
+type bootingSet struct {
+	mu    sync.Mutex
+	paths map[string]int
+}
+
+func (b *bootingSet) add(path string) {
+	b.mu.Lock()
+	b.paths[path]++
+	b.mu.Unlock()
+}
+
+func (b *bootingSet) remove(path string) {
+	b.mu.Lock()
+	if b.paths[path]--; b.paths[path] <= 0 {
+		delete(b.paths, path)
+	}
+	b.mu.Unlock()
+}
+
+// pids are the pids the pid files of the boots under way hold so far.
+func (b *bootingSet) pids() map[int]bool {
+	b.mu.Lock()
+	paths := slices.Collect(maps.Keys(b.paths))
+	b.mu.Unlock()
+	out := map[int]bool{}
+	for _, p := range paths {
+		if text, err := os.ReadFile(p); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(text))); err == nil {
+				out[pid] = true
+			}
+		}
+	}
+	return out
 }
 
 // pidHandle is a live process, held by a pidfd: signals reach exactly it.

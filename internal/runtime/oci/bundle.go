@@ -141,7 +141,7 @@ var (
 // sudo work; the Docker runtime's hostConfig says why), the engine's masked and read-only paths, private
 // namespaces (cgroup included), cgroup limits for CPU, memory (no swap
 // beyond it) and pids, and /etc/hosts, /etc/hostname and /etc/resolv.conf
-// as the engine writes them, from the sandbox's directory.
+// as the engine writes them (files of the root file system: writeEtc).
 // uid and gid are the image user's (imageUser).
 func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, uid, gid uint32, netnsPath string) (*ociSpec, error) {
 	env := slices.Clone(img.cfg.Env)
@@ -171,10 +171,14 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, uid,
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
-		{Destination: "/etc/hosts", Type: "bind", Source: filepath.Join(r.rwDir(spec.SandboxID), "etc", "hosts"), Options: []string{"rbind", "rprivate"}},
-		{Destination: "/etc/hostname", Type: "bind", Source: filepath.Join(r.rwDir(spec.SandboxID), "etc", "hostname"), Options: []string{"rbind", "rprivate"}},
-		{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(r.rwDir(spec.SandboxID), "etc", "resolv.conf"), Options: []string{"rbind", "rprivate"}},
 		{Destination: runtime.AgentPath, Type: "bind", Source: spec.AgentBinary, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev"}},
+	}
+	if _, err := os.Lstat(filepath.Join(r.rwDir(spec.SandboxID), "etc", "hosts")); err == nil {
+		// The image's /etc is no directory: writeEtc left the files
+		// beside the upper directory.
+		for _, name := range []string{"hosts", "hostname", "resolv.conf"} {
+			mounts = append(mounts, ociMount{Destination: "/etc/" + name, Type: "bind", Source: filepath.Join(r.rwDir(spec.SandboxID), "etc", name), Options: []string{"rbind", "rprivate"}})
+		}
 	}
 	sockOpts := []string{"rbind", "rprivate", "nosuid", "nodev", "noexec"}
 	if spec.Isolation != runtime.IsolationGVisor { // see the Docker runtime's startAgent
@@ -316,6 +320,44 @@ func imageFile(root, name string) ([]byte, error) {
 		return nil, fmt.Errorf("the image's /%s is larger than %d bytes", name, maxImageFile)
 	}
 	return b, nil
+}
+
+// checkMountPaths refuses, with runtime.ErrInvalidSpec, a mount whose
+// path is a file of the image rooted at root (or has one on its way): a
+// volume, a directory, cannot go over it. The engine refuses it at the
+// start; here it is refused before anything is made, and the message
+// names no host path. Symlinks resolve inside root, as in imageFile.
+func checkMountPaths(root string, mounts []runtime.Mount) error {
+	if len(mounts) == 0 {
+		return nil
+	}
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(dir)
+	for _, m := range mounts {
+		name := strings.TrimPrefix(filepath.Clean(m.Path), "/")
+		if name == "" {
+			continue
+		}
+		fd, err := unix.Openat2(dir, name, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		notDir := errors.Is(err, unix.ENOTDIR)
+		if err == nil {
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				notDir = true
+			}
+			unix.Close(fd)
+		}
+		if notDir {
+			return fmt.Errorf("%w: mount path %s is a file in the image; a volume needs a directory or a path that does not exist", runtime.ErrInvalidSpec, m.Path)
+		}
+	}
+	return nil
 }
 
 // openNoSymlinks opens name under dir following no symlink at all (for a

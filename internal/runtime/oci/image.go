@@ -150,7 +150,7 @@ func (r *Runtime) unpackImage(ctx context.Context, ref, dir string, cfg imageCon
 	if err := os.MkdirAll(r.imagesDir(), 0o700); err != nil {
 		return err
 	}
-	tmp := filepath.Join(r.imagesDir(), tmpPrefix+filepath.Base(dir)+"-"+randHex(4))
+	tmp := filepath.Join(r.imagesDir(), tmpName(filepath.Base(dir)))
 	if err := os.Mkdir(tmp, 0o755); err != nil {
 		return err
 	}
@@ -198,7 +198,7 @@ func (r *Runtime) unpackImage(ctx context.Context, ref, dir string, cfg imageCon
 	if err != nil {
 		return err
 	}
-	cfgTmp := filepath.Join(r.imagesDir(), tmpPrefix+filepath.Base(dir)+".json-"+randHex(4))
+	cfgTmp := filepath.Join(r.imagesDir(), tmpName(filepath.Base(dir)+".json"))
 	if err := os.WriteFile(cfgTmp, b, 0o600); err != nil {
 		return err
 	}
@@ -247,7 +247,8 @@ func randHex(n int) string {
 }
 
 // sweepTmp removes what crashed unpacks and creates left under dir:
-// entries named with tmpPrefix older than age.
+// entries named with tmpPrefix whose owner runs no more (tmpname.go), or
+// older than age.
 func sweepTmp(dir string, age time.Duration, remove func(path string) error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -257,7 +258,7 @@ func sweepTmp(dir string, age time.Duration, remove func(path string) error) {
 		if !strings.HasPrefix(e.Name(), tmpPrefix) {
 			continue
 		}
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > age {
+		if fi, err := e.Info(); tmpOwnerGone(e.Name()) || (err == nil && time.Since(fi.ModTime()) > age) {
 			_ = remove(filepath.Join(dir, e.Name()))
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -60,7 +61,7 @@ func (n *Network) leaseDir() string {
 	if n.LeaseDir != "" {
 		return n.LeaseDir
 	}
-	return filepath.Join("/run/sandboxd-oci", n.Bridge)
+	return filepath.Join(defaultLeaseRoot, n.Bridge)
 }
 
 // names are a sandbox's namespace and host-side veth names, from a hash
@@ -151,18 +152,26 @@ func (n *Network) ensure(ctx context.Context, id, dir string, meta *sandboxMeta)
 }
 
 // detach removes the sandbox's veth, namespace and lease (ip; "" when
-// unknown: every lease of dir); what is gone already is success.
+// unknown: every lease of dir); what is gone already is success. A
+// Network without a bridge (the runtime has none now) looks for the
+// lease in every bridge's lease directory.
 func (n *Network) detach(ctx context.Context, id, dir, ip string) error {
 	if err := n.unplumb(ctx, dir); err != nil {
 		return err
 	}
-	if ip != "" {
-		n.release(dir, ip)
-		return nil
+	dirs := []string{n.leaseDir()}
+	if n.Bridge == "" && n.LeaseDir == "" {
+		dirs, _ = filepath.Glob(filepath.Join(defaultLeaseRoot, "*"))
 	}
-	entries, _ := os.ReadDir(n.leaseDir())
-	for _, e := range entries {
-		n.release(dir, e.Name())
+	for _, ld := range dirs {
+		if ip != "" {
+			release(ld, dir, ip)
+			continue
+		}
+		entries, _ := os.ReadDir(ld)
+		for _, e := range entries {
+			release(ld, dir, e.Name())
+		}
 	}
 	return nil
 }
@@ -182,9 +191,10 @@ func (n *Network) unplumb(ctx context.Context, dir string) error {
 	return nil
 }
 
-// release removes the lease of ip if dir holds it.
-func (n *Network) release(dir, ip string) {
-	p := filepath.Join(n.leaseDir(), ip)
+// release removes the lease of ip in the lease directory ld if dir holds
+// it.
+func release(ld, dir, ip string) {
+	p := filepath.Join(ld, ip)
 	if b, err := os.ReadFile(p); err == nil && string(b) == dir {
 		_ = os.Remove(p)
 	}
@@ -241,13 +251,26 @@ func (n *Network) take(ip netip.Addr, dir string) bool {
 		if string(holder) == dir {
 			return true
 		}
-		if _, err := os.Stat(string(holder)); err == nil || len(holder) == 0 {
-			return false // held (or being written)
+		if len(holder) == 0 {
+			// Being written, or its writer was killed between the
+			// create and the write (a daemon SIGKILLed mid-create),
+			// which would hold the address until a reboot: one older
+			// than emptyLeaseAge is taken over.
+			if fi, err := os.Stat(p); err != nil || time.Since(fi.ModTime()) < emptyLeaseAge {
+				return false
+			}
+		} else if _, err := os.Stat(string(holder)); err == nil {
+			return false // held
 		}
 		_ = os.Remove(p) // its sandbox is gone: take it over (O_EXCL decides a race)
 	}
 	return false
 }
+
+// emptyLeaseAge is how old an empty lease must be to be taken over: its
+// writer writes it at once after creating it, so one this old is a dead
+// writer's.
+const emptyLeaseAge = time.Minute
 
 // pool is the range addresses are leased from: the upper half of the
 // subnet, less its broadcast address and the gateway.

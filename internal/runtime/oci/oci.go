@@ -424,6 +424,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: %w", id, runtime.ErrInvalidSpec, err)
 	}
+	if err := checkMountPaths(img.dir, spec.Mounts); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
 	meta := &sandboxMeta{
 		ID: id, Node: r.opts.NodeID, ContainerID: randHex(12), Labels: labels(spec, r.opts.NodeID),
 		Image: spec.Image, ImageDir: img.dir, Hostname: r.hostname(id), Isolation: spec.Isolation, Binary: r.binary(spec.Isolation),
@@ -459,12 +462,6 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := r.step("socket dir"); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
-	if err := r.mountRootfs(id, img.dir); err != nil {
-		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
-	}
-	if err := r.step("rootfs"); err != nil {
-		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
-	}
 	netns := ""
 	if spec.Network {
 		ip, path, err := r.opts.Network.attach(ctx, id, r.sandboxDir(id))
@@ -480,6 +477,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	if err := r.writeEtc(meta); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	// After writeEtc: the upper directory is complete before the overlay
+	// is mounted over it.
+	if err := r.mountRootfs(id, img.dir); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	if err := r.step("rootfs"); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	cfg, err := r.bundleSpec(spec, meta, img, uid, gid, netns)
@@ -517,7 +522,7 @@ func (r *Runtime) claim(id string, meta *sandboxMeta, diskMB int64) (err error) 
 	if _, err := os.Lstat(final); err == nil {
 		return fmt.Errorf("%w: %s", runtime.ErrAlreadyExists, id)
 	}
-	tmp := filepath.Join(r.opts.Dir, "sandboxes", tmpPrefix+id+"-"+randHex(4))
+	tmp := filepath.Join(r.opts.Dir, "sandboxes", tmpName(id))
 	if err := r.makeSandboxDir(tmp, diskMB); err != nil {
 		_ = r.removeSandboxDir(tmp)
 		return noSpace(err)
@@ -551,7 +556,27 @@ func (r *Runtime) mountRootfs(id, lower string) error {
 	if mounted(target) {
 		return nil
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, filepath.Join(dir, rwName, "upper"), filepath.Join(dir, rwName, "work"))
+	// The directories are named by descriptors of this process: the
+	// options are what the sandbox reads in its /proc/self/mountinfo,
+	// and host paths there would tell it where the daemon keeps its data
+	// (and the image's id).
+	var fds [3]int
+	for i, p := range []string{lower, filepath.Join(dir, rwName, "upper"), filepath.Join(dir, rwName, "work")} {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, fd := range fds[:i] {
+				unix.Close(fd)
+			}
+			return fmt.Errorf("mount the root file system: %w", err)
+		}
+		fds[i] = fd
+	}
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	opts := fmt.Sprintf("lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d", fds[0], fds[1], fds[2])
 	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount the root file system: %w", err)
 	}
@@ -583,9 +608,34 @@ func (r *Runtime) unmountRootfs(id string) error {
 
 // writeEtc writes the sandbox's /etc/hostname, /etc/hosts and
 // /etc/resolv.conf into its directory (on its subvolume: what the sandbox
-// writes to them counts against its disk limit).
+// writes to them counts against its disk limit): into the overlay's upper
+// directory, before the overlay is mounted, so that they are files of its
+// root file system and no bind mount shows their host path in the
+// sandbox's mountinfo (which would tell it where the daemon keeps its
+// data). An image whose /etc is not a directory (a symlink) keeps it: the
+// files go beside the upper directory and are bind-mounted (bundleSpec).
 func (r *Runtime) writeEtc(meta *sandboxMeta) error {
 	dir := filepath.Join(r.rwDir(meta.ID), "etc")
+	var lower unix.Stat_t
+	switch err := unix.Lstat(filepath.Join(meta.ImageDir, "etc"), &lower); {
+	case errors.Is(err, unix.ENOENT):
+		dir = filepath.Join(r.rwDir(meta.ID), "upper", "etc")
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return noSpace(err)
+		}
+	case err == nil && lower.Mode&unix.S_IFMT == unix.S_IFDIR:
+		// The upper directory's mode and owner are the merged one's.
+		dir = filepath.Join(r.rwDir(meta.ID), "upper", "etc")
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return noSpace(err)
+		}
+		if err := unix.Lchown(dir, int(lower.Uid), int(lower.Gid)); err != nil {
+			return err
+		}
+		if err := unix.Chmod(dir, lower.Mode&0o7777); err != nil {
+			return err
+		}
+	}
 	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
 	if meta.IP != "" {
 		hosts += meta.IP + "\t" + meta.Hostname + "\n"
@@ -814,8 +864,16 @@ func (r *Runtime) remove(ctx context.Context, id string, meta *sandboxMeta) erro
 	if err := r.unmountRootfs(id); err != nil {
 		return err
 	}
-	if r.opts.Network != nil && (meta == nil || meta.Network) {
-		if err := r.opts.Network.detach(ctx, id, r.sandboxDir(id), m.IP); err != nil {
+	if meta == nil || meta.Network {
+		// Without a network of its own now (a daemon restarted without
+		// --sandbox-network, a tool opening the directory), a networked
+		// sandbox's namespace, veth and lease go all the same: they are
+		// named by its directory.
+		n := r.opts.Network
+		if n == nil {
+			n = &Network{}
+		}
+		if err := n.detach(ctx, id, r.sandboxDir(id), m.IP); err != nil {
 			return fmt.Errorf("network: %w", err)
 		}
 	}

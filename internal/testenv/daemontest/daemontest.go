@@ -10,9 +10,7 @@ package daemontest
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -29,9 +27,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/sandboxd/sandboxd/internal/runtime/oci"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
@@ -215,6 +210,7 @@ type Daemon struct {
 	env     *Env
 	nodeID  string
 	dataDir string
+	ociDir  string // its --oci-dir under --engine oci (OCIDir)
 	logPath string
 	args    []string // extra flags, e.g. --cpu-budget
 	// Env is added to the daemon's environment at each start (e.g.
@@ -251,6 +247,7 @@ func (e *Env) New(name string, extraArgs ...string) *Daemon {
 		env:     e,
 		nodeID:  nodeID,
 		dataDir: dataDir,
+		ociDir:  ociDir(e.Root, dataDir),
 		logPath: filepath.Join(e.Root, nodeID+".log"),
 		args: append([]string{
 			"--host-ports", fmt.Sprintf("%d-%d", lo, lo+39),
@@ -444,12 +441,22 @@ func (d *Daemon) spawn() (*exec.Cmd, chan struct{}, error) {
 		// Before the test's own flags: a test that names an engine wins.
 		args = append([]string{"--engine", e}, args...)
 	}
+	if d.Engine() == "oci" && d.ociDir != filepath.Join(d.dataDir, "oci") {
+		args = append([]string{"--oci-dir", d.ociDir}, args...)
+	}
 	cmd := exec.Command(d.env.Bins.Sandboxd, args...)
 	if d.host != nil {
 		https := net.JoinHostPort(d.host.Name, strconv.Itoa(lanHTTPSPort))
 		args = append([]string{"netns", "exec", d.host.NS, d.env.Bins.Sandboxd, "--allow-public",
 			"--https-listen", https, "--https-cert", d.host.Cert, "--https-key", d.host.Key,
 			"--advertise-url", "https://" + https, "--tcp-host", d.host.Name}, args...)
+		if d.Engine() == "oci" {
+			// ip netns exec mounts a sysfs of the namespace's over /sys,
+			// hiding the cgroup hierarchies the OCI runtime needs: they
+			// are mounted again there first (cgroupMounts), then the
+			// shell execs sandboxd: same process.
+			args = append([]string{"netns", "exec", d.host.NS, "sh", "-c", cgroupMounts() + `exec "$0" "$@"`}, args[3:]...)
+		}
 		cmd = exec.Command("ip", args...) // ip execs sandboxd: same process
 	}
 	cmd.Env = append(HermeticEnv(), d.Env...)
@@ -534,8 +541,13 @@ func (d *Daemon) Close() error {
 	if rerr := RemoveContainers(ctx, d.nodeID); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
-	if rerr := removeOCISandboxes(ctx, d.nodeID, d.dataDir); rerr != nil {
+	if rerr := d.removeOCISandboxes(ctx); rerr != nil {
 		err = errors.Join(err, rerr)
+	}
+	if d.ociDir != filepath.Join(d.dataDir, "oci") {
+		if rerr := os.RemoveAll(d.ociDir); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 	}
 	// Volumes' file systems stay mounted while the daemon is down, as they
 	// do in production: unmounted here. Staged subpath mounts a test left
@@ -671,20 +683,14 @@ func HermeticEnv() []string {
 
 // removeOCISandboxes destroys what a daemon of --engine oci left running
 // in its data directory (its default --oci-dir), as RemoveContainers does
-// for the engine's: a daemon keeps its sandboxes when it stops.
-func removeOCISandboxes(ctx context.Context, nodeID, dataDir string) error {
-	dir := filepath.Join(dataDir, "oci")
-	entries, _ := os.ReadDir(filepath.Join(dir, "sandboxes"))
-	if len(entries) == 0 {
+// for the engine's: a daemon keeps its sandboxes when it stops. What is
+// left after that (oci.Runtime.Traces: a cgroup, a namespace, a mount, a
+// subvolume the removal could not find) is a leak, and an error.
+func (d *Daemon) removeOCISandboxes(ctx context.Context) error {
+	if _, err := os.Stat(filepath.Join(d.ociDir, "sandboxes")); err != nil {
 		return nil
 	}
-	// The daemon's socket root (internal/daemon's socketRoot).
-	sum := sha256.Sum256([]byte(dataDir))
-	sockets := filepath.Join(os.TempDir(), "sandboxd-"+hex.EncodeToString(sum[:6]))
-	if unix.Access("/run", unix.W_OK) == nil {
-		sockets = filepath.Join("/run", "sandboxd", hex.EncodeToString(sum[:6]))
-	}
-	rt, err := oci.New(oci.Options{NodeID: nodeID, Dir: dir, SocketRoot: sockets})
+	rt, err := d.ociRuntime()
 	if err != nil {
 		return err
 	}
@@ -696,6 +702,9 @@ func removeOCISandboxes(ctx context.Context, nodeID, dataDir string) error {
 	var errs []error
 	for _, in := range list {
 		errs = append(errs, rt.Destroy(ctx, in.SandboxID))
+	}
+	if left := rt.Traces(); len(left) > 0 {
+		errs = append(errs, fmt.Errorf("daemon %s left traces of sandboxes it no longer lists: %v", d.nodeID, left))
 	}
 	return errors.Join(errs...)
 }
