@@ -107,6 +107,9 @@ type Daemon struct {
 	puller runtime.Puller
 	// disk says whether the engine enforces sandboxes' disk limits.
 	disk runtime.DiskLimiter
+	// imageCollector is the oci runtime (its unpacked images); nil under
+	// the Docker runtime.
+	imageCollector runtime.ImageCollector
 	// cluster is this node's part in a cluster (cluster.go); nil on a
 	// single node.
 	cluster *clusterNode
@@ -394,6 +397,7 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 		d.gvisor = slices.Contains(must(ort.Isolations(ctx)), runtime.IsolationGVisor)
 		d.probeDisk(ort)
 		d.disk = ort
+		d.imageCollector = ort
 	} else {
 		d.gvisor = d.probeGVisor(drt)
 		d.probeDisk(drt)
@@ -546,6 +550,9 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Resolver:   dnsResolver(cfg.DNSResolver),
 		Probes:     d.probes(),
 		Disk:       d.disk,
+
+		// The oci runtime's unpacked images; nil under the engine.
+		ImageCollector: d.imageCollector,
 	})
 	if err != nil {
 		return fmt.Errorf("service.New: %w", err)

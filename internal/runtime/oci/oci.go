@@ -414,10 +414,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := ctx.Err(); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
-	img, err := r.image(ctx, spec.Image)
+	img, release, err := r.image(ctx, spec.Image)
 	if err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
+	// Until the sandbox's meta.json names the image, or the create failed.
+	defer release()
 	// The image's user, read from its files before the sandbox's lock
 	// is taken: a hostile image must not hold the lock.
 	uid, gid, err := imageUser(img)
