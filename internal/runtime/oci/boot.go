@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -221,6 +222,8 @@ var reaper struct {
 	err  error
 	mu   sync.Mutex
 	pids map[int]func(unix.WaitStatus)
+	// passes counts the reaper's passes (tests).
+	passes atomic.Int64
 }
 
 // startReaper makes this process a child subreaper and starts the
@@ -285,6 +288,7 @@ func reapWatched() {
 		f()
 	}
 	reapStrays()
+	reaper.passes.Add(1)
 }
 
 // The OCI runtime's commands this process runs and waits for itself
@@ -315,45 +319,102 @@ func runTracked(cmd *exec.Cmd) error {
 	return err
 }
 
-// ociRuntimeNames are the command names of OCI runtime processes; runsc
-// re-executes itself (/proc/self/exe) for its gofer and sandbox, which
-// then show as "exe".
-var ociRuntimeNames = map[string]bool{"crun": true, "runc": true, "runsc": true, "exe": true}
-
-// reapStrays reaps the OCI runtime's own helper processes that outlived
-// the command this process started and were handed to this subreaper
-// when it exited: zombies among this process's children, named as an
-// OCI runtime (ociRuntimeNames), not a command os/exec waits for and
-// not an agent the reaper waits for. Without it each
-// create would leave one behind.
+// reapStrays reaps the zombies among this process's children that
+// nothing in this process waits for: the processes the OCI runtime's
+// commands left behind (runsc's gofer and the helpers its commands
+// re-execute, crun's), handed to this subreaper when the command that
+// started them exited. A child is someone else's while
+//
+//   - os/exec waits for it: every process os/exec (os.StartProcess)
+//     starts holds a pidfd in this process from its start until its Wait
+//     reaped it (Go's own bookkeeping since 1.23), and runTracked's are
+//     listed besides (execs);
+//   - the reaper waits for it, with a callback (an agent: watch).
+//
+// Every other zombie child is an orphan this process became the parent
+// of as a subreaper, whatever its name. Each is reaped through a pidfd
+// opened after checking that the pid still has the start time it had
+// when seen a zombie (a pid reused since is not reaped). Where the kernel
+// gives os/exec no pidfds, nothing is reaped here: its children could
+// not be told apart.
 func reapStrays() {
 	reaper.mu.Lock()
 	agents := maps.Clone(reaper.pids)
 	reaper.mu.Unlock()
+	type zombie struct {
+		pid   int
+		start uint64
+	}
+	var zombies []zombie
 	execs.mu.Lock()
-	defer execs.mu.Unlock()
 	tasks, _ := os.ReadDir("/proc/self/task")
+	seen := map[int]bool{}
 	for _, t := range tasks {
 		b, _ := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
 		for _, f := range strings.Fields(string(b)) {
 			pid, err := strconv.Atoi(f)
-			if err != nil || execs.pids[pid] {
+			if err != nil || seen[pid] || execs.pids[pid] {
 				continue
 			}
+			seen[pid] = true
 			if _, ok := agents[pid]; ok {
 				continue // the reaper's own, with a callback
 			}
-			comm, _ := os.ReadFile("/proc/" + f + "/comm")
-			if !ociRuntimeNames[strings.TrimSpace(string(comm))] {
-				continue
+			if start, state, err := procStat(pid); err == nil && state == 'Z' {
+				zombies = append(zombies, zombie{pid, start})
 			}
-			if _, state, err := procStat(pid); err != nil || state != 'Z' {
-				continue
-			}
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
 	}
+	execs.mu.Unlock()
+	if len(zombies) == 0 || !execPidfds() {
+		return
+	}
+	held := pidfdPids()
+	for _, z := range zombies {
+		if held[z.pid] {
+			continue // os/exec's (or a caller's) to wait for
+		}
+		fd, err := unix.PidfdOpen(z.pid, 0)
+		if err != nil {
+			continue
+		}
+		if start, state, err := procStat(z.pid); err == nil && state == 'Z' && start == z.start {
+			var info unix.Siginfo
+			_ = unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WNOHANG, nil)
+		}
+		unix.Close(fd)
+	}
+}
+
+// execPidfds reports whether os/exec's children have pidfds here
+// (CLONE_PIDFD: Linux 5.2), which tells them from strays.
+var execPidfds = sync.OnceValue(func() bool {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
+})
+
+// pidfdPids are the pids that pidfds open in this process refer to.
+func pidfdPids() map[int]bool {
+	out := map[int]bool{}
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range fds {
+		if link, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || link != "anon_inode:[pidfd]" {
+			continue
+		}
+		info, _ := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		for line := range strings.Lines(string(info)) {
+			if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+				if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && pid > 0 {
+					out[pid] = true
+				}
+			}
+		}
+	}
+	return out
 }
 
 // pidHandle is a live process, held by a pidfd: signals reach exactly it.
