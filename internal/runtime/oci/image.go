@@ -70,6 +70,7 @@ func (r *Runtime) imagesDir() string { return filepath.Join(r.opts.Dir, "images"
 // is leased (imagegc.go): the caller calls release once the sandbox's
 // meta.json names the image, or its create failed.
 func (r *Runtime) image(ctx context.Context, ref string) (_ image, release func(), err error) {
+	// release stays nil on failure: the lease is dropped here then.
 	res, err := r.cli.ImageInspect(ctx, ref)
 	if cerrdefs.IsNotFound(err) {
 		return image{}, nil, fmt.Errorf("%w: %s (create does not pull: the service pulls before it)", runtime.ErrImageNotFound, ref)
@@ -84,14 +85,14 @@ func (r *Runtime) image(ctx context.Context, ref string) (_ image, release func(
 	dir := filepath.Join(r.imagesDir(), id)
 	// Leased before it is looked for: a collection either saw the lease
 	// and keeps the image, or removed it before and it is unpacked again.
-	release = leaseImage(dir)
+	lease := leaseImage(dir)
 	defer func() {
 		if err != nil {
-			release()
+			lease()
 		}
 	}()
 	if img, err := readImage(dir); err == nil {
-		return img, release, nil
+		return img, lease, nil
 	}
 	cfg := imageConfig{}
 	if c := res.Config; c != nil {
@@ -104,7 +105,7 @@ func (r *Runtime) image(ctx context.Context, ref string) (_ image, release func(
 	if err != nil {
 		return image{}, nil, err
 	}
-	return img, release, nil
+	return img, lease, nil
 }
 
 func readImage(dir string) (image, error) {
