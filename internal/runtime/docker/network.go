@@ -53,7 +53,8 @@ const (
 // and fenced at a later start that finds it empty.
 func (r *Runtime) EnsureNetwork(ctx context.Context, name, bridge string) (_ Network, err error) {
 	defer func() { err = engineErr(err) }()
-	for range 3 {
+	// Rounds: make it, fence it, and once more each when a fence failed.
+	for range 4 {
 		n, busy, err := r.inspectNetwork(ctx, name)
 		if errors.Is(err, runtime.ErrNotFound) {
 			if err := r.createNetwork(ctx, name, bridge, nil); err != nil {
@@ -79,10 +80,21 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, name, bridge string) (_ Net
 		}
 		ipam := &network.IPAM{Config: []network.IPAMConfig{{Subnet: n.Subnet, Gateway: gw, IPRange: fence}}}
 		if err := r.createNetwork(ctx, name, n.Bridge, ipam); err != nil {
-			return Network{}, err
+			// Another network took the subnet in the moment it was
+			// free (the engine refuses overlaps): the next round makes
+			// the network again where the engine says.
+			r.log.Warn("sandbox network: fencing it on its subnet failed; making it again", "network", name, "subnet", n.Subnet, "err", err)
 		}
 	}
-	return r.inspectOnly(ctx, name)
+	n, _, err := r.inspectNetwork(ctx, name)
+	if errors.Is(err, runtime.ErrNotFound) {
+		// Unfenced rather than none.
+		if err := r.createNetwork(ctx, name, bridge, nil); err != nil {
+			return Network{}, err
+		}
+		n, _, err = r.inspectNetwork(ctx, name)
+	}
+	return n, err
 }
 
 // createNetwork creates the bridge network; another's create of it first
@@ -120,11 +132,6 @@ func bridgePorts(bridge string) int {
 		return -1
 	}
 	return len(entries)
-}
-
-func (r *Runtime) inspectOnly(ctx context.Context, name string) (Network, error) {
-	n, _, err := r.inspectNetwork(ctx, name)
-	return n, err
 }
 
 // inspectNetwork reads the network; busy says whether containers are on
