@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +67,10 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 	_ = os.Remove(logPath)
 	pidPath := filepath.Join(dir, "pid")
 	_ = os.Remove(pidPath)
+	// Until watch has it: an agent that exits at once is the reaper's
+	// (its exit code), not a stray.
+	booting.add(pidPath)
+	defer booting.remove(pidPath)
 	args := r.globalArgs(meta, logPath)
 	args = append(args, "run", "--detach", "--bundle", dir, "--pid-file", pidPath, id)
 	cmd := exec.CommandContext(ctx, r.binaryOf(meta), args...)
@@ -329,7 +334,8 @@ func runTracked(cmd *exec.Cmd) error {
 //     starts holds a pidfd in this process from its start until its Wait
 //     reaped it (Go's own bookkeeping since 1.23), and runTracked's are
 //     listed besides (execs);
-//   - the reaper waits for it, with a callback (an agent: watch).
+//   - the reaper waits for it, with a callback (an agent: watch), or
+//     will: an agent whose boot is under way, in its pid file (booting).
 //
 // Every other zombie child is an orphan this process became the parent
 // of as a subreaper, whatever its name. Each is reaped through a pidfd
@@ -338,9 +344,6 @@ func runTracked(cmd *exec.Cmd) error {
 // gives os/exec no pidfds, nothing is reaped here: its children could
 // not be told apart.
 func reapStrays() {
-	reaper.mu.Lock()
-	agents := maps.Clone(reaper.pids)
-	reaper.mu.Unlock()
 	type zombie struct {
 		pid   int
 		start uint64
@@ -357,9 +360,6 @@ func reapStrays() {
 				continue
 			}
 			seen[pid] = true
-			if _, ok := agents[pid]; ok {
-				continue // the reaper's own, with a callback
-			}
 			if start, state, err := procStat(pid); err == nil && state == 'Z' {
 				zombies = append(zombies, zombie{pid, start})
 			}
@@ -369,6 +369,16 @@ func reapStrays() {
 	if len(zombies) == 0 || !execPidfds() {
 		return
 	}
+	// After the zombies, in this order: an agent whose boot is under way
+	// is in its pid file (booting) until the boot has it watched.
+	starting := booting.pids()
+	reaper.mu.Lock()
+	agents := maps.Clone(reaper.pids)
+	reaper.mu.Unlock()
+	zombies = slices.DeleteFunc(zombies, func(z zombie) bool {
+		_, watched := agents[z.pid]
+		return watched || starting[z.pid]
+	})
 	held := pidfdPids()
 	for _, z := range zombies {
 		if held[z.pid] {
@@ -384,6 +394,45 @@ func reapStrays() {
 		}
 		unix.Close(fd)
 	}
+}
+
+// booting are the pid files of the boots under way (boot): the pids in
+// them are agents about to be watched, never strays.
+var booting = bootingSet{paths: map[string]int{}}
+
+type bootingSet struct {
+	mu    sync.Mutex
+	paths map[string]int
+}
+
+func (b *bootingSet) add(path string) {
+	b.mu.Lock()
+	b.paths[path]++
+	b.mu.Unlock()
+}
+
+func (b *bootingSet) remove(path string) {
+	b.mu.Lock()
+	if b.paths[path]--; b.paths[path] <= 0 {
+		delete(b.paths, path)
+	}
+	b.mu.Unlock()
+}
+
+// pids are the pids the boots' pid files hold so far.
+func (b *bootingSet) pids() map[int]bool {
+	b.mu.Lock()
+	paths := slices.Collect(maps.Keys(b.paths))
+	b.mu.Unlock()
+	out := map[int]bool{}
+	for _, p := range paths {
+		if text, err := os.ReadFile(p); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(text))); err == nil && pid > 0 {
+				out[pid] = true
+			}
+		}
+	}
+	return out
 }
 
 // execPidfds reports whether os/exec's children have pidfds here

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/oci"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/testenv"
@@ -90,5 +91,30 @@ func TestReaper_ExecChildNotStolen(t *testing.T) {
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 7 {
 		t.Errorf("os/exec's Wait of its child named exe = %v, want exit status 7 (the reaper must not take it)", err)
+	}
+}
+
+// TestReaper_AgentExitingAtOnceKeepsItsExitCode: an agent that exits
+// as soon as it starts (before its boot has it watched) is the reaper's
+// to record, not a stray: the sandbox's state says its exit code.
+func TestReaper_AgentExitingAtOnceKeepsItsExitCode(t *testing.T) {
+	requireEnv(t)
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:], AgentReadyTimeout: 10 * time.Second})
+	agent := filepath.Join(t.TempDir(), "agent")
+	if err := os.WriteFile(agent, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for range 12 { // the race is narrow: several tries
+		id := runtimetest.NewSandboxID()
+		s := spec(id)
+		s.AgentBinary = agent
+		_, err := rt.Create(t.Context(), s)
+		var nr *runtime.AgentNotReadyError
+		if !errors.As(err, &nr) {
+			t.Fatalf("Create: %v, want an AgentNotReadyError", err)
+		}
+		if nr.Status.State != runtime.StateExited || nr.Status.ExitCode != 3 {
+			t.Errorf("the agent that exited 3 at once: status %+v", nr.Status)
+		}
 	}
 }
