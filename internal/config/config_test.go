@@ -43,6 +43,8 @@ func wantDefaults(t *testing.T) Daemon {
 		PauseMax:           10 * time.Minute,
 		TemplateStorageMB:  10240,
 		DiskDefaultMB:      10240,
+		SandboxIOMBps:      100,
+		SandboxIOIOPS:      2000,
 		DiskMaxMB:          102400,
 		VolumeSizeMB:       10240,
 		RegistryAllow:      []string{"docker.io"},

@@ -53,6 +53,8 @@ var flagEnv = map[string]string{
 	"default-runtime":      "SANDBOXD_DEFAULT_RUNTIME",
 	"engine":               "SANDBOXD_ENGINE",
 	"oci-dir":              "SANDBOXD_OCI_DIR",
+	"sandbox-io-mbps":      "SANDBOXD_SANDBOX_IO_MBPS",
+	"sandbox-io-iops":      "SANDBOXD_SANDBOX_IO_IOPS",
 	"default-timeout":      "SANDBOXD_DEFAULT_TIMEOUT",
 	"host-ports":           "SANDBOXD_HOST_PORTS",
 	"sandbox-network":      "SANDBOXD_SANDBOX_NETWORK",

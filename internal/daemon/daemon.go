@@ -107,6 +107,9 @@ type Daemon struct {
 	puller runtime.Puller
 	// disk says whether the engine enforces sandboxes' disk limits.
 	disk runtime.DiskLimiter
+	// imageCollector is the oci runtime (its unpacked images); nil under
+	// the Docker runtime.
+	imageCollector runtime.ImageCollector
 	// cluster is this node's part in a cluster (cluster.go); nil on a
 	// single node.
 	cluster *clusterNode
@@ -312,6 +315,8 @@ func (d *Daemon) openOCI(dataDir, sockets string, nameKey []byte, n docker.Netwo
 		dir = filepath.Join(dataDir, "oci")
 	}
 	opts := oci.Options{NodeID: d.Config.NodeID, Dir: dir, SocketRoot: sockets, NameKey: nameKey, Logger: d.logger}
+	mbps, iops := uint64(d.Config.SandboxIOMBps), uint64(d.Config.SandboxIOIOPS)
+	opts.IOLimit = oci.IOLimit{ReadBPS: mbps << 20, WriteBPS: mbps << 20, ReadIOPS: iops, WriteIOPS: iops}
 	if d.Config.SandboxNetwork {
 		resolvConf, _ := os.ReadFile("/etc/resolv.conf")
 		opts.Network = &oci.Network{Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway, Resolvers: netpolicy.HostResolvers(resolvConf)}
@@ -322,6 +327,11 @@ func (d *Daemon) openOCI(dataDir, sockets string, nameKey []byte, n docker.Netwo
 	}
 	d.closers = append(d.closers, ort.Close)
 	d.logger.Info("sandboxes run by an OCI runtime, without the engine", "binary", ort.Binary(), "dir", dir)
+	if lim, applied, how := ort.IOLimits(); lim != (oci.IOLimit{}) && !applied {
+		d.logger.Warn("SANDBOXES' BLOCK I/O IS NOT LIMITED: no block device found for --oci-dir", "why", how)
+	} else if applied {
+		d.logger.Info("sandboxes' block I/O limit (direct and synced writes, and reads, on cgroup v1; all writes on v2)", "mbps", d.Config.SandboxIOMBps, "iops", d.Config.SandboxIOIOPS, "on", how)
+	}
 	return ort, nil
 }
 
@@ -394,6 +404,7 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 		d.gvisor = slices.Contains(must(ort.Isolations(ctx)), runtime.IsolationGVisor)
 		d.probeDisk(ort)
 		d.disk = ort
+		d.imageCollector = ort
 	} else {
 		d.gvisor = d.probeGVisor(drt)
 		d.probeDisk(drt)
@@ -546,6 +557,9 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		Resolver:   dnsResolver(cfg.DNSResolver),
 		Probes:     d.probes(),
 		Disk:       d.disk,
+
+		// The oci runtime's unpacked images; nil under the engine.
+		ImageCollector: d.imageCollector,
 	})
 	if err != nil {
 		return fmt.Errorf("service.New: %w", err)

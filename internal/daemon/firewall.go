@@ -26,6 +26,9 @@ func openFirewall(ctx context.Context, drt *docker.Runtime, name string, denied 
 	if err != nil {
 		return nil, n, nil, fmt.Errorf("sandbox network: %w", err)
 	}
+	if !n.Fenced {
+		log.Warn("the sandbox network was made by an older daemon and is in use: the engine's containers may take addresses of the upper half, which the oci engine's sandboxes lease; it is fenced at a start that finds it empty", "network", n.Name, "subnet", n.Subnet)
+	}
 	// The name proxy answers on the host's address on the bridge only;
 	// the firewall lets sandboxes reach that port and nothing else of the
 	// host's.

@@ -485,6 +485,22 @@ type Images interface {
 	TagImage(ctx context.Context, src, dst string) error
 }
 
+// ImageCollector is a Runtime that keeps copies of images of its own
+// (the oci runtime's unpacked images) and removes the ones nothing uses:
+// no sandbox (whatever its state), no create in progress, no reference
+// in keep (the pool's classes, the default image). One pass removes a
+// bounded number; More says that more were left for the next pass. Safe
+// to call at any time, concurrently with creates.
+type ImageCollector interface {
+	CollectImages(ctx context.Context, keep []string) (CollectResult, error)
+}
+
+// CollectResult is what one CollectImages pass did.
+type CollectResult struct {
+	Removed int
+	More    bool
+}
+
 // Puller pulls images from registries into the engine's store. The
 // docker runtime implements it.
 type Puller interface {

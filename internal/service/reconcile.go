@@ -500,6 +500,14 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 		s.runPublish(ctx)
 	}()
 	defer func() { <-publishDone }()
+	// Unpacked images nothing uses any more (imagegc.go): a first pass
+	// now, then one after each image removed.
+	imageGCDone := make(chan struct{})
+	go func() {
+		defer close(imageGCDone)
+		s.runImageGC(ctx)
+	}()
+	defer func() { <-imageGCDone }()
 	for {
 		select {
 		case <-ctx.Done():

@@ -320,6 +320,9 @@ type Deps struct {
 	// Images captures sandboxes as images (templates.go); nil refuses
 	// templates, snapshots and forks as unavailable.
 	Images runtime.Images
+	// ImageCollector removes the runtime's unpacked images nothing uses
+	// (imagegc.go); nil: the runtime keeps no copies of its own.
+	ImageCollector runtime.ImageCollector
 	// Puller pulls images a create names and the engine lacks (pull.go);
 	// nil: such a create is refused as before, the image not present.
 	Puller runtime.Puller
@@ -361,6 +364,10 @@ type Service struct {
 	// (ref → until when); imageVerdictCount bounds it.
 	imageVerdicts     sync.Map
 	imageVerdictCount atomic.Int64
+
+	// imageGC holds a pending request for an image collection pass
+	// (imagegc.go).
+	imageGC chan struct{}
 
 	// pulls are the image pulls under way (pull.go).
 	pulls pulls
@@ -439,8 +446,11 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = "sandboxd/base:bookworm"
 	}
-	s := &Service{cfg: cfg, Deps: deps, pool: warmpool.New(cmp.Or(cfg.PoolConcurrency, 2)), events: &eventHub{}}
+	s := &Service{cfg: cfg, Deps: deps, pool: warmpool.New(cmp.Or(cfg.PoolConcurrency, 2)), events: &eventHub{}, imageGC: make(chan struct{}, 1)}
 	s.Store = publishingStore{Store: deps.Store, hub: s.events}
+	if deps.Images != nil && deps.ImageCollector != nil {
+		s.Images = collectingImages{Images: deps.Images, kick: s.kickImageGC}
+	}
 	targets, err := s.normalizeTargets(cfg.Pool)
 	if err != nil {
 		return nil, fmt.Errorf("service: pool: %w", err)

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/runtime"
@@ -20,6 +23,9 @@ type Network struct {
 	// Subnet and Gateway are its IPv4 subnet and the host's address on it.
 	Subnet  netip.Prefix
 	Gateway netip.Addr
+	// Fenced: the engine hands out addresses of the lower half of the
+	// subnet only (EnsureNetwork).
+	Fenced bool
 }
 
 // Engine options of a bridge network.
@@ -34,45 +40,128 @@ const (
 // with traffic between containers on is refused, not used). It is safe to
 // call from several daemons sharing the engine: a racing create's
 // conflict is settled by the inspect after it.
+//
+// The network is fenced: the engine hands its containers addresses from
+// the lower half of the subnet only (its IPAM's IP range), and the oci
+// runtime's sandboxes on the same bridge lease theirs from the upper half
+// (internal/runtime/oci/network.go). The engine picks the subnet (it
+// avoids the host's routes), so a new network is created, inspected, and
+// made again on the same subnet with the range. A network of an older
+// daemon, unfenced, is made again the same way when nothing is on it (no
+// container of the engine's, no port on its bridge: the oci runtime's
+// sandboxes plug veths into it); else it is used as it is, Fenced false,
+// and fenced at a later start that finds it empty.
 func (r *Runtime) EnsureNetwork(ctx context.Context, name, bridge string) (_ Network, err error) {
 	defer func() { err = engineErr(err) }()
-	n, err := r.inspectNetwork(ctx, name)
-	if errors.Is(err, runtime.ErrNotFound) {
-		_, err = r.cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{
-			Driver:  "bridge",
-			Options: map[string]string{optBridgeName: bridge, optICC: "false"},
-			Labels:  map[string]string{runtime.LabelManaged: "1"},
-		})
-		if err != nil && !cerrdefs.IsConflict(err) {
-			return Network{}, fmt.Errorf("create network %s: %w", name, err)
+	// Rounds: make it, fence it, and once more each when a fence failed.
+	for range 4 {
+		n, busy, err := r.inspectNetwork(ctx, name)
+		if errors.Is(err, runtime.ErrNotFound) {
+			if err := r.createNetwork(ctx, name, bridge, nil); err != nil {
+				return Network{}, err
+			}
+			continue
 		}
-		n, err = r.inspectNetwork(ctx, name)
+		if err != nil || n.Fenced {
+			return n, err
+		}
+		fence, ok := lowerHalf(n.Subnet)
+		if !ok || busy || bridgePorts(n.Bridge) != 0 {
+			return n, nil
+		}
+		if _, err := r.cli.NetworkRemove(ctx, name, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			return n, nil // something joined it since: unfenced, as it was
+		}
+		gw := n.Gateway
+		if !gw.IsValid() {
+			// A subnet given without a gateway: the engine took the
+			// first address, and now says it.
+			gw = n.Subnet.Masked().Addr().Next()
+		}
+		ipam := &network.IPAM{Config: []network.IPAMConfig{{Subnet: n.Subnet, Gateway: gw, IPRange: fence}}}
+		if err := r.createNetwork(ctx, name, n.Bridge, ipam); err != nil {
+			// Another network took the subnet in the moment it was
+			// free (the engine refuses overlaps): the next round makes
+			// the network again where the engine says.
+			r.log.Warn("sandbox network: fencing it on its subnet failed; making it again", "network", name, "subnet", n.Subnet, "err", err)
+		}
+	}
+	n, _, err := r.inspectNetwork(ctx, name)
+	if errors.Is(err, runtime.ErrNotFound) {
+		// Unfenced rather than none.
+		if err := r.createNetwork(ctx, name, bridge, nil); err != nil {
+			return Network{}, err
+		}
+		n, _, err = r.inspectNetwork(ctx, name)
 	}
 	return n, err
 }
 
-func (r *Runtime) inspectNetwork(ctx context.Context, name string) (Network, error) {
+// createNetwork creates the bridge network; another's create of it first
+// is success.
+func (r *Runtime) createNetwork(ctx context.Context, name, bridge string, ipam *network.IPAM) error {
+	_, err := r.cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{
+		Driver:  "bridge",
+		Options: map[string]string{optBridgeName: bridge, optICC: "false"},
+		Labels:  map[string]string{runtime.LabelManaged: "1"},
+		IPAM:    ipam,
+	})
+	if err != nil && !cerrdefs.IsConflict(err) {
+		return fmt.Errorf("create network %s: %w", name, err)
+	}
+	return nil
+}
+
+// lowerHalf is the lower half of an IPv4 subnet, the engine's range on a
+// fenced network; false when the subnet is too small to halve usefully.
+func lowerHalf(subnet netip.Prefix) (netip.Prefix, bool) {
+	if !subnet.Addr().Is4() || subnet.Bits() > 29 {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(subnet.Masked().Addr(), subnet.Bits()+1), true
+}
+
+// bridgePorts counts the interfaces plugged into a bridge (-1 when it
+// cannot be read).
+func bridgePorts(bridge string) int {
+	entries, err := os.ReadDir(filepath.Join("/sys/class/net", bridge, "brif"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0
+		}
+		return -1
+	}
+	return len(entries)
+}
+
+// inspectNetwork reads the network; busy says whether containers are on
+// it.
+func (r *Runtime) inspectNetwork(ctx context.Context, name string) (_ Network, busy bool, _ error) {
 	res, err := r.cli.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
-		return Network{}, fmt.Errorf("network %s: %w", name, runtime.ErrNotFound)
+		return Network{}, false, fmt.Errorf("network %s: %w", name, runtime.ErrNotFound)
 	}
 	if err != nil {
-		return Network{}, fmt.Errorf("inspect network %s: %w", name, err)
+		return Network{}, false, fmt.Errorf("inspect network %s: %w", name, err)
 	}
 	nw := res.Network
 	if nw.Driver != "bridge" || nw.Options[optICC] != "false" || nw.Options[optBridgeName] == "" {
-		return Network{}, fmt.Errorf("network %s exists but is not a bridge with its own interface and traffic between containers off (driver %q, options %v): remove it or choose another --sandbox-network-name", name, nw.Driver, nw.Options)
+		return Network{}, false, fmt.Errorf("network %s exists but is not a bridge with its own interface and traffic between containers off (driver %q, options %v): remove it or choose another --sandbox-network-name", name, nw.Driver, nw.Options)
 	}
 	out := Network{Name: name, Bridge: nw.Options[optBridgeName]}
+	var ipRange netip.Prefix
 	for _, c := range nw.IPAM.Config {
 		if c.Subnet.Addr().Is4() {
-			out.Subnet, out.Gateway = c.Subnet, c.Gateway
+			out.Subnet, out.Gateway, ipRange = c.Subnet, c.Gateway, c.IPRange
 		}
 	}
 	if !out.Subnet.IsValid() {
-		return Network{}, fmt.Errorf("network %s has no IPv4 subnet", name)
+		return Network{}, false, fmt.Errorf("network %s has no IPv4 subnet", name)
 	}
-	return out, nil
+	if fence, ok := lowerHalf(out.Subnet); ok && ipRange == fence {
+		out.Fenced = true
+	}
+	return out, len(nw.Containers) > 0, nil
 }
 
 // SandboxIP is a running sandbox's IPv4 address on the sandboxes' network

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -66,10 +67,8 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 	_ = os.Remove(logPath)
 	pidPath := filepath.Join(dir, "pid")
 	_ = os.Remove(pidPath)
-	// Until the reaper watches the pid the OCI runtime writes there, that
-	// process must not be taken for one of the runtime's own helpers: runsc's
-	// sandbox process is named like them ("exe"), and one that exits at
-	// once is handed to this subreaper as a zombie before it is watched.
+	// Until watch has it: an agent that exits at once is the reaper's
+	// (its exit code), not a stray.
 	booting.add(pidPath)
 	defer booting.remove(pidPath)
 	args := r.globalArgs(meta, logPath)
@@ -234,6 +233,8 @@ var reaper struct {
 	err  error
 	mu   sync.Mutex
 	pids map[int]func(unix.WaitStatus)
+	// passes counts the reaper's passes (tests).
+	passes atomic.Int64
 }
 
 // startReaper makes this process a child subreaper and starts the
@@ -298,6 +299,7 @@ func reapWatched() {
 		f()
 	}
 	reapStrays()
+	reaper.passes.Add(1)
 }
 
 // The OCI runtime's commands this process runs and waits for itself
@@ -328,52 +330,80 @@ func runTracked(cmd *exec.Cmd) error {
 	return err
 }
 
-// ociRuntimeNames are the command names of OCI runtime processes; runsc
-// re-executes itself (/proc/self/exe) for its gofer and sandbox, which
-// then show as "exe".
-var ociRuntimeNames = map[string]bool{"crun": true, "runc": true, "runsc": true, "exe": true}
-
-// reapStrays reaps the OCI runtime's own helper processes that outlived
-// the command this process started and were handed to this subreaper
-// when it exited: zombies among this process's children, named as an
-// OCI runtime (ociRuntimeNames), not a command os/exec waits for and
-// not an agent the reaper waits for. Without it each
-// create would leave one behind.
+// reapStrays reaps the zombies among this process's children that
+// nothing in this process waits for: the processes the OCI runtime's
+// commands left behind (runsc's gofer and the helpers its commands
+// re-execute, crun's), handed to this subreaper when the command that
+// started them exited. A child is someone else's while
+//
+//   - os/exec waits for it: every process os/exec (os.StartProcess)
+//     starts holds a pidfd in this process from its start until its Wait
+//     reaped it (Go's own bookkeeping since 1.23), and runTracked's are
+//     listed besides (execs);
+//   - the reaper waits for it, with a callback (an agent: watch), or
+//     will: an agent whose boot is under way, in its pid file (booting).
+//
+// Every other zombie child is an orphan this process became the parent
+// of as a subreaper, whatever its name. Each is reaped through a pidfd
+// opened after checking that the pid still has the start time it had
+// when seen a zombie (a pid reused since is not reaped). Where the kernel
+// gives os/exec no pidfds, nothing is reaped here: its children could
+// not be told apart.
 func reapStrays() {
-	// Booting before watched: a boot leaves booting only after its pid
-	// is watched, so a pid is in one or the other.
-	starting := booting.pids()
-	reaper.mu.Lock()
-	agents := maps.Clone(reaper.pids)
-	reaper.mu.Unlock()
+	type zombie struct {
+		pid   int
+		start uint64
+	}
+	var zombies []zombie
 	execs.mu.Lock()
-	defer execs.mu.Unlock()
 	tasks, _ := os.ReadDir("/proc/self/task")
+	seen := map[int]bool{}
 	for _, t := range tasks {
 		b, _ := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
 		for _, f := range strings.Fields(string(b)) {
 			pid, err := strconv.Atoi(f)
-			if err != nil || execs.pids[pid] {
+			if err != nil || seen[pid] || execs.pids[pid] {
 				continue
 			}
-			if _, ok := agents[pid]; ok || starting[pid] {
-				continue // the reaper's own, with a callback (or about to be)
+			seen[pid] = true
+			if start, state, err := procStat(pid); err == nil && state == 'Z' {
+				zombies = append(zombies, zombie{pid, start})
 			}
-			comm, _ := os.ReadFile("/proc/" + f + "/comm")
-			if !ociRuntimeNames[strings.TrimSpace(string(comm))] {
-				continue
-			}
-			if _, state, err := procStat(pid); err != nil || state != 'Z' {
-				continue
-			}
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
+	}
+	execs.mu.Unlock()
+	if len(zombies) == 0 || !execPidfds() {
+		return
+	}
+	// After the zombies, in this order: an agent whose boot is under way
+	// is in its pid file (booting) until the boot has it watched.
+	starting := booting.pids()
+	reaper.mu.Lock()
+	agents := maps.Clone(reaper.pids)
+	reaper.mu.Unlock()
+	zombies = slices.DeleteFunc(zombies, func(z zombie) bool {
+		_, watched := agents[z.pid]
+		return watched || starting[z.pid]
+	})
+	held := pidfdPids()
+	for _, z := range zombies {
+		if held[z.pid] {
+			continue // os/exec's (or a caller's) to wait for
+		}
+		fd, err := unix.PidfdOpen(z.pid, 0)
+		if err != nil {
+			continue
+		}
+		if start, state, err := procStat(z.pid); err == nil && state == 'Z' && start == z.start {
+			var info unix.Siginfo
+			_ = unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WNOHANG, nil)
+		}
+		unix.Close(fd)
 	}
 }
 
-// booting are the pid files of the boots under way: the pids in them are
-// agents about to be watched, never strays (reapStrays).
+// booting are the pid files of the boots under way (boot): the pids in
+// them are agents about to be watched, never strays.
 var booting = bootingSet{paths: map[string]int{}}
 
 type bootingSet struct {
@@ -395,7 +425,7 @@ func (b *bootingSet) remove(path string) {
 	b.mu.Unlock()
 }
 
-// pids are the pids the pid files of the boots under way hold so far.
+// pids are the pids the boots' pid files hold so far.
 func (b *bootingSet) pids() map[int]bool {
 	b.mu.Lock()
 	paths := slices.Collect(maps.Keys(b.paths))
@@ -403,8 +433,39 @@ func (b *bootingSet) pids() map[int]bool {
 	out := map[int]bool{}
 	for _, p := range paths {
 		if text, err := os.ReadFile(p); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(text))); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(text))); err == nil && pid > 0 {
 				out[pid] = true
+			}
+		}
+	}
+	return out
+}
+
+// execPidfds reports whether os/exec's children have pidfds here
+// (CLONE_PIDFD: Linux 5.2), which tells them from strays.
+var execPidfds = sync.OnceValue(func() bool {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
+})
+
+// pidfdPids are the pids that pidfds open in this process refer to.
+func pidfdPids() map[int]bool {
+	out := map[int]bool{}
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range fds {
+		if link, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || link != "anon_inode:[pidfd]" {
+			continue
+		}
+		info, _ := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		for line := range strings.Lines(string(info)) {
+			if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+				if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && pid > 0 {
+					out[pid] = true
+				}
 			}
 		}
 	}

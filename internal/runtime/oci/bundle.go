@@ -94,6 +94,7 @@ type ociResources struct {
 	Memory  *ociMemory  `json:"memory,omitempty"`
 	CPU     *ociCPU     `json:"cpu,omitempty"`
 	Pids    *ociPids    `json:"pids,omitempty"`
+	BlockIO *ociBlockIO `json:"blockIO,omitempty"`
 }
 
 type ociDevice struct {
@@ -211,6 +212,7 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, uid,
 	if spec.PidsLimit > 0 {
 		res.Pids = &ociPids{Limit: spec.PidsLimit}
 	}
+	res.BlockIO = blockIO(r.opts.IOLimit, r.ioDevices) // io.go
 	s := &ociSpec{
 		OCIVersion: "1.0.2",
 		Process: ociProcess{

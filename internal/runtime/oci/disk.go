@@ -54,17 +54,10 @@ func probeDisk(dir string) diskMode {
 	if st.Type != btrfsSuperMagic {
 		return diskMode{how: fmt.Sprintf("%s is not on btrfs (scripts/setup-oci.sh makes one; pass it as --oci-dir)", dir)}
 	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	uuid, err := btrfsUUID(dir)
 	if err != nil {
 		return diskMode{subvolumes: true, how: err.Error()}
 	}
-	defer unix.Close(fd)
-	var info [1024]byte
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), btrfsIocFSInfo, uintptr(unsafe.Pointer(&info[0]))); errno != 0 {
-		return diskMode{subvolumes: true, how: fmt.Sprintf("btrfs file system info of %s: %v", dir, errno)}
-	}
-	id := info[16:32] // after max_id and num_devices
-	uuid := fmt.Sprintf("%x-%x-%x-%x-%x", id[0:4], id[4:6], id[6:8], id[8:10], id[10:16])
 	qdir := "/sys/fs/btrfs/" + uuid + "/qgroups/"
 	if _, err := os.Stat(qdir); err != nil {
 		return diskMode{subvolumes: true, how: fmt.Sprintf("btrfs quotas are off on %s (scripts/setup-oci.sh turns them on)", dir)}

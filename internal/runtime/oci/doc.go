@@ -2,7 +2,8 @@
 // (crun, else runc; runsc for gVisor) run directly, without the Docker
 // engine on any call about a sandbox: `sandboxd --engine oci`. The engine
 // still holds the images (pull, build, commit); the first create of an
-// image unpacks it once (image.go, untar.go).
+// image unpacks it once (image.go, untar.go); CollectImages removes the
+// unpacked images nothing uses any more (imagegc.go).
 //
 // On disk, under Options.Dir:
 //

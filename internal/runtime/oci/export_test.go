@@ -16,3 +16,6 @@ func SetExportIdle(d time.Duration) (old time.Duration) { old, exportIdle = expo
 
 // NetNames is netNames, for the tests that play a reboot.
 var NetNames = netNames
+
+// ReaperPasses is how many passes the reaper made.
+func ReaperPasses() int64 { return reaper.passes.Load() }

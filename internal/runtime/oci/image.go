@@ -66,31 +66,46 @@ func (r *Runtime) imagesDir() string { return filepath.Join(r.opts.Dir, "images"
 
 // image resolves ref with the engine and returns its unpacked root file
 // system, unpacking it first if no create did before. A reference the
-// engine does not have is runtime.ErrImageNotFound.
-func (r *Runtime) image(ctx context.Context, ref string) (image, error) {
+// engine does not have is runtime.ErrImageNotFound. On success the image
+// is leased (imagegc.go): the caller calls release once the sandbox's
+// meta.json names the image, or its create failed.
+func (r *Runtime) image(ctx context.Context, ref string) (_ image, release func(), err error) {
+	// release stays nil on failure: the lease is dropped here then.
 	res, err := r.cli.ImageInspect(ctx, ref)
 	if cerrdefs.IsNotFound(err) {
-		return image{}, fmt.Errorf("%w: %s (create does not pull: the service pulls before it)", runtime.ErrImageNotFound, ref)
+		return image{}, nil, fmt.Errorf("%w: %s (create does not pull: the service pulls before it)", runtime.ErrImageNotFound, ref)
 	}
 	if err != nil {
-		return image{}, engineErr(fmt.Errorf("inspect image %s: %w", ref, err))
+		return image{}, nil, engineErr(fmt.Errorf("inspect image %s: %w", ref, err))
 	}
 	id := strings.TrimPrefix(res.ID, "sha256:")
 	if id == "" || strings.ContainsAny(id, "/.") {
-		return image{}, fmt.Errorf("image %s: unexpected id %q", ref, res.ID)
+		return image{}, nil, fmt.Errorf("image %s: unexpected id %q", ref, res.ID)
 	}
 	dir := filepath.Join(r.imagesDir(), id)
+	// Leased before it is looked for: a collection either saw the lease
+	// and keeps the image, or removed it before and it is unpacked again.
+	lease := leaseImage(dir)
+	defer func() {
+		if err != nil {
+			lease()
+		}
+	}()
 	if img, err := readImage(dir); err == nil {
-		return img, nil
+		return img, lease, nil
 	}
 	cfg := imageConfig{}
 	if c := res.Config; c != nil {
 		cfg = imageConfig{Env: c.Env, WorkingDir: c.WorkingDir, User: c.User}
 	}
 	if err := r.unpackOnce(ctx, ref, dir, cfg); err != nil {
-		return image{}, err
+		return image{}, nil, err
 	}
-	return readImage(dir)
+	img, err := readImage(dir)
+	if err != nil {
+		return image{}, nil, err
+	}
+	return img, lease, nil
 }
 
 func readImage(dir string) (image, error) {
@@ -109,9 +124,10 @@ func readImage(dir string) (image, error) {
 // shared by every Runtime of the process (tests run several on one
 // directory).
 var inflight = struct {
-	mu    sync.Mutex
-	calls map[string]*unpackCall
-}{calls: map[string]*unpackCall{}}
+	mu     sync.Mutex
+	calls  map[string]*unpackCall
+	leases map[string]*imageLease // by directory (imagegc.go)
+}{calls: map[string]*unpackCall{}, leases: map[string]*imageLease{}}
 
 // unpackOnce unpacks ref into dir unless another call is doing it, in
 // which case it waits for that one (a failure is not shared with later

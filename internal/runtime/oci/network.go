@@ -34,8 +34,9 @@ import (
 // link-local), as the Docker runtime's containers: the firewall is IPv4
 // only.
 //
-// Addresses come from the upper half of the bridge's subnet (the engine's
-// allocator hands out the lower half first, from the bottom). An address
+// Addresses come from the upper half of the bridge's subnet; the engine
+// hands out the lower half only (the network's IP range, which the Docker
+// runtime's EnsureNetwork sets: the fence). An address
 // is leased by a file in a host-wide directory (default
 // /run/sandboxd-oci/<bridge>), made with O_EXCL and holding the lessee's
 // sandbox directory: daemons sharing the bridge, and a daemon restarted,

@@ -78,6 +78,9 @@ type Options struct {
 	// AgentReadyTimeout bounds each WaitAgentReady (default
 	// DefaultAgentReadyTimeout).
 	AgentReadyTimeout time.Duration
+	// IOLimit is every sandbox's block I/O limit on the devices holding
+	// Dir (io.go); zero: none.
+	IOLimit IOLimit
 	// Network attaches sandboxes with Spec.Network to a bridge; nil:
 	// such sandboxes are refused (ErrInvalidSpec).
 	Network *Network
@@ -98,6 +101,10 @@ type Runtime struct {
 
 	swapAccounting bool
 	agentOOMScore  int
+	// ioDevices are the block devices holding Dir, which IOLimit
+	// applies to (io.go); ioHow says which, or why none.
+	ioDevices []blockDevice
+	ioHow     string
 
 	mu       sync.Mutex
 	cpuPrevs map[string]cpuSample
@@ -181,6 +188,9 @@ func New(opts Options) (*Runtime, error) {
 	r := &Runtime{cli: opts.Client, opts: opts, log: log, cpuPrevs: map[string]cpuSample{}}
 	r.disk = probeDisk(filepath.Join(opts.Dir, "sandboxes"))
 	r.cgroups = probeCgroups()
+	if !opts.IOLimit.zero() {
+		r.ioDevices, r.ioHow = blockDevices(filepath.Join(opts.Dir, "sandboxes"))
+	}
 	r.swapAccounting = r.cgroups.swapAccounting()
 	if mayLowerOOMScores() {
 		r.agentOOMScore = -1000
@@ -414,10 +424,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := ctx.Err(); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
-	img, err := r.image(ctx, spec.Image)
+	img, release, err := r.image(ctx, spec.Image)
 	if err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
+	// Until the sandbox's meta.json names the image, or the create failed.
+	defer release()
 	// The image's user, read from its files before the sandbox's lock
 	// is taken: a hostile image must not hold the lock.
 	uid, gid, err := imageUser(img)
@@ -673,6 +685,9 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 	}
 	if err := r.mountRootfs(sandboxID, meta.ImageDir); err != nil {
 		return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
+	}
+	if err := r.refreshBlockIO(sandboxID); err != nil {
+		return fmt.Errorf("start sandbox %s: I/O limit: %w", sandboxID, noSpace(err))
 	}
 	if meta.Network {
 		if r.opts.Network == nil {

@@ -1,0 +1,146 @@
+package oci_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/netpolicy"
+	"github.com/sandboxd/sandboxd/internal/runtime/docker"
+	"github.com/sandboxd/sandboxd/internal/runtime/oci"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+)
+
+// oldNetwork makes a sandbox network as a daemon before the fence made
+// it (no IP range), on a small subnet of its own (/28: the engine's half
+// holds 6 containers), and removes it, with its containers, at the end.
+func oldNetwork(t *testing.T) (name string, subnet netip.Prefix) {
+	t.Helper()
+	name = "sbf" + runtimetest.NewSandboxID()[3:13]
+	for try := 0; ; try++ {
+		subnet = netip.MustParsePrefix(fmt.Sprintf("10.231.%d.%d/28", rand.IntN(256), 16*rand.IntN(16)))
+		out, err := exec.Command("docker", "network", "create", "--driver", "bridge", "--subnet", subnet.String(), "--gateway", subnet.Addr().Next().String(),
+			"-o", "com.docker.network.bridge.name="+name, "-o", "com.docker.network.bridge.enable_icc=false", name).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if try == 5 {
+			t.Fatalf("docker network create: %v: %s", err, out)
+		}
+	}
+	t.Cleanup(func() {
+		ids, _ := exec.Command("docker", "ps", "-aq", "--filter", "network="+name).Output()
+		for _, id := range strings.Fields(string(ids)) {
+			_ = exec.Command("docker", "rm", "-f", id).Run()
+		}
+		if out, err := exec.Command("docker", "network", "rm", name).CombinedOutput(); err != nil {
+			t.Errorf("docker network rm %s: %v: %s", name, err, out)
+		}
+	})
+	return name, subnet
+}
+
+// TestNetwork_EngineFencedFromLeases: a daemon's sandbox network made
+// before the fence, and empty, is fenced by EnsureNetwork on the same
+// subnet; the engine then gives its containers lower-half addresses only,
+// never one the oci runtime leases (upper half), even once the lower half
+// is used up; the oci sandboxes keep theirs.
+func TestNetwork_EngineFencedFromLeases(t *testing.T) {
+	requireEnv(t)
+	name, subnet := oldNetwork(t)
+	drt, err := docker.New(docker.Options{Client: env.cli, NodeID: "oci-fence-test", SocketRoot: filepath.Join(env.socketRoot, "docker")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := drt.EnsureNetwork(t.Context(), name, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.Fenced || n.Subnet != subnet {
+		t.Fatalf("EnsureNetwork of an empty network of an older daemon = %+v, want it fenced on %s", n, subnet)
+	}
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}, func(o *oci.Options) {
+		o.Network = &oci.Network{Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway,
+			Resolvers: netpolicy.HostResolvers(nil), LeaseDir: filepath.Join(t.TempDir(), "leases")}
+	})
+	leased := map[netip.Addr]bool{}
+	for range 3 {
+		id := runtimetest.NewSandboxID()
+		s := spec(id)
+		s.Network = true
+		if _, err := rt.Create(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+		ip, err := rt.SandboxIP(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leased[ip] = true
+	}
+	a := subnet.Addr().As4()
+	a[3] += 8 // the upper half of the /28
+	upper := netip.PrefixFrom(netip.AddrFrom4(a), subnet.Bits()+1)
+	// The engine's half: .2 to .7 (.0 the subnet, .1 the gateway); a
+	// seventh container finds no address rather than one of the upper half.
+	var engine []netip.Addr
+	for i := range 8 {
+		out, err := exec.Command("docker", "run", "-d", "--network", name, "--label", "sandboxd.test=fence", testImage, "sleep", "600").CombinedOutput()
+		if err != nil {
+			if i < 6 {
+				t.Fatalf("container %d on the fenced network: %v: %s", i, err, out)
+			}
+			continue
+		}
+		id := strings.TrimSpace(string(out))
+		ipOut, err := exec.Command("docker", "inspect", "-f", "{{(index .NetworkSettings.Networks \""+name+"\").IPAddress}}", id).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip, err := netip.ParseAddr(strings.TrimSpace(string(ipOut)))
+		if err != nil {
+			t.Fatalf("container %d's address %q: %v", i, ipOut, err)
+		}
+		engine = append(engine, ip)
+	}
+	for _, ip := range engine {
+		if upper.Contains(ip) || leased[ip] {
+			t.Errorf("the engine gave a container %s, in the oci runtime's half %s (leased: %v)", ip, upper, leased)
+		}
+	}
+	for ip := range leased {
+		if !upper.Contains(ip) {
+			t.Errorf("the oci runtime leased %s, outside its half %s", ip, upper)
+		}
+	}
+}
+
+// TestNetwork_OldNetworkInUseKept: a network of an older daemon that an
+// engine container is on is used as it is, unfenced: the container keeps
+// its network.
+func TestNetwork_OldNetworkInUseKept(t *testing.T) {
+	requireEnv(t)
+	name, subnet := oldNetwork(t)
+	out, err := exec.Command("docker", "run", "-d", "--network", name, "--label", "sandboxd.test=fence", testImage, "sleep", "600").CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker run: %v: %s", err, out)
+	}
+	drt, err := docker.New(docker.Options{Client: env.cli, NodeID: "oci-fence-test", SocketRoot: filepath.Join(env.socketRoot, "docker")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := drt.EnsureNetwork(t.Context(), name, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Fenced || n.Subnet != subnet {
+		t.Errorf("EnsureNetwork of a network in use = %+v, want it as it was (unfenced, %s)", n, subnet)
+	}
+	id := strings.TrimSpace(string(out))
+	if got, _ := exec.Command("docker", "inspect", "-f", "{{.State.Running}} {{len .NetworkSettings.Networks}}", id).Output(); strings.TrimSpace(string(got)) != "true 1" {
+		t.Errorf("the container on the old network: %q, want running on it", got)
+	}
+}
