@@ -93,9 +93,10 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 		startTicks = 0
 	}
 	st := runState{Pid: pid, PidStart: startTicks, StartedAt: time.Now().UTC()}
-	r.stateMu(id).Lock()
+	mu := r.stateMu(id)
+	mu.Lock()
 	err = r.writeState(id, st)
-	r.stateMu(id).Unlock()
+	mu.Unlock()
 	if err != nil {
 		return noSpace(fmt.Errorf("start: record the run: %w", err))
 	}
@@ -178,21 +179,11 @@ func (r *Runtime) exited(id string, pid int, ws unix.WaitStatus) {
 }
 
 // stateMu serializes the read-modify-writes of one sandbox's state.json
-// (boot, Stop and the reaper).
-func (r *Runtime) stateMu(id string) *sync.Mutex {
-	return &stateMus[fnvHash(id)%bootLockStripes]
-}
+// (boot, Stop and the reaper), and of no other (lock.go). One set per
+// process: tests run several Runtimes on one directory.
+func (r *Runtime) stateMu(id string) *idLock { return stateMus.of(id) }
 
-var stateMus [bootLockStripes]sync.Mutex
-
-func fnvHash(s string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
-}
+var stateMus keyedLocks
 
 // tail is the end of a file, at most n bytes, trimmed; "" when unreadable.
 func tail(path string, n int64) string {

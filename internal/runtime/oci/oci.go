@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"maps"
 	"os"
@@ -104,7 +103,7 @@ type Runtime struct {
 	// diskSizes caches Usage's walked disk size per sandbox (cgroup.go).
 	diskSizes sync.Map
 
-	boots [bootLockStripes]sync.Mutex
+	boots keyedLocks
 
 	// fault, when set (tests), is asked at each step of Create and fails
 	// the step with its error.
@@ -376,16 +375,9 @@ func (r *Runtime) writeState(id string, s runState) error {
 	return writeJSON(filepath.Join(r.sandboxDir(id), "state.json"), s)
 }
 
-// bootLockStripes: per-sandbox locks over a fixed set of mutexes (as the
-// Docker runtime's boot.go).
-const bootLockStripes = 64
-
-// lock serializes the boots, stops and removals of one sandbox.
-func (r *Runtime) lock(id string) *sync.Mutex {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return &r.boots[h.Sum32()%bootLockStripes]
-}
+// lock serializes the boots, stops and removals of one sandbox, and of
+// no other (lock.go).
+func (r *Runtime) lock(id string) *idLock { return r.boots.of(id) }
 
 // Create implements runtime.Runtime. Its steps: the image (unpacked on
 // its first use), the sandbox's directory (a subvolume with the disk
