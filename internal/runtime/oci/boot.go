@@ -100,11 +100,19 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 	if err != nil {
 		return noSpace(fmt.Errorf("start: record the run: %w", err))
 	}
-	watch(pid, func(ws unix.WaitStatus) { r.exited(id, pid, ws) })
+	// gone is closed once the reaper collected the agent's exit: a wait
+	// for its handoff ends then, not at the readiness deadline.
+	gone := make(chan struct{})
+	watch(pid, func(ws unix.WaitStatus) {
+		r.exited(id, pid, ws)
+		close(gone)
+	})
 	if err := r.step("started"); err != nil {
 		return err
 	}
+	var handed chan struct{}
 	if b != nil {
+		handed = make(chan struct{})
 		offerCtx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		defer wg.Wait()
@@ -113,12 +121,14 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 			err := handoff.Offer(offerCtx, b.ln, b.sock, pid, func(peer int) {
 				r.log.Warn("agent socket handoff refused to a process other than the sandbox's agent", "sandbox", id, "peer_pid", peer, "agent_pid", pid)
 			})
-			if err != nil && offerCtx.Err() == nil {
+			if err == nil {
+				close(handed)
+			} else if offerCtx.Err() == nil {
 				r.log.Warn("agent socket handoff", "sandbox", id, "err", err)
 			}
 		})
 	}
-	return r.waitAgentReady(ctx, id)
+	return r.awaitAgent(ctx, id, handed, gone)
 }
 
 // globalArgs are the OCI runtime's options before its command.
