@@ -102,6 +102,8 @@ type Runtime struct {
 	cpuPrevs map[string]cpuSample
 	// diskSizes caches Usage's walked disk size per sandbox (cgroup.go).
 	diskSizes sync.Map
+	// seccomp keeps the compiled seccomp programs (seccomp.go).
+	seccomp seccompPrograms
 
 	boots keyedLocks
 
@@ -478,6 +480,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
+	seccompKey, learnSeccomp := r.compiledSeccomp(meta, cfg) // seccomp.go
 	if err := writeJSON(filepath.Join(r.sandboxDir(id), "config.json"), cfg); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, noSpace(err))
 	}
@@ -486,6 +489,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	}
 	if err := r.boot(ctx, id, meta); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	if learnSeccomp {
+		r.learnSeccomp(seccompKey, meta)
 	}
 	return runtime.Instance{SandboxID: id, ContainerID: meta.ContainerID, State: runtime.StateRunning}, nil
 }
