@@ -68,7 +68,7 @@ func (r *Runtime) imagesDir() string { return filepath.Join(r.opts.Dir, "images"
 // system, unpacking it first if no create did before. A reference the
 // engine does not have is runtime.ErrImageNotFound.
 func (r *Runtime) image(ctx context.Context, ref string) (image, error) {
-	res, err := r.cli.ImageInspect(ctx, ref)
+	res, err := r.inspectImage(ctx, ref) // shared by concurrent creates (inspect.go)
 	if cerrdefs.IsNotFound(err) {
 		return image{}, fmt.Errorf("%w: %s (create does not pull: the service pulls before it)", runtime.ErrImageNotFound, ref)
 	}

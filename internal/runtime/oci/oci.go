@@ -104,6 +104,8 @@ type Runtime struct {
 	diskSizes sync.Map
 	// seccomp keeps the compiled seccomp programs (seccomp.go).
 	seccomp seccompPrograms
+	// inspects are the image inspects under way (inspect.go).
+	inspects imageInspects
 
 	boots keyedLocks
 
