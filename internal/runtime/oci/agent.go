@@ -131,9 +131,12 @@ func (r *Runtime) awaitAgent(ctx context.Context, sandboxID string, handed, gone
 		// or the state check or the context ends the wait with the reason.
 		// The tick covers an exit the reaper never reports (the pid
 		// reaped by another process): the pid is gone from /proc. Not
-		// the state check of the loop below: while the agent re-execs
-		// itself (toolboxd drops its token from its environment so), its
-		// thread group's leader shows as a zombie for a moment.
+		// the state check of the loop below, which has read a live agent
+		// early in its life as exited under load ("agent not ready after
+		// 67ms (container running): container is exited", twice in
+		// createbench's sustained section; the cause is not pinned down:
+		// the agent re-execs itself then, but a re-exec alone, polled,
+		// never showed it).
 		tick := time.NewTicker(handoffStateCheck)
 	wait:
 		for {
