@@ -105,17 +105,26 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 		startTicks = 0
 	}
 	st := runState{Pid: pid, PidStart: startTicks, StartedAt: time.Now().UTC()}
-	r.stateMu(id).Lock()
+	mu := r.stateMu(id)
+	mu.Lock()
 	err = r.writeState(id, st)
-	r.stateMu(id).Unlock()
+	mu.Unlock()
 	if err != nil {
 		return noSpace(fmt.Errorf("start: record the run: %w", err))
 	}
-	watch(pid, func(ws unix.WaitStatus) { r.exited(id, pid, ws) })
+	// gone is closed once the reaper collected the agent's exit: a wait
+	// for its handoff ends then, not at the readiness deadline.
+	gone := make(chan struct{})
+	watch(pid, func(ws unix.WaitStatus) {
+		r.exited(id, pid, ws)
+		close(gone)
+	})
 	if err := r.step("started"); err != nil {
 		return err
 	}
+	var handed chan struct{}
 	if b != nil {
+		handed = make(chan struct{})
 		offerCtx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		defer wg.Wait()
@@ -124,12 +133,14 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 			err := handoff.Offer(offerCtx, b.ln, b.sock, pid, func(peer int) {
 				r.log.Warn("agent socket handoff refused to a process other than the sandbox's agent", "sandbox", id, "peer_pid", peer, "agent_pid", pid)
 			})
-			if err != nil && offerCtx.Err() == nil {
+			if err == nil {
+				close(handed)
+			} else if offerCtx.Err() == nil {
 				r.log.Warn("agent socket handoff", "sandbox", id, "err", err)
 			}
 		})
 	}
-	return r.waitAgentReady(ctx, id)
+	return r.awaitAgent(ctx, id, handed, gone)
 }
 
 // globalArgs are the OCI runtime's options before its command.
@@ -190,21 +201,11 @@ func (r *Runtime) exited(id string, pid int, ws unix.WaitStatus) {
 }
 
 // stateMu serializes the read-modify-writes of one sandbox's state.json
-// (boot, Stop and the reaper).
-func (r *Runtime) stateMu(id string) *sync.Mutex {
-	return &stateMus[fnvHash(id)%bootLockStripes]
-}
+// (boot, Stop and the reaper), and of no other (lock.go). One set per
+// process: tests run several Runtimes on one directory.
+func (r *Runtime) stateMu(id string) *idLock { return stateMus.of(id) }
 
-var stateMus [bootLockStripes]sync.Mutex
-
-func fnvHash(s string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
-}
+var stateMus keyedLocks
 
 // tail is the end of a file, at most n bytes, trimmed; "" when unreadable.
 func tail(path string, n int64) string {

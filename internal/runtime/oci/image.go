@@ -71,7 +71,7 @@ func (r *Runtime) imagesDir() string { return filepath.Join(r.opts.Dir, "images"
 // meta.json names the image, or its create failed.
 func (r *Runtime) image(ctx context.Context, ref string) (_ image, release func(), err error) {
 	// release stays nil on failure: the lease is dropped here then.
-	res, err := r.cli.ImageInspect(ctx, ref)
+	res, err := r.inspectImage(ctx, ref) // shared by concurrent creates (inspect.go)
 	if cerrdefs.IsNotFound(err) {
 		return image{}, nil, fmt.Errorf("%w: %s (create does not pull: the service pulls before it)", runtime.ErrImageNotFound, ref)
 	}

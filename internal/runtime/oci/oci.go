@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"maps"
 	"os"
@@ -110,8 +109,12 @@ type Runtime struct {
 	cpuPrevs map[string]cpuSample
 	// diskSizes caches Usage's walked disk size per sandbox (cgroup.go).
 	diskSizes sync.Map
+	// seccomp keeps the compiled seccomp programs (seccomp.go).
+	seccomp seccompPrograms
+	// inspects are the image inspects under way (inspect.go).
+	inspects imageInspects
 
-	boots [bootLockStripes]sync.Mutex
+	boots keyedLocks
 
 	// fault, when set (tests), is asked at each step of Create and fails
 	// the step with its error.
@@ -386,16 +389,9 @@ func (r *Runtime) writeState(id string, s runState) error {
 	return writeJSON(filepath.Join(r.sandboxDir(id), "state.json"), s)
 }
 
-// bootLockStripes: per-sandbox locks over a fixed set of mutexes (as the
-// Docker runtime's boot.go).
-const bootLockStripes = 64
-
-// lock serializes the boots, stops and removals of one sandbox.
-func (r *Runtime) lock(id string) *sync.Mutex {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return &r.boots[h.Sum32()%bootLockStripes]
-}
+// lock serializes the boots, stops and removals of one sandbox, and of
+// no other (lock.go).
+func (r *Runtime) lock(id string) *idLock { return r.boots.of(id) }
 
 // Create implements runtime.Runtime. Its steps: the image (unpacked on
 // its first use), the sandbox's directory (a subvolume with the disk
@@ -503,6 +499,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
+	seccompKey, learnSeccomp := r.compiledSeccomp(meta, cfg) // seccomp.go
 	if err := writeJSON(filepath.Join(r.sandboxDir(id), "config.json"), cfg); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, noSpace(err))
 	}
@@ -511,6 +508,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	}
 	if err := r.boot(ctx, id, meta); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	if learnSeccomp {
+		r.learnSeccomp(seccompKey, meta)
 	}
 	return runtime.Instance{SandboxID: id, ContainerID: meta.ContainerID, State: runtime.StateRunning}, nil
 }
