@@ -39,6 +39,13 @@ import (
 // boot starts the sandbox's container and returns once its agent
 // answers. The caller holds the sandbox's lock.
 func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error {
+	return r.launch(ctx, id, meta, "")
+}
+
+// launch is boot, or, with image set, the restore of the checkpoint
+// image in that directory (checkpoint.go): the same bundle, the same
+// records, the output appended to rather than truncated.
+func (r *Runtime) launch(ctx context.Context, id string, meta *sandboxMeta, image string) error {
 	dir := r.sandboxDir(id)
 	gvisor := meta.Isolation == runtime.IsolationGVisor
 	var b *bootSockets
@@ -49,7 +56,11 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 		}
 		defer b.close()
 	}
-	out, err := os.OpenFile(filepath.Join(r.rwDir(id), "output.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	outFlags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC | os.O_APPEND
+	if image != "" {
+		outFlags &^= os.O_TRUNC
+	}
+	out, err := os.OpenFile(filepath.Join(r.rwDir(id), "output.log"), outFlags, 0o600)
 	if errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.ENOSPC) {
 		// The sandbox filled its disk: it boots all the same, its
 		// output going nowhere (it could not be kept anyway).
@@ -66,7 +77,11 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 	pidPath := filepath.Join(dir, "pid")
 	_ = os.Remove(pidPath)
 	args := r.globalArgs(meta, logPath)
-	args = append(args, "run", "--detach", "--bundle", dir, "--pid-file", pidPath, id)
+	if image != "" {
+		args = append(args, "restore", "--image-path", image, "--detach", "--bundle", dir, "--pid-file", pidPath, id)
+	} else {
+		args = append(args, "run", "--detach", "--bundle", dir, "--pid-file", pidPath, id)
+	}
 	cmd := exec.CommandContext(ctx, r.binaryOf(meta), args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = dir
@@ -77,7 +92,7 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 		if cerr := ctx.Err(); cerr != nil {
 			return fmt.Errorf("start: %w", cerr)
 		}
-		return fmt.Errorf("start: %s run: %w: %s", filepath.Base(r.binaryOf(meta)), err, tail(logPath, 1024))
+		return fmt.Errorf("start: %s %s: %w: %s", filepath.Base(r.binaryOf(meta)), map[bool]string{false: "run", true: "restore"}[image != ""], err, tail(logPath, 1024))
 	}
 	pidText, err := os.ReadFile(pidPath)
 	if err != nil {
@@ -102,6 +117,12 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 	watch(pid, func(ws unix.WaitStatus) { r.exited(id, pid, ws) })
 	if err := r.step("started"); err != nil {
 		return err
+	}
+	if image != "" {
+		// The restored agent is parked (checkpoint.go): wake it.
+		if err := r.unpark(ctx, meta); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
 	}
 	if b != nil {
 		offerCtx, cancel := context.WithCancel(ctx)

@@ -326,6 +326,8 @@ type runState struct {
 	// Paused: runsc paused the sandbox (gVisor pauses inside its own
 	// kernel, not with the cgroup freezer, which says it for the others).
 	Paused bool `json:"paused,omitempty"`
+	// Checkpointed: the run ended in a checkpoint (checkpoint.go).
+	Checkpointed bool `json:"checkpointed,omitempty"`
 }
 
 func readJSON(path string, v any) error {
@@ -879,6 +881,8 @@ func (r *Runtime) status(id string) runtime.Status {
 		}
 	case st.Pid == 0:
 		out.State, out.Detail = runtime.StateCreated, "created"
+	case st.Checkpointed:
+		out.State, out.Detail = runtime.StateExited, "checkpointed"
 	default:
 		out.State, out.Detail = runtime.StateExited, "exited"
 		if !st.Exited {
