@@ -61,9 +61,10 @@ var (
 	ErrNoCheckpoint = errors.New("no checkpoint image")
 )
 
-// CanCheckpoint reports whether rt checkpoints sandboxes of isolation
-// iso: a runtime that is not a Checkpointer never does.
-func CanCheckpoint(rt Runtime, iso Isolation) CheckpointSupport {
+// CanCheckpoint reports whether rt (a Runtime, or a consumer's narrower
+// view of one) checkpoints sandboxes of isolation iso: a runtime that is
+// not a Checkpointer never does.
+func CanCheckpoint(rt any, iso Isolation) CheckpointSupport {
 	c, ok := rt.(Checkpointer)
 	if !ok {
 		return CheckpointSupport{How: "this runtime cannot checkpoint (the engine-free runtime, --engine oci, checkpoints gVisor sandboxes)"}
