@@ -68,11 +68,9 @@ func (p *parker) parkRequests() <-chan struct{} {
 // the socket, and waits for SIGUSR2 to listen again at socket. A nil
 // listener with a nil error: ctx ended while parked.
 func (p *parker) park(ctx context.Context, srv *http.Server, hijacked *connSet, socket string, log *slog.Logger) (net.Listener, error) {
-	// A SIGUSR2 from before the park is no wake-up.
-	select {
-	case <-p.unparkCh:
-	default:
-	}
+	// A SIGUSR2 from before the park (the sandbox's own) wakes nothing:
+	// until the daemon removes the socket's file the listen below fails
+	// and the agent waits on. The daemon's own is never dropped.
 	_ = srv.Close()
 	hijacked.closeAll()
 	_ = os.Remove(socket)

@@ -171,3 +171,49 @@ func TestCheckpoint_FreesTheSandbox(t *testing.T) {
 		t.Errorf("after Destroy: left %v", left)
 	}
 }
+
+// TestCheckpoint_HostileSandbox: a sandbox that plants the agent's
+// "parked" file and sends its agent the wake-up signal (SIGUSR2) all the
+// time gets either a whole checkpoint (which restores) or a failed one
+// that leaves it running with nothing at the image's path; either way its
+// agent answers afterwards.
+func TestCheckpoint_HostileSandbox(t *testing.T) {
+	requireEnv(t)
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	id := runtimetest.NewSandboxID()
+	s := gvisorSpec(t, id)
+	if _, err := rt.Create(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return rt.DialAgent(ctx, id) }, s.AgentToken)
+	t.Cleanup(c.Close)
+	exec := func(script string) (*agent.ExecResult, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		return c.Exec(ctx, agent.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}, Timeout: 30 * time.Second})
+	}
+	if _, err := exec(`(while :; do touch /run/sandboxd/parked; kill -USR2 1; done) </dev/null >/dev/null 2>&1 &`); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "image")
+	for i := range 3 {
+		err := rt.Checkpoint(t.Context(), id, dir)
+		if err == nil {
+			if err := rt.Restore(t.Context(), id, dir); err != nil {
+				t.Fatalf("attempt %d: Restore of a whole image: %v", i, err)
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
+			t.Fatalf("attempt %d: a failed checkpoint (%v) left %s (%v)", i, err, dir, serr)
+		}
+		if st, _ := rt.Inspect(t.Context(), id); st.State != runtime.StateRunning {
+			t.Fatalf("attempt %d (checkpoint: %v): the sandbox is %+v, want running", i, err, st)
+		}
+		if res, eerr := exec("echo ok"); eerr != nil || string(res.Stdout) != "ok\n" {
+			t.Fatalf("attempt %d (checkpoint: %v): exec = %v, %v", i, err, res, eerr)
+		}
+		t.Logf("attempt %d: checkpoint %v", i, err)
+	}
+}
