@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,6 +221,46 @@ func (r *Runtime) unpark(ctx context.Context, meta *sandboxMeta) error {
 		return fmt.Errorf("wake the agent: %w", err)
 	}
 	return nil
+}
+
+// wakeIfParked wakes the agent of a running gVisor sandbox that a
+// checkpoint parked and nothing woke: the daemon died between the park
+// and the save (the reconciler then froze it again, and this is its
+// resume or start). The agent must have said it parked and must not
+// answer now: a marker the sandbox planted beside a listening agent
+// changes nothing.
+func (r *Runtime) wakeIfParked(ctx context.Context, meta *sandboxMeta) {
+	if meta.Isolation != runtime.IsolationGVisor {
+		return
+	}
+	if fi, err := os.Lstat(filepath.Join(r.SocketDir(meta.ID), runtime.AgentParkedName)); err != nil || !fi.Mode().IsRegular() {
+		return
+	}
+	if r.answers(ctx, meta.ID) {
+		return
+	}
+	r.log.Warn("waking an agent a cut-short checkpoint left parked", "sandbox", meta.ID)
+	if err := r.unpark(ctx, meta); err != nil {
+		r.log.Warn("wake a parked agent", "sandbox", meta.ID, "err", err)
+	}
+}
+
+// parkedProbe bounds wakeIfParked's look at the agent: a parked agent's
+// socket still takes connections (runsc's file proxy listens on) and
+// answers nothing.
+const parkedProbe = 2 * time.Second
+
+// answers reports whether the sandbox's agent answers its health check
+// within parkedProbe.
+func (r *Runtime) answers(ctx context.Context, id string) bool {
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return r.dialAgent(ctx, id)
+		},
+		DisableKeepAlives: true,
+	}}
+	defer hc.CloseIdleConnections()
+	return runtime.ProbeHealth(ctx, hc, parkedProbe) == nil
 }
 
 // setPaused records a gVisor sandbox's pause (runsc's own, which the

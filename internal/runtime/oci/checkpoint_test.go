@@ -217,3 +217,40 @@ func TestCheckpoint_HostileSandbox(t *testing.T) {
 		t.Logf("attempt %d: checkpoint %v", i, err)
 	}
 }
+
+// TestCheckpoint_CutShortAfterThePark: a daemon that died between the
+// agent's park and the save leaves a running sandbox whose agent answers
+// nothing; the reconciler freezes it (Pause), and its Resume, or a Start,
+// wakes the agent.
+func TestCheckpoint_CutShortAfterThePark(t *testing.T) {
+	requireEnv(t)
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	id := runtimetest.NewSandboxID()
+	s := gvisorSpec(t, id)
+	if _, err := rt.Create(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	for _, wake := range []string{"Resume", "Start"} {
+		if err := rt.Park(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if wake == "Resume" {
+			if err := rt.Pause(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
+			err = rt.Resume(t.Context(), id)
+		} else {
+			err = rt.Start(t.Context(), id)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", wake, err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		err = rt.WaitAgentReady(ctx, id)
+		cancel()
+		if err != nil {
+			t.Fatalf("after %s the parked agent does not answer: %v", wake, err)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package oci
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetFault makes Create fail at the step fault names (tests).
 func (r *Runtime) SetFault(fault func(step string) error) { r.fault = fault }
@@ -16,3 +19,13 @@ func SetExportIdle(d time.Duration) (old time.Duration) { old, exportIdle = expo
 
 // NetNames is netNames, for the tests that play a reboot.
 var NetNames = netNames
+
+// Park parks the sandbox's agent, as a checkpoint does before its save
+// (tests of a checkpoint cut short).
+func (r *Runtime) Park(ctx context.Context, id string) error {
+	meta, err := r.readMeta(id)
+	if err != nil {
+		return err
+	}
+	return r.park(ctx, meta, false)
+}

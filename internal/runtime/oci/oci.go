@@ -618,6 +618,7 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 	}
 	st := r.status(sandboxID)
 	if st.State == runtime.StateRunning {
+		r.wakeIfParked(ctx, meta) // a checkpoint cut short (checkpoint.go)
 		if err := r.waitAgentReady(ctx, sandboxID); err != nil {
 			return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
 		}
@@ -757,11 +758,15 @@ func (r *Runtime) freeze(ctx context.Context, sandboxID string, pause bool) erro
 	if meta.Isolation == runtime.IsolationGVisor {
 		mu := r.stateMu(sandboxID)
 		mu.Lock()
-		defer mu.Unlock()
 		st := r.readState(sandboxID)
 		st.Paused = pause
-		if err := r.writeState(sandboxID, st); err != nil {
+		err := r.writeState(sandboxID, st)
+		mu.Unlock()
+		if err != nil {
 			return fmt.Errorf("%s sandbox %s: record it: %w", verb, sandboxID, err)
+		}
+		if !pause {
+			r.wakeIfParked(ctx, meta) // a checkpoint cut short (checkpoint.go)
 		}
 	}
 	return nil
