@@ -119,8 +119,9 @@ func (r *Runtime) launch(ctx context.Context, id string, meta *sandboxMeta, imag
 		return err
 	}
 	if image != "" {
-		// The restored agent is parked (checkpoint.go): wake it.
-		if err := r.unpark(ctx, meta); err != nil {
+		// The restored agent is parked (checkpoint.go): wake it (its
+		// old socket's file is gone already: restoreFrom).
+		if err := r.wake(ctx, meta); err != nil {
 			return fmt.Errorf("start: %w", err)
 		}
 	}

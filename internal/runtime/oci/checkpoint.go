@@ -213,10 +213,18 @@ func (r *Runtime) park(ctx context.Context, meta *sandboxMeta, paused bool) erro
 
 // unpark has a parked agent listen again. The socket's file goes first:
 // inside gVisor the agent may not remove a file its file proxy bound.
+// (Once it is gone a wake-up the sandbox sends itself may have the agent
+// listen before this one: the agent then ignores this one.)
 func (r *Runtime) unpark(ctx context.Context, meta *sandboxMeta) error {
 	if err := os.Remove(r.AgentSocketPath(meta.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("wake the agent: %w", err)
 	}
+	return r.wake(ctx, meta)
+}
+
+// wake sends the agent its wake-up signal; its old socket's file must
+// be gone (unpark, restoreFrom).
+func (r *Runtime) wake(ctx context.Context, meta *sandboxMeta) error {
 	if err := r.ociRun(ctx, meta, "kill", meta.ID, "SIGUSR2"); err != nil {
 		return fmt.Errorf("wake the agent: %w", err)
 	}
@@ -400,9 +408,16 @@ func (r *Runtime) restoreFrom(ctx context.Context, meta *sandboxMeta, dir string
 	if err := os.Mkdir(r.SocketDir(id), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("socket dir: %w", err)
 	}
-	// The restored kernel binds the agent's socket again at its path.
-	_ = os.Remove(r.AgentSocketPath(id))
-	_ = os.Remove(filepath.Join(r.SocketDir(id), runtime.AgentParkedName))
+	// The restored agent binds its socket again at its path once woken
+	// (launch wakes it): the old socket's file goes now, before anything
+	// of the sandbox runs (a wake-up the sandbox sends itself may have the
+	// agent listen before the daemon's). Nothing else of the socket
+	// directory is touched: the restored kernel finds again the files it
+	// had open there (the parked file, which the agent removes once it
+	// listens).
+	if err := os.Remove(r.AgentSocketPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the old agent socket: %w", err)
+	}
 	if err := r.launch(ctx, id, meta, dir); err != nil {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
