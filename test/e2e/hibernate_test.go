@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,4 +131,81 @@ func sandboxTraces(id string) (procs, cgroups []string) {
 		}
 	}
 	return procs, cgroups
+}
+
+// TestHibernate_SIGKILLMidway: a daemon killed with SIGKILL at some point
+// of a hibernate (before, during or after the checkpoint) leaves, once
+// started again, one state that holds together: hibernated (and its
+// resume works), running or paused (and its resume and an exec work), or
+// in error (its processes lost, never shown as resumable). A save runsc
+// was making when the daemon died ends after the restart and stops the
+// sandbox: the reconciler then marks it error. No temporary image is
+// left, and its destroy leaves nothing.
+func TestHibernate_SIGKILLMidway(t *testing.T) {
+	t.Parallel()
+	requireOCI(t)
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Skip("SKIP: runsc is not installed (scripts/setup-gvisor.sh installs it)")
+	}
+	ctx := testContext(t, 5*time.Minute)
+	d := startDaemon(t, "hibkill", "--engine", "oci", "--reconcile-every", "1s")
+	c := newClient(d, true)
+	once := newClient(d, false)
+	for _, after := range []time.Duration{50 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond} {
+		sb := createTestSandbox(ctx, t, c, sandboxd.CreateRequest{Image: busyboxImage, Runtime: "gvisor", MemoryMB: 256})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = once.HibernateSandbox(ctx, sb.ID) // cut short: its answer does not matter
+		}()
+		time.Sleep(after) // a moment of the hibernate, not a wait for a condition
+		d.Kill()
+		<-done
+		if err := d.Start(ctx); err != nil {
+			t.Fatalf("start after the SIGKILL: %v", err)
+		}
+		var got *sandboxd.Sandbox
+		var last string
+		for deadline := time.Now().Add(time.Minute); ; {
+			var err error
+			if got, err = c.GetSandbox(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			if got.State == "error" {
+				break
+			}
+			if got.State != "paused" && got.State != "running" {
+				t.Fatalf("after the SIGKILL: %s, want hibernated, paused, running or error", got.State)
+			}
+			hibernated := !got.HibernatedAt.IsZero()
+			r, err := c.ResumeSandbox(ctx, sb.ID)
+			if err == nil && r.State == "running" {
+				res, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: "echo ok"})
+				if err == nil && res.Stdout == "ok\n" {
+					break
+				}
+				last = fmt.Sprintf("exec: %+v, %v", res, err)
+			} else {
+				last = fmt.Sprintf("resume: %+v, %v", r, err)
+			}
+			if hibernated {
+				t.Fatalf("a hibernated sandbox does not come back: %s", last)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the SIGKILL the sandbox neither answers nor is marked lost: %s", last)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Logf("killed %v into the hibernate: %s (%s) %s", after, got.State, got.ErrorReason, last)
+		if err := c.DestroySandbox(ctx, sb.ID); err != nil {
+			t.Fatalf("destroy: %v", err)
+		}
+		if left, _ := os.ReadDir(filepath.Join(d.DataDir(), "hibernate")); len(left) > 0 {
+			t.Errorf("hibernate images left after the destroy: %v", left)
+		}
+	}
+	sandboxes := filepath.Join(d.DataDir(), "oci", "sandboxes")
+	if entries, err := os.ReadDir(sandboxes); err != nil || len(entries) > 0 {
+		t.Errorf("the OCI directory still holds %v (%v)", entries, err)
+	}
 }

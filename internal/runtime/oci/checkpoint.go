@@ -169,6 +169,16 @@ func (r *Runtime) Checkpoint(ctx context.Context, sandboxID, dir string) error {
 	return nil
 }
 
+// runscKnows reports whether runsc has a record of the gVisor sandbox
+// (its state file, named unlike crun's and runc's directory: ociKnows).
+func (r *Runtime) runscKnows(meta *sandboxMeta) bool {
+	if meta.Isolation != runtime.IsolationGVisor {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(r.stateRoot(meta), meta.ID+"_sandbox:"+meta.ID+".state"))
+	return err == nil
+}
+
 // parkTimeout bounds the wait for the agent to park.
 const parkTimeout = 10 * time.Second
 

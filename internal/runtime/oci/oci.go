@@ -624,6 +624,14 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 		}
 		return nil
 	}
+	// A run whose end no Stop saw (a daemon killed in a checkpoint, an
+	// agent that exited) may have left the OCI runtime's record of the
+	// container, which the new run's id would collide with.
+	if r.ociKnows(ctx, meta) || r.runscKnows(meta) {
+		if err := r.ociDelete(ctx, meta); err != nil {
+			return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
+		}
+	}
 	if err := r.mountRootfs(sandboxID, meta.ImageDir); err != nil {
 		return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
 	}
@@ -750,6 +758,9 @@ func (r *Runtime) freeze(ctx context.Context, sandboxID string, pause bool) erro
 	case st.State != runtime.StateRunning:
 		return fmt.Errorf("%s sandbox %s (%s): %w", verb, sandboxID, st.Detail, runtime.ErrNotRunning)
 	case st.Paused == pause:
+		if !pause {
+			r.wakeIfParked(ctx, meta) // a checkpoint cut short (checkpoint.go)
+		}
 		return nil
 	}
 	if err := r.ociRun(ctx, meta, verb, sandboxID); err != nil {
