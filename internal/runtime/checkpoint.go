@@ -21,8 +21,10 @@ type Checkpointer interface {
 	// paused) sandbox into dir, then stops it: its processes are gone
 	// and its memory is freed (no process, no cgroup), its filesystem,
 	// socket directory and network stay for Restore. dir must not exist;
-	// it appears only once the image in it is complete (written under a
-	// temporary name, renamed), so a dir that exists holds a whole image.
+	// it appears only once the image in it is complete (written into
+	// dir+".tmp-"+a random suffix, renamed), so a dir that exists holds a
+	// whole image. A caller killed midway leaves that temporary directory;
+	// the save may go on without it (runsc's does) and stop the sandbox.
 	//
 	// On failure nothing is at dir and the sandbox is left running as it
 	// was (paused if it was paused), or, when the runtime's checkpoint

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -268,6 +269,58 @@ func (s *Service) sweepImages(rows []store.Sandbox) {
 			s.Logger.Warn("reconcile: remove a stale hibernate image", "name", e.Name(), "err", err)
 		}
 	}
+}
+
+// checkpointSettle bounds how long a starting daemon waits for a save
+// that a killed one left runsc making.
+const checkpointSettle = time.Minute
+
+// settleCheckpoints is the startup's look at the checkpoints a killed
+// daemon left in flight, before the reconciler takes its snapshot: their
+// temporary images (runtime.Checkpointer writes dir+".tmp-…"). An empty
+// one never began: removed. A sandbox still running over one that is not
+// empty is saving (runsc's save goes on without its caller): it is
+// waited for, at most checkpointSettle. A save that stopped the sandbox
+// wrote its image whole: it is put in place, and the reconciler marks
+// the row hibernated (pausedLost); anything else is removed.
+func (s *Service) settleCheckpoints(ctx context.Context) {
+	if s.cfg.HibernateDir == "" {
+		return
+	}
+	entries, err := os.ReadDir(s.cfg.HibernateDir)
+	if err != nil {
+		return
+	}
+	var tmps []string
+	for _, e := range entries {
+		if id, _, ok := strings.Cut(e.Name(), ".tmp-"); ok && runtime.ValidSandboxID(id) {
+			tmps = append(tmps, e.Name())
+		}
+	}
+	_ = parallel(ctx, tmps, func(ctx context.Context, name string) error {
+		id, _, _ := strings.Cut(name, ".tmp-")
+		tmp := filepath.Join(s.cfg.HibernateDir, name)
+		if files, _ := os.ReadDir(tmp); len(files) == 0 {
+			return os.RemoveAll(tmp)
+		}
+		deadline := time.Now().Add(checkpointSettle)
+		st, err := s.Runtime.Inspect(ctx, id)
+		for err == nil && st.State == runtime.StateRunning && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+			st, err = s.Runtime.Inspect(ctx, id)
+		}
+		if err == nil && st.State != runtime.StateRunning && st.State != runtime.StateMissing && !s.hasImage(id) {
+			if err := os.Rename(tmp, s.imageDir(id)); err == nil {
+				s.Logger.Warn("reconcile: a checkpoint a killed daemon left running ended; its image kept", "sandbox", id)
+				return nil
+			}
+		}
+		return os.RemoveAll(tmp)
+	})
 }
 
 // pausedLost is markLost's judgement of a paused row whose container the

@@ -46,6 +46,9 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 }
 
 func (s *Service) reconcile(ctx context.Context, startup bool) error {
+	if startup {
+		s.settleCheckpoints(ctx)
+	}
 	snap, err := s.snapshot(ctx, startup)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)

@@ -138,9 +138,9 @@ func sandboxTraces(id string) (procs, cgroups []string) {
 // started again, one state that holds together: hibernated (and its
 // resume works), running or paused (and its resume and an exec work), or
 // in error (its processes lost, never shown as resumable). A save runsc
-// was making when the daemon died ends after the restart and stops the
-// sandbox: the reconciler then marks it error. No temporary image is
-// left, and its destroy leaves nothing.
+// was making when the daemon died goes on: the starting daemon waits for
+// it and keeps its image (the sandbox is then hibernated). No temporary
+// image is left, and its destroy leaves nothing.
 func TestHibernate_SIGKILLMidway(t *testing.T) {
 	t.Parallel()
 	requireOCI(t)
@@ -196,7 +196,7 @@ func TestHibernate_SIGKILLMidway(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		t.Logf("killed %v into the hibernate: %s (%s) %s", after, got.State, got.ErrorReason, last)
+		t.Logf("killed %v into the hibernate: %s, hibernated %v (%s) %s", after, got.State, !got.HibernatedAt.IsZero(), got.ErrorReason, last)
 		if err := c.DestroySandbox(ctx, sb.ID); err != nil {
 			t.Fatalf("destroy: %v", err)
 		}
