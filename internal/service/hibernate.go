@@ -39,7 +39,9 @@ import (
 // sandbox as it was (running, or paused) with no image; a failed restore
 // leaves it hibernated. A daemon killed between the checkpoint and the
 // mark leaves a paused row, a checkpointed sandbox and a whole image: the
-// reconciler marks it (markLost, below); one killed between the restore
+// reconciler marks it (pausedLost, below); one killed during the save
+// leaves runsc saving on: the next start waits for it (settleCheckpoints);
+// one killed between the restore
 // and the row's write leaves a hibernated row over a running sandbox: the
 // reconciler freezes it and forgets the image (refreeze).
 //
