@@ -10,7 +10,11 @@
 #   3. a btrfs file system with simple quotas (a sparse loop file) mounted on
 #      $SANDBOXD_OCI_DIR/root, for the runtime's images and sandboxes: each
 #      sandbox's writable layer is a subvolume whose qgroup limit is its disk
-#      limit. Point the daemon at it with --oci-dir (the tests find it there).
+#      limit. Point the daemon at it with --oci-dir (the tests find it there);
+#   4. criu, Debian's, and its `criu check`: runc-class hibernate needs it
+#      (gVisor's is runsc's own). Where the check fails (this kind of host:
+#      "vDSO area bounds") the daemon says so at start and stops such
+#      sandboxes instead of hibernating them.
 #
 # Environment:
 #   SANDBOXD_OCI=off   skips all of it (the daemon's default engine is docker)
@@ -72,4 +76,18 @@ if [[ ! -d $qdir ]]; then
 		btrfs quota enable "$mnt" >&2 && log "btrfs qgroups enabled on $mnt"
 	fi
 fi
+if ! command -v criu >/dev/null 2>&1; then
+	log "installing criu from Debian (runc-class checkpoints)"
+	apt-cache show criu >/dev/null 2>&1 || apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null || true
+	DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends install criu >/dev/null ||
+		log "WARNING: could not install criu: runc-class sandboxes stop instead of hibernating"
+fi
+if command -v criu >/dev/null 2>&1; then
+	if out=$(criu check 2>&1); then
+		log "criu check: passes"
+	else
+		log "criu check fails: runc-class sandboxes stop instead of hibernating ($(grep -m1 -i error <<<"$out" || head -n1 <<<"$out"))"
+	fi
+fi
+
 log "ready: crun $(crun --version | awk 'NR == 1 { print $3 }'), $mnt ($(cat "$qdir/mode" 2>/dev/null || echo "qgroups"))"

@@ -201,7 +201,7 @@ command's own code.`,
 	root.PersistentFlags().StringVar(&c.conf.TokenFile, clientconf.TokenFileFlag, "", clientconf.TokenFileHelp)
 	root.AddCommand(
 		c.createCmd(), c.lsCmd(), c.getCmd(), c.execCmd(), c.shellCmd(), c.cpCmd(),
-		c.startCmd(), c.stopCmd(), c.pauseCmd(), c.resumeCmd(), c.rmCmd(), c.portsCmd(), c.domainsCmd(), c.tokenCmd(), c.poolCmd(),
+		c.startCmd(), c.stopCmd(), c.pauseCmd(), c.hibernateCmd(), c.resumeCmd(), c.rmCmd(), c.portsCmd(), c.domainsCmd(), c.tokenCmd(), c.poolCmd(),
 		c.templateCmd(), c.snapshotCmd(), c.forkCmd(), c.networkCmd(), c.imagesCmd(), c.pullCmd(), c.sessionCmd(),
 		c.logsCmd(),
 	)

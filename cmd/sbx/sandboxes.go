@@ -146,6 +146,9 @@ func (c *cli) printSandbox(sb *sandboxd.Sandbox) error {
 	row("id", sb.ID)
 	row("name", orDash(sb.Name))
 	row("state", string(sb.State))
+	if !sb.HibernatedAt.IsZero() {
+		row("hibernated", sb.HibernatedAt.Local().Format(time.RFC3339))
+	}
 	if sb.ErrorReason != "" {
 		row("error", sb.ErrorReason)
 	}
@@ -172,6 +175,9 @@ func (c *cli) startCmd() *cobra.Command { return c.lifecycleCmd("start", "Start 
 func (c *cli) stopCmd() *cobra.Command  { return c.lifecycleCmd("stop", "Stop a running sandbox") }
 func (c *cli) pauseCmd() *cobra.Command {
 	return c.lifecycleCmd("pause", "Freeze a running sandbox's processes in memory")
+}
+func (c *cli) hibernateCmd() *cobra.Command {
+	return c.lifecycleCmd("hibernate", "Checkpoint a sandbox's processes to disk and free its memory (resume restores them)")
 }
 func (c *cli) resumeCmd() *cobra.Command {
 	return c.lifecycleCmd("resume", "Thaw a paused sandbox (a stopped one is started)")
@@ -200,6 +206,14 @@ func (c *cli) lifecycleCmd(verb, short string) *cobra.Command {
 				sb, err = cl.StopSandbox(cmd.Context(), id)
 			case "pause":
 				sb, err = cl.PauseSandbox(cmd.Context(), id)
+			case "hibernate":
+				var h *sandboxd.Hibernated
+				if h, err = cl.HibernateSandbox(cmd.Context(), id); err == nil {
+					sb, out = &h.Sandbox, h
+					if h.Stopped {
+						fmt.Fprintf(c.stderr, "%s stopped, not hibernated: %s\n", h.ID, h.StoppedReason)
+					}
+				}
 			case "resume":
 				var r *sandboxd.Resumed
 				if r, err = cl.ResumeSandbox(cmd.Context(), id); err == nil {

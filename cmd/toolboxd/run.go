@@ -65,24 +65,53 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		}
 		return err
 	}
-	srv := &http.Server{
-		Handler: server.NewHandler(server.Config{
-			Token: cfg.token, Process: procs, Filesystem: fsys, Users: users, Log: log,
-		}),
-		// Streams live as long as processes do: no read or write timeout.
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		Protocols:         new(http.Protocols),
+	newServer := func() *http.Server {
+		srv := &http.Server{
+			Handler: server.NewHandler(server.Config{
+				Token: cfg.token, Process: procs, Filesystem: fsys, Users: users, Log: log,
+			}),
+			// Streams live as long as processes do: no read or write timeout.
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			Protocols:         new(http.Protocols),
+		}
+		srv.Protocols.SetHTTP1(true)
+		return srv
 	}
-	srv.Protocols.SetHTTP1(true)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("toolboxd serving", "socket", cfg.socket, "handed_over", cfg.handoff != "", "pid1", pid1)
-
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		return fmt.Errorf("serve: %w", err)
+	// Under gVisor the daemon parks the agent before a checkpoint and
+	// wakes it after the restore (see park.go).
+	var parking *parker
+	if cfg.gvisor && cfg.handoff == "" {
+		parking = newParker()
+		defer parking.stop()
+	}
+	var srv *http.Server
+	for {
+		srv = newServer()
+		var hijacked *connSet
+		if parking != nil {
+			hijacked = trackHijacked(srv)
+		}
+		serveErr := make(chan error, 1)
+		go func() { serveErr <- srv.Serve(ln) }()
+		log.Info("toolboxd serving", "socket", cfg.socket, "handed_over", cfg.handoff != "", "pid1", pid1)
+		var wake <-chan struct{}
+		if parking != nil {
+			wake = parking.parkRequests()
+		}
+		select {
+		case <-ctx.Done():
+		case err := <-serveErr:
+			return fmt.Errorf("serve: %w", err)
+		case <-wake:
+			if ln, err = parking.park(ctx, srv, hijacked, cfg.socket, log); err != nil {
+				return err
+			}
+			if ln != nil {
+				continue
+			}
+		}
+		break
 	}
 
 	// Stop: processes first (their streams then end with their end

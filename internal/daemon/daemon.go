@@ -4,6 +4,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -307,6 +308,24 @@ func (d *Daemon) probeDisk(drt runtime.DiskLimiter) {
 	}
 }
 
+// probeCheckpoint says at start, per isolation, whether sandboxes
+// hibernate (their processes checkpointed to disk) or are stopped in its
+// place, and why (service.Hibernate).
+func (d *Daemon) probeCheckpoint(rt runtime.Runtime) {
+	isos := []runtime.Isolation{runtime.IsolationContainer}
+	if d.gvisor {
+		isos = append(isos, runtime.IsolationGVisor)
+	}
+	for _, iso := range isos {
+		name := cmp.Or(string(iso), "runc")
+		if sup := runtime.CanCheckpoint(rt, iso); sup.OK {
+			d.logger.Info("sandboxes hibernate: their processes are checkpointed to disk", "isolation", name, "how", sup.How)
+		} else {
+			d.logger.Warn("sandboxes cannot hibernate here: a hibernate, --pause-max and memory pressure stop them instead", "isolation", name, "why", sup.How)
+		}
+	}
+}
+
 // openOCI opens the oci engine's runtime (registering its Close) in
 // --oci-dir, on the sandboxes' bridge when they may have network.
 func (d *Daemon) openOCI(dataDir, sockets string, nameKey []byte, n docker.Network) (*oci.Runtime, error) {
@@ -410,6 +429,7 @@ func (d *Daemon) openRuntime(ctx context.Context, dataDir string, wrap func(runt
 		d.probeDisk(drt)
 		d.disk = drt
 	}
+	d.probeCheckpoint(rt)
 	if wrap != nil {
 		rt = wrap(rt)
 	}
@@ -522,6 +542,7 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		DefaultRuntime:    cfg.DefaultRuntime,
 		Pool:              poolTargets(cfg.Pool),
 		PauseMax:          cfg.PauseMax,
+		HibernateDir:      filepath.Join(d.dataDir, "hibernate"),
 		TemplateStorageMB: cfg.TemplateStorageMB,
 		DiskDefaultMB:     cfg.DiskDefaultMB,
 		DiskMaxMB:         cfg.DiskMaxMB,

@@ -69,6 +69,14 @@
 // [ErrImageNotFound], [ErrAlreadyExists], [ErrInvalidSpec], [ErrAgentNotReady]),
 // matched with errors.Is; [AgentNotReadyError] carries the details.
 //
+// # Checkpoints
+//
+// A runtime that can save a sandbox's processes and memory to disk and
+// bring them back implements [Checkpointer] (hibernate: package service's
+// Hibernate); [CanCheckpoint] says, per isolation, whether it can here
+// and if not why. The oci runtime checkpoints gVisor sandboxes with runsc;
+// runc-class ones would need CRIU, and the Docker runtime has none.
+//
 // # Testing
 //
 // Package runtime/runtimetest holds the conformance suite every

@@ -170,6 +170,10 @@ const (
 	// a runtime that mounts the socket directory read-only hands the
 	// agent its socket (package agent/handoff).
 	AgentHandoffName = "handoff.sock"
+	// AgentParkedName is the file, beside the agent socket, a parked
+	// agent writes (under gVisor, before a checkpoint: cmd/toolboxd's
+	// park.go) and removes when it listens again.
+	AgentParkedName = "parked"
 	// EnvAgentHandoff tells the agent the handoff socket's path inside
 	// the sandbox; without it the agent creates its socket itself.
 	EnvAgentHandoff = "SANDBOXD_AGENT_HANDOFF"

@@ -44,7 +44,8 @@ type Plan struct {
 	// missing or not running: asked about again, one by one, before
 	// being marked error (the snapshot may predate a start).
 	CheckLost []string
-	// Refreeze are paused rows whose container runs unfrozen, and Thaw
+	// Refreeze are paused rows whose container runs unfrozen (a
+	// hibernated row's too: it is then paused in memory), and Thaw
 	// running rows whose container is frozen: a pause or resume cut short
 	// between its write and its engine call (the row is the truth; see
 	// pause.go). Each is checked again under the sandbox's transition lock.
@@ -99,9 +100,16 @@ func Decide(s Snapshot) Plan {
 				p.RollBack = append(p.RollBack, r.ID)
 			}
 		default:
+			hibernated := r.State == store.StatePaused && !r.HibernatedAt.IsZero()
 			if r.State == store.StateRunning || r.State == store.StatePaused {
 				c, ok := containers[r.ID]
 				switch {
+				case hibernated && ok && c.State != runtime.StateRunning:
+					// Checkpointed, as its row says (hibernate.go).
+				case hibernated && ok && !c.Paused:
+					// A resume cut short between its restore and its
+					// write: frozen, and no longer hibernated (refreeze).
+					p.Refreeze = append(p.Refreeze, r.ID)
 				case !ok || c.State != runtime.StateRunning:
 					p.CheckLost = append(p.CheckLost, r.ID)
 				case r.State == store.StatePaused && !c.Paused:
@@ -112,10 +120,10 @@ func Decide(s Snapshot) Plan {
 			}
 			if s.Startup {
 				p.Restore = append(p.Restore, r.ID)
-				if r.State == store.StateRunning || r.State == store.StatePaused {
+				if (r.State == store.StateRunning || r.State == store.StatePaused) && !hibernated {
 					p.Live[r.ID] = holding(r)
 				} else if h := holding(r); h.DiskMB > 0 {
-					// Stopped (or in error) with its container: its files
+					// Stopped, hibernated (or in error) with its container: its files
 					// still count in its owner's disk quota (Admission.Park).
 					p.Live[r.ID] = admission.Request{DiskMB: h.DiskMB, Owner: h.Owner}
 				}

@@ -75,6 +75,7 @@ type harness struct {
 	keyring *secrets.Keyring
 	nodeID  string
 	volRoot string // the volume directory's root on the host
+	hibDir  string // Config.HibernateDir ("" without harnessOptions.hibernate)
 	drt     *docker.Runtime
 }
 
@@ -101,6 +102,9 @@ type harnessOptions struct {
 	// oci runs the sandboxes with internal/runtime/oci (on the same
 	// bridge with network), the engine keeping the images.
 	oci bool
+	// hibernate gives the service a hibernate directory (Config.HibernateDir)
+	// and, with oci, gVisor sandboxes (Config.GVisor).
+	hibernate bool
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -187,6 +191,9 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		volRoot: volRoot,
 	}
 	h.admFail = &faultyAdmission{Controller: h.adm}
+	if opts.hibernate {
+		h.hibDir = filepath.Join(dir, "hibernate")
+	}
 	h.svc, err = service.New(service.Config{
 		NodeID:        nodeID,
 		DefaultImage:  busybox,
@@ -197,6 +204,8 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		PullIdleGrace: opts.pullIdleGrace,
 		RegistryAllow: []string{"127.0.0.1"},
 		AllowNetwork:  opts.network,
+		HibernateDir:  h.hibDir,
+		GVisor:        opts.hibernate && opts.oci,
 		PausedMemoryFloor: func() int {
 			if opts.memory != nil {
 				return 10
@@ -268,6 +277,11 @@ func (h *harness) assertNothingLeft(t *testing.T) {
 	}
 	if m := h.stagedMounts(t); len(m) != 0 {
 		t.Errorf("staged mounts left: %v", m)
+	}
+	if h.hibDir != "" {
+		if left, _ := os.ReadDir(h.hibDir); len(left) != 0 {
+			t.Errorf("hibernate images left: %v", left)
+		}
 	}
 }
 
@@ -386,6 +400,13 @@ func (f *faultyStore) CreateSandbox(ctx context.Context, sb *store.Sandbox) erro
 		return err
 	}
 	return f.Store.CreateSandbox(ctx, sb)
+}
+
+func (f *faultyStore) MarkHibernated(ctx context.Context, id string) (store.Sandbox, error) {
+	if err := f.check("MarkHibernated"); err != nil {
+		return store.Sandbox{}, err
+	}
+	return f.Store.MarkHibernated(ctx, id)
 }
 
 func (f *faultyStore) GetSandbox(ctx context.Context, id string) (store.Sandbox, error) {

@@ -346,6 +346,7 @@ func (s *Service) finishDestroy(ctx context.Context, id string) error {
 	if err := s.Runtime.Destroy(ctx, id); err != nil {
 		return fmt.Errorf("destroy container of %s: %w", id, err)
 	}
+	s.dropImage(id)
 	if err := s.Volumes.Release(ctx, id); err != nil {
 		return fmt.Errorf("release mounts of %s: %w", id, err)
 	}
@@ -426,6 +427,7 @@ func (s *Service) stopLocked(ctx context.Context, row store.Sandbox, keep bool) 
 	if err != nil {
 		return Sandbox{}, s.mapStoreErr(err, row.ID)
 	}
+	s.dropImage(row.ID)      // a hibernated sandbox's processes end with its stop
 	s.Admission.Park(row.ID) // its files stay: its disk still counts
 	return fromRow(updated), nil
 }

@@ -111,6 +111,9 @@ func (s *Service) resumeLocked(ctx context.Context, c Caller, row store.Sandbox)
 	case store.StateRunning:
 		return Resumed{Sandbox: fromRow(row)}, nil
 	case store.StatePaused:
+		if !row.HibernatedAt.IsZero() {
+			return s.resumeHibernated(ctx, c, row)
+		}
 	case store.StateCreating:
 		return Resumed{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
 	default:
@@ -203,14 +206,18 @@ func (s *Service) StopLongPaused(ctx context.Context) (int, error) {
 	}
 	var n atomic.Int64
 	errs := parallel(ctx, ids, func(ctx context.Context, id string) error {
-		// Resumed (and maybe paused again) or destroyed since the listing: left alone.
-		still := func(row store.Sandbox) bool { return row.State == store.StatePaused && !row.PausedAt.After(cutoff) }
+		// Resumed (and maybe paused again), hibernated or destroyed
+		// since the listing: left alone.
+		still := func(row store.Sandbox) bool {
+			return row.State == store.StatePaused && !row.PausedAt.After(cutoff) && row.HibernatedAt.IsZero()
+		}
 		return s.underLock(ctx, id, "stop long paused", still, func(row store.Sandbox) error {
-			if _, err := s.stopLocked(ctx, row, keepLogs); err != nil {
-				return fmt.Errorf("stop long paused %s: %w", id, err)
+			h, err := s.freePaused(ctx, row, keepLogs)
+			if err != nil {
+				return fmt.Errorf("free long paused %s: %w", id, err)
 			}
 			n.Add(1)
-			s.Logger.Info("stopped a sandbox paused for longer than the pause limit", "sandbox", id, "paused_at", row.PausedAt)
+			s.Logger.Info("freed a sandbox paused for longer than the pause limit", "sandbox", id, "paused_at", row.PausedAt, "hibernated", !h.Stopped, "reason", h.Reason)
 			s.Metrics.reconcileAction("pause_max")
 			return nil
 		})
@@ -251,16 +258,20 @@ func (s *Service) StopPausedUnderPressure(ctx context.Context) (int, error) {
 		if ok, err := short(); !ok || err != nil {
 			return n, err
 		}
-		still := func(row store.Sandbox) bool { return row.State == store.StatePaused }
+		if !r.HibernatedAt.IsZero() {
+			continue // it holds no memory
+		}
+		still := func(row store.Sandbox) bool { return row.State == store.StatePaused && row.HibernatedAt.IsZero() }
 		err := s.underLock(ctx, r.ID, "stop paused under memory pressure", still, func(row store.Sandbox) error {
 			// No snapshot of its logs: the host needs its memory now,
 			// and each stop holds the next one up (an agent that does
 			// not answer would cost stopLogsTimeout a sandbox).
-			if _, err := s.stopLocked(ctx, row, dropLogs); err != nil {
-				return fmt.Errorf("stop paused %s under memory pressure: %w", row.ID, err)
+			h, err := s.freePaused(ctx, row, dropLogs)
+			if err != nil {
+				return fmt.Errorf("free paused %s under memory pressure: %w", row.ID, err)
 			}
 			n++
-			s.Logger.Info("stopped a paused sandbox: the host is short of memory", "sandbox", row.ID, "paused_at", row.PausedAt)
+			s.Logger.Info("freed a paused sandbox: the host is short of memory", "sandbox", row.ID, "paused_at", row.PausedAt, "hibernated", !h.Stopped, "reason", h.Reason)
 			s.Metrics.reconcileAction("pause_memory")
 			return nil
 		})
@@ -269,6 +280,28 @@ func (s *Service) StopPausedUnderPressure(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// freePaused frees the memory of a paused sandbox for the background
+// loop (the pause limit, memory pressure), under its transition lock: it
+// hibernates it where the runtime can, and stops it (keep: stopLocked's)
+// where it cannot or where the checkpoint failed: the memory is freed
+// either way.
+func (s *Service) freePaused(ctx context.Context, row store.Sandbox, keep bool) (Hibernated, error) {
+	h, err := s.hibernateLocked(ctx, row, keep)
+	if err == nil || errors.Is(err, ErrNotFound) {
+		return h, err
+	}
+	// The checkpoint failed and left it paused: stopped as before.
+	now, gerr := s.Store.GetSandbox(ctx, row.ID)
+	if gerr != nil {
+		return Hibernated{}, errors.Join(err, s.mapStoreErr(gerr, row.ID))
+	}
+	sb, serr := s.stopLocked(ctx, now, keep)
+	if serr != nil {
+		return Hibernated{}, errors.Join(err, serr)
+	}
+	return Hibernated{Sandbox: sb, Stopped: true, Reason: err.Error()}, nil
 }
 
 // underLock runs act on sandbox id's row under its transition lock, read

@@ -46,6 +46,9 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 }
 
 func (s *Service) reconcile(ctx context.Context, startup bool) error {
+	if startup {
+		s.settleCheckpoints(ctx)
+	}
 	snap, err := s.snapshot(ctx, startup)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
@@ -75,6 +78,7 @@ func (s *Service) reconcile(ctx context.Context, startup bool) error {
 	if lostErr != nil {
 		return fmt.Errorf("startup reconcile: %w", lostErr)
 	}
+	s.sweepImages(snap.Rows)
 	if err := s.sweepVolumes(snap.Rows); err != nil {
 		s.Logger.Warn("reconcile: staged mounts of gone sandboxes left; the next start retries", "err", err)
 	}
@@ -178,7 +182,21 @@ func (s *Service) finishInterrupted(ctx context.Context, id string) error {
 // refreeze pauses again the container of a paused row that runs
 // unfrozen, if under the transition lock the row is still paused.
 func (s *Service) refreeze(ctx context.Context, id string) error {
-	return s.converge(ctx, id, store.StatePaused, "refreeze", s.Runtime.Pause)
+	return s.converge(ctx, id, store.StatePaused, "refreeze", func(ctx context.Context, id string) error {
+		if err := s.Runtime.Pause(ctx, id); err != nil {
+			return err
+		}
+		// A hibernated row whose sandbox runs: a resume restored it and
+		// died before its write. Paused in memory now, not hibernated.
+		row, err := s.Store.GetSandbox(ctx, id)
+		if err == nil && !row.HibernatedAt.IsZero() {
+			if _, err := s.Store.ClearHibernated(ctx, id); err != nil {
+				return err
+			}
+			s.dropImage(id)
+		}
+		return nil
+	})
 }
 
 // thaw resumes the frozen container of a running row, if under the
@@ -214,6 +232,18 @@ func (s *Service) markLost(ctx context.Context, ids []string) (map[string]bool, 
 			continue
 		}
 		if st.State == runtime.StateRunning {
+			continue
+		}
+		if row, err := s.Store.GetSandbox(ctx, id); err == nil && row.State == store.StatePaused {
+			// A hibernate checkpoints under the transition lock: a
+			// paused row is judged under it (hibernate.go).
+			isLost, err := s.pausedLost(ctx, id)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if isLost {
+				lost[id] = true
+			}
 			continue
 		}
 		reason := "container vanished"

@@ -61,6 +61,10 @@ type Sandbox struct {
 	ErrorReason  string
 	// PausedAt is when the sandbox was paused (zero unless StatePaused).
 	PausedAt time.Time
+	// HibernatedAt is when the paused sandbox was hibernated: its
+	// processes and memory on disk, its memory freed (zero unless
+	// hibernated; see Hibernate).
+	HibernatedAt time.Time
 	// PauseOnTimeout: the sandbox pauses instead of being destroyed when
 	// its timeout passes (Lifecycle.PauseOnTimeout).
 	PauseOnTimeout bool
@@ -145,6 +149,7 @@ func fromRow(row store.Sandbox) Sandbox {
 		SSHPublicKey:  row.SSHPublicKey,
 		ErrorReason:   row.ErrorReason,
 		PausedAt:      row.PausedAt,
+		HibernatedAt:  row.HibernatedAt,
 
 		PauseOnTimeout: spec.PauseOnTimeout,
 		Lifecycle:      lifecycleOf(row, spec),

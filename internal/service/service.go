@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,8 @@ type SandboxStore interface {
 	ResumeSandbox(ctx context.Context, id string) (store.Sandbox, error)
 	PauseExpiredSandbox(ctx context.Context, id string, now time.Time) (store.Sandbox, bool, error)
 	ListPausedBefore(ctx context.Context, before time.Time) ([]store.Sandbox, error)
+	MarkHibernated(ctx context.Context, id string) (store.Sandbox, error)
+	ClearHibernated(ctx context.Context, id string) (store.Sandbox, error)
 	TouchSandbox(ctx context.Context, id string, at time.Time) error
 	ListIdle(ctx context.Context, now time.Time) ([]store.Sandbox, error)
 	ListAutoDeleteDue(ctx context.Context, now time.Time) ([]store.Sandbox, error)
@@ -250,6 +253,12 @@ type Config struct {
 	// before the background loop stops it, keeping its file system; the
 	// next resume then starts its processes afresh. Zero: never.
 	PauseMax time.Duration
+	// HibernateDir holds the hibernate images (hibernate.go), one
+	// directory per sandbox; made 0700. Empty: nothing hibernates (a
+	// hibernate stops the sandbox, saying so). Where the runtime can
+	// checkpoint a sandbox, PauseMax and PausedMemoryFloor hibernate it
+	// rather than stop it.
+	HibernateDir string
 	// PausedMemoryFloor is the percent of the host's memory that must stay
 	// available: under it, paused sandboxes are stopped, longest paused
 	// first (0: never; needs Deps.HostMemory).
@@ -431,6 +440,15 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.StuckCreating == 0 {
 		cfg.StuckCreating = 10 * time.Minute
+	}
+	if cfg.HibernateDir != "" {
+		// It holds sandboxes' memory: the daemon's alone.
+		if err := os.MkdirAll(cfg.HibernateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("service: hibernate dir: %w", err)
+		}
+		if err := os.Chmod(cfg.HibernateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("service: hibernate dir: %w", err)
+		}
 	}
 	reserved := make([]string, len(cfg.ReservedHosts))
 	for i, h := range cfg.ReservedHosts {

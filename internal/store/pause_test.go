@@ -95,3 +95,52 @@ func TestPause_TimeoutStopsWhilePaused(t *testing.T) {
 		t.Errorf("pause of a missing sandbox = %v, want ErrNotFound", err)
 	}
 }
+
+// TestHibernated_OnlyWhilePaused: a paused sandbox is marked hibernated
+// (a repeat keeps the first time), a running one is a state conflict;
+// leaving paused (a resume, a stop) forgets the mark, and a pause after
+// starts unmarked; ClearHibernated forgets it too.
+func TestHibernated_OnlyWhilePaused(t *testing.T) {
+	s, clock := newStore(t)
+	id := sandboxID(1)
+	createSandbox(t, s, id, "")
+	var sce *store.StateConflictError
+	if _, err := s.MarkHibernated(t.Context(), id); !errors.As(err, &sce) || sce.Current != store.StateRunning {
+		t.Fatalf("MarkHibernated of a running sandbox = %v, want a state conflict", err)
+	}
+	if _, err := s.PauseSandbox(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.MarkHibernated(t.Context(), id)
+	if err != nil || !first.HibernatedAt.Equal(clock.Now()) {
+		t.Fatalf("MarkHibernated = %v at %v, want %v", err, first.HibernatedAt, clock.Now())
+	}
+	clock.Advance(time.Second)
+	if again, err := s.MarkHibernated(t.Context(), id); err != nil || !again.HibernatedAt.Equal(first.HibernatedAt) {
+		t.Errorf("MarkHibernated again = %v at %v, want the first time %v", err, again.HibernatedAt, first.HibernatedAt)
+	}
+	if got, err := s.GetSandbox(t.Context(), id); err != nil || got.HibernatedAt.IsZero() {
+		t.Errorf("GetSandbox of a hibernated sandbox: %v, HibernatedAt %v", err, got.HibernatedAt)
+	}
+	if cleared, err := s.ClearHibernated(t.Context(), id); err != nil || !cleared.HibernatedAt.IsZero() || cleared.State != store.StatePaused {
+		t.Errorf("ClearHibernated = %+v, %v; want paused, not hibernated", cleared, err)
+	}
+	if _, err := s.MarkHibernated(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.ResumeSandbox(t.Context(), id); err != nil || !r.HibernatedAt.IsZero() {
+		t.Fatalf("ResumeSandbox = %v, HibernatedAt %v; want cleared", err, r.HibernatedAt)
+	}
+	if p, err := s.PauseSandbox(t.Context(), id); err != nil || !p.HibernatedAt.IsZero() {
+		t.Fatalf("PauseSandbox = %v, HibernatedAt %v; want a pause unmarked", err, p.HibernatedAt)
+	}
+	if _, err := s.MarkHibernated(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.UpdateSandboxState(t.Context(), id, nil, store.StateStopped, ""); err != nil || !st.HibernatedAt.IsZero() {
+		t.Errorf("stop of a hibernated sandbox = %v, HibernatedAt %v; want none", err, st.HibernatedAt)
+	}
+	if _, err := s.MarkHibernated(t.Context(), "sb-missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("MarkHibernated of a missing sandbox = %v, want ErrNotFound", err)
+	}
+}

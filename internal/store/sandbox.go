@@ -77,6 +77,10 @@ type Sandbox struct {
 	// commit, start or resume, a change of its rules, TouchSandbox): its
 	// idle time, which Lifecycle.AutoStop bounds, counts from it.
 	LastActivityAt time.Time
+	// HibernatedAt is when the paused sandbox's processes were
+	// checkpointed to disk and its memory freed (MarkHibernated); zero
+	// unless State is StatePaused and it is hibernated.
+	HibernatedAt time.Time
 	// StoppedAt is when the sandbox stopped (zero unless StateStopped);
 	// ArchivedAt when it was archived (zero unless stopped and archived).
 	StoppedAt, ArchivedAt time.Time
@@ -133,7 +137,7 @@ const PoolOwner = "sandboxd:pool"
 const sandboxColumns = `id, name, owner, image, state, cpu_millis, memory_mb, tags, env,
 	sealed_secrets, spec, agent_token_sealed, ssh_public_key, node_id,
 	created_at, updated_at, expires_at, error_reason, destroying_since, boot_token_sealed, paused_at,
-	auto_stop_ms, auto_delete_ms, auto_archive_ms, last_activity_at, stopped_at, archived_at`
+	auto_stop_ms, auto_delete_ms, auto_archive_ms, last_activity_at, stopped_at, archived_at, hibernated_at`
 
 func scanSandbox(r rowScanner) (Sandbox, error) {
 	var (
@@ -146,11 +150,12 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 		archiveMs            int64
 		activityMs           sql.NullInt64
 		stoppedMs, archMs    sql.NullInt64
+		hibernatedMs         sql.NullInt64
 	)
 	err := r.Scan(&sb.ID, &sb.Name, &sb.Owner, &sb.Image, &sb.State, &sb.CPUMillis, &sb.MemoryMB,
 		&tags, &env, &sb.SealedSecrets, &spec, &sb.AgentTokenSealed, &sb.SSHPublicKey, &sb.NodeID,
 		&createdMs, &updatedMs, &expiresMs, &sb.ErrorReason, &destroyMs, &sb.BootTokenSealed, &pausedMs,
-		&stopMs, &deleteMs, &archiveMs, &activityMs, &stoppedMs, &archMs)
+		&stopMs, &deleteMs, &archiveMs, &activityMs, &stoppedMs, &archMs, &hibernatedMs)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -170,6 +175,9 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 	sb.LastActivityAt = fromMillis(activityMs)
 	sb.StoppedAt = fromMillis(stoppedMs)
 	sb.ArchivedAt = fromMillis(archMs)
+	if sb.State == StatePaused {
+		sb.HibernatedAt = fromMillis(hibernatedMs)
+	}
 	return sb, nil
 }
 
@@ -217,7 +225,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, NULL, ?, ?, ?, ?, NULL, NULL)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, NULL, ?, ?, ?, ?, NULL, NULL, NULL)`,
 			sb.ID, sb.Name, sb.Owner, sb.Image, sb.State, sb.CPUMillis, sb.MemoryMB, tags, env,
 			sb.SealedSecrets, spec, sb.AgentTokenSealed, sb.SSHPublicKey, sb.NodeID,
 			createdMs, createdMs, nullMillis(sb.ExpiresAt), sb.ErrorReason, sb.BootTokenSealed,
@@ -480,7 +488,7 @@ func (s *Store) UpdateSandboxState(ctx context.Context, id string, from []Sandbo
 // ErrNotFound if it is gone or its destroy began. The row keeps its expiry,
 // which neither ListExpired nor BeginReap honours while it is paused.
 func (s *Store) PauseSandbox(ctx context.Context, id string) (Sandbox, error) {
-	sb, err := s.moveState(ctx, id, StateRunning, StatePaused, `paused_at = ?`, s.nowMillis())
+	sb, err := s.moveState(ctx, id, StateRunning, StatePaused, `paused_at = ?, hibernated_at = NULL`, s.nowMillis())
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
@@ -495,7 +503,7 @@ func (s *Store) PauseSandbox(ctx context.Context, id string) (Sandbox, error) {
 func (s *Store) ResumeSandbox(ctx context.Context, id string) (Sandbox, error) {
 	now := s.nowMillis()
 	sb, err := s.moveState(ctx, id, StatePaused, StateRunning,
-		`expires_at = CASE WHEN expires_at IS NULL THEN NULL ELSE expires_at + max(0, ? - paused_at) END, paused_at = NULL, last_activity_at = ?`, now, now)
+		`expires_at = CASE WHEN expires_at IS NULL THEN NULL ELSE expires_at + max(0, ? - paused_at) END, paused_at = NULL, hibernated_at = NULL, last_activity_at = ?`, now, now)
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
@@ -524,6 +532,50 @@ func (s *Store) moveState(ctx context.Context, id string, from, to SandboxState,
 	return sb, err
 }
 
+// MarkHibernated records that paused sandbox id is hibernated (its image
+// complete), HibernatedAt now; marking a hibernated one again keeps the
+// first time. A sandbox that is not paused is a *StateConflictError
+// carrying its state; ErrNotFound if it is gone or its destroy began.
+func (s *Store) MarkHibernated(ctx context.Context, id string) (Sandbox, error) {
+	sb, err := s.setHibernated(ctx, id, `coalesce(hibernated_at, ?)`, s.nowMillis())
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("mark sandbox %s hibernated: %w", id, err)
+	}
+	return sb, nil
+}
+
+// ClearHibernated records that paused sandbox id is no longer hibernated
+// (its processes are back in memory, frozen). Its errors are
+// MarkHibernated's.
+func (s *Store) ClearHibernated(ctx context.Context, id string) (Sandbox, error) {
+	sb, err := s.setHibernated(ctx, id, `NULL`)
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("clear sandbox %s hibernated: %w", id, err)
+	}
+	return sb, nil
+}
+
+// setHibernated sets hibernated_at to value on a paused row.
+func (s *Store) setHibernated(ctx context.Context, id, value string, args ...any) (Sandbox, error) {
+	var sb Sandbox
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var cur SandboxState
+		if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes
+			WHERE id = ? AND destroying_since IS NULL`, id).Scan(&cur); err != nil {
+			return notFound(err)
+		}
+		if cur != StatePaused {
+			return &StateConflictError{ID: id, Current: cur, Want: []SandboxState{StatePaused}}
+		}
+		var err error
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
+			SET hibernated_at = `+value+`, updated_at = ? WHERE id = ?
+			RETURNING `+sandboxColumns, append(args, s.nowMillis(), id)...))
+		return err
+	})
+	return sb, err
+}
+
 // PauseExpiredSandbox is PauseSandbox for a sandbox that pauses instead of
 // being destroyed when its timeout passes: it moves sandbox id from running
 // to paused, and clears its expiry, only if under the writer it has still
@@ -534,7 +586,7 @@ func (s *Store) PauseExpiredSandbox(ctx context.Context, id string, now time.Tim
 		var err error
 		nowMs := s.nowMillis()
 		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
-			SET state = ?, paused_at = ?, expires_at = NULL, updated_at = ?
+			SET state = ?, paused_at = ?, hibernated_at = NULL, expires_at = NULL, updated_at = ?
 			WHERE id = ? AND state = ? AND expires_at IS NOT NULL AND expires_at <= ?
 				AND destroying_since IS NULL
 			RETURNING `+sandboxColumns, StatePaused, nowMs, nowMs, id, StateRunning, millis(now)))

@@ -58,6 +58,9 @@ type Sandbox struct {
 	ErrorReason string `json:"error_reason,omitempty"`
 	// PausedAt is when the sandbox was paused; zero unless StatePaused.
 	PausedAt time.Time `json:"paused_at,omitzero"`
+	// HibernatedAt is when the paused sandbox was hibernated (its
+	// processes on disk, its memory freed); zero unless it is.
+	HibernatedAt time.Time `json:"hibernated_at,omitzero"`
 	// Lifecycle is the sandbox's lifecycle rules; nil when it has none.
 	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
 	// StoppedAt is when the sandbox stopped and ArchivedAt when it was
@@ -374,6 +377,31 @@ func (c *Client) StopSandbox(ctx context.Context, id string) (*Sandbox, error) {
 // retried on transient failures, like StartSandbox.
 func (c *Client) PauseSandbox(ctx context.Context, id string) (*Sandbox, error) {
 	return c.lifecycle(ctx, id, "pause")
+}
+
+// Hibernated is the result of HibernateSandbox.
+type Hibernated struct {
+	Sandbox
+	// Stopped: the daemon's runtime cannot checkpoint this sandbox, and
+	// stopped it instead (its file system kept); StoppedReason says why.
+	Stopped       bool   `json:"stopped"`
+	StoppedReason string `json:"stopped_reason,omitempty"`
+}
+
+// HibernateSandbox checkpoints a running or paused sandbox's processes
+// and memory to disk and frees its memory; ResumeSandbox (or
+// StartSandbox) restores them where they were, across daemon restarts.
+// Where the daemon's runtime cannot checkpoint the sandbox it is stopped
+// instead, and Hibernated.Stopped says so. Hibernating a hibernated
+// sandbox returns it unchanged. It is retried on transient failures, like
+// StartSandbox.
+func (c *Client) HibernateSandbox(ctx context.Context, id string) (*Hibernated, error) {
+	var res Hibernated
+	r := &request{method: http.MethodPost, segs: []string{"v1", "sandboxes", id, "hibernate"}, retry: retrySafe}
+	if err := c.do(ctx, r, nil, &res); err != nil {
+		return nil, fmt.Errorf("hibernate sandbox %q: %w", id, err)
+	}
+	return &res, nil
 }
 
 // Resumed is the result of ResumeSandbox.

@@ -258,12 +258,19 @@ func (f *Facade) setTimeout(w http.ResponseWriter, r *http.Request, c service.Ca
 	return nil
 }
 
-// pause is POST /sandboxes/{id}/pause: freeze the sandbox's processes in
-// memory (Service.Pause) and clear the timeout (a paused sandbox does not
-// expire; connect gives it one again). 409 with body code 409 when it is
-// already paused, or stopped (pause() is then false).
+// pause is POST /sandboxes/{id}/pause, body {memory?} (the SDK's
+// keepMemory): without it, freeze the sandbox's processes in memory
+// (Service.Pause); with memory true, hibernate them to disk
+// (Service.Hibernate: where the runtime cannot, the sandbox is stopped);
+// with memory false, stop it, keeping only its file system (its connect
+// is a fresh start, as E2B's is). Then clear the timeout (a paused
+// sandbox does not expire; connect gives it one again). 409 with body
+// code 409 when it is already paused, or stopped (pause() is then false).
 func (f *Facade) pause(w http.ResponseWriter, r *http.Request, c service.Caller) error {
-	if err := f.decodeJSON(w, r, &struct{}{}); err != nil {
+	var body struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := f.decodeJSON(w, r, &body); err != nil {
 		return err
 	}
 	sb, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
@@ -273,7 +280,15 @@ func (f *Facade) pause(w http.ResponseWriter, r *http.Request, c service.Caller)
 	if sb.State != service.StateRunning {
 		return errorf(http.StatusConflict, "sandbox %s is already paused", sb.ID)
 	}
-	if _, err := f.svc.Pause(r.Context(), c, sb.ID); err != nil {
+	switch {
+	case body.Memory == nil:
+		_, err = f.svc.Pause(r.Context(), c, sb.ID)
+	case *body.Memory:
+		_, err = f.svc.Hibernate(r.Context(), c, sb.ID)
+	default:
+		_, err = f.svc.Stop(r.Context(), c, sb.ID)
+	}
+	if err != nil {
 		return err
 	}
 	if _, err := f.svc.UpdateSandbox(r.Context(), c, sb.ID, service.Update{SetTimeout: true}); err != nil {

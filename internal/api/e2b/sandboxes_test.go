@@ -10,6 +10,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/service"
 )
 
 func jsonBody(t *testing.T, v any) io.Reader {
@@ -490,5 +492,38 @@ func TestLifecycle_AutoPauseOnTimeout(t *testing.T) {
 	}
 	if resp := h.do(t, h.admin, http.MethodDelete, "/sandboxes/"+auto.SandboxID, nil); resp.status != http.StatusNoContent {
 		t.Fatalf("kill: %d %s", resp.status, resp.body)
+	}
+}
+
+// TestPause_KeepMemory: pause's memory field (the SDK's keepMemory):
+// false stops the sandbox, keeping its file system (E2B still reads it
+// paused, and connect starts it afresh); true hibernates it, which under
+// a runtime without checkpoints (the Docker runtime) stops it too.
+func TestPause_KeepMemory(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	for _, memory := range []bool{false, true} {
+		c := h.create(t, map[string]any{"templateID": "base", "timeout": 120})
+		if resp := h.do(t, h.admin, http.MethodPost, "/sandboxes/"+c.SandboxID+"/pause", map[string]any{"memory": memory}); resp.status != http.StatusNoContent {
+			t.Fatalf("pause memory=%v: %d %s", memory, resp.status, resp.body)
+		}
+		sb, err := h.svc.Get(t.Context(), service.Caller{Admin: true}, c.SandboxID)
+		if err != nil || sb.State != service.StateStopped {
+			t.Errorf("pause memory=%v: the sandbox is %s (%v), want stopped", memory, sb.State, err)
+		}
+		var info struct {
+			State string `json:"state"`
+		}
+		resp := h.do(t, h.admin, http.MethodGet, "/sandboxes/"+c.SandboxID, nil)
+		decode(t, resp.body, &info)
+		if info.State != "paused" {
+			t.Errorf("pause memory=%v: E2B state %q, want paused", memory, info.State)
+		}
+		wantError(t, h.do(t, h.admin, http.MethodPost, "/sandboxes/"+c.SandboxID+"/pause", map[string]any{"memory": memory}), http.StatusConflict)
+		if resp := h.do(t, h.admin, http.MethodPost, "/v2/sandboxes/"+c.SandboxID+"/connect", map[string]any{"timeout": 60}); resp.status != http.StatusCreated {
+			t.Fatalf("connect after pause memory=%v: %d %s", memory, resp.status, resp.body)
+		}
+		if resp := h.do(t, h.admin, http.MethodDelete, "/sandboxes/"+c.SandboxID, nil); resp.status != http.StatusNoContent {
+			t.Fatalf("kill: %d %s", resp.status, resp.body)
+		}
 	}
 }

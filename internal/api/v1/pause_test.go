@@ -49,3 +49,33 @@ func TestPauseResume_Wire(t *testing.T) {
 		t.Errorf("resume of a stopped sandbox answered %+v, want processes_restarted", res)
 	}
 }
+
+// TestHibernate_Wire: where the daemon's runtime cannot checkpoint (the
+// Docker runtime), hibernate answers the sandbox stopped, with
+// stopped_reason, twice alike; resume then restarts its processes. A
+// sandbox that does not exist is a 404.
+func TestHibernate_Wire(t *testing.T) {
+	t.Parallel()
+	tok := needEnv(t).AdminToken
+	sb := create(t, tok, `{`+busybox+`}`)
+	type hibernated struct {
+		sandbox
+		HibernatedAt  *string `json:"hibernated_at"`
+		Stopped       *bool   `json:"stopped"`
+		StoppedReason string  `json:"stopped_reason"`
+	}
+	for range 2 {
+		h := decode[hibernated](t, do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/hibernate", ""), http.StatusOK)
+		if h.State != "stopped" || h.Stopped == nil || !*h.Stopped || h.StoppedReason == "" || h.HibernatedAt != nil {
+			t.Fatalf("hibernate under a runtime without checkpoints answered %+v", h)
+		}
+	}
+	type resumed struct {
+		sandbox
+		ProcessesRestarted bool `json:"processes_restarted"`
+	}
+	if r := decode[resumed](t, do(t, tok, "POST", "/v1/sandboxes/"+sb.ID+"/resume", ""), http.StatusOK); r.State != "running" || !r.ProcessesRestarted {
+		t.Errorf("resume after the stop answered %+v", r)
+	}
+	wantError(t, do(t, tok, "POST", "/v1/sandboxes/sb-0000000000000000/hibernate", ""), http.StatusNotFound, "not_found")
+}

@@ -55,6 +55,7 @@ func routes() []route {
 		{http.MethodPost, "/v1/sandboxes/{id}/start", user, jsonBody, (*server).startSandbox},
 		{http.MethodPost, "/v1/sandboxes/{id}/stop", user, jsonBody, (*server).stopSandbox},
 		{http.MethodPost, "/v1/sandboxes/{id}/pause", user, jsonBody, (*server).pauseSandbox},
+		{http.MethodPost, "/v1/sandboxes/{id}/hibernate", user, jsonBody, (*server).hibernateSandbox},
 		{http.MethodPost, "/v1/sandboxes/{id}/resume", user, jsonBody, (*server).resumeSandbox},
 		{http.MethodPost, "/v1/sandboxes/{id}/snapshots", user, jsonBody, (*server).snapshotSandbox},
 		{http.MethodPost, "/v1/sandboxes/{id}/fork", user, jsonBody, (*server).forkSandbox},

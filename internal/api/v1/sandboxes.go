@@ -282,6 +282,17 @@ func (s *server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
 	return writeSandbox(w, sb, err)
 }
 
+// hibernateSandbox checkpoints the sandbox's processes to disk and frees
+// its memory, or stops it where the runtime cannot and says why.
+func (s *server) hibernateSandbox(w http.ResponseWriter, r *http.Request) error {
+	res, err := s.svc.Hibernate(r.Context(), caller(r), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, hibernateJSON{sandboxJSON: toSandboxJSON(res.Sandbox), Stopped: res.Stopped, StoppedReason: res.Reason})
+	return nil
+}
+
 // resumeSandbox thaws a paused sandbox, or starts a stopped one and says
 // that its processes restarted.
 func (s *server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {

@@ -30,6 +30,7 @@ type Service interface {
 	Stop(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	Pause(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	Resume(ctx context.Context, c service.Caller, idOrName string) (service.Resumed, error)
+	Hibernate(ctx context.Context, c service.Caller, idOrName string) (service.Hibernated, error)
 	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
 	SetNetworkPolicy(ctx context.Context, c service.Caller, idOrName string, p netpolicy.Policy) (service.Sandbox, error)
 

@@ -40,6 +40,9 @@ type sandboxJSON struct {
 	SSHPrivateKey string            `json:"ssh_private_key,omitempty"`
 	ErrorReason   string            `json:"error_reason,omitempty"`
 	PausedAt      *time.Time        `json:"paused_at,omitempty"`
+	// HibernatedAt is when the paused sandbox was hibernated; only while
+	// it is.
+	HibernatedAt *time.Time `json:"hibernated_at,omitempty"`
 	// Lifecycle is the sandbox's lifecycle rules (absent: none).
 	Lifecycle *lifecycleJSON `json:"lifecycle,omitempty"`
 	// StoppedAt is when the sandbox stopped, ArchivedAt when it was
@@ -118,6 +121,14 @@ type resumeJSON struct {
 	ProcessesRestarted bool `json:"processes_restarted"`
 }
 
+// hibernateJSON is the answer to a hibernate: the sandbox, and whether it
+// was stopped instead, and why.
+type hibernateJSON struct {
+	sandboxJSON
+	Stopped       bool   `json:"stopped"`
+	StoppedReason string `json:"stopped_reason,omitempty"`
+}
+
 type mountJSON struct {
 	Volume   string `json:"volume"`
 	Path     string `json:"path"`
@@ -161,6 +172,10 @@ func toSandboxJSON(sb service.Sandbox) sandboxJSON {
 	if !sb.PausedAt.IsZero() {
 		t := sb.PausedAt.UTC()
 		out.PausedAt = &t
+	}
+	if !sb.HibernatedAt.IsZero() {
+		t := sb.HibernatedAt.UTC()
+		out.HibernatedAt = &t
 	}
 	out.Lifecycle = lifecycleFrom(sb.Lifecycle)
 	if !sb.StoppedAt.IsZero() {

@@ -41,6 +41,13 @@ import (
 // boot starts the sandbox's container and returns once its agent
 // answers. The caller holds the sandbox's lock.
 func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error {
+	return r.launch(ctx, id, meta, "")
+}
+
+// launch is boot, or, with image set, the restore of the checkpoint
+// image in that directory (checkpoint.go): the same bundle, the same
+// records, the output appended to rather than truncated.
+func (r *Runtime) launch(ctx context.Context, id string, meta *sandboxMeta, image string) error {
 	dir := r.sandboxDir(id)
 	gvisor := meta.Isolation == runtime.IsolationGVisor
 	var b *bootSockets
@@ -51,7 +58,11 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 		}
 		defer b.close()
 	}
-	out, err := os.OpenFile(filepath.Join(r.rwDir(id), "output.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	outFlags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC | os.O_APPEND
+	if image != "" {
+		outFlags &^= os.O_TRUNC
+	}
+	out, err := os.OpenFile(filepath.Join(r.rwDir(id), "output.log"), outFlags, 0o600)
 	if errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.ENOSPC) {
 		// The sandbox filled its disk: it boots all the same, its
 		// output going nowhere (it could not be kept anyway).
@@ -72,7 +83,11 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 	booting.add(pidPath)
 	defer booting.remove(pidPath)
 	args := r.globalArgs(meta, logPath)
-	args = append(args, "run", "--detach", "--bundle", dir, "--pid-file", pidPath, id)
+	if image != "" {
+		args = append(args, "restore", "--image-path", image, "--detach", "--bundle", dir, "--pid-file", pidPath, id)
+	} else {
+		args = append(args, "run", "--detach", "--bundle", dir, "--pid-file", pidPath, id)
+	}
 	cmd := exec.CommandContext(ctx, r.binaryOf(meta), args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = dir
@@ -89,7 +104,7 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 		if cerr := ctx.Err(); cerr != nil {
 			return fmt.Errorf("start: %w", cerr)
 		}
-		return fmt.Errorf("start: %s run: %w: %s", filepath.Base(r.binaryOf(meta)), err, tail(logPath, 1024))
+		return fmt.Errorf("start: %s %s: %w: %s", filepath.Base(r.binaryOf(meta)), map[bool]string{false: "run", true: "restore"}[image != ""], err, tail(logPath, 1024))
 	}
 	pidText, err := os.ReadFile(pidPath)
 	if err != nil {
@@ -123,6 +138,13 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 		return err
 	}
 	var handed chan struct{}
+	if image != "" {
+		// The restored agent is parked (checkpoint.go): wake it (its
+		// old socket's file is gone already: restoreFrom).
+		if err := r.wake(ctx, meta); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+	}
 	if b != nil {
 		handed = make(chan struct{})
 		offerCtx, cancel := context.WithCancel(ctx)

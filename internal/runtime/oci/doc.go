@@ -29,4 +29,8 @@
 // subreaper, becomes the agent's parent and records its exit (boot.go).
 // Networked sandboxes get a namespace and a veth on the daemon's sandbox
 // bridge, under the same firewall as the engine's (network.go).
+//
+// A gVisor sandbox can be checkpointed into a directory the caller names
+// and restored from it, on the same bundle (checkpoint.go); state.json then
+// says checkpointed until the next run.
 package oci

@@ -1,6 +1,9 @@
 package oci
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetFault makes Create fail at the step fault names (tests).
 func (r *Runtime) SetFault(fault func(step string) error) { r.fault = fault }
@@ -19,3 +22,12 @@ var NetNames = netNames
 
 // ReaperPasses is how many passes the reaper made.
 func ReaperPasses() int64 { return reaper.passes.Load() }
+// Park parks the sandbox's agent, as a checkpoint does before its save
+// (tests of a checkpoint cut short).
+func (r *Runtime) Park(ctx context.Context, id string) error {
+	meta, err := r.readMeta(id)
+	if err != nil {
+		return err
+	}
+	return r.park(ctx, meta, false)
+}

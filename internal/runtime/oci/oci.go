@@ -339,6 +339,8 @@ type runState struct {
 	// Paused: runsc paused the sandbox (gVisor pauses inside its own
 	// kernel, not with the cgroup freezer, which says it for the others).
 	Paused bool `json:"paused,omitempty"`
+	// Checkpointed: the run ended in a checkpoint (checkpoint.go).
+	Checkpointed bool `json:"checkpointed,omitempty"`
 }
 
 func readJSON(path string, v any) error {
@@ -678,10 +680,19 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 	}
 	st := r.status(sandboxID)
 	if st.State == runtime.StateRunning {
+		r.wakeIfParked(ctx, meta) // a checkpoint cut short (checkpoint.go)
 		if err := r.waitAgentReady(ctx, sandboxID); err != nil {
 			return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
 		}
 		return nil
+	}
+	// A run whose end no Stop saw (a daemon killed in a checkpoint, an
+	// agent that exited) may have left the OCI runtime's record of the
+	// container, which the new run's id would collide with.
+	if r.ociKnows(ctx, meta) || r.runscKnows(meta) {
+		if err := r.ociDelete(ctx, meta); err != nil {
+			return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
+		}
 	}
 	if err := r.mountRootfs(sandboxID, meta.ImageDir); err != nil {
 		return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
@@ -812,6 +823,9 @@ func (r *Runtime) freeze(ctx context.Context, sandboxID string, pause bool) erro
 	case st.State != runtime.StateRunning:
 		return fmt.Errorf("%s sandbox %s (%s): %w", verb, sandboxID, st.Detail, runtime.ErrNotRunning)
 	case st.Paused == pause:
+		if !pause {
+			r.wakeIfParked(ctx, meta) // a checkpoint cut short (checkpoint.go)
+		}
 		return nil
 	}
 	if err := r.ociRun(ctx, meta, verb, sandboxID); err != nil {
@@ -820,11 +834,15 @@ func (r *Runtime) freeze(ctx context.Context, sandboxID string, pause bool) erro
 	if meta.Isolation == runtime.IsolationGVisor {
 		mu := r.stateMu(sandboxID)
 		mu.Lock()
-		defer mu.Unlock()
 		st := r.readState(sandboxID)
 		st.Paused = pause
-		if err := r.writeState(sandboxID, st); err != nil {
+		err := r.writeState(sandboxID, st)
+		mu.Unlock()
+		if err != nil {
 			return fmt.Errorf("%s sandbox %s: record it: %w", verb, sandboxID, err)
+		}
+		if !pause {
+			r.wakeIfParked(ctx, meta) // a checkpoint cut short (checkpoint.go)
 		}
 	}
 	return nil
@@ -952,6 +970,8 @@ func (r *Runtime) status(id string) runtime.Status {
 		}
 	case st.Pid == 0:
 		out.State, out.Detail = runtime.StateCreated, "created"
+	case st.Checkpointed:
+		out.State, out.Detail = runtime.StateExited, "checkpointed"
 	default:
 		out.State, out.Detail = runtime.StateExited, "exited"
 		if !st.Exited {

@@ -24,6 +24,10 @@ const (
 	DialAgent      Method = "DialAgent"
 	WaitAgentReady Method = "WaitAgentReady"
 	Stats          Method = "Stats"
+	// Checkpoint and Restore are runtime.Checkpointer's, which Faulty
+	// passes on when the wrapped runtime is one.
+	Checkpoint Method = "Checkpoint"
+	Restore    Method = "Restore"
 )
 
 // Fault is what Faulty does to calls of one method.
@@ -54,7 +58,10 @@ type Faulty struct {
 	calls  map[Method]int
 }
 
-var _ runtime.Runtime = (*Faulty)(nil)
+var (
+	_ runtime.Runtime      = (*Faulty)(nil)
+	_ runtime.Checkpointer = (*Faulty)(nil)
+)
 
 // NewFaulty wraps inner; until Inject it behaves exactly like inner.
 func NewFaulty(inner runtime.Runtime) *Faulty {
@@ -185,4 +192,33 @@ func (f *Faulty) WaitAgentReady(ctx context.Context, id string) error {
 // Stats implements runtime.Runtime.
 func (f *Faulty) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return do(f, Stats, func() (runtime.Stats, error) { return f.inner.Stats(ctx, id) })
+}
+
+// CanCheckpoint implements runtime.Checkpointer: the wrapped runtime's
+// answer (runtime.CanCheckpoint).
+func (f *Faulty) CanCheckpoint(iso runtime.Isolation) runtime.CheckpointSupport {
+	return runtime.CanCheckpoint(f.inner, iso)
+}
+
+// Checkpoint implements runtime.Checkpointer; a wrapped runtime that is
+// none refuses with runtime.ErrCheckpointUnsupported.
+func (f *Faulty) Checkpoint(ctx context.Context, id, dir string) error {
+	return do0(f, Checkpoint, func() error {
+		c, ok := f.inner.(runtime.Checkpointer)
+		if !ok {
+			return runtime.ErrCheckpointUnsupported
+		}
+		return c.Checkpoint(ctx, id, dir)
+	})
+}
+
+// Restore implements runtime.Checkpointer.
+func (f *Faulty) Restore(ctx context.Context, id, dir string) error {
+	return do0(f, Restore, func() error {
+		c, ok := f.inner.(runtime.Checkpointer)
+		if !ok {
+			return runtime.ErrCheckpointUnsupported
+		}
+		return c.Restore(ctx, id, dir)
+	})
 }

@@ -158,6 +158,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Files_ThroughAgent", s.testFiles},
 		{"Isolation", s.testIsolation},
 		{"DiskLimit", s.testDiskLimit},
+		{"Checkpoint_Restore", s.testCheckpointRestore},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

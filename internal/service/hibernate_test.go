@@ -1,0 +1,343 @@
+package service_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/service"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// newHibernateHarness is a harness whose sandboxes the oci runtime runs
+// under gVisor, with a hibernate directory.
+func newHibernateHarness(t *testing.T, opts harnessOptions) *harness {
+	t.Helper()
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Skip("SKIP: runsc is not installed (scripts/setup-gvisor.sh installs it)")
+	}
+	opts.oci, opts.hibernate = true, true
+	return newHarness(t, opts)
+}
+
+// createGVisor creates a gVisor sandbox of alice's.
+func createGVisor(t *testing.T, h *harness) service.Sandbox {
+	t.Helper()
+	sb, err := h.svc.CreateSandbox(t.Context(), service.CreateRequest{Owner: "alice", Image: busybox, Runtime: service.RuntimeGVisor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb.Sandbox
+}
+
+// httpAnswers reports whether the workload's httpd answers inside id.
+func httpAnswers(t *testing.T, h *harness, id string) bool {
+	t.Helper()
+	res, err := h.svc.Exec(t.Context(), admin, id, service.ExecRequest{Command: "wget -qO- http://127.0.0.1:8080/"})
+	return err == nil && string(res.Stdout) == "hello\n"
+}
+
+// wantHibernated checks that sandbox id is hibernated: paused and marked,
+// its sandbox not running, its image in place (0700), its memory released.
+func wantHibernated(t *testing.T, h *harness, id string) {
+	t.Helper()
+	sb, err := h.svc.Get(t.Context(), admin, id)
+	if err != nil || sb.State != service.StatePaused || sb.HibernatedAt.IsZero() {
+		t.Fatalf("Get = %s hibernated at %v, %v; want paused and hibernated", sb.State, sb.HibernatedAt, err)
+	}
+	if st, _ := h.rt.Inspect(t.Context(), id); st.State == runtime.StateRunning {
+		t.Errorf("the hibernated sandbox runs: %+v", st)
+	}
+	if fi, err := os.Stat(filepath.Join(h.hibDir, id)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("its image: %v, %v; want a 0700 directory", fi, err)
+	}
+	if used, _ := h.adm.Usage(); used.MemoryMB != 0 || used.MilliCPU != 0 {
+		t.Errorf("capacity while hibernated = %+v, want its memory and CPU released", used)
+	}
+}
+
+// TestHibernate_KeepsProcessesAndFreesMemory: a hibernated gVisor
+// sandbox holds no process and no capacity, answers ErrPaused to exec;
+// resumed, the same counter process counts on from where it was and its
+// HTTP server answers; a repeated hibernate and resume return the same.
+func TestHibernate_KeepsProcessesAndFreesMemory(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	pid := workload(t, h, sb.ID)
+	before := waitCounter(t, h, sb.ID, 3)
+	if !httpAnswers(t, h, sb.ID) {
+		t.Fatal("the workload's server does not answer")
+	}
+	hib, err := h.svc.Hibernate(ctx, admin, sb.ID)
+	if err != nil || hib.Stopped || hib.HibernatedAt.IsZero() {
+		t.Fatalf("Hibernate = %+v, %v; want hibernated", hib, err)
+	}
+	wantHibernated(t, h, sb.ID)
+	if again, err := h.svc.Hibernate(ctx, admin, sb.ID); err != nil || !again.HibernatedAt.Equal(hib.HibernatedAt) {
+		t.Errorf("Hibernate again = %+v, %v; want the same", again, err)
+	}
+	if _, err := h.svc.Exec(ctx, admin, sb.ID, service.ExecRequest{Command: "true"}); !errors.Is(err, service.ErrPaused) {
+		t.Errorf("exec while hibernated = %v, want ErrPaused", err)
+	}
+	r, err := h.svc.Resume(ctx, admin, sb.ID)
+	if err != nil || r.State != service.StateRunning || r.ProcessesRestarted || !r.HibernatedAt.IsZero() {
+		t.Fatalf("Resume = %+v, %v; want running, processes kept", r, err)
+	}
+	if after := counter(t, h, sb.ID); after < before {
+		t.Errorf("counter after resume = %d, want at least %d", after, before)
+	}
+	waitCounter(t, h, sb.ID, before+2)
+	if res, err := h.svc.Exec(ctx, admin, sb.ID, service.ExecRequest{Command: "kill -0 " + pid + " && echo alive"}); err != nil || string(res.Stdout) != "alive\n" {
+		t.Errorf("the counter's process %s after resume: %q, %v", pid, res.Stdout, err)
+	}
+	if !httpAnswers(t, h, sb.ID) {
+		t.Error("the HTTP server does not answer after resume")
+	}
+	if _, err := os.Stat(filepath.Join(h.hibDir, sb.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the image after resume: %v, want it removed", err)
+	}
+	if used, _ := h.adm.Usage(); used.MemoryMB != sb.MemoryMB {
+		t.Errorf("capacity after resume = %+v, want its %d MiB held again", used, sb.MemoryMB)
+	}
+	// Hibernated again, then stopped: the image goes with the processes.
+	if _, err := h.svc.Hibernate(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := h.svc.Stop(ctx, admin, sb.ID); err != nil || st.State != service.StateStopped {
+		t.Fatalf("Stop of a hibernated sandbox = %s, %v", st.State, err)
+	}
+	if _, err := os.Stat(filepath.Join(h.hibDir, sb.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the image after stop: %v, want it removed", err)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_StopsWhereTheRuntimeCannot: under the Docker runtime (no
+// checkpoint) a hibernate stops the sandbox and says why; a retry answers
+// the same.
+func TestHibernate_StopsWhereTheRuntimeCannot(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{hibernate: true})
+	ctx := t.Context()
+	sb, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hib, err := h.svc.Hibernate(ctx, admin, sb.ID)
+	if err != nil || !hib.Stopped || hib.State != service.StateStopped || !strings.Contains(hib.Reason, "cannot checkpoint") {
+		t.Fatalf("Hibernate under Docker = %+v, %v; want stopped, saying why", hib, err)
+	}
+	if again, err := h.svc.Hibernate(ctx, admin, sb.ID); err != nil || !again.Stopped || again.State != service.StateStopped {
+		t.Errorf("Hibernate again = %+v, %v; want stopped", again, err)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_CheckpointFailsLeavesItRunning: a checkpoint the runtime
+// refuses leaves the sandbox running (or paused, if it was), its counter
+// counting, no image, its capacity held; one whose answer was lost after
+// it happened counts as done.
+func TestHibernate_CheckpointFailsLeavesItRunning(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	workload(t, h, sb.ID)
+	before := waitCounter(t, h, sb.ID, 2)
+	injected := errors.New("injected checkpoint fault")
+	for _, paused := range []bool{false, true} {
+		if paused {
+			if _, err := h.svc.Pause(ctx, admin, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.rt.Inject(runtimetest.Checkpoint, runtimetest.Fault{Err: injected, Times: 1})
+		if _, err := h.svc.Hibernate(ctx, admin, sb.ID); !errors.Is(err, service.ErrUnavailable) || !errors.Is(err, injected) {
+			t.Fatalf("Hibernate with a failing checkpoint = %v, want unavailable", err)
+		}
+		want := service.StateRunning
+		if paused {
+			want = service.StatePaused
+		}
+		if got, _ := h.svc.Get(ctx, admin, sb.ID); got.State != want || !got.HibernatedAt.IsZero() {
+			t.Errorf("paused %v: after the failure %s hibernated at %v; want %s", paused, got.State, got.HibernatedAt, want)
+		}
+		if left, _ := os.ReadDir(h.hibDir); len(left) != 0 {
+			t.Errorf("paused %v: images after a failed checkpoint: %v", paused, left)
+		}
+	}
+	if _, err := h.svc.Resume(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitCounter(t, h, sb.ID, before+2)
+	// The checkpoint happens, its answer is lost: hibernated all the same.
+	h.rt.Inject(runtimetest.Checkpoint, runtimetest.Fault{Err: injected, After: true, Times: 1})
+	if hib, err := h.svc.Hibernate(ctx, admin, sb.ID); err != nil || hib.HibernatedAt.IsZero() {
+		t.Fatalf("Hibernate whose answer was lost = %+v, %v; want hibernated", hib, err)
+	}
+	wantHibernated(t, h, sb.ID)
+	if _, err := h.svc.Resume(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_MarkLostRepairedByTheReconciler: a daemon that dies
+// between the checkpoint and the row's mark (here: the mark fails) leaves
+// a paused row over a checkpointed sandbox and a whole image; the
+// reconciler marks it hibernated, not lost, and it resumes with its
+// processes.
+func TestHibernate_MarkLostRepairedByTheReconciler(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	pid := workload(t, h, sb.ID)
+	waitCounter(t, h, sb.ID, 2)
+	h.store.inject("MarkHibernated")
+	if _, err := h.svc.Hibernate(ctx, admin, sb.ID); err == nil {
+		t.Fatal("Hibernate with a failing mark succeeded")
+	}
+	h.store.clear("MarkHibernated")
+	if row, _ := h.store.GetSandbox(ctx, sb.ID); row.State != store.StatePaused {
+		t.Fatalf("row after the failed mark: %s, want paused", row.State)
+	}
+	if err := h.svc.Reconcile(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.svc.Get(ctx, admin, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case got.State == service.StatePaused && !got.HibernatedAt.IsZero():
+		if _, err := h.svc.Resume(ctx, admin, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := h.svc.Exec(ctx, admin, sb.ID, service.ExecRequest{Command: "kill -0 " + pid + " && echo alive"}); err != nil || string(res.Stdout) != "alive\n" {
+			t.Errorf("the counter's process after the repair: %q, %v", res.Stdout, err)
+		}
+	default:
+		t.Errorf("after the reconcile: %s (%s); want hibernated", got.State, got.ErrorReason)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_RacesEndInOneState: hibernates racing resumes, pauses,
+// stops and a destroy leave row and sandbox agreeing, and every call
+// answers a result or a conflict.
+func TestHibernate_RacesEndInOneState(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	const rounds, workers = 2, 8
+	for round := range rounds {
+		sb := createGVisor(t, h)
+		var wg sync.WaitGroup
+		for i := range workers {
+			wg.Go(func() {
+				var err error
+				switch i % 4 {
+				case 0, 1:
+					_, err = h.svc.Hibernate(ctx, admin, sb.ID)
+				case 2:
+					_, err = h.svc.Resume(ctx, admin, sb.ID)
+				case 3:
+					if round == 1 && i == 3 {
+						err = h.svc.Destroy(ctx, admin, sb.ID)
+					} else {
+						_, err = h.svc.Pause(ctx, admin, sb.ID)
+					}
+				}
+				if err != nil && !errors.Is(err, service.ErrNotFound) && !service.Is(err, service.ErrConflict) {
+					t.Errorf("round %d worker %d: %v", round, i, err)
+				}
+			})
+		}
+		wg.Wait()
+		row, err := h.store.GetSandbox(ctx, sb.ID)
+		st, _ := h.rt.Inspect(ctx, sb.ID)
+		_, imgErr := os.Stat(filepath.Join(h.hibDir, sb.ID))
+		hasImage := imgErr == nil
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			if st.State != runtime.StateMissing || hasImage {
+				t.Errorf("round %d: no row, but sandbox %+v, image %v", round, st, hasImage)
+			}
+		case err != nil:
+			t.Fatal(err)
+		case row.State == store.StatePaused && !row.HibernatedAt.IsZero():
+			if st.State == runtime.StateRunning || !hasImage {
+				t.Errorf("round %d: hibernated row, sandbox %+v, image %v", round, st, hasImage)
+			}
+		case row.State == store.StatePaused:
+			if st.State != runtime.StateRunning || !st.Paused || hasImage {
+				t.Errorf("round %d: paused row, sandbox %+v, image %v", round, st, hasImage)
+			}
+		case row.State == store.StateRunning:
+			if st.State != runtime.StateRunning || st.Paused || hasImage {
+				t.Errorf("round %d: running row, sandbox %+v, image %v", round, st, hasImage)
+			}
+		default:
+			t.Errorf("round %d: row %s", round, row.State)
+		}
+		if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil && !errors.Is(err, service.ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_PauseMaxHibernates: past the pause limit a gVisor
+// sandbox is hibernated, not stopped; its resume keeps its processes.
+func TestHibernate_PauseMaxHibernates(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{pauseMax: 10 * time.Minute})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	pid := workload(t, h, sb.ID)
+	waitCounter(t, h, sb.ID, 2)
+	if _, err := h.svc.Pause(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(11 * time.Minute)
+	if n, err := h.svc.StopLongPaused(ctx); err != nil || n != 1 {
+		t.Fatalf("StopLongPaused past the limit = %d, %v; want 1", n, err)
+	}
+	wantHibernated(t, h, sb.ID)
+	if n, err := h.svc.StopLongPaused(ctx); err != nil || n != 0 {
+		t.Errorf("StopLongPaused of a hibernated sandbox = %d, %v; want 0", n, err)
+	}
+	r, err := h.svc.Resume(ctx, admin, sb.ID)
+	if err != nil || r.ProcessesRestarted {
+		t.Fatalf("Resume = %+v, %v; want processes kept", r, err)
+	}
+	if res, err := h.svc.Exec(ctx, admin, sb.ID, service.ExecRequest{Command: "kill -0 " + pid + " && echo alive"}); err != nil || string(res.Stdout) != "alive\n" {
+		t.Errorf("the counter's process after resume: %q, %v", res.Stdout, err)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
