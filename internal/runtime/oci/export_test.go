@@ -22,6 +22,7 @@ var NetNames = netNames
 
 // ReaperPasses is how many passes the reaper made.
 func ReaperPasses() int64 { return reaper.passes.Load() }
+
 // Park parks the sandbox's agent, as a checkpoint does before its save
 // (tests of a checkpoint cut short).
 func (r *Runtime) Park(ctx context.Context, id string) error {
