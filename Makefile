@@ -108,6 +108,9 @@ test: setup build ## run every test (unit, integration on real Docker, SDK compa
 	@# package by far (~8 min, its tests one after another), is named first so
 	@# that go test starts it first; the others share the second slot beside it.
 	SANDBOXD_TEST_BIN_DIR=$(abspath $(BUILD_DIR)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/cluster/ ./...
+	@# The same daemon-level tests against the engine-free runtime
+	@# (--engine oci): lifecycle, faults, SIGKILL recovery and the attacks.
+	SANDBOXD_TEST_ENGINE=oci SANDBOXD_TEST_BIN_DIR=$(abspath $(BUILD_DIR)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/ ./test/adversarial/ ./test/conformance/
 	python3 -m unittest discover -s images/code-interpreter -p '*_test.py'
 	@scripts/test-compat.sh
 
