@@ -21,6 +21,7 @@ import (
 // works the same for containers and gVisor, whose packets both leave
 // through the sandbox's veth into the host.
 //
+//	filter FORWARD (first)      -i <bridge> -j SBXD-F-<bridge>
 //	filter DOCKER-USER (first)  -i <bridge> -j SBXD-F-<bridge>
 //	filter SBXD-F-<bridge>      -s <ip>/32 -g SBX-<hash>  (one per sandbox)
 //	                            -j REJECT                 (a sandbox without rules reaches nothing)
@@ -29,6 +30,16 @@ import (
 //	filter SBXD-I-<bridge>      the name proxies' ports, then REJECT: no host service answers a sandbox
 //	nat PREROUTING (first)      -i <bridge> -j SBXD-N-<bridge>
 //	nat SBXD-N-<bridge>         -s <ip>/32 tcp 80,443 -j DNAT <gateway>:<proxy port>  (sandboxes with name rules)
+//
+// SBXD-F is hooked twice. DOCKER-USER is where the engine keeps a user's
+// rules ahead of its own, but every network the engine creates (any
+// daemon's, any operator's) makes it delete FORWARD's jump to DOCKER-USER
+// and insert it again, with two iptables processes: in between, the
+// engine's "-i <bridge> ! -o <bridge> -j ACCEPT" passes a restricted
+// sandbox's first packet, and that connection's ESTABLISHED packets are
+// let through after. FORWARD's own first rule is never touched by the
+// engine, so the policy holds through that moment; the chain is then
+// walked twice on a packet, with the same verdict.
 //
 // Daemons that share the bridge (a host's daemons share one network)
 // share its chains: a sandbox's rules are its own, by id. A sandbox's
@@ -171,6 +182,7 @@ func (f *Firewall) ensureLocked(ctx context.Context) error {
 		{"filter", f.chainForward(), "-j REJECT", false},
 		{"filter", f.chainInput(), "-j REJECT", false},
 		{"filter", "DOCKER-USER", "-i " + br + " -j " + f.chainForward(), true},
+		{"filter", "FORWARD", "-i " + br + " -j " + f.chainForward(), true},
 		{"filter", "INPUT", "-i " + br + " -j " + f.chainInput(), true},
 		{"nat", "PREROUTING", "-i " + br + " -j " + f.chainNAT(), true},
 	}
@@ -211,6 +223,7 @@ func (f *Firewall) Teardown(ctx context.Context) error {
 	br := f.opts.Bridge
 	for _, j := range []struct{ table, chain, spec string }{
 		{"filter", "DOCKER-USER", "-i " + br + " -j " + f.chainForward()},
+		{"filter", "FORWARD", "-i " + br + " -j " + f.chainForward()},
 		{"filter", "INPUT", "-i " + br + " -j " + f.chainInput()},
 		{"nat", "PREROUTING", "-i " + br + " -j " + f.chainNAT()},
 	} {

@@ -77,6 +77,7 @@ type harness struct {
 	volRoot string // the volume directory's root on the host
 	hibDir  string // Config.HibernateDir ("" without harnessOptions.hibernate)
 	drt     *docker.Runtime
+	netName string // the test's network and its bridge ("" without harnessOptions.network)
 }
 
 type harnessOptions struct {
@@ -179,6 +180,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	}
 	t.Cleanup(func() { router.Close() })
 	h := &harness{
+		netName: netName,
 		store:   &faultyStore{Store: st},
 		rt:      runtimetest.NewFaulty(rt),
 		drt:     drt,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -228,6 +229,34 @@ func TestNetwork_PolicyHoldsFromTheFirstCommand(t *testing.T) {
 	}
 	if len(through) > 0 {
 		t.Errorf("%d of 50 sandboxes reached a denied server with their first command: %v", len(through), through)
+	}
+}
+
+// The engine deletes FORWARD's jump to DOCKER-USER and inserts it again
+// whenever any network is created on the host: in that moment DOCKER-USER
+// is not walked. The policy holds then too: the bridge's chain is hooked
+// in FORWARD itself. Played here by removing this bridge's hook from
+// DOCKER-USER (the bridge is the test's own).
+func TestNetwork_PolicyHoldsWithoutDockerUser(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{network: true})
+	ns := testenv.NewNetNS(t, 1)
+	denied := ns.Addrs[0]
+	ns.Serve(t, denied, serverPort)
+	c := createWith(t, h, "alice", netpolicy.Policy{Mode: netpolicy.ModeRestricted})
+	bridge := h.netName
+	hook := []string{"-t", "filter", "-D", "DOCKER-USER", "-i", bridge, "-j", "SBXD-F-" + bridge}
+	if out, err := exec.CommandContext(t.Context(), "iptables", hook...).CombinedOutput(); err != nil {
+		t.Fatalf("remove the DOCKER-USER hook: %v: %s", err, out)
+	}
+	res, err := h.svc.Exec(t.Context(), service.Caller{Owner: "alice"}, c.ID, service.ExecRequest{
+		Command: fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 %s %d`, denied, serverPort),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(res.Stdout), " 200 ") {
+		t.Errorf("a restricted sandbox reached a denied server while DOCKER-USER was not walked: %q", res.Stdout)
 	}
 }
 
