@@ -27,7 +27,7 @@ func openFirewall(ctx context.Context, drt *docker.Runtime, name string, denied 
 		return nil, n, nil, fmt.Errorf("sandbox network: %w", err)
 	}
 	if !n.Fenced {
-		log.Warn("the sandbox network was made by an older daemon and is in use: the engine's containers may take addresses of the upper half, which the oci engine's sandboxes lease; it is fenced at a start that finds it empty", "network", n.Name, "subnet", n.Subnet)
+		log.Warn("the sandbox network was made by an older daemon (unfenced), and is used as it is: the engine's containers may take addresses of the upper half, which the oci engine's sandboxes lease; remove it (with its sandboxes) to have the next start make it fenced", "network", n.Name, "subnet", n.Subnet)
 	}
 	// The name proxy answers on the host's address on the bridge only;
 	// the firewall lets sandboxes reach that port and nothing else of the

@@ -7,6 +7,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/network"
@@ -26,6 +29,8 @@ type Network struct {
 	// Fenced: the engine hands out addresses of the lower half of the
 	// subnet only (EnsureNetwork).
 	Fenced bool
+
+	id string // the engine's id of the network
 }
 
 // Engine options of a bridge network.
@@ -37,40 +42,54 @@ const (
 // EnsureNetwork creates the bridge network name, with its bridge
 // interface named bridge and traffic between its containers off, unless
 // it exists; an existing one must have those settings (one made by hand
-// with traffic between containers on is refused, not used). It is safe to
-// call from several daemons sharing the engine: a racing create's
-// conflict is settled by the inspect after it.
+// with traffic between containers on is refused, not used).
 //
-// The network is fenced: the engine hands its containers addresses from
-// the lower half of the subnet only (its IPAM's IP range), and the oci
-// runtime's sandboxes on the same bridge lease theirs from the upper half
-// (internal/runtime/oci/network.go). The engine picks the subnet (it
-// avoids the host's routes), so a new network is created, inspected, and
-// made again on the same subnet with the range. A network of an older
-// daemon, unfenced, is made again the same way when nothing is on it (no
-// container of the engine's, no port on its bridge: the oci runtime's
-// sandboxes plug veths into it); else it is used as it is, Fenced false,
-// and fenced at a later start that finds it empty.
+// A network this call creates is fenced: the engine hands its containers
+// addresses from the lower half of the subnet only (its IPAM's IP range),
+// and the oci runtime's sandboxes on the same bridge lease theirs from
+// the upper half (internal/runtime/oci/network.go). The engine picks the
+// subnet (it avoids the host's routes), so the new network is created,
+// inspected, removed and made again on the same subnet with the range.
+// Only a network this very call made is removed: an existing one, fenced
+// or not, is used as it is (an older daemon's is unfenced, Fenced false),
+// since its containers, stopped ones included, are tied to its id and
+// would not start again on a new one.
+//
+// It is safe to call from several daemons sharing the engine: the whole
+// of it runs under a host-wide lock on the name (lockNetwork), so one
+// creates and fences, and the others find its network.
 func (r *Runtime) EnsureNetwork(ctx context.Context, name, bridge string) (_ Network, err error) {
 	defer func() { err = engineErr(err) }()
-	// Rounds: make it, fence it, and once more each when a fence failed.
-	for range 4 {
-		n, busy, err := r.inspectNetwork(ctx, name)
-		if errors.Is(err, runtime.ErrNotFound) {
-			if err := r.createNetwork(ctx, name, bridge, nil); err != nil {
-				return Network{}, err
-			}
-			continue
+	unlock, err := lockNetwork(ctx, name)
+	if err != nil {
+		return Network{}, err
+	}
+	defer unlock()
+	// Rounds: make it and fence it, and once more when the fenced
+	// re-create lost the subnet.
+	for range 3 {
+		n, _, err := r.inspectNetwork(ctx, name)
+		if !errors.Is(err, runtime.ErrNotFound) {
+			return n, err // there: used as it is
 		}
-		if err != nil || n.Fenced {
+		id, err := r.createNetwork(ctx, name, bridge, nil)
+		if err != nil {
+			return Network{}, err
+		}
+		n, busy, err := r.inspectNetwork(ctx, name)
+		if err != nil || id == "" || n.id != id || n.Fenced {
+			// Not ours (another's create won, outside the lock): as it is.
 			return n, err
 		}
 		fence, ok := lowerHalf(n.Subnet)
 		if !ok || busy || bridgePorts(n.Bridge) != 0 {
 			return n, nil
 		}
-		if _, err := r.cli.NetworkRemove(ctx, name, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
-			return n, nil // something joined it since: unfenced, as it was
+		if _, err := r.cli.NetworkRemove(ctx, id, client.NetworkRemoveOptions{}); err != nil {
+			if cerrdefs.IsNotFound(err) {
+				continue
+			}
+			return n, nil // something joined it since: unfenced, as it is
 		}
 		gw := n.Gateway
 		if !gw.IsValid() {
@@ -79,17 +98,21 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, name, bridge string) (_ Net
 			gw = n.Subnet.Masked().Addr().Next()
 		}
 		ipam := &network.IPAM{Config: []network.IPAMConfig{{Subnet: n.Subnet, Gateway: gw, IPRange: fence}}}
-		if err := r.createNetwork(ctx, name, n.Bridge, ipam); err != nil {
+		if _, err := r.createNetwork(ctx, name, n.Bridge, ipam); err != nil {
 			// Another network took the subnet in the moment it was
 			// free (the engine refuses overlaps): the next round makes
 			// the network again where the engine says.
 			r.log.Warn("sandbox network: fencing it on its subnet failed; making it again", "network", name, "subnet", n.Subnet, "err", err)
+			continue
 		}
+		// What is there now, whoever made it.
+		n, _, err = r.inspectNetwork(ctx, name)
+		return n, err
 	}
 	n, _, err := r.inspectNetwork(ctx, name)
 	if errors.Is(err, runtime.ErrNotFound) {
 		// Unfenced rather than none.
-		if err := r.createNetwork(ctx, name, bridge, nil); err != nil {
+		if _, err := r.createNetwork(ctx, name, bridge, nil); err != nil {
 			return Network{}, err
 		}
 		n, _, err = r.inspectNetwork(ctx, name)
@@ -97,19 +120,63 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, name, bridge string) (_ Net
 	return n, err
 }
 
-// createNetwork creates the bridge network; another's create of it first
-// is success.
-func (r *Runtime) createNetwork(ctx context.Context, name, bridge string, ipam *network.IPAM) error {
-	_, err := r.cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{
+// networkLockDir holds the host-wide locks of EnsureNetwork (a variable
+// for tests).
+var networkLockDir = "/run"
+
+// lockNetwork takes the host-wide lock on the network name: an flock on
+// networkLockDir/sandboxd-network-<name>.lock, which every daemon and
+// test process of the host shares and the kernel lets go of when the
+// process dies. It waits for another holder until ctx ends.
+func lockNetwork(ctx context.Context, name string) (unlock func(), err error) {
+	safe := strings.Map(func(c rune) rune {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' {
+			return c
+		}
+		return '_'
+	}, name)
+	path := filepath.Join(networkLockDir, "sandboxd-network-"+safe+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("network %s: lock: %w", name, err)
+	}
+	wait := 5 * time.Millisecond
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("network %s: lock %s: %w", name, path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("network %s: waiting for the lock %s: %w", name, path, context.Cause(ctx))
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+	return func() { f.Close() }, nil // closing the file lets go of the lock
+}
+
+// createNetwork creates the bridge network and says its id; another's
+// create of it first is success, with no id.
+func (r *Runtime) createNetwork(ctx context.Context, name, bridge string, ipam *network.IPAM) (id string, _ error) {
+	res, err := r.cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{
 		Driver:  "bridge",
 		Options: map[string]string{optBridgeName: bridge, optICC: "false"},
 		Labels:  map[string]string{runtime.LabelManaged: "1"},
 		IPAM:    ipam,
 	})
-	if err != nil && !cerrdefs.IsConflict(err) {
-		return fmt.Errorf("create network %s: %w", name, err)
+	if cerrdefs.IsConflict(err) {
+		return "", nil
 	}
-	return nil
+	if err != nil {
+		return "", fmt.Errorf("create network %s: %w", name, err)
+	}
+	return res.ID, nil
 }
 
 // lowerHalf is the lower half of an IPv4 subnet, the engine's range on a
@@ -148,7 +215,7 @@ func (r *Runtime) inspectNetwork(ctx context.Context, name string) (_ Network, b
 	if nw.Driver != "bridge" || nw.Options[optICC] != "false" || nw.Options[optBridgeName] == "" {
 		return Network{}, false, fmt.Errorf("network %s exists but is not a bridge with its own interface and traffic between containers off (driver %q, options %v): remove it or choose another --sandbox-network-name", name, nw.Driver, nw.Options)
 	}
-	out := Network{Name: name, Bridge: nw.Options[optBridgeName]}
+	out := Network{Name: name, Bridge: nw.Options[optBridgeName], id: nw.ID}
 	var ipRange netip.Prefix
 	for _, c := range nw.IPAM.Config {
 		if c.Subnet.Addr().Is4() {

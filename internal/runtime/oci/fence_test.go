@@ -44,14 +44,24 @@ func oldNetwork(t *testing.T) (name string, subnet netip.Prefix) {
 	return name, subnet
 }
 
-// TestNetwork_EngineFencedFromLeases: a daemon's sandbox network made
-// before the fence, and empty, is fenced by EnsureNetwork on the same
-// subnet; the engine then gives its containers lower-half addresses only,
-// never one the oci runtime leases (upper half), even once the lower half
-// is used up; the oci sandboxes keep theirs.
+// TestNetwork_EngineFencedFromLeases: a sandbox network EnsureNetwork
+// creates is fenced on the subnet the engine picked; the engine then
+// gives its containers lower-half addresses only, never one the oci
+// runtime leases (upper half); the oci sandboxes keep theirs. (An older
+// daemon's network is not fenced: TestNetwork_OldNetworkInUseKept and
+// internal/runtime/docker's TestEnsureNetwork_*.)
 func TestNetwork_EngineFencedFromLeases(t *testing.T) {
 	requireEnv(t)
-	name, subnet := oldNetwork(t)
+	name := "sbf" + runtimetest.NewSandboxID()[3:13]
+	t.Cleanup(func() {
+		ids, _ := exec.Command("docker", "ps", "-aq", "--filter", "network="+name).Output()
+		for _, id := range strings.Fields(string(ids)) {
+			_ = exec.Command("docker", "rm", "-f", id).Run()
+		}
+		if out, err := exec.Command("docker", "network", "rm", name).CombinedOutput(); err != nil {
+			t.Errorf("docker network rm %s: %v: %s", name, err, out)
+		}
+	})
 	drt, err := docker.New(docker.Options{Client: env.cli, NodeID: "oci-fence-test", SocketRoot: filepath.Join(env.socketRoot, "docker")})
 	if err != nil {
 		t.Fatal(err)
@@ -60,8 +70,9 @@ func TestNetwork_EngineFencedFromLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !n.Fenced || n.Subnet != subnet {
-		t.Fatalf("EnsureNetwork of an empty network of an older daemon = %+v, want it fenced on %s", n, subnet)
+	subnet := n.Subnet
+	if !n.Fenced {
+		t.Fatalf("EnsureNetwork of a new network = %+v, want it fenced", n)
 	}
 	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]}, func(o *oci.Options) {
 		o.Network = &oci.Network{Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway,
@@ -81,19 +92,13 @@ func TestNetwork_EngineFencedFromLeases(t *testing.T) {
 		}
 		leased[ip] = true
 	}
-	a := subnet.Addr().As4()
-	a[3] += 8 // the upper half of the /28
-	upper := netip.PrefixFrom(netip.AddrFrom4(a), subnet.Bits()+1)
-	// The engine's half: .2 to .7 (.0 the subnet, .1 the gateway); a
-	// seventh container finds no address rather than one of the upper half.
+	upper := netip.PrefixFrom(subnet.Masked().Addr(), subnet.Bits()+1)
+	upper = netip.PrefixFrom(lastOf(upper).Next(), upper.Bits())
 	var engine []netip.Addr
-	for i := range 8 {
+	for i := range 4 {
 		out, err := exec.Command("docker", "run", "-d", "--network", name, "--label", "sandboxd.test=fence", testImage, "sleep", "600").CombinedOutput()
 		if err != nil {
-			if i < 6 {
-				t.Fatalf("container %d on the fenced network: %v: %s", i, err, out)
-			}
-			continue
+			t.Fatalf("container %d on the fenced network: %v: %s", i, err, out)
 		}
 		id := strings.TrimSpace(string(out))
 		ipOut, err := exec.Command("docker", "inspect", "-f", "{{(index .NetworkSettings.Networks \""+name+"\").IPAddress}}", id).Output()
@@ -143,4 +148,12 @@ func TestNetwork_OldNetworkInUseKept(t *testing.T) {
 	if got, _ := exec.Command("docker", "inspect", "-f", "{{.State.Running}} {{len .NetworkSettings.Networks}}", id).Output(); strings.TrimSpace(string(got)) != "true 1" {
 		t.Errorf("the container on the old network: %q, want running on it", got)
 	}
+}
+
+// lastOf is the last address of an IPv4 prefix.
+func lastOf(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 1
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }

@@ -30,9 +30,11 @@ import (
 //     default image).
 //
 // Anything else is removed by CollectImages. Its scan of the sandboxes'
-// meta.json files runs without the lock; a create that took and dropped
+// meta.json files runs without the lock; a create that took or dropped
 // a lease on an image during the scan moved that image's lease
-// generation, and the image is left for the next pass. The removal
+// generation (both move it: a create leased before the scan may rename
+// its directory past the scan and release during it), and the image is
+// left for the next pass. The removal
 // itself, under the lock, takes the configuration file away first (it
 // is what image() reads) and renames the directory to a temporary name,
 // deleted after the lock is released: a create either leased the image
@@ -44,6 +46,10 @@ import (
 // sandboxes and the pool use, and the engine's own copy of an image is
 // counted where the engine's data root is.
 
+// imagesScanHook, when set (tests), runs in imagesInUse between its
+// listing of the sandboxes and its reading of their meta.json files.
+var imagesScanHook func()
+
 // maxCollectPerPass bounds the images one CollectImages removes; the
 // rest wait for the next pass (CollectResult.More).
 const maxCollectPerPass = 16
@@ -51,7 +57,7 @@ const maxCollectPerPass = 16
 // imageLease is what creates of this process hold on one image.
 type imageLease struct {
 	n   int    // leases held
-	gen uint64 // leases ever taken
+	gen uint64 // leases ever taken or released
 }
 
 // leaseImage marks dir in use by a create of this process until release
@@ -74,6 +80,7 @@ func leaseImage(dir string) (release func()) {
 		done = true
 		inflight.mu.Lock()
 		l.n--
+		l.gen++ // a pass scanning now may have missed its meta.json
 		inflight.mu.Unlock()
 	}
 }
@@ -194,6 +201,9 @@ func (r *Runtime) imagesInUse() (map[string]bool, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
+	}
+	if imagesScanHook != nil {
+		imagesScanHook()
 	}
 	used := map[string]bool{}
 	for _, e := range entries {

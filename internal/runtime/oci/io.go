@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -13,8 +14,9 @@ import (
 )
 
 // Block I/O limits. Every sandbox's cgroup gets IOLimit's rates on the
-// block devices that hold Options.Dir (the devices of its btrfs file
-// system, or the disk of its partition): the OCI runtime writes them as
+// block devices that hold Options.Dir (the disks of its btrfs file
+// system's devices, or the disk of its partition: a partition is not
+// throttled): the OCI runtime writes them as
 // blkio.throttle.{read,write}_{bps,iops}_device on cgroup v1 and io.max
 // on v2. What the sandbox writes lands on those devices, through its
 // overlay's upper directory.
@@ -82,10 +84,17 @@ func blockIO(limit IOLimit, devs []blockDevice) *ociBlockIO {
 }
 
 // blockDevices finds the block devices that hold dir's file system: a
-// btrfs file system's devices (from sysfs), else the device of dir, or
-// the disk of it when it is a partition (throttling applies to whole
-// disks). why says what was found or why nothing was.
+// btrfs file system's devices (from sysfs), else the device of dir; each
+// a whole disk, the disk of it when it is a partition (the kernel's
+// throttle refuses a partition: -ENODEV, and the boot fails). why says
+// what was found or why nothing was.
 func blockDevices(dir string) (devs []blockDevice, why string) {
+	return blockDevicesIn("/sys", dir)
+}
+
+// blockDevicesIn is blockDevices with sysfs at sys (tests give a tree of
+// their own).
+func blockDevicesIn(sys, dir string) (devs []blockDevice, why string) {
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(dir, &sfs); err != nil {
 		return nil, err.Error()
@@ -95,25 +104,16 @@ func blockDevices(dir string) (devs []blockDevice, why string) {
 		if err != nil {
 			return nil, err.Error()
 		}
-		entries, err := os.ReadDir("/sys/fs/btrfs/" + uuid + "/devices")
-		if err != nil {
-			return nil, fmt.Sprintf("the devices of btrfs %s: %v", uuid, err)
-		}
-		for _, e := range entries {
-			if d, ok := sysDevice("/sys/class/block/" + e.Name()); ok {
-				devs = append(devs, d)
-			}
+		if devs, err = btrfsDevices(sys, uuid); err != nil {
+			return nil, err.Error()
 		}
 	} else {
 		var st unix.Stat_t
 		if err := unix.Stat(dir, &st); err != nil {
 			return nil, err.Error()
 		}
-		sys := fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-		if _, err := os.Stat(filepath.Join(sys, "partition")); err == nil {
-			sys = filepath.Join(sys, "..")
-		}
-		if d, ok := sysDevice(sys); ok {
+		path := filepath.Join(sys, "dev", "block", fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)))
+		if d, ok := sysDevice(wholeDisk(path)); ok {
 			devs = append(devs, d)
 		}
 	}
@@ -125,6 +125,38 @@ func blockDevices(dir string) (devs []blockDevice, why string) {
 		names[i] = fmt.Sprintf("%d:%d", d.major, d.minor)
 	}
 	return devs, "devices " + strings.Join(names, ", ")
+}
+
+// btrfsDevices are the whole disks of the devices of the btrfs file
+// system uuid, each once, with sysfs at sys.
+func btrfsDevices(sys, uuid string) ([]blockDevice, error) {
+	entries, err := os.ReadDir(filepath.Join(sys, "fs", "btrfs", uuid, "devices"))
+	if err != nil {
+		return nil, fmt.Errorf("the devices of btrfs %s: %w", uuid, err)
+	}
+	var devs []blockDevice
+	for _, e := range entries {
+		if d, ok := sysDevice(wholeDisk(filepath.Join(sys, "class", "block", e.Name()))); ok && !slices.Contains(devs, d) {
+			devs = append(devs, d)
+		}
+	}
+	return devs, nil
+}
+
+// wholeDisk is the sysfs directory of the disk of the block device whose
+// sysfs directory (a link, as under class/block and dev/block) is path:
+// path itself unless it is a partition, whose directory is in its
+// disk's. The link is resolved first: "path/.." would only drop its last
+// element.
+func wholeDisk(path string) string {
+	if _, err := os.Stat(filepath.Join(path, "partition")); err != nil {
+		return path
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return path
+	}
+	return filepath.Dir(real)
 }
 
 // sysDevice reads the numbers of the block device whose sysfs directory
