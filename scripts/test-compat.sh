@@ -66,8 +66,8 @@ stop_cluster() {
     ids=$(docker images -q --filter "label=sandboxd.node=$SANDBOXD_CLUSTER_NODE_PREFIX$n")
     [ -z "$ids" ] || docker rmi -f $ids >/dev/null 2>&1 || true
   done
-  rm -rf --one-file-system "$SANDBOXD_CLUSTER_DIR"
-  [ -z "$SANDBOXD_CLUSTER_OCI_DIR" ] || rm -rf --one-file-system "$SANDBOXD_CLUSTER_OCI_DIR"
+  compat_remove "$SANDBOXD_CLUSTER_DIR"
+  [ -z "$SANDBOXD_CLUSTER_OCI_DIR" ] || compat_remove "$SANDBOXD_CLUSTER_OCI_DIR"
   exit "$status"
 }
 trap stop_cluster EXIT

@@ -142,9 +142,20 @@ compat_stop_daemon() {
 		ids=$(docker images -q --filter "label=sandboxd.node=$node" 2>/dev/null || true)
 		[[ -z $ids ]] || docker rmi -f $ids >/dev/null 2>&1 || true
 	fi
-	# Never through a mount a sandbox that outlived its destroy left.
-	rm -rf --one-file-system "$data_dir"
-	[[ -z $oci_dir ]] || rm -rf --one-file-system "$oci_dir"
+	compat_remove "$data_dir"
+	[[ -z $oci_dir ]] || compat_remove "$oci_dir"
+}
+
+# compat_remove DIR removes a daemon's directory, unless a sandbox that
+# outlived its destroy left a mount under it: never through a mount (rm
+# --one-file-system would also leave the btrfs subvolumes of --engine oci,
+# each a device of its own).
+compat_remove() {
+	if grep -qF " $1/" /proc/self/mountinfo; then
+		log "WARNING: left $1: mounts under it ($(grep -cF " $1/" /proc/self/mountinfo))"
+		return 0
+	fi
+	rm -rf "$1"
 }
 
 registry_pid="" registry_dir=""
