@@ -146,15 +146,16 @@ compat_stop_daemon() {
 	[[ -z $oci_dir ]] || compat_remove "$oci_dir"
 }
 
-# compat_remove DIR removes a daemon's directory, unless a sandbox that
-# outlived its destroy left a mount under it: never through a mount (rm
-# --one-file-system would also leave the btrfs subvolumes of --engine oci,
-# each a device of its own).
+# compat_remove DIR removes a stopped daemon's directory: first the file
+# systems it left mounted under it (its volumes, kept mounted across its
+# restarts; the overlay of a sandbox that outlived its destroy), innermost
+# first, so that rm never deletes through a mount (nor stops at the btrfs
+# subvolumes of --engine oci, as rm --one-file-system would).
 compat_remove() {
-	if grep -qF " $1/" /proc/self/mountinfo; then
-		log "WARNING: left $1: mounts under it ($(grep -cF " $1/" /proc/self/mountinfo))"
-		return 0
-	fi
+	local m
+	while read -r m; do
+		umount -l "$m" 2>/dev/null || log "WARNING: could not unmount $m"
+	done < <(awk -v d="$1/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
 	rm -rf "$1"
 }
 
