@@ -96,8 +96,9 @@ compat_start_daemon() {
 # sandboxes when it stops; under --engine oci they are processes, mounts
 # and namespaces of this host, which no container label finds afterwards.
 compat_destroy_all() {
-	timeout 90 node --input-type=module - "$1" "$2" <<-'JS' || true
-		const [url, token] = process.argv.slice(2)
+	# The token in the environment, not on a command line others can read.
+	COMPAT_DESTROY_TOKEN=$2 timeout 90 node --input-type=module - "$1" <<-'JS' || true
+		const url = process.argv[2], token = process.env.COMPAT_DESTROY_TOKEN
 		const h = { Authorization: `Bearer ${token}` }
 		const sig = () => AbortSignal.timeout(30_000)
 		const ids = []
