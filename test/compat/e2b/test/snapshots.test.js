@@ -86,7 +86,11 @@ describe('snapshots and fork', { concurrency: true, timeout: 600_000 }, () => {
     const content = `fork ${randomUUID()}`
     await sbx.files.write('/home/user/fork.txt', content)
 
-    const forks = await sbx.fork({ count: 2, timeoutMs: 120_000 })
+    // One request commits the source and starts both forks: past the SDK's
+    // 60 s default on a busy machine under --engine oci (whole-file-system
+    // commits, see above), which the first oci run did in 32 s and a later
+    // one did not.
+    const forks = await sbx.fork({ count: 2, timeoutMs: 120_000, requestTimeoutMs: 240_000 })
     for (const f of forks) {
       if (!(f instanceof Error)) t.after(() => killQuietly(f.sandboxId))
     }
