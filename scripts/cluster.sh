@@ -18,7 +18,9 @@
 # beside one `make cluster` left running), and
 # SANDBOXD_CLUSTER_NODE_PREFIX replaces the "n" of the node ids (n1..n3) so
 # that two clusters on one engine never take each other's containers for
-# their own. Extra arguments of every node's daemon: SANDBOXD_CLUSTER_ARGS.
+# their own. Extra arguments of every node's daemon: SANDBOXD_CLUSTER_ARGS;
+# SANDBOXD_CLUSTER_OCI_DIR gives node n `--oci-dir $SANDBOXD_CLUSTER_OCI_DIR/nN`
+# (for --engine oci, whose nodes each need their own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,8 +87,10 @@ ready() {
 
 start() {
   local n=$1 d; d=$(dir "$n")
+  local own=()
+  [ -z "${SANDBOXD_CLUSTER_OCI_DIR:-}" ] || own=(--oci-dir "$SANDBOXD_CLUSTER_OCI_DIR/n$n")
   nohup "$bin" --data-dir "$d" --listen "$(api "$n")" --tls-listen "$(tls "$n")" \
-    --host-ports "$(hostports "$n")" ${extra[@]+"${extra[@]}"} >>"$d/sandboxd.log" 2>&1 &
+    --host-ports "$(hostports "$n")" ${extra[@]+"${extra[@]}"} ${own[@]+"${own[@]}"} >>"$d/sandboxd.log" 2>&1 &
   echo $! >"$d/sandboxd.pid"
 }
 

@@ -5,6 +5,10 @@
 # twice: against a single daemon, then against node 1 of a throwaway 3-node
 # cluster (scripts/cluster.sh), whose creates are placed on all three nodes
 # (cluster mode, docs/cluster.md). SANDBOXD_COMPAT_CLUSTER=0 skips the second.
+# SANDBOXD_COMPAT_ENGINE=oci runs every daemon on the engine-free runtime
+# and SANDBOXD_COMPAT_RUNTIME=gvisor makes gVisor their default runtime
+# (unset: the daemon's defaults, the Docker engine and runc), e.g.
+#   SANDBOXD_COMPAT_ENGINE=oci SANDBOXD_COMPAT_RUNTIME=gvisor scripts/test-compat.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,8 +38,19 @@ log() { printf 'compat: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 # shellcheck source=../test/compat/daemon.sh
 source test/compat/daemon.sh
+# The engine and default runtime of every node, as of the single daemon
+# (SANDBOXD_COMPAT_ENGINE, SANDBOXD_COMPAT_RUNTIME: compat_engine_args).
+SANDBOXD_CLUSTER_ARGS+=" $(compat_engine_args)"
+SANDBOXD_CLUSTER_OCI_DIR=$(compat_oci_dir cluster)
+export SANDBOXD_CLUSTER_OCI_DIR
 stop_cluster() {
   local status=$?
+  # What the suites left on each node (a node keeps its sandboxes when it
+  # stops; under --engine oci no container label finds them afterwards).
+  for n in 1 2 3; do
+    [ -s "$SANDBOXD_CLUSTER_DIR/n$n/admin.token" ] || continue
+    compat_destroy_all "http://127.0.0.1:$((7070 + n + SANDBOXD_CLUSTER_PORTS))" "$(<"$SANDBOXD_CLUSTER_DIR/n$n/admin.token")"
+  done
   scripts/cluster.sh --stop >/dev/null || true
   compat_stop_registry
   if [ "$status" -ne 0 ]; then
@@ -51,7 +66,8 @@ stop_cluster() {
     ids=$(docker images -q --filter "label=sandboxd.node=$SANDBOXD_CLUSTER_NODE_PREFIX$n")
     [ -z "$ids" ] || docker rmi -f $ids >/dev/null 2>&1 || true
   done
-  rm -rf "$SANDBOXD_CLUSTER_DIR"
+  compat_remove "$SANDBOXD_CLUSTER_DIR"
+  [ -z "$SANDBOXD_CLUSTER_OCI_DIR" ] || compat_remove "$SANDBOXD_CLUSTER_OCI_DIR"
   exit "$status"
 }
 trap stop_cluster EXIT

@@ -13,7 +13,37 @@ compat_install() {
 	fi
 }
 
-daemon_pid="" data_dir=""
+daemon_pid="" data_dir="" oci_dir=""
+
+# compat_oci_root is where the runtime of --engine oci keeps its images and
+# sandboxes in a compat run: the btrfs file system scripts/setup-oci.sh
+# mounts, where disk limits are enforced (SANDBOXD_COMPAT_OCI_ROOT names
+# another); nothing when it is missing (the daemon's default, in its data
+# dir) or the engine is not oci.
+compat_oci_root() {
+	[[ ${SANDBOXD_COMPAT_ENGINE:-} == oci ]] || return 0
+	local root=${SANDBOXD_COMPAT_OCI_ROOT:-/var/lib/sandboxd-oci/root}
+	[[ ! -d $root ]] || echo "$root"
+}
+
+# compat_oci_dir NAME makes a fresh directory for one daemon's --oci-dir
+# under compat_oci_root and prints it (nothing when there is no root).
+compat_oci_dir() {
+	local root
+	root=$(compat_oci_root)
+	[[ -z $root ]] || mktemp -d "$root/compat-$1.XXXXXX"
+}
+
+# compat_engine_args prints the daemon flags that choose what runs the
+# sandboxes, from the environment: SANDBOXD_COMPAT_ENGINE (--engine:
+# docker or oci) and SANDBOXD_COMPAT_RUNTIME (--default-runtime: docker or
+# gvisor). Unset, nothing: the daemon's own defaults (the Docker engine,
+# runc). The single daemon and the cluster's nodes (scripts/test-compat.sh)
+# both take them.
+compat_engine_args() {
+	[[ -z ${SANDBOXD_COMPAT_ENGINE:-} ]] || printf -- '--engine %s ' "$SANDBOXD_COMPAT_ENGINE"
+	[[ -z ${SANDBOXD_COMPAT_RUNTIME:-} ]] || printf -- '--default-runtime %s ' "$SANDBOXD_COMPAT_RUNTIME"
+}
 
 # compat_start_daemon SUITE starts bin/sandboxd (or $SANDBOXD_BIN) on a free
 # 127.0.0.1 port with a throwaway data dir when SANDBOXD_URL is unset, waits
@@ -35,8 +65,16 @@ compat_start_daemon() {
 	# budget is raised past the default (4 × the host's cores, 1 core a
 	# sandbox): the suites run files in parallel, one of them eight creates
 	# at once, and their sandboxes sit idle.
+	# SANDBOXD_COMPAT_HOSTPORTS (lo-hi) moves its TCP exposures' host ports
+	# off the daemon's default range, for runs beside another daemon.
+	local -a extra
+	read -r -a extra <<<"$(compat_engine_args)"
+	[[ -z ${SANDBOXD_COMPAT_HOSTPORTS:-} ]] || extra+=(--host-ports "$SANDBOXD_COMPAT_HOSTPORTS")
+	oci_dir=$(compat_oci_dir "$1")
+	[[ -z $oci_dir ]] || extra+=(--oci-dir "$oci_dir")
+	log "daemon flags: ${extra[*]:-(defaults)}"
 	"$daemon" --data-dir "$data_dir" --listen "127.0.0.1:$port" --tls-listen 127.0.0.1:0 \
-		--pool "${SANDBOXD_COMPAT_POOL:-}" --cpu-budget 64000 --registry-allow 127.0.0.1 >"$data_dir/sandboxd.log" 2>&1 &
+		--pool "${SANDBOXD_COMPAT_POOL:-}" --cpu-budget 64000 --registry-allow 127.0.0.1 ${extra[@]+"${extra[@]}"} >"$data_dir/sandboxd.log" 2>&1 &
 	daemon_pid=$!
 	SANDBOXD_URL="http://127.0.0.1:$port"
 	for _ in $(seq 300); do # 30 s
@@ -52,11 +90,41 @@ compat_start_daemon() {
 	export SANDBOXD_URL SANDBOXD_TOKEN
 }
 
+# compat_destroy_all URL TOKEN destroys, through the native API, every
+# sandbox the daemon at URL lists (all owners and states: TOKEN is its
+# admin token). Best effort and bounded (90 s). A daemon keeps its
+# sandboxes when it stops; under --engine oci they are processes, mounts
+# and namespaces of this host, which no container label finds afterwards.
+compat_destroy_all() {
+	# The token in the environment, not on a command line others can read.
+	COMPAT_DESTROY_TOKEN=$2 timeout 90 node --input-type=module - "$1" <<-'JS' || true
+		const url = process.argv[2], token = process.env.COMPAT_DESTROY_TOKEN
+		const h = { Authorization: `Bearer ${token}` }
+		const sig = () => AbortSignal.timeout(30_000)
+		const ids = []
+		let page = ''
+		do {
+		  const r = await fetch(`${url}/v1/sandboxes?limit=1000${page ? `&page_token=${page}` : ''}`, { headers: h, signal: sig() })
+		  if (!r.ok) throw new Error(`list: ${r.status} ${await r.text()}`)
+		  const b = await r.json()
+		  ids.push(...b.items.map((s) => s.id))
+		  page = b.next_page_token || ''
+		} while (page)
+		const done = await Promise.allSettled(ids.map(async (id) => {
+		  const r = await fetch(`${url}/v1/sandboxes/${id}`, { method: 'DELETE', headers: h, signal: sig() })
+		  if (!r.ok && r.status !== 404) throw new Error(`${id}: ${r.status}`)
+		}))
+		const failed = done.filter((d) => d.status === 'rejected')
+		if (ids.length) console.error(`compat: destroyed ${ids.length - failed.length} leftover sandbox(es) at ${url}${failed.length ? `; ${failed.length} failed: ${failed[0].reason}` : ''}`)
+	JS
+}
+
 # compat_stop_daemon STATUS stops a daemon compat_start_daemon started
 # (SIGTERM, then SIGKILL after 10 s), shows its log's tail when STATUS is
 # not 0, and removes its data dir.
 compat_stop_daemon() {
 	[[ -n $daemon_pid ]] || return 0
+	compat_destroy_all "$SANDBOXD_URL" "$SANDBOXD_TOKEN"
 	kill -TERM "$daemon_pid" 2>/dev/null || true
 	for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
 	if kill -0 "$daemon_pid" 2>/dev/null; then
@@ -75,7 +143,21 @@ compat_stop_daemon() {
 		ids=$(docker images -q --filter "label=sandboxd.node=$node" 2>/dev/null || true)
 		[[ -z $ids ]] || docker rmi -f $ids >/dev/null 2>&1 || true
 	fi
-	rm -rf "$data_dir"
+	compat_remove "$data_dir"
+	[[ -z $oci_dir ]] || compat_remove "$oci_dir"
+}
+
+# compat_remove DIR removes a stopped daemon's directory: first the file
+# systems it left mounted under it (its volumes, kept mounted across its
+# restarts; the overlay of a sandbox that outlived its destroy), innermost
+# first, so that rm never deletes through a mount (nor stops at the btrfs
+# subvolumes of --engine oci, as rm --one-file-system would).
+compat_remove() {
+	local m
+	while read -r m; do
+		umount -l "$m" 2>/dev/null || log "WARNING: could not unmount $m"
+	done < <(awk -v d="$1/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+	rm -rf "$1"
 }
 
 registry_pid="" registry_dir=""

@@ -50,6 +50,11 @@ func (r *Runtime) boot(ctx context.Context, id string, meta *sandboxMeta) error 
 func (r *Runtime) launch(ctx context.Context, id string, meta *sandboxMeta, image string) error {
 	dir := r.sandboxDir(id)
 	gvisor := meta.Isolation == runtime.IsolationGVisor
+	if gvisor {
+		if err := r.checkTmpBind(id); err != nil {
+			return fmt.Errorf("boot: %w", err)
+		}
+	}
 	var b *bootSockets
 	if !gvisor {
 		var err error

@@ -143,8 +143,9 @@ var (
 // namespaces (cgroup included), cgroup limits for CPU, memory (no swap
 // beyond it) and pids, and /etc/hosts, /etc/hostname and /etc/resolv.conf
 // as the engine writes them (files of the root file system: writeEtc).
-// uid and gid are the image user's (imageUser).
-func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, uid, gid uint32, netnsPath string) (*ociSpec, error) {
+// uid and gid are the image user's (imageUser); tmpBind binds the root
+// file system's /tmp onto /tmp (gVisor sandboxes: tmp.go).
+func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, uid, gid uint32, netnsPath string, tmpBind bool) (*ociSpec, error) {
 	env := slices.Clone(img.cfg.Env)
 	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PATH=") }) {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -186,6 +187,11 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, uid,
 		sockOpts = append(sockOpts, "ro")
 	}
 	mounts = append(mounts, ociMount{Destination: runtime.AgentSocketDir, Type: "bind", Source: r.SocketDir(spec.SandboxID), Options: sockOpts})
+	// Before the caller's mounts, which may be under /tmp; one on /tmp
+	// itself replaces it.
+	if tmpBind && !slices.ContainsFunc(spec.Mounts, func(m runtime.Mount) bool { return filepath.Clean(m.Path) == tmpDestination }) {
+		mounts = append(mounts, ociMount{Destination: tmpDestination, Type: "bind", Source: r.tmpSource(spec.SandboxID), Options: []string{"rbind", "rprivate"}})
+	}
 	for _, m := range spec.Mounts {
 		opts := []string{"rbind", "rprivate"}
 		if m.ReadOnly {

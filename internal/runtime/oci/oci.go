@@ -497,7 +497,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := r.step("rootfs"); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
-	cfg, err := r.bundleSpec(spec, meta, img, uid, gid, netns)
+	tmpBind := false
+	if spec.Isolation == runtime.IsolationGVisor {
+		if tmpBind, err = r.safeTmp(id); err != nil {
+			return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+		}
+	}
+	cfg, err := r.bundleSpec(spec, meta, img, uid, gid, netns, tmpBind)
 	if err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}

@@ -104,6 +104,7 @@ func start(w waiter, l launch, h *hub, atExec func(pid int)) (*proc, <-chan reap
 			}
 			return nil, nil, startError(l.path, err)
 		}
+		p.tty = pollable(p.tty)
 		p.outputs = []*os.File{p.tty}
 	} else {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: l.cred, Setpgid: true}
@@ -304,7 +305,47 @@ func (p *proc) resize(size *rpc.PTY_Size) error {
 	if p.tty == nil {
 		return fmt.Errorf("%w: process %d has no terminal", ErrNotPTY, p.pid)
 	}
-	return pty.Setsize(p.tty, &pty.Winsize{Cols: uint16(size.GetCols()), Rows: uint16(size.GetRows())})
+	// Through the poller's descriptor, never (*os.File).Fd (pty.Setsize),
+	// which would put the master back in blocking mode (see pollable).
+	rc, err := p.tty.SyscallConn()
+	if err != nil {
+		return err
+	}
+	ws := &unix.Winsize{Col: uint16(size.GetCols()), Row: uint16(size.GetRows())}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, ws) }); err != nil {
+		return err
+	}
+	return ierr
+}
+
+// pollable returns a terminal's master as a file of the runtime's poller
+// (f itself, should that fail). creack/pty's ioctls call (*os.File).Fd,
+// which leaves the master in blocking mode: a read then blocks in the
+// kernel, where no deadline reaches it, and [cutOutput] cannot end it. The
+// read ends by itself (EIO) only once every holder of the terminal closed
+// it, which a descendant in a session of its own (setsid) may never do,
+// and gVisor's master never reports at all: the end event waited for ever.
+func pollable(f *os.File) *os.File {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return f
+	}
+	nfd := -1
+	_ = rc.Control(func(fd uintptr) {
+		if d, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0); err == nil {
+			nfd = d
+		}
+	})
+	if nfd < 0 {
+		return f
+	}
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		unix.Close(nfd)
+		return f
+	}
+	f.Close()
+	return os.NewFile(uintptr(nfd), f.Name()) // non-blocking: NewFile registers it with the poller
 }
 
 func (p *proc) info() *rpc.ProcessInfo {

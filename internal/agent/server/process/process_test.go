@@ -391,6 +391,25 @@ func TestStart_DescendantHoldingOutputIsCutOff(t *testing.T) {
 	}
 }
 
+// A terminal's master is read by the runtime's poller, so that the grace
+// cuts a reader blocked on it: a descendant keeping the terminal open (and
+// gVisor, whose master never reports the hang-up of its last holder)
+// otherwise holds the end event until the descendant exits.
+func TestStart_DescendantHoldingTerminalIsCutOff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, process.Options{OutputGrace: 200 * time.Millisecond})
+	begin := time.Now()
+	r := e.run(t, startOpts{pty: &rpc.PTY{Size: &rpc.PTY_Size{Cols: 80, Rows: 24}}},
+		// A session of its own: the hang-up of the shell's exit misses it.
+		"/bin/sh", "-c", "setsid sleep 30 & sleep 0.2; echo bye")
+	if got := strings.ReplaceAll(r.pty.String(), "\r", ""); got != "bye\n" || r.end.GetExitCode() != 0 {
+		t.Errorf("pty output %q end %v, want bye and exit 0", got, r.end)
+	}
+	if d := time.Since(begin); d > 5*time.Second {
+		t.Errorf("end took %s: a descendant holding the terminal delayed it", d)
+	}
+}
+
 func TestStart_AsUser(t *testing.T) {
 	t.Parallel()
 	if os.Getuid() != 0 {

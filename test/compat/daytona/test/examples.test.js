@@ -22,7 +22,9 @@ describe('examples', () => {
     await sb.fs.createFolder('~/project-files', '700')
     await sb.fs.uploadFile(Buffer.from('{"debug": true}\n'), '~/project-files/config.json')
     assert.equal(await sh(sb, 'test -e "$HOME/~" && echo stray || echo none'), 'none\n')
-    assert.equal(await sh(sb, 'stat -c %a /home/daytona/project-files'), '700\n')
+    // find -printf, not stat or ls: gVisor's statx (Debian's runsc 20221219)
+    // refuses AT_NO_AUTOMOUNT, which coreutils 9 always passes (EINVAL).
+    assert.equal(await sh(sb, "find /home/daytona/project-files -maxdepth 0 -printf '%m\\n'"), '700\n')
 
     const found = await sb.fs.searchFiles('~/project-files', '*.json')
     assert.deepEqual(found.files, ['/home/daytona/project-files/config.json'])
@@ -30,7 +32,7 @@ describe('examples', () => {
     assert.deepEqual(matches.map((m) => [m.file, m.line]), [['/home/daytona/project-files/config.json', 1]])
 
     await sb.fs.setFilePermissions('~/project-files/config.json', { mode: '600' })
-    assert.equal(await sh(sb, 'stat -c %a /home/daytona/project-files/config.json'), '600\n')
+    assert.equal(await sh(sb, "find /home/daytona/project-files/config.json -maxdepth 0 -printf '%m\\n'"), '600\n')
 
     await sh(sb, 'git init -q /home/daytona/repo && touch /home/daytona/repo/new.txt')
     const status = await sb.git.status('~/repo')

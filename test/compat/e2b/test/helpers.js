@@ -28,6 +28,12 @@ export const SUITE = 'sandboxd-compat-e2b'
 // run.sh exports COMPAT_RUN_ID so that every file (one process each) shares it.
 export const RUN_ID = process.env.COMPAT_RUN_ID || randomUUID()
 
+// Whether the daemon's sandboxes run under gVisor (scripts/test-compat.sh:
+// SANDBOXD_COMPAT_RUNTIME=gvisor, the daemons' --default-runtime), where a
+// few things the base template offers cannot work; those cases skip, with
+// the reason, under gVisor only.
+export const GVISOR = process.env.SANDBOXD_COMPAT_RUNTIME === 'gvisor'
+
 /** Metadata for one sandbox of the test named `test`; `extra` is merged in. */
 export function metadataFor(test, extra = {}) {
   return { suite: SUITE, run: RUN_ID, test, nonce: randomUUID(), ...extra }

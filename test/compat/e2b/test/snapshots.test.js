@@ -32,9 +32,12 @@ async function listAllSnapshots(opts) {
 
 // In the cluster pass (COMPAT_CLUSTER) a snapshot is made on its sandbox's
 // node and listed, used and deleted through node 1: templates are the
-// cluster's (docs/cluster.md).
+// cluster's (docs/cluster.md). 300 s a case, as every other case that
+// commits a sandbox in both suites: under --engine oci a commit is the
+// whole file system (one layer, ~400 MB here), pushed through the registry
+// and unpacked on each node that uses it, and gVisor's creates are slower.
 describe('snapshots and fork', { concurrency: true, timeout: 600_000 }, () => {
-  it('snapshot: create from it, list it, delete it', { timeout: 180_000 }, async (t) => {
+  it('snapshot: create from it, list it, delete it', { timeout: 300_000 }, async (t) => {
     const sbx = await createSandbox(t, 'snapshot')
     const content = `snapshot ${randomUUID()}`
     await sbx.files.write('/home/user/snap.txt', content)
@@ -61,7 +64,7 @@ describe('snapshots and fork', { concurrency: true, timeout: 600_000 }, () => {
     assert.deepEqual(await listAllSnapshots({ sandboxId: sbx.sandboxId }), [])
   })
 
-  it('snapshot: named, and in use while a sandbox made from it lives', { timeout: 180_000 }, async (t) => {
+  it('snapshot: named, and in use while a sandbox made from it lives', { timeout: 300_000 }, async (t) => {
     const sbx = await createSandbox(t, 'snapshot-named')
     const name = `snap-${randomUUID().slice(0, 8)}`
     const snap = await Sandbox.createSnapshot(sbx.sandboxId, { name })
@@ -78,12 +81,16 @@ describe('snapshots and fork', { concurrency: true, timeout: 600_000 }, () => {
     assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
   })
 
-  it('fork: two running sandboxes with the source\'s files, independent', { timeout: 180_000 }, async (t) => {
+  it('fork: two running sandboxes with the source\'s files, independent', { timeout: 300_000 }, async (t) => {
     const sbx = await createSandbox(t, 'fork')
     const content = `fork ${randomUUID()}`
     await sbx.files.write('/home/user/fork.txt', content)
 
-    const forks = await sbx.fork({ count: 2, timeoutMs: 120_000 })
+    // One request commits the source and starts both forks: past the SDK's
+    // 60 s default on a busy machine under --engine oci (whole-file-system
+    // commits, see above), which the first oci run did in 32 s and a later
+    // one did not.
+    const forks = await sbx.fork({ count: 2, timeoutMs: 120_000, requestTimeoutMs: 240_000 })
     for (const f of forks) {
       if (!(f instanceof Error)) t.after(() => killQuietly(f.sandboxId))
     }
