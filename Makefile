@@ -113,6 +113,8 @@ test: setup build ## run every test (unit, integration on real Docker, SDK compa
 	SANDBOXD_TEST_ENGINE=oci SANDBOXD_TEST_BIN_DIR=$(abspath $(BUILD_DIR)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/ ./test/adversarial/ ./test/conformance/
 	python3 -m unittest discover -s images/code-interpreter -p '*_test.py'
 	@scripts/test-compat.sh
+	@# The SDK suites once more, on a single daemon of --engine oci.
+	@SANDBOXD_COMPAT_ENGINE=oci SANDBOXD_COMPAT_CLUSTER=0 scripts/test-compat.sh
 
 .PHONY: test-unit
 test-unit: ## tests that need no engine (go test -short), under a minute; no setup
