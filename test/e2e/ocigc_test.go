@@ -15,7 +15,7 @@ import (
 // unpackedImages lists the unpacked images in an oci daemon's directory.
 func unpackedImages(t *testing.T, d *daemonProcess) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(d.DataDir(), "oci", "images"))
+	entries, err := os.ReadDir(filepath.Join(d.OCIDir(), "images"))
 	if err != nil {
 		t.Fatalf("the oci images directory: %v", err)
 	}
