@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/runtime"
@@ -18,7 +19,10 @@ import (
 // A hibernated sandbox is a paused one whose processes and memory the
 // runtime checkpointed to disk (runtime.Checkpointer) and whose memory is
 // freed: no process, no cgroup, its CPU and memory released in admission
-// (its disk still counts, as a stopped sandbox's). It stays in state
+// (its disk still counts, as a stopped sandbox's, and so does its image:
+// MemoryMB more of its owner's disk, Admission.ParkWith). A hibernate
+// directory whose file system has no room for the image (imageRoom) stops
+// the sandbox instead, saying so. It stays in state
 // paused, with store.Sandbox.HibernatedAt set, because every rule of a
 // paused sandbox holds for it (calls that need its processes answer
 // ErrPaused, its timeout does not run, Resume brings it back, Stop and
@@ -102,6 +106,13 @@ func (s *Service) HibernateSupport(runtimeName string) runtime.CheckpointSupport
 func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep bool) (Hibernated, error) {
 	sup := s.HibernateSupport(specOf(row).Runtime)
 	cp, ok := s.Runtime.(runtime.Checkpointer)
+	if ok && sup.OK {
+		// The image holds up to the sandbox's memory: a save that fills
+		// the disk would leave half an image on the disk of the store.
+		if why := s.imageRoom(row); why != "" {
+			sup = runtime.CheckpointSupport{How: why}
+		}
+	}
 	if !sup.OK || !ok {
 		sb, err := s.stopLocked(ctx, row, keep)
 		if err != nil {
@@ -137,7 +148,7 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 		}
 		return Hibernated{}, fmt.Errorf("hibernate %s: the checkpoint failed, the sandbox runs on: %w: %w", row.ID, ErrUnavailable, err)
 	}
-	s.Admission.Park(row.ID) // its memory is free; its files still count
+	s.Admission.ParkWith(row.ID, row.MemoryMB) // its memory is free; its files and its image count
 	marked, err := s.Store.MarkHibernated(ctx, row.ID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -153,6 +164,25 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 	}
 	s.Logger.Info("hibernated a sandbox", "sandbox", row.ID)
 	return Hibernated{Sandbox: fromRow(marked)}, nil
+}
+
+// hibernateDiskMargin is what the hibernate directory's file system must
+// keep free beyond a sandbox's memory for its image to be written.
+const hibernateDiskMargin = 256 // MB
+
+// imageRoom says why the hibernate directory has no room for row's memory
+// image (its file system's free space under MemoryMB plus
+// hibernateDiskMargin), or "" if it has.
+func (s *Service) imageRoom(row store.Sandbox) string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(s.cfg.HibernateDir, &st); err != nil {
+		return fmt.Sprintf("stopped: the hibernate directory's free space is unknown: %v", err)
+	}
+	freeMB := int64(st.Bavail) * int64(st.Bsize) >> 20
+	if need := row.MemoryMB + hibernateDiskMargin; freeMB < need {
+		return fmt.Sprintf("stopped: not enough disk for a memory image (%d MB free, %d MB needed)", freeMB, need)
+	}
+	return ""
 }
 
 // checkpointed reports whether sandbox id's checkpoint happened whatever
@@ -197,17 +227,18 @@ func (s *Service) resumeHibernated(ctx context.Context, c Caller, row store.Sand
 		return Resumed{}, admissionErr(err)
 	}
 	if err := s.restage(ctx, row); err != nil {
-		s.Admission.Park(row.ID)
+		s.Admission.ParkWith(row.ID, row.MemoryMB)
 		return Resumed{}, fmt.Errorf("resume %s: stage its mounts: %w", row.ID, err)
 	}
 	dir := s.imageDir(row.ID)
 	if err := cp.Restore(ctx, row.ID, dir); err != nil {
-		s.Admission.Park(row.ID)
 		if errors.Is(err, runtime.ErrNoCheckpoint) {
+			s.Admission.Park(row.ID)
 			s.Logger.Warn("resume: the hibernated sandbox's image is gone; starting it afresh", "sandbox", row.ID)
 			sb, err := s.startLocked(ctx, c, row)
 			return Resumed{Sandbox: sb, ProcessesRestarted: err == nil}, err
 		}
+		s.Admission.ParkWith(row.ID, row.MemoryMB)
 		if gerr := s.engineErr(ctx, "resume", row.ID, err); errors.Is(gerr, ErrNotFound) || errors.Is(gerr, ErrConflict) {
 			return Resumed{}, gerr
 		}
@@ -347,7 +378,7 @@ func (s *Service) pausedLost(ctx context.Context, id string) (lost bool, err err
 			if _, err := s.Store.MarkHibernated(ctx, id); err != nil {
 				return fmt.Errorf("mark %s hibernated: %w", id, err)
 			}
-			s.Admission.Park(id)
+			s.Admission.ParkWith(id, row.MemoryMB)
 			s.Logger.Warn("reconcile: a checkpointed sandbox's row was not marked hibernated; marked", "sandbox", id)
 			s.Metrics.reconcileAction("mark_hibernated")
 			return nil

@@ -341,3 +341,47 @@ func TestHibernate_PauseMaxHibernates(t *testing.T) {
 	}
 	h.assertNothingLeft(t)
 }
+
+// TestHibernate_ImageCountsAndNeedsRoom: a hibernated sandbox's memory
+// image is on the host's disk, so it holds its memory's size of its
+// owner's disk quota beside its files; and a hibernate directory without
+// room for the image stops the sandbox, saying so, rather than writing
+// half an image onto the daemon's disk.
+func TestHibernate_ImageCountsAndNeedsRoom(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	if _, err := h.svc.Hibernate(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantHibernated(t, h, sb.ID)
+	if used, _ := h.adm.Usage(); used.DiskMB != sb.DiskMB+sb.MemoryMB {
+		t.Errorf("disk held while hibernated = %d MB, want its disk %d + its memory %d", used.DiskMB, sb.DiskMB, sb.MemoryMB)
+	}
+	if _, err := h.svc.Resume(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if used, _ := h.adm.Usage(); used.DiskMB != sb.DiskMB {
+		t.Errorf("disk held after the resume = %d MB, want %d", used.DiskMB, sb.DiskMB)
+	}
+	// A hibernate directory on a file system with 64 MB: no room.
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", h.hibDir).CombinedOutput(); err != nil {
+		t.Skipf("SKIP: mount a small file system: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", h.hibDir).Run() })
+	hib, err := h.svc.Hibernate(ctx, admin, sb.ID)
+	if err != nil || !hib.Stopped || !strings.Contains(hib.Reason, "not enough disk for a memory image") {
+		t.Fatalf("Hibernate with no room for the image = %+v, %v; want stopped, saying why", hib, err)
+	}
+	if got, _ := h.svc.Get(ctx, admin, sb.ID); got.State != service.StateStopped {
+		t.Errorf("after it: %s, want stopped", got.State)
+	}
+	if left, _ := os.ReadDir(h.hibDir); len(left) != 0 {
+		t.Errorf("images left: %v", left)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}

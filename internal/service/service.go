@@ -188,6 +188,9 @@ type Admission interface {
 	// Park keeps only id's disk: a stopped sandbox's container keeps what
 	// it wrote, so its disk counts in its owner's quota until destroyed.
 	Park(id string)
+	// ParkWith is Park holding extraDiskMB more disk: a hibernated
+	// sandbox's memory image.
+	ParkWith(id string, extraDiskMB int64)
 	Reset(live map[string]admission.Request)
 	// Usage is every reservation's sum and the budget: the warm pool grows
 	// only into what is free.
