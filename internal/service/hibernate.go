@@ -69,7 +69,8 @@ type Hibernated struct {
 // Stopped set (a retry of a hibernate that stopped it). Where the runtime
 // cannot checkpoint it, the sandbox is stopped instead (Stopped, Reason).
 // A checkpoint that fails leaves the sandbox running (or paused) and is
-// ErrUnavailable.
+// ErrUnavailable; one that failed and ended the sandbox's processes
+// leaves it stopped (Stopped, Reason).
 func (s *Service) Hibernate(ctx context.Context, c Caller, idOrName string) (Hibernated, error) {
 	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
@@ -139,6 +140,20 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 		return Hibernated{}, fmt.Errorf("hibernate %s: remove a stale image: %w: %w", row.ID, ErrUnavailable, err)
 	}
 	if err := cp.Checkpoint(ctx, row.ID, dir); err != nil && !s.checkpointed(row.ID) {
+		if !errors.Is(err, runtime.ErrCheckpointUnsupported) && s.ended(row.ID) {
+			// The failed save ended its processes (runsc shuts a
+			// sandbox down on some failures, ENOSPC among them): it
+			// is stopped, its file system kept, and the answer says
+			// so; only a live sandbox goes back to running.
+			sb, serr := s.stopLocked(ctx, row, keep)
+			if serr != nil {
+				return Hibernated{}, fmt.Errorf("hibernate %s: the checkpoint failed and ended the sandbox (%w); stopping it: %w", row.ID, err, serr)
+			}
+			reason := "stopped: the checkpoint failed and ended the sandbox's processes: " + err.Error()
+			s.Logger.Warn("hibernate: a failed checkpoint ended the sandbox; stopped", "sandbox", row.ID, "err", err)
+			s.Metrics.reconcileAction("hibernate_stopped")
+			return Hibernated{Sandbox: sb, Stopped: true, Reason: reason}, nil
+		}
 		s.undoHibernatePause(row.ID, wasRunning)
 		if errors.Is(err, runtime.ErrCheckpointUnsupported) {
 			return Hibernated{}, fmt.Errorf("hibernate %s: %w: %w", row.ID, ErrUnavailable, err)
@@ -192,6 +207,15 @@ func (s *Service) checkpointed(id string) bool {
 	if !s.hasImage(id) {
 		return false
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+	defer cancel()
+	st, err := s.Runtime.Inspect(ctx, id)
+	return err == nil && st.State != runtime.StateRunning && st.State != runtime.StateMissing
+}
+
+// ended reports whether sandbox id's processes are gone: the runtime
+// reports it there and not running.
+func (s *Service) ended(id string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 	defer cancel()
 	st, err := s.Runtime.Inspect(ctx, id)

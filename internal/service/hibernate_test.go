@@ -385,3 +385,44 @@ func TestHibernate_ImageCountsAndNeedsRoom(t *testing.T) {
 	}
 	h.assertNothingLeft(t)
 }
+
+// TestHibernate_FailedSaveThatEndedItStops: a checkpoint that fails after
+// ending the sandbox's processes (runsc shuts a sandbox down on a save
+// that hits ENOSPC) leaves the row stopped, its file system kept, and the
+// answer says so: not running over a sandbox that is gone.
+func TestHibernate_FailedSaveThatEndedItStops(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	if _, err := h.svc.Exec(ctx, admin, sb.ID, service.ExecRequest{Command: "echo kept >/home/user/f || echo kept >/f"}); err != nil {
+		t.Fatal(err)
+	}
+	injected := errors.New("injected: no space left on device")
+	h.rt.Inject(runtimetest.Checkpoint, runtimetest.Fault{Times: 1, Hook: func() error {
+		if err := h.rt.Stop(ctx, sb.ID); err != nil {
+			t.Errorf("stop in the save's window: %v", err)
+		}
+		return injected
+	}})
+	hib, err := h.svc.Hibernate(ctx, admin, sb.ID)
+	if err != nil || !hib.Stopped || !strings.Contains(hib.Reason, "ended the sandbox") {
+		t.Fatalf("Hibernate whose failed save ended the sandbox = %+v, %v; want stopped, saying so", hib, err)
+	}
+	if got, _ := h.svc.Get(ctx, admin, sb.ID); got.State != service.StateStopped {
+		t.Fatalf("after it: %s, want stopped", got.State)
+	}
+	if used, _ := h.adm.Usage(); used.MemoryMB != 0 {
+		t.Errorf("memory held by the stopped sandbox: %d MB", used.MemoryMB)
+	}
+	if _, err := h.svc.Start(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := h.svc.Exec(ctx, admin, sb.ID, service.ExecRequest{Command: "cat /home/user/f 2>/dev/null || cat /f"}); err != nil || string(res.Stdout) != "kept\n" {
+		t.Errorf("its file after the start: %q, %v", res.Stdout, err)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
