@@ -76,7 +76,10 @@ type harness struct {
 	nodeID  string
 	volRoot string // the volume directory's root on the host
 	hibDir  string // Config.HibernateDir ("" without harnessOptions.hibernate)
-	drt     *docker.Runtime
+	// sockRoot is the runtime's socket root: sandbox id's agent sockets
+	// (and a parked agent's marker) are in sockRoot/id.
+	sockRoot string
+	drt      *docker.Runtime
 }
 
 type harnessOptions struct {
@@ -191,6 +194,10 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		volRoot: volRoot,
 	}
 	h.admFail = &faultyAdmission{Controller: h.adm}
+	h.sockRoot = sockRoot
+	if opts.oci {
+		h.sockRoot += "o" // newOCIRuntime's
+	}
 	if opts.hibernate {
 		h.hibDir = filepath.Join(dir, "hibernate")
 	}

@@ -105,6 +105,12 @@ func (s *Service) HibernateSupport(runtimeName string) runtime.CheckpointSupport
 // hibernated, under its transition lock. keep is stopLocked's, for the
 // fallback stop.
 func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep bool) (Hibernated, error) {
+	// Once begun it runs to its end without its caller (a client that
+	// hangs up mid-save would have the save killed, and runsc then shuts
+	// the sandbox down): its own bound. A daemon that stops meanwhile
+	// leaves it to the next start's settleCheckpoints.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hibernateTimeout(row.MemoryMB))
+	defer cancel()
 	sup := s.HibernateSupport(specOf(row).Runtime)
 	cp, ok := s.Runtime.(runtime.Checkpointer)
 	if ok && sup.OK {
@@ -179,6 +185,12 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 	}
 	s.Logger.Info("hibernated a sandbox", "sandbox", row.ID)
 	return Hibernated{Sandbox: fromRow(marked)}, nil
+}
+
+// hibernateTimeout bounds a hibernate of a sandbox with memoryMB of
+// memory: the save writes it all (10 minutes, and 1 more per GB).
+func hibernateTimeout(memoryMB int64) time.Duration {
+	return 10*time.Minute + time.Duration(memoryMB/1024)*time.Minute
 }
 
 // hibernateDiskMargin is what the hibernate directory's file system must

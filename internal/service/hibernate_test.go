@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -422,6 +423,60 @@ func TestHibernate_FailedSaveThatEndedItStops(t *testing.T) {
 		t.Errorf("its file after the start: %q, %v", res.Stdout, err)
 	}
 	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_CallerGoneMidSave: the caller's context ends while runsc
+// saves (a client that hangs up): the save runs to its end, and the
+// sandbox is hibernated, its processes kept, not shut down with its
+// image deleted.
+func TestHibernate_CallerGoneMidSave(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	sb := createGVisor(t, h)
+	pid := workload(t, h, sb.ID)
+	waitCounter(t, h, sb.ID, 2)
+	// Memory to save: the save outlasts the cancel below.
+	if _, err := h.svc.Exec(t.Context(), admin, sb.ID, service.ExecRequest{Command: `( (head -c 100000000 /dev/urandom; touch /tmp/filled; sleep 100000) | sort >/dev/null ) </dev/null >/dev/null 2>&1 &
+for i in $(seq 120); do [ -e /tmp/filled ] && exit 0; sleep 1; done; exit 1`}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	marker := filepath.Join(h.sockRoot, sb.ID, runtime.AgentParkedName)
+	midSave := make(chan bool, 1)
+	go func() {
+		// Once the agent parked, runsc checkpoint is about to start: the
+		// caller goes mid-save.
+		for ctx.Err() == nil {
+			if _, err := os.Lstat(marker); err == nil {
+				cancel()
+				midSave <- true
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		midSave <- false
+	}()
+	hib, err := h.svc.Hibernate(ctx, admin, sb.ID)
+	cancel()
+	if !<-midSave {
+		t.Fatalf("the caller did not go mid-save (no parked marker seen at %s); Hibernate = %v", marker, err)
+	}
+	if err != nil || hib.Stopped {
+		t.Fatalf("Hibernate whose caller went mid-save = %+v, %v; want hibernated", hib, err)
+	}
+	wantHibernated(t, h, sb.ID)
+	r, err := h.svc.Resume(t.Context(), admin, sb.ID)
+	if err != nil || r.ProcessesRestarted {
+		t.Fatalf("Resume = %+v, %v; want processes kept", r, err)
+	}
+	if res, err := h.svc.Exec(t.Context(), admin, sb.ID, service.ExecRequest{Command: "kill -0 " + pid + " && echo alive"}); err != nil || string(res.Stdout) != "alive\n" {
+		t.Errorf("the counter's process after resume: %q, %v", res.Stdout, err)
+	}
+	if err := h.svc.Destroy(t.Context(), admin, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	h.assertNothingLeft(t)
