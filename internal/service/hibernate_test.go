@@ -481,3 +481,29 @@ for i in $(seq 120); do [ -e /tmp/filled ] && exit 0; sleep 1; done; exit 1`}); 
 	}
 	h.assertNothingLeft(t)
 }
+
+// TestHibernate_MemoryPressureStops: under memory pressure a paused gVisor
+// sandbox is stopped, fast, not hibernated (a save thaws it and writes its
+// whole memory, minutes the background loop and the host have not).
+func TestHibernate_MemoryPressureStops(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{memory: func() (int64, int64, error) { return 10, 1000, nil }})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	if _, err := h.svc.Pause(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := h.svc.StopPausedUnderPressure(ctx); err != nil || n != 1 {
+		t.Fatalf("StopPausedUnderPressure = %d, %v; want 1", n, err)
+	}
+	if got, _ := h.svc.Get(ctx, admin, sb.ID); got.State != service.StateStopped || !got.HibernatedAt.IsZero() {
+		t.Errorf("under memory pressure: %s hibernated at %v; want stopped", got.State, got.HibernatedAt)
+	}
+	if n := h.rt.Calls(runtimetest.Checkpoint); n != 0 {
+		t.Errorf("checkpoints under memory pressure: %d, want 0", n)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}

@@ -259,8 +259,9 @@ type Config struct {
 	// HibernateDir holds the hibernate images (hibernate.go), one
 	// directory per sandbox; made 0700. Empty: nothing hibernates (a
 	// hibernate stops the sandbox, saying so). Where the runtime can
-	// checkpoint a sandbox, PauseMax and PausedMemoryFloor hibernate it
-	// rather than stop it.
+	// checkpoint a sandbox, PauseMax hibernates it rather than stop it
+	// (PausedMemoryFloor stops it: a save needs minutes a host short of
+	// memory has not).
 	HibernateDir string
 	// PausedMemoryFloor is the percent of the host's memory that must stay
 	// available: under it, paused sandboxes are stopped, longest paused
