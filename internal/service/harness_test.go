@@ -508,9 +508,15 @@ func (f *faultyRouter) Install(ctx context.Context, id string) error {
 type faultyAdmission struct {
 	*admission.Controller
 	failReserve bool
+	// beforeReserve, when set, runs before each ReserveWithin (to act in
+	// its window).
+	beforeReserve func(id string)
 }
 
 func (f *faultyAdmission) ReserveWithin(id string, req admission.Request, q admission.Quota) error {
+	if f.beforeReserve != nil {
+		f.beforeReserve(id)
+	}
 	if f.failReserve {
 		return errInjected
 	}

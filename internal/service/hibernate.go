@@ -263,7 +263,9 @@ func (s *Service) resumeHibernated(ctx context.Context, c Caller, row store.Sand
 		return Resumed{}, admissionErr(err)
 	}
 	if err := s.restage(ctx, row); err != nil {
-		s.Admission.ParkWith(row.ID, row.MemoryMB)
+		if gone := s.unholdHibernated(ctx, row); gone != nil {
+			return Resumed{}, gone
+		}
 		return Resumed{}, fmt.Errorf("resume %s: stage its mounts: %w", row.ID, err)
 	}
 	dir := s.imageDir(row.ID)
@@ -274,7 +276,9 @@ func (s *Service) resumeHibernated(ctx context.Context, c Caller, row store.Sand
 			sb, err := s.startLocked(ctx, c, row)
 			return Resumed{Sandbox: sb, ProcessesRestarted: err == nil}, err
 		}
-		s.Admission.ParkWith(row.ID, row.MemoryMB)
+		if gone := s.unholdHibernated(ctx, row); gone != nil {
+			return Resumed{}, gone
+		}
 		if gerr := s.engineErr(ctx, "resume", row.ID, err); errors.Is(gerr, ErrNotFound) || errors.Is(gerr, ErrConflict) {
 			return Resumed{}, gerr
 		}
@@ -286,6 +290,22 @@ func (s *Service) resumeHibernated(ctx context.Context, c Caller, row store.Sand
 	}
 	s.dropImage(row.ID)
 	return Resumed{Sandbox: fromRow(resumed)}, nil
+}
+
+// unholdHibernated gives back what a resume of hibernated row reserved,
+// once it failed: the sandbox holds a hibernated one's disk again
+// (Admission.ParkWith). A destroy takes no transition lock: one that ran
+// meanwhile (its release maybe before this resume's reservation) leaves
+// nothing to hold, and the answer is ErrNotFound.
+func (s *Service) unholdHibernated(ctx context.Context, row store.Sandbox) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	if now, err := s.Store.GetSandbox(ctx, row.ID); errors.Is(err, store.ErrNotFound) || err == nil && !now.DestroyingSince.IsZero() {
+		s.Admission.Release(row.ID)
+		return fmt.Errorf("sandbox %s was destroyed while it resumed: %w", row.ID, ErrNotFound)
+	}
+	s.Admission.ParkWith(row.ID, row.MemoryMB)
+	return nil
 }
 
 // imageDir is where sandbox id's hibernate image lives.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -504,6 +505,40 @@ func TestHibernate_MemoryPressureStops(t *testing.T) {
 	}
 	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
 		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_ResumeRacingDestroy: a destroy (which takes no transition
+// lock) that ends between a resume's read of the hibernated row and its
+// reservation: the resume's restore fails, and the sandbox that is gone
+// holds nothing of its owner's quota.
+func TestHibernate_ResumeRacingDestroy(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	if _, err := h.svc.Hibernate(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	h.admFail.beforeReserve = func(id string) {
+		if id != sb.ID {
+			return
+		}
+		once.Do(func() {
+			if err := h.svc.Destroy(context.WithoutCancel(ctx), admin, sb.ID); err != nil {
+				t.Errorf("destroy in the resume's window: %v", err)
+			}
+		})
+	}
+	_, err := h.svc.Resume(ctx, admin, sb.ID)
+	h.admFail.beforeReserve = nil
+	if err == nil {
+		t.Fatal("Resume of a sandbox destroyed meanwhile succeeded")
+	}
+	if used, _ := h.adm.Usage(); used != (admission.Request{}) {
+		t.Errorf("held after the destroyed sandbox's failed resume: %+v, want nothing", used)
 	}
 	h.assertNothingLeft(t)
 }
