@@ -238,6 +238,15 @@ func (c *Controller) ParkWith(id string, extraDiskMB int64) {
 	}
 }
 
+// FitsQuota is ReserveWithin's quota check alone: whether id holding req
+// (in place of what it holds) fits in what q leaves req.Owner. It holds
+// nothing and changes nothing.
+func (c *Controller) FitsQuota(id string, req Request, q Quota) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return q.admits(c.quotaUseWithout(req.Owner, id, q), req)
+}
+
 // runs reports whether a reservation is a running sandbox's (a parked one
 // holds only disk): only those count against the owner's sandboxes.
 func (r Request) runs() bool { return r.MilliCPU > 0 || r.MemoryMB > 0 }

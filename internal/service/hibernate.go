@@ -89,7 +89,7 @@ func (s *Service) Hibernate(ctx context.Context, c Caller, idOrName string) (Hib
 	default:
 		return Hibernated{}, fmt.Errorf("sandbox %s is %s; only a running or paused sandbox hibernates: %w", row.ID, row.State, ErrConflict)
 	}
-	return s.hibernateLocked(ctx, row, keepLogs)
+	return s.hibernateLocked(ctx, row, keepLogs, c.Quota)
 }
 
 // HibernateSupport reports whether sandboxes of the runtime named
@@ -104,7 +104,7 @@ func (s *Service) HibernateSupport(runtimeName string) runtime.CheckpointSupport
 // hibernateLocked is Hibernate of a running or paused row that is not
 // hibernated, under its transition lock. keep is stopLocked's, for the
 // fallback stop.
-func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep bool) (Hibernated, error) {
+func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep bool, q Quota) (Hibernated, error) {
 	// Once begun it runs to its end without its caller (a client that
 	// hangs up mid-save would have the save killed, and runsc then shuts
 	// the sandbox down): its own bound. A daemon that stops meanwhile
@@ -117,6 +117,8 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 		// The image holds up to the sandbox's memory: a save that fills
 		// the disk would leave half an image on the disk of the store.
 		if why := s.imageRoom(row); why != "" {
+			sup = runtime.CheckpointSupport{How: why}
+		} else if why := s.imageQuota(row, q); why != "" {
 			sup = runtime.CheckpointSupport{How: why}
 		}
 	}
@@ -208,6 +210,22 @@ func (s *Service) imageRoom(row store.Sandbox) string {
 	freeMB := int64(st.Bavail) * int64(st.Bsize) >> 20
 	if need := row.MemoryMB + hibernateDiskMargin; freeMB < need {
 		return fmt.Sprintf("stopped: not enough disk for a memory image (%d MB free, %d MB needed)", freeMB, need)
+	}
+	return ""
+}
+
+// imageQuota says why row's memory image does not fit in the disk quota
+// q leaves its owner (the image counts beside its files while it is
+// hibernated), or "" if it fits. Only the disk is checked: the sandbox
+// already holds its CPU and memory.
+func (s *Service) imageQuota(row store.Sandbox, q Quota) string {
+	if q.DiskMB <= 0 {
+		return ""
+	}
+	req := holding(row)
+	req.DiskMB += row.MemoryMB
+	if err := s.Admission.FitsQuota(row.ID, req, Quota{DiskMB: q.DiskMB}); err != nil {
+		return "stopped: the memory image does not fit in the owner's disk quota: " + err.Error()
 	}
 	return ""
 }

@@ -542,3 +542,26 @@ func TestHibernate_ResumeRacingDestroy(t *testing.T) {
 	}
 	h.assertNothingLeft(t)
 }
+
+// TestHibernate_ImageOverDiskQuotaStops: a hibernate whose memory image
+// does not fit in the disk quota the caller's token leaves the owner stops
+// the sandbox instead, saying so (hibernating many small-disk sandboxes
+// would otherwise hold many times the quota on the host's disk).
+func TestHibernate_ImageOverDiskQuotaStops(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	alice := service.Caller{Owner: "alice", Quota: service.Quota{DiskMB: sb.DiskMB + sb.MemoryMB/2}}
+	hib, err := h.svc.Hibernate(ctx, alice, sb.ID)
+	if err != nil || !hib.Stopped || !strings.Contains(hib.Reason, "disk quota") {
+		t.Fatalf("Hibernate over the disk quota = stopped %v reason %q, %v; want stopped, saying why", hib.Stopped, hib.Reason, err)
+	}
+	if used, _ := h.adm.Usage(); used.DiskMB != sb.DiskMB {
+		t.Errorf("disk held after the stop = %d MB, want %d", used.DiskMB, sb.DiskMB)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}

@@ -290,7 +290,8 @@ func (s *Service) StopPausedUnderPressure(ctx context.Context) (int, error) {
 // where it cannot or where the checkpoint failed: the memory is freed
 // either way.
 func (s *Service) freePaused(ctx context.Context, row store.Sandbox, keep bool) (Hibernated, error) {
-	h, err := s.hibernateLocked(ctx, row, keep)
+	// No caller: no quota to check the image against (it still counts).
+	h, err := s.hibernateLocked(ctx, row, keep, Quota{})
 	if err == nil || errors.Is(err, ErrNotFound) {
 		return h, err
 	}

@@ -191,6 +191,8 @@ type Admission interface {
 	// ParkWith is Park holding extraDiskMB more disk: a hibernated
 	// sandbox's memory image.
 	ParkWith(id string, extraDiskMB int64)
+	// FitsQuota is ReserveWithin's quota check alone; it changes nothing.
+	FitsQuota(id string, req admission.Request, q admission.Quota) error
 	Reset(live map[string]admission.Request)
 	// Usage is every reservation's sum and the budget: the warm pool grows
 	// only into what is free.
