@@ -204,7 +204,7 @@ func TestHibernate_SIGKILLMidway(t *testing.T) {
 			t.Errorf("hibernate images left after the destroy: %v", left)
 		}
 	}
-	sandboxes := filepath.Join(d.DataDir(), "oci", "sandboxes")
+	sandboxes := filepath.Join(d.OCIDir(), "sandboxes")
 	if entries, err := os.ReadDir(sandboxes); err != nil || len(entries) > 0 {
 		t.Errorf("the OCI directory still holds %v (%v)", entries, err)
 	}
