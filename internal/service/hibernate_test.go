@@ -565,3 +565,61 @@ func TestHibernate_ImageOverDiskQuotaStops(t *testing.T) {
 	}
 	h.assertNothingLeft(t)
 }
+
+// TestHibernate_PauseMaxOffTheLoop: a --pause-max hibernate that takes long
+// (here: its checkpoint held) does not hold up the background loop: the
+// reaper destroys an expired sandbox meanwhile.
+func TestHibernate_PauseMaxOffTheLoop(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{pauseMax: 10 * time.Minute})
+	ctx := t.Context()
+	a := createGVisor(t, h)
+	if _, err := h.svc.Pause(ctx, admin, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Timeout: 30 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan bool, 1)
+	h.rt.Inject(runtimetest.Checkpoint, runtimetest.Fault{Times: 1, Hook: func() error {
+		// The hibernate is under way: b expires now, and must be reaped
+		// before the hibernate goes on.
+		h.clock.Advance(time.Hour)
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if _, err := h.store.GetSandbox(context.Background(), b.ID); errors.Is(err, store.ErrNotFound) {
+				reaped <- true
+				return nil
+			}
+		}
+		reaped <- false
+		return nil
+	}})
+	h.clock.Advance(11 * time.Minute)
+	bg, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); h.svc.RunBackground(bg, 100*time.Millisecond, time.Hour) }()
+	defer func() { stop(); <-done }()
+	select {
+	case ok := <-reaped:
+		if !ok {
+			t.Fatal("the reaper did not run while a --pause-max hibernate was under way")
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("no --pause-max hibernate began")
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if got, _ := h.svc.Get(ctx, admin, a.ID); !got.HibernatedAt.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the --pause-max hibernate did not end")
+		}
+	}
+	stop()
+	<-done
+	if err := h.svc.Destroy(ctx, admin, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
