@@ -220,7 +220,12 @@ func (c *Controller) Release(id string) {
 // owner's running sandboxes; its disk counts in the owner's quota until
 // the sandbox is destroyed (Release). A later ReserveWithin for id (a
 // start) resizes it back. Parking an id that holds nothing is a no-op.
-func (c *Controller) Park(id string) {
+func (c *Controller) Park(id string) { c.ParkWith(id, 0) }
+
+// ParkWith is Park holding extraDiskMB more of the owner's disk: a
+// hibernated sandbox's memory image lies on the host's disk beside its
+// files (its memory's size in MB). Negative extraDiskMB counts as 0.
+func (c *Controller) ParkWith(id string, extraDiskMB int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	req, ok := c.held[id]
@@ -228,9 +233,18 @@ func (c *Controller) Park(id string) {
 		return
 	}
 	c.drop(id)
-	if req.DiskMB > 0 {
-		c.hold(id, Request{DiskMB: req.DiskMB, Owner: req.Owner})
+	if disk := req.DiskMB + max(extraDiskMB, 0); disk > 0 {
+		c.hold(id, Request{DiskMB: disk, Owner: req.Owner})
 	}
+}
+
+// FitsQuota is ReserveWithin's quota check alone: whether id holding req
+// (in place of what it holds) fits in what q leaves req.Owner. It holds
+// nothing and changes nothing.
+func (c *Controller) FitsQuota(id string, req Request, q Quota) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return q.admits(c.quotaUseWithout(req.Owner, id, q), req)
 }
 
 // runs reports whether a reservation is a running sandbox's (a parked one

@@ -122,7 +122,11 @@ func Decide(s Snapshot) Plan {
 				p.Restore = append(p.Restore, r.ID)
 				if (r.State == store.StateRunning || r.State == store.StatePaused) && !hibernated {
 					p.Live[r.ID] = holding(r)
-				} else if h := holding(r); h.DiskMB > 0 {
+				} else if h := holding(r); hibernated {
+					// Its memory image counts beside its files
+					// (hibernate.go).
+					p.Live[r.ID] = admission.Request{DiskMB: h.DiskMB + r.MemoryMB, Owner: h.Owner}
+				} else if h.DiskMB > 0 {
 					// Stopped, hibernated (or in error) with its container: its files
 					// still count in its owner's disk quota (Admission.Park).
 					p.Live[r.ID] = admission.Request{DiskMB: h.DiskMB, Owner: h.Owner}

@@ -76,8 +76,11 @@ type harness struct {
 	nodeID  string
 	volRoot string // the volume directory's root on the host
 	hibDir  string // Config.HibernateDir ("" without harnessOptions.hibernate)
-	drt     *docker.Runtime
-	netName string // the test's network and its bridge ("" without harnessOptions.network)
+	// sockRoot is the runtime's socket root: sandbox id's agent sockets
+	// (and a parked agent's marker) are in sockRoot/id.
+	sockRoot string
+	drt      *docker.Runtime
+	netName  string // the test's network and its bridge ("" without harnessOptions.network)
 }
 
 type harnessOptions struct {
@@ -193,6 +196,10 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		volRoot: volRoot,
 	}
 	h.admFail = &faultyAdmission{Controller: h.adm}
+	h.sockRoot = sockRoot
+	if opts.oci {
+		h.sockRoot += "o" // newOCIRuntime's
+	}
 	if opts.hibernate {
 		h.hibDir = filepath.Join(dir, "hibernate")
 	}
@@ -503,9 +510,15 @@ func (f *faultyRouter) Install(ctx context.Context, id string) error {
 type faultyAdmission struct {
 	*admission.Controller
 	failReserve bool
+	// beforeReserve, when set, runs before each ReserveWithin (to act in
+	// its window).
+	beforeReserve func(id string)
 }
 
 func (f *faultyAdmission) ReserveWithin(id string, req admission.Request, q admission.Quota) error {
+	if f.beforeReserve != nil {
+		f.beforeReserve(id)
+	}
 	if f.failReserve {
 		return errInjected
 	}

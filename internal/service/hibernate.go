@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/runtime"
@@ -18,7 +19,10 @@ import (
 // A hibernated sandbox is a paused one whose processes and memory the
 // runtime checkpointed to disk (runtime.Checkpointer) and whose memory is
 // freed: no process, no cgroup, its CPU and memory released in admission
-// (its disk still counts, as a stopped sandbox's). It stays in state
+// (its disk still counts, as a stopped sandbox's, and so does its image:
+// MemoryMB more of its owner's disk, Admission.ParkWith). A hibernate
+// directory whose file system has no room for the image (imageRoom) stops
+// the sandbox instead, saying so. It stays in state
 // paused, with store.Sandbox.HibernatedAt set, because every rule of a
 // paused sandbox holds for it (calls that need its processes answer
 // ErrPaused, its timeout does not run, Resume brings it back, Stop and
@@ -65,7 +69,8 @@ type Hibernated struct {
 // Stopped set (a retry of a hibernate that stopped it). Where the runtime
 // cannot checkpoint it, the sandbox is stopped instead (Stopped, Reason).
 // A checkpoint that fails leaves the sandbox running (or paused) and is
-// ErrUnavailable.
+// ErrUnavailable; one that failed and ended the sandbox's processes
+// leaves it stopped (Stopped, Reason).
 func (s *Service) Hibernate(ctx context.Context, c Caller, idOrName string) (Hibernated, error) {
 	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
@@ -84,7 +89,7 @@ func (s *Service) Hibernate(ctx context.Context, c Caller, idOrName string) (Hib
 	default:
 		return Hibernated{}, fmt.Errorf("sandbox %s is %s; only a running or paused sandbox hibernates: %w", row.ID, row.State, ErrConflict)
 	}
-	return s.hibernateLocked(ctx, row, keepLogs)
+	return s.hibernateLocked(ctx, row, keepLogs, c.Quota)
 }
 
 // HibernateSupport reports whether sandboxes of the runtime named
@@ -99,9 +104,24 @@ func (s *Service) HibernateSupport(runtimeName string) runtime.CheckpointSupport
 // hibernateLocked is Hibernate of a running or paused row that is not
 // hibernated, under its transition lock. keep is stopLocked's, for the
 // fallback stop.
-func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep bool) (Hibernated, error) {
+func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep bool, q Quota) (Hibernated, error) {
+	// Once begun it runs to its end without its caller (a client that
+	// hangs up mid-save would have the save killed, and runsc then shuts
+	// the sandbox down): its own bound. A daemon that stops meanwhile
+	// leaves it to the next start's settleCheckpoints.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hibernateTimeout(row.MemoryMB))
+	defer cancel()
 	sup := s.HibernateSupport(specOf(row).Runtime)
 	cp, ok := s.Runtime.(runtime.Checkpointer)
+	if ok && sup.OK {
+		// The image holds up to the sandbox's memory: a save that fills
+		// the disk would leave half an image on the disk of the store.
+		if why := s.imageRoom(row); why != "" {
+			sup = runtime.CheckpointSupport{How: why}
+		} else if why := s.imageQuota(row, q); why != "" {
+			sup = runtime.CheckpointSupport{How: why}
+		}
+	}
 	if !sup.OK || !ok {
 		sb, err := s.stopLocked(ctx, row, keep)
 		if err != nil {
@@ -128,6 +148,20 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 		return Hibernated{}, fmt.Errorf("hibernate %s: remove a stale image: %w: %w", row.ID, ErrUnavailable, err)
 	}
 	if err := cp.Checkpoint(ctx, row.ID, dir); err != nil && !s.checkpointed(row.ID) {
+		if !errors.Is(err, runtime.ErrCheckpointUnsupported) && s.ended(row.ID) {
+			// The failed save ended its processes (runsc shuts a
+			// sandbox down on some failures, ENOSPC among them): it
+			// is stopped, its file system kept, and the answer says
+			// so; only a live sandbox goes back to running.
+			sb, serr := s.stopLocked(ctx, row, keep)
+			if serr != nil {
+				return Hibernated{}, fmt.Errorf("hibernate %s: the checkpoint failed and ended the sandbox (%w); stopping it: %w", row.ID, err, serr)
+			}
+			reason := "stopped: the checkpoint failed and ended the sandbox's processes: " + err.Error()
+			s.Logger.Warn("hibernate: a failed checkpoint ended the sandbox; stopped", "sandbox", row.ID, "err", err)
+			s.Metrics.reconcileAction("hibernate_stopped")
+			return Hibernated{Sandbox: sb, Stopped: true, Reason: reason}, nil
+		}
 		s.undoHibernatePause(row.ID, wasRunning)
 		if errors.Is(err, runtime.ErrCheckpointUnsupported) {
 			return Hibernated{}, fmt.Errorf("hibernate %s: %w: %w", row.ID, ErrUnavailable, err)
@@ -137,7 +171,7 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 		}
 		return Hibernated{}, fmt.Errorf("hibernate %s: the checkpoint failed, the sandbox runs on: %w: %w", row.ID, ErrUnavailable, err)
 	}
-	s.Admission.Park(row.ID) // its memory is free; its files still count
+	s.Admission.ParkWith(row.ID, row.MemoryMB) // its memory is free; its files and its image count
 	marked, err := s.Store.MarkHibernated(ctx, row.ID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -155,6 +189,47 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 	return Hibernated{Sandbox: fromRow(marked)}, nil
 }
 
+// hibernateTimeout bounds a hibernate of a sandbox with memoryMB of
+// memory: the save writes it all (10 minutes, and 1 more per GB).
+func hibernateTimeout(memoryMB int64) time.Duration {
+	return 10*time.Minute + time.Duration(memoryMB/1024)*time.Minute
+}
+
+// hibernateDiskMargin is what the hibernate directory's file system must
+// keep free beyond a sandbox's memory for its image to be written.
+const hibernateDiskMargin = 256 // MB
+
+// imageRoom says why the hibernate directory has no room for row's memory
+// image (its file system's free space under MemoryMB plus
+// hibernateDiskMargin), or "" if it has.
+func (s *Service) imageRoom(row store.Sandbox) string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(s.cfg.HibernateDir, &st); err != nil {
+		return fmt.Sprintf("stopped: the hibernate directory's free space is unknown: %v", err)
+	}
+	freeMB := int64(st.Bavail) * int64(st.Bsize) >> 20
+	if need := row.MemoryMB + hibernateDiskMargin; freeMB < need {
+		return fmt.Sprintf("stopped: not enough disk for a memory image (%d MB free, %d MB needed)", freeMB, need)
+	}
+	return ""
+}
+
+// imageQuota says why row's memory image does not fit in the disk quota
+// q leaves its owner (the image counts beside its files while it is
+// hibernated), or "" if it fits. Only the disk is checked: the sandbox
+// already holds its CPU and memory.
+func (s *Service) imageQuota(row store.Sandbox, q Quota) string {
+	if q.DiskMB <= 0 {
+		return ""
+	}
+	req := holding(row)
+	req.DiskMB += row.MemoryMB
+	if err := s.Admission.FitsQuota(row.ID, req, Quota{DiskMB: q.DiskMB}); err != nil {
+		return "stopped: the memory image does not fit in the owner's disk quota: " + err.Error()
+	}
+	return ""
+}
+
 // checkpointed reports whether sandbox id's checkpoint happened whatever
 // the runtime answered (its answer lost to a timeout): a whole image, and
 // the sandbox no longer running.
@@ -162,6 +237,15 @@ func (s *Service) checkpointed(id string) bool {
 	if !s.hasImage(id) {
 		return false
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+	defer cancel()
+	st, err := s.Runtime.Inspect(ctx, id)
+	return err == nil && st.State != runtime.StateRunning && st.State != runtime.StateMissing
+}
+
+// ended reports whether sandbox id's processes are gone: the runtime
+// reports it there and not running.
+func (s *Service) ended(id string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 	defer cancel()
 	st, err := s.Runtime.Inspect(ctx, id)
@@ -197,16 +281,21 @@ func (s *Service) resumeHibernated(ctx context.Context, c Caller, row store.Sand
 		return Resumed{}, admissionErr(err)
 	}
 	if err := s.restage(ctx, row); err != nil {
-		s.Admission.Park(row.ID)
+		if gone := s.unholdHibernated(ctx, row); gone != nil {
+			return Resumed{}, gone
+		}
 		return Resumed{}, fmt.Errorf("resume %s: stage its mounts: %w", row.ID, err)
 	}
 	dir := s.imageDir(row.ID)
 	if err := cp.Restore(ctx, row.ID, dir); err != nil {
-		s.Admission.Park(row.ID)
 		if errors.Is(err, runtime.ErrNoCheckpoint) {
+			s.Admission.Park(row.ID)
 			s.Logger.Warn("resume: the hibernated sandbox's image is gone; starting it afresh", "sandbox", row.ID)
 			sb, err := s.startLocked(ctx, c, row)
 			return Resumed{Sandbox: sb, ProcessesRestarted: err == nil}, err
+		}
+		if gone := s.unholdHibernated(ctx, row); gone != nil {
+			return Resumed{}, gone
 		}
 		if gerr := s.engineErr(ctx, "resume", row.ID, err); errors.Is(gerr, ErrNotFound) || errors.Is(gerr, ErrConflict) {
 			return Resumed{}, gerr
@@ -219,6 +308,22 @@ func (s *Service) resumeHibernated(ctx context.Context, c Caller, row store.Sand
 	}
 	s.dropImage(row.ID)
 	return Resumed{Sandbox: fromRow(resumed)}, nil
+}
+
+// unholdHibernated gives back what a resume of hibernated row reserved,
+// once it failed: the sandbox holds a hibernated one's disk again
+// (Admission.ParkWith). A destroy takes no transition lock: one that ran
+// meanwhile (its release maybe before this resume's reservation) leaves
+// nothing to hold, and the answer is ErrNotFound.
+func (s *Service) unholdHibernated(ctx context.Context, row store.Sandbox) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	if now, err := s.Store.GetSandbox(ctx, row.ID); errors.Is(err, store.ErrNotFound) || err == nil && !now.DestroyingSince.IsZero() {
+		s.Admission.Release(row.ID)
+		return fmt.Errorf("sandbox %s was destroyed while it resumed: %w", row.ID, ErrNotFound)
+	}
+	s.Admission.ParkWith(row.ID, row.MemoryMB)
+	return nil
 }
 
 // imageDir is where sandbox id's hibernate image lives.
@@ -347,7 +452,7 @@ func (s *Service) pausedLost(ctx context.Context, id string) (lost bool, err err
 			if _, err := s.Store.MarkHibernated(ctx, id); err != nil {
 				return fmt.Errorf("mark %s hibernated: %w", id, err)
 			}
-			s.Admission.Park(id)
+			s.Admission.ParkWith(id, row.MemoryMB)
 			s.Logger.Warn("reconcile: a checkpointed sandbox's row was not marked hibernated; marked", "sandbox", id)
 			s.Metrics.reconcileAction("mark_hibernated")
 			return nil

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/admission"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -337,6 +339,286 @@ func TestHibernate_PauseMaxHibernates(t *testing.T) {
 		t.Errorf("the counter's process after resume: %q, %v", res.Stdout, err)
 	}
 	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_ImageCountsAndNeedsRoom: a hibernated sandbox's memory
+// image is on the host's disk, so it holds its memory's size of its
+// owner's disk quota beside its files; and a hibernate directory without
+// room for the image stops the sandbox, saying so, rather than writing
+// half an image onto the daemon's disk.
+func TestHibernate_ImageCountsAndNeedsRoom(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	if _, err := h.svc.Hibernate(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantHibernated(t, h, sb.ID)
+	if used, _ := h.adm.Usage(); used.DiskMB != sb.DiskMB+sb.MemoryMB {
+		t.Errorf("disk held while hibernated = %d MB, want its disk %d + its memory %d", used.DiskMB, sb.DiskMB, sb.MemoryMB)
+	}
+	if _, err := h.svc.Resume(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if used, _ := h.adm.Usage(); used.DiskMB != sb.DiskMB {
+		t.Errorf("disk held after the resume = %d MB, want %d", used.DiskMB, sb.DiskMB)
+	}
+	// A hibernate directory on a file system with 64 MB: no room.
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", h.hibDir).CombinedOutput(); err != nil {
+		t.Skipf("SKIP: mount a small file system: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", h.hibDir).Run() })
+	hib, err := h.svc.Hibernate(ctx, admin, sb.ID)
+	if err != nil || !hib.Stopped || !strings.Contains(hib.Reason, "not enough disk for a memory image") {
+		t.Fatalf("Hibernate with no room for the image = %+v, %v; want stopped, saying why", hib, err)
+	}
+	if got, _ := h.svc.Get(ctx, admin, sb.ID); got.State != service.StateStopped {
+		t.Errorf("after it: %s, want stopped", got.State)
+	}
+	if left, _ := os.ReadDir(h.hibDir); len(left) != 0 {
+		t.Errorf("images left: %v", left)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_FailedSaveThatEndedItStops: a checkpoint that fails after
+// ending the sandbox's processes (runsc shuts a sandbox down on a save
+// that hits ENOSPC) leaves the row stopped, its file system kept, and the
+// answer says so: not running over a sandbox that is gone.
+func TestHibernate_FailedSaveThatEndedItStops(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	if _, err := h.svc.Exec(ctx, admin, sb.ID, service.ExecRequest{Command: "echo kept >/home/user/f || echo kept >/f"}); err != nil {
+		t.Fatal(err)
+	}
+	injected := errors.New("injected: no space left on device")
+	h.rt.Inject(runtimetest.Checkpoint, runtimetest.Fault{Times: 1, Hook: func() error {
+		if err := h.rt.Stop(ctx, sb.ID); err != nil {
+			t.Errorf("stop in the save's window: %v", err)
+		}
+		return injected
+	}})
+	hib, err := h.svc.Hibernate(ctx, admin, sb.ID)
+	if err != nil || !hib.Stopped || !strings.Contains(hib.Reason, "ended the sandbox") {
+		t.Fatalf("Hibernate whose failed save ended the sandbox = %+v, %v; want stopped, saying so", hib, err)
+	}
+	if got, _ := h.svc.Get(ctx, admin, sb.ID); got.State != service.StateStopped {
+		t.Fatalf("after it: %s, want stopped", got.State)
+	}
+	if used, _ := h.adm.Usage(); used.MemoryMB != 0 {
+		t.Errorf("memory held by the stopped sandbox: %d MB", used.MemoryMB)
+	}
+	if _, err := h.svc.Start(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := h.svc.Exec(ctx, admin, sb.ID, service.ExecRequest{Command: "cat /home/user/f 2>/dev/null || cat /f"}); err != nil || string(res.Stdout) != "kept\n" {
+		t.Errorf("its file after the start: %q, %v", res.Stdout, err)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_CallerGoneMidSave: the caller's context ends while runsc
+// saves (a client that hangs up): the save runs to its end, and the
+// sandbox is hibernated, its processes kept, not shut down with its
+// image deleted.
+func TestHibernate_CallerGoneMidSave(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	sb := createGVisor(t, h)
+	pid := workload(t, h, sb.ID)
+	waitCounter(t, h, sb.ID, 2)
+	// Memory to save: the save outlasts the cancel below.
+	if _, err := h.svc.Exec(t.Context(), admin, sb.ID, service.ExecRequest{Command: `( (head -c 100000000 /dev/urandom; touch /tmp/filled; sleep 100000) | sort >/dev/null ) </dev/null >/dev/null 2>&1 &
+for i in $(seq 120); do [ -e /tmp/filled ] && exit 0; sleep 1; done; exit 1`}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	marker := filepath.Join(h.sockRoot, sb.ID, runtime.AgentParkedName)
+	midSave := make(chan bool, 1)
+	go func() {
+		// Once the agent parked, runsc checkpoint is about to start: the
+		// caller goes mid-save.
+		for ctx.Err() == nil {
+			if _, err := os.Lstat(marker); err == nil {
+				cancel()
+				midSave <- true
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		midSave <- false
+	}()
+	hib, err := h.svc.Hibernate(ctx, admin, sb.ID)
+	cancel()
+	if !<-midSave {
+		t.Fatalf("the caller did not go mid-save (no parked marker seen at %s); Hibernate = %v", marker, err)
+	}
+	if err != nil || hib.Stopped {
+		t.Fatalf("Hibernate whose caller went mid-save = %+v, %v; want hibernated", hib, err)
+	}
+	wantHibernated(t, h, sb.ID)
+	r, err := h.svc.Resume(t.Context(), admin, sb.ID)
+	if err != nil || r.ProcessesRestarted {
+		t.Fatalf("Resume = %+v, %v; want processes kept", r, err)
+	}
+	if res, err := h.svc.Exec(t.Context(), admin, sb.ID, service.ExecRequest{Command: "kill -0 " + pid + " && echo alive"}); err != nil || string(res.Stdout) != "alive\n" {
+		t.Errorf("the counter's process after resume: %q, %v", res.Stdout, err)
+	}
+	if err := h.svc.Destroy(t.Context(), admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_MemoryPressureStops: under memory pressure a paused gVisor
+// sandbox is stopped, fast, not hibernated (a save thaws it and writes its
+// whole memory, minutes the background loop and the host have not).
+func TestHibernate_MemoryPressureStops(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{memory: func() (int64, int64, error) { return 10, 1000, nil }})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	if _, err := h.svc.Pause(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := h.svc.StopPausedUnderPressure(ctx); err != nil || n != 1 {
+		t.Fatalf("StopPausedUnderPressure = %d, %v; want 1", n, err)
+	}
+	if got, _ := h.svc.Get(ctx, admin, sb.ID); got.State != service.StateStopped || !got.HibernatedAt.IsZero() {
+		t.Errorf("under memory pressure: %s hibernated at %v; want stopped", got.State, got.HibernatedAt)
+	}
+	if n := h.rt.Calls(runtimetest.Checkpoint); n != 0 {
+		t.Errorf("checkpoints under memory pressure: %d, want 0", n)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_ResumeRacingDestroy: a destroy (which takes no transition
+// lock) that ends between a resume's read of the hibernated row and its
+// reservation: the resume's restore fails, and the sandbox that is gone
+// holds nothing of its owner's quota.
+func TestHibernate_ResumeRacingDestroy(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	if _, err := h.svc.Hibernate(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	h.admFail.beforeReserve = func(id string) {
+		if id != sb.ID {
+			return
+		}
+		once.Do(func() {
+			if err := h.svc.Destroy(context.WithoutCancel(ctx), admin, sb.ID); err != nil {
+				t.Errorf("destroy in the resume's window: %v", err)
+			}
+		})
+	}
+	_, err := h.svc.Resume(ctx, admin, sb.ID)
+	h.admFail.beforeReserve = nil
+	if err == nil {
+		t.Fatal("Resume of a sandbox destroyed meanwhile succeeded")
+	}
+	if used, _ := h.adm.Usage(); used != (admission.Request{}) {
+		t.Errorf("held after the destroyed sandbox's failed resume: %+v, want nothing", used)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_ImageOverDiskQuotaStops: a hibernate whose memory image
+// does not fit in the disk quota the caller's token leaves the owner stops
+// the sandbox instead, saying so (hibernating many small-disk sandboxes
+// would otherwise hold many times the quota on the host's disk).
+func TestHibernate_ImageOverDiskQuotaStops(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	sb := createGVisor(t, h)
+	alice := service.Caller{Owner: "alice", Quota: service.Quota{DiskMB: sb.DiskMB + sb.MemoryMB/2}}
+	hib, err := h.svc.Hibernate(ctx, alice, sb.ID)
+	if err != nil || !hib.Stopped || !strings.Contains(hib.Reason, "disk quota") {
+		t.Fatalf("Hibernate over the disk quota = stopped %v reason %q, %v; want stopped, saying why", hib.Stopped, hib.Reason, err)
+	}
+	if used, _ := h.adm.Usage(); used.DiskMB != sb.DiskMB {
+		t.Errorf("disk held after the stop = %d MB, want %d", used.DiskMB, sb.DiskMB)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
+// TestHibernate_PauseMaxOffTheLoop: a --pause-max hibernate that takes long
+// (here: its checkpoint held) does not hold up the background loop: the
+// reaper destroys an expired sandbox meanwhile.
+func TestHibernate_PauseMaxOffTheLoop(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{pauseMax: 10 * time.Minute})
+	ctx := t.Context()
+	a := createGVisor(t, h)
+	if _, err := h.svc.Pause(ctx, admin, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Timeout: 30 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan bool, 1)
+	h.rt.Inject(runtimetest.Checkpoint, runtimetest.Fault{Times: 1, Hook: func() error {
+		// The hibernate is under way: b expires now, and must be reaped
+		// before the hibernate goes on.
+		h.clock.Advance(time.Hour)
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if _, err := h.store.GetSandbox(context.Background(), b.ID); errors.Is(err, store.ErrNotFound) {
+				reaped <- true
+				return nil
+			}
+		}
+		reaped <- false
+		return nil
+	}})
+	h.clock.Advance(11 * time.Minute)
+	bg, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); h.svc.RunBackground(bg, 100*time.Millisecond, time.Hour) }()
+	defer func() { stop(); <-done }()
+	select {
+	case ok := <-reaped:
+		if !ok {
+			t.Fatal("the reaper did not run while a --pause-max hibernate was under way")
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("no --pause-max hibernate began")
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if got, _ := h.svc.Get(ctx, admin, a.ID); !got.HibernatedAt.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the --pause-max hibernate did not end")
+		}
+	}
+	stop()
+	<-done
+	if err := h.svc.Destroy(ctx, admin, a.ID); err != nil {
 		t.Fatal(err)
 	}
 	h.assertNothingLeft(t)

@@ -265,13 +265,15 @@ func (s *Service) StopPausedUnderPressure(ctx context.Context) (int, error) {
 		err := s.underLock(ctx, r.ID, "stop paused under memory pressure", still, func(row store.Sandbox) error {
 			// No snapshot of its logs: the host needs its memory now,
 			// and each stop holds the next one up (an agent that does
-			// not answer would cost stopLogsTimeout a sandbox).
-			h, err := s.freePaused(ctx, row, dropLogs)
-			if err != nil {
-				return fmt.Errorf("free paused %s under memory pressure: %w", row.ID, err)
+			// not answer would cost stopLogsTimeout a sandbox). Nor a
+			// hibernate: its save thaws the sandbox, writes its whole
+			// memory and may take minutes, all while the host is
+			// short; a stop is fast and frees it at once.
+			if _, err := s.stopLocked(ctx, row, dropLogs); err != nil {
+				return fmt.Errorf("stop paused %s under memory pressure: %w", row.ID, err)
 			}
 			n++
-			s.Logger.Info("freed a paused sandbox: the host is short of memory", "sandbox", row.ID, "paused_at", row.PausedAt, "hibernated", !h.Stopped, "reason", h.Reason)
+			s.Logger.Info("stopped a paused sandbox: the host is short of memory", "sandbox", row.ID, "paused_at", row.PausedAt)
 			s.Metrics.reconcileAction("pause_memory")
 			return nil
 		})
@@ -288,7 +290,8 @@ func (s *Service) StopPausedUnderPressure(ctx context.Context) (int, error) {
 // where it cannot or where the checkpoint failed: the memory is freed
 // either way.
 func (s *Service) freePaused(ctx context.Context, row store.Sandbox, keep bool) (Hibernated, error) {
-	h, err := s.hibernateLocked(ctx, row, keep)
+	// No caller: no quota to check the image against (it still counts).
+	h, err := s.hibernateLocked(ctx, row, keep, Quota{})
 	if err == nil || errors.Is(err, ErrNotFound) {
 		return h, err
 	}

@@ -538,6 +538,13 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 		s.runImageGC(ctx)
 	}()
 	defer func() { <-imageGCDone }()
+	var (
+		pauseMax     sync.WaitGroup
+		pauseMaxBusy atomic.Bool
+	)
+	// A hibernate under way ends first (it no longer heeds ctx); one
+	// the process is killed in is the next start's (settleCheckpoints).
+	defer pauseMax.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -549,8 +556,19 @@ func (s *Service) RunBackground(ctx context.Context, reapEvery, reconcileEvery t
 			if _, err := s.ExpireUndelivered(ctx); err != nil && ctx.Err() == nil {
 				s.Logger.Error("expire undelivered creates", "err", err)
 			}
-			if _, err := s.StopLongPaused(ctx); err != nil && ctx.Err() == nil {
-				s.Logger.Error("stop long paused sandboxes", "err", err)
+			// Hibernates of sandboxes paused too long run on their own
+			// goroutine, one pass at a time: each may take minutes (or a
+			// park timeout), and the reaper, the lifecycle rules and the
+			// reconciler go on meanwhile.
+			if pauseMaxBusy.CompareAndSwap(false, true) {
+				pauseMax.Add(1)
+				go func() {
+					defer pauseMax.Done()
+					defer pauseMaxBusy.Store(false)
+					if _, err := s.StopLongPaused(ctx); err != nil && ctx.Err() == nil {
+						s.Logger.Error("stop long paused sandboxes", "err", err)
+					}
+				}()
 			}
 			if _, err := s.StopPausedUnderPressure(ctx); err != nil && ctx.Err() == nil {
 				s.Logger.Error("stop paused sandboxes under memory pressure", "err", err)

@@ -188,6 +188,11 @@ type Admission interface {
 	// Park keeps only id's disk: a stopped sandbox's container keeps what
 	// it wrote, so its disk counts in its owner's quota until destroyed.
 	Park(id string)
+	// ParkWith is Park holding extraDiskMB more disk: a hibernated
+	// sandbox's memory image.
+	ParkWith(id string, extraDiskMB int64)
+	// FitsQuota is ReserveWithin's quota check alone; it changes nothing.
+	FitsQuota(id string, req admission.Request, q admission.Quota) error
 	Reset(live map[string]admission.Request)
 	// Usage is every reservation's sum and the budget: the warm pool grows
 	// only into what is free.
@@ -256,8 +261,9 @@ type Config struct {
 	// HibernateDir holds the hibernate images (hibernate.go), one
 	// directory per sandbox; made 0700. Empty: nothing hibernates (a
 	// hibernate stops the sandbox, saying so). Where the runtime can
-	// checkpoint a sandbox, PauseMax and PausedMemoryFloor hibernate it
-	// rather than stop it.
+	// checkpoint a sandbox, PauseMax hibernates it rather than stop it
+	// (PausedMemoryFloor stops it: a save needs minutes a host short of
+	// memory has not).
 	HibernateDir string
 	// PausedMemoryFloor is the percent of the host's memory that must stay
 	// available: under it, paused sandboxes are stopped, longest paused

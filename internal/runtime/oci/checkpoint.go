@@ -86,7 +86,13 @@ func firstErrorLine(out string) string {
 	return pick
 }
 
-// Checkpoint implements runtime.Checkpointer.
+// CheckpointTimeout bounds a checkpoint, whatever its caller's context
+// (which cannot cut it short: Checkpoint), unless that context's deadline
+// is later.
+const CheckpointTimeout = 10 * time.Minute
+
+// Checkpoint implements runtime.Checkpointer. The caller's context does
+// not cancel it: CheckpointTimeout bounds it.
 func (r *Runtime) Checkpoint(ctx context.Context, sandboxID, dir string) error {
 	if err := checkID(sandboxID); err != nil {
 		return err
@@ -94,6 +100,16 @@ func (r *Runtime) Checkpoint(ctx context.Context, sandboxID, dir string) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("checkpoint sandbox %s: image directory %q is not absolute", sandboxID, dir)
 	}
+	// The save goes on without its caller (a client that hangs up): a
+	// runsc checkpoint killed mid-save does not stop the save inside
+	// gVisor, which then shuts the sandbox down, and the image would go
+	// with tmp. Its own bound instead.
+	bound := CheckpointTimeout
+	if d, ok := ctx.Deadline(); ok && time.Until(d) > bound {
+		bound = time.Until(d)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
+	defer cancel()
 	lock := r.lock(sandboxID)
 	lock.Lock()
 	defer lock.Unlock()
