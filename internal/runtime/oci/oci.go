@@ -515,12 +515,32 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	if err := r.boot(ctx, id, meta); err != nil {
+		if gone := removedMount(spec.Mounts); gone != "" {
+			// The OCI runtime could not bind it because the directory
+			// behind it went (a sandbox sharing the volume removed it
+			// meanwhile): the request's, not the daemon's, as the
+			// engine's refusal of the same is.
+			err = fmt.Errorf("%w: the directory mounted at %s was removed while the sandbox was being created: %w", runtime.ErrInvalidSpec, gone, err)
+		}
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	if learnSeccomp {
 		r.learnSeccomp(seccompKey, meta)
 	}
 	return runtime.Instance{SandboxID: id, ContainerID: meta.ContainerID, State: runtime.StateRunning}, nil
+}
+
+// removedMount is the sandbox path of the first of mounts whose host
+// directory is gone or removed (a directory rmdir'd under its staged
+// mount has no links left), "" when none is.
+func removedMount(mounts []runtime.Mount) string {
+	for _, m := range mounts {
+		var st unix.Stat_t
+		if err := unix.Stat(m.HostPath, &st); err != nil || st.Nlink == 0 {
+			return m.Path
+		}
+	}
+	return ""
 }
 
 // labels are a sandbox's labels: the caller's and the runtime's.
