@@ -513,6 +513,13 @@ func (s *Store) ResumeSandbox(ctx context.Context, id string) (Sandbox, error) {
 // moveState is the compare-and-set of PauseSandbox and ResumeSandbox: from
 // to to, with set (and its args) in the same UPDATE.
 func (s *Store) moveState(ctx context.Context, id string, from, to SandboxState, set string, args ...any) (Sandbox, error) {
+	return s.updateIn(ctx, id, from, `state = ?, error_reason = '', `+set, append([]any{to}, args...)...)
+}
+
+// updateIn applies set (and its args) to row id, with updated_at, if it is
+// in state from: a row in another state is a *StateConflictError carrying
+// it; ErrNotFound if it is gone or its destroy began.
+func (s *Store) updateIn(ctx context.Context, id string, from SandboxState, set string, args ...any) (Sandbox, error) {
 	var sb Sandbox
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var cur SandboxState
@@ -525,8 +532,8 @@ func (s *Store) moveState(ctx context.Context, id string, from, to SandboxState,
 		}
 		var err error
 		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
-			SET state = ?, error_reason = '', updated_at = ?, `+set+` WHERE id = ?
-			RETURNING `+sandboxColumns, append(append([]any{to, s.nowMillis()}, args...), id)...))
+			SET `+set+`, updated_at = ? WHERE id = ?
+			RETURNING `+sandboxColumns, append(append([]any(nil), args...), s.nowMillis(), id)...))
 		return err
 	})
 	return sb, err
@@ -557,23 +564,7 @@ func (s *Store) ClearHibernated(ctx context.Context, id string) (Sandbox, error)
 
 // setHibernated sets hibernated_at to value on a paused row.
 func (s *Store) setHibernated(ctx context.Context, id, value string, args ...any) (Sandbox, error) {
-	var sb Sandbox
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		var cur SandboxState
-		if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes
-			WHERE id = ? AND destroying_since IS NULL`, id).Scan(&cur); err != nil {
-			return notFound(err)
-		}
-		if cur != StatePaused {
-			return &StateConflictError{ID: id, Current: cur, Want: []SandboxState{StatePaused}}
-		}
-		var err error
-		sb, err = scanSandbox(tx.QueryRowContext(ctx, `UPDATE sandboxes
-			SET hibernated_at = `+value+`, updated_at = ? WHERE id = ?
-			RETURNING `+sandboxColumns, append(args, s.nowMillis(), id)...))
-		return err
-	})
-	return sb, err
+	return s.updateIn(ctx, id, StatePaused, `hibernated_at = `+value, args...)
 }
 
 // PauseExpiredSandbox is PauseSandbox for a sandbox that pauses instead of
