@@ -110,13 +110,11 @@ func (r *Runtime) Checkpoint(ctx context.Context, sandboxID, dir string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 	defer cancel()
-	lock := r.lock(sandboxID)
-	lock.Lock()
-	defer lock.Unlock()
-	meta, err := r.readMeta(sandboxID)
+	meta, unlock, err := r.lockedMeta(sandboxID, "checkpoint")
 	if err != nil {
-		return fmt.Errorf("checkpoint sandbox %s: %w", sandboxID, err)
+		return err
 	}
+	defer unlock()
 	if sup := r.CanCheckpoint(meta.Isolation); !sup.OK {
 		return fmt.Errorf("checkpoint sandbox %s: %w: %s", sandboxID, runtime.ErrCheckpointUnsupported, sup.How)
 	}
@@ -392,13 +390,11 @@ func (r *Runtime) Restore(ctx context.Context, sandboxID, dir string) error {
 	if err := checkID(sandboxID); err != nil {
 		return err
 	}
-	lock := r.lock(sandboxID)
-	lock.Lock()
-	defer lock.Unlock()
-	meta, err := r.readMeta(sandboxID)
+	meta, unlock, err := r.lockedMeta(sandboxID, "restore")
 	if err != nil {
-		return fmt.Errorf("restore sandbox %s: %w", sandboxID, err)
+		return err
 	}
+	defer unlock()
 	if sup := r.CanCheckpoint(meta.Isolation); !sup.OK {
 		return fmt.Errorf("restore sandbox %s: %w: %s", sandboxID, runtime.ErrCheckpointUnsupported, sup.How)
 	}

@@ -37,13 +37,11 @@ func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime
 	if err != nil {
 		return runtime.Image{}, fmt.Errorf("commit sandbox %s: %w", sandboxID, err)
 	}
-	lock := r.lock(sandboxID)
-	lock.Lock()
-	defer lock.Unlock()
-	meta, err := r.readMeta(sandboxID)
+	meta, unlock, err := r.lockedMeta(sandboxID, "commit")
 	if err != nil {
-		return runtime.Image{}, fmt.Errorf("commit sandbox %s: %w", sandboxID, err)
+		return runtime.Image{}, err
 	}
+	defer unlock()
 	if err := r.mountRootfs(sandboxID, meta.ImageDir); err != nil {
 		return runtime.Image{}, fmt.Errorf("commit sandbox %s: %w", sandboxID, err)
 	}

@@ -692,18 +692,30 @@ func (r *Runtime) writeEtc(meta *sandboxMeta) error {
 	return nil
 }
 
+// lockedMeta takes sandbox id's lock and reads its meta.json: on success
+// the caller calls unlock; an error (unlocked) is "<verb> sandbox <id>:
+// ...".
+func (r *Runtime) lockedMeta(id, verb string) (_ *sandboxMeta, unlock func(), _ error) {
+	lock := r.lock(id)
+	lock.Lock()
+	meta, err := r.readMeta(id)
+	if err != nil {
+		lock.Unlock()
+		return nil, nil, fmt.Errorf("%s sandbox %s: %w", verb, id, err)
+	}
+	return meta, lock.Unlock, nil
+}
+
 // Start implements runtime.Runtime.
 func (r *Runtime) Start(ctx context.Context, sandboxID string) error {
 	if err := checkID(sandboxID); err != nil {
 		return err
 	}
-	lock := r.lock(sandboxID)
-	lock.Lock()
-	defer lock.Unlock()
-	meta, err := r.readMeta(sandboxID)
+	meta, unlock, err := r.lockedMeta(sandboxID, "start")
 	if err != nil {
-		return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
+		return err
 	}
+	defer unlock()
 	st := r.status(sandboxID)
 	if st.State == runtime.StateRunning {
 		r.wakeIfParked(ctx, meta) // a checkpoint cut short (checkpoint.go)
@@ -753,13 +765,11 @@ func (r *Runtime) Stop(ctx context.Context, sandboxID string) error {
 	if err := checkID(sandboxID); err != nil {
 		return err
 	}
-	lock := r.lock(sandboxID)
-	lock.Lock()
-	defer lock.Unlock()
-	meta, err := r.readMeta(sandboxID)
+	meta, unlock, err := r.lockedMeta(sandboxID, "stop")
 	if err != nil {
-		return fmt.Errorf("stop sandbox %s: %w", sandboxID, err)
+		return err
 	}
+	defer unlock()
 	if err := r.stop(ctx, meta); err != nil {
 		return fmt.Errorf("stop sandbox %s: %w", sandboxID, err)
 	}
@@ -837,13 +847,11 @@ func (r *Runtime) freeze(ctx context.Context, sandboxID string, pause bool) erro
 		return err
 	}
 	verb := map[bool]string{true: "pause", false: "resume"}[pause]
-	lock := r.lock(sandboxID)
-	lock.Lock()
-	defer lock.Unlock()
-	meta, err := r.readMeta(sandboxID)
+	meta, unlock, err := r.lockedMeta(sandboxID, verb)
 	if err != nil {
-		return fmt.Errorf("%s sandbox %s: %w", verb, sandboxID, err)
+		return err
 	}
+	defer unlock()
 	st := r.status(sandboxID)
 	switch {
 	case st.State != runtime.StateRunning:
