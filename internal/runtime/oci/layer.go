@@ -39,9 +39,11 @@ import (
 //   - leaves out what the runtime, not the sandbox, wrote: /etc/hostname,
 //     /etc/hosts and /etc/resolv.conf (writeEtc: the engine bind-mounts its
 //     own and does not commit them), the mount points of the agent and of
-//     its socket directory when empty, and a directory nothing under which
-//     is in the layer and whose mode and owner are its image's (the /etc
-//     that writeEtc made);
+//     its socket directory (and the directories above them that the image
+//     does not have) when nothing under them is in the layer, and a
+//     directory nothing under which is in the layer and whose mode and
+//     owner are its image's (the /etc that writeEtc made; a directory the
+//     sandbox only wrote and removed a file in);
 //   - nests at most maxLayerDepth directories deep.
 //
 // Overlay features that keep a file's data or a directory's entries in
@@ -79,10 +81,21 @@ var (
 	// agentMountPoint is the empty file the OCI runtime makes to mount
 	// the agent on.
 	agentMountPoint = strings.TrimPrefix(runtime.AgentPath, "/")
-	// runtimeDirs are the directories made to mount the agent and its
+	// mountPointDirs are the directories made to mount the agent and its
 	// socket directory on, left out when nothing under them is in the
-	// layer.
-	runtimeDirs = map[string]bool{path.Dir(agentMountPoint): true, strings.TrimPrefix(runtime.AgentSocketDir, "/"): true}
+	// layer; runtimeDirs are those and the directories above them, left
+	// out of a layer over an image too when the image has none there
+	// (the OCI runtime made them).
+	mountPointDirs = map[string]bool{path.Dir(agentMountPoint): true, strings.TrimPrefix(runtime.AgentSocketDir, "/"): true}
+	runtimeDirs    = func() map[string]bool {
+		m := map[string]bool{}
+		for d := range mountPointDirs {
+			for ; d != "." && d != "/" && d != ""; d = path.Dir(d) {
+				m[d] = true
+			}
+		}
+		return m
+	}()
 )
 
 // writeLayer writes the tree at root to w as a layer. With lower (the
@@ -265,7 +278,11 @@ func (lw *layerWriter) subdir(dfd, lowerFD int, child, name string, st *unix.Sta
 	}
 	// Nothing under it is in the layer: the directory itself is, unless
 	// the runtime made it, or it is its image's own, unchanged.
-	if runtimeDirs[child] || (clfd >= 0 && sameDirMeta(clfd, st)) {
+	drop := mountPointDirs[child]
+	if lw.diff {
+		drop = drop || (clfd < 0 && runtimeDirs[child]) || (clfd >= 0 && sameDirMeta(clfd, st))
+	}
+	if drop {
 		lw.pending = lw.pending[:mark-1]
 		return nil
 	}
