@@ -85,6 +85,11 @@ func savedLayers(t *testing.T, ref string) (diffIDs []string, top map[string]*ta
 // sandbox of the image sees exactly that.
 func TestCommit_LayerOverTheImage(t *testing.T) {
 	requireEnv(t)
+	t.Run("runc", func(t *testing.T) { t.Parallel(); testCommitLayer(t, spec) })
+	t.Run("gvisor", func(t *testing.T) { t.Parallel(); testCommitLayer(t, func(id string) runtime.Spec { return gvisorSpec(t, id) }) })
+}
+
+func testCommitLayer(t *testing.T, spec func(id string) runtime.Spec) {
 	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
 	ctx := t.Context()
 	base, err := env.cli.ImageInspect(ctx, testImage)
