@@ -86,7 +86,10 @@ func savedLayers(t *testing.T, ref string) (diffIDs []string, top map[string]*ta
 func TestCommit_LayerOverTheImage(t *testing.T) {
 	requireEnv(t)
 	t.Run("runc", func(t *testing.T) { t.Parallel(); testCommitLayer(t, spec) })
-	t.Run("gvisor", func(t *testing.T) { t.Parallel(); testCommitLayer(t, func(id string) runtime.Spec { return gvisorSpec(t, id) }) })
+	t.Run("gvisor", func(t *testing.T) {
+		t.Parallel()
+		testCommitLayer(t, func(id string) runtime.Spec { return gvisorSpec(t, id) })
+	})
 }
 
 func testCommitLayer(t *testing.T, spec func(id string) runtime.Spec) {
