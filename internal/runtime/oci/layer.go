@@ -197,7 +197,7 @@ func (lw *layerWriter) entry(dfd, lowerFD int, rel, name string, depth int) erro
 	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); errors.Is(err, unix.ENOENT) {
 		return nil
 	} else if err != nil {
-		return fmt.Errorf("stat %q: %w", child, err)
+		return fmt.Errorf("stat %q: %w", shortName(child), err)
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
@@ -208,10 +208,10 @@ func (lw *layerWriter) entry(dfd, lowerFD int, rel, name string, depth int) erro
 		buf := make([]byte, unix.PathMax)
 		n, err := unix.Readlinkat(dfd, name, buf)
 		if err != nil {
-			return fmt.Errorf("read the link %q: %w", child, err)
+			return fmt.Errorf("read the link %q: %w", shortName(child), err)
 		}
 		if n >= len(buf) {
-			return fmt.Errorf("the link %q is longer than %d bytes", child, len(buf)-1)
+			return fmt.Errorf("the link %q is longer than %d bytes", shortName(child), len(buf)-1)
 		}
 		hdr := header(child, tar.TypeSymlink, &st)
 		hdr.Linkname = string(buf[:n])
@@ -237,17 +237,17 @@ func (lw *layerWriter) subdir(dfd, lowerFD int, child, name string, st *unix.Sta
 	}
 	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open %q: %w", child, err)
+		return fmt.Errorf("open %q: %w", shortName(child), err)
 	}
 	if err := sameInode(fd, st); err != nil {
 		unix.Close(fd)
-		return fmt.Errorf("%q: %w", child, err)
+		return fmt.Errorf("%q: %w", shortName(child), err)
 	}
 	opaque := false
 	if lw.diff {
 		if hasXattr(fd, xattrRedirect) {
 			unix.Close(fd)
-			return fmt.Errorf("%w: %q is a redirected directory", errLayerUnreadable, child)
+			return fmt.Errorf("%w: %q is a redirected directory", errLayerUnreadable, shortName(child))
 		}
 		v, _ := getXattr(fd, xattrOpaque, 8)
 		opaque = v == "y"
@@ -303,15 +303,15 @@ func (lw *layerWriter) file(dfd int, child, name string, st *unix.Stat_t) error 
 	}
 	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open %q: %w", child, err)
+		return fmt.Errorf("open %q: %w", shortName(child), err)
 	}
 	f := os.NewFile(uintptr(fd), "file")
 	defer f.Close()
 	if err := sameInode(fd, st); err != nil {
-		return fmt.Errorf("%q: %w", child, err)
+		return fmt.Errorf("%q: %w", shortName(child), err)
 	}
 	if lw.diff && hasXattr(fd, xattrMetacopy) {
-		return fmt.Errorf("%w: %q is a metadata-only copy", errLayerUnreadable, child)
+		return fmt.Errorf("%w: %q is a metadata-only copy", errLayerUnreadable, shortName(child))
 	}
 	hdr := header(child, tar.TypeReg, st)
 	hdr.Size = st.Size
@@ -326,7 +326,7 @@ func (lw *layerWriter) file(dfd int, child, name string, st *unix.Stat_t) error 
 		lw.seen[key] = child
 	}
 	if _, err := io.CopyN(lw.tw, f, st.Size); err != nil {
-		return fmt.Errorf("read %q: %w", child, err)
+		return fmt.Errorf("read %q: %w", shortName(child), err)
 	}
 	return nil
 }
@@ -368,4 +368,13 @@ func getXattr(fd int, name string, max int) (string, bool) {
 func hasXattr(fd int, name string) bool {
 	_, err := unix.Fgetxattr(fd, name, nil)
 	return err == nil || errors.Is(err, unix.ERANGE)
+}
+
+// shortName is a path of the sandbox's tree as an error says it: its
+// last 120 bytes at most (the whole could be a thousand names long).
+func shortName(p string) string {
+	if len(p) > 120 {
+		return "…" + p[len(p)-120:]
+	}
+	return "/" + p
 }
