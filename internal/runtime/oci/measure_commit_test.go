@@ -11,11 +11,15 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/testenv/registrytest"
 )
 
 // TestMeasureCommit prints, for a sandbox of the code interpreter image
 // that wrote 1 MB: how long Commit takes and what the image costs (its
-// size, its layers, and its size beyond the base image's). Set
+// size, its layers, and its size beyond the base image's), and how long
+// its push to a registry (Debian's docker-registry on loopback, as a
+// cluster's) takes: the first push of an image over the base sends the
+// base's layers too, the next ones only their own. Set
 // SANDBOXD_OCI_MEASURE=1; it asserts nothing.
 func TestMeasureCommit(t *testing.T) {
 	if os.Getenv(EnvMeasure) == "" {
@@ -29,6 +33,12 @@ func TestMeasureCommit(t *testing.T) {
 		t.Skipf("SKIP: %s: %v", image, err)
 	}
 	rt := newRuntime(t, runtimetest.Options{NodeID: "measure-" + runtimetest.NewSandboxID()[3:]})
+	var reg *registrytest.Registry
+	if why := registrytest.Available(); why == "" {
+		reg = registrytest.Start(t, registrytest.Options{})
+	} else {
+		t.Logf("no push: %s", why)
+	}
 	for i := range n {
 		id := runtimetest.NewSandboxID()
 		sp := spec(id)
@@ -56,6 +66,15 @@ func TestMeasureCommit(t *testing.T) {
 		}
 		t.Logf("run %d: commit %v; image %.1f MB in %d layers (%d shared with the base's %d); beyond the base %.2f MB",
 			i, took.Round(time.Millisecond), float64(img.Size)/1e6, len(ins.RootFS.Layers), shared, len(base.RootFS.Layers), float64(img.Size-base.Size)/1e6)
+		if reg != nil {
+			start := time.Now()
+			pushed, err := reg.PushRef(ctx, ref, "measure/snapshot")
+			if err != nil {
+				t.Fatalf("push: %v", err)
+			}
+			t.Logf("run %d: push %v", i, time.Since(start).Round(time.Millisecond))
+			registrytest.RemoveLocal(pushed)
+		}
 		_, _ = env.cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{Force: true})
 		if err := rt.Destroy(ctx, id); err != nil {
 			t.Fatal(err)
