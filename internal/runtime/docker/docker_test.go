@@ -120,6 +120,13 @@ func newRuntime(t *testing.T, o runtimetest.Options, mod ...func(*docker.Options
 	return rt
 }
 
+// removeImage removes an image the conformance suite committed.
+func removeImage(ref string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _ = env.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{Force: true})
+}
+
 func TestConformance(t *testing.T) {
 	requireEnv(t)
 	anyRT := newRuntime(t, runtimetest.Options{NodeID: "conformance-" + runtimetest.NewSandboxID()[3:]}) // for SocketDir, which only depends on the root
@@ -127,6 +134,7 @@ func TestConformance(t *testing.T) {
 		New:         func(t *testing.T, o runtimetest.Options) runtime.Runtime { return newRuntime(t, o) },
 		Image:       testImage,
 		AgentBinary: env.agent,
+		RemoveImage: removeImage,
 		Facts:       facts,
 		SocketDir:   anyRT.SocketDir,
 		Foreign:     foreign,
@@ -143,6 +151,7 @@ func TestConformance_GVisor(t *testing.T) {
 		New:         func(t *testing.T, o runtimetest.Options) runtime.Runtime { return newRuntime(t, o) },
 		Image:       testImage,
 		AgentBinary: env.agent,
+		RemoveImage: removeImage,
 		Facts:       facts,
 		SocketDir:   anyRT.SocketDir,
 		Foreign:     foreign,
