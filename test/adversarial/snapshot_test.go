@@ -2,7 +2,9 @@ package adversarial_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +70,19 @@ b"
 	got := string(sh(t, c, dst.ID, `for l in /escape /home /d/up; do readlink $l; done; ls -a /d | tr '\n' ' '; echo; ls /bin/busybox /etc/group /usr/bin/head`).Stdout)
 	if want := "/\n/proc/1/root\n../../../../../..\n. .. ... ..x a?b up \n/bin/busybox\n/etc/group\n/usr/bin/head\n"; got != want {
 		t.Errorf("in a sandbox of the snapshot:\n%q\nwant\n%q", got, want)
+	}
+
+	// A tree nested deeper than a commit walks is refused with a conflict
+	// that says why (not an opaque 500), and no template is left.
+	if res := sh(t, c, src.ID, `cd /d && i=0; while [ $i -lt 1001 ]; do mkdir a && cd a || exit 1; i=$((i+1)); done`); res.ExitCode != 0 {
+		t.Fatalf("the deep tree: exit %d, %s", res.ExitCode, res.Stderr)
+	}
+	_, err = c.Snapshot(ctx, src.ID, "deep")
+	var apiErr *sandboxd.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != 409 || !strings.Contains(apiErr.Message, "deeper than") || strings.Contains(apiErr.Message, "/var/") {
+		t.Errorf("snapshot of a tree 1001 deep: %v, want 409 saying it nests too deep", err)
+	}
+	if _, err := c.GetTemplate(ctx, "deep"); !isNotFound(err) {
+		t.Errorf("the refused snapshot's template: %v, want not found", err)
 	}
 }
