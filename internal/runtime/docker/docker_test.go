@@ -120,13 +120,6 @@ func newRuntime(t *testing.T, o runtimetest.Options, mod ...func(*docker.Options
 	return rt
 }
 
-// removeImage removes an image the conformance suite committed.
-func removeImage(ref string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_, _ = env.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{Force: true})
-}
-
 func TestConformance(t *testing.T) {
 	requireEnv(t)
 	anyRT := newRuntime(t, runtimetest.Options{NodeID: "conformance-" + runtimetest.NewSandboxID()[3:]}) // for SocketDir, which only depends on the root
@@ -134,7 +127,6 @@ func TestConformance(t *testing.T) {
 		New:         func(t *testing.T, o runtimetest.Options) runtime.Runtime { return newRuntime(t, o) },
 		Image:       testImage,
 		AgentBinary: env.agent,
-		RemoveImage: removeImage,
 		Facts:       facts,
 		SocketDir:   anyRT.SocketDir,
 		Foreign:     foreign,
@@ -151,7 +143,6 @@ func TestConformance_GVisor(t *testing.T) {
 		New:         func(t *testing.T, o runtimetest.Options) runtime.Runtime { return newRuntime(t, o) },
 		Image:       testImage,
 		AgentBinary: env.agent,
-		RemoveImage: removeImage,
 		Facts:       facts,
 		SocketDir:   anyRT.SocketDir,
 		Foreign:     foreign,

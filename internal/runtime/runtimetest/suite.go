@@ -48,8 +48,9 @@ type Config struct {
 	// 64); gVisor's own kernel is charged to them and needs more.
 	MemoryMB, PidsLimit int64
 
-	// RemoveImage, if set, removes an image the suite committed (its
-	// Commit test runs only with it, on a runtime that commits).
+	// RemoveImage, if set, removes an image the suite committed, for a
+	// runtime that commits but is no runtime.Images (whose RemoveImage
+	// the suite uses otherwise).
 	RemoveImage func(ref string)
 
 	// Lacks names the facts only a real engine has that this runtime does

@@ -23,8 +23,19 @@ type committer interface {
 func (s *suite) testCommit(t *testing.T) {
 	rt, _ := s.newRuntime(t)
 	c, ok := rt.(committer)
-	if !ok || s.cfg.RemoveImage == nil {
-		t.Skip("the runtime does not commit sandboxes (or Config.RemoveImage is unset)")
+	remove := s.cfg.RemoveImage
+	if imgs, ok := rt.(runtime.Images); ok {
+		// The runtime's own removal: what its commit made goes with it.
+		remove = func(ref string) {
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			defer cancel()
+			if err := imgs.RemoveImage(ctx, ref); err != nil {
+				t.Errorf("RemoveImage(%s): %v", ref, err)
+			}
+		}
+	}
+	if !ok || remove == nil {
+		t.Skip("the runtime does not commit sandboxes (or removes no image: Config.RemoveImage)")
 	}
 	id := NewSandboxID()
 	spec := s.spec(id)
@@ -41,7 +52,7 @@ func (s *suite) testCommit(t *testing.T) {
 		t.Fatalf("the changes: exit %d, %s", res.ExitCode, res.Stderr)
 	}
 	ref := "sandboxd/runtimetest-commit:" + id
-	t.Cleanup(func() { s.cfg.RemoveImage(ref) })
+	t.Cleanup(func() { remove(ref) })
 	if _, err := c.Commit(opCtx(t), id, ref, runtime.ImageConfig{Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}}); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
