@@ -104,7 +104,9 @@ type harnessOptions struct {
 	puller        func(runtime.Puller) runtime.Puller
 	pullIdleGrace time.Duration
 	// oci runs the sandboxes with internal/runtime/oci (on the same
-	// bridge with network), the engine keeping the images.
+	// bridge with network), the engine keeping the images and the oci
+	// runtime committing its sandboxes, as the daemon's --engine oci
+	// does; SANDBOXD_TEST_ENGINE=oci sets it for every harness.
 	oci bool
 	// hibernate gives the service a hibernate directory (Config.HibernateDir)
 	// and, with oci, gVisor sandboxes (Config.GVisor).
@@ -114,6 +116,9 @@ type harnessOptions struct {
 func newHarness(t *testing.T, opts harnessOptions) *harness {
 	t.Helper()
 	testenv.NeedsDocker(t)
+	if os.Getenv("SANDBOXD_TEST_ENGINE") == "oci" { // daemontest.EnvEngine
+		opts.oci = true
+	}
 	ctx := t.Context()
 	var b [6]byte
 	rand.Read(b[:])
@@ -148,8 +153,10 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		firewall = netpolicytest.New(t, drt, netName)
 	}
 	var rt runtime.Runtime = drt
+	var images runtime.Images = drt
 	if opts.oci {
-		rt = newOCIRuntime(t, nodeID, sockRoot, drt, netName, &firewall)
+		ort := newOCIRuntime(t, nodeID, sockRoot, drt, netName, &firewall)
+		rt, images = ort, ociImages{Runtime: drt, oci: ort}
 	}
 	t.Cleanup(func() {
 		// Whatever a test leaves, remove it (and fail if a test expected
@@ -230,7 +237,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Keyring:    kr,
 		Clock:      clk.Now,
 		Cluster:    opts.cluster,
-		Images:     drt,
+		Images:     images,
 		Disk:       drt,
 		HostMemory: opts.memory,
 		Firewall:   firewall,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/netpolicy"
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/oci"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -63,6 +64,18 @@ func newOCIRuntime(t *testing.T, nodeID, sockRoot string, drt *docker.Runtime, n
 		os.RemoveAll(opts.SocketRoot)
 	})
 	return ort
+}
+
+// ociImages are the engine's images, with commits of the oci runtime's
+// sandboxes (the daemon's, internal/daemon).
+type ociImages struct {
+	*docker.Runtime
+	oci *oci.Runtime
+}
+
+// Commit implements runtime.Images.
+func (i ociImages) Commit(ctx context.Context, sandboxID, ref string, cfg runtime.ImageConfig) (runtime.Image, error) {
+	return i.oci.Commit(ctx, sandboxID, ref, cfg)
 }
 
 // TestNetwork_OCIEngineUnderTheSameFirewall: sandboxes the oci runtime

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -90,6 +91,12 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 	if err != nil {
 		// The caller hears why; a failed capture is not kept.
 		s.dropTemplate(context.WithoutCancel(ctx), imgs, t)
+		if errors.Is(err, runtime.ErrInvalidSpec) {
+			// What the sandbox holds cannot be an image (the oci
+			// runtime's commit: a tree nested too deep); its message
+			// says why and names no host path.
+			return store.Template{}, fmt.Errorf("capture %s: %w: %v", row.ID, ErrConflict, err)
+		}
 		return store.Template{}, s.engineErr(ctx, "capture", row.ID, err)
 	}
 	return t, nil

@@ -163,6 +163,13 @@ func newRuntime(t *testing.T, o runtimetest.Options, mod ...func(*oci.Options)) 
 	return rt
 }
 
+// removeImage removes an image the conformance suite committed.
+func removeImage(ref string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _ = env.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{Force: true})
+}
+
 func TestConformance(t *testing.T) {
 	requireEnv(t)
 	runtimetest.Run(t, runtimetest.Config{
@@ -171,6 +178,7 @@ func TestConformance(t *testing.T) {
 		},
 		Image:       testImage,
 		AgentBinary: env.agent,
+		RemoveImage: removeImage,
 		Facts: func(t *testing.T, id string) runtimetest.Facts {
 			return facts(t, filepath.Join(env.dir, "sandboxes", id))
 		},
@@ -282,6 +290,7 @@ func TestConformance_GVisor(t *testing.T) {
 		},
 		Image:       testImage,
 		AgentBinary: env.agent,
+		RemoveImage: removeImage,
 		Isolation:   runtime.IsolationGVisor,
 		MemoryMB:    runtime.MinGVisorMemoryMB,
 		PidsLimit:   runtime.MinGVisorPidsLimit,
@@ -306,6 +315,7 @@ func TestConformance_Runc(t *testing.T) {
 		},
 		Image:       testImage,
 		AgentBinary: env.agent,
+		RemoveImage: removeImage,
 		Facts: func(t *testing.T, id string) runtimetest.Facts {
 			return facts(t, filepath.Join(env.dir, "sandboxes", id))
 		},

@@ -48,6 +48,11 @@ type Config struct {
 	// 64); gVisor's own kernel is charged to them and needs more.
 	MemoryMB, PidsLimit int64
 
+	// RemoveImage, if set, removes an image the suite committed, for a
+	// runtime that commits but is no runtime.Images (whose RemoveImage
+	// the suite uses otherwise).
+	RemoveImage func(ref string)
+
 	// Lacks names the facts only a real engine has that this runtime does
 	// not provide, each with the reason; the subtests that check them
 	// skip, saying so. A real engine lacks nothing.
@@ -159,6 +164,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Isolation", s.testIsolation},
 		{"DiskLimit", s.testDiskLimit},
 		{"Checkpoint_Restore", s.testCheckpointRestore},
+		{"Commit_FileSystem", s.testCommit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
