@@ -140,4 +140,3 @@ func execAs(t *testing.T, rt interface {
 	}
 	return string(res.Stdout)
 }
-
