@@ -81,7 +81,7 @@ func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride st
 		return nil, err
 	}
 	created, err := s.createChain(ctx, req, idOverride, reserved, cl)
-	if err != nil || spec.StartCmd == "" {
+	if err != nil || spec.StartCmd == "" || req.memory != nil {
 		return created, err
 	}
 	t := time.Now()
@@ -211,7 +211,7 @@ func (c *creation) validate() error {
 // an idle sandbox (fromPool), or errPoolMiss when the pool does not serve
 // the request (a chosen id, mounts, a build's sandbox) or has none.
 func (c *creation) servePooled(ctx context.Context) (*Created, error) {
-	if c.id != "" || len(c.req.Mounts) > 0 || c.req.Owner == buildOwner {
+	if c.id != "" || len(c.req.Mounts) > 0 || c.req.Owner == buildOwner || c.req.memory != nil {
 		return nil, errPoolMiss
 	}
 	created, err := c.s.fromPool(ctx, c.req, c.cl, c.t)
@@ -349,12 +349,25 @@ func (c *creation) prepareMounts(ctx context.Context) error {
 // destroy the container.
 func (c *creation) startRuntime(ctx context.Context) error {
 	s, id := c.s, c.id
-	if err := c.t.run("runtime", func() error {
-		return s.startRuntime(ctx, s.runtimeSpec(id, c.req, c.sec.token, c.binds))
-	}); err != nil {
+	spec := s.runtimeSpec(id, c.req, c.sec.token, c.binds)
+	if c.req.memory != nil {
+		spec.RestoreImage = c.req.memory.dir
+	}
+	if err := c.t.run("runtime", func() error { return s.startRuntime(ctx, spec) }); err != nil {
 		return err
 	}
 	c.undo.push("destroy container", func(ctx context.Context) error { return s.Runtime.Destroy(ctx, id) })
+	if c.req.memory != nil {
+		// The restored agent takes its source's token: it takes this
+		// sandbox's from now on, and the source's no more (forkmem.go).
+		if err := c.t.run("token", func() error {
+			a := agent.NewClient(s.dialer(id), c.req.memory.token)
+			defer a.Close()
+			return a.Configure(ctx, agent.Configuration{Env: c.req.SecretEnv, NewToken: c.sec.token})
+		}); err != nil {
+			return fmt.Errorf("hand the restored agent its token: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -379,7 +392,7 @@ func (c *creation) applyNetwork(ctx context.Context) error {
 // never in the engine's configuration of the container. Its undo is the
 // container's.
 func (c *creation) handSecretEnv(ctx context.Context) error {
-	if len(c.req.SecretEnv) == 0 {
+	if len(c.req.SecretEnv) == 0 || c.req.memory != nil { // a fork with memory had it with its token
 		return nil
 	}
 	if err := c.t.run("secret env", func() error {

@@ -148,8 +148,10 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		firewall = netpolicytest.New(t, drt, netName)
 	}
 	var rt runtime.Runtime = drt
+	var imgs runtime.Images = drt
 	if opts.oci {
-		rt = newOCIRuntime(t, nodeID, sockRoot, drt, netName, &firewall)
+		ort := newOCIRuntime(t, nodeID, sockRoot, drt, netName, &firewall)
+		rt, imgs = ort, ociImages{Runtime: drt, oci: ort}
 	}
 	t.Cleanup(func() {
 		// Whatever a test leaves, remove it (and fail if a test expected
@@ -230,7 +232,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		Keyring:    kr,
 		Clock:      clk.Now,
 		Cluster:    opts.cluster,
-		Images:     drt,
+		Images:     imgs,
 		Disk:       drt,
 		HostMemory: opts.memory,
 		Firewall:   firewall,

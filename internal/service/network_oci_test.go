@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/netpolicy"
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/oci"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -140,4 +141,16 @@ func TestNetwork_OCIEngineUnderTheSameFirewall(t *testing.T) {
 	if reaches(t, h, bob, other.ID, gw, ln.Addr().(*net.TCPAddr).Port) {
 		t.Error("a sandbox reaches a server on the host")
 	}
+}
+
+// ociImages is the engine's images with the oci runtime's commits (the
+// daemon's own, internal/daemon): a sandbox of the oci runtime is
+// captured from its own root file system.
+type ociImages struct {
+	*docker.Runtime
+	oci *oci.Runtime
+}
+
+func (i ociImages) Commit(ctx context.Context, sandboxID, ref string, cfg runtime.ImageConfig) (runtime.Image, error) {
+	return i.oci.Commit(ctx, sandboxID, ref, cfg)
 }
