@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/service"
 )
@@ -143,5 +144,74 @@ func TestForkWithMemory_RefusedWithoutCheckpoint(t *testing.T) {
 	}
 	if mem, _ := filepath.Glob(filepath.Join(filepath.Dir(h.hibDir), "forkmem", "*")); len(mem) > 0 {
 		t.Errorf("memory images after the refusals: %v", mem)
+	}
+}
+
+// TestForkWithMemory_FaultAtEveryStepLeavesTheSourceRunningOrResumable
+// fails a fork with memory at each runtime step: the source's checkpoint
+// (it runs on), the fork's restore (the source runs on, no fork is left)
+// and the source's own restore (it stays hibernated, and a resume brings
+// its processes back). Each time the call fails, no fork sandbox is
+// left, and once the capture goes no memory image is left.
+func TestForkWithMemory_FaultAtEveryStepLeavesTheSourceRunningOrResumable(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{})
+	ctx := t.Context()
+	alice := service.Caller{Owner: "alice"}
+	src := createGVisor(t, h)
+	run := func(cmd string) (string, error) {
+		res, err := h.svc.Exec(ctx, alice, src.ID, service.ExecRequest{Command: cmd})
+		if err != nil {
+			return "", err
+		}
+		return string(res.Stdout), nil
+	}
+	if _, err := run(`sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done' >/dev/null 2>&1 &`); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		t.Helper()
+		out, err := run("cat /tmp/c")
+		if err != nil {
+			t.Fatalf("read the source's counter: %v", err)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(out))
+		return n
+	}
+	boom := errors.New("injected")
+	for _, m := range []runtimetest.Method{runtimetest.Checkpoint, runtimetest.Create, runtimetest.Restore} {
+		before := count()
+		h.rt.Inject(m, runtimetest.Fault{Err: boom, Times: 1})
+		forks, err := h.svc.ForkWithMemory(ctx, alice, src.ID, 1)
+		h.rt.Clear(m)
+		if err == nil {
+			t.Fatalf("%s failing: ForkWithMemory = %v, want an error", m, forks)
+		}
+		sb, gerr := h.svc.Get(ctx, alice, src.ID)
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		if m == runtimetest.Restore {
+			if sb.State != service.StatePaused || sb.HibernatedAt.IsZero() {
+				t.Fatalf("%s failing: the source is %s (hibernated at %v), want hibernated", m, sb.State, sb.HibernatedAt)
+			}
+			if r, err := h.svc.Resume(ctx, alice, src.ID); err != nil || r.ProcessesRestarted {
+				t.Fatalf("resume after the failed fork = %+v, %v; want its processes back", r, err)
+			}
+		} else if sb.State != service.StateRunning {
+			t.Fatalf("%s failing: the source is %s, want running", m, sb.State)
+		}
+		if n := count(); n < before {
+			t.Errorf("%s failing: the source's counter went from %d to %d; want its processes kept", m, before, n)
+		}
+		if sbs, _, err := h.svc.List(ctx, alice, service.ListFilter{}); err != nil || len(sbs) != 1 {
+			t.Errorf("%s failing: %d sandboxes (%v), want only the source", m, len(sbs), err)
+		}
+		if err := h.svc.DropUnusedForks(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if mem, _ := filepath.Glob(filepath.Join(filepath.Dir(h.hibDir), "forkmem", "*")); len(mem) > 0 {
+			t.Errorf("%s failing: memory images left once the capture went: %v", m, mem)
+		}
 	}
 }
