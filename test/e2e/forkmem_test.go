@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,6 +131,99 @@ func TestForkWithMemory_ForkRunsTheParentsProcesses(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(d.DataDir(), "forkmem", "*")); len(left) > 0 {
 		t.Errorf("memory images left after the fork's capture went: %v", left)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestForkWithMemory_SIGKILLMidway: a daemon killed with SIGKILL at some
+// point of a fork with memory leaves, once started again, the source
+// running or hibernated, and in either case its resume and an exec work
+// with its processes (its counter process alive); a fork made before the
+// kill is a whole sandbox that answers, or none is left; and a memory
+// image is only ever kept beside a capture the store knows.
+func TestForkWithMemory_SIGKILLMidway(t *testing.T) {
+	t.Parallel()
+	requireOCI(t)
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Skip("SKIP: runsc is not installed (scripts/setup-gvisor.sh installs it)")
+	}
+	ctx := testContext(t, 8*time.Minute)
+	d := startDaemon(t, "forkkill", "--engine", "oci", "--reconcile-every", "1s")
+	c := newClient(d, true)
+	once := newClient(d, false)
+	for _, after := range []time.Duration{100 * time.Millisecond, 600 * time.Millisecond, 1500 * time.Millisecond} {
+		sb := createTestSandbox(ctx, t, c, sandboxd.CreateRequest{Image: busyboxImage, Runtime: "gvisor", MemoryMB: 256})
+		res, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: `{ sh -c 'while true; do sleep 0.1; done' >/dev/null 2>&1 & echo $!; }`})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("start the loop: %+v, %v", res, err)
+		}
+		pid := strings.TrimSpace(res.Stdout)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = once.ForkWithMemory(ctx, sb.ID, 1) // cut short: its answer does not matter
+		}()
+		time.Sleep(after) // a moment of the fork, not a wait for a condition
+		d.Kill()
+		<-done
+		if err := d.Start(ctx); err != nil {
+			t.Fatalf("start after the SIGKILL: %v", err)
+		}
+		var last string
+		for deadline := time.Now().Add(time.Minute); ; {
+			got, err := c.GetSandbox(ctx, sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != "paused" && got.State != "running" {
+				t.Fatalf("killed %v into the fork: the source is %s (%s), want running or hibernated", after, got.State, got.ErrorReason)
+			}
+			if got.State == "paused" {
+				if r, err := c.ResumeSandbox(ctx, sb.ID); err != nil || r.ProcessesRestarted {
+					last = fmt.Sprintf("resume: %+v, %v", r, err)
+				}
+			}
+			res, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: "kill -0 " + pid + " && echo alive"})
+			if err == nil && res.Stdout == "alive\n" {
+				t.Logf("killed %v into the fork: the source was %s (hibernated %v)", after, got.State, !got.HibernatedAt.IsZero())
+				break
+			}
+			last += fmt.Sprintf(" exec: %+v, %v", res, err)
+			if time.Now().After(deadline) {
+				t.Fatalf("killed %v into the fork: the source's processes do not come back: %s", after, last)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		page, err := c.ListSandboxes(ctx, sandboxd.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, other := range page.Items {
+			if other.ID == sb.ID {
+				continue
+			}
+			if other.State == "running" {
+				if _, err := c.Exec(ctx, other.ID, sandboxd.ExecRequest{Command: "true"}); err != nil {
+					t.Errorf("a fork made before the kill does not answer: %v", err)
+				}
+			}
+			if err := c.DestroySandbox(ctx, other.ID); err != nil && !isNotFound(err) {
+				t.Fatal(err)
+			}
+		}
+		if err := c.DestroySandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every fork and source gone, a stopping daemon drops the captures,
+	// and with them every memory image.
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(d.DataDir(), "forkmem", "*")); len(left) > 0 {
+		t.Errorf("memory images left: %v", left)
 	}
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
