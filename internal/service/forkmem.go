@@ -80,8 +80,7 @@ func (s *Service) ForkWithMemory(ctx context.Context, c Caller, idOrName string,
 	if err != nil {
 		return nil, fmt.Errorf("open the agent token of %s: %w", row.ID, err)
 	}
-	req.memory = &forkMemory{dir: s.forkMemoryDir(t.ID), token: token}
-	return s.makeForks(ctx, req, n)
+	return s.makeForks(ctx, req, &forkMemory{dir: s.forkMemoryDir(t.ID), token: token}, n)
 }
 
 // forkMemoryUnsupported says why row's processes cannot be forked here,

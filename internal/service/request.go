@@ -103,10 +103,6 @@ type CreateRequest struct {
 	// sandbox, and a failover's recreate takes the key with it
 	// (cluster.go).
 	Once *OnceKey
-
-	// memory, set by ForkWithMemory only, is the source's memory image
-	// the sandbox is restored from (forkmem.go).
-	memory *forkMemory
 }
 
 // Mount binds a named volume (a directory the daemon keeps) into the

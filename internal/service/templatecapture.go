@@ -137,11 +137,12 @@ func (s *Service) Fork(ctx context.Context, c Caller, idOrName string, n int) ([
 	if err != nil {
 		return nil, err
 	}
-	return s.makeForks(ctx, req, n)
+	return s.makeForks(ctx, req, nil, n)
 }
 
-// makeForks creates n sandboxes of req, all or none.
-func (s *Service) makeForks(ctx context.Context, req CreateRequest, n int) ([]*Created, error) {
+// makeForks creates n sandboxes of req, all or none, each restored from
+// mem when it is not nil.
+func (s *Service) makeForks(ctx context.Context, req CreateRequest, mem *forkMemory, n int) ([]*Created, error) {
 	out := make([]*Created, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -151,7 +152,7 @@ func (s *Service) makeForks(ctx context.Context, req CreateRequest, n int) ([]*C
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out[i], errs[i] = s.createAs(ctx, req, "", nil, nil)
+			out[i], errs[i] = s.createRestored(ctx, req, "", nil, nil, mem)
 		}()
 	}
 	wg.Wait()
