@@ -125,7 +125,11 @@ func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.San
 	if err := s.checkStorage(ctx, row.Owner); err != nil {
 		return store.Template{}, err
 	}
+	// 0700 whoever made it: the images hold the sources' memory.
 	if err := os.MkdirAll(s.forkMemoryRoot(), 0o700); err != nil {
+		return store.Template{}, fmt.Errorf("fork %s with its memory: %w: %w", row.ID, ErrUnavailable, err)
+	}
+	if err := os.Chmod(s.forkMemoryRoot(), 0o700); err != nil {
 		return store.Template{}, fmt.Errorf("fork %s with its memory: %w: %w", row.ID, ErrUnavailable, err)
 	}
 	h, err := s.hibernateLocked(ctx, row, false, c.Quota)

@@ -93,6 +93,9 @@ func TestForkWithMemory_ForkHasItsOwnToken(t *testing.T) {
 	if len(mem) != 1 {
 		t.Fatalf("memory images: %v, want one", mem)
 	}
+	if fi, err := os.Stat(filepath.Dir(mem[0])); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the memory images' directory: %v, %v; want 0700", fi, err)
+	}
 	if fi, err := os.Stat(mem[0]); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("the memory image: %v, %v; want a 0700 directory", fi, err)
 	}
