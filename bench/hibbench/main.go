@@ -5,6 +5,8 @@
 //	hibernate               POST /v1/sandboxes/{id}/hibernate (checkpoint to disk, memory freed)
 //	resume → first exec     POST …/resume (restore) then an exec of `true`
 //	pause, resume → exec    the same sandbox frozen in memory instead (POST …/pause, …/resume)
+//	fork with memory → exec POST …/fork {"memory": true} then an exec of `true` in the fork
+//	fork → exec             POST …/fork (files only: the fork boots) then the same
 //
 // beside, with the same memory touched in a container of the Docker
 // engine (runc),
@@ -196,6 +198,28 @@ func measure(ctx context.Context, cfg config, d *benchd.Daemon, t benchd.Table, 
 		}
 		unpause = append(unpause, time.Since(start))
 	}
+	// Forks of the running sandbox: with its memory (a checkpoint of it,
+	// each fork restored from it) and of its files only (a boot).
+	var memFork, plainFork []time.Duration
+	for i := range cfg.n {
+		for _, memory := range []bool{true, false} {
+			benchd.Progress("%d MB: fork sample %d/%d (memory %v)", mb, i+1, cfg.n, memory)
+			start := time.Now()
+			id, err := fork(ctx, d, sb.ID, memory)
+			if err != nil {
+				return err
+			}
+			if err := d.ExecTrue(ctx, id); err != nil {
+				return err
+			}
+			if memory {
+				memFork = append(memFork, time.Since(start))
+			} else {
+				plainFork = append(plainFork, time.Since(start))
+			}
+			d.Destroy(ctx, id)
+		}
+	}
 	dpause, dunpause, dstop, dstart, err := dockerBaselines(ctx, cfg, d, mb)
 	if err != nil {
 		return err
@@ -211,8 +235,55 @@ func measure(ctx context.Context, cfg config, d *benchd.Daemon, t benchd.Table, 
 	t.Row("docker stop (runc)", dstop)
 	t.Row("docker start + exec true", dstart)
 	t.Ratio("restore → exec / docker start → exec", res, dstart)
+	t.Row("gVisor fork with memory → first exec", memFork)
+	t.Row("gVisor fork (files only) → first exec", plainFork)
+	t.Ratio("fork with memory / fork of files", memFork, plainFork)
 	t.Note("hibernate image", fmt.Sprintf("%.1f MB", imageMB))
+	for _, step := range []string{"runtime", "token"} {
+		if mean, n := stepMean(ctx, d, step); n > 0 {
+			t.Note(fmt.Sprintf("create step %q, mean of %d (all creates so far)", step, n), benchd.Ms(mean))
+		}
+	}
 	return nil
+}
+
+// fork forks sandbox id once (with its memory or not) and returns the
+// fork's id.
+func fork(ctx context.Context, d *benchd.Daemon, id string, memory bool) (string, error) {
+	r, err := d.Do(ctx, http.MethodPost, "/v1/sandboxes/"+id+"/fork", map[string]any{"count": 1, "memory": memory})
+	if err != nil || r.Status != http.StatusCreated {
+		return "", fmt.Errorf("fork (memory %v): %v %s", memory, err, r)
+	}
+	var out struct {
+		Sandboxes []struct{ ID string } `json:"sandboxes"`
+	}
+	if err := json.Unmarshal(r.Body, &out); err != nil || len(out.Sandboxes) != 1 {
+		return "", fmt.Errorf("fork: %v %s", err, r.Body)
+	}
+	return out.Sandboxes[0].ID, nil
+}
+
+// stepMean is the mean of the daemon's create step histogram for step
+// (/metrics) and its count.
+func stepMean(ctx context.Context, d *benchd.Daemon, step string) (time.Duration, int) {
+	r, err := d.Do(ctx, http.MethodGet, "/metrics", nil)
+	if err != nil || r.Status != http.StatusOK {
+		return 0, 0
+	}
+	var sum float64
+	var n int
+	for _, l := range strings.Split(string(r.Body), "\n") {
+		sel := `sandboxd_create_step_seconds_%s{step="` + step + `"} `
+		if v, ok := strings.CutPrefix(l, fmt.Sprintf(sel, "sum")); ok {
+			sum, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		} else if v, ok := strings.CutPrefix(l, fmt.Sprintf(sel, "count")); ok {
+			n, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return time.Duration(sum / float64(n) * float64(time.Second)), n
 }
 
 // dockerBaselines are docker pause/unpause and stop/start (each followed

@@ -258,13 +258,18 @@ env, agent token and processes are not.`,
 }
 
 func (c *cli) forkCmd() *cobra.Command {
-	var n int
+	var (
+		n      int
+		memory bool
+	)
 	cmd := &cobra.Command{
-		Use:   "fork <id|name> [-n N]",
+		Use:   "fork <id|name> [-n N] [--memory]",
 		Short: "Make N sandboxes (default 1) from a sandbox's current filesystem and print their ids",
 		Long: `Make N sandboxes (1 to 16) from a sandbox's current filesystem, with its
 size, env, secret env, tags, network and runtime; each has its own id and
-SSH key (--json prints them). All or none.`,
+SSH key (--json prints them). All or none. With --memory each starts with
+a copy of the running sandbox's processes and memory (gVisor sandboxes on
+--engine oci).`,
 		Args: args(1, 1, "one sandbox id or name"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client()
@@ -275,7 +280,11 @@ SSH key (--json prints them). All or none.`,
 			if err != nil {
 				return err
 			}
-			sbs, err := cl.Fork(cmd.Context(), id, n)
+			fork := cl.Fork
+			if memory {
+				fork = cl.ForkWithMemory
+			}
+			sbs, err := fork(cmd.Context(), id, n)
 			if err != nil {
 				return err
 			}
@@ -289,5 +298,6 @@ SSH key (--json prints them). All or none.`,
 		},
 	}
 	cmd.Flags().IntVarP(&n, "count", "n", 1, "how many sandboxes")
+	cmd.Flags().BoolVar(&memory, "memory", false, "start each with a copy of the sandbox's running processes and memory")
 	return cmd
 }

@@ -146,6 +146,12 @@ func TestSnapshotForkCreate_ResolveNamesAndSend(t *testing.T) {
 	if b := f.bodies["POST /v1/sandboxes/"+webID+"/fork"]; b != `{"count":2}` {
 		t.Errorf("fork body %q", b)
 	}
+	if got := sbx(t, srv, "", "fork", "web", "--memory"); got.code != exitOK {
+		t.Errorf("fork --memory: exit %d stderr %q", got.code, got.stderr)
+	}
+	if b := f.bodies["POST /v1/sandboxes/"+webID+"/fork"]; b != `{"count":1,"memory":true}` {
+		t.Errorf("fork --memory body %q", b)
+	}
 	if got := sbx(t, srv, "", "create", "--template", "py"); got.code != exitOK {
 		t.Fatalf("create --template: exit %d stderr %q", got.code, got.stderr)
 	}

@@ -264,6 +264,16 @@ type Spec struct {
 	// Isolation is the kernel boundary between the sandbox and the host
 	// (IsolationContainer when empty).
 	Isolation Isolation
+	// RestoreImage, when set, is a checkpoint image directory
+	// (Checkpointer.Checkpoint's) of another sandbox of the same isolation
+	// whose file system Image holds (a capture taken while it was
+	// checkpointed): the new sandbox starts from that image's processes
+	// and memory instead of booting. Its agent then still takes the
+	// token of the sandbox checkpointed, not AgentToken, until told
+	// otherwise; Env is the checkpointed processes', not this spec's.
+	// Only a Checkpointer that can checkpoint Isolation accepts it;
+	// every other runtime refuses it with ErrCheckpointUnsupported.
+	RestoreImage string
 }
 
 // DiskLimiter is implemented by runtimes that can say whether they
@@ -348,6 +358,14 @@ func (s Spec) Validate() error {
 	}
 	if s.AgentToken == "" {
 		errs = append(errs, errors.New("agent token is empty"))
+	}
+	if s.RestoreImage != "" {
+		if !path.IsAbs(s.RestoreImage) {
+			errs = append(errs, fmt.Errorf("restore image %q is not an absolute path", s.RestoreImage))
+		}
+		if len(s.Mounts) > 0 {
+			errs = append(errs, errors.New("a sandbox restored from another's checkpoint takes no mounts"))
+		}
 	}
 	switch s.Isolation {
 	case IsolationContainer:

@@ -73,6 +73,12 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 // id is idOverride. A miss then answers errPoolMiss instead of going cold:
 // the caller creates again cold, under an id of its choosing.
 func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim) (*Created, error) {
+	return s.createRestored(ctx, req, idOverride, reserved, cl, nil)
+}
+
+// createRestored is createAs of a sandbox restored from mem, a source's
+// memory image (ForkWithMemory), when mem is not nil.
+func (s *Service) createRestored(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim, mem *forkMemory) (*Created, error) {
 	spec, err := s.resolveTemplate(ctx, &req)
 	if err != nil {
 		if reserved != nil {
@@ -80,8 +86,8 @@ func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride st
 		}
 		return nil, err
 	}
-	created, err := s.createChain(ctx, req, idOverride, reserved, cl)
-	if err != nil || spec.StartCmd == "" {
+	created, err := s.createChainFrom(ctx, req, idOverride, reserved, cl, mem)
+	if err != nil || spec.StartCmd == "" || mem != nil {
 		return created, err
 	}
 	t := time.Now()
@@ -100,7 +106,13 @@ func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride st
 // once it succeeded, and a failure undoes them all in reverse order
 // (rollback) before the error is returned.
 func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim) (_ *Created, err error) {
-	c := &creation{s: s, t: &stepTimer{}, req: req, cl: cl, id: idOverride}
+	return s.createChainFrom(ctx, req, idOverride, reserved, cl, nil)
+}
+
+// createChainFrom is createChain, restoring the sandbox from mem when it
+// is not nil (createRestored).
+func (s *Service) createChainFrom(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim, mem *forkMemory) (_ *Created, err error) {
+	c := &creation{s: s, t: &stepTimer{}, req: req, cl: cl, id: idOverride, memory: mem}
 	defer func() { s.Metrics.observeCreate(c.t.timings, err) }()
 	if reserved != nil {
 		// Until claimPooled has it, a failure gives the reservation back.
@@ -180,6 +192,9 @@ type creation struct {
 	// missed is the pool class whose idle sandboxes this create found none
 	// of (step 2b): its success counts in the class's demand.
 	missed *PoolClass
+	// memory, for a fork with memory only, is the source's memory image
+	// the sandbox is restored from (forkmem.go).
+	memory *forkMemory
 }
 
 // gate is step 1: the startup repair is done, and in cluster mode the
@@ -211,7 +226,7 @@ func (c *creation) validate() error {
 // an idle sandbox (fromPool), or errPoolMiss when the pool does not serve
 // the request (a chosen id, mounts, a build's sandbox) or has none.
 func (c *creation) servePooled(ctx context.Context) (*Created, error) {
-	if c.id != "" || len(c.req.Mounts) > 0 || c.req.Owner == buildOwner {
+	if c.id != "" || len(c.req.Mounts) > 0 || c.req.Owner == buildOwner || c.memory != nil {
 		return nil, errPoolMiss
 	}
 	created, err := c.s.fromPool(ctx, c.req, c.cl, c.t)
@@ -349,12 +364,25 @@ func (c *creation) prepareMounts(ctx context.Context) error {
 // destroy the container.
 func (c *creation) startRuntime(ctx context.Context) error {
 	s, id := c.s, c.id
-	if err := c.t.run("runtime", func() error {
-		return s.startRuntime(ctx, s.runtimeSpec(id, c.req, c.sec.token, c.binds))
-	}); err != nil {
+	spec := s.runtimeSpec(id, c.req, c.sec.token, c.binds)
+	if c.memory != nil {
+		spec.RestoreImage = c.memory.dir
+	}
+	if err := c.t.run("runtime", func() error { return s.startRuntime(ctx, spec) }); err != nil {
 		return err
 	}
 	c.undo.push("destroy container", func(ctx context.Context) error { return s.Runtime.Destroy(ctx, id) })
+	if c.memory != nil {
+		// The restored agent takes its source's token: it takes this
+		// sandbox's from now on, and the source's no more (forkmem.go).
+		if err := c.t.run("token", func() error {
+			a := agent.NewClient(s.dialer(id), c.memory.token)
+			defer a.Close()
+			return a.Configure(ctx, agent.Configuration{Env: c.req.SecretEnv, NewToken: c.sec.token})
+		}); err != nil {
+			return fmt.Errorf("hand the restored agent its token: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -379,7 +407,7 @@ func (c *creation) applyNetwork(ctx context.Context) error {
 // never in the engine's configuration of the container. Its undo is the
 // container's.
 func (c *creation) handSecretEnv(ctx context.Context) error {
-	if len(c.req.SecretEnv) == 0 {
+	if len(c.req.SecretEnv) == 0 || c.memory != nil { // a fork with memory had it with its token
 		return nil
 	}
 	if err := c.t.run("secret env", func() error {

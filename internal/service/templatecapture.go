@@ -29,7 +29,7 @@ func (s *Service) Snapshot(ctx context.Context, c Caller, idOrName, name string)
 		return Template{}, err
 	}
 	defer unlock()
-	t, err := s.capture(ctx, row, name, store.TemplateSnapshot)
+	t, err := s.capture(ctx, row, name, store.TemplateSnapshot, nil)
 	if err != nil {
 		return Template{}, err
 	}
@@ -37,8 +37,12 @@ func (s *Service) Snapshot(ctx context.Context, c Caller, idOrName, name string)
 }
 
 // capture captures row's sandbox as a template of kind, under its
-// transition lock (the caller's).
-func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, kind store.TemplateKind) (store.Template, error) {
+// transition lock (the caller's). withMemory, when not nil, is called
+// once the template's row exists, before the commit: it keeps the
+// source's memory image with the template (forkmem.go) and returns its
+// size, which the template's size counts; a failed capture removes it
+// with the template (dropTemplate).
+func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, kind store.TemplateKind, withMemory func(store.Template) (int64, error)) (store.Template, error) {
 	imgs, err := s.images()
 	if err != nil {
 		return store.Template{}, err
@@ -84,9 +88,16 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 	// caller's going away does not cut it short here either: its image
 	// is then either recorded or removed.
 	cctx := context.WithoutCancel(ctx)
+	var memBytes int64
+	if withMemory != nil {
+		if memBytes, err = withMemory(t); err != nil {
+			s.dropTemplate(cctx, imgs, t)
+			return store.Template{}, err
+		}
+	}
 	img, err := imgs.Commit(cctx, row.ID, t.Image, cfg)
 	if err == nil {
-		t, err = s.finishTemplate(cctx, t, img.Size, recipeTags(Recipe{Name: name}))
+		t, err = s.finishTemplate(cctx, t, img.Size+memBytes, recipeTags(Recipe{Name: name}))
 	}
 	if err != nil {
 		// The caller hears why; a failed capture is not kept.
@@ -124,7 +135,7 @@ func (s *Service) Fork(ctx context.Context, c Caller, idOrName string, n int) ([
 	if err != nil {
 		return nil, err
 	}
-	t, err := s.capture(ctx, row, "", store.TemplateFork)
+	t, err := s.capture(ctx, row, "", store.TemplateFork, nil)
 	unlock()
 	if err != nil {
 		return nil, err
@@ -133,6 +144,12 @@ func (s *Service) Fork(ctx context.Context, c Caller, idOrName string, n int) ([
 	if err != nil {
 		return nil, err
 	}
+	return s.makeForks(ctx, req, nil, n)
+}
+
+// makeForks creates n sandboxes of req, all or none, each restored from
+// mem when it is not nil.
+func (s *Service) makeForks(ctx context.Context, req CreateRequest, mem *forkMemory, n int) ([]*Created, error) {
 	out := make([]*Created, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -142,7 +159,7 @@ func (s *Service) Fork(ctx context.Context, c Caller, idOrName string, n int) ([
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out[i], errs[i] = s.createAs(ctx, req, "", nil, nil)
+			out[i], errs[i] = s.createRestored(ctx, req, "", nil, nil, mem)
 		}()
 	}
 	wg.Wait()

@@ -451,6 +451,7 @@ func (s *Service) removeTemplate(ctx context.Context, imgs runtime.Images, t sto
 		}
 		return mapTemplateErr(err, t.ID)
 	}
+	s.dropForkMemory(t.ID)
 	if err := imgs.RemoveImage(ctx, t.Image); err != nil {
 		// The row is gone; the image stays until a sandbox still using it
 		// (one whose row went first) is gone and a sweep removes it.

@@ -42,6 +42,9 @@ func (s *Service) sweepTemplates(ctx context.Context, startup bool) error {
 			s.destroyDetached(ctx, row.ID, "its build was cut short")
 		}
 	}
+	if startup {
+		s.sweepForkMemory(ctx)
+	}
 	errs = append(errs, s.sweepForks(ctx, imgs, forkGrace), s.sweepSuperseded(ctx, imgs, forkGrace), s.sweepShared(ctx))
 	return errors.Join(errs...)
 }
@@ -118,6 +121,7 @@ func (s *Service) dropTemplate(ctx context.Context, imgs runtime.Images, t store
 	if _, err := s.Store.DeleteTemplate(ctx, t.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.Logger.Warn("template: delete a failed capture", "template", t.ID, "err", err)
 	}
+	s.dropForkMemory(t.ID)
 	if err := imgs.RemoveImage(ctx, t.Image); err != nil {
 		s.Logger.Warn("template: remove the image of a failed capture", "template", t.ID, "err", err)
 	}

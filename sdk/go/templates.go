@@ -241,12 +241,26 @@ func (c *Client) Snapshot(ctx context.Context, sandboxID, name string) (*Templat
 // size, env, secret env, tags, network and runtime. All or none. It is
 // not retried: a repeat would fork again.
 func (c *Client) Fork(ctx context.Context, sandboxID string, n int) ([]Sandbox, error) {
+	return c.fork(ctx, sandboxID, n, false)
+}
+
+// ForkWithMemory is Fork whose sandboxes start with the source's running
+// processes and memory (a copy each, going on independently). The source
+// must be running; it pauses for the checkpoint and runs on. Only a
+// daemon that checkpoints the source's runtime can (--engine oci, gVisor
+// sandboxes); elsewhere the answer is ErrInvalidArgument naming why.
+func (c *Client) ForkWithMemory(ctx context.Context, sandboxID string, n int) ([]Sandbox, error) {
+	return c.fork(ctx, sandboxID, n, true)
+}
+
+func (c *Client) fork(ctx context.Context, sandboxID string, n int, memory bool) ([]Sandbox, error) {
 	var out struct {
 		Sandboxes []Sandbox `json:"sandboxes"`
 	}
 	in := struct {
-		Count int `json:"count"`
-	}{n}
+		Count  int  `json:"count"`
+		Memory bool `json:"memory,omitempty"`
+	}{n, memory}
 	r := &request{method: http.MethodPost, segs: []string{"v1", "sandboxes", sandboxID, "fork"}, retry: retryNever}
 	if err := c.do(ctx, r, in, &out); err != nil {
 		return nil, fmt.Errorf("fork sandbox %q: %w", sandboxID, err)

@@ -73,6 +73,7 @@ type Service interface {
 	DeleteTemplate(ctx context.Context, c service.Caller, idOrName string) error
 	Snapshot(ctx context.Context, c service.Caller, sandboxIDOrName, name string) (service.Template, error)
 	Fork(ctx context.Context, c service.Caller, sandboxIDOrName string, n int) ([]*service.Created, error)
+	ForkWithMemory(ctx context.Context, c service.Caller, sandboxIDOrName string, n int) ([]*service.Created, error)
 }
 
 var _ Service = (*service.Service)(nil)

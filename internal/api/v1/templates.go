@@ -157,6 +157,9 @@ func (s *server) snapshotSandbox(w http.ResponseWriter, r *http.Request) error {
 // empty. Count absent is 1; the service checks its range.
 type forkRequest struct {
 	Count *int `json:"count"`
+	// Memory: the forks start with the sandbox's running processes
+	// (service.ForkWithMemory).
+	Memory bool `json:"memory"`
 }
 
 // forkSandbox makes count sandboxes from the sandbox's filesystem, all or
@@ -170,7 +173,11 @@ func (s *server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 	if body.Count != nil {
 		n = *body.Count
 	}
-	created, err := s.svc.Fork(r.Context(), caller(r), r.PathValue("id"), n)
+	fork := s.svc.Fork
+	if body.Memory {
+		fork = s.svc.ForkWithMemory
+	}
+	created, err := fork(r.Context(), caller(r), r.PathValue("id"), n)
 	if err != nil {
 		return err
 	}

@@ -248,6 +248,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := spec.Validate(); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
+	if spec.RestoreImage != "" {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: the Docker runtime restores no checkpoint", id, runtime.ErrCheckpointUnsupported)
+	}
 	if n := socketPathLen(r.opts.SocketRoot, len(id)); n >= maxUnixSocketPath {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: agent socket path too long (%d bytes, max %d)", id, runtime.ErrInvalidSpec, n, maxUnixSocketPath-1)
 	}

@@ -236,6 +236,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := spec.Validate(); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
+	if spec.RestoreImage != "" {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: the in-memory runtime restores no checkpoint", id, runtime.ErrCheckpointUnsupported)
+	}
 	if n := socketPathLen(r.opts.Root, len(id)); n >= maxUnixSocketPath {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: agent socket path too long (%d bytes, max %d)", id, runtime.ErrInvalidSpec, n, maxUnixSocketPath-1)
 	}

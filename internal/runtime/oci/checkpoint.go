@@ -27,6 +27,20 @@ import (
 // kernel makes it again at the same path, so the daemon dials the agent
 // as before.
 //
+// The same image also starts another sandbox (Spec.RestoreImage: a fork
+// with memory): `runsc restore` of it under another container id, with
+// another bundle (root file system, socket directory, cgroup, network
+// namespace), runs the checkpointed processes there. Measured on this
+// host's runsc (Debian's 0.0~20221219): the restored kernel reopens its
+// files by path in the new root file system, so the root must be a copy
+// of the checkpointed one taken while it was checkpointed (the service
+// commits it then); the agent's host socket is made in the new socket
+// directory; the processes, their memory, env and hostname are the
+// checkpointed sandbox's, the agent's token too. `runsc checkpoint
+// --leave-running` does not work here (the command waits on the
+// container it restored and the restored one answers EIO for every file
+// of its root), so the parent is checkpointed, stopped and restored.
+//
 // A runc-class sandbox would need CRIU (through runc's checkpoint; crun
 // is built without it here). On this class of host Debian's criu fails
 // its own `criu check`, so CanCheckpoint says no, with that reason, and

@@ -416,6 +416,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if spec.Isolation == runtime.IsolationGVisor && r.opts.GVisorBinary == "" {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: runsc is not installed", id, runtime.ErrInvalidSpec)
 	}
+	if spec.RestoreImage != "" {
+		if sup := r.CanCheckpoint(spec.Isolation); !sup.OK {
+			return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: %s", id, runtime.ErrCheckpointUnsupported, sup.How)
+		}
+		if fi, err := os.Stat(filepath.Join(spec.RestoreImage, checkpointImage)); err != nil || !fi.Mode().IsRegular() {
+			return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w in %s", id, runtime.ErrNoCheckpoint, spec.RestoreImage)
+		}
+	}
 	if spec.Network && r.opts.Network == nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: this runtime has no network for sandboxes", id, runtime.ErrInvalidSpec)
 	}
@@ -514,7 +522,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := r.step("config"); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
-	if err := r.boot(ctx, id, meta); err != nil {
+	if err := r.launch(ctx, id, meta, spec.RestoreImage); err != nil {
 		if gone := removedMount(spec.Mounts); gone != "" {
 			// The OCI runtime could not bind it because the directory
 			// behind it went (a sandbox sharing the volume removed it
