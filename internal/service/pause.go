@@ -148,7 +148,7 @@ func (s *Service) resumeLocked(ctx context.Context, c Caller, row store.Sandbox)
 
 // engineErr is the answer to a pause or resume whose engine call failed:
 // not found when the sandbox was destroyed meanwhile (or is being), a conflict when its
-// container is gone or stopped, else the error (unavailable to callers).
+// container is gone or stopped, else ErrUnavailable naming the error.
 func (s *Service) engineErr(ctx context.Context, verb, id string, err error) error {
 	if row, gerr := s.Store.GetSandbox(ctx, id); errors.Is(gerr, store.ErrNotFound) || (gerr == nil && !row.DestroyingSince.IsZero()) {
 		return fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
@@ -156,7 +156,7 @@ func (s *Service) engineErr(ctx context.Context, verb, id string, err error) err
 	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrNotRunning) {
 		return fmt.Errorf("%s %s: its container is not running: %w", verb, id, ErrConflict)
 	}
-	return fmt.Errorf("%s %s: %w", verb, id, err)
+	return fmt.Errorf("%s %s: the engine failed: %w: %w", verb, id, ErrUnavailable, err)
 }
 
 // lockTransition checks the service is ready, resolves a sandbox the

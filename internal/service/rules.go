@@ -46,7 +46,31 @@ type Lifecycle struct {
 	// PauseOnTimeout pauses the sandbox when its timeout passes, clearing
 	// the timeout, instead of destroying it (E2B's autoPause).
 	PauseOnTimeout bool
+	// TimeoutPause is how PauseOnTimeout pauses: PauseFreeze (the zero
+	// value) freezes the processes in memory, PauseHibernate hibernates
+	// them (Hibernate: where the runtime cannot, the sandbox stops),
+	// PauseStop stops the sandbox keeping its file system (E2B's
+	// autoPauseMemory true and false).
+	TimeoutPause PauseKind
+	// AutoResume: traffic to the paused sandbox (its E2B envd, or a port
+	// through the ingress) resumes it (Wake), once the request passed the
+	// checks its port wants, instead of being refused (E2B's autoResume).
+	AutoResume bool
 }
+
+// PauseKind is how a pause keeps a sandbox's processes.
+type PauseKind string
+
+// The kinds of pause (Lifecycle.TimeoutPause).
+const (
+	// PauseFreeze freezes the processes in memory (Pause).
+	PauseFreeze PauseKind = ""
+	// PauseHibernate writes them to disk and frees their memory
+	// (Hibernate).
+	PauseHibernate PauseKind = "hibernate"
+	// PauseStop ends them, keeping the file system (Stop).
+	PauseStop PauseKind = "stop"
+)
 
 // Bounds of the rules: auto-stop and auto-delete as long as the longest
 // timeout, auto-archive 30 days (Daytona's maximum).
@@ -68,6 +92,10 @@ func (l Lifecycle) Validate() error {
 		return invalid("lifecycle.auto_delete_s", "a sandbox deleted at its stop has no auto-delete delay")
 	case l.AutoArchive < 0 || l.AutoArchive > MaxAutoArchive:
 		return invalid("lifecycle.auto_archive_s", "must be between 0 and %d seconds", int(MaxAutoArchive.Seconds()))
+	case l.TimeoutPause != PauseFreeze && l.TimeoutPause != PauseHibernate && l.TimeoutPause != PauseStop:
+		return invalid("lifecycle.timeout_pause", "must be empty, %q or %q", PauseHibernate, PauseStop)
+	case l.TimeoutPause != PauseFreeze && !l.PauseOnTimeout:
+		return invalid("lifecycle.timeout_pause", "applies only to a sandbox paused on its timeout")
 	}
 	return nil
 }
@@ -83,6 +111,8 @@ func lifecycleOf(row store.Sandbox, spec sandboxSpec) Lifecycle {
 	return Lifecycle{
 		AutoStop: l.AutoStop, AutoDelete: l.AutoDelete, DeleteOnStop: l.DeleteOnStop, AutoArchive: l.AutoArchive,
 		PauseOnTimeout: spec.PauseOnTimeout,
+		TimeoutPause:   spec.TimeoutPause,
+		AutoResume:     spec.Wake != nil,
 	}
 }
 
