@@ -332,16 +332,41 @@ func (s *Service) underLock(ctx context.Context, id, action string, still func(s
 // pauseExpired is the reaper's pause of an expired sandbox made with
 // PauseOnTimeout: the row moves to paused, its expiry cleared, only if it
 // has still expired (store.PauseExpiredSandbox), then the engine freezes
-// it. ok is false when it no longer qualified.
+// it; with Lifecycle.TimeoutPause PauseHibernate it is hibernated instead
+// where the runtime can (a checkpoint that fails leaves it running, and
+// it is frozen as before; no room for its image, or its owner's disk
+// quota, stops it, as any hibernate), with PauseStop stopped keeping its
+// file system. ok is false when it no longer qualified.
 func (s *Service) pauseExpired(ctx context.Context, id string) (bool, error) {
 	unlock, err := s.transitions.lock(ctx, id)
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
-	_, ok, err := s.Store.PauseExpiredSandbox(ctx, id, s.Clock())
+	row, ok, err := s.Store.PauseExpiredSandbox(ctx, id, s.Clock())
 	if err != nil || !ok {
 		return false, err
+	}
+	switch spec := specOf(row); spec.TimeoutPause {
+	case PauseStop:
+		if _, err := s.stopLocked(ctx, row, keepLogs); err != nil {
+			return true, fmt.Errorf("stop expired %s: %w", id, err)
+		}
+		return true, nil
+	case PauseHibernate:
+		if _, can := s.Runtime.(runtime.Checkpointer); !can || !s.HibernateSupport(spec.Runtime).OK {
+			break // today's freeze: --pause-max frees it later
+		}
+		// No caller: its image is checked against no quota (it still
+		// counts, as pause-max's).
+		h, err := s.hibernateLocked(ctx, row, keepLogs, Quota{})
+		if err == nil || errors.Is(err, ErrNotFound) {
+			if err == nil {
+				s.Logger.Info("reaper: hibernated expired sandbox", "sandbox", id, "stopped", h.Stopped, "reason", h.Reason)
+			}
+			return true, nil
+		}
+		s.Logger.Warn("reaper: hibernate of an expired sandbox failed; freezing it", "sandbox", id, "err", err)
 	}
 	if err := s.Runtime.Pause(ctx, id); err != nil {
 		// Left paused in the row: the reconciler freezes it again, or

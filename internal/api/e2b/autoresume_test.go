@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -193,5 +194,31 @@ func TestAutoResume_PortHostWakesAPausedSandbox(t *testing.T) {
 	}
 	if st := h.state(t, c.SandboxID); st != service.StateRunning {
 		t.Errorf("after the request: %s, want running", st)
+	}
+}
+
+// TestAutoPause_MemoryFlag: autoPause pauses at the timeout as pause does
+// with autoPauseMemory as its memory: absent freezes, false stops the
+// sandbox keeping its file system (true hibernates where the runtime
+// can: under Docker it freezes, as absent).
+func TestAutoPause_MemoryFlag(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	want := map[string]service.State{"absent": service.StatePaused, "true": service.StatePaused, "false": service.StateStopped}
+	ids := map[string]string{}
+	for memory := range want {
+		body := map[string]any{"templateID": "base", "autoPause": true, "timeout": 60, "metadata": map[string]string{"m": memory}}
+		if memory != "absent" {
+			body["autoPauseMemory"] = memory == "true"
+		}
+		ids[memory] = h.create(t, body).SandboxID
+	}
+	h.clock.Advance(2 * time.Minute)
+	if _, err := h.svc.Reap(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for memory, id := range ids {
+		if st := h.state(t, id); st != want[memory] {
+			t.Errorf("autoPauseMemory %s: %s after the timeout, want %s", memory, st, want[memory])
+		}
 	}
 }
