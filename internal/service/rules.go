@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -142,8 +143,13 @@ func (s *Service) Touch(ctx context.Context, sb Sandbox) error {
 
 // Archive stops a sandbox (if it runs) and marks it archived; a start
 // clears the mark. Its file system is the stopped container's, kept as it
-// is. Archiving an archived sandbox returns it unchanged. A sandbox with
-// DeleteOnStop is destroyed by the stop, and the answer is its last view.
+// is. Where the runtime can checkpoint it, a running or paused sandbox
+// without auto-delete rules is hibernated instead (archiveHibernates):
+// its processes are kept on disk beside its files, it holds no memory,
+// and the start that clears the mark resumes them. Archiving an archived
+// (or hibernated) sandbox returns it marked and otherwise unchanged. A
+// sandbox with DeleteOnStop is destroyed by the stop, and the answer is
+// its last view.
 func (s *Service) Archive(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
 	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
@@ -158,8 +164,23 @@ func (s *Service) Archive(ctx context.Context, c Caller, idOrName string) (Sandb
 	if err != nil {
 		return Sandbox{}, s.mapStoreErr(err, row.ID)
 	}
-	if row.State == store.StateStopped {
+	if row.State == store.StateStopped || row.State == store.StatePaused && !row.HibernatedAt.IsZero() {
 		return fromRow(marked), nil
+	}
+	if s.archiveHibernates(marked) {
+		h, err := s.hibernateLocked(ctx, marked, keepLogs, c.Quota)
+		if err == nil || errors.Is(err, ErrNotFound) {
+			if err == nil && h.Stopped {
+				s.Logger.Info("archive: stopped, not hibernated", "sandbox", row.ID, "reason", h.Reason)
+			}
+			return h.Sandbox, err
+		}
+		// The checkpoint failed and the sandbox runs on: stopped, as
+		// where it cannot hibernate.
+		s.Logger.Warn("archive: hibernate failed; stopping", "sandbox", row.ID, "err", err)
+		if marked, err = s.Store.GetSandbox(ctx, row.ID); err != nil {
+			return Sandbox{}, s.mapStoreErr(err, row.ID)
+		}
 	}
 	sb, err := s.stopLocked(ctx, marked, keepLogs)
 	if err != nil {
@@ -174,6 +195,19 @@ func (s *Service) Archive(ctx context.Context, c Caller, idOrName string) (Sandb
 		return sb, s.deleteOnStop(ctx, sb.ID)
 	}
 	return sb, nil
+}
+
+// archiveHibernates reports whether Archive hibernates row (running, or
+// paused and frozen) rather than stop it: the runtime can checkpoint it,
+// and it has no auto-delete rule, whose time counts from a stop (a
+// hibernated sandbox is paused, and would never be deleted).
+func (s *Service) archiveHibernates(row store.Sandbox) bool {
+	if _, ok := s.Runtime.(runtime.Checkpointer); !ok {
+		return false
+	}
+	l := row.Lifecycle
+	return (row.State == store.StateRunning || row.State == store.StatePaused) && l.AutoDelete == 0 && !l.DeleteOnStop &&
+		s.HibernateSupport(specOf(row).Runtime).OK
 }
 
 // deleteOnStop destroys a sandbox that DeleteOnStop says goes with its
