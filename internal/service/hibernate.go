@@ -292,7 +292,7 @@ func (s *Service) resumeHibernated(ctx context.Context, c Caller, row store.Sand
 			s.Admission.Park(row.ID)
 			s.Logger.Warn("resume: the hibernated sandbox's image is gone; starting it afresh", "sandbox", row.ID)
 			sb, err := s.startLocked(ctx, c, row)
-			return Resumed{Sandbox: sb, ProcessesRestarted: err == nil}, err
+			return Resumed{Sandbox: sb, ProcessesRestarted: err == nil, ConnectionsClosed: err == nil}, err
 		}
 		if gone := s.unholdHibernated(ctx, row); gone != nil {
 			return Resumed{}, gone
@@ -307,7 +307,9 @@ func (s *Service) resumeHibernated(ctx context.Context, c Caller, row store.Sand
 		return Resumed{}, s.mapStoreErr(err, row.ID)
 	}
 	s.dropImage(row.ID)
-	return Resumed{Sandbox: fromRow(resumed)}, nil
+	// Its processes are back; the connections from outside that it had
+	// are not (the agent parked them for the save): the answer says so.
+	return Resumed{Sandbox: fromRow(resumed), ConnectionsClosed: true}, nil
 }
 
 // unholdHibernated gives back what a resume of hibernated row reserved,

@@ -46,6 +46,12 @@ type Resumed struct {
 	// Config.PauseMax, a Stop, or its container's death) and was started
 	// again: its processes are new, only its file system was kept.
 	ProcessesRestarted bool
+	// ConnectionsClosed: connections from outside the sandbox (through
+	// the ingress, its agent's exec and file streams, port tunnels) did
+	// not survive the pause: it was hibernated (a checkpoint cannot keep
+	// them; its processes saw them closed) or its processes restarted.
+	// A client reconnects. False for a thaw, which keeps them.
+	ConnectionsClosed bool
 }
 
 // Pause freezes a running sandbox's processes in memory. Pausing a paused
@@ -118,7 +124,7 @@ func (s *Service) resumeLocked(ctx context.Context, c Caller, row store.Sandbox)
 		return Resumed{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
 	default:
 		sb, err := s.startLocked(ctx, c, row)
-		return Resumed{Sandbox: sb, ProcessesRestarted: err == nil}, err
+		return Resumed{Sandbox: sb, ProcessesRestarted: err == nil, ConnectionsClosed: err == nil}, err
 	}
 	resumed, err := s.Store.ResumeSandbox(ctx, row.ID)
 	if err != nil {
@@ -130,7 +136,7 @@ func (s *Service) resumeLocked(ctx context.Context, c Caller, row store.Sandbox)
 		// restart): what it ran is gone, its file system is not.
 		s.Logger.Warn("resume: the paused sandbox's container had stopped; starting it", "sandbox", row.ID)
 		sb, err := s.startLocked(ctx, c, resumed)
-		return Resumed{Sandbox: sb, ProcessesRestarted: err == nil}, err
+		return Resumed{Sandbox: sb, ProcessesRestarted: err == nil, ConnectionsClosed: err == nil}, err
 	}
 	if err != nil {
 		uctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
