@@ -559,6 +559,8 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		ImageMaxMB:        cfg.ImageMaxMB,
 		Registry:          clusterRegistry(d.cluster, cfg.Registry),
 		RegistryAuth:      regAuth,
+
+		HibernateStorageMaxMB: cfg.HibernateStorageMaxMB,
 	}, service.Deps{
 		Store:      d.Store,
 		Runtime:    rt,
