@@ -1141,12 +1141,15 @@ func (d *serviceDialer) DialPort(ctx context.Context, sandboxID string, port int
 }
 
 // Wake is the ingress's Options.Wake: Service.Wake, its error in the
-// API's shape (the edges' one table).
+// API's shape (the edges' one table), with no more than its class: a
+// public port's caller is whoever has the link, and the owner's quota
+// and the daemon's faults are not theirs to read (the log has them).
 func (d *serviceDialer) Wake(ctx context.Context, sandboxID string) (bool, error) {
 	_, ok, err := d.svc.Wake(ctx, sandboxID)
 	if err != nil {
-		class, msg := apierr.Classify(err)
-		return ok, &ingress.WakeError{Status: class.Status, Code: string(class.Code), Message: "auto-resume of " + sandboxID + " failed: " + msg, Retryable: class.Retryable}
+		class, _ := apierr.Classify(err)
+		d.svc.Logger.Warn("ingress: auto-resume failed", "sandbox", sandboxID, "err", err)
+		return ok, &ingress.WakeError{Status: class.Status, Code: string(class.Code), Message: "the sandbox is paused and could not be resumed (" + string(class.Code) + ")", Retryable: class.Retryable}
 	}
 	return ok, nil
 }

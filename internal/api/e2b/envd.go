@@ -151,6 +151,11 @@ func (f *Facade) wake(w http.ResponseWriter, r *http.Request, sb service.Sandbox
 		if status == http.StatusTooManyRequests {
 			w.Header().Set("Retry-After", apierr.RetryAfter(err))
 		}
+		if port != envdPort && port != interpreterPort {
+			// Whoever has the link reaches a public port: the owner's
+			// quota and the daemon's faults are not theirs to read.
+			msg = http.StatusText(status)
+		}
 		f.envdError(w, r, status, connectCode(status), "auto-resume of sandbox "+sb.ID+" failed: "+msg)
 		return sb, true
 	case !ok:
