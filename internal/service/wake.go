@@ -61,9 +61,6 @@ func (s *Service) Wake(ctx context.Context, id string) (sb Resumed, ok bool, err
 	if !IsID(id) {
 		return Resumed{}, false, nil
 	}
-	if err := s.requireReady(); err != nil {
-		return Resumed{}, false, err
-	}
 	wakeable := func(row store.Sandbox) bool {
 		return row.Owner != store.PoolOwner && row.DestroyingSince.IsZero() && specOf(row).Wake != nil &&
 			(row.State == store.StatePaused || row.State == store.StateRunning)
@@ -82,6 +79,11 @@ func (s *Service) Wake(ctx context.Context, id string) (sb Resumed, ok bool, err
 	}
 	if row.State == store.StateRunning {
 		return Resumed{Sandbox: fromRow(row)}, true, nil
+	}
+	// Only a wake that will resume waits for the startup repair: a
+	// failed dial of any other sandbox keeps its own answer.
+	if err := s.requireReady(); err != nil {
+		return Resumed{}, true, err
 	}
 	unlock, err := s.transitions.lock(ctx, id)
 	if err != nil {
