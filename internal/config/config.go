@@ -118,6 +118,11 @@ type Daemon struct {
 	// its memory held) before it is stopped, its file system kept; the next
 	// resume restarts its processes. Zero: never.
 	PauseMax time.Duration
+	// HibernateStorageMaxMB bounds what the hibernate images hold in the
+	// data dir together, daemon-wide: a hibernate that would pass it
+	// stops the sandbox instead. 0: a quarter of the data dir's file
+	// system.
+	HibernateStorageMaxMB int64
 	// PausedMemoryFloor is the percent of the host's memory kept
 	// available: under it, paused sandboxes are stopped (their file
 	// systems kept), longest paused first. 0: never.
@@ -292,6 +297,8 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 		"how long an undelivered E2B create stays adoptable (or, with --e2b-body-dedupe=body, an identical body is replayed) (env SANDBOXD_E2B_REPLAY_WINDOW)")
 	fs.DurationVar(&d.PauseMax, "pause-max", d.PauseMax,
 		"stop a sandbox paused for longer than this, keeping its file system (its next resume restarts its processes); 0: never (env SANDBOXD_PAUSE_MAX)")
+	fs.Int64Var(&d.HibernateStorageMaxMB, "hibernate-storage-max", d.HibernateStorageMaxMB,
+		"MiB the hibernate images may hold in the data dir together: a hibernate that would pass it stops the sandbox instead, saying so; 0: a quarter of the data dir's file system (env SANDBOXD_HIBERNATE_STORAGE_MAX)")
 	fs.IntVar(&d.PausedMemoryFloor, "pause-memory-floor", d.PausedMemoryFloor,
 		"percent of the host's memory to keep available: under it, paused sandboxes are stopped, longest paused first; 0: never (env SANDBOXD_PAUSE_MEMORY_FLOOR)")
 	fs.Int64Var(&d.TemplateStorageMB, "template-storage-max", d.TemplateStorageMB,
@@ -520,6 +527,9 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 	if d.PauseMax, err = time.ParseDuration(get("SANDBOXD_PAUSE_MAX", "10m")); err != nil {
 		return Daemon{}, fmt.Errorf("SANDBOXD_PAUSE_MAX: %w", err)
 	}
+	if d.HibernateStorageMaxMB, err = strconv.ParseInt(get("SANDBOXD_HIBERNATE_STORAGE_MAX", "0"), 10, 64); err != nil || d.HibernateStorageMaxMB < 0 {
+		return Daemon{}, fmt.Errorf("SANDBOXD_HIBERNATE_STORAGE_MAX: must be a whole number of MiB, 0 or more")
+	}
 	if d.PausedMemoryFloor, err = strconv.Atoi(get("SANDBOXD_PAUSE_MEMORY_FLOOR", "10")); err != nil || d.PausedMemoryFloor < 0 || d.PausedMemoryFloor > 90 {
 		return Daemon{}, fmt.Errorf("SANDBOXD_PAUSE_MEMORY_FLOOR: must be a percent from 0 to 90")
 	}
@@ -583,6 +593,9 @@ func (d Daemon) validate() error {
 	}
 	if d.E2BReplayWindow <= 0 {
 		return bad([]string{"e2b-replay-window"}, "--e2b-replay-window %v: must be positive", d.E2BReplayWindow)
+	}
+	if d.HibernateStorageMaxMB < 0 {
+		return bad([]string{"hibernate-storage-max"}, "--hibernate-storage-max %d: must be zero (a quarter of the data dir's file system) or positive", d.HibernateStorageMaxMB)
 	}
 	if d.PauseMax < 0 {
 		return bad([]string{"pause-max"}, "--pause-max %v: must be zero (never) or positive", d.PauseMax)

@@ -63,6 +63,9 @@ var flagEnv = map[string]string{
 	"e2b-replay-window":    "SANDBOXD_E2B_REPLAY_WINDOW",
 	"pause-max":            "SANDBOXD_PAUSE_MAX",
 	"pause-memory-floor":   "SANDBOXD_PAUSE_MEMORY_FLOOR",
+
+	"hibernate-storage-max": "SANDBOXD_HIBERNATE_STORAGE_MAX",
+
 	"template-storage-max": "SANDBOXD_TEMPLATE_STORAGE_MAX",
 	"disk-default-mb":      "SANDBOXD_DISK_DEFAULT_MB",
 	"disk-max-mb":          "SANDBOXD_DISK_MAX_MB",

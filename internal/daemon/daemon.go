@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/admission"
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 	"github.com/sandboxd/sandboxd/internal/api/daytona"
 	"github.com/sandboxd/sandboxd/internal/api/e2b"
 	"github.com/sandboxd/sandboxd/internal/api/router"
@@ -486,6 +487,7 @@ func (d *Daemon) buildIngress(dialer *serviceDialer, previews *auth.PreviewToken
 		TLSAddr:          d.Config.TLSListen,
 		BindAddr:         d.Config.TCPHost,
 		Logger:           d.logger,
+		Wake:             dialer.Wake,
 	}
 	if d.cluster != nil {
 		// TLS exposures answer on every node: the SNI listener carries
@@ -557,6 +559,8 @@ func (d *Daemon) buildService(agentBinary string, rt runtime.Runtime, volumes *v
 		ImageMaxMB:        cfg.ImageMaxMB,
 		Registry:          clusterRegistry(d.cluster, cfg.Registry),
 		RegistryAuth:      regAuth,
+
+		HibernateStorageMaxMB: cfg.HibernateStorageMaxMB,
 	}, service.Deps{
 		Store:      d.Store,
 		Runtime:    rt,
@@ -1134,6 +1138,20 @@ type serviceDialer struct{ svc *service.Service }
 
 func (d *serviceDialer) DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
 	return d.svc.DialPort(ctx, sandboxID, port)
+}
+
+// Wake is the ingress's Options.Wake: Service.Wake, its error in the
+// API's shape (the edges' one table), with no more than its class: a
+// public port's caller is whoever has the link, and the owner's quota
+// and the daemon's faults are not theirs to read (the log has them).
+func (d *serviceDialer) Wake(ctx context.Context, sandboxID string) (bool, error) {
+	_, ok, err := d.svc.Wake(ctx, sandboxID)
+	if err != nil {
+		class, _ := apierr.Classify(err)
+		d.svc.Logger.Warn("ingress: auto-resume failed", "sandbox", sandboxID, "err", err)
+		return ok, &ingress.WakeError{Status: class.Status, Code: string(class.Code), Message: "the sandbox is paused and could not be resumed (" + string(class.Code) + ")", Retryable: class.Retryable}
+	}
+	return ok, nil
 }
 
 // previewCookie may carry an API token to private preview ports from a

@@ -159,6 +159,15 @@ func (c *upstreamConn) CloseWrite() error {
 // UnexposePort or Remove either is closed by it or sees the route gone.
 func (r *Router) dial(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
 	raw, err := r.dialer.DialPort(ctx, sandboxID, port)
+	if err != nil && r.wake != nil {
+		// A paused sandbox with an auto-resume wakes for the request.
+		switch ok, werr := r.wake(ctx, sandboxID); {
+		case werr != nil:
+			err = werr
+		case ok:
+			raw, err = r.dialer.DialPort(ctx, sandboxID, port)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dial %s port %d: %w", sandboxID, port, err)
 	}

@@ -154,6 +154,10 @@ func (r *Router) proxyError(w http.ResponseWriter, req *http.Request, err error)
 	}
 	t, _ := req.Context().Value(targetKey{}).(Target)
 	r.log.Warn("ingress: proxy", "sandbox", t.SandboxID, "port", t.Port.Number, "err", err)
+	if we := (*WakeError)(nil); errors.As(err, &we) {
+		writeError(w, we.Status, we.Code, we.Message, we.Retryable)
+		return
+	}
 	if errors.Is(err, ErrNotExposed) {
 		writeError(w, http.StatusNotFound, "not_found", "no exposed http port behind this host", false)
 		return

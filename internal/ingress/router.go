@@ -55,7 +55,25 @@ type Options struct {
 	// verifies that of the connections it is forwarded. Required with
 	// Remote. Nil: a connection that starts with a preamble is closed.
 	Peers PeerSigner
+	// Wake is asked when a dial of an exposed port fails, once the
+	// request passed the port's checks (a private port's authorization):
+	// it resumes the sandbox if it is paused with an auto-resume, and
+	// ok says the dial is worth one more try (the sandbox runs now). A
+	// *WakeError is a wake that failed: the request is answered with it.
+	// Nil: a failed dial is the proxy's error, as always.
+	Wake func(ctx context.Context, sandboxID string) (ok bool, err error)
 }
+
+// WakeError is a failed wake's answer (Options.Wake): the HTTP status, the
+// API's error code and message, and whether a retry may succeed.
+type WakeError struct {
+	Status    int
+	Code      string
+	Message   string
+	Retryable bool
+}
+
+func (e *WakeError) Error() string { return "wake: " + e.Message }
 
 // PeerSigner authenticates TLS connections that cluster nodes forward to
 // each other's SNI listener (forward.Signer implements it). A preamble is
@@ -93,6 +111,7 @@ type Router struct {
 	log       *slog.Logger
 	remote    func(string) (string, bool)
 	peers     PeerSigner
+	wake      func(context.Context, string) (bool, error)
 
 	proxy     *httputil.ReverseProxy
 	transport *http.Transport
@@ -136,6 +155,7 @@ func New(opts Options) (*Router, error) {
 		log:       opts.Logger,
 		remote:    opts.Remote,
 		peers:     opts.Peers,
+		wake:      opts.Wake,
 		tcp:       map[int]*tcpListener{},
 		tcpBySbx:  map[string]map[int]*tcpListener{},
 	}

@@ -144,11 +144,13 @@ type recovery struct {
 
 // recoveryRules is a recovery spec's Lifecycle (milliseconds).
 type recoveryRules struct {
-	AutoStopMS     int64 `json:"auto_stop_ms,omitempty"`
-	AutoDeleteMS   int64 `json:"auto_delete_ms,omitempty"`
-	DeleteOnStop   bool  `json:"delete_on_stop,omitempty"`
-	AutoArchiveMS  int64 `json:"auto_archive_ms,omitempty"`
-	PauseOnTimeout bool  `json:"pause_on_timeout,omitempty"`
+	AutoStopMS     int64     `json:"auto_stop_ms,omitempty"`
+	AutoDeleteMS   int64     `json:"auto_delete_ms,omitempty"`
+	DeleteOnStop   bool      `json:"delete_on_stop,omitempty"`
+	AutoArchiveMS  int64     `json:"auto_archive_ms,omitempty"`
+	PauseOnTimeout bool      `json:"pause_on_timeout,omitempty"`
+	TimeoutPause   PauseKind `json:"timeout_pause,omitempty"`
+	AutoResume     bool      `json:"auto_resume,omitempty"`
 }
 
 // placementOf is the placement a create of id records, with its recovery
@@ -186,6 +188,7 @@ func (r recovery) withRules(l Lifecycle) recovery {
 		r.Lifecycle = &recoveryRules{
 			AutoStopMS: l.AutoStop.Milliseconds(), AutoDeleteMS: l.AutoDelete.Milliseconds(), DeleteOnStop: l.DeleteOnStop,
 			AutoArchiveMS: l.AutoArchive.Milliseconds(), PauseOnTimeout: l.PauseOnTimeout,
+			TimeoutPause: l.TimeoutPause, AutoResume: l.AutoResume,
 		}
 	}
 	return r
@@ -207,6 +210,7 @@ func requestOf(spec []byte) (CreateRequest, error) {
 		req.Lifecycle = Lifecycle{
 			AutoStop: time.Duration(l.AutoStopMS) * time.Millisecond, AutoDelete: time.Duration(l.AutoDeleteMS) * time.Millisecond,
 			DeleteOnStop: l.DeleteOnStop, AutoArchive: time.Duration(l.AutoArchiveMS) * time.Millisecond, PauseOnTimeout: l.PauseOnTimeout,
+			TimeoutPause: l.TimeoutPause, AutoResume: l.AutoResume,
 		}
 		req.PauseOnTimeout = l.PauseOnTimeout
 	}

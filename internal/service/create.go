@@ -518,6 +518,8 @@ func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets, diskE
 			DiskEnforced:  diskEnforced && req.DiskMB > 0,
 
 			PauseOnTimeout: req.Lifecycle.PauseOnTimeout || req.PauseOnTimeout,
+			TimeoutPause:   req.Lifecycle.TimeoutPause,
+			Wake:           wakeRuleOf(req),
 		}),
 	}
 }

@@ -22,6 +22,10 @@ type Event struct {
 	Created bool
 	// Gone: the sandbox was destroyed (or its create rolled back).
 	Gone bool
+	// ConnectionsClosed, on a resume (paused → running): the sandbox was
+	// restored from hibernation, and the connections from outside it had
+	// were closed (Resumed.ConnectionsClosed): clients reconnect.
+	ConnectionsClosed bool
 }
 
 // Subscription limits: a subscriber that falls EventBuffer events behind is
@@ -276,9 +280,18 @@ func (p publishingStore) PauseSandbox(ctx context.Context, id string) (store.San
 }
 
 func (p publishingStore) ResumeSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	hibernated := false
+	if p.hub.active() {
+		// The resume's write clears the mark: read before it whether
+		// this is a restore (one read from the reader pool, only with
+		// subscribers).
+		if before, err := p.Store.GetSandbox(ctx, id); err == nil {
+			hibernated = !before.HibernatedAt.IsZero()
+		}
+	}
 	row, err := p.Store.ResumeSandbox(ctx, id)
 	if err == nil {
-		p.hub.publish(Event{Sandbox: fromRow(row), OldState: StatePaused})
+		p.hub.publish(Event{Sandbox: fromRow(row), OldState: StatePaused, ConnectionsClosed: hibernated})
 	}
 	return row, err
 }

@@ -111,6 +111,8 @@ type harnessOptions struct {
 	// hibernate gives the service a hibernate directory (Config.HibernateDir)
 	// and, with oci, gVisor sandboxes (Config.GVisor).
 	hibernate bool
+	// hibernateMaxMB is Config.HibernateStorageMaxMB.
+	hibernateMaxMB int64
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -222,6 +224,8 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		AllowNetwork:  opts.network,
 		HibernateDir:  h.hibDir,
 		GVisor:        opts.hibernate && opts.oci,
+
+		HibernateStorageMaxMB: opts.hibernateMaxMB,
 		PausedMemoryFloor: func() int {
 			if opts.memory != nil {
 				return 10

@@ -120,6 +120,10 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 			sup = runtime.CheckpointSupport{How: why}
 		} else if why := s.imageQuota(row, q); why != "" {
 			sup = runtime.CheckpointSupport{How: why}
+		} else if why := s.imageCap(row); why != "" {
+			// Last: it reserves the image's room, given back below
+			// unless an image is kept.
+			sup = runtime.CheckpointSupport{How: why}
 		}
 	}
 	if !sup.OK || !ok {
@@ -132,6 +136,15 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 		return Hibernated{Sandbox: sb, Stopped: true, Reason: sup.How}, nil
 	}
 	wasRunning := row.State == store.StateRunning
+	dir := s.imageDir(row.ID)
+	kept := false // an image is kept: the ledger holds its size, not the reservation
+	defer func() {
+		if kept {
+			s.hibImages.set(row.ID, imageBytes(dir))
+		} else {
+			s.hibImages.drop(row.ID)
+		}
+	}()
 	if wasRunning {
 		paused, err := s.Store.PauseSandbox(ctx, row.ID)
 		if err != nil {
@@ -139,7 +152,6 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 		}
 		row = paused
 	}
-	dir := s.imageDir(row.ID)
 	// An image the row does not name hibernated (a dead process's, its
 	// mark never written, or a resume's not yet removed) is stale here:
 	// the row is not hibernated and the sandbox is running.
@@ -172,6 +184,7 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 		return Hibernated{}, fmt.Errorf("hibernate %s: the checkpoint failed, the sandbox runs on: %w: %w", row.ID, ErrUnavailable, err)
 	}
 	s.Admission.ParkWith(row.ID, row.MemoryMB) // its memory is free; its files and its image count
+	kept = true
 	marked, err := s.Store.MarkHibernated(ctx, row.ID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -179,6 +192,7 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 			// lock): its teardown removes the sandbox; the image is
 			// this call's.
 			_ = os.RemoveAll(dir)
+			kept = false
 		}
 		// Otherwise the image stays with the checkpointed sandbox, as a
 		// process killed here would leave them: the reconciler marks
@@ -289,10 +303,11 @@ func (s *Service) resumeHibernated(ctx context.Context, c Caller, row store.Sand
 	dir := s.imageDir(row.ID)
 	if err := cp.Restore(ctx, row.ID, dir); err != nil {
 		if errors.Is(err, runtime.ErrNoCheckpoint) {
+			s.hibImages.drop(row.ID)
 			s.Admission.Park(row.ID)
 			s.Logger.Warn("resume: the hibernated sandbox's image is gone; starting it afresh", "sandbox", row.ID)
 			sb, err := s.startLocked(ctx, c, row)
-			return Resumed{Sandbox: sb, ProcessesRestarted: err == nil}, err
+			return Resumed{Sandbox: sb, ProcessesRestarted: err == nil, ConnectionsClosed: err == nil}, err
 		}
 		if gone := s.unholdHibernated(ctx, row); gone != nil {
 			return Resumed{}, gone
@@ -307,7 +322,9 @@ func (s *Service) resumeHibernated(ctx context.Context, c Caller, row store.Sand
 		return Resumed{}, s.mapStoreErr(err, row.ID)
 	}
 	s.dropImage(row.ID)
-	return Resumed{Sandbox: fromRow(resumed)}, nil
+	// Its processes are back; the connections from outside that it had
+	// are not (the agent parked them for the save): the answer says so.
+	return Resumed{Sandbox: fromRow(resumed), ConnectionsClosed: true}, nil
 }
 
 // unholdHibernated gives back what a resume of hibernated row reserved,
@@ -344,6 +361,7 @@ func (s *Service) dropImage(id string) {
 	if s.cfg.HibernateDir == "" {
 		return
 	}
+	defer s.hibImages.drop(id)
 	if err := os.RemoveAll(s.imageDir(id)); err != nil {
 		s.Logger.Warn("remove a hibernate image", "sandbox", id, "err", err)
 	}
@@ -370,6 +388,9 @@ func (s *Service) sweepImages(rows []store.Sandbox) {
 	}
 	for _, e := range entries {
 		if keep[e.Name()] && !strings.Contains(e.Name(), ".") {
+			// Counted against the cap (hibernatecap.go): a restarted
+			// daemon starts from the images on disk.
+			s.hibImages.set(e.Name(), imageBytes(filepath.Join(s.cfg.HibernateDir, e.Name())))
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(s.cfg.HibernateDir, e.Name())); err != nil {

@@ -581,8 +581,14 @@ func (s *Service) UpdateSandbox(ctx context.Context, c Caller, idOrName string, 
 		}
 		sl := storeLifecycle(*l)
 		su.Lifecycle = &sl
-		if spec := specOf(row); spec.PauseOnTimeout != l.PauseOnTimeout {
-			spec.PauseOnTimeout = l.PauseOnTimeout
+		if spec := specOf(row); spec.PauseOnTimeout != l.PauseOnTimeout || spec.TimeoutPause != l.TimeoutPause || (spec.Wake != nil) != l.AutoResume {
+			spec.PauseOnTimeout, spec.TimeoutPause = l.PauseOnTimeout, l.TimeoutPause
+			if l.AutoResume && spec.Wake == nil {
+				// The caller's quota, as a create's: a wake is held to it.
+				spec.Wake = &wakeRule{Quota: c.Quota}
+			} else if !l.AutoResume {
+				spec.Wake = nil
+			}
 			su.Spec = marshalSpec(spec)
 		}
 	}

@@ -46,6 +46,12 @@ type Resumed struct {
 	// Config.PauseMax, a Stop, or its container's death) and was started
 	// again: its processes are new, only its file system was kept.
 	ProcessesRestarted bool
+	// ConnectionsClosed: connections from outside the sandbox (through
+	// the ingress, its agent's exec and file streams, port tunnels) did
+	// not survive the pause: it was hibernated (a checkpoint cannot keep
+	// them; its processes saw them closed) or its processes restarted.
+	// A client reconnects. False for a thaw, which keeps them.
+	ConnectionsClosed bool
 }
 
 // Pause freezes a running sandbox's processes in memory. Pausing a paused
@@ -118,7 +124,7 @@ func (s *Service) resumeLocked(ctx context.Context, c Caller, row store.Sandbox)
 		return Resumed{}, fmt.Errorf("sandbox %s is still being created: %w", row.ID, ErrConflict)
 	default:
 		sb, err := s.startLocked(ctx, c, row)
-		return Resumed{Sandbox: sb, ProcessesRestarted: err == nil}, err
+		return Resumed{Sandbox: sb, ProcessesRestarted: err == nil, ConnectionsClosed: err == nil}, err
 	}
 	resumed, err := s.Store.ResumeSandbox(ctx, row.ID)
 	if err != nil {
@@ -130,7 +136,7 @@ func (s *Service) resumeLocked(ctx context.Context, c Caller, row store.Sandbox)
 		// restart): what it ran is gone, its file system is not.
 		s.Logger.Warn("resume: the paused sandbox's container had stopped; starting it", "sandbox", row.ID)
 		sb, err := s.startLocked(ctx, c, resumed)
-		return Resumed{Sandbox: sb, ProcessesRestarted: err == nil}, err
+		return Resumed{Sandbox: sb, ProcessesRestarted: err == nil, ConnectionsClosed: err == nil}, err
 	}
 	if err != nil {
 		uctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
@@ -148,7 +154,7 @@ func (s *Service) resumeLocked(ctx context.Context, c Caller, row store.Sandbox)
 
 // engineErr is the answer to a pause or resume whose engine call failed:
 // not found when the sandbox was destroyed meanwhile (or is being), a conflict when its
-// container is gone or stopped, else the error (unavailable to callers).
+// container is gone or stopped, else ErrUnavailable naming the error.
 func (s *Service) engineErr(ctx context.Context, verb, id string, err error) error {
 	if row, gerr := s.Store.GetSandbox(ctx, id); errors.Is(gerr, store.ErrNotFound) || (gerr == nil && !row.DestroyingSince.IsZero()) {
 		return fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
@@ -156,7 +162,7 @@ func (s *Service) engineErr(ctx context.Context, verb, id string, err error) err
 	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrNotRunning) {
 		return fmt.Errorf("%s %s: its container is not running: %w", verb, id, ErrConflict)
 	}
-	return fmt.Errorf("%s %s: %w", verb, id, err)
+	return fmt.Errorf("%s %s: the engine failed: %w: %w", verb, id, ErrUnavailable, err)
 }
 
 // lockTransition checks the service is ready, resolves a sandbox the
@@ -332,16 +338,41 @@ func (s *Service) underLock(ctx context.Context, id, action string, still func(s
 // pauseExpired is the reaper's pause of an expired sandbox made with
 // PauseOnTimeout: the row moves to paused, its expiry cleared, only if it
 // has still expired (store.PauseExpiredSandbox), then the engine freezes
-// it. ok is false when it no longer qualified.
+// it; with Lifecycle.TimeoutPause PauseHibernate it is hibernated instead
+// where the runtime can (a checkpoint that fails leaves it running, and
+// it is frozen as before; no room for its image, or its owner's disk
+// quota, stops it, as any hibernate), with PauseStop stopped keeping its
+// file system. ok is false when it no longer qualified.
 func (s *Service) pauseExpired(ctx context.Context, id string) (bool, error) {
 	unlock, err := s.transitions.lock(ctx, id)
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
-	_, ok, err := s.Store.PauseExpiredSandbox(ctx, id, s.Clock())
+	row, ok, err := s.Store.PauseExpiredSandbox(ctx, id, s.Clock())
 	if err != nil || !ok {
 		return false, err
+	}
+	switch spec := specOf(row); spec.TimeoutPause {
+	case PauseStop:
+		if _, err := s.stopLocked(ctx, row, keepLogs); err != nil {
+			return true, fmt.Errorf("stop expired %s: %w", id, err)
+		}
+		return true, nil
+	case PauseHibernate:
+		if _, can := s.Runtime.(runtime.Checkpointer); !can || !s.HibernateSupport(spec.Runtime).OK {
+			break // today's freeze: --pause-max frees it later
+		}
+		// No caller: its image is checked against no quota (it still
+		// counts, as pause-max's).
+		h, err := s.hibernateLocked(ctx, row, keepLogs, Quota{})
+		if err == nil || errors.Is(err, ErrNotFound) {
+			if err == nil {
+				s.Logger.Info("reaper: hibernated expired sandbox", "sandbox", id, "stopped", h.Stopped, "reason", h.Reason)
+			}
+			return true, nil
+		}
+		s.Logger.Warn("reaper: hibernate of an expired sandbox failed; freezing it", "sandbox", id, "err", err)
 	}
 	if err := s.Runtime.Pause(ctx, id); err != nil {
 		// Left paused in the row: the reconciler freezes it again, or

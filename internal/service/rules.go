@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -46,7 +47,31 @@ type Lifecycle struct {
 	// PauseOnTimeout pauses the sandbox when its timeout passes, clearing
 	// the timeout, instead of destroying it (E2B's autoPause).
 	PauseOnTimeout bool
+	// TimeoutPause is how PauseOnTimeout pauses: PauseFreeze (the zero
+	// value) freezes the processes in memory, PauseHibernate hibernates
+	// them (Hibernate: where the runtime cannot, the sandbox stops),
+	// PauseStop stops the sandbox keeping its file system (E2B's
+	// autoPauseMemory true and false).
+	TimeoutPause PauseKind
+	// AutoResume: traffic to the paused sandbox (its E2B envd, or a port
+	// through the ingress) resumes it (Wake), once the request passed the
+	// checks its port wants, instead of being refused (E2B's autoResume).
+	AutoResume bool
 }
+
+// PauseKind is how a pause keeps a sandbox's processes.
+type PauseKind string
+
+// The kinds of pause (Lifecycle.TimeoutPause).
+const (
+	// PauseFreeze freezes the processes in memory (Pause).
+	PauseFreeze PauseKind = ""
+	// PauseHibernate writes them to disk and frees their memory
+	// (Hibernate).
+	PauseHibernate PauseKind = "hibernate"
+	// PauseStop ends them, keeping the file system (Stop).
+	PauseStop PauseKind = "stop"
+)
 
 // Bounds of the rules: auto-stop and auto-delete as long as the longest
 // timeout, auto-archive 30 days (Daytona's maximum).
@@ -68,6 +93,10 @@ func (l Lifecycle) Validate() error {
 		return invalid("lifecycle.auto_delete_s", "a sandbox deleted at its stop has no auto-delete delay")
 	case l.AutoArchive < 0 || l.AutoArchive > MaxAutoArchive:
 		return invalid("lifecycle.auto_archive_s", "must be between 0 and %d seconds", int(MaxAutoArchive.Seconds()))
+	case l.TimeoutPause != PauseFreeze && l.TimeoutPause != PauseHibernate && l.TimeoutPause != PauseStop:
+		return invalid("lifecycle.timeout_pause", "must be empty, %q or %q", PauseHibernate, PauseStop)
+	case l.TimeoutPause != PauseFreeze && !l.PauseOnTimeout:
+		return invalid("lifecycle.timeout_pause", "applies only to a sandbox paused on its timeout")
 	}
 	return nil
 }
@@ -83,6 +112,8 @@ func lifecycleOf(row store.Sandbox, spec sandboxSpec) Lifecycle {
 	return Lifecycle{
 		AutoStop: l.AutoStop, AutoDelete: l.AutoDelete, DeleteOnStop: l.DeleteOnStop, AutoArchive: l.AutoArchive,
 		PauseOnTimeout: spec.PauseOnTimeout,
+		TimeoutPause:   spec.TimeoutPause,
+		AutoResume:     spec.Wake != nil,
 	}
 }
 
@@ -112,8 +143,13 @@ func (s *Service) Touch(ctx context.Context, sb Sandbox) error {
 
 // Archive stops a sandbox (if it runs) and marks it archived; a start
 // clears the mark. Its file system is the stopped container's, kept as it
-// is. Archiving an archived sandbox returns it unchanged. A sandbox with
-// DeleteOnStop is destroyed by the stop, and the answer is its last view.
+// is. Where the runtime can checkpoint it, a running or paused sandbox
+// without auto-delete rules is hibernated instead (archiveHibernates):
+// its processes are kept on disk beside its files, it holds no memory,
+// and the start that clears the mark resumes them. Archiving an archived
+// (or hibernated) sandbox returns it marked and otherwise unchanged. A
+// sandbox with DeleteOnStop is destroyed by the stop, and the answer is
+// its last view.
 func (s *Service) Archive(ctx context.Context, c Caller, idOrName string) (Sandbox, error) {
 	row, unlock, err := s.lockTransition(ctx, c, idOrName)
 	if err != nil {
@@ -128,8 +164,23 @@ func (s *Service) Archive(ctx context.Context, c Caller, idOrName string) (Sandb
 	if err != nil {
 		return Sandbox{}, s.mapStoreErr(err, row.ID)
 	}
-	if row.State == store.StateStopped {
+	if row.State == store.StateStopped || row.State == store.StatePaused && !row.HibernatedAt.IsZero() {
 		return fromRow(marked), nil
+	}
+	if s.archiveHibernates(marked) {
+		h, err := s.hibernateLocked(ctx, marked, keepLogs, c.Quota)
+		if err == nil || errors.Is(err, ErrNotFound) {
+			if err == nil && h.Stopped {
+				s.Logger.Info("archive: stopped, not hibernated", "sandbox", row.ID, "reason", h.Reason)
+			}
+			return h.Sandbox, err
+		}
+		// The checkpoint failed and the sandbox runs on: stopped, as
+		// where it cannot hibernate.
+		s.Logger.Warn("archive: hibernate failed; stopping", "sandbox", row.ID, "err", err)
+		if marked, err = s.Store.GetSandbox(ctx, row.ID); err != nil {
+			return Sandbox{}, s.mapStoreErr(err, row.ID)
+		}
 	}
 	sb, err := s.stopLocked(ctx, marked, keepLogs)
 	if err != nil {
@@ -144,6 +195,19 @@ func (s *Service) Archive(ctx context.Context, c Caller, idOrName string) (Sandb
 		return sb, s.deleteOnStop(ctx, sb.ID)
 	}
 	return sb, nil
+}
+
+// archiveHibernates reports whether Archive hibernates row (running, or
+// paused and frozen) rather than stop it: the runtime can checkpoint it,
+// and it has no auto-delete rule, whose time counts from a stop (a
+// hibernated sandbox is paused, and would never be deleted).
+func (s *Service) archiveHibernates(row store.Sandbox) bool {
+	if _, ok := s.Runtime.(runtime.Checkpointer); !ok {
+		return false
+	}
+	l := row.Lifecycle
+	return (row.State == store.StateRunning || row.State == store.StatePaused) && l.AutoDelete == 0 && !l.DeleteOnStop &&
+		s.HibernateSupport(specOf(row).Runtime).OK
 }
 
 // deleteOnStop destroys a sandbox that DeleteOnStop says goes with its

@@ -115,6 +115,11 @@ type sandboxSpec struct {
 	SecretEnvKeys []string `json:"secret_env_keys,omitempty"`
 	// PauseOnTimeout: the reaper pauses the sandbox instead of destroying it.
 	PauseOnTimeout bool `json:"pause_on_timeout,omitempty"`
+	// TimeoutPause is how (Lifecycle.TimeoutPause).
+	TimeoutPause PauseKind `json:"timeout_pause,omitempty"`
+	// Wake, when set, is the sandbox's auto-resume (Lifecycle.AutoResume;
+	// wake.go).
+	Wake *wakeRule `json:"wake,omitempty"`
 	// Failover is the create's (cluster.go): a sandbox recreated on
 	// failover is recreated with its create's network policy.
 	Failover string `json:"failover,omitempty"`

@@ -265,6 +265,11 @@ type Config struct {
 	// (PausedMemoryFloor stops it: a save needs minutes a host short of
 	// memory has not).
 	HibernateDir string
+	// HibernateStorageMaxMB bounds what the hibernate images hold in
+	// HibernateDir together (hibernatecap.go): a hibernate that would
+	// pass it stops the sandbox instead, saying so. 0: a quarter of
+	// HibernateDir's file system.
+	HibernateStorageMaxMB int64
 	// PausedMemoryFloor is the percent of the host's memory that must stay
 	// available: under it, paused sandboxes are stopped, longest paused
 	// first (0: never; needs Deps.HostMemory).
@@ -413,6 +418,11 @@ type Service struct {
 	// after startup instead of waiting for the periodic pass.
 	engineInFlight atomic.Bool
 
+	// hibImages is what the hibernate images hold, hibernateCap what they
+	// may (hibernatecap.go).
+	hibImages    imageLedger
+	hibernateCap int64
+
 	// transitions serializes the lifecycle transitions of one sandbox
 	// (pause, resume, stop, start, and the reconciler's repairs of a
 	// paused row): each is a store write and an engine call, which must
@@ -471,6 +481,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		cfg.DefaultImage = "sandboxd/base:bookworm"
 	}
 	s := &Service{cfg: cfg, Deps: deps, pool: warmpool.New(cmp.Or(cfg.PoolConcurrency, 2)), events: &eventHub{}, imageGC: make(chan struct{}, 1)}
+	if cfg.HibernateDir != "" {
+		s.hibernateCap = hibernateCapBytes(cfg)
+	}
 	s.Store = publishingStore{Store: deps.Store, hub: s.events}
 	if deps.Images != nil && deps.ImageCollector != nil {
 		s.Images = collectingImages{Images: deps.Images, kick: s.kickImageGC}

@@ -498,12 +498,13 @@ func (s *Store) PauseSandbox(ctx context.Context, id string) (Sandbox, error) {
 // ResumeSandbox moves sandbox id from paused to running in one conditional
 // write, and gives its timeout back the time it spent paused: an expiry
 // moves later by now - PausedAt (the time left at the pause is left
-// again). A sandbox that is not paused is a *StateConflictError carrying
+// again). It clears an archive mark (a sandbox archived by a hibernate
+// runs again). A sandbox that is not paused is a *StateConflictError carrying
 // its state; ErrNotFound if it is gone or its destroy began.
 func (s *Store) ResumeSandbox(ctx context.Context, id string) (Sandbox, error) {
 	now := s.nowMillis()
 	sb, err := s.moveState(ctx, id, StatePaused, StateRunning,
-		`expires_at = CASE WHEN expires_at IS NULL THEN NULL ELSE expires_at + max(0, ? - paused_at) END, paused_at = NULL, hibernated_at = NULL, last_activity_at = ?`, now, now)
+		`expires_at = CASE WHEN expires_at IS NULL THEN NULL ELSE expires_at + max(0, ? - paused_at) END, paused_at = NULL, hibernated_at = NULL, archived_at = NULL, last_activity_at = ?`, now, now)
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}

@@ -411,6 +411,11 @@ type Resumed struct {
 	// past the daemon's --pause-max, say) and was started; its file system
 	// was kept, its processes were not.
 	ProcessesRestarted bool `json:"processes_restarted"`
+	// ConnectionsClosed: connections from outside the sandbox (exec and
+	// file streams, port tunnels, preview connections) did not survive:
+	// it was restored from hibernation, or its processes restarted.
+	// Reconnect.
+	ConnectionsClosed bool `json:"connections_closed"`
 }
 
 // ResumeSandbox thaws a paused sandbox (its processes continue where they

@@ -131,6 +131,14 @@
 // already says archived); start (or recover) starts it and clears the
 // mark. The state reads "archived" for a stopped sandbox that is marked,
 // whichever edge stopped it. list's states filter knows archived.
+// Where the runtime can checkpoint the sandbox (gVisor under --engine
+// oci) and it has no auto-delete (whose time counts from a stop), archive
+// hibernates it instead of stopping it (Service.Archive): its processes
+// and memory go to disk beside its files, it holds no memory, it reads
+// "archived" all the same (paused and hibernated in the service, and
+// marked), and start (or recover) resumes its processes where they were
+// (its sessions live on), clearing the mark. Its event stream shows the
+// hibernate's pause (started → paused) rather than a stop.
 //
 // # One account
 //

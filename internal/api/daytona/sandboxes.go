@@ -455,6 +455,10 @@ func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller) 
 				return badRequest("unknown state %q", s)
 			}
 			filter.States = append(filter.States, st)
+			if s == "archived" {
+				// Archived by a hibernate: paused in the service.
+				filter.States = append(filter.States, service.StatePaused)
+			}
 			if states == nil {
 				states = map[string]bool{}
 			}
@@ -470,7 +474,7 @@ func (f *Facade) list(w http.ResponseWriter, r *http.Request, c service.Caller) 
 	for _, sb := range items {
 		d := dto(sb, base, false)
 		if states != nil && !states[d.State] {
-			continue // stopped and archived are one service state
+			continue // stopped and archived are one service state, as are paused and hibernated-archived
 		}
 		out.Items = append(out.Items, d)
 	}
@@ -515,11 +519,17 @@ func (f *Facade) delete(w http.ResponseWriter, r *http.Request, c service.Caller
 // sandbox is started; an archived one is recovered. Its auto-stop clock
 // restarts (the service's: a start is activity).
 func (f *Facade) start(w http.ResponseWriter, r *http.Request, c service.Caller) error {
-	sb, err := f.svc.Start(r.Context(), c, r.PathValue("id"))
+	before, err := f.svc.Get(r.Context(), c, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	f.dropSessions(sb.ID) // their shells died with the container
+	sb, err := f.svc.Start(r.Context(), c, before.ID)
+	if err != nil {
+		return err
+	}
+	if before.State != service.StatePaused {
+		f.dropSessions(sb.ID) // their shells died with the container; a paused (or archived by a hibernate) one's live on
+	}
 	writeJSON(w, http.StatusOK, dto(sb, toolboxBase(r), true))
 	return nil
 }

@@ -274,6 +274,17 @@ func (f *Facade) createRequest(owner string, body newSandboxBody, from *fromTemp
 	if body.AutoResume != nil && body.AutoResume.Enabled {
 		ann[annAutoResume] = "true"
 	}
+	// autoPauseMemory is sent only with autoPause (the SDK's
+	// onTimeout.keepMemory): true hibernates, false stops keeping the
+	// file system, as pause's memory does; absent freezes.
+	var timeoutPause service.PauseKind
+	if body.AutoPauseMemory != nil && ann[annAutoPause] == "true" {
+		timeoutPause = service.PauseStop
+		if *body.AutoPauseMemory {
+			timeoutPause = service.PauseHibernate
+		}
+		ann[annAutoPauseMemory] = strconv.FormatBool(*body.AutoPauseMemory)
+	}
 	var mounts []service.Mount
 	for _, m := range body.VolumeMounts {
 		mounts = append(mounts, service.Mount{Volume: m.Name, Path: m.Path})
@@ -291,8 +302,14 @@ func (f *Facade) createRequest(owner string, body newSandboxBody, from *fromTemp
 		Mounts:        mounts,
 		Annotations:   ann,
 		// autoPause: the reaper pauses the sandbox when its timeout
-		// passes, instead of killing it (lifecycle.onTimeout "pause").
-		Lifecycle: service.Lifecycle{PauseOnTimeout: ann[annAutoPause] == "true"},
+		// passes, instead of killing it (lifecycle.onTimeout "pause"),
+		// as a pause with autoPauseMemory as its memory would;
+		// autoResume: a request to it while paused resumes it.
+		Lifecycle: service.Lifecycle{
+			PauseOnTimeout: ann[annAutoPause] == "true",
+			TimeoutPause:   timeoutPause,
+			AutoResume:     ann[annAutoResume] == "true",
+		},
 	}, nil
 }
 

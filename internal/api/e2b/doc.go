@@ -130,11 +130,24 @@
 // (network.go: E2B's allow-before-deny mapped onto sandboxd's
 // deny-over-allow; no network on a daemon without --sandbox-network), and
 // PUT /sandboxes/{id}/network changes it; reads show the policy in force.
-// allow_internet_access, network, autoPause and autoResume are recorded as
-// annotations too; autoResume is not enforced (traffic does not resume a
-// paused sandbox). autoPause is: such a sandbox is paused, not killed, when its
-// timeout passes (service.Lifecycle.PauseOnTimeout; lifecycle.onTimeout
-// "pause").
+// allow_internet_access, network, autoPause, autoPauseMemory and
+// autoResume are recorded as annotations too. autoPause is enforced: such
+// a sandbox is paused, not killed, when its timeout passes
+// (service.Lifecycle.PauseOnTimeout; lifecycle.onTimeout "pause"), as
+// pause does with autoPauseMemory as its memory (the SDK sends it only
+// with onTimeout.keepMemory): absent freezes, true hibernates, false stops
+// it keeping its file system (service.Lifecycle.TimeoutPause).
+//
+// autoResume is enforced (service.Lifecycle.AutoResume, Service.Wake): a
+// request for a paused sandbox (frozen or hibernated) that would be
+// served if it ran resumes it and is then served, on envd, on any port by
+// host (ServePort) and on ports exposed through the ingress. It must
+// carry the sandbox's credential where its port has one (wakes): the
+// requests a secure sandbox lets through without a token (GET /health,
+// the interpreter's context calls) do not wake it. Otherwise, and without
+// autoResume, the answer is the not-running 502 as before. A wake that
+// fails answers its error (429 over quota, 503 for the engine), in envd's
+// shape.
 //
 // # Pause and connect
 //

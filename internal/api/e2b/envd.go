@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
+	"github.com/sandboxd/sandboxd/internal/api/apierr"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/naming"
 	"github.com/sandboxd/sandboxd/internal/service"
@@ -38,6 +39,12 @@ var strippedHeaders = []string{headerSandboxID, headerSandboxPort}
 // documentation for authorization and error answers.
 func (f *Facade) serveEnvd(w http.ResponseWriter, r *http.Request, id string, port int) {
 	sb, err := f.lookupEnvd(r.Context(), id)
+	if err == nil && sb.State == service.StatePaused {
+		var answered bool
+		if sb, answered = f.wake(w, r, sb, port); answered {
+			return
+		}
+	}
 	if err != nil || sb.State != service.StateRunning {
 		if err != nil && !errors.Is(err, service.ErrNotFound) {
 			f.log.ErrorContext(r.Context(), "e2b: envd: look up sandbox", "sandbox", id, "err", err)
@@ -70,7 +77,10 @@ func (f *Facade) ServesHost(host string) (owner string, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	sb, err := f.lookupEnvd(ctx, id)
-	if err != nil || sb.State != service.StateRunning || sb.Annotations[annTemplate] == "" {
+	// A paused sandbox with an auto-resume is served on envd's and the
+	// interpreter's port: a request there wakes it.
+	wakeable := sb.State == service.StatePaused && sb.Lifecycle.AutoResume && (port == envdPort || port == interpreterPort)
+	if err != nil || (sb.State != service.StateRunning && !wakeable) || sb.Annotations[annTemplate] == "" {
 		return "", false
 	}
 	if port != envdPort && port != interpreterPort && !f.listening.listens(ctx, sb.ID, port) {
@@ -103,12 +113,97 @@ func (f *Facade) ServePort(w http.ResponseWriter, r *http.Request, id string, po
 		f.log.ErrorContext(r.Context(), "e2b: port host: look up sandbox", "sandbox", id, "err", err)
 		f.envdError(w, r, http.StatusBadGateway, "unavailable", "sandbox "+id+" is not reachable right now")
 		return true
+	case sb.State == service.StatePaused && sb.Annotations[annTemplate] != "":
+		if sb, answered := f.wake(w, r, sb, port); answered {
+			return true
+		} else if sb.State != service.StateRunning {
+			f.sandboxNotFound(w, r, id)
+			return true
+		}
 	case sb.State != service.StateRunning || sb.Annotations[annTemplate] == "":
 		f.sandboxNotFound(w, r, id)
 		return true
 	}
 	f.forward(w, r, sb, port)
 	return true
+}
+
+// wake is the answer to a request for port of sb, paused: when sb has an
+// auto-resume (E2B's autoResume) and r carries what port wants of it
+// (wakes), sb is resumed (Service.Wake: concurrent requests resume it
+// once) and returned running, answered false: the caller serves r. Else
+// sb comes back as it was, answered false, and the caller answers as for
+// a sandbox that does not run: a request without the sandbox's
+// credentials never wakes it, and learns no more than before. A wake that
+// fails (the owner's quota, the host's capacity, the engine) is answered
+// here with its error (answered true), never left to hang.
+func (f *Facade) wake(w http.ResponseWriter, r *http.Request, sb service.Sandbox, port int) (_ service.Sandbox, answered bool) {
+	if !sb.Lifecycle.AutoResume || !f.wakes(r, sb, port) {
+		return sb, false
+	}
+	res, ok, err := f.svc.Wake(r.Context(), sb.ID)
+	switch {
+	case err != nil:
+		status, msg := classify(err)
+		if apierr.DaemonFault(status) {
+			f.log.ErrorContext(r.Context(), "e2b: auto-resume", "sandbox", sb.ID, "err", err)
+		}
+		if status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", apierr.RetryAfter(err))
+		}
+		if port != envdPort && port != interpreterPort {
+			// Whoever has the link reaches a public port: the owner's
+			// quota and the daemon's faults are not theirs to read.
+			msg = http.StatusText(status)
+		}
+		f.envdError(w, r, status, connectCode(status), "auto-resume of sandbox "+sb.ID+" failed: "+msg)
+		return sb, true
+	case !ok:
+		return sb, false
+	}
+	// The interpreter server of a code-interpreter sandbox runs, as after
+	// connect (a thaw or a restore keeps it; a start does not).
+	if err := f.ensureInterpreter(r.Context(), res.Sandbox); err != nil {
+		f.log.WarnContext(r.Context(), "e2b: auto-resume: start the code interpreter", "sandbox", sb.ID, "err", err)
+	}
+	return res.Sandbox, false
+}
+
+// wakes reports whether r, for port of the paused sb, carries what that
+// port wants of a caller (authorizeEnvd), and a credential of the sandbox
+// where the port has one: the requests a secure sandbox's envd and code
+// interpreter let through without a token (GET /health, the
+// interpreter's context calls) do not wake it, since anyone may send
+// them. Public ports of a public sandbox want nothing but its id, as on
+// E2B: a request to them wakes it.
+func (f *Facade) wakes(r *http.Request, sb service.Sandbox, port int) bool {
+	if _, _, msg := f.authorizeEnvd(r, sb, port); msg != "" {
+		return false
+	}
+	if (port == envdPort || port == interpreterPort) && secure(sb) {
+		tok := r.Header.Get("X-Access-Token")
+		if tok == "" && port == envdPort && fileOperation(r) != "" {
+			return true // a valid signature: authorizeEnvd checked it
+		}
+		return f.validToken(accessTokenLabel, sb.ID, tok)
+	}
+	return true
+}
+
+// connectCode is the Connect error code of an HTTP status, for answers on
+// the Connect paths.
+func connectCode(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "invalid_argument"
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusConflict:
+		return "failed_precondition"
+	case http.StatusTooManyRequests:
+		return "resource_exhausted"
+	}
+	return "unavailable"
 }
 
 // forward authorizes r for port of the running sandbox sb and proxies it.

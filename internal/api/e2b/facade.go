@@ -38,6 +38,7 @@ type Service interface {
 	Pause(ctx context.Context, c service.Caller, idOrName string) (service.Sandbox, error)
 	Resume(ctx context.Context, c service.Caller, idOrName string) (service.Resumed, error)
 	Hibernate(ctx context.Context, c service.Caller, idOrName string) (service.Hibernated, error)
+	Wake(ctx context.Context, id string) (service.Resumed, bool, error)
 	UpdateSandbox(ctx context.Context, c service.Caller, idOrName string, u service.Update) (service.Sandbox, error)
 	Stats(ctx context.Context, c service.Caller, idOrName string) (runtime.Stats, error)
 	SandboxDisk(ctx context.Context, c service.Caller, idOrName string) (service.Disk, error)

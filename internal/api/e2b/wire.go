@@ -28,6 +28,8 @@ const (
 	annPrivate       = "e2b.private" // "true": network.allowPublicTraffic was false
 	annAutoPause     = "e2b.auto_pause"
 	annAutoResume    = "e2b.auto_resume"
+	// annAutoPauseMemory is autoPauseMemory as sent (absent: not sent).
+	annAutoPauseMemory = "e2b.auto_pause_memory"
 )
 
 // newSandboxBody is NewSandbox (v1, with secure) and NewSandboxV2.

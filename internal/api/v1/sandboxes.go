@@ -300,7 +300,7 @@ func (s *server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, resumeJSON{sandboxJSON: toSandboxJSON(res.Sandbox), ProcessesRestarted: res.ProcessesRestarted})
+	writeJSON(w, http.StatusOK, resumeJSON{sandboxJSON: toSandboxJSON(res.Sandbox), ProcessesRestarted: res.ProcessesRestarted, ConnectionsClosed: res.ConnectionsClosed})
 	return nil
 }
 

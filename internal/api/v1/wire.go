@@ -114,11 +114,16 @@ func lifecycleFrom(l service.Lifecycle) *lifecycleJSON {
 	return out
 }
 
-// resumeJSON is the answer to a resume: the sandbox, and whether its
-// processes were restarted (it was stopped, not paused).
+// resumeJSON is the answer to a resume: the sandbox, whether its
+// processes were restarted (it was stopped, not paused), and whether its
+// connections from outside were closed (restored from hibernation, or
+// restarted).
 type resumeJSON struct {
 	sandboxJSON
 	ProcessesRestarted bool `json:"processes_restarted"`
+	// ConnectionsClosed: connections from outside did not survive
+	// (Resumed.ConnectionsClosed); the client reconnects.
+	ConnectionsClosed bool `json:"connections_closed"`
 }
 
 // hibernateJSON is the answer to a hibernate: the sandbox, and whether it

@@ -115,6 +115,21 @@ describe('lifecycle', { concurrency: true }, () => {
     assert.equal((await sbx.commands.run('echo ok')).stdout, 'ok\n')
   })
 
+  it('autoResume: the first command to a paused sandbox resumes it, with its files and processes', { timeout: 240_000 }, async (t) => {
+    const sbx = await createSandbox(t, 'auto-resume', { lifecycle: { onTimeout: 'pause', autoResume: true } })
+    assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+    await sbx.files.write('/tmp/kept-across-pause', 'still here')
+    const sleeper = await sbx.commands.run('sleep 1000', { background: true })
+
+    assert.equal(await sbx.pause(), true)
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+
+    // No connect: the command itself wakes it.
+    const res = await sbx.commands.run(`cat /tmp/kept-across-pause && kill -0 ${sleeper.pid} && echo " and alive"`)
+    assert.equal(res.stdout, 'still here and alive\n')
+    assert.equal((await sbx.getInfo()).state, 'running')
+  })
+
   it('pause keeps processes: after connect a counter loop counts on and a server answers', { timeout: 240_000 }, async (t) => {
     const sbx = await createSandbox(t, 'pause-keeps-processes')
     // Each count replaces the file whole (a read never sees it emptied).
