@@ -192,6 +192,9 @@ type Daemon struct {
 // create may ask for (the service's bound).
 const MaxTimeout = 7 * 24 * time.Hour
 
+// DefaultEngine is --engine when none is given (nor SANDBOXD_ENGINE).
+const DefaultEngine = "docker"
+
 // MinDiskMB is the smallest disk limit a sandbox may have: the agent and
 // a shell need a little room to write (their state, a temporary file).
 const MinDiskMB = 16
@@ -487,7 +490,7 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		DefaultImage:       get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
 		APIHosts:           splitList(get("SANDBOXD_API_HOSTS", "")),
 		DefaultRuntime:     get("SANDBOXD_DEFAULT_RUNTIME", "docker"),
-		Engine:             get("SANDBOXD_ENGINE", "docker"),
+		Engine:             get("SANDBOXD_ENGINE", DefaultEngine),
 		OCIDir:             get("SANDBOXD_OCI_DIR", ""),
 		HostPortLo:         40000,
 		HostPortHi:         40999,
