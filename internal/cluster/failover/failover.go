@@ -231,7 +231,12 @@ func (f *Failover) live(node string) bool {
 // Their containers carry this node's name and label; the new owner's are
 // never touched, nor its keys (clusterKeys releases only this node's).
 // Those the cluster declared lost while the node was away, and that are
-// still here, are running again: their placement says so.
+// still here, are running again: their placement says so. The directory
+// is the watch's copy, which lags the cluster (a node that has just
+// restarted reads its own member, still catching up): a sandbox it shows
+// lost may have been deleted by its owner since, so the revive holds only
+// while the fresh placement still says lost, and one deleted meanwhile is
+// destroyed here, as one the directory shows deleted is.
 func (f *Failover) DropStale(ctx context.Context) error {
 	ids, err := f.Service.LocalSandboxIDs(ctx)
 	if err != nil {
@@ -245,23 +250,26 @@ func (f *Failover) DropStale(ctx context.Context) error {
 			continue
 		}
 		if p.Node == f.Self && p.State == cluster.StateDeleted {
-			// Deleted by its owner while this node was away.
-			f.logger().Info("cluster: destroying a sandbox deleted while this node was away", "sandbox", id)
-			if err := f.Service.DestroyLocal(ctx, id); err != nil {
-				f.logger().Warn("cluster: destroy a deleted sandbox", "sandbox", id, "err", err)
-			}
+			f.destroyDeleted(ctx, id)
 			continue
 		}
 		if p.Node == f.Self {
 			if p.State == cluster.StateLost {
+				deleted := false
 				_, err := f.Dir.UpdatePlacement(ctx, id, func(q *cluster.Placement) error {
-					if q.Node != f.Self {
+					if q.Node != f.Self || q.State != cluster.StateLost {
+						// Moved, revived, or deleted by its owner since
+						// the directory's copy.
+						deleted = q.Node == f.Self && q.State == cluster.StateDeleted
 						return cluster.ErrConflict
 					}
 					q.State = cluster.StateRunning
 					return nil
 				})
-				if err != nil {
+				switch {
+				case deleted:
+					f.destroyDeleted(ctx, id)
+				case err != nil && !errors.Is(err, cluster.ErrConflict):
 					f.logger().Warn("cluster: revive a sandbox declared lost", "sandbox", id, "err", err)
 				}
 			}
@@ -302,6 +310,16 @@ func (f *Failover) DropStale(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// destroyDeleted destroys the local copy of sandbox id, which its owner
+// deleted while this node was away (its placement is a tombstone naming
+// this node; the destroy releases it).
+func (f *Failover) destroyDeleted(ctx context.Context, id string) {
+	f.logger().Info("cluster: destroying a sandbox deleted while this node was away", "sandbox", id)
+	if err := f.Service.DestroyLocal(ctx, id); err != nil {
+		f.logger().Warn("cluster: destroy a deleted sandbox", "sandbox", id, "err", err)
+	}
 }
 
 // missedGrace is how long a node waits after its start before it fails
