@@ -202,11 +202,19 @@ func (f *Failover) failOne(ctx context.Context, p cluster.Placement) {
 	log.Info("failover: recreated here", "took", time.Since(start).Round(time.Millisecond))
 }
 
-// markLost marks id's placement lost while node still holds it.
+// markLost marks id's placement lost while node still holds it. Every
+// surviving node does so from its own copy of the directory, which lags
+// the cluster: one already lost (another node marked it) is not written
+// again, so its owner's delete (a tombstone, a transaction on the
+// placement's revision) does not meet a needless change, and one its
+// owner deleted meanwhile keeps its tombstone.
 func (f *Failover) markLost(ctx context.Context, log *slog.Logger, id, node string) {
 	_, err := f.Dir.UpdatePlacement(ctx, id, func(q *cluster.Placement) error {
 		if q.Node != node {
 			return cluster.ErrConflict // moved meanwhile
+		}
+		if q.State == cluster.StateLost || q.State == cluster.StateDeleted {
+			return cluster.ErrConflict // marked, or deleted, since the copy
 		}
 		q.State = cluster.StateLost
 		return nil

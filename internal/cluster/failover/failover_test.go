@@ -45,7 +45,10 @@ func (d *dir) PlacementsOf(node string) []cluster.Placement {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []cluster.Placement
-	for _, p := range d.placements {
+	for id, p := range d.placements {
+		if l, ok := d.lagging[id]; ok {
+			p = l
+		}
 		if p.Node == node {
 			out = append(out, p)
 		}
@@ -73,6 +76,7 @@ func (d *dir) UpdatePlacement(_ context.Context, id string, f func(*cluster.Plac
 	if err := f(&p); err != nil {
 		return p, err
 	}
+	p.Revision++ // every write moves it, as etcd's
 	d.placements[id] = p
 	return p, nil
 }
@@ -223,5 +227,45 @@ func TestDropStale_LostInTheLaggingCopyButDeletedSinceIsDestroyed(t *testing.T) 
 	defer s.mu.Unlock()
 	if len(s.destroyed) != 1 || s.destroyed[0] != "sb-del" {
 		t.Errorf("destroyed %v, want [sb-del]", s.destroyed)
+	}
+}
+
+// Every surviving node marks a departed node's sandboxes lost from its
+// own copy of the directory, which lags the cluster. markLost used to
+// write "lost" whatever the fresh placement said: over a tombstone (its
+// owner deleted it since, and its node, when it returns, would then
+// revive it), and again over one another survivor had marked, a needless
+// change that made the owner's delete (a transaction on the placement's
+// revision) answer 503 "the cluster did not record the delete"
+// (test/cluster's TestCluster_FailoverRecreatesOnAnotherNode, once in
+// three runs). Neither is written now.
+func TestFailover_MarkLostLeavesAMarkedOrDeletedPlacementAlone(t *testing.T) {
+	d := &dir{departed: make(chan string), live: []cluster.NodeInfo{{ID: "n1"}}, placements: map[string]cluster.Placement{
+		"sb-del":  {ID: "sb-del", Node: "n2", State: cluster.StateDeleted},
+		"sb-lost": {ID: "sb-lost", Node: "n2", State: cluster.StateLost, Revision: 7},
+		"sb-run":  {ID: "sb-run", Node: "n2", State: cluster.StateRunning},
+	}, lagging: map[string]cluster.Placement{
+		"sb-del":  {ID: "sb-del", Node: "n2", State: cluster.StateRunning},
+		"sb-lost": {ID: "sb-lost", Node: "n2", State: cluster.StateRunning},
+	}}
+	s := &svc{}
+	f := &failover.Failover{Dir: d, Service: s, Self: "n1", Started: time.Now(), Healthy: func() bool { return true }}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	d.departed <- "n2"
+	d.departed <- "n3" // taken once n2's departure is handled
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p := d.placements["sb-del"]; p.State != cluster.StateDeleted {
+		t.Errorf("deleted since the copy: %+v, want its tombstone kept", p)
+	}
+	if p := d.placements["sb-lost"]; p.State != cluster.StateLost || p.Revision != 7 {
+		t.Errorf("marked lost by another node: %+v, want it unwritten (lost, revision 7)", p)
+	}
+	if p := d.placements["sb-run"]; p.State != cluster.StateLost {
+		t.Errorf("running: %+v, want lost", p)
 	}
 }
