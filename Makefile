@@ -32,7 +32,7 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 BINARIES    := sandboxd sbx toolboxd
 # What the daemon needs beside its binaries at run time: the scripts that
 # set up the engine and build the images, and the images' recipes.
-SHARE_SCRIPTS := scripts/build-images.sh scripts/setup-docker.sh scripts/setup-gvisor.sh
+SHARE_SCRIPTS := scripts/build-images.sh scripts/setup-docker.sh scripts/setup-gvisor.sh scripts/setup-oci.sh
 SHARE_IMAGES   = $(shell find images -type f ! -path '*/__pycache__/*' | LC_ALL=C sort)
 
 .PHONY: help
@@ -61,7 +61,7 @@ install: build ## install the binaries, the systemd unit and /etc/sandboxd/sandb
 	@# The config is the operator's once there: never overwritten.
 	[ -e $(DESTDIR)$(SYSCONFDIR)/sandboxd/sandboxd.conf ] || install -m 0600 packaging/sandboxd.conf $(DESTDIR)$(SYSCONFDIR)/sandboxd/sandboxd.conf
 	install -d -m 0700 $(DESTDIR)$(LOCALSTATEDIR)/lib/sandboxd
-	@[ -n "$(DESTDIR)" ] || echo "installed; next: systemctl daemon-reload && systemctl enable --now sandboxd (images: $(SHAREDIR)/scripts/build-images.sh)"
+	@[ -n "$(DESTDIR)" ] || echo "installed; next: systemctl daemon-reload && systemctl enable --now sandboxd (images: $(SHAREDIR)/scripts/build-images.sh; the oci runtime's crun and disk: $(SHAREDIR)/scripts/setup-oci.sh)"
 
 .PHONY: uninstall
 uninstall: ## remove what install put; never the data (/var/lib/sandboxd) or the config
@@ -101,20 +101,22 @@ cluster-stop: ## stop the cluster started by `make cluster`
 	@scripts/cluster.sh --stop
 
 .PHONY: test
-test: setup build ## run every test (unit, integration on real Docker, SDK compatibility)
+test: setup build ## run every test (unit, integration on the default engine-free runtime and on Docker, SDK compatibility)
 	@# The daemon-level packages (test/e2e, test/adversarial, test/cluster,
 	@# test/conformance) run the binaries just built instead of each building
-	@# its own (internal/testenv/daemontest). test/cluster, the longest
-	@# package by far (~8 min, its tests one after another), is named first so
-	@# that go test starts it first; the others share the second slot beside it.
+	@# its own (internal/testenv/daemontest), on the daemon's default engine
+	@# (--engine oci). test/cluster, the longest package by far (~5 min, its
+	@# tests one after another), is named first so that go test starts it
+	@# first; the others share the second slot beside it.
 	SANDBOXD_TEST_BIN_DIR=$(abspath $(BUILD_DIR)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/cluster/ ./...
-	@# The same daemon-level tests against the engine-free runtime
-	@# (--engine oci): lifecycle, faults, SIGKILL recovery and the attacks.
-	SANDBOXD_TEST_ENGINE=oci SANDBOXD_TEST_BIN_DIR=$(abspath $(BUILD_DIR)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/ ./test/adversarial/ ./test/conformance/
+	@# The same daemon-level tests against the Docker engine (--engine
+	@# docker): lifecycle, faults, SIGKILL recovery and the attacks.
+	SANDBOXD_TEST_ENGINE=docker SANDBOXD_TEST_BIN_DIR=$(abspath $(BUILD_DIR)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/ ./test/adversarial/ ./test/conformance/
 	python3 -m unittest discover -s images/code-interpreter -p '*_test.py'
+	@# The SDK suites on the default engine: a single daemon, then a 3-node cluster.
 	@scripts/test-compat.sh
-	@# The SDK suites once more, on a single daemon of --engine oci.
-	@SANDBOXD_COMPAT_ENGINE=oci SANDBOXD_COMPAT_CLUSTER=0 scripts/test-compat.sh
+	@# The SDK suites once more, on a single daemon of --engine docker.
+	@SANDBOXD_COMPAT_ENGINE=docker SANDBOXD_COMPAT_CLUSTER=0 scripts/test-compat.sh
 
 .PHONY: test-unit
 test-unit: ## tests that need no engine (go test -short), under a minute; no setup

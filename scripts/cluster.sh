@@ -20,7 +20,9 @@
 # that two clusters on one engine never take each other's containers for
 # their own. Extra arguments of every node's daemon: SANDBOXD_CLUSTER_ARGS;
 # SANDBOXD_CLUSTER_OCI_DIR gives node n `--oci-dir $SANDBOXD_CLUSTER_OCI_DIR/nN`
-# (for --engine oci, whose nodes each need their own).
+# (for --engine oci, the default, whose nodes each need their own); unset, it
+# is a directory of this cluster's own on the btrfs file system
+# scripts/setup-oci.sh mounts (disk limits enforced there), when there is one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,6 +72,10 @@ stop() {
 if [ "${1:-}" = "--stop" ]; then stop; exit 0; fi
 [ $# -eq 0 ] || { echo "usage: $0 [--stop]" >&2; exit 2; }
 read -r -a extra <<<"${SANDBOXD_CLUSTER_ARGS:-}"
+if [ -z "${SANDBOXD_CLUSTER_OCI_DIR:-}" ] && [[ " ${SANDBOXD_CLUSTER_ARGS:-} " != *" --engine docker "* ]] &&
+  mountpoint -q /var/lib/sandboxd-oci/root 2>/dev/null; then
+  SANDBOXD_CLUSTER_OCI_DIR=/var/lib/sandboxd-oci/root/cluster-$(realpath -m "$root" | sha256sum | cut -c1-12)
+fi
 [ -x "$bin" ] || { echo "$bin is missing: run make build (or make cluster)" >&2; exit 1; }
 
 # ready waits for node $1's /readyz.

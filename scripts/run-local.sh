@@ -26,8 +26,20 @@ data_dir=$1 listen=$2
 network=${SANDBOXD_SANDBOX_NETWORK:-true}
 case $network in true | false) ;; *) echo "run-local: SANDBOXD_SANDBOX_NETWORK=$network: want true or false" >&2; exit 2 ;; esac
 mkdir -p "$data_dir"
+# The engine-free runtime (the default engine) keeps its images and
+# sandboxes on the btrfs file system scripts/setup-oci.sh mounts, where
+# their disk limits are enforced: a directory of this data dir's own
+# there. Not when SANDBOXD_OCI_DIR (the daemon's --oci-dir) or
+# SANDBOXD_ENGINE=docker says otherwise, or there is no such mount (the
+# daemon's default then, <data-dir>/oci, says at start that disk limits
+# are not enforced).
+oci=()
+oci_root=/var/lib/sandboxd-oci/root
+if [ -z "${SANDBOXD_OCI_DIR:-}" ] && [ "${SANDBOXD_ENGINE:-oci}" = oci ] && mountpoint -q "$oci_root" 2>/dev/null; then
+  oci=(--oci-dir "$oci_root/local-$(cd "$data_dir" && pwd | sha256sum | cut -c1-12)")
+fi
 stop "$data_dir"
-nohup bin/sandboxd --data-dir "$data_dir" --listen "$listen" --sandbox-network="$network" >>"$data_dir/sandboxd.log" 2>&1 &
+nohup bin/sandboxd --data-dir "$data_dir" --listen "$listen" --sandbox-network="$network" ${oci[@]+"${oci[@]}"} >>"$data_dir/sandboxd.log" 2>&1 &
 echo $! >"$data_dir/sandboxd.pid"
 
 # The E2B hint names the data dir only when it is not the checkout's.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# setup-oci.sh — what the engine-free runtime (sandboxd --engine oci,
+# setup-oci.sh — what the engine-free runtime (sandboxd --engine oci, the default;
 # internal/runtime/oci) needs on this host. Idempotent; fast when all is there.
 #
 #   1. crun, Debian's (the OCI runtime it runs sandboxes with; docs/design.md
@@ -17,7 +17,7 @@
 #      sandboxes instead of hibernating them.
 #
 # Environment:
-#   SANDBOXD_OCI=off   skips all of it (the daemon's default engine is docker)
+#   SANDBOXD_OCI=off   skips all of it (a host whose daemons run --engine docker only)
 #   SANDBOXD_OCI_DIR   where the loop file and its mount live (default /var/lib/sandboxd-oci)
 #   SANDBOXD_OCI_GB    size of the loop file in GiB when first made (default 16)
 set -euo pipefail
@@ -37,6 +37,15 @@ if ! command -v crun >/dev/null 2>&1; then
 	apt-cache show crun >/dev/null 2>&1 || apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null || true
 	apt-get -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends install crun >/dev/null ||
 		log "WARNING: could not install crun: the oci runtime falls back to runc"
+fi
+
+# iproute2: a sandbox with network gets its namespace and veth from `ip`
+# (internal/runtime/oci/network.go); minimal Debian images lack it.
+if ! command -v ip >/dev/null 2>&1; then
+	log "installing iproute2 from Debian"
+	apt-cache show iproute2 >/dev/null 2>&1 || apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null || true
+	DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends install iproute2 >/dev/null ||
+		log "WARNING: could not install iproute2: sandboxes with network cannot be made under --engine oci"
 fi
 
 # Hybrid cgroups: v1 controllers beside an empty v2 hierarchy.

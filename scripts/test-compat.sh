@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs the SDK compatibility suites under test/compat/*: each is a Node project
 # with its SDK versions pinned in a committed lockfile, run with Node's test
-# runner against a live sandboxd on the real Docker engine. Each suite runs
+# runner against a live sandboxd (on the daemon's default engine, the
+# engine-free runtime; images from the real Docker engine). Each suite runs
 # twice: against a single daemon, then against node 1 of a throwaway 3-node
 # cluster (scripts/cluster.sh), whose creates are placed on all three nodes
 # (cluster mode, docs/cluster.md). SANDBOXD_COMPAT_CLUSTER=0 skips the second.
-# SANDBOXD_COMPAT_ENGINE=oci runs every daemon on the engine-free runtime
+# SANDBOXD_COMPAT_ENGINE=docker runs every daemon on the Docker engine
 # and SANDBOXD_COMPAT_RUNTIME=gvisor makes gVisor their default runtime
-# (unset: the daemon's defaults, the Docker engine and runc), e.g.
-#   SANDBOXD_COMPAT_ENGINE=oci SANDBOXD_COMPAT_RUNTIME=gvisor scripts/test-compat.sh
+# (unset: the daemon's defaults, --engine oci and runc-class), e.g.
+#   SANDBOXD_COMPAT_ENGINE=docker SANDBOXD_COMPAT_RUNTIME=gvisor scripts/test-compat.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -93,7 +93,7 @@ const (
 func main() {
 	var c config
 	sections := flag.String("sections", "cold,sustained,burst,idle", "sections to run: cold, sustained, burst, idle")
-	flag.StringVar(&c.engine, "engine", "", "passed to sandboxd as --engine (docker, oci; default: the daemon's)")
+	flag.StringVar(&c.engine, "engine", "", "passed to sandboxd as --engine (docker, oci; default: docker, as every bench daemon)")
 	flag.IntVar(&c.n, "n", 30, "cold: samples per image and side")
 	images := flag.String("images", "sandboxd/busybox:latest,sandboxd/base:bookworm", "cold: comma-separated images; each is measured on every side")
 	flag.StringVar(&c.image, "image", "sandboxd/busybox:latest", "sustained, burst, idle: the image of every side")
@@ -161,7 +161,7 @@ func run(ctx context.Context, c config) (err error) {
 
 	engine := c.engine
 	if engine == "" {
-		engine = "default"
+		engine = "docker"
 	}
 	fmt.Printf("createbench: engine %s; %d CPUs; docker %s; sandboxd %s\n",
 		engine, goruntime.NumCPU(), benchd.DockerVersion(ctx), d.Version)

@@ -76,9 +76,9 @@ type Daemon struct {
 	// DefaultRuntime is the runtime of a create that names none: docker
 	// or gvisor.
 	DefaultRuntime string
-	// Engine runs the sandboxes: "docker" (the Docker engine) or "oci"
-	// (an OCI runtime directly, crun or runc: internal/runtime/oci; the
-	// engine keeps the images).
+	// Engine runs the sandboxes: "oci" (an OCI runtime directly, crun or
+	// runc: internal/runtime/oci; the engine keeps the images), the
+	// default, or "docker" (the Docker engine).
 	Engine string
 	// OCIDir holds the oci engine's images and sandboxes (default
 	// <data-dir>/oci); on btrfs with quotas (scripts/setup-oci.sh makes
@@ -197,6 +197,11 @@ type Daemon struct {
 // create may ask for (the service's bound).
 const MaxTimeout = 7 * 24 * time.Hour
 
+// DefaultEngine is --engine when none is given (nor SANDBOXD_ENGINE):
+// the engine-free runtime, which passes every test the Docker engine
+// passes (docs/design.md, "The engine-free runtime").
+const DefaultEngine = "oci"
+
 // MinDiskMB is the smallest disk limit a sandbox may have: the agent and
 // a shell need a little room to write (their state, a temporary file).
 const MinDiskMB = 16
@@ -273,7 +278,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.StringVar(&d.TLSListen, "tls-listen", d.TLSListen, "SNI passthrough listener for TLS exposures (env SANDBOXD_TLS_LISTEN)")
 	fs.StringVar(&d.TCPHost, "tcp-host", d.TCPHost, "host (address or name) raw TCP exposures bind their host ports on and name in their URLs (default 127.0.0.2: a loopback address apart from the API's, so that a browser does not send the dashboard's cookie to them; the dashboard is not served on this host); beyond loopback with --allow-public, where they answer anyone who reaches this host: a raw TCP exposure has no credential (env SANDBOXD_TCP_HOST)")
 	fs.StringVar(&d.DefaultImage, "default-image", d.DefaultImage, "image used when a request names none")
-	fs.StringVar(&d.Engine, "engine", d.Engine, "what runs sandboxes: docker (the Docker engine) or oci (crun or runc directly; images still come from the engine) (env SANDBOXD_ENGINE)")
+	fs.StringVar(&d.Engine, "engine", d.Engine, "what runs sandboxes: oci (crun or runc directly, runsc for gVisor; images still come from the Docker engine) or docker (the Docker engine) (env SANDBOXD_ENGINE)")
 	fs.Int64Var(&d.SandboxIOMBps, "sandbox-io-mbps", d.SandboxIOMBps,
 		"under --engine oci, the MiB/s each sandbox may read, and may write, on the disk of --oci-dir; 0: no limit (env SANDBOXD_SANDBOX_IO_MBPS)")
 	fs.Int64Var(&d.SandboxIOIOPS, "sandbox-io-iops", d.SandboxIOIOPS,
@@ -494,7 +499,7 @@ func defaults(env func(string) (string, bool)) (Daemon, error) {
 		DefaultImage:       get("SANDBOXD_DEFAULT_IMAGE", "sandboxd/base:bookworm"),
 		APIHosts:           splitList(get("SANDBOXD_API_HOSTS", "")),
 		DefaultRuntime:     get("SANDBOXD_DEFAULT_RUNTIME", "docker"),
-		Engine:             get("SANDBOXD_ENGINE", "docker"),
+		Engine:             get("SANDBOXD_ENGINE", DefaultEngine),
 		OCIDir:             get("SANDBOXD_OCI_DIR", ""),
 		HostPortLo:         40000,
 		HostPortHi:         40999,

@@ -32,7 +32,7 @@ func wantDefaults(t *testing.T) Daemon {
 		TCPHost:            "127.0.0.2",
 		DefaultImage:       "sandboxd/base:bookworm",
 		DefaultRuntime:     "docker",
-		Engine:             "docker",
+		Engine:             "oci",
 		DefaultTimeout:     time.Hour,
 		HostPortLo:         40000,
 		HostPortHi:         40999,

@@ -303,6 +303,9 @@ func (d *Daemon) probeDisk(drt runtime.DiskLimiter) {
 		d.logger.Warn("could not ask the engine whether it enforces disk limits; asked again at the first create", "err", err)
 	case lim.Enforced:
 		d.logger.Info("sandboxes' disk limits are enforced by the kernel", "how", lim.How, "default_mb", d.Config.DiskDefaultMB, "max_mb", d.Config.DiskMaxMB)
+	case d.Config.Engine == "oci":
+		d.logger.Warn("SANDBOXES' DISK LIMITS ARE NOT ENFORCED: a sandbox can fill the file system of --oci-dir; put it on the btrfs file system scripts/setup-oci.sh mounts (--oci-dir /var/lib/sandboxd-oci/root/NAME)",
+			"why", lim.How)
 	default:
 		d.logger.Warn("SANDBOXES' DISK LIMITS ARE NOT ENFORCED: a sandbox can fill the engine's file system; run the engine through scripts/setup-docker.sh (a btrfs data root) or on overlay2 over xfs with pquota",
 			"why", lim.How)

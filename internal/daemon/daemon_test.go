@@ -49,7 +49,9 @@ func newDaemonWith(t *testing.T, agent string, opts daemon.Options, extra ...str
 	// passed or failed.
 	node := "dmntest-" + filepath.Base(dir)
 	testenv.TrackNode(t, node)
-	cfg, err := config.Parse(append([]string{"--data-dir", dir, "--listen", "127.0.0.1:0", "--agent-binary", agent,
+	// The Docker engine: the package's tests look at its containers
+	// (testenv.TrackNode removes them).
+	cfg, err := config.Parse(append([]string{"--engine", "docker", "--data-dir", dir, "--listen", "127.0.0.1:0", "--agent-binary", agent,
 		"--node-id", node, "--default-image", "sandboxd/busybox:latest", "--tls-listen", "127.0.0.1:0", "--pool", "none"}, extra...),
 		func(string) (string, bool) { return "", false })
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
@@ -21,10 +20,11 @@ import (
 // taking the whole host, and session output held without bound.
 
 // footprint is what a tenant's refused creates could leave: the node's
-// containers, the sandboxes the tenant lists, the volume directories.
+// containers (under --engine oci, the traces of its sandboxes), the
+// sandboxes the tenant lists, the volume directories.
 func footprint(t *testing.T, d *daemontest.Daemon, secret string) string {
 	t.Helper()
-	ins, err := testenv.NodeContainers(t.Context(), d.NodeID())
+	ins, err := d.Leftovers(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -181,10 +180,10 @@ type ctr struct {
 }
 
 // engineFree reports whether the nodes run --engine oci
-// (SANDBOXD_TEST_ENGINE=oci): their sandboxes are then the oci runtime's,
+// (daemontest.TestEngine): their sandboxes are then the oci runtime's,
 // and a sandbox's "container" is what daemontest's OCISandboxes lists,
 // named by its keyed host name.
-func engineFree() bool { return os.Getenv(daemontest.EnvEngine) == "oci" }
+func engineFree() bool { return daemontest.TestEngine() == "oci" }
 
 // ociContainers lists the oci runtime's sandboxes of every node, as
 // containers, by sandbox id.

@@ -138,12 +138,14 @@ func runMain(m *testing.M) int {
 func closeShared(code int) int {
 	if env.shared != nil {
 		// Every test destroys what it made on the shared cluster: a
-		// container still there is a leak, which Close's sweep would hide.
+		// sandbox still there is a leak, which Close's sweep would hide
+		// (Leftovers: the engine's containers of the node, or under
+		// --engine oci every trace of its sandboxes).
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		for _, d := range env.shared.Nodes {
-			left, err := testenv.NodeContainers(ctx, d.NodeID())
+			left, err := d.Leftovers(ctx, nil)
 			if err != nil || len(left) > 0 {
-				fmt.Fprintf(os.Stderr, "FAIL: cluster: the tests left %d container(s) on shared node %s: %v\n\t%s\n",
+				fmt.Fprintf(os.Stderr, "FAIL: cluster: the tests left %d sandbox trace(s) on shared node %s: %v\n\t%s\n",
 					len(left), d.NodeID(), err, strings.Join(left, "\n\t"))
 				code = 1
 			}

@@ -73,7 +73,11 @@ func twoNamespaces(t *testing.T) (a, b netns) {
 
 // startIn starts sandboxd on dataDir inside ns (API on the namespace's
 // loopback; the LAN pass runs nodes whose API is beyond it) and waits for
-// /readyz; it is stopped at the end of t.
+// /readyz; it is stopped at the end of t. It runs the run's engine
+// (daemontest.TestEngine), as every other node does; it makes no
+// sandbox (under --engine oci one would need the host's cgroup
+// hierarchies in the namespace's mounts, which daemontest's LAN hosts
+// get).
 func startIn(ctx context.Context, t *testing.T, ns netns, dataDir, nodeID string, hostPorts int) {
 	t.Helper()
 	logPath := filepath.Join(dataDir, "sandboxd.log")
@@ -83,6 +87,7 @@ func startIn(ctx context.Context, t *testing.T, ns netns, dataDir, nodeID string
 	}
 	defer logf.Close()
 	cmd := exec.Command("ip", "netns", "exec", ns.name, env.dt.Bins.Sandboxd,
+		"--engine", daemontest.TestEngine(),
 		"--data-dir", dataDir, "--node-id", nodeID, "--listen", "127.0.0.1:7070",
 		"--agent-binary", env.dt.Bins.Toolboxd, "--pool", "none",
 		"--host-ports", fmt.Sprintf("%d-%d", hostPorts, hostPorts+39))

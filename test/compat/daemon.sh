@@ -19,9 +19,9 @@ daemon_pid="" data_dir="" oci_dir=""
 # sandboxes in a compat run: the btrfs file system scripts/setup-oci.sh
 # mounts, where disk limits are enforced (SANDBOXD_COMPAT_OCI_ROOT names
 # another); nothing when it is missing (the daemon's default, in its data
-# dir) or the engine is not oci.
+# dir) or the engine is not oci (unset: the daemon's default, oci).
 compat_oci_root() {
-	[[ ${SANDBOXD_COMPAT_ENGINE:-} == oci ]] || return 0
+	[[ ${SANDBOXD_COMPAT_ENGINE:-oci} == oci ]] || return 0
 	local root=${SANDBOXD_COMPAT_OCI_ROOT:-/var/lib/sandboxd-oci/root}
 	[[ ! -d $root ]] || echo "$root"
 }
@@ -37,8 +37,8 @@ compat_oci_dir() {
 # compat_engine_args prints the daemon flags that choose what runs the
 # sandboxes, from the environment: SANDBOXD_COMPAT_ENGINE (--engine:
 # docker or oci) and SANDBOXD_COMPAT_RUNTIME (--default-runtime: docker or
-# gvisor). Unset, nothing: the daemon's own defaults (the Docker engine,
-# runc). The single daemon and the cluster's nodes (scripts/test-compat.sh)
+# gvisor). Unset, nothing: the daemon's own defaults (the engine-free
+# runtime, --engine oci, and runc-class sandboxes). The single daemon and the cluster's nodes (scripts/test-compat.sh)
 # both take them.
 compat_engine_args() {
 	[[ -z ${SANDBOXD_COMPAT_ENGINE:-} ]] || printf -- '--engine %s ' "$SANDBOXD_COMPAT_ENGINE"

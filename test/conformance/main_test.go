@@ -70,10 +70,12 @@ func runMain(m *testing.M) int {
 	code := m.Run()
 	if env.daemon != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		left, err := testenv.NodeContainers(ctx, env.daemon.NodeID())
+		// The engine's containers of the node, or under --engine oci
+		// every trace of its sandboxes.
+		left, err := env.daemon.Leftovers(ctx, nil)
 		cancel()
 		if err != nil || len(left) > 0 {
-			fmt.Fprintf(os.Stderr, "FAIL: conformance: the cases left %d container(s) (node %s): %v\n\t%s\n",
+			fmt.Fprintf(os.Stderr, "FAIL: conformance: the cases left %d sandbox trace(s) (node %s): %v\n\t%s\n",
 				len(left), env.daemon.NodeID(), err, strings.Join(left, "\n\t"))
 			code = 1
 		}

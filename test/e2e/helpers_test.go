@@ -37,10 +37,10 @@ type container struct {
 }
 
 // nodeContainers lists every container, in any state, labelled with
-// nodeID, keyed by sandbox id; under SANDBOXD_TEST_ENGINE=oci, the
-// sandboxes of that node the oci runtime runs (ociSandboxes).
+// nodeID, keyed by sandbox id; under --engine oci (daemontest.TestEngine),
+// the sandboxes of that node the oci runtime runs (ociSandboxes).
 func nodeContainers(ctx context.Context, nodeID string) (map[string]container, error) {
-	if os.Getenv(daemontest.EnvEngine) == "oci" {
+	if daemontest.TestEngine() == "oci" {
 		return ociSandboxes(ctx, nodeID)
 	}
 	return engineContainers(ctx, nodeID)

@@ -104,10 +104,22 @@ func TestInstall(t *testing.T) {
 	}
 	for _, line := range []string{
 		"ExecStart=/usr/local/bin/sandboxd --config /etc/sandboxd/sandboxd.conf",
-		"StateDirectory=sandboxd", "Requires=docker.service", "NoNewPrivileges=yes",
+		"StateDirectory=sandboxd", "Requires=docker.service", "OOMScoreAdjust=-500",
 	} {
 		if !slices.Contains(strings.Split(string(unit), "\n"), line) {
 			t.Errorf("unit has no line %q", line)
+		}
+	}
+	// Under the default engine (--engine oci) the sandboxes are the
+	// service's descendants: no seccomp filter or prctl flag of the unit
+	// may reach them (crun could not make their namespaces; the agent
+	// could not ptrace; a JIT could not map W+X memory).
+	for _, d := range []string{"NoNewPrivileges=", "RestrictNamespaces=", "SystemCallFilter=", "SystemCallArchitectures=",
+		"MemoryDenyWriteExecute=", "LockPersonality=", "RestrictRealtime=", "RestrictSUIDSGID=", "RestrictAddressFamilies="} {
+		for _, line := range strings.Split(string(unit), "\n") {
+			if strings.HasPrefix(line, d) {
+				t.Errorf("unit sets %q, which every sandbox under --engine oci would inherit", line)
+			}
 		}
 	}
 	if bytes.Contains(unit, []byte("@BINDIR@")) || bytes.Contains(unit, []byte("@SYSCONFDIR@")) {
@@ -117,7 +129,7 @@ func TestInstall(t *testing.T) {
 	wantMode(t, conf, 0o600)
 	wantMode(t, filepath.Join(root, "var/lib/sandboxd"), 0o700)
 	share := filepath.Join(root, "usr/local/share/sandboxd")
-	for _, f := range []string{"scripts/build-images.sh", "scripts/setup-docker.sh", "scripts/setup-gvisor.sh"} {
+	for _, f := range []string{"scripts/build-images.sh", "scripts/setup-docker.sh", "scripts/setup-gvisor.sh", "scripts/setup-oci.sh"} {
 		wantMode(t, filepath.Join(share, f), 0o755)
 	}
 	for _, f := range []string{"images/base/customize.sh", "images/base/packages", "images/busybox/passwd", "images/code-interpreter/server.py", "sandboxd.conf.example"} {

@@ -45,7 +45,9 @@ type Options struct {
 	Dir string
 	// Name prefixes the node id (NodeID(Name)).
 	Name string
-	// Args are more flags for sandboxd (say --pool none).
+	// Args are more flags for sandboxd (say --pool none). A daemon runs
+	// the Docker engine (--engine docker: the benches' figures and their
+	// baselines are the engine's) unless Args names another.
 	Args []string
 	// StartTimeout bounds the wait for /healthz (0: 90 s); a start that
 	// reconciles hundreds of sandboxes may need more.
@@ -99,6 +101,7 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 		"--node-id", d.NodeID,
 		"--agent-binary", o.Toolboxd,
 		"--log-level", "warn",
+		"--engine", "docker", // later flags win: o.Args may name another
 	}, o.Args...)
 	d.cmd = exec.Command(o.Sandboxd, args...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf

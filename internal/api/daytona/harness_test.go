@@ -102,6 +102,7 @@ func newStack(ctx context.Context, dir, nodeID, agentBin string, extra ...string
 		}
 	}()
 	cfg, err := config.Parse(append([]string{
+		"--engine", "docker", // the tests look at the engine's containers and images
 		"--data-dir", dir + "/data",
 		"--listen", "127.0.0.1:0",
 		"--node-id", nodeID,

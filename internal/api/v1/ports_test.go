@@ -943,6 +943,7 @@ func startDaemon(t *testing.T, dataDir, listen, hostPorts string) *ownDaemon {
 	// the restart), its containers go when the test ends.
 	testenv.TrackNode(t, node)
 	cfg, err := config.Parse([]string{
+		"--engine", "docker", // its containers are what testenv.TrackNode removes
 		"--data-dir", dataDir,
 		"--listen", listen,
 		"--node-id", node,

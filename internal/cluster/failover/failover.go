@@ -202,11 +202,19 @@ func (f *Failover) failOne(ctx context.Context, p cluster.Placement) {
 	log.Info("failover: recreated here", "took", time.Since(start).Round(time.Millisecond))
 }
 
-// markLost marks id's placement lost while node still holds it.
+// markLost marks id's placement lost while node still holds it. Every
+// surviving node does so from its own copy of the directory, which lags
+// the cluster: one already lost (another node marked it) is not written
+// again, so its owner's delete (a tombstone, a transaction on the
+// placement's revision) does not meet a needless change, and one its
+// owner deleted meanwhile keeps its tombstone.
 func (f *Failover) markLost(ctx context.Context, log *slog.Logger, id, node string) {
 	_, err := f.Dir.UpdatePlacement(ctx, id, func(q *cluster.Placement) error {
 		if q.Node != node {
 			return cluster.ErrConflict // moved meanwhile
+		}
+		if q.State == cluster.StateLost || q.State == cluster.StateDeleted {
+			return cluster.ErrConflict // marked, or deleted, since the copy
 		}
 		q.State = cluster.StateLost
 		return nil
@@ -231,7 +239,12 @@ func (f *Failover) live(node string) bool {
 // Their containers carry this node's name and label; the new owner's are
 // never touched, nor its keys (clusterKeys releases only this node's).
 // Those the cluster declared lost while the node was away, and that are
-// still here, are running again: their placement says so.
+// still here, are running again: their placement says so. The directory
+// is the watch's copy, which lags the cluster (a node that has just
+// restarted reads its own member, still catching up): a sandbox it shows
+// lost may have been deleted by its owner since, so the revive holds only
+// while the fresh placement still says lost, and one deleted meanwhile is
+// destroyed here, as one the directory shows deleted is.
 func (f *Failover) DropStale(ctx context.Context) error {
 	ids, err := f.Service.LocalSandboxIDs(ctx)
 	if err != nil {
@@ -245,23 +258,26 @@ func (f *Failover) DropStale(ctx context.Context) error {
 			continue
 		}
 		if p.Node == f.Self && p.State == cluster.StateDeleted {
-			// Deleted by its owner while this node was away.
-			f.logger().Info("cluster: destroying a sandbox deleted while this node was away", "sandbox", id)
-			if err := f.Service.DestroyLocal(ctx, id); err != nil {
-				f.logger().Warn("cluster: destroy a deleted sandbox", "sandbox", id, "err", err)
-			}
+			f.destroyDeleted(ctx, id)
 			continue
 		}
 		if p.Node == f.Self {
 			if p.State == cluster.StateLost {
+				deleted := false
 				_, err := f.Dir.UpdatePlacement(ctx, id, func(q *cluster.Placement) error {
-					if q.Node != f.Self {
+					if q.Node != f.Self || q.State != cluster.StateLost {
+						// Moved, revived, or deleted by its owner since
+						// the directory's copy.
+						deleted = q.Node == f.Self && q.State == cluster.StateDeleted
 						return cluster.ErrConflict
 					}
 					q.State = cluster.StateRunning
 					return nil
 				})
-				if err != nil {
+				switch {
+				case deleted:
+					f.destroyDeleted(ctx, id)
+				case err != nil && !errors.Is(err, cluster.ErrConflict):
 					f.logger().Warn("cluster: revive a sandbox declared lost", "sandbox", id, "err", err)
 				}
 			}
@@ -302,6 +318,16 @@ func (f *Failover) DropStale(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// destroyDeleted destroys the local copy of sandbox id, which its owner
+// deleted while this node was away (its placement is a tombstone naming
+// this node; the destroy releases it).
+func (f *Failover) destroyDeleted(ctx context.Context, id string) {
+	f.logger().Info("cluster: destroying a sandbox deleted while this node was away", "sandbox", id)
+	if err := f.Service.DestroyLocal(ctx, id); err != nil {
+		f.logger().Warn("cluster: destroy a deleted sandbox", "sandbox", id, "err", err)
+	}
 }
 
 // missedGrace is how long a node waits after its start before it fails

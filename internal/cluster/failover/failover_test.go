@@ -19,6 +19,9 @@ type dir struct {
 	departed   chan string
 	live       []cluster.NodeInfo
 	placements map[string]cluster.Placement
+	// lagging are the watch's copies that lag the cluster: Placement
+	// answers them, the transactions see placements.
+	lagging map[string]cluster.Placement
 }
 
 func (d *dir) Departed() <-chan string { return d.departed }
@@ -31,6 +34,9 @@ func (d *dir) Nodes() []cluster.NodeInfo {
 func (d *dir) Placement(id string) (cluster.Placement, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if p, ok := d.lagging[id]; ok {
+		return p, true
+	}
 	p, ok := d.placements[id]
 	return p, ok
 }
@@ -39,7 +45,10 @@ func (d *dir) PlacementsOf(node string) []cluster.Placement {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []cluster.Placement
-	for _, p := range d.placements {
+	for id, p := range d.placements {
+		if l, ok := d.lagging[id]; ok {
+			p = l
+		}
 		if p.Node == node {
 			out = append(out, p)
 		}
@@ -67,6 +76,7 @@ func (d *dir) UpdatePlacement(_ context.Context, id string, f func(*cluster.Plac
 	if err := f(&p); err != nil {
 		return p, err
 	}
+	p.Revision++ // every write moves it, as etcd's
 	d.placements[id] = p
 	return p, nil
 }
@@ -101,6 +111,8 @@ type svc struct {
 	exposed    []int
 	recreating func(id string) bool // asked during each Recreate
 	busy       []bool
+	local      []string // LocalSandboxIDs
+	destroyed  []string // DestroyLocal's ids
 }
 
 func (s *svc) Recreate(_ context.Context, id string, _ []byte) (*service.Created, error) {
@@ -118,8 +130,18 @@ func (s *svc) ExposePort(_ context.Context, _ service.Caller, _ string, port int
 	return service.Exposure{}, nil
 }
 func (s *svc) ReplayDomain(context.Context, string, string, int) error { return nil }
-func (s *svc) LocalSandboxIDs(context.Context) ([]string, error)       { return nil, nil }
-func (s *svc) DestroyLocal(context.Context, string) error              { return nil }
+func (s *svc) LocalSandboxIDs(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.local...), nil
+}
+
+func (s *svc) DestroyLocal(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.destroyed = append(s.destroyed, id)
+	return nil
+}
 func (s *svc) Get(context.Context, service.Caller, string) (service.Sandbox, error) {
 	return service.Sandbox{}, errors.New("unused")
 }
@@ -168,5 +190,82 @@ func TestFailover_RecreatesWhatAsksAndMarksTheRestLost(t *testing.T) {
 	}
 	if p3, _ := d.Placement("sb-3"); p3.Node != "n3" {
 		t.Errorf("sb-3 of a node that did not depart moved: %+v", p3)
+	}
+}
+
+// A node that comes back reads the watch's copy of the placements, which
+// lags the cluster: there its sandbox is still lost, while its owner has
+// deleted it since (a tombstone). DropStale used to revive it from the
+// stale copy, writing "running" over the tombstone: the deleted sandbox
+// ran on under its old placement (seen in test/cluster's
+// TestCluster_FailoverRecreatesOnAnotherNode, the victim restarted a few
+// seconds after the owner's delete). It is destroyed instead, and the
+// tombstone stays for the destroy to release; a lost one is still revived.
+func TestDropStale_LostInTheLaggingCopyButDeletedSinceIsDestroyed(t *testing.T) {
+	d := &dir{departed: make(chan string), live: []cluster.NodeInfo{{ID: "n1"}}, placements: map[string]cluster.Placement{
+		"sb-del":  {ID: "sb-del", Node: "n1", State: cluster.StateDeleted},
+		"sb-lost": {ID: "sb-lost", Node: "n1", State: cluster.StateLost},
+	}, lagging: map[string]cluster.Placement{
+		"sb-del":  {ID: "sb-del", Node: "n1", State: cluster.StateLost},
+		"sb-lost": {ID: "sb-lost", Node: "n1", State: cluster.StateLost},
+	}}
+	s := &svc{local: []string{"sb-del", "sb-lost"}}
+	f := &failover.Failover{Dir: d, Service: s, Self: "n1", Started: time.Now(), Healthy: func() bool { return true }}
+	if err := f.DropStale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	del, lost := d.placements["sb-del"], d.placements["sb-lost"]
+	d.mu.Unlock()
+	if del.State != cluster.StateDeleted {
+		t.Errorf("the deleted sandbox's placement: %+v, want its tombstone (deleted) kept", del)
+	}
+	if lost.State != cluster.StateRunning {
+		t.Errorf("the lost sandbox's placement: %+v, want running again", lost)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.destroyed) != 1 || s.destroyed[0] != "sb-del" {
+		t.Errorf("destroyed %v, want [sb-del]", s.destroyed)
+	}
+}
+
+// Every surviving node marks a departed node's sandboxes lost from its
+// own copy of the directory, which lags the cluster. markLost used to
+// write "lost" whatever the fresh placement said: over a tombstone (its
+// owner deleted it since, and its node, when it returns, would then
+// revive it), and again over one another survivor had marked, a needless
+// change that made the owner's delete (a transaction on the placement's
+// revision) answer 503 "the cluster did not record the delete"
+// (test/cluster's TestCluster_FailoverRecreatesOnAnotherNode, once in
+// three runs). Neither is written now.
+func TestFailover_MarkLostLeavesAMarkedOrDeletedPlacementAlone(t *testing.T) {
+	d := &dir{departed: make(chan string), live: []cluster.NodeInfo{{ID: "n1"}}, placements: map[string]cluster.Placement{
+		"sb-del":  {ID: "sb-del", Node: "n2", State: cluster.StateDeleted},
+		"sb-lost": {ID: "sb-lost", Node: "n2", State: cluster.StateLost, Revision: 7},
+		"sb-run":  {ID: "sb-run", Node: "n2", State: cluster.StateRunning},
+	}, lagging: map[string]cluster.Placement{
+		"sb-del":  {ID: "sb-del", Node: "n2", State: cluster.StateRunning},
+		"sb-lost": {ID: "sb-lost", Node: "n2", State: cluster.StateRunning},
+	}}
+	s := &svc{}
+	f := &failover.Failover{Dir: d, Service: s, Self: "n1", Started: time.Now(), Healthy: func() bool { return true }}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	d.departed <- "n2"
+	d.departed <- "n3" // taken once n2's departure is handled
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p := d.placements["sb-del"]; p.State != cluster.StateDeleted {
+		t.Errorf("deleted since the copy: %+v, want its tombstone kept", p)
+	}
+	if p := d.placements["sb-lost"]; p.State != cluster.StateLost || p.Revision != 7 {
+		t.Errorf("marked lost by another node: %+v, want it unwritten (lost, revision 7)", p)
+	}
+	if p := d.placements["sb-run"]; p.State != cluster.StateLost {
+		t.Errorf("running: %+v, want lost", p)
 	}
 }

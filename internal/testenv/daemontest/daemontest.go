@@ -664,8 +664,9 @@ func FreePort() (int, error) {
 }
 
 // EnvEngine, when set (docker or oci), is the --engine of every daemon
-// the tests start: `SANDBOXD_TEST_ENGINE=oci go test ./test/e2e` runs the
-// end-to-end tests on the engine-free runtime.
+// the tests start: `SANDBOXD_TEST_ENGINE=docker go test ./test/e2e` runs
+// the end-to-end tests on the Docker engine. Unset, the daemons run the
+// daemon's default (TestEngine).
 const EnvEngine = "SANDBOXD_TEST_ENGINE"
 
 // HermeticEnv is this process's environment without the variables the

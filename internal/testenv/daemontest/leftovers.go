@@ -14,13 +14,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/runtime/oci"
 )
 
 // Engine is what runs the daemon's sandboxes: the last --engine of its
-// own flags, else EnvEngine, else "docker" (the daemon's default).
+// own flags, else TestEngine.
 func (d *Daemon) Engine() string {
-	engine := os.Getenv(EnvEngine)
+	engine := TestEngine()
 	for i, a := range d.args {
 		switch {
 		case a == "--engine" && i+1 < len(d.args):
@@ -29,10 +30,19 @@ func (d *Daemon) Engine() string {
 			engine = strings.TrimPrefix(a, "--engine=")
 		}
 	}
-	if engine == "" {
-		engine = "docker"
-	}
 	return engine
+}
+
+// TestEngine is the engine of a daemon the tests start without naming
+// one: EnvEngine, else the daemon's own default (config.DefaultEngine).
+// A test that looks at what only one engine has (the engine's
+// containers, the oci runtime's files) asks this, or Daemon.Engine, which
+// it is; one that needs an engine names it in the daemon's flags.
+func TestEngine() string {
+	if e := os.Getenv(EnvEngine); e != "" {
+		return e
+	}
+	return config.DefaultEngine
 }
 
 // Leftovers lists what the host holds of the daemon's node beside the

@@ -33,7 +33,12 @@ describe('snapshots', () => {
     await src.fs.uploadFile(Buffer.from('captured\n'), '/home/daytona/snap.txt')
     const name = `snap-${nonce()}`
     t.after(() => deleteSnapshotQuietly(name))
-    await src.createSnapshot(name)
+    // 240 s, not the SDK's 60: in the cluster pass the snapshot is pushed
+    // to the cluster's registry before the call answers, and under
+    // --engine oci a commit is the whole file system (one layer, ~400 MB:
+    // pushes of 30-63 s seen on this busy 2-core machine), as the E2B
+    // suite's snapshot cases say.
+    await src.createSnapshot(name, 240)
     assert.equal(src.state, 'started', 'the source runs on')
 
     const snap = await daytona.snapshot.get(name)

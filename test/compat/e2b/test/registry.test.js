@@ -35,8 +35,10 @@ describe('images from a registry', { timeout: 300_000, skip }, () => {
   it('Template.build().fromImage(<registry image>) pulls it; a sandbox from the template runs', { timeout: 240_000 }, async (t) => {
     const name = templateName('pulled')
     t.after(() => deleteQuietly(name))
-    await Template.build(Template().fromImage(IMAGE).runCmd('echo pulled > /marker'), name)
-    const sbx = await createSandbox(t, 'registry-fromimage', { template: name })
+    // The build commits and, in the cluster pass, pushes the whole file
+    // system under --engine oci (snapshots.test.js says why 240 s).
+    await Template.build(Template().fromImage(IMAGE).runCmd('echo pulled > /marker'), name, { requestTimeoutMs: 200_000 })
+    const sbx = await createSandbox(t, 'registry-fromimage', { template: name, requestTimeoutMs: 200_000 })
     assert.equal((await sbx.commands.run('cat /marker')).stdout.trim(), 'pulled')
   })
 

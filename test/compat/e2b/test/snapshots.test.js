@@ -36,18 +36,23 @@ async function listAllSnapshots(opts) {
 // commits a sandbox in both suites: under --engine oci a commit is the
 // whole file system (one layer, ~400 MB here), pushed through the registry
 // and unpacked on each node that uses it, and gVisor's creates are slower.
+// The calls that commit, push or unpack such a layer wait up to 240 s, not
+// the SDK's 60 (pushes of 34-72 s and unpacks of 72-77 s were seen in the
+// cluster pass on a loaded 2-core machine).
+const SLOW = { requestTimeoutMs: 240_000 }
+
 describe('snapshots and fork', { concurrency: true, timeout: 600_000 }, () => {
   it('snapshot: create from it, list it, delete it', { timeout: 300_000 }, async (t) => {
     const sbx = await createSandbox(t, 'snapshot')
     const content = `snapshot ${randomUUID()}`
     await sbx.files.write('/home/user/snap.txt', content)
 
-    const snap = await sbx.createSnapshot()
+    const snap = await sbx.createSnapshot(SLOW)
     t.after(() => deleteQuietly(snap.snapshotId))
     assert.ok(snap.snapshotId, 'a snapshot id')
     assert.deepEqual(snap.names, [])
 
-    const fromSnap = await createSandbox(t, 'snapshot', { template: snap.snapshotId })
+    const fromSnap = await createSandbox(t, 'snapshot', { template: snap.snapshotId, ...SLOW })
     assert.equal(await fromSnap.files.read('/home/user/snap.txt'), content)
     const who = await fromSnap.commands.run('whoami')
     assert.equal(who.stdout.trim(), 'user', "the source's default user")
@@ -67,12 +72,12 @@ describe('snapshots and fork', { concurrency: true, timeout: 600_000 }, () => {
   it('snapshot: named, and in use while a sandbox made from it lives', { timeout: 300_000 }, async (t) => {
     const sbx = await createSandbox(t, 'snapshot-named')
     const name = `snap-${randomUUID().slice(0, 8)}`
-    const snap = await Sandbox.createSnapshot(sbx.sandboxId, { name })
+    const snap = await Sandbox.createSnapshot(sbx.sandboxId, { name, ...SLOW })
     t.after(() => deleteQuietly(snap.snapshotId))
     assert.deepEqual(snap.names, [name])
     assert.deepEqual((await listAllSnapshots({ name })).map((s) => s.snapshotId), [snap.snapshotId])
 
-    const fromName = await createSandbox(t, 'snapshot-named', { template: name })
+    const fromName = await createSandbox(t, 'snapshot-named', { template: name, ...SLOW })
     await assert.rejects(Sandbox.deleteSnapshot(snap.snapshotId), (err) => {
       assert.match(err.message, /^409: .*in use/)
       return true
