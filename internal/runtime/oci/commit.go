@@ -94,6 +94,9 @@ func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime
 		r.removeLoaded(ctx, id)
 		return fail(engineErr(fmt.Errorf("tag: %w", err)))
 	}
+	if err := r.step("commit-tagged"); err != nil {
+		return fail(err)
+	}
 	// Inspected by its id, not by ref: another commit to ref at once
 	// may have tagged its own image since.
 	ins, err := r.cli.ImageInspect(ctx, id)
@@ -449,6 +452,9 @@ func (r *Runtime) loadImage(ctx context.Context, base *baseImage, lyr *capturedL
 		return "", engineErr(fmt.Errorf("load: %w", err))
 	}
 	defer res.Close()
+	if err := r.step("commit-load-answer"); err != nil {
+		return "", err
+	}
 	// The answer is a stream of JSON messages; an error is one of them.
 	dec := json.NewDecoder(io.LimitReader(res, 1<<20))
 	for {

@@ -3,11 +3,15 @@ package oci_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/oci"
@@ -141,5 +145,143 @@ func refusedCommitAfter(t *testing.T, rt *oci.Runtime, id string) {
 	removeImageOnCleanup(t, ok)
 	if _, err := rt.Commit(t.Context(), id, ok, runtime.ImageConfig{}); err != nil {
 		t.Errorf("Commit after a cancelled one: %v", err)
+	}
+}
+
+// committedImages lists the engine's images labelled test=mark (what the
+// commits of one test loaded), tagged or not.
+func committedImages(t *testing.T, mark string) []string {
+	t.Helper()
+	res, err := env.cli.ImageList(t.Context(), client.ImageListOptions{All: true, Filters: make(client.Filters).Add("label", "test="+mark)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, im := range res.Items {
+		ids = append(ids, im.ID)
+	}
+	return ids
+}
+
+// removeImagesOnCleanup removes what committedImages lists when the test ends.
+func removeImagesOnCleanup(t *testing.T, mark string) {
+	t.Cleanup(func() {
+		res, err := env.cli.ImageList(context.Background(), client.ImageListOptions{All: true, Filters: make(client.Filters).Add("label", "test="+mark)})
+		if err != nil {
+			return
+		}
+		for _, im := range res.Items {
+			_, _ = env.cli.ImageRemove(context.Background(), im.ID, client.ImageRemoveOptions{Force: true})
+		}
+	})
+}
+
+// TestCommit_TwoCommitsToOneRef: two commits to one ref at once, the
+// second tagging between the first's tag and its answer: each answers
+// with its own image or an error, and an image whose tag the other took
+// is removed, not left untagged. (The fault hook holds the first commit
+// after its tag until the second has tagged.)
+func TestCommit_TwoCommitsToOneRef(t *testing.T) {
+	requireEnv(t)
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	mark := runtimetest.NewSandboxID()
+	removeImagesOnCleanup(t, mark)
+	ref := "sandboxd/oci-commit-test:" + mark + "-race"
+	removeImageOnCleanup(t, ref)
+	var ids [2]string
+	for i := range ids {
+		ids[i] = runtimetest.NewSandboxID()
+		if _, err := rt.Create(t.Context(), spec(ids[i])); err != nil {
+			t.Fatal(err)
+		}
+		execIn(t, rt, ids[i], fmt.Sprintf("echo %d > /which", i))
+	}
+	var mu sync.Mutex
+	tagged := 0
+	second := make(chan struct{})
+	secondTagged := sync.OnceFunc(func() { close(second) })
+	rt.SetFault(func(step string) error {
+		if step != "commit-tagged" {
+			return nil
+		}
+		mu.Lock()
+		tagged++
+		first := tagged == 1
+		mu.Unlock()
+		if first {
+			select { // until the second commit has tagged (or gave up)
+			case <-second:
+			case <-time.After(2 * time.Minute):
+			}
+		} else {
+			secondTagged()
+		}
+		return nil
+	})
+	defer rt.SetFault(nil)
+	type result struct {
+		img runtime.Image
+		err error
+	}
+	results := make(chan result, 2)
+	for _, id := range ids {
+		go func() {
+			img, err := rt.Commit(t.Context(), id, ref, runtime.ImageConfig{Labels: map[string]string{"test": mark}})
+			if err != nil {
+				secondTagged() // a failure before the tag: let the other go on
+			}
+			results <- result{img, err}
+		}()
+	}
+	var ok []string
+	for range ids {
+		r := <-results
+		t.Logf("Commit: %s %v", r.img.ID, r.err)
+		if r.err == nil {
+			ok = append(ok, r.img.ID)
+		} else if !errors.Is(r.err, runtime.ErrUnavailable) {
+			t.Errorf("a commit that lost the race: %v, want ErrUnavailable (retry)", r.err)
+		}
+	}
+	rt.SetFault(nil)
+	ins, err := env.cli.ImageInspect(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ok) != 1 || ok[0] != ins.ID {
+		t.Errorf("commits answered %v, the ref is %s: want one answer, the ref's image", ok, ins.ID)
+	}
+	if left := committedImages(t, mark); len(left) != 1 || left[0] != ins.ID {
+		t.Errorf("the commits' images in the engine: %v, want only the ref's %s", left, ins.ID)
+	}
+}
+
+// TestCommit_LoadAnswerFails: when reading the engine's answer to the
+// load fails after the engine registered the image, the image is
+// removed, not left untagged.
+func TestCommit_LoadAnswerFails(t *testing.T) {
+	requireEnv(t)
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	mark := runtimetest.NewSandboxID()
+	removeImagesOnCleanup(t, mark)
+	id := runtimetest.NewSandboxID()
+	if _, err := rt.Create(t.Context(), spec(id)); err != nil {
+		t.Fatal(err)
+	}
+	execIn(t, rt, id, "echo x > /x")
+	rt.SetFault(func(step string) error {
+		if step == "commit-load-answer" {
+			return errors.New("injected: the answer was cut")
+		}
+		return nil
+	})
+	defer rt.SetFault(nil)
+	ref := "sandboxd/oci-commit-test:" + mark + "-cut"
+	removeImageOnCleanup(t, ref)
+	if _, err := rt.Commit(t.Context(), id, ref, runtime.ImageConfig{Labels: map[string]string{"test": mark}}); err == nil {
+		t.Fatal("Commit with its load answer cut worked")
+	}
+	if left := committedImages(t, mark); len(left) != 0 {
+		t.Errorf("a failed load left images %v", left)
 	}
 }
