@@ -285,3 +285,20 @@ func TestCommit_LoadAnswerFails(t *testing.T) {
 		t.Errorf("a failed load left images %v", left)
 	}
 }
+
+// TestCommit_SparseFileRefused_NoDiskLimit: without a disk limit, an
+// 8 EiB sparse file is refused by the fixed cap before a byte is read.
+func TestCommit_SparseFileRefused_NoDiskLimit(t *testing.T) {
+	requireEnv(t)
+	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
+	id := runtimetest.NewSandboxID()
+	sp := spec(id)
+	sp.DiskMB = 0
+	if _, err := rt.Create(t.Context(), sp); err != nil {
+		t.Fatal(err)
+	}
+	if got := execIn(t, rt, id, `{ truncate -s 9223372036854775807 /big 2>/dev/null || truncate -s 1099511627776 /big; } && ls -l /big | grep -q "^-" && echo made`); got != "made\n" {
+		t.Fatalf("no sparse file: %q", got)
+	}
+	refusedCommit(t, t.Context(), rt, id, runtime.ErrInvalidSpec, func() { execIn(t, rt, id, "rm /big") })
+}
