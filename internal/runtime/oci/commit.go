@@ -19,6 +19,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
 
@@ -50,6 +51,10 @@ func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime
 	if err := checkID(sandboxID); err != nil {
 		return runtime.Image{}, err
 	}
+	// The caller may pass a context that never ends (the service's
+	// capture outlives its request): a commit's time is bounded here.
+	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
+	defer cancel()
 	fail := func(err error) (runtime.Image, error) {
 		return runtime.Image{}, fmt.Errorf("commit sandbox %s as %s: %w", sandboxID, ref, err)
 	}
@@ -86,14 +91,26 @@ func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime
 		return fail(err)
 	}
 	if _, err := r.cli.ImageTag(ctx, client.ImageTagOptions{Source: id, Target: ref}); err != nil {
-		if _, rerr := r.cli.ImageRemove(context.WithoutCancel(ctx), id, client.ImageRemoveOptions{}); rerr != nil && !cerrdefs.IsNotFound(rerr) {
-			r.log.Warn("commit: remove an image left untagged", "image", id, "err", rerr)
-		}
+		r.removeLoaded(ctx, id)
 		return fail(engineErr(fmt.Errorf("tag: %w", err)))
 	}
-	ins, err := r.cli.ImageInspect(ctx, ref)
+	if err := r.step("commit-tagged"); err != nil {
+		return fail(err)
+	}
+	// Inspected by its id, not by ref: another commit to ref at once
+	// may have tagged its own image since.
+	ins, err := r.cli.ImageInspect(ctx, id)
 	if err != nil {
 		return fail(engineErr(err))
+	}
+	if ins.ID != id {
+		return fail(fmt.Errorf("the engine answers for %s with image %s", id, ins.ID))
+	}
+	if !hasRef(ins.RepoTags, ref) {
+		// Another commit to ref tagged its image after this one did:
+		// this image is nobody's now.
+		r.removeLoaded(ctx, id)
+		return fail(fmt.Errorf("%w: another commit to %s tagged its image at the same time; retry", runtime.ErrUnavailable, ref))
 	}
 	img := runtime.Image{ID: ins.ID, Refs: slices.Concat(ins.RepoTags, ins.RepoDigests)}
 	if ins.Size > 0 {
@@ -103,6 +120,85 @@ func (r *Runtime) Commit(ctx context.Context, sandboxID, ref string, cfg runtime
 		img.Config = runtime.ImageConfig{Env: c.Env, Cmd: c.Cmd, Entrypoint: c.Entrypoint, WorkingDir: c.WorkingDir, User: c.User, Labels: c.Labels}
 	}
 	return img, nil
+}
+
+// Commit's bounds. A commit's layer is written while the sandbox is
+// frozen and locked, so the capture's time is bounded (a file system too
+// large or too slow to read in it is refused, and the sandbox runs on),
+// and so is the whole commit's (the load into the engine).
+const (
+	captureTimeout = 10 * time.Minute
+	commitTimeout  = 30 * time.Minute
+	// maxLayerBytes bounds a layer where the sandbox's disk has no limit
+	// (or the commit takes its whole file system, the image's files too).
+	maxLayerBytes = 16 << 30
+	// layerSlack is what a layer may hold beyond its sandbox's disk
+	// limit: tar headers, and what the quota does not count.
+	layerSlack = 64 << 20
+	// layerReserve is the free space a layer leaves on the runtime's file
+	// system (other sandboxes write there too); layerFreeEvery is how
+	// much is written between two looks at it.
+	layerReserve   = 256 << 20
+	layerFreeEvery = 64 << 20
+)
+
+// layerBound is the largest layer a commit of the sandbox writes: its
+// disk limit and some slack when the kernel enforces one (what it wrote
+// cannot be more, sparse files aside), maxLayerBytes otherwise.
+func (r *Runtime) layerBound(meta *sandboxMeta, flat bool) int64 {
+	if flat || !r.disk.enforced || meta.DiskMB <= 0 || meta.DiskMB > (maxLayerBytes-layerSlack)>>20 {
+		return maxLayerBytes
+	}
+	return meta.DiskMB<<20 + layerSlack
+}
+
+// layerFree returns layerLimits.free for a layer written to f: an error
+// (runtime.ErrNoSpace) when f's file system would have less than
+// layerReserve free after need bytes more; it looks at the file system
+// before the first file and then every layerFreeEvery bytes.
+func layerFree(f *os.File) func(need int64) error {
+	var since int64 = layerFreeEvery
+	return func(need int64) error {
+		if since += need; since < layerFreeEvery {
+			return nil
+		}
+		since = 0
+		var st unix.Statfs_t
+		if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+			return fmt.Errorf("statfs the layer's file system: %w", err)
+		}
+		free := int64(st.Bavail) * st.Bsize
+		if free-need < layerReserve {
+			return fmt.Errorf("%w: the runtime's file system has %d MiB free; the sandbox's layer needs %d MiB more and leaves %d MiB", runtime.ErrNoSpace, free>>20, need>>20, layerReserve>>20)
+		}
+		return nil
+	}
+}
+
+// hasRef reports whether tags (an image's RepoTags, as the engine says
+// them) hold ref.
+func hasRef(tags []string, ref string) bool {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return slices.Contains(tags, ref)
+	}
+	want := reference.FamiliarString(reference.TagNameOnly(named))
+	for _, t := range tags {
+		if n, err := reference.ParseNormalizedNamed(t); err == nil && reference.FamiliarString(reference.TagNameOnly(n)) == want {
+			return true
+		}
+	}
+	return false
+}
+
+// removeLoaded removes the image id a commit loaded and gives up on (not
+// found: it is gone already).
+func (r *Runtime) removeLoaded(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if _, err := r.cli.ImageRemove(ctx, id, client.ImageRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+		r.log.Warn("commit: remove an image left untagged", "image", id, "err", err)
+	}
 }
 
 // commitBase is the image a commit of the sandbox goes over: the one its
@@ -151,6 +247,8 @@ type capturedLayer struct {
 // an upper directory the layer cannot be read from, its whole file
 // system) to a new unlinked file, the sandbox frozen meanwhile if it runs.
 func (r *Runtime) captureLayer(ctx context.Context, meta *sandboxMeta, base *baseImage) (_ *capturedLayer, err error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, captureTimeout, fmt.Errorf("%w: the sandbox's file system took longer than %v to capture; it cannot be committed", runtime.ErrInvalidSpec, captureTimeout))
+	defer cancel()
 	if err := r.mountRootfs(meta.ID, meta.ImageDir); err != nil {
 		return nil, err
 	}
@@ -182,11 +280,12 @@ func (r *Runtime) captureLayer(ctx context.Context, meta *sandboxMeta, base *bas
 		}
 		h := sha256.New()
 		cw := &countWriter{w: io.MultiWriter(f, h)}
+		lim := layerLimits{maxBytes: r.layerBound(meta, flat), free: layerFree(f), tick: func() error { return r.step("commit-walk") }}
 		var werr error
 		if flat {
-			werr = writeLayer(cw, filepath.Join(r.sandboxDir(meta.ID), "rootfs"), "")
+			werr = writeLayer(ctx, cw, filepath.Join(r.sandboxDir(meta.ID), "rootfs"), "", lim)
 		} else {
-			werr = writeLayer(cw, filepath.Join(r.rwDir(meta.ID), "upper"), meta.ImageDir)
+			werr = writeLayer(ctx, cw, filepath.Join(r.rwDir(meta.ID), "upper"), meta.ImageDir, lim)
 		}
 		if werr != nil {
 			return nil, werr
@@ -275,7 +374,7 @@ type imageHistory struct {
 // base's layers (listed, not carried: the engine has them) and lyr, with
 // cfg as its configuration. It returns the image's id ("sha256:…"),
 // untagged.
-func (r *Runtime) loadImage(ctx context.Context, base *baseImage, lyr *capturedLayer, cfg runtime.ImageConfig) (string, error) {
+func (r *Runtime) loadImage(ctx context.Context, base *baseImage, lyr *capturedLayer, cfg runtime.ImageConfig) (_ string, err error) {
 	now := time.Now().UTC()
 	cj := imageJSON{
 		Architecture: goruntime.GOARCH, OS: "linux", Created: now,
@@ -341,11 +440,21 @@ func (r *Runtime) loadImage(ctx context.Context, base *baseImage, lyr *capturedL
 		pw.CloseWithError(err)
 	}()
 	defer pr.Close()
+	// From here the engine may have registered the image whatever the
+	// answer says: an error removes it (not found: it did not).
+	defer func() {
+		if err != nil {
+			r.removeLoaded(ctx, "sha256:"+id)
+		}
+	}()
 	res, err := r.cli.ImageLoad(ctx, pr, client.ImageLoadWithQuiet(true))
 	if err != nil {
 		return "", engineErr(fmt.Errorf("load: %w", err))
 	}
 	defer res.Close()
+	if err := r.step("commit-load-answer"); err != nil {
+		return "", err
+	}
 	// The answer is a stream of JSON messages; an error is one of them.
 	dec := json.NewDecoder(io.LimitReader(res, 1<<20))
 	for {

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,7 +45,16 @@ import (
 //     directory nothing under which is in the layer and whose mode and
 //     owner are its image's (the /etc that writeEtc made; a directory the
 //     sandbox only wrote and removed a file in);
-//   - nests at most maxLayerDepth directories deep.
+//   - nests at most maxLayerDepth directories deep, names no path longer
+//     than maxLayerPath bytes (refused before its header is built: the
+//     engine could not unpack it), and stays under lim.maxBytes of file
+//     data and headers (a sparse file counts its whole length: the layer
+//     holds it all, so `truncate -s 8E` is refused before one byte of it
+//     is read); hard links are remembered only until all of an inode's
+//     links were seen, and at most maxLayerSeenBytes of their names;
+//   - stops when ctx is done (checked at every entry and every chunk of a
+//     file's data), and asks lim.free before each file's data whether the
+//     layer's own file system has room for it.
 //
 // Overlay features that keep a file's data or a directory's entries in
 // the lower directory (redirect_dir, metacopy: off by default, and off on
@@ -58,6 +68,34 @@ var errLayerUnreadable = errors.New("the overlay's upper directory is not a laye
 // maxLayerDepth bounds how deep a committed tree may nest (each level
 // holds two descriptors while the walk is under it).
 const maxLayerDepth = 1000
+
+// maxLayerPath bounds a committed path's length: the engine unpacks a
+// layer with paths under its own data root (PATH_MAX 4096 with a prefix
+// of its own), and a longer one would fail late, after the whole layer
+// was written and copied. It also bounds what the walk holds: the
+// pending directories' headers (at most maxLayerDepth of them, each
+// under this) and each remembered hard link's name.
+const maxLayerPath = 4096 - 256
+
+// maxLayerSeenBytes bounds the names of hard-linked files remembered
+// until all their links were seen.
+const maxLayerSeenBytes = 64 << 20
+
+// layerLimits bound a layer's writing.
+type layerLimits struct {
+	// maxBytes bounds the layer: its headers and its files' data.
+	maxBytes int64
+	// free, when set, is asked before a file's data is written whether
+	// the layer's file system has need bytes more; it returns why not.
+	free func(need int64) error
+	// tick, when set, is called at every entry (the runtime's fault hook).
+	tick func() error
+}
+
+// errLayerTooLarge: the sandbox's tree makes a layer larger than its bound.
+func errLayerTooLarge(max int64) error {
+	return fmt.Errorf("%w: the sandbox's files come to more than %d MiB (sparse files count their whole length); it cannot be committed", runtime.ErrInvalidSpec, max>>20)
+}
 
 // Overlay's extended attributes (on the upper directory's files; a
 // sandbox cannot set trusted.* ones).
@@ -102,7 +140,7 @@ var (
 // image's unpacked root file system) root is an overlay's upper directory
 // over it, and whiteouts and opaque directories are translated; without,
 // root is a whole file system (the overlay as mounted).
-func writeLayer(w io.Writer, root, lower string) error {
+func writeLayer(ctx context.Context, w io.Writer, root, lower string, lim layerLimits) error {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open the sandbox's file system: %w", err)
@@ -121,7 +159,8 @@ func writeLayer(w io.Writer, root, lower string) error {
 			defer unix.Close(lowerFD)
 		}
 	}
-	lw := &layerWriter{tw: tar.NewWriter(w), diff: lower != "", dev: st.Dev, seen: map[[2]uint64]string{}}
+	cw := &countWriter{w: w}
+	lw := &layerWriter{ctx: ctx, lim: lim, cw: cw, tw: tar.NewWriter(cw), diff: lower != "", dev: st.Dev, seen: map[[2]uint64]*seenInode{}}
 	if err := lw.dir(fd, lowerFD, "", 0); err != nil {
 		return err
 	}
@@ -129,14 +168,27 @@ func writeLayer(w io.Writer, root, lower string) error {
 }
 
 type layerWriter struct {
+	ctx  context.Context
+	lim  layerLimits
+	cw   *countWriter // what tw wrote
 	tw   *tar.Writer
 	diff bool   // root is an upper directory
 	dev  uint64 // root's device: a directory on another is a mount point
-	seen map[[2]uint64]string
+	// seen are the hard-linked inodes written, until all their links are;
+	// seenBytes their names' length.
+	seen      map[[2]uint64]*seenInode
+	seenBytes int
 	// pending are the headers of the directories being walked that are
 	// not written yet: a directory is written before the first entry
 	// under it, or when it is left and was not dropped.
 	pending []*tar.Header
+}
+
+// seenInode is a hard-linked file written: its first name, and how many
+// of its links are still to come.
+type seenInode struct {
+	name string
+	left uint64
 }
 
 // emit writes hdr, after the directories it is under.
@@ -144,7 +196,25 @@ func (lw *layerWriter) emit(hdr *tar.Header) error {
 	if err := lw.flush(); err != nil {
 		return err
 	}
-	return lw.tw.WriteHeader(hdr)
+	if err := lw.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	if lw.cw.n > lw.lim.maxBytes {
+		return errLayerTooLarge(lw.lim.maxBytes)
+	}
+	return nil
+}
+
+// stopped is why the walk stops before its next step: ctx done, or the
+// fault hook.
+func (lw *layerWriter) stopped() error {
+	if err := lw.ctx.Err(); err != nil {
+		return fmt.Errorf("the commit stopped: %w", context.Cause(lw.ctx))
+	}
+	if lw.lim.tick != nil {
+		return lw.lim.tick()
+	}
+	return nil
 }
 
 func (lw *layerWriter) flush() error {
@@ -192,6 +262,14 @@ func (lw *layerWriter) entry(dfd, lowerFD int, rel, name string, depth int) erro
 	}
 	if name == "." || name == ".." || strings.HasPrefix(name, whiteoutPrefix) || runtimeFiles[child] {
 		return nil
+	}
+	if err := lw.stopped(); err != nil {
+		return err
+	}
+	// Checked before anything is built of it (the longest header is a
+	// whiteout's or an opaque directory's, a few bytes more).
+	if len(child)+len(whiteoutOpaque)+1 > maxLayerPath {
+		return fmt.Errorf("%w: the sandbox's file system has a path longer than %d bytes (%s); it cannot be committed", runtime.ErrInvalidSpec, maxLayerPath, shortName(child))
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); errors.Is(err, unix.ENOENT) {
@@ -295,10 +373,24 @@ func (lw *layerWriter) file(dfd int, child, name string, st *unix.Stat_t) error 
 	}
 	key := [2]uint64{st.Dev, st.Ino}
 	if st.Nlink > 1 {
-		if first, ok := lw.seen[key]; ok {
+		if s, ok := lw.seen[key]; ok {
 			hdr := header(child, tar.TypeLink, st)
-			hdr.Linkname = first
+			hdr.Linkname = s.name
+			if s.left--; s.left == 0 {
+				delete(lw.seen, key)
+				lw.seenBytes -= len(s.name)
+			}
 			return lw.emit(hdr)
+		}
+	}
+	// The data is refused before it is read: the layer would pass its
+	// bound (a sparse file of exabytes costs its sandbox nothing).
+	if st.Size < 0 || st.Size > lw.lim.maxBytes-lw.cw.n-int64(len(child))-2048 {
+		return errLayerTooLarge(lw.lim.maxBytes)
+	}
+	if lw.lim.free != nil && st.Size > 0 {
+		if err := lw.lim.free(st.Size); err != nil {
+			return err
 		}
 	}
 	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
@@ -323,12 +415,32 @@ func (lw *layerWriter) file(dfd int, child, name string, st *unix.Stat_t) error 
 		return err
 	}
 	if st.Nlink > 1 {
-		lw.seen[key] = child
+		if lw.seenBytes+len(child) > maxLayerSeenBytes {
+			return fmt.Errorf("%w: the sandbox's file system has more hard-linked files than a commit remembers (%d MiB of their names); it cannot be committed", runtime.ErrInvalidSpec, maxLayerSeenBytes>>20)
+		}
+		lw.seen[key] = &seenInode{name: child, left: st.Nlink - 1}
+		lw.seenBytes += len(child)
 	}
-	if _, err := io.CopyN(lw.tw, f, st.Size); err != nil {
+	if _, err := io.CopyN(lw.tw, ctxReader{lw.ctx, f}, st.Size); err != nil {
+		if cerr := lw.ctx.Err(); cerr != nil {
+			return fmt.Errorf("the commit stopped: %w", context.Cause(lw.ctx))
+		}
 		return fmt.Errorf("read %q: %w", shortName(child), err)
 	}
 	return nil
+}
+
+// ctxReader reads r until ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(b)
 }
 
 // sameInode checks that fd is the inode st describes (nothing replaced

@@ -322,6 +322,9 @@ type sandboxMeta struct {
 	Network bool      `json:"network,omitempty"`
 	IP      string    `json:"ip,omitempty"`
 	Created time.Time `json:"created"`
+	// DiskMB is Spec.DiskMB (0: none; a sandbox made before it was kept
+	// reads 0): a commit's layer is bounded by it.
+	DiskMB int64 `json:"disk_mb,omitempty"`
 }
 
 // runState is a sandbox's state.json: its current or last run. The
@@ -448,7 +451,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	meta := &sandboxMeta{
 		ID: id, Node: r.opts.NodeID, ContainerID: randHex(12), Labels: labels(spec, r.opts.NodeID),
 		Image: spec.Image, ImageDir: img.dir, Hostname: r.hostname(id), Isolation: spec.Isolation, Binary: r.binary(spec.Isolation),
-		Network: spec.Network, Created: time.Now().UTC(),
+		Network: spec.Network, Created: time.Now().UTC(), DiskMB: spec.DiskMB,
 	}
 	if err := r.step("image"); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
