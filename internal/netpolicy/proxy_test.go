@@ -127,13 +127,48 @@ func TestBatchRejectsDenied(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := fw.batch("sb-0123456789abcdef", netip.MustParseAddr("172.30.0.2"), pol, nil, nil)
+		b, _ := fw.batch("sb-0123456789abcdef", netip.MustParseAddr("172.30.0.2"), pol, 0x10000, nil, nil)
 		reject := strings.Index(b, "-d 10.0.0.5/32 -j REJECT")
 		if reject < 0 {
 			t.Fatalf("%s: no reject of the denied address in\n%s", mode, b)
 		}
-		if allow := strings.Index(b, "-d 10.0.0.0/8 -j RETURN"); allow >= 0 && allow < reject {
+		if allow := strings.Index(b, "-d 10.0.0.0/8 -j"); allow >= 0 && allow < reject {
 			t.Errorf("%s: the policy's allow comes before the denied address's reject:\n%s", mode, b)
+		}
+	}
+}
+
+// A restricted chain lets established traffic the sandbox sends through
+// only on connections carrying its mark, which the allow rules set: no
+// rule returns an established packet of the sandbox's own connections
+// without it (an unmarked one is judged like a new one).
+func TestBatchEstablishedOnlyWithTheMark(t *testing.T) {
+	fw := New(Options{Bridge: "br-x", Resolvers: []netip.Addr{netip.MustParseAddr("10.0.0.2")}})
+	pol, err := Policy{Mode: ModeRestricted, Allow: []string{"10.1.0.0/16"}}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mark = 0x2a0000
+	b, _ := fw.batch("sb-0123456789abcdef", netip.MustParseAddr("172.30.0.2"), pol, mark, nil, nil)
+	marked := "-m connmark --mark 0x2a0000/0xfff0000"
+	for line := range strings.Lines(b) {
+		est := strings.Contains(line, "ESTABLISHED")
+		switch {
+		case est && strings.Contains(line, "--ctdir REPLY"):
+		case est && !strings.Contains(line, marked):
+			t.Errorf("established traffic passes without the mark: %s", line)
+		case strings.Contains(line, "-d 10.1.0.0/16") && !strings.Contains(line, "CONNMARK --set-xmark 0x2a0000/0xfff0000"):
+			t.Errorf("an allow rule does not mark its connection: %s", line)
+		case strings.Contains(line, "-j RETURN") && !est && !strings.Contains(line, marked):
+			t.Errorf("a rule returns a packet whose connection is not marked: %s", line)
+		}
+	}
+	if !strings.Contains(b, "-A SBX-") || !strings.Contains(b, marked+" -j RETURN") {
+		t.Errorf("no marked RETURN in\n%s", b)
+	}
+	for range 1000 {
+		if m := newMark(mark); m == 0 || m == mark || m&^connMarkMask != 0 {
+			t.Fatalf("newMark(%#x) = %#x", mark, m)
 		}
 	}
 }
