@@ -134,9 +134,11 @@ type Firewall struct {
 	// jumps is the copy of every sandbox's jump rules (nil: read them
 	// from iptables first), so that a policy change is one iptables-restore.
 	jumps map[string]sandboxJumps
-	// marks is each restricted sandbox's current connection mark, as its
-	// chain holds it; one not here is read from the chain (markOf).
-	marks map[string]uint32
+	// marks is each restricted sandbox's chain's current connection mark
+	// (by chain), marksRead whether the chains were read for those this
+	// process did not set (markOf).
+	marks     map[string]uint32
+	marksRead bool
 
 	// The policies this process applied, for the name proxy: by address,
 	// and each sandbox's address.
@@ -363,36 +365,48 @@ func (f *Firewall) applyLocked(ctx context.Context, id string, ip netip.Addr, p 
 	return nil
 }
 
-// markOf is sandbox id's current mark (0: none), read from its chain
-// when this process has not set it (a restarted daemon) and the sandbox
-// has rules (hasChain): the next mark must differ from it, or the
+// markOf is sandbox id's current mark (0: none). A sandbox with rules
+// (hasChain) whose mark this process has not set (a restarted daemon)
+// has it read from its chain: the next mark must differ from it, or the
 // connections the old policy allowed would pass the new one unjudged.
-// A fresh sandbox has no chain: nothing to read, no exec on a create.
+// The marks of every chain are read at once, with one `iptables -S` the
+// first time one is needed; a fresh sandbox (no chain) needs none, so a
+// create never runs it.
 func (f *Firewall) markOf(ctx context.Context, id string, hasChain bool) uint32 {
-	if m, ok := f.marks[id]; ok || !hasChain {
-		return m
-	}
-	text, err := f.iptables(ctx, "filter", "-S", chainOf(id))
-	if err != nil {
-		return 0
-	}
-	if m := markPattern.FindStringSubmatch(text); m != nil {
-		if v, err := strconv.ParseUint(m[1], 0, 32); err == nil {
-			return uint32(v)
+	if hasChain && !f.marksRead {
+		f.marksRead = true
+		if f.marks == nil {
+			f.marks = map[string]uint32{}
+		}
+		text, err := f.iptables(ctx, "filter", "-S")
+		if err != nil {
+			f.opts.Logger.Warn("firewall: read the restricted chains' marks", "err", err)
+		}
+		for line := range strings.Lines(text) {
+			rest, ok := strings.CutPrefix(line, "-A "+sandboxChain)
+			if !ok {
+				continue
+			}
+			chain := sandboxChain + strings.Fields(rest)[0]
+			if m := markPattern.FindStringSubmatch(line); m != nil {
+				if v, err := strconv.ParseUint(m[1], 0, 32); err == nil {
+					f.marks[chain] = uint32(v)
+				}
+			}
 		}
 	}
-	return 0
+	return f.marks[chainOf(id)]
 }
 
 func (f *Firewall) setMark(id string, mark uint32) {
 	if mark == 0 {
-		delete(f.marks, id)
+		delete(f.marks, chainOf(id))
 		return
 	}
 	if f.marks == nil {
 		f.marks = map[string]uint32{}
 	}
-	f.marks[id] = mark
+	f.marks[chainOf(id)] = mark
 }
 
 // loadedJumps is the copy of every sandbox's jump rules, read from

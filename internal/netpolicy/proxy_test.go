@@ -1,9 +1,11 @@
 package netpolicy
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -170,5 +172,49 @@ func TestBatchEstablishedOnlyWithTheMark(t *testing.T) {
 		if m := newMark(mark); m == 0 || m == mark || m&^connMarkMask != 0 {
 			t.Fatalf("newMark(%#x) = %#x", mark, m)
 		}
+	}
+}
+
+// A restarted daemon's first change of a restricted sandbox's policy
+// draws a mark other than the one its chain holds (read from iptables,
+// once for all chains), so the connections the old policy allowed are
+// judged again; a fresh sandbox's apply reads nothing.
+func TestApplyChangesTheMarkAChainHolds(t *testing.T) {
+	const id, fresh = "sb-0123456789abcdef", "sb-fedcba9876543210"
+	chain := chainOf(id)
+	var reads, batches []string
+	fw := New(Options{Bridge: "br-x", Run: func(_ context.Context, stdin, name string, args ...string) (string, error) {
+		switch {
+		case name == "iptables-restore":
+			batches = append(batches, stdin)
+		case slices.Equal(args, []string{"-w", "-t", "filter", "-S", "SBXD-F-br-x"}):
+			return "-A SBXD-F-br-x -s 172.30.0.2/32 -m comment --comment sandbox:" + id + " -g " + chain + "\n", nil
+		case slices.Equal(args, []string{"-w", "-t", "filter", "-S"}):
+			reads = append(reads, "all")
+			return "-N " + chain + "\n-A " + chain + " -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x2a0000/0xfff0000 -j RETURN\n", nil
+		}
+		return "", nil
+	}})
+	pol, err := Policy{Mode: ModeRestricted, Allow: []string{"10.1.0.0/16"}}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.Apply(t.Context(), fresh, netip.MustParseAddr("172.30.0.3"), pol); err != nil {
+		t.Fatal(err)
+	}
+	if len(reads) != 0 {
+		t.Errorf("a fresh sandbox's apply read the chains: %v", reads)
+	}
+	for range 50 {
+		if err := fw.Apply(t.Context(), id, netip.MustParseAddr("172.30.0.2"), pol); err != nil {
+			t.Fatal(err)
+		}
+		if b := batches[len(batches)-1]; strings.Contains(b, "0x2a0000/") || !strings.Contains(b, "--set-xmark") {
+			t.Fatalf("the new batch keeps the chain's old mark (or sets none):\n%s", b)
+		}
+		fw.marks[chain] = 0x2a0000 // as if the chain held it still
+	}
+	if len(reads) != 1 {
+		t.Errorf("the chains were read %d times, want once", len(reads))
 	}
 }
