@@ -65,9 +65,14 @@ func main() {
 		log.Warn("agent token", "err", err)
 	}
 	cfg, err := parseConfig(os.Args[1:], token)
-	if err == nil && cfg.token == "" && cfg.handoff == "" {
-		// gVisor's way (token.go); the handoff brings it otherwise.
-		cfg.token, err = takeTokenFile(filepath.Join(filepath.Dir(cfg.socket), handoff.TokenFileName))
+	if err == nil && cfg.handoff == "" {
+		// gVisor's way (token.go); the handoff brings it otherwise. The
+		// daemon's file wins over the environment, as the handoff's
+		// token does.
+		var fromFile string
+		if fromFile, err = takeTokenFile(filepath.Join(filepath.Dir(cfg.socket), handoff.TokenFileName)); fromFile != "" {
+			cfg.token = fromFile
+		}
 		if err == nil && cfg.token == "" {
 			err = errNoToken
 		}
