@@ -22,8 +22,9 @@ import (
 // carries it in a label, sealed: labels are not visible inside the
 // sandbox, but the engine shows them to more readers than its
 // configuration (docker ps, events, monitoring exporters). The key is
-// derived from Options.NameKey, the node's secret; Commit blanks the
-// label like every other (images.go).
+// derived from Options.NameKey, the node's secret (without one, as in
+// tests and benchmarks, the seal hides nothing from whoever reads this
+// file); Commit blanks the label like every other (images.go).
 //
 // A container without the label (one created before, whose environment
 // still carries the token) boots with no token handed over: its agent
