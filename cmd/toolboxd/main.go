@@ -15,9 +15,15 @@
 //	SANDBOXD_AGENT_ISOLATION "gvisor" under gVisor: children are not held
 //	                         at their exec (the agent is not dumpable, and
 //	                         gVisor then refuses the child's PTRACE_TRACEME)
-//	SANDBOXD_AGENT_TOKEN     the agent token; required; removed from the
-//	                         environment at once (see takeToken) so no
-//	                         child, nor /proc/1/environ, ever shows it
+//	SANDBOXD_AGENT_TOKEN     the agent token of a sandbox created before
+//	                         the daemon handed it over otherwise; removed
+//	                         from the environment at once (see takeToken)
+//	                         so no child, nor /proc/1/environ, ever shows
+//	                         it
+//
+// The token comes with the socket over the handoff socket, or, under
+// gVisor, from a file of the socket directory the agent removes (see
+// token.go); without one the agent refuses to serve.
 package main
 
 import (
@@ -28,7 +34,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
+
+	"github.com/sandboxd/sandboxd/internal/agent/handoff"
 )
 
 // Environment variables toolboxd reads (only here).
@@ -45,16 +54,29 @@ const defaultSocket = "/run/sandboxd/agent.sock"
 
 func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// Before the token is in memory (an exec, takeToken's re-exec, makes
+	// a process dumpable again: the new image comes back here).
+	if err := undumpable(); err != nil {
+		log.Warn("make the agent non-dumpable", "err", err)
+	}
 	// Take the token before anything else can read or inherit it.
 	token, err := takeToken()
 	if err != nil {
 		log.Warn("agent token", "err", err)
 	}
-	// After takeToken: an exec (its re-exec) makes a process dumpable again.
-	if err := undumpable(); err != nil {
-		log.Warn("make the agent non-dumpable", "err", err)
-	}
 	cfg, err := parseConfig(os.Args[1:], token)
+	if err == nil && cfg.handoff == "" {
+		// gVisor's way (token.go); the handoff brings it otherwise. The
+		// daemon's file wins over the environment, as the handoff's
+		// token does.
+		var fromFile string
+		if fromFile, err = takeTokenFile(filepath.Join(filepath.Dir(cfg.socket), handoff.TokenFileName)); fromFile != "" {
+			cfg.token = fromFile
+		}
+		if err == nil && cfg.token == "" {
+			err = errNoToken
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "toolboxd:", err)
 		os.Exit(2)
@@ -71,9 +93,12 @@ func main() {
 type config struct {
 	socket  string
 	handoff string // when set, the daemon hands the socket over here
-	token   string
-	gvisor  bool // envIsolation
+	token   string // from the environment; the handoff's replaces it
+	gvisor  bool   // envIsolation
 }
+
+// errNoToken: nothing handed the agent a token.
+var errNoToken = errors.New("no agent token (handoff, token file or " + envToken + "): refusing to serve without one")
 
 func parseConfig(args []string, token string) (config, error) {
 	fs := flag.NewFlagSet("toolboxd", flag.ContinueOnError)
@@ -85,9 +110,6 @@ func parseConfig(args []string, token string) (config, error) {
 	handoff := fs.String("handoff", os.Getenv(envHandoff), "take the listening socket from the daemon over this handoff socket")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
-	}
-	if token == "" {
-		return config{}, errors.New(envToken + " is not set: refusing to serve without a token")
 	}
 	return config{socket: socket, handoff: *handoff, token: token, gvisor: os.Getenv(envIsolation) == "gvisor"}, nil
 }

@@ -58,12 +58,19 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	fsys := filesystem.New(filesystem.Options{Users: users, Log: log, Protected: ownPaths(cfg.socket)})
 	defer fsys.Close()
 
-	ln, err := serveSocket(ctx, cfg, log)
+	ln, token, err := serveSocket(ctx, cfg, log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before it served: nothing to clean up
 		}
 		return err
+	}
+	if token != "" {
+		cfg.token = token // the daemon's, handed over with the socket
+	}
+	if cfg.token == "" {
+		ln.Close()
+		return errNoToken
 	}
 	newServer := func() *http.Server {
 		srv := &http.Server{
@@ -137,11 +144,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 }
 
 // serveSocket is the listener the agent serves on: the socket the daemon
-// hands over (the Docker runtime's way: see package agent/handoff), or
-// one it creates itself at cfg.socket.
-func serveSocket(ctx context.Context, cfg config, log *slog.Logger) (net.Listener, error) {
+// hands over, with the token (the runc-class way of both runtimes: see
+// package agent/handoff), or one it creates itself at cfg.socket.
+func serveSocket(ctx context.Context, cfg config, log *slog.Logger) (net.Listener, string, error) {
 	if cfg.handoff == "" {
-		return listen(cfg.socket)
+		ln, err := listen(cfg.socket)
+		return ln, "", err
 	}
 	log.Info("waiting for the daemon to hand over the agent socket", "handoff", cfg.handoff)
 	return handoff.Take(ctx, cfg.handoff)

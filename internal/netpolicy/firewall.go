@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +43,25 @@ import (
 // engine, so the policy holds through that moment; the chain is then
 // walked twice on a packet, with the same verdict.
 //
+// A restricted sandbox's established traffic passes only on connections
+// its current policy allowed. The allow rules mark the connection
+// (CONNMARK, the bits of connMarkMask) with the sandbox's current mark,
+// drawn anew at every Apply; ESTABLISHED and RELATED packets the sandbox
+// sends pass only when their connection carries it. Any other
+// established packet is judged as a new one: a connection that got past
+// while no rule held (a packet that slipped through a rewrite, an open
+// sandbox restricted since), or that an earlier policy allowed, goes on
+// if the policy allows it now (and is marked again) and is cut (REJECT,
+// a TCP reset) if not. Replies of connections the sandbox did not open
+// (conntrack's reply direction) pass as before: the policy is about what
+// the sandbox reaches.
+//
+//	filter SBX-<hash>  (restricted)  the deny rules: REJECT
+//	                   ESTABLISHED,RELATED --ctdir REPLY: RETURN
+//	                   ESTABLISHED,RELATED with the mark: RETURN
+//	                   DNS and each allow rule: CONNMARK --set-xmark <mark>
+//	                   with the mark: RETURN, else REJECT
+//
 // Daemons that share the bridge (a host's daemons share one network)
 // share its chains: a sandbox's rules are its own, by id. A sandbox's
 // rules are replaced in one iptables-restore batch, so a policy change
@@ -51,6 +72,29 @@ const (
 	sandboxChain = "SBX-"
 	commentTag   = "sandbox:"
 )
+
+// connMarkMask are the conntrack mark bits the restricted chains use:
+// bits 16 to 27 (the engine sets no conntrack mark; kube-proxy's and
+// most others' marks are the packet's, below bit 16). A sandbox's mark
+// is one of their 4095 non-zero values.
+const connMarkMask = 0x0fff0000
+
+// markPattern finds a restricted chain's mark in `iptables -S`.
+var markPattern = regexp.MustCompile(`--mark (0x[0-9a-f]+)/` + fmt.Sprintf("%#x", connMarkMask))
+
+// newMark draws a sandbox's mark: random, non-zero, not prev. Random
+// rather than counted: a sandbox that gets an address a destroyed one
+// had must not find that one's connections marked as its own.
+func newMark(prev uint32) uint32 {
+	for {
+		var b [2]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand contract)
+		m := (uint32(b[0])<<8 | uint32(b[1])) & 0x0fff << 16
+		if m != 0 && m != prev {
+			return m
+		}
+	}
+}
 
 func (f *Firewall) chainForward() string { return "SBXD-F-" + f.opts.Bridge }
 func (f *Firewall) chainInput() string   { return "SBXD-I-" + f.opts.Bridge }
@@ -90,6 +134,11 @@ type Firewall struct {
 	// jumps is the copy of every sandbox's jump rules (nil: read them
 	// from iptables first), so that a policy change is one iptables-restore.
 	jumps map[string]sandboxJumps
+	// marks is each restricted sandbox's chain's current connection mark
+	// (by chain), marksRead whether the chains were read for those this
+	// process did not set (markOf).
+	marks     map[string]uint32
+	marksRead bool
 
 	// The policies this process applied, for the name proxy: by address,
 	// and each sandbox's address.
@@ -303,12 +352,61 @@ func (f *Firewall) applyLocked(ctx context.Context, id string, ip netip.Addr, p 
 			}
 		}()
 	}
-	batch, added := f.batch(id, ip, p, old.filter, old.nat)
+	var mark uint32
+	if p.Mode == ModeRestricted {
+		mark = newMark(f.markOf(ctx, id, len(old.filter) > 0))
+	}
+	batch, added := f.batch(id, ip, p, mark, old.filter, old.nat)
 	if err = f.restore(ctx, batch); err != nil {
 		return err
 	}
 	f.setJumps(id, added)
+	f.setMark(id, mark)
 	return nil
+}
+
+// markOf is sandbox id's current mark (0: none). A sandbox with rules
+// (hasChain) whose mark this process has not set (a restarted daemon)
+// has it read from its chain: the next mark must differ from it, or the
+// connections the old policy allowed would pass the new one unjudged.
+// The marks of every chain are read at once, with one `iptables -S` the
+// first time one is needed; a fresh sandbox (no chain) needs none, so a
+// create never runs it.
+func (f *Firewall) markOf(ctx context.Context, id string, hasChain bool) uint32 {
+	if hasChain && !f.marksRead {
+		f.marksRead = true
+		if f.marks == nil {
+			f.marks = map[string]uint32{}
+		}
+		text, err := f.iptables(ctx, "filter", "-S")
+		if err != nil {
+			f.opts.Logger.Warn("firewall: read the restricted chains' marks", "err", err)
+		}
+		for line := range strings.Lines(text) {
+			rest, ok := strings.CutPrefix(line, "-A "+sandboxChain)
+			if !ok {
+				continue
+			}
+			chain := sandboxChain + strings.Fields(rest)[0]
+			if m := markPattern.FindStringSubmatch(line); m != nil {
+				if v, err := strconv.ParseUint(m[1], 0, 32); err == nil {
+					f.marks[chain] = uint32(v)
+				}
+			}
+		}
+	}
+	return f.marks[chainOf(id)]
+}
+
+func (f *Firewall) setMark(id string, mark uint32) {
+	if mark == 0 {
+		delete(f.marks, chainOf(id))
+		return
+	}
+	if f.marks == nil {
+		f.marks = map[string]uint32{}
+	}
+	f.marks[chainOf(id)] = mark
 }
 
 // loadedJumps is the copy of every sandbox's jump rules, read from
@@ -336,8 +434,9 @@ func (f *Firewall) setJumps(id string, j sandboxJumps) {
 }
 
 // batch is the iptables-restore input that installs p for id at ip and
-// deletes the jump rules old* (the sandbox's previous ones).
-func (f *Firewall) batch(id string, ip netip.Addr, p Policy, oldFilter, oldNAT []string) (string, sandboxJumps) {
+// deletes the jump rules old* (the sandbox's previous ones); mark is a
+// restricted sandbox's connection mark (newMark).
+func (f *Firewall) batch(id string, ip netip.Addr, p Policy, mark uint32, oldFilter, oldNAT []string) (string, sandboxJumps) {
 	var added sandboxJumps
 	chain, comment, src := chainOf(id), commentTag+id, ip.String()+"/32"
 	allow, deny := p.CIDRs()
@@ -354,16 +453,21 @@ func (f *Firewall) batch(id string, ip netip.Addr, p Policy, oldFilter, oldNAT [
 		}
 	}
 	if p.Mode == ModeRestricted {
-		fmt.Fprintf(&b, "-A %s -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN\n", chain)
+		// See "established traffic" above.
+		marked := fmt.Sprintf("-m connmark --mark %#x/%#x", mark, connMarkMask)
+		setMark := fmt.Sprintf("-j CONNMARK --set-xmark %#x/%#x", mark, connMarkMask)
+		fmt.Fprintf(&b, "-A %s -m conntrack --ctstate ESTABLISHED,RELATED --ctdir REPLY -j RETURN\n", chain)
+		fmt.Fprintf(&b, "-A %s -m conntrack --ctstate ESTABLISHED,RELATED %s -j RETURN\n", chain, marked)
 		for _, r := range f.opts.Resolvers {
-			fmt.Fprintf(&b, "-A %s -d %s/32 -p udp -m udp --dport 53 -j RETURN\n", chain, r)
-			fmt.Fprintf(&b, "-A %s -d %s/32 -p tcp -m tcp --dport 53 -j RETURN\n", chain, r)
+			fmt.Fprintf(&b, "-A %s -d %s/32 -p udp -m udp --dport 53 %s\n", chain, r, setMark)
+			fmt.Fprintf(&b, "-A %s -d %s/32 -p tcp -m tcp --dport 53 %s\n", chain, r, setMark)
 		}
 		for _, a := range allow {
 			if a.Addr().Is4() {
-				fmt.Fprintf(&b, "-A %s -d %s -j RETURN\n", chain, a)
+				fmt.Fprintf(&b, "-A %s -d %s %s\n", chain, a, setMark)
 			}
 		}
+		fmt.Fprintf(&b, "-A %s %s -j RETURN\n", chain, marked)
 		fmt.Fprintf(&b, "-A %s -p tcp -j REJECT --reject-with tcp-reset\n", chain)
 		fmt.Fprintf(&b, "-A %s -j REJECT\n", chain)
 	} else {
@@ -458,6 +562,7 @@ func (f *Firewall) Remove(ctx context.Context, id string) error {
 
 func (f *Firewall) remove(ctx context.Context, id string, j sandboxJumps) error {
 	f.remember(id, netip.Addr{}, Policy{})
+	f.setMark(id, 0)
 	var b strings.Builder
 	b.WriteString("*filter\n")
 	for _, r := range j.filter {

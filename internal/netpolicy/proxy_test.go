@@ -1,9 +1,11 @@
 package netpolicy
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -127,13 +129,92 @@ func TestBatchRejectsDenied(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := fw.batch("sb-0123456789abcdef", netip.MustParseAddr("172.30.0.2"), pol, nil, nil)
+		b, _ := fw.batch("sb-0123456789abcdef", netip.MustParseAddr("172.30.0.2"), pol, 0x10000, nil, nil)
 		reject := strings.Index(b, "-d 10.0.0.5/32 -j REJECT")
 		if reject < 0 {
 			t.Fatalf("%s: no reject of the denied address in\n%s", mode, b)
 		}
-		if allow := strings.Index(b, "-d 10.0.0.0/8 -j RETURN"); allow >= 0 && allow < reject {
+		if allow := strings.Index(b, "-d 10.0.0.0/8 -j"); allow >= 0 && allow < reject {
 			t.Errorf("%s: the policy's allow comes before the denied address's reject:\n%s", mode, b)
 		}
+	}
+}
+
+// A restricted chain lets established traffic the sandbox sends through
+// only on connections carrying its mark, which the allow rules set: no
+// rule returns an established packet of the sandbox's own connections
+// without it (an unmarked one is judged like a new one).
+func TestBatchEstablishedOnlyWithTheMark(t *testing.T) {
+	fw := New(Options{Bridge: "br-x", Resolvers: []netip.Addr{netip.MustParseAddr("10.0.0.2")}})
+	pol, err := Policy{Mode: ModeRestricted, Allow: []string{"10.1.0.0/16"}}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mark = 0x2a0000
+	b, _ := fw.batch("sb-0123456789abcdef", netip.MustParseAddr("172.30.0.2"), pol, mark, nil, nil)
+	marked := "-m connmark --mark 0x2a0000/0xfff0000"
+	for line := range strings.Lines(b) {
+		est := strings.Contains(line, "ESTABLISHED")
+		switch {
+		case est && strings.Contains(line, "--ctdir REPLY"):
+		case est && !strings.Contains(line, marked):
+			t.Errorf("established traffic passes without the mark: %s", line)
+		case strings.Contains(line, "-d 10.1.0.0/16") && !strings.Contains(line, "CONNMARK --set-xmark 0x2a0000/0xfff0000"):
+			t.Errorf("an allow rule does not mark its connection: %s", line)
+		case strings.Contains(line, "-j RETURN") && !est && !strings.Contains(line, marked):
+			t.Errorf("a rule returns a packet whose connection is not marked: %s", line)
+		}
+	}
+	if !strings.Contains(b, "-A SBX-") || !strings.Contains(b, marked+" -j RETURN") {
+		t.Errorf("no marked RETURN in\n%s", b)
+	}
+	for range 1000 {
+		if m := newMark(mark); m == 0 || m == mark || m&^connMarkMask != 0 {
+			t.Fatalf("newMark(%#x) = %#x", mark, m)
+		}
+	}
+}
+
+// A restarted daemon's first change of a restricted sandbox's policy
+// draws a mark other than the one its chain holds (read from iptables,
+// once for all chains), so the connections the old policy allowed are
+// judged again; a fresh sandbox's apply reads nothing.
+func TestApplyChangesTheMarkAChainHolds(t *testing.T) {
+	const id, fresh = "sb-0123456789abcdef", "sb-fedcba9876543210"
+	chain := chainOf(id)
+	var reads, batches []string
+	fw := New(Options{Bridge: "br-x", Run: func(_ context.Context, stdin, name string, args ...string) (string, error) {
+		switch {
+		case name == "iptables-restore":
+			batches = append(batches, stdin)
+		case slices.Equal(args, []string{"-w", "-t", "filter", "-S", "SBXD-F-br-x"}):
+			return "-A SBXD-F-br-x -s 172.30.0.2/32 -m comment --comment sandbox:" + id + " -g " + chain + "\n", nil
+		case slices.Equal(args, []string{"-w", "-t", "filter", "-S"}):
+			reads = append(reads, "all")
+			return "-N " + chain + "\n-A " + chain + " -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x2a0000/0xfff0000 -j RETURN\n", nil
+		}
+		return "", nil
+	}})
+	pol, err := Policy{Mode: ModeRestricted, Allow: []string{"10.1.0.0/16"}}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.Apply(t.Context(), fresh, netip.MustParseAddr("172.30.0.3"), pol); err != nil {
+		t.Fatal(err)
+	}
+	if len(reads) != 0 {
+		t.Errorf("a fresh sandbox's apply read the chains: %v", reads)
+	}
+	for range 50 {
+		if err := fw.Apply(t.Context(), id, netip.MustParseAddr("172.30.0.2"), pol); err != nil {
+			t.Fatal(err)
+		}
+		if b := batches[len(batches)-1]; strings.Contains(b, "0x2a0000/") || !strings.Contains(b, "--set-xmark") {
+			t.Fatalf("the new batch keeps the chain's old mark (or sets none):\n%s", b)
+		}
+		fw.marks[chain] = 0x2a0000 // as if the chain held it still
+	}
+	if len(reads) != 1 {
+		t.Errorf("the chains were read %d times, want once", len(reads))
 	}
 }

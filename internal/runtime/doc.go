@@ -50,8 +50,13 @@
 //     agent/handoff; under gVisor the directory is writable and the agent
 //     makes its own), and refuses any connection whose peer is not the
 //     agent ([ErrAgentImpostor]);
-//   - the agent token in the environment as [EnvAgentToken]; the agent unsets
-//     it once read, so processes it starts never see it.
+//   - the agent token handed over at every boot, never in the sandbox's
+//     environment or its files: with the socket over [AgentHandoffName],
+//     or under gVisor in the socket directory's token file, which the
+//     agent removes before it serves (package agent/handoff). The runtime
+//     keeps it for Start (a label sealed with the node key). A container
+//     created before carries [EnvAgentToken] in its environment instead,
+//     which its agent takes and unsets.
 //
 // # The agent contract
 //

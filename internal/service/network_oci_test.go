@@ -154,3 +154,10 @@ func TestNetwork_OCIEngineUnderTheSameFirewall(t *testing.T) {
 		t.Error("a sandbox reaches a server on the host")
 	}
 }
+
+// TestNetwork_OCIPolicyCutsTheConnectionsItNoLongerAllows is
+// TestNetwork_PolicyCutsTheConnectionsItNoLongerAllows on the oci runtime.
+func TestNetwork_OCIPolicyCutsTheConnectionsItNoLongerAllows(t *testing.T) {
+	t.Parallel()
+	testConnectionsCut(t, newHarness(t, harnessOptions{network: true, oci: true}))
+}

@@ -1,15 +1,20 @@
 package service_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/netpolicy"
@@ -396,5 +401,151 @@ func TestNetwork_PooledSandboxGetsItsPolicyAtClaim(t *testing.T) {
 	}
 	if c.NetworkPolicy.Mode != netpolicy.ModeRestricted {
 		t.Errorf("the claimed sandbox reports %+v", c.NetworkPolicy)
+	}
+}
+
+// servePings counts the lines sent on the connections to addr:port in ns,
+// answering each with one of its own, until the test ends.
+func servePings(t *testing.T, ns *testenv.NetNS, addr netip.Addr, port int) *atomic.Int64 {
+	t.Helper()
+	ln, err := ns.Listen(netip.AddrPortFrom(addr, uint16(port)).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	var conns sync.WaitGroup
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() {
+				defer c.Close()
+				stop := context.AfterFunc(t.Context(), func() { c.Close() })
+				defer stop()
+				sc := bufio.NewScanner(c)
+				for sc.Scan() {
+					n.Add(1)
+					if _, err := io.WriteString(c, "pong\n"); err != nil {
+						return
+					}
+				}
+			})
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); conns.Wait() })
+	return &n
+}
+
+// pingerLines is how many lines a pinger sends when nothing cuts its
+// connection.
+const pingerLines = 100
+
+// pinger keeps one connection from sandbox id to addr:port, a line every
+// 200 ms, pingerLines of them; its channel gets the exec's end: nil when
+// the connection was cut before the last line, an error when it was not
+// (or the exec failed).
+func pinger(t *testing.T, h *harness, c service.Caller, id string, addr netip.Addr, port int) <-chan error {
+	t.Helper()
+	done, finished := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(finished)
+		// The loop records each line sent; once nc is gone (the
+		// connection cut) the next line kills the loop (SIGPIPE).
+		f := fmt.Sprintf("/tmp/pinger-%s-%d", addr, port)
+		res, err := h.svc.Exec(context.Background(), c, id, service.ExecRequest{
+			Command: fmt.Sprintf(`echo 0 >%[1]s; i=0; while [ $i -lt %[4]d ]; do echo ping; i=$((i+1)); echo $i >%[1]s; sleep 0.2; done | nc -w 2 %[2]s %[3]d >/dev/null; cat %[1]s`, f, addr, port, pingerLines),
+			Timeout: time.Minute,
+		})
+		switch {
+		case err != nil:
+		case strings.TrimSpace(string(res.Stdout)) == strconv.Itoa(pingerLines):
+			err = fmt.Errorf("all %d lines went through", pingerLines)
+		case strings.TrimSpace(string(res.Stdout)) == "0":
+			err = fmt.Errorf("no line went through: %q %q", res.Stdout, res.Stderr)
+		}
+		done <- err
+	}()
+	t.Cleanup(func() { <-finished })
+	return done
+}
+
+// A connection the policy no longer allows is cut at its next packet,
+// whether an earlier policy allowed it (restricted to A and B, then to B)
+// or no policy held when it opened (an open sandbox, restricted since:
+// as a packet that slipped through while rules were rewritten); one the
+// new policy still allows goes on, and a port exposed through the daemon
+// still answers. Before, established traffic passed whatever the policy
+// said: the connection to A went on.
+func TestNetwork_PolicyCutsTheConnectionsItNoLongerAllows(t *testing.T) {
+	t.Parallel()
+	testConnectionsCut(t, newHarness(t, harnessOptions{network: true}))
+}
+
+func testConnectionsCut(t *testing.T, h *harness) {
+	ns := testenv.NewNetNS(t, 2)
+	a, b := ns.Addrs[0], ns.Addrs[1]
+	const port = 9100
+	toA, toB := servePings(t, ns, a, port), servePings(t, ns, b, port)
+	alice := service.Caller{Owner: "alice"}
+	restricted := createWith(t, h, "alice", netpolicy.Policy{Mode: netpolicy.ModeRestricted, Allow: []string{a.String(), b.String()}})
+	open := createWith(t, h, "alice", netpolicy.Policy{Mode: netpolicy.ModeOpen})
+
+	// A server in the restricted sandbox, reached through the daemon.
+	p, err := h.svc.StartProcess(t.Context(), alice, restricted.ID, service.ProcessRequest{Command: "while true; do printf 'HTTP/1.0 200 OK\\r\\n\\r\\nhi' | nc -l -p 9000; done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	exposed := func() bool {
+		conn, err := h.svc.DialPort(t.Context(), restricted.ID, 9000)
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprint(conn, "GET / HTTP/1.0\r\n\r\n")
+		b, _ := io.ReadAll(conn)
+		return strings.Contains(string(b), "hi")
+	}
+	eventually(t, "the restricted sandbox's server answers through the daemon", exposed)
+
+	restrictedA := pinger(t, h, alice, restricted.ID, a, port)
+	pingB := pinger(t, h, alice, restricted.ID, b, port)
+	openA := pinger(t, h, alice, open.ID, a, port)
+	eventually(t, "both sandboxes' connections to A and the one to B carry pings", func() bool {
+		return toA.Load() >= 10 && toB.Load() >= 5
+	})
+
+	onlyB := netpolicy.Policy{Mode: netpolicy.ModeRestricted, Allow: []string{b.String()}}
+	for _, id := range []string{restricted.ID, open.ID} {
+		if _, err := h.svc.SetNetworkPolicy(t.Context(), alice, id, onlyB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range []struct {
+		what string
+		done <-chan error
+	}{{"the restricted sandbox's connection to A", restrictedA}, {"the connection to A the sandbox opened while open", openA}} {
+		select {
+		case err := <-w.done:
+			if err != nil {
+				t.Errorf("%s was never cut: %v", w.what, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s still open 30 s after the policy denied A (%d pings reached A)", w.what, toA.Load())
+		}
+	}
+	beforeB := toB.Load()
+	eventually(t, "the connection to B, still allowed, carries pings after the change", func() bool {
+		return toB.Load() >= beforeB+5
+	})
+	if !exposed() {
+		t.Error("the exposed port does not answer after the policy change")
+	}
+	// The connection to B lasts its whole run.
+	if err := <-pingB; err == nil || !strings.Contains(err.Error(), "all ") {
+		t.Errorf("the connection to B, allowed throughout, was cut (%v, %d pings reached B)", err, toB.Load())
 	}
 }

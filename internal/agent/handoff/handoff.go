@@ -22,20 +22,37 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// Bytes of the exchange: the daemon's message carrying the socket, and the
+// Bytes of the exchange: the daemon's message carrying the socket alone
+// (a sandbox whose token is still in its environment: one created before
+// the token moved here), the one carrying the socket and the token
+// (msgSocketToken, a big-endian uint16 length, the token), and the
 // agent's acknowledgement once it listens.
 const (
-	msgSocket = 'S'
-	msgAck    = 'K'
+	msgSocket      = 'S'
+	msgSocketToken = 'T'
+	msgAck         = 'K'
 )
+
+// MaxToken bounds the token a handoff carries, and the token file.
+const MaxToken = 1024
+
+// TokenFileName is the file, in the agent's socket directory, that hands
+// a gVisor sandbox's agent its token (a socket cannot cross into gVisor's
+// kernel, so there is no handoff there). The daemon writes it (root,
+// 0400) before the sandbox starts, when nothing of the sandbox runs; the
+// agent, its first process, reads it and removes it before it serves
+// (cmd/toolboxd's token.go).
+const TokenFileName = "agent.token"
 
 // ackTimeout bounds the exchange on one accepted connection: the agent
 // answers in microseconds; anything slower is not the agent at work.
@@ -92,11 +109,20 @@ func Prepare(agentPath, offerPath string) (*os.File, *net.UnixListener, error) {
 var ErrWrongPeer = errors.New("handoff: peer is not the expected process")
 
 // Offer accepts connections on ln until one comes from pid, hands it sock
-// and waits for its acknowledgement. Connections from any other process
-// are closed and reported to refused. It returns nil once the agent
-// listens on sock, or an error when ctx ends or ln fails. The caller
-// closes ln (which also ends a pending Offer) and its copy of sock.
-func Offer(ctx context.Context, ln *net.UnixListener, sock *os.File, pid int, refused func(peer int)) error {
+// and token (none when empty: the agent then keeps the one in its
+// environment) and waits for its acknowledgement. Connections from any
+// other process get nothing, are closed and reported to refused. It
+// returns nil once the agent listens on sock, or an error when ctx ends
+// or ln fails. The caller closes ln (which also ends a pending Offer)
+// and its copy of sock.
+func Offer(ctx context.Context, ln *net.UnixListener, sock *os.File, pid int, token []byte, refused func(peer int)) error {
+	if len(token) > MaxToken {
+		return fmt.Errorf("handoff: token of %d bytes (max %d)", len(token), MaxToken)
+	}
+	msg := []byte{msgSocket}
+	if len(token) > 0 {
+		msg = append([]byte{msgSocketToken, byte(len(token) >> 8), byte(len(token))}, token...)
+	}
 	stop := context.AfterFunc(ctx, func() { _ = ln.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	for {
@@ -107,7 +133,7 @@ func Offer(ctx context.Context, ln *net.UnixListener, sock *os.File, pid int, re
 			}
 			return fmt.Errorf("handoff: accept: %w", err)
 		}
-		peer, err := give(conn, sock, pid)
+		peer, err := give(conn, sock, pid, msg)
 		conn.Close()
 		if err == nil {
 			return nil
@@ -118,8 +144,9 @@ func Offer(ctx context.Context, ln *net.UnixListener, sock *os.File, pid int, re
 	}
 }
 
-// give hands sock over conn if its peer is pid, and waits for the ack.
-func give(conn *net.UnixConn, sock *os.File, pid int) (int, error) {
+// give hands sock, with msg, over conn if its peer is pid, and waits for
+// the ack.
+func give(conn *net.UnixConn, sock *os.File, pid int, msg []byte) (int, error) {
 	peer, err := PeerPID(conn)
 	if err != nil {
 		return 0, err
@@ -128,7 +155,7 @@ func give(conn *net.UnixConn, sock *os.File, pid int) (int, error) {
 		return peer, ErrWrongPeer
 	}
 	_ = conn.SetDeadline(time.Now().Add(ackTimeout))
-	if _, _, err := conn.WriteMsgUnix([]byte{msgSocket}, unix.UnixRights(int(sock.Fd())), nil); err != nil {
+	if _, _, err := conn.WriteMsgUnix(msg, unix.UnixRights(int(sock.Fd())), nil); err != nil {
 		return peer, fmt.Errorf("handoff: send socket: %w", err)
 	}
 	var ack [1]byte
@@ -140,71 +167,102 @@ func give(conn *net.UnixConn, sock *os.File, pid int) (int, error) {
 
 // Take connects to the handoff socket at path, retrying while nobody
 // offers, until it receives the agent socket; it then listens on it and
-// acknowledges. It returns the listener, or ctx's error.
-func Take(ctx context.Context, path string) (net.Listener, error) {
+// acknowledges. It returns the listener and the token the daemon sent
+// with it (empty when it sent none), or ctx's error.
+func Take(ctx context.Context, path string) (net.Listener, string, error) {
 	backoff := 5 * time.Millisecond
 	for {
-		ln, err := takeOnce(ctx, path)
+		ln, token, err := takeOnce(ctx, path)
 		if err == nil {
-			return ln, nil
+			return ln, token, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("handoff: %w (last attempt: %w)", ctx.Err(), err)
+			return nil, "", fmt.Errorf("handoff: %w (last attempt: %w)", ctx.Err(), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
 	}
 }
 
-func takeOnce(ctx context.Context, path string) (net.Listener, error) {
+func takeOnce(ctx context.Context, path string) (net.Listener, string, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	conn := c.(*net.UnixConn)
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(ackTimeout))
-	fd, err := receive(conn)
+	fd, token, err := receive(conn)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ln, err := listenFD(fd)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if _, err := conn.Write([]byte{msgAck}); err != nil {
 		// The daemon gave up on this offer and may bind a new socket:
 		// drop this one and wait for the next offer.
 		ln.Close()
-		return nil, fmt.Errorf("handoff: acknowledge: %w", err)
+		return nil, "", fmt.Errorf("handoff: acknowledge: %w", err)
 	}
-	return ln, nil
+	return ln, token, nil
 }
 
-// receive reads the daemon's message and the one descriptor it carries.
-func receive(conn *net.UnixConn) (int, error) {
-	buf := make([]byte, 1)
+// receive reads the daemon's message: the one descriptor it carries and
+// the token, if it carries one.
+func receive(conn *net.UnixConn) (int, string, error) {
+	buf := make([]byte, 3+MaxToken)
 	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
 	if err != nil {
-		return -1, fmt.Errorf("handoff: receive: %w", err)
+		return -1, "", fmt.Errorf("handoff: receive: %w", err)
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
-		return -1, fmt.Errorf("handoff: receive: no socket in the message (%v)", err)
+		return -1, "", fmt.Errorf("handoff: receive: no socket in the message (%v)", err)
 	}
 	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 || n != 1 || buf[0] != msgSocket {
+	if err == nil && len(fds) == 1 {
+		// Children of the agent must never inherit its socket.
+		unix.CloseOnExec(fds[0])
+	}
+	token, msgErr := readToken(conn, buf, n)
+	if err != nil || len(fds) != 1 || msgErr != nil {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return -1, fmt.Errorf("handoff: receive: unexpected message (%v)", err)
+		return -1, "", fmt.Errorf("handoff: receive: unexpected message (%w)", errors.Join(err, msgErr))
 	}
-	// Children of the agent must never inherit its socket.
-	unix.CloseOnExec(fds[0])
-	return fds[0], nil
+	return fds[0], token, nil
+}
+
+// readToken parses the message whose first n bytes are in buf, reading
+// the rest of a token the first read did not bring (a stream socket may
+// split a message).
+func readToken(conn *net.UnixConn, buf []byte, n int) (string, error) {
+	switch {
+	case n == 1 && buf[0] == msgSocket:
+		return "", nil
+	case n == 0 || buf[0] != msgSocketToken:
+		return "", errors.New("not a handoff message")
+	}
+	if n < 3 {
+		if _, err := io.ReadFull(conn, buf[n:3]); err != nil {
+			return "", err
+		}
+		n = 3
+	}
+	size := int(buf[1])<<8 | int(buf[2])
+	if size == 0 || size > MaxToken || n > 3+size {
+		return "", fmt.Errorf("token of %d bytes in a message of %d", size, n)
+	}
+	if _, err := io.ReadFull(conn, buf[n:3+size]); err != nil {
+		return "", err
+	}
+	return string(buf[3 : 3+size]), nil
 }
 
 // listenFD listens on the received socket and wraps it as a listener.
@@ -246,4 +304,44 @@ func PeerPID(conn net.Conn) (int, error) {
 		return 0, fmt.Errorf("handoff: SO_PEERCRED: %w", credErr)
 	}
 	return int(cred.Pid), nil
+}
+
+// WriteTokenFile writes token to TokenFileName in the socket directory
+// dir, for an agent that takes no handoff (gVisor): root's, mode 0400,
+// made anew (O_EXCL, O_NOFOLLOW) after whatever is at that name is
+// removed: a file, a symlink or a directory the sandbox left there in an
+// earlier run is never what the agent reads. The caller writes it only
+// while nothing of the sandbox runs (before its start), and removes it
+// (RemoveTokenFile) once the agent answers or the start failed.
+func WriteTokenFile(dir string, token []byte) error {
+	if len(token) == 0 || len(token) > MaxToken {
+		return fmt.Errorf("handoff: token of %d bytes (1 to %d)", len(token), MaxToken)
+	}
+	if err := RemoveTokenFile(dir); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, TokenFileName)
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400)
+	if err != nil {
+		return fmt.Errorf("handoff: token file: %w", &os.PathError{Op: "create", Path: path, Err: err})
+	}
+	f := os.NewFile(uintptr(fd), path)
+	_, err = f.Write(token)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("handoff: token file: %w", err)
+	}
+	return nil
+}
+
+// RemoveTokenFile removes whatever is at TokenFileName in dir; none is
+// not an error.
+func RemoveTokenFile(dir string) error {
+	if err := os.RemoveAll(filepath.Join(dir, TokenFileName)); err != nil {
+		return fmt.Errorf("handoff: remove the token file: %w", err)
+	}
+	return nil
 }

@@ -70,8 +70,9 @@ func (b *boot) close() {
 }
 
 // startAgent starts the sandbox's container with start and returns once
-// its agent answers, handing the agent its socket on the way. The caller
-// holds the sandbox's boot lock.
+// its agent answers, handing the agent its socket and token on the way
+// (no token: a container whose environment carries it, token.go). The
+// caller holds the sandbox's boot lock.
 //
 // Under gVisor there is no handoff: a socket passed from the host cannot
 // cross into gVisor's kernel, so the agent creates its socket itself (runsc
@@ -79,10 +80,25 @@ func (b *boot) close() {
 // every socket in that directory is made by runsc's file proxy, so the
 // peer check below can only tell that a connection is this sandbox's, not
 // that the agent answers it. The bounds on everything the daemon reads
-// from an agent (package agent) are what hold there.
-func (r *Runtime) startAgent(ctx context.Context, sandboxID string, gvisor bool, start func() error) error {
+// from an agent (package agent) are what hold there. The token goes in a
+// file of the socket directory, written while the container is not
+// running and removed by the agent before it serves (handoff.WriteTokenFile).
+func (r *Runtime) startAgent(ctx context.Context, sandboxID string, gvisor bool, token []byte, start func() error) error {
 	r.forgetPID(sandboxID)
 	if gvisor {
+		dir := r.SocketDir(sandboxID)
+		if len(token) > 0 {
+			if err := handoff.WriteTokenFile(dir, token); err != nil {
+				return err
+			}
+		}
+		// The agent removed it; one it did not take (it never started)
+		// must not outlive the boot.
+		defer func() {
+			if err := handoff.RemoveTokenFile(dir); err != nil {
+				r.log.Warn("agent token file", "sandbox", sandboxID, "err", err)
+			}
+		}()
 		if err := start(); err != nil {
 			return fmt.Errorf("start: %w", err)
 		}
@@ -108,13 +124,13 @@ func (r *Runtime) startAgent(ctx context.Context, sandboxID string, gvisor bool,
 	// reports why.
 	if pid, err := r.enginePID(ctx, sandboxID); err == nil {
 		r.setPID(sandboxID, pid)
-		wg.Go(func() { r.offer(offerCtx, sandboxID, b, pid) })
+		wg.Go(func() { r.offer(offerCtx, sandboxID, b, pid, token) })
 	}
 	return r.waitAgentReady(ctx, sandboxID)
 }
 
-func (r *Runtime) offer(ctx context.Context, sandboxID string, b *boot, pid int) {
-	err := handoff.Offer(ctx, b.ln, b.sock, pid, func(peer int) {
+func (r *Runtime) offer(ctx context.Context, sandboxID string, b *boot, pid int, token []byte) {
+	err := handoff.Offer(ctx, b.ln, b.sock, pid, token, func(peer int) {
 		r.log.Warn("agent socket handoff refused to a process other than the sandbox's agent",
 			"sandbox", sandboxID, "peer_pid", peer, "agent_pid", pid)
 	})
@@ -204,14 +220,34 @@ func (r *Runtime) gvisorPeer(ctx context.Context, sandboxID string, peer, want i
 
 // underGVisor reports whether the engine runs sandbox id under runsc.
 func (r *Runtime) underGVisor(ctx context.Context, sandboxID string) (bool, error) {
+	gvisor, _, err := r.inspectBoot(ctx, sandboxID)
+	return gvisor, err
+}
+
+// bootInfo is what a boot of sandbox id needs of its container: whether
+// it runs under runsc, and its agent token (token.go; nil for a
+// container that carries it in its environment).
+func (r *Runtime) bootInfo(ctx context.Context, sandboxID string) (gvisor bool, token []byte, err error) {
+	gvisor, sealed, err := r.inspectBoot(ctx, sandboxID)
+	if err != nil {
+		return false, nil, err
+	}
+	token, err = r.openToken(sandboxID, sealed)
+	return gvisor, token, err
+}
+
+func (r *Runtime) inspectBoot(ctx context.Context, sandboxID string) (gvisor bool, sealedToken string, err error) {
 	res, err := r.cli.ContainerInspect(ctx, r.name(sandboxID), client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
-		return false, runtime.ErrNotFound
+		return false, "", runtime.ErrNotFound
 	}
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
-	return res.Container.HostConfig != nil && res.Container.HostConfig.Runtime == r.opts.GVisorRuntime, nil
+	if c := res.Container.Config; c != nil {
+		sealedToken = c.Labels[labelAgentToken]
+	}
+	return res.Container.HostConfig != nil && res.Container.HostConfig.Runtime == r.opts.GVisorRuntime, sealedToken, nil
 }
 
 // sameParent reports whether host processes a and b are children of one

@@ -297,11 +297,15 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: disk limit: %w", id, err)
 	}
 	attempt := newAttemptID()
+	sealed, err := r.sealToken(id, spec.AgentToken)
+	if err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
 	hc := r.hostConfig(spec, sockDir)
 	hc.StorageOpt = storage
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name:       r.name(id),
-		Config:     r.containerConfig(spec, attempt),
+		Config:     r.containerConfig(spec, attempt, sealed),
 		HostConfig: hc,
 	})
 	if err != nil {
@@ -324,7 +328,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	lock := r.bootLock(id)
 	lock.Lock()
 	defer lock.Unlock()
-	if err := r.startAgent(ctx, id, spec.Isolation == runtime.IsolationGVisor, func() error {
+	if err := r.startAgent(ctx, id, spec.Isolation == runtime.IsolationGVisor, []byte(spec.AgentToken), func() error {
 		_, err := r.cli.ContainerStart(ctx, containerID, client.ContainerStartOptions{})
 		return classifyStartErr(err)
 	}); err != nil {
@@ -385,12 +389,12 @@ func (r *Runtime) findAttempt(ctx context.Context, name, attempt string) string 
 	return res.Container.ID
 }
 
-func (r *Runtime) containerConfig(spec runtime.Spec, attempt string) *container.Config {
+func (r *Runtime) containerConfig(spec runtime.Spec, attempt, sealedToken string) *container.Config {
 	env := make([]string, 0, len(spec.Env)+2)
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
 	}
-	env = append(env, runtime.EnvAgentToken+"="+spec.AgentToken)
+	// Not the agent token: see token.go.
 	if spec.Isolation != runtime.IsolationGVisor { // see startAgent
 		env = append(env, runtime.EnvAgentHandoff+"="+runtime.AgentSocketDir+"/"+runtime.AgentHandoffName)
 	} else {
@@ -403,6 +407,7 @@ func (r *Runtime) containerConfig(spec runtime.Spec, attempt string) *container.
 	labels[runtime.LabelNode] = r.opts.NodeID
 	labels[runtime.LabelSandbox] = spec.SandboxID
 	labels[labelAttempt] = attempt
+	labels[labelAgentToken] = sealedToken
 
 	return &container.Config{
 		Image:    spec.Image,
@@ -565,10 +570,11 @@ func (r *Runtime) Start(ctx context.Context, sandboxID string) (err error) {
 		err = r.waitAgentReady(ctx, sandboxID)
 	default:
 		var gvisor bool
-		if gvisor, err = r.underGVisor(ctx, sandboxID); err != nil {
+		var token []byte
+		if gvisor, token, err = r.bootInfo(ctx, sandboxID); err != nil {
 			return fmt.Errorf("start sandbox %s: %w", sandboxID, err)
 		}
-		err = r.startAgent(ctx, sandboxID, gvisor, func() error {
+		err = r.startAgent(ctx, sandboxID, gvisor, token, func() error {
 			_, err := r.cli.ContainerStart(ctx, r.name(sandboxID), client.ContainerStartOptions{})
 			return notFound(err)
 		})

@@ -200,6 +200,9 @@ func facts(t *testing.T, sandboxID string) runtimetest.Facts {
 	if hc.PidsLimit != nil {
 		f.PidsLimit = *hc.PidsLimit
 	}
+	if c.State != nil {
+		f.AgentPid = c.State.Pid
+	}
 	for _, m := range c.Mounts {
 		f.Mounts = append(f.Mounts, runtimetest.Mount{Source: m.Source, Target: m.Destination, ReadOnly: !m.RW})
 	}

@@ -571,9 +571,23 @@ func TestCommit_ImageHoldsNoAgentToken(t *testing.T) {
 	b := newBox(t, rt, func(s *runtime.Spec) { s.Env = map[string]string{"SANDBOX_SECRET": "hush-" + s.SandboxID} })
 	secrets := []string{"tok-" + b.id, "hush-" + b.id}
 	cinfo, err := exec.CommandContext(t.Context(), "docker", "inspect", rt.ContainerName(b.id)).Output()
-	if err != nil || !strings.Contains(string(cinfo), secrets[0]) {
-		t.Fatalf("the container's config does not show its token (%v): the check looks in the wrong place", err)
+	if err != nil || !strings.Contains(string(cinfo), secrets[1]) {
+		t.Fatalf("the container's config does not show its env (%v): the check looks in the wrong place", err)
 	}
+	// The token is in the container's config only sealed, in a label
+	// (token.go); the image shows neither it nor the sealed form.
+	if strings.Contains(string(cinfo), secrets[0]) {
+		t.Errorf("the container's config shows the agent token in clear")
+	}
+	ins, err := env.cli.ContainerInspect(t.Context(), rt.ContainerName(b.id), client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed := ins.Container.Config.Labels[runtime.LabelPrefix+"agent-token"]
+	if sealed == "" {
+		t.Fatal("the container has no sealed agent token label")
+	}
+	secrets = append(secrets, sealed)
 	ref := "sandboxd/test-commit:" + b.id
 	t.Cleanup(func() { _ = rt.RemoveImage(context.Background(), ref) })
 	start := time.Now()

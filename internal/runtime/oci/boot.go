@@ -55,6 +55,14 @@ func (r *Runtime) launch(ctx context.Context, id string, meta *sandboxMeta, imag
 			return fmt.Errorf("boot: %w", err)
 		}
 	}
+	// A restored agent has its token in its memory: none is handed.
+	var token []byte
+	if image == "" {
+		var err error
+		if token, err = r.readAgentToken(id); err != nil {
+			return fmt.Errorf("boot: %w", err)
+		}
+	}
 	var b *bootSockets
 	if !gvisor {
 		var err error
@@ -62,6 +70,26 @@ func (r *Runtime) launch(ctx context.Context, id string, meta *sandboxMeta, imag
 			return err
 		}
 		defer b.close()
+	} else {
+		// No handoff under gVisor: the token goes in a file of the
+		// socket directory, written while nothing of the sandbox runs,
+		// which the agent removes before it serves (never beside a
+		// restored sandbox, whose processes run at once).
+		sockDir := r.SocketDir(id)
+		var err error
+		if len(token) > 0 {
+			err = handoff.WriteTokenFile(sockDir, token)
+		} else {
+			err = handoff.RemoveTokenFile(sockDir)
+		}
+		if err != nil {
+			return fmt.Errorf("boot: %w", err)
+		}
+		defer func() {
+			if err := handoff.RemoveTokenFile(sockDir); err != nil {
+				r.log.Warn("agent token file", "sandbox", id, "err", err)
+			}
+		}()
 	}
 	outFlags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC | os.O_APPEND
 	if image != "" {
@@ -157,7 +185,7 @@ func (r *Runtime) launch(ctx context.Context, id string, meta *sandboxMeta, imag
 		defer wg.Wait()
 		defer cancel()
 		wg.Go(func() {
-			err := handoff.Offer(offerCtx, b.ln, b.sock, pid, func(peer int) {
+			err := handoff.Offer(offerCtx, b.ln, b.sock, pid, token, func(peer int) {
 				r.log.Warn("agent socket handoff refused to a process other than the sandbox's agent", "sandbox", id, "peer_pid", peer, "agent_pid", pid)
 			})
 			if err == nil {
@@ -168,6 +196,34 @@ func (r *Runtime) launch(ctx context.Context, id string, meta *sandboxMeta, imag
 		})
 	}
 	return r.awaitAgent(ctx, id, handed, gone)
+}
+
+// agentTokenName is the file, in the sandbox's directory (host only,
+// 0600), that keeps its agent token for every boot: the token is not in
+// config.json's environment, where the agent's /proc/1/environ would
+// show it and the agent had to execute itself again to hide it.
+const agentTokenName = "agent.token"
+
+// writeAgentToken records the sandbox's agent token (Create).
+func (r *Runtime) writeAgentToken(id, token string) error {
+	return os.WriteFile(filepath.Join(r.sandboxDir(id), agentTokenName), []byte(token), 0o600)
+}
+
+// readAgentToken is the sandbox's agent token; nil for a sandbox created
+// before it was kept here (its config.json's environment carries it, and
+// its agent takes it from there: cmd/toolboxd's token.go).
+func (r *Runtime) readAgentToken(id string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(r.sandboxDir(id), agentTokenName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the agent token: %w", err)
+	}
+	if len(b) > handoff.MaxToken {
+		return nil, fmt.Errorf("the agent token: %d bytes", len(b))
+	}
+	return b, nil
 }
 
 // globalArgs are the OCI runtime's options before its command.

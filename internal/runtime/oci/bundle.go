@@ -154,7 +154,7 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, sb *sandboxMeta, img image, uid,
 		env = setEnv(env, k, spec.Env[k])
 	}
 	env = setEnv(env, "HOSTNAME", sb.Hostname)
-	env = setEnv(env, runtime.EnvAgentToken, spec.AgentToken)
+	// Not the agent token: the boot hands it over (boot.go's agentToken).
 	if spec.Isolation == runtime.IsolationGVisor {
 		env = setEnv(env, runtime.EnvAgentIsolation, string(runtime.IsolationGVisor))
 	} else {

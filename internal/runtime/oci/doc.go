@@ -12,6 +12,7 @@
 //	sandboxes/<id>/meta.json   what the sandbox was created as (node, labels, image, address, binary)
 //	sandboxes/<id>/state.json  its current or last run (agent pid and start time, exit code)
 //	sandboxes/<id>/config.json its OCI bundle's configuration (bundle.go)
+//	sandboxes/<id>/agent.token its agent token (0600), handed to the agent at each boot (boot.go)
 //	sandboxes/<id>/rootfs/     the overlay of the image and rw/upper (mounted while it exists)
 //	sandboxes/<id>/rw/         a btrfs subvolume whose qgroup limit is the disk limit (disk.go):
 //	                           upper/, work/, etc/{hosts,hostname,resolv.conf}, output.log

@@ -519,6 +519,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	seccompKey, learnSeccomp := r.compiledSeccomp(meta, cfg) // seccomp.go
+	if err := r.writeAgentToken(id, spec.AgentToken); err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, noSpace(err))
+	}
 	if err := writeJSON(filepath.Join(r.sandboxDir(id), "config.json"), cfg); err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, noSpace(err))
 	}

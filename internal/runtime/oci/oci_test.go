@@ -245,6 +245,12 @@ func facts(t *testing.T, dir string) runtimetest.Facts {
 		Env:             cfg.Process.Env,
 		NetworkMode:     "none",
 	}
+	var st struct {
+		Pid int `json:"pid"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "state.json")); err == nil && json.Unmarshal(b, &st) == nil {
+		f.AgentPid = st.Pid
+	}
 	if f.MemorySwapBytes == 0 {
 		f.MemorySwapBytes = f.MemoryBytes // no swap accounting: no swap to limit
 	}

@@ -111,6 +111,9 @@ type Facts struct {
 	Cmd        []string
 	Env        []string
 	Mounts     []Mount
+	// AgentPid is the host pid of the sandbox's init (the agent; under
+	// gVisor runsc's sandbox process); 0 when not known.
+	AgentPid int
 }
 
 // Mount is a bind mount as the engine reports it.
@@ -407,9 +410,32 @@ func (s *suite) testCreateContract(t *testing.T) {
 	if diff := cmp.Diff([]string{runtime.AgentPath}, f.Entrypoint); diff != "" || len(f.Cmd) > 0 {
 		t.Errorf("entrypoint (-want +got):\n%s\ncmd = %q, want none", diff, f.Cmd)
 	}
-	for _, e := range []string{"SANDBOXD_TEST=1", runtime.EnvAgentToken + "=" + spec.AgentToken} {
-		if !slices.Contains(f.Env, e) {
-			t.Errorf("env lacks %q", e)
+	if !slices.Contains(f.Env, "SANDBOXD_TEST=1") {
+		t.Errorf("env lacks %q", "SANDBOXD_TEST=1")
+	}
+	// The agent token is handed over at each boot, never put in the
+	// sandbox's configuration: its environment would show it (and the
+	// agent had to execute itself twice to hide it from /proc/1/environ).
+	for _, e := range f.Env {
+		if strings.HasPrefix(e, runtime.EnvAgentToken) || strings.Contains(e, spec.AgentToken) {
+			t.Errorf("the sandbox's environment carries the agent token: %.40q", e)
+		}
+	}
+	for k, v := range f.Labels {
+		if strings.Contains(v, spec.AgentToken) {
+			t.Errorf("label %s carries the agent token in clear", k)
+		}
+	}
+	// What the kernel shows of the agent's environment, from the host:
+	// no token, and no sign of a second exec (the descriptor it handed
+	// the token over on).
+	if f.AgentPid > 0 && s.cfg.Isolation != runtime.IsolationGVisor {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", f.AgentPid))
+		if err != nil {
+			t.Errorf("the agent's environ: %v", err)
+		}
+		if strings.Contains(string(b), spec.AgentToken) || strings.Contains(string(b), runtime.EnvAgentToken) {
+			t.Errorf("the agent's /proc environ names its token: %.200q", strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
 	wantMounts := map[string]Mount{

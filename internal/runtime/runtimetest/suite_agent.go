@@ -61,6 +61,15 @@ func (s *suite) testExec(t *testing.T) {
 		t.Errorf("exited = %v, exit code = %d; want true, 7", res.Exited, res.ExitCode)
 	}
 
+	// Nothing in the sandbox reads the token: not in PID 1's environment
+	// (unreadable besides: the agent is not dumpable), not in a file of
+	// the socket directory (under gVisor the agent took it from there and
+	// removed it), nowhere under /run/sandboxd.
+	res = sh(t, c, `tr '\0' ' ' </proc/1/environ 2>&1; echo; ls -A `+runtime.AgentSocketDir+`; cat `+runtime.AgentSocketDir+`/* 2>&1`)
+	if out := string(res.Stdout); strings.Contains(out, spec.AgentToken) || strings.Contains(out, "agent.token") {
+		t.Errorf("the sandbox reads its agent token: %q", out)
+	}
+
 	wrong := agentClient(t, rt, id, spec.AgentToken+"-wrong")
 	_, err := wrong.Exec(opCtx(t), agent.ExecRequest{Cmd: []string{"/bin/true"}, Timeout: execTimeout})
 	if err == nil {
