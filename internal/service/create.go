@@ -376,11 +376,9 @@ func (c *creation) startRuntime(ctx context.Context) error {
 		// The restored agent takes its source's token: it takes this
 		// sandbox's from now on, and the source's no more (forkmem.go).
 		if err := c.t.run("token", func() error {
-			a := agent.NewClient(s.dialer(id), c.memory.token)
-			defer a.Close()
-			return a.Configure(ctx, agent.Configuration{Env: c.req.SecretEnv, NewToken: c.sec.token})
+			return s.handForkToken(ctx, id, c.memory, c.sec.token, c.req.SecretEnv)
 		}); err != nil {
-			return fmt.Errorf("hand the restored agent its token: %w", err)
+			return err
 		}
 	}
 	return nil

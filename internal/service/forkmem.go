@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -17,13 +19,15 @@ import (
 // restored from one checkpoint image of the source instead of booting.
 //
 // Under the source's transition lock: the source is hibernated
-// (hibernateLocked: paused, checkpointed into its hibernate image, its
-// row marked), its file system captured as a fork template while nothing
-// of it runs (so the files the image's processes hold open are the
-// capture's), the image hard-linked into the template's memory directory
-// (<data-dir>/forkmem/<template id>, 0700: it holds the source's memory,
-// its secrets among them), and the source resumed from its hibernate
-// image. A daemon killed anywhere in between leaves the source
+// (hibernateHolding: paused, checkpointed into its hibernate image, its
+// row marked, its CPU and memory still reserved), its file system
+// captured as a fork template while nothing of it runs (so the files the
+// image's processes hold open are the capture's), the image hard-linked
+// into the template's memory directory (<hibernate dir>/.forkmem/<template
+// id>, 0700: it holds the source's memory, its secrets among them), and
+// the source resumed from its hibernate image. Once the source is
+// hibernated, everything up to its resume runs without the caller's
+// context (bounded): a client that hangs up does not leave it hibernated. A daemon killed anywhere in between leaves the source
 // hibernated or running, as a hibernate does, and a template that the
 // next start's sweep removes with its memory directory. Then the forks
 // are created from the template, each with Spec.RestoreImage naming the
@@ -37,8 +41,10 @@ import (
 // The memory directory goes with the template (removeTemplate,
 // dropTemplate): the template is removed once none of its forks is left
 // (sweepForks). Its size counts in the template's, hence in the owner's
-// template storage (Config.TemplateStorageMB), and the source's
-// hibernate needs its usual room and disk quota for the image.
+// template storage (Config.TemplateStorageMB: checked before the
+// hibernate with the source's memory and files, forkStorage), and the
+// source's hibernate needs its usual room and disk quota for the image.
+// The fork's token hand-over is bounded (forkTokenTimeout).
 //
 // Only a runtime that checkpoints the source's isolation can: --engine
 // oci's gVisor sandboxes. Every other source, and one with volumes
@@ -122,7 +128,7 @@ func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.San
 	if why := s.imageQuota(row, c.Quota); why != "" {
 		return store.Template{}, &QuotaError{Reason: strings.TrimPrefix(why, "stopped: ")}
 	}
-	if err := s.checkStorage(ctx, row.Owner); err != nil {
+	if err := s.forkStorage(ctx, row); err != nil {
 		return store.Template{}, err
 	}
 	// 0700 whoever made it: the images hold the sources' memory.
@@ -132,10 +138,17 @@ func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.San
 	if err := os.Chmod(s.forkMemoryRoot(), 0o700); err != nil {
 		return store.Template{}, fmt.Errorf("fork %s with its memory: %w: %w", row.ID, ErrUnavailable, err)
 	}
-	h, err := s.hibernateLocked(ctx, row, false, c.Quota)
+	// The source keeps its CPU and memory reserved while it is
+	// hibernated here: another create taking them would leave it unable
+	// to resume.
+	h, err := s.hibernateHolding(ctx, row, false, c.Quota, true)
 	if err != nil {
 		return store.Template{}, err
 	}
+	// From here on, up to and including its resume, the source's fate is
+	// not its caller's: a client that hangs up would leave it hibernated.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hibernateTimeout(row.MemoryMB))
+	defer cancel()
 	if h.Stopped {
 		// Refused late (its room went meanwhile): the source runs
 		// again, afresh, and the caller hears why.
@@ -146,17 +159,24 @@ func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.San
 		}
 		return store.Template{}, fmt.Errorf("fork %s with its memory: its checkpoint could not be made (%s): %w", row.ID, h.Reason, ErrUnavailable)
 	}
-	hib, err := s.Store.GetSandbox(ctx, row.ID)
-	if err != nil {
-		return store.Template{}, s.mapStoreErr(err, row.ID)
+	var t store.Template
+	hib, cerr := s.Store.GetSandbox(ctx, row.ID)
+	if cerr != nil {
+		// Resumed all the same, from what was read before (the resume
+		// needs its id, size and spec, which a hibernate leaves).
+		cerr, hib = s.mapStoreErr(cerr, row.ID), row
+	} else {
+		t, cerr = s.capture(ctx, hib, "", store.TemplateFork, func(t store.Template) (int64, error) {
+			return s.keepForkMemory(row.ID, t.ID)
+		})
 	}
-	t, cerr := s.capture(ctx, hib, "", store.TemplateFork, func(t store.Template) (int64, error) {
-		return s.keepForkMemory(row.ID, t.ID)
-	})
 	// The source runs again whatever the capture did.
 	if _, err := s.resumeHibernated(ctx, c, hib); err != nil {
 		if imgs, ierr := s.images(); cerr == nil && ierr == nil {
-			s.dropTemplate(context.WithoutCancel(ctx), imgs, t)
+			s.dropTemplate(ctx, imgs, t)
+		}
+		if errors.Is(err, ErrNotFound) {
+			return store.Template{}, fmt.Errorf("fork %s with its memory: the source was destroyed during the fork: %w", row.ID, err)
 		}
 		return store.Template{}, fmt.Errorf("fork %s with its memory: the source stays hibernated (resume it): %w", row.ID, err)
 	}
@@ -164,6 +184,66 @@ func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.San
 		return store.Template{}, cerr
 	}
 	return t, nil
+}
+
+// forkStorage refuses, before anything is done, a fork with memory whose
+// capture would take its owner past Config.TemplateStorageMB: what the
+// owner's templates hold, plus the memory image (at most the source's
+// memory) and its files (its image and what it wrote over it). A
+// QuotaError; capture's own check (checkStorage) runs as for any
+// capture.
+func (s *Service) forkStorage(ctx context.Context, row store.Sandbox) error {
+	if s.cfg.TemplateStorageMB <= 0 {
+		return nil
+	}
+	used, err := s.Store.TemplateBytes(ctx, row.Owner)
+	if err != nil {
+		return fmt.Errorf("fork %s with its memory: the owner's template storage: %w: %w", row.ID, ErrUnavailable, err)
+	}
+	need := row.MemoryMB<<20 + s.filesEstimate(ctx, row)
+	if limit := s.cfg.TemplateStorageMB << 20; used+need > limit {
+		return &QuotaError{Reason: fmt.Sprintf("a fork with memory of %s needs about %d MB of template storage (its memory and its files); the owner's templates and snapshots hold %d MB of %d MB",
+			row.ID, need>>20, used>>20, s.cfg.TemplateStorageMB)}
+	}
+	return nil
+}
+
+// filesEstimate is what a capture of row's file system will weigh at
+// least: its image's size and, where the runtime says, what the sandbox
+// wrote over it. What is unknown counts 0.
+func (s *Service) filesEstimate(ctx context.Context, row store.Sandbox) int64 {
+	var n int64
+	if imgs, err := s.images(); err == nil {
+		if img, err := imgs.InspectImage(ctx, row.Image); err == nil {
+			n += img.Size
+		}
+	}
+	if ur, ok := s.Runtime.(runtime.UsageReader); ok {
+		if u, err := ur.Usage(ctx, row.ID); err == nil {
+			n += int64(u.DiskUsed)
+		}
+	}
+	return n
+}
+
+// forkTokenTimeout bounds the hand-over of a fork's token to its restored
+// agent (one local round trip): a program of the source's, restored in
+// the fork, may hold the agent's socket and never answer.
+const forkTokenTimeout = 10 * time.Second
+
+// handForkToken is the create's token step for sandbox id restored from
+// m: the restored agent, which takes m's token (its source's), is handed
+// token, the sandbox's own, and env, its secret env. An agent that does
+// not take them within forkTokenTimeout is ErrUnavailable naming why.
+func (s *Service) handForkToken(ctx context.Context, id string, m *forkMemory, token string, env map[string]string) error {
+	ctx, cancel := context.WithTimeout(ctx, forkTokenTimeout)
+	defer cancel()
+	a := agent.NewClient(s.dialer(id), m.token)
+	defer a.Close()
+	if err := a.Configure(ctx, agent.Configuration{Env: env, NewToken: token}); err != nil {
+		return fmt.Errorf("hand the restored agent of %s its token (bound %s): %w: %w", id, forkTokenTimeout, ErrUnavailable, err)
+	}
+	return nil
 }
 
 // keepForkMemory hard-links sandbox id's hibernate image into template
@@ -202,10 +282,16 @@ func (s *Service) keepForkMemory(id, tpl string) (int64, error) {
 	return size, nil
 }
 
-// forkMemoryRoot holds the fork templates' memory images, beside the
-// hibernate directory (the same file system: an image is hard-linked).
+// forkMemoryName is the directory of the fork templates' memory images
+// in the hibernate directory: the same file system, since an image is
+// hard-linked (beside it, the hibernate directory on a file system of its
+// own failed the link, EXDEV, once the source was checkpointed). Not a
+// sandbox id (those are DNS labels), so no image directory is it.
+const forkMemoryName = ".forkmem"
+
+// forkMemoryRoot holds the fork templates' memory images.
 func (s *Service) forkMemoryRoot() string {
-	return filepath.Join(filepath.Dir(s.cfg.HibernateDir), "forkmem")
+	return filepath.Join(s.cfg.HibernateDir, forkMemoryName)
 }
 
 // forkMemoryDir is template tpl's memory image directory.
@@ -228,6 +314,10 @@ func (s *Service) sweepForkMemory(ctx context.Context) {
 	if s.cfg.HibernateDir == "" {
 		return
 	}
+	// Where a daemon before this one kept them (beside the hibernate
+	// directory): a template's memory image serves only its fork's
+	// creates, so none of them is needed any more.
+	_ = os.RemoveAll(filepath.Join(filepath.Dir(s.cfg.HibernateDir), "forkmem"))
 	entries, err := os.ReadDir(s.forkMemoryRoot())
 	if err != nil {
 		return

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,6 +114,11 @@ type harnessOptions struct {
 	hibernate bool
 	// hibernateMaxMB is Config.HibernateStorageMaxMB.
 	hibernateMaxMB int64
+	// hibernateTmpfs mounts a file system of its own (a tmpfs) on the
+	// hibernate directory, as an operator may give the images a disk.
+	hibernateTmpfs bool
+	// templateStorageMB is Config.TemplateStorageMB (0: unlimited).
+	templateStorageMB int64
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -212,18 +218,28 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	if opts.hibernate {
 		h.hibDir = filepath.Join(dir, "hibernate")
 	}
+	if opts.hibernateTmpfs {
+		if err := os.Mkdir(h.hibDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("tmpfs", h.hibDir, "tmpfs", 0, "size=2g,mode=0700"); err != nil {
+			t.Skipf("SKIP: mount a tmpfs on the hibernate directory: %v", err)
+		}
+		t.Cleanup(func() { syscall.Unmount(h.hibDir, syscall.MNT_DETACH) })
+	}
 	h.svc, err = service.New(service.Config{
-		NodeID:        nodeID,
-		DefaultImage:  busybox,
-		AgentBinary:   agentBinary,
-		StuckCreating: time.Minute,
-		Pool:          opts.pool,
-		PauseMax:      opts.pauseMax,
-		PullIdleGrace: opts.pullIdleGrace,
-		RegistryAllow: []string{"127.0.0.1"},
-		AllowNetwork:  opts.network,
-		HibernateDir:  h.hibDir,
-		GVisor:        opts.hibernate && opts.oci,
+		NodeID:            nodeID,
+		DefaultImage:      busybox,
+		AgentBinary:       agentBinary,
+		StuckCreating:     time.Minute,
+		Pool:              opts.pool,
+		PauseMax:          opts.pauseMax,
+		PullIdleGrace:     opts.pullIdleGrace,
+		RegistryAllow:     []string{"127.0.0.1"},
+		AllowNetwork:      opts.network,
+		HibernateDir:      h.hibDir,
+		TemplateStorageMB: opts.templateStorageMB,
+		GVisor:            opts.hibernate && opts.oci,
 
 		HibernateStorageMaxMB: opts.hibernateMaxMB,
 		PausedMemoryFloor: func() int {

@@ -105,6 +105,14 @@ func (s *Service) HibernateSupport(runtimeName string) runtime.CheckpointSupport
 // hibernated, under its transition lock. keep is stopLocked's, for the
 // fallback stop.
 func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep bool, q Quota) (Hibernated, error) {
+	return s.hibernateHolding(ctx, row, keep, q, false)
+}
+
+// hibernateHolding is hibernateLocked; with hold, a hibernated sandbox
+// keeps its CPU and memory reserved (a fork with memory, which resumes
+// it at once: no other create takes its room meanwhile). A hibernate
+// that fails after its checkpoint releases them as hibernateLocked does.
+func (s *Service) hibernateHolding(ctx context.Context, row store.Sandbox, keep bool, q Quota, hold bool) (Hibernated, error) {
 	// Once begun it runs to its end without its caller (a client that
 	// hangs up mid-save would have the save killed, and runsc then shuts
 	// the sandbox down): its own bound. A daemon that stops meanwhile
@@ -183,10 +191,15 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 		}
 		return Hibernated{}, fmt.Errorf("hibernate %s: the checkpoint failed, the sandbox runs on: %w: %w", row.ID, ErrUnavailable, err)
 	}
-	s.Admission.ParkWith(row.ID, row.MemoryMB) // its memory is free; its files and its image count
+	if !hold {
+		s.Admission.ParkWith(row.ID, row.MemoryMB) // its memory is free; its files and its image count
+	}
 	kept = true
 	marked, err := s.Store.MarkHibernated(ctx, row.ID)
 	if err != nil {
+		if hold {
+			s.Admission.ParkWith(row.ID, row.MemoryMB)
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			// Destroyed meanwhile (a destroy takes no transition
 			// lock): its teardown removes the sandbox; the image is
@@ -387,6 +400,9 @@ func (s *Service) sweepImages(rows []store.Sandbox) {
 		return
 	}
 	for _, e := range entries {
+		if e.Name() == forkMemoryName {
+			continue // forks' memory images (forkmem.go), swept there
+		}
 		if keep[e.Name()] && !strings.Contains(e.Name(), ".") {
 			// Counted against the cap (hibernatecap.go): a restarted
 			// daemon starts from the images on disk.

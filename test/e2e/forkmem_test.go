@@ -102,7 +102,7 @@ func TestForkWithMemory_ForkRunsTheParentsProcesses(t *testing.T) {
 	if res, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: "cat /mark 2>/dev/null || echo none"}); err != nil || res.Stdout != "none\n" {
 		t.Errorf("the parent sees the fork's file: %+v, %v", res, err)
 	}
-	mem, _ := filepath.Glob(filepath.Join(d.DataDir(), "forkmem", "*"))
+	mem, _ := filepath.Glob(filepath.Join(d.DataDir(), "hibernate", ".forkmem", "*"))
 	if len(mem) != 1 {
 		t.Fatalf("memory images in the data dir: %v, want one", mem)
 	}
@@ -129,7 +129,7 @@ func TestForkWithMemory_ForkRunsTheParentsProcesses(t *testing.T) {
 	if err := d.Stop(); err != nil { // a stopping daemon drops unused fork captures
 		t.Fatal(err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(d.DataDir(), "forkmem", "*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(d.DataDir(), "hibernate", ".forkmem", "*")); len(left) > 0 {
 		t.Errorf("memory images left after the fork's capture went: %v", left)
 	}
 	if err := d.Start(ctx); err != nil {
@@ -222,7 +222,7 @@ func TestForkWithMemory_SIGKILLMidway(t *testing.T) {
 	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(d.DataDir(), "forkmem", "*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(d.DataDir(), "hibernate", ".forkmem", "*")); len(left) > 0 {
 		t.Errorf("memory images left: %v", left)
 	}
 	if err := d.Start(ctx); err != nil {
