@@ -111,6 +111,7 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 	// leaves it to the next start's settleCheckpoints.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hibernateTimeout(row.MemoryMB))
 	defer cancel()
+	defer s.hibernating.begin(row.ID)() // no wake queues behind the save (wake.go)
 	sup := s.HibernateSupport(specOf(row).Runtime)
 	cp, ok := s.Runtime.(runtime.Checkpointer)
 	if ok && sup.OK {
