@@ -118,7 +118,7 @@ const (
 	// wakeFailMemo is how long a failed resume (but a refusal of the
 	// owner's quota or the host's capacity) is the answer to the wakes
 	// of its sandbox: a storm of requests to a sandbox that cannot
-	// resume (over quota, a restore that fails) costs one attempt, not
+	// resume (a restore that fails, an engine down) costs one attempt, not
 	// one per request, and the owner's own Resume finds the lock free.
 	wakeFailMemo = 3 * time.Second
 	// maxWaking bounds the sandboxes resuming for requests at once (each
