@@ -303,7 +303,7 @@ func Parse(args []string, env func(string) (string, bool)) (Daemon, error) {
 	fs.DurationVar(&d.PauseMax, "pause-max", d.PauseMax,
 		"stop a sandbox paused for longer than this, keeping its file system (its next resume restarts its processes); 0: never (env SANDBOXD_PAUSE_MAX)")
 	fs.Int64Var(&d.HibernateStorageMaxMB, "hibernate-storage-max", d.HibernateStorageMaxMB,
-		"MiB the hibernate images may hold in the data dir together: a hibernate that would pass it stops the sandbox instead, saying so; 0: a quarter of the data dir's file system (env SANDBOXD_HIBERNATE_STORAGE_MAX)")
+		"MiB the hibernate images may hold in the data dir together, one owner's at most half: a hibernate that would pass it stops the sandbox instead, saying so; 0: a quarter of the data dir's file system (env SANDBOXD_HIBERNATE_STORAGE_MAX)")
 	fs.IntVar(&d.PausedMemoryFloor, "pause-memory-floor", d.PausedMemoryFloor,
 		"percent of the host's memory to keep available: under it, paused sandboxes are stopped, longest paused first; 0: never (env SANDBOXD_PAUSE_MEMORY_FLOOR)")
 	fs.Int64Var(&d.TemplateStorageMB, "template-storage-max", d.TemplateStorageMB,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 )
 
 // connSet tracks live connections so that they can be closed together.
@@ -161,7 +162,7 @@ func (r *Router) dial(ctx context.Context, sandboxID string, port int) (net.Conn
 	raw, err := r.dialer.DialPort(ctx, sandboxID, port)
 	if err != nil && r.wake != nil {
 		// A paused sandbox with an auto-resume wakes for the request.
-		switch ok, werr := r.wake(ctx, sandboxID); {
+		switch ok, werr := r.wakeFor(ctx, sandboxID); {
 		case werr != nil:
 			err = werr
 		case ok:
@@ -178,4 +179,22 @@ func (r *Router) dial(ctx context.Context, sandboxID string, port int) (net.Conn
 		return nil, fmt.Errorf("dial %s port %d: %w", sandboxID, port, ErrNotExposed)
 	}
 	return c, nil
+}
+
+// wakeTimeout bounds how long a connection or request waits for its
+// sandbox to wake (Options.Wake): a restore takes seconds; a client
+// still there after this gets the wake's error and may retry.
+const wakeTimeout = 45 * time.Second
+
+// wakeFor is Options.Wake for a dial on ctx, bounded by wakeTimeout and
+// by the request the dial is for (an HTTP dial's ctx outlives it: the
+// transport detaches it): a caller that hung up stops waiting at once.
+func (r *Router) wakeFor(ctx context.Context, sandboxID string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, wakeTimeout)
+	defer cancel()
+	if req, _ := ctx.Value(requestKey{}).(context.Context); req != nil {
+		stop := context.AfterFunc(req, cancel)
+		defer stop()
+	}
+	return r.wake(ctx, sandboxID)
 }

@@ -94,8 +94,14 @@ func (r *Router) serveFallback(w http.ResponseWriter, req *http.Request, next ht
 	// body's write, closes the connection under the streaming response
 	// (golang/go#40747; see internal/api/e2b's envd proxy).
 	_ = http.NewResponseController(w).EnableFullDuplex() // HTTP/2 always is
-	r.proxy.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), targetKey{}, t)))
+	ctx := context.WithValue(req.Context(), targetKey{}, t)
+	r.proxy.ServeHTTP(w, req.WithContext(context.WithValue(ctx, requestKey{}, req.Context())))
 }
+
+// requestKey holds the context of the request a proxied dial is for: the
+// transport dials on a context detached from the request's cancellation
+// (keeping its values), and a wake in that dial must not outlive it.
+type requestKey struct{}
 
 func (r *Router) newProxy() (*http.Transport, *httputil.ReverseProxy) {
 	tr := &http.Transport{

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/ingress"
 )
@@ -72,5 +73,60 @@ func TestWake_FailedDialWakesOnceAuthorized(t *testing.T) {
 	}
 	if wakes != 2 {
 		t.Errorf("%d wakes, want 2", wakes)
+	}
+}
+
+// TestWake_EndsWithItsRequest: a wake is bounded by the request it is
+// for. The transport dials on a context detached from the request's
+// cancellation, so a wake that blocks (the sandbox's transition lock held
+// by a save) outlived every client that gave up: 300 clients with 100 ms
+// timeouts left 300 wakes blocked. Now they end once their clients
+// hang up.
+func TestWake_EndsWithItsRequest(t *testing.T) {
+	var (
+		dialer  *pausedDialer
+		blocked atomic.Int64
+		release = make(chan struct{})
+	)
+	e := newEnv(t, func(o *ingress.Options) {
+		dialer = &pausedDialer{Dialer: o.Dialer}
+		o.Dialer = dialer
+		o.Wake = func(ctx context.Context, _ string) (bool, error) {
+			blocked.Add(1)
+			defer blocked.Add(-1)
+			select {
+			case <-ctx.Done():
+				return true, ctx.Err()
+			case <-release:
+				return false, nil
+			}
+		}
+	})
+	t.Cleanup(func() { close(release) }) // before the env's cleanup: no wake left behind either way
+	port := httpUpstream(t, http.HandlerFunc(headerEcho))
+	e.expose(t, sbA, ingress.Port{Number: port, Protocol: ingress.HTTP, Public: true})
+	dialer.paused.Store(true)
+
+	const clients = 300
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url(sbA, port, "/"), nil)
+			if resp, err := e.client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	// Generous: the server learns of each hang-up when it reads the
+	// closed connection; the wake's own bound is far longer.
+	deadline := time.Now().Add(10 * time.Second)
+	for blocked.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := blocked.Load(); n != 0 {
+		t.Fatalf("%d wakes still blocked after their %d clients hung up, want 0", n, clients)
 	}
 }

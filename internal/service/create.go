@@ -514,6 +514,7 @@ func (s *Service) newRow(id string, req CreateRequest, sec sandboxSecrets, diskE
 			SecretEnvKeys: slices.Sorted(maps.Keys(req.SecretEnv)),
 			DiskMB:        req.DiskMB,
 			DiskEnforced:  diskEnforced && req.DiskMB > 0,
+			DiskQuotaMB:   req.Quota.DiskMB,
 
 			PauseOnTimeout: req.Lifecycle.PauseOnTimeout || req.PauseOnTimeout,
 			TimeoutPause:   req.Lifecycle.TimeoutPause,

@@ -119,6 +119,7 @@ func (s *Service) hibernateHolding(ctx context.Context, row store.Sandbox, keep 
 	// leaves it to the next start's settleCheckpoints.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hibernateTimeout(row.MemoryMB))
 	defer cancel()
+	defer s.hibernating.begin(row.ID)() // no wake queues behind the save (wake.go)
 	sup := s.HibernateSupport(specOf(row).Runtime)
 	cp, ok := s.Runtime.(runtime.Checkpointer)
 	if ok && sup.OK {
@@ -242,10 +243,15 @@ func (s *Service) imageRoom(row store.Sandbox) string {
 }
 
 // imageQuota says why row's memory image does not fit in the disk quota
-// q leaves its owner (the image counts beside its files while it is
+// q, or the one its create was held to (the tighter), leaves its owner (the image counts beside its files while it is
 // hibernated), or "" if it fits. Only the disk is checked: the sandbox
 // already holds its CPU and memory.
 func (s *Service) imageQuota(row store.Sandbox, q Quota) string {
+	// The create's disk quota too: the timeout's and --pause-max's
+	// hibernates have no caller, and an admin's has no quota of its own.
+	if stored := specOf(row).ownerDiskQuota(); stored > 0 && (q.DiskMB <= 0 || stored < q.DiskMB) {
+		q.DiskMB = stored
+	}
 	if q.DiskMB <= 0 {
 		return ""
 	}
@@ -387,12 +393,12 @@ func (s *Service) sweepImages(rows []store.Sandbox) {
 	if s.cfg.HibernateDir == "" {
 		return
 	}
-	keep := map[string]bool{}
+	keep := map[string]string{} // id → owner
 	for _, r := range rows {
 		if r.State == store.StatePaused && r.DestroyingSince.IsZero() {
 			// A paused row not marked may be one whose mark a dead
 			// process never wrote: markLost decides on it.
-			keep[r.ID] = true
+			keep[r.ID] = r.Owner
 		}
 	}
 	entries, err := os.ReadDir(s.cfg.HibernateDir)
@@ -403,10 +409,10 @@ func (s *Service) sweepImages(rows []store.Sandbox) {
 		if e.Name() == forkMemoryName {
 			continue // forks' memory images (forkmem.go), swept there
 		}
-		if keep[e.Name()] && !strings.Contains(e.Name(), ".") {
+		if owner, ok := keep[e.Name()]; ok && !strings.Contains(e.Name(), ".") {
 			// Counted against the cap (hibernatecap.go): a restarted
 			// daemon starts from the images on disk.
-			s.hibImages.set(e.Name(), imageBytes(filepath.Join(s.cfg.HibernateDir, e.Name())))
+			s.hibImages.setOwned(e.Name(), owner, imageBytes(filepath.Join(s.cfg.HibernateDir, e.Name())))
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(s.cfg.HibernateDir, e.Name())); err != nil {

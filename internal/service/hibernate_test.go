@@ -566,6 +566,36 @@ func TestHibernate_ImageOverDiskQuotaStops(t *testing.T) {
 	h.assertNothingLeft(t)
 }
 
+// TestHibernate_PauseMaxHeldToTheCreatesQuota: a hibernate with no
+// caller (--pause-max's; the timeout's is the same path) is held to the
+// owner's disk quota its create was held to: an image that does not fit
+// in it stops the sandbox (it used to be checked against no quota).
+func TestHibernate_PauseMaxHeldToTheCreatesQuota(t *testing.T) {
+	t.Parallel()
+	h := newHibernateHarness(t, harnessOptions{pauseMax: 10 * time.Minute})
+	ctx := t.Context()
+	const diskMB, memMB = 512, 256
+	sb, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Runtime: service.RuntimeGVisor,
+		DiskMB: diskMB, MemoryMB: memMB, Quota: service.Quota{DiskMB: diskMB + memMB/2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Pause(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(11 * time.Minute)
+	if n, err := h.svc.StopLongPaused(ctx); err != nil || n != 1 {
+		t.Fatalf("StopLongPaused past the limit = %d, %v; want 1", n, err)
+	}
+	if got := state(t, h, sb.ID); got.State != service.StateStopped {
+		t.Errorf("after --pause-max over the create's disk quota: %s (hibernated at %v), want stopped", got.State, got.HibernatedAt)
+	}
+	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
 // TestHibernate_PauseMaxOffTheLoop: a --pause-max hibernate that takes long
 // (here: its checkpoint held) does not hold up the background loop: the
 // reaper destroys an expired sandbox meanwhile.

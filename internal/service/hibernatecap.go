@@ -14,7 +14,8 @@ import (
 //
 // Config.HibernateStorageMaxMB bounds the bytes the hibernate images hold
 // in the hibernate directory together, daemon-wide (0: a quarter of that
-// directory's file system, defaultHibernateShare). A hibernate reserves
+// directory's file system, defaultHibernateShare), and one owner's images
+// to a share of it (ownerCapShare). A hibernate reserves
 // its sandbox's memory limit (the most its image can hold) before its
 // save, under one mutex, and a hibernate that would take the total past
 // the cap stops the sandbox instead, saying why, as one without room on
@@ -28,49 +29,90 @@ import (
 // system the images may hold when Config.HibernateStorageMaxMB is 0.
 const defaultHibernateShare = 4 // a quarter
 
+// ownerCapShare: one owner's images may hold at most 1/ownerCapShare of
+// the cap, so that one tenant never fills it and stops everybody else's
+// hibernates (docs/design.md, Hibernate).
+const ownerCapShare = 2 // half
+
 // imageLedger is what the hibernate images hold or may write: per
-// sandbox, the bytes of its image or of its save's reservation.
+// sandbox, the bytes of its image or of its save's reservation, and per
+// owner their sum.
 type imageLedger struct {
-	mu    sync.Mutex
-	bytes map[string]int64
-	total int64
+	mu      sync.Mutex
+	bytes   map[string]int64
+	owners  map[string]string // sandbox → owner, for byOwner
+	byOwner map[string]int64
+	total   int64
 }
 
-// reserve makes id's entry n bytes if the total then stays within limit
-// (limit ≤ 0: no cap), replacing an entry id had; it returns the total
-// held without id's entry and whether it fit.
-func (l *imageLedger) reserve(id string, n, limit int64) (others int64, ok bool) {
+// reserve makes id's entry, of owner's, n bytes if the total then stays
+// within limit and owner's within limit/ownerCapShare (limit ≤ 0: no
+// cap), replacing an entry id had; it reports whether it fit, and if
+// not whether the owner's share is what it passed.
+func (l *imageLedger) reserve(id, owner string, n, limit int64) (ok, ownerShare bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	others = l.total - l.bytes[id]
-	if limit > 0 && others+n > limit {
-		return others, false
+	if limit > 0 {
+		if l.total-l.bytes[id]+n > limit {
+			return false, false
+		}
+		mine := l.byOwner[owner]
+		if l.owners[id] == owner {
+			mine -= l.bytes[id]
+		}
+		if mine+n > limit/ownerCapShare {
+			return false, true
+		}
 	}
-	l.setLocked(id, n)
-	return others, true
+	l.setLocked(id, owner, n)
+	return true, false
 }
 
-// set records id's image as n bytes.
+// set records id's image as n bytes (its owner as reserve or setOwned
+// named it).
 func (l *imageLedger) set(id string, n int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.setLocked(id, n)
+	l.setLocked(id, l.owners[id], n)
 }
 
-func (l *imageLedger) setLocked(id string, n int64) {
+// setOwned records id's image, of owner's, as n bytes.
+func (l *imageLedger) setOwned(id, owner string, n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.setLocked(id, owner, n)
+}
+
+func (l *imageLedger) setLocked(id, owner string, n int64) {
 	if l.bytes == nil {
-		l.bytes = map[string]int64{}
+		l.bytes, l.owners, l.byOwner = map[string]int64{}, map[string]string{}, map[string]int64{}
 	}
-	l.total += n - l.bytes[id]
+	l.dropLocked(id)
+	l.total += n
 	l.bytes[id] = n
+	l.owners[id] = owner
+	l.byOwner[owner] += n
 }
 
 // drop forgets id's image.
 func (l *imageLedger) drop(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.total -= l.bytes[id]
+	l.dropLocked(id)
+}
+
+func (l *imageLedger) dropLocked(id string) {
+	n, ok := l.bytes[id]
+	if !ok {
+		return
+	}
+	owner := l.owners[id]
+	l.total -= n
+	if l.byOwner[owner] -= n; l.byOwner[owner] <= 0 {
+		delete(l.byOwner, owner)
+	}
 	delete(l.bytes, id)
+	delete(l.owners, id)
 }
 
 // hibernateCapBytes is the cap in bytes (Config.HibernateStorageMaxMB, or
@@ -88,16 +130,21 @@ func hibernateCapBytes(cfg Config) int64 {
 }
 
 // imageCap reserves row's memory limit for its image in the ledger, and
-// says why not when that would pass the cap ("" when it is reserved: the
+// says why not when that would pass the cap or its owner's share of it ("" when it is reserved: the
 // caller sets or drops the entry once the save ended).
 func (s *Service) imageCap(row store.Sandbox) string {
 	need := row.MemoryMB << 20
-	others, ok := s.hibImages.reserve(row.ID, need, s.hibernateCap)
-	if ok {
+	ok, share := s.hibImages.reserve(row.ID, row.Owner, need, s.hibernateCap)
+	switch {
+	case ok:
 		return ""
+	case share:
+		return fmt.Sprintf("stopped: the owner's hibernate images would pass their share of --hibernate-storage-max (1/%d of %d MB, up to %d MB needed)",
+			ownerCapShare, s.hibernateCap>>20, need>>20)
 	}
-	return fmt.Sprintf("stopped: the hibernate images would pass --hibernate-storage-max (%d MB held, up to %d MB more needed, %d MB allowed)",
-		others>>20, need>>20, s.hibernateCap>>20)
+	// Not what the images hold: that is every tenant's.
+	return fmt.Sprintf("stopped: the hibernate images would pass --hibernate-storage-max (%d MB allowed, up to %d MB needed)",
+		s.hibernateCap>>20, need>>20)
 }
 
 // imageBytes is what the image directory dir holds on disk (its files'

@@ -10,25 +10,28 @@ import (
 	"github.com/sandboxd/sandboxd/internal/service"
 )
 
-// TestHibernate_StorageCapStops: with --hibernate-storage-max just above
-// one sandbox's memory limit, the first hibernate fits (it reserves the
-// limit, then holds its image's size); a second, whose limit on top of
-// the first image passes the cap, stops its sandbox and says why; once
-// the first resumed (its image gone) a hibernate fits again.
+// TestHibernate_StorageCapStops: with --hibernate-storage-max such that
+// one owner's share of it (half) is just above one sandbox's memory
+// limit, the first hibernate fits (it reserves the limit, then holds its
+// image's size); a second of the same owner's, whose limit on top of the
+// first image passes that share, stops its sandbox and says why, naming
+// nobody's usage; another owner's hibernate still fits (one tenant
+// cannot fill the cap for all: it used to); once the first resumed (its
+// image gone) a hibernate fits again.
 func TestHibernate_StorageCapStops(t *testing.T) {
 	t.Parallel()
 	const memMB, fillMB = 256, 24
-	h := newHibernateHarness(t, harnessOptions{hibernateMaxMB: memMB + fillMB/2})
+	h := newHibernateHarness(t, harnessOptions{hibernateMaxMB: 2 * (memMB + fillMB/2)})
 	ctx := t.Context()
-	create := func() service.Sandbox {
+	create := func(owner string) service.Sandbox {
 		t.Helper()
-		sb, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Runtime: service.RuntimeGVisor, MemoryMB: memMB})
+		sb, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: owner, Image: busybox, Runtime: service.RuntimeGVisor, MemoryMB: memMB})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return sb.Sandbox
 	}
-	a, b := create(), create()
+	a, b, c := create("alice"), create("alice"), create("bob")
 	// Memory the first one's image must hold: a tmpfs file of random
 	// bytes (gVisor keeps /dev/shm in its memory).
 	if res, err := h.svc.Exec(ctx, admin, a.ID, service.ExecRequest{Command: "dd if=/dev/urandom of=/dev/shm/fill bs=1M count=24 2>/dev/null && echo ok"}); err != nil || string(res.Stdout) != "ok\n" {
@@ -45,6 +48,12 @@ func TestHibernate_StorageCapStops(t *testing.T) {
 	if err != nil || !hib.Stopped || !strings.Contains(hib.Reason, "--hibernate-storage-max") || hib.State != service.StateStopped {
 		t.Fatalf("second Hibernate = stopped %v (%q), state %s, %v; want stopped for the cap", hib.Stopped, hib.Reason, hib.State, err)
 	}
+	if strings.Contains(hib.Reason, "held") {
+		t.Errorf("the cap's refusal %q names what the images hold (every tenant's)", hib.Reason)
+	}
+	if hib, err := h.svc.Hibernate(ctx, admin, c.ID); err != nil || hib.Stopped {
+		t.Fatalf("another owner's Hibernate = %+v, %v; want hibernated within its share", hib, err)
+	}
 
 	if _, err := h.svc.Resume(ctx, admin, a.ID); err != nil {
 		t.Fatal(err)
@@ -55,7 +64,7 @@ func TestHibernate_StorageCapStops(t *testing.T) {
 	if hib, err := h.svc.Hibernate(ctx, admin, b.ID); err != nil || hib.Stopped {
 		t.Fatalf("Hibernate after the first resumed = %+v, %v; want hibernated", hib, err)
 	}
-	for _, id := range []string{a.ID, b.ID} {
+	for _, id := range []string{a.ID, b.ID, c.ID} {
 		if err := h.svc.Destroy(ctx, admin, id); err != nil {
 			t.Fatal(err)
 		}

@@ -296,7 +296,8 @@ func (s *Service) StopPausedUnderPressure(ctx context.Context) (int, error) {
 // where it cannot or where the checkpoint failed: the memory is freed
 // either way.
 func (s *Service) freePaused(ctx context.Context, row store.Sandbox, keep bool) (Hibernated, error) {
-	// No caller: no quota to check the image against (it still counts).
+	// No caller: the image is held to the quota its create was
+	// (imageQuota).
 	h, err := s.hibernateLocked(ctx, row, keep, Quota{})
 	if err == nil || errors.Is(err, ErrNotFound) {
 		return h, err
@@ -363,8 +364,8 @@ func (s *Service) pauseExpired(ctx context.Context, id string) (bool, error) {
 		if _, can := s.Runtime.(runtime.Checkpointer); !can || !s.HibernateSupport(spec.Runtime).OK {
 			break // today's freeze: --pause-max frees it later
 		}
-		// No caller: its image is checked against no quota (it still
-		// counts, as pause-max's).
+		// No caller: its image is held to the quota its create was
+		// (imageQuota), as pause-max's.
 		h, err := s.hibernateLocked(ctx, row, keepLogs, Quota{})
 		if err == nil || errors.Is(err, ErrNotFound) {
 			if err == nil {

@@ -127,6 +127,22 @@ type sandboxSpec struct {
 	// DiskEnforced whether the runtime enforced it then.
 	DiskMB       int64 `json:"disk_mb,omitempty"`
 	DiskEnforced bool  `json:"disk_enforced,omitempty"`
+	// DiskQuotaMB is the owner's disk quota the create was held to
+	// (0: none): every hibernate's image is held to it, whoever asks.
+	DiskQuotaMB int64 `json:"disk_quota_mb,omitempty"`
+}
+
+// ownerDiskQuota is the disk quota of the owner the sandbox's create was
+// held to, as its spec keeps it (a row from before DiskQuotaMB: its
+// auto-resume's), or 0.
+func (spec sandboxSpec) ownerDiskQuota() int64 {
+	if spec.DiskQuotaMB > 0 {
+		return spec.DiskQuotaMB
+	}
+	if spec.Wake != nil {
+		return spec.Wake.Quota.DiskMB
+	}
+	return 0
 }
 
 func fromRow(row store.Sandbox) Sandbox {

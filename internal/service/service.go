@@ -428,6 +428,10 @@ type Service struct {
 	// paused row): each is a store write and an engine call, which must
 	// not interleave with another's (pause.go).
 	transitions keyedLocks
+	// wakes is the auto-resumes in flight and failed lately; hibernating
+	// the sandboxes a hibernate is saving (wake.go).
+	wakes       wakeFlight
+	hibernating hibernations
 
 	// events fans lifecycle events out to subscribers (Subscribe); Store
 	// publishes to it.

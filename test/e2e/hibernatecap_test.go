@@ -10,11 +10,12 @@ import (
 )
 
 // TestHibernate_StorageCapCountsImagesAcrossRestart: a daemon whose
-// --hibernate-storage-max is just above one sandbox's memory limit
-// hibernates a first sandbox holding 24 MB of memory; killed with SIGKILL
-// and started again, it counts that image from the disk, so a second
-// hibernate, which would pass the cap, stops its sandbox and says why;
-// once the first resumed, a hibernate fits again.
+// --hibernate-storage-max is such that one owner's share of it (half) is
+// just above one sandbox's memory limit hibernates a first sandbox
+// holding 24 MB of memory; killed with SIGKILL and started again, it
+// counts that image from the disk, as its owner's, so a second hibernate
+// of that owner's, which would pass the share, stops its sandbox and
+// says why; once the first resumed, a hibernate fits again.
 func TestHibernate_StorageCapCountsImagesAcrossRestart(t *testing.T) {
 	t.Parallel()
 	requireOCI(t)
@@ -22,7 +23,7 @@ func TestHibernate_StorageCapCountsImagesAcrossRestart(t *testing.T) {
 		t.Skip("SKIP: runsc is not installed (scripts/setup-gvisor.sh installs it)")
 	}
 	ctx := testContext(t, 5*time.Minute)
-	d := startDaemon(t, "hibcap", "--engine", "oci", "--hibernate-storage-max", "268") // 256 MB of memory + 12
+	d := startDaemon(t, "hibcap", "--engine", "oci", "--hibernate-storage-max", "536") // half: 256 MB of memory + 12
 	c := newClient(d, true)
 	a := createTestSandbox(ctx, t, c, sandboxd.CreateRequest{Image: busyboxImage, Runtime: "gvisor", MemoryMB: 256})
 	b := createTestSandbox(ctx, t, c, sandboxd.CreateRequest{Image: busyboxImage, Runtime: "gvisor", MemoryMB: 256})

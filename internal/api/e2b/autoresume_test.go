@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -154,8 +155,52 @@ func TestAutoResume_FailedWakeAnswersItsError(t *testing.T) {
 	}
 	h.rt.Clear(runtimetest.Resume)
 	_, fs := envdClients(h, c.SandboxID, c.EnvdAccessToken)
-	if _, err := fs.Stat(t.Context(), connect.NewRequest(&fsrpc.StatRequest{Path: "/"})); err != nil {
-		t.Errorf("after the engine is back: %v", err)
+	// The failure is the answer for a few seconds (Service.Wake), then
+	// a request wakes it.
+	testenv.WaitFor(t, "a wake once the engine is back", func() error {
+		_, err := fs.Stat(t.Context(), connect.NewRequest(&fsrpc.StatRequest{Path: "/"}))
+		return err
+	})
+}
+
+// TestAutoResume_SignedURLGetsOnlyTheClass: a failed wake answers a
+// request authorized by a signed /files URL (no access token: whoever
+// holds the link) with the error's class only (the status's text), not
+// the message the facade gives the access token's holder (which names
+// the owner's quota, for a quota refusal).
+func TestAutoResume_SignedURLGetsOnlyTheClass(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.create(t, map[string]any{"templateID": "base", "autoResume": map[string]any{"enabled": true}})
+	h.pauseE2B(t, c.SandboxID)
+
+	h.rt.Inject(runtimetest.Resume, runtimetest.Fault{Err: errors.New("engine down")})
+	defer h.rt.Clear(runtimetest.Resume)
+	const path = "/etc/hostname"
+	get := func(signed bool) response {
+		t.Helper()
+		u := h.url + "/files?path=" + path
+		if signed {
+			u = h.url + "/files?" + url.Values{"path": {path}, "signature": {sdkSignature(path, "read", "", c.EnvdAccessToken, "")}}.Encode()
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
+		req.Header.Set("E2b-Sandbox-Id", c.SandboxID)
+		if !signed {
+			req.Header.Set("X-Access-Token", c.EnvdAccessToken)
+		}
+		return doReq(t, req)
+	}
+	var full, signed struct{ Message string }
+	tokenResp := get(false)
+	wantError(t, tokenResp, http.StatusServiceUnavailable)
+	decode(t, tokenResp.body, &full)
+	signedResp := get(true)
+	wantError(t, signedResp, http.StatusServiceUnavailable)
+	decode(t, signedResp.body, &signed)
+	if want := "auto-resume of sandbox " + c.SandboxID + " failed: " + http.StatusText(http.StatusServiceUnavailable); signed.Message != want {
+		t.Errorf("a signed URL's failed wake says %q; want the class only, %q", signed.Message, want)
+	}
+	if full.Message == signed.Message {
+		t.Errorf("the access token's holder got %q, the class only; want the facade's message", full.Message)
 	}
 }
 

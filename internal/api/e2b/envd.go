@@ -151,8 +151,9 @@ func (f *Facade) wake(w http.ResponseWriter, r *http.Request, sb service.Sandbox
 		if status == http.StatusTooManyRequests {
 			w.Header().Set("Retry-After", apierr.RetryAfter(err))
 		}
-		if port != envdPort && port != interpreterPort {
-			// Whoever has the link reaches a public port: the owner's
+		if port != envdPort && port != interpreterPort || secure(sb) && r.Header.Get("X-Access-Token") == "" {
+			// Whoever has the link reaches a public port, and a signed
+			// /files URL (no access token) is a link too: the owner's
 			// quota and the daemon's faults are not theirs to read.
 			msg = http.StatusText(status)
 		}
