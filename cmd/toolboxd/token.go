@@ -59,10 +59,13 @@ func takeToken() (string, error) {
 		return string(b), err
 	}
 	token, ok := os.LookupEnv(envToken)
-	if !ok {
+	os.Unsetenv(envToken)
+	if !ok || token == "" {
+		// An empty variable is no token: images committed before the
+		// token left the environment carry it blank, and it holds
+		// nothing to hide, so no re-exec.
 		return "", nil
 	}
-	os.Unsetenv(envToken)
 	return token, reexecWithout(token)
 }
 

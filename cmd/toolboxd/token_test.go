@@ -93,3 +93,17 @@ func writeMode(path, content string, mode os.FileMode) error {
 	}
 	return os.Chmod(path, mode) // past the umask
 }
+
+// An empty token variable (images committed before the token left the
+// environment carry it blank) is no token: takeToken returns at once,
+// without executing the agent again, and leaves the variable unset.
+func TestTakeToken_EmptyVariableIsNoToken(t *testing.T) {
+	t.Setenv(envToken, "")
+	token, err := takeToken()
+	if token != "" || err != nil {
+		t.Fatalf("takeToken() = %q, %v; want no token and no re-exec", token, err)
+	}
+	if _, ok := os.LookupEnv(envToken); ok {
+		t.Error("the empty variable is still set")
+	}
+}

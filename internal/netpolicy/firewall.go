@@ -59,8 +59,9 @@ import (
 //	filter SBX-<hash>  (restricted)  the deny rules: REJECT
 //	                   ESTABLISHED,RELATED --ctdir REPLY: RETURN
 //	                   ESTABLISHED,RELATED with the mark: RETURN
-//	                   DNS and each allow rule: CONNMARK --set-xmark <mark>
-//	                   with the mark: RETURN, else REJECT
+//	                   DNS and each allow rule: CONNMARK --set-xmark <mark>,
+//	                   then RETURN
+//	                   anything else: REJECT
 //
 // Daemons that share the bridge (a host's daemons share one network)
 // share its chains: a sandbox's rules are its own, by id. A sandbox's
@@ -458,16 +459,23 @@ func (f *Firewall) batch(id string, ip netip.Addr, p Policy, mark uint32, oldFil
 		setMark := fmt.Sprintf("-j CONNMARK --set-xmark %#x/%#x", mark, connMarkMask)
 		fmt.Fprintf(&b, "-A %s -m conntrack --ctstate ESTABLISHED,RELATED --ctdir REPLY -j RETURN\n", chain)
 		fmt.Fprintf(&b, "-A %s -m conntrack --ctstate ESTABLISHED,RELATED %s -j RETURN\n", chain, marked)
+		// Each allowed destination marks its connection and returns in
+		// its own right: a packet conntrack does not track (NOTRACK, an
+		// entry expired under nf_conntrack_tcp_loose=0) carries no mark
+		// and must still pass where the policy allows it.
+		allowRule := func(match string) {
+			fmt.Fprintf(&b, "-A %s %s %s\n", chain, match, setMark)
+			fmt.Fprintf(&b, "-A %s %s -j RETURN\n", chain, match)
+		}
 		for _, r := range f.opts.Resolvers {
-			fmt.Fprintf(&b, "-A %s -d %s/32 -p udp -m udp --dport 53 %s\n", chain, r, setMark)
-			fmt.Fprintf(&b, "-A %s -d %s/32 -p tcp -m tcp --dport 53 %s\n", chain, r, setMark)
+			allowRule(fmt.Sprintf("-d %s/32 -p udp -m udp --dport 53", r))
+			allowRule(fmt.Sprintf("-d %s/32 -p tcp -m tcp --dport 53", r))
 		}
 		for _, a := range allow {
 			if a.Addr().Is4() {
-				fmt.Fprintf(&b, "-A %s -d %s %s\n", chain, a, setMark)
+				allowRule("-d " + a.String())
 			}
 		}
-		fmt.Fprintf(&b, "-A %s %s -j RETURN\n", chain, marked)
 		fmt.Fprintf(&b, "-A %s -p tcp -j REJECT --reject-with tcp-reset\n", chain)
 		fmt.Fprintf(&b, "-A %s -j REJECT\n", chain)
 	} else {

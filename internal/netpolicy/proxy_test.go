@@ -143,7 +143,10 @@ func TestBatchRejectsDenied(t *testing.T) {
 // A restricted chain lets established traffic the sandbox sends through
 // only on connections carrying its mark, which the allow rules set: no
 // rule returns an established packet of the sandbox's own connections
-// without it (an unmarked one is judged like a new one).
+// without it (an unmarked one is judged like a new one), and a packet
+// returns without the mark only by an allow rule that has just marked its
+// connection (so one conntrack does not track still passes where the
+// policy allows it).
 func TestBatchEstablishedOnlyWithTheMark(t *testing.T) {
 	fw := New(Options{Bridge: "br-x", Resolvers: []netip.Addr{netip.MustParseAddr("10.0.0.2")}})
 	pol, err := Policy{Mode: ModeRestricted, Allow: []string{"10.1.0.0/16"}}.Normalize()
@@ -153,16 +156,22 @@ func TestBatchEstablishedOnlyWithTheMark(t *testing.T) {
 	const mark = 0x2a0000
 	b, _ := fw.batch("sb-0123456789abcdef", netip.MustParseAddr("172.30.0.2"), pol, mark, nil, nil)
 	marked := "-m connmark --mark 0x2a0000/0xfff0000"
+	setMark := "-j CONNMARK --set-xmark 0x2a0000/0xfff0000"
+	prev := ""
 	for line := range strings.Lines(b) {
 		est := strings.Contains(line, "ESTABLISHED")
 		switch {
 		case est && strings.Contains(line, "--ctdir REPLY"):
 		case est && !strings.Contains(line, marked):
 			t.Errorf("established traffic passes without the mark: %s", line)
-		case strings.Contains(line, "-d 10.1.0.0/16") && !strings.Contains(line, "CONNMARK --set-xmark 0x2a0000/0xfff0000"):
-			t.Errorf("an allow rule does not mark its connection: %s", line)
-		case strings.Contains(line, "-j RETURN") && !est && !strings.Contains(line, marked):
-			t.Errorf("a rule returns a packet whose connection is not marked: %s", line)
+		case strings.Contains(line, "-j RETURN") && !est && prev != strings.Replace(line, "-j RETURN", setMark, 1):
+			t.Errorf("a rule returns a packet without marking its connection first: %s", line)
+		}
+		prev = line
+	}
+	for _, match := range []string{"-d 10.1.0.0/16", "-d 10.0.0.2/32 -p udp -m udp --dport 53", "-d 10.0.0.2/32 -p tcp -m tcp --dport 53"} {
+		if !strings.Contains(b, match+" "+setMark+"\n") || !strings.Contains(b, match+" -j RETURN\n") {
+			t.Errorf("%q does not mark and return in\n%s", match, b)
 		}
 	}
 	if !strings.Contains(b, "-A SBX-") || !strings.Contains(b, marked+" -j RETURN") {
