@@ -362,7 +362,12 @@ func (f *Firewall) applyLocked(ctx context.Context, id string, ip netip.Addr, p 
 		return err
 	}
 	f.setJumps(id, added)
-	f.setMark(id, mark)
+	if mark != 0 {
+		// An open policy keeps the last mark remembered: a later
+		// restricted one must not draw it again while connections an
+		// earlier one allowed may still carry it.
+		f.setMark(id, mark)
+	}
 	return nil
 }
 
@@ -375,13 +380,14 @@ func (f *Firewall) applyLocked(ctx context.Context, id string, ip netip.Addr, p 
 // create never runs it.
 func (f *Firewall) markOf(ctx context.Context, id string, hasChain bool) uint32 {
 	if hasChain && !f.marksRead {
-		f.marksRead = true
 		if f.marks == nil {
 			f.marks = map[string]uint32{}
 		}
 		text, err := f.iptables(ctx, "filter", "-S")
 		if err != nil {
-			f.opts.Logger.Warn("firewall: read the restricted chains' marks", "err", err)
+			f.opts.Logger.Warn("firewall: read the restricted chains' marks (read again next time)", "err", err)
+		} else {
+			f.marksRead = true
 		}
 		for line := range strings.Lines(text) {
 			rest, ok := strings.CutPrefix(line, "-A "+sandboxChain)

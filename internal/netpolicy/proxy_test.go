@@ -3,8 +3,10 @@ package netpolicy
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -225,5 +227,64 @@ func TestApplyChangesTheMarkAChainHolds(t *testing.T) {
 	}
 	if len(reads) != 1 {
 		t.Errorf("the chains were read %d times, want once", len(reads))
+	}
+}
+
+// A sandbox's policy going open and back to restricted draws a mark other
+// than the last restricted one: connections that policy allowed may still
+// carry it. And a failed read of the chains' marks is tried again.
+func TestApplyOpenKeepsTheLastMark(t *testing.T) {
+	const id = "sb-0123456789abcdef"
+	var last string
+	failRead := true
+	reads := 0
+	fw := New(Options{Bridge: "br-x", Run: func(_ context.Context, stdin, name string, args ...string) (string, error) {
+		switch {
+		case name == "iptables-restore":
+			last = stdin
+		case slices.Equal(args, []string{"-w", "-t", "filter", "-S"}):
+			reads++
+			if failRead {
+				failRead = false
+				return "", errors.New("iptables: resource temporarily unavailable")
+			}
+		}
+		return "", nil
+	}})
+	restricted, err := Policy{Mode: ModeRestricted, Allow: []string{"10.1.0.0/16"}}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, err := Policy{Mode: ModeOpen}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := netip.MustParseAddr("172.30.0.2")
+	markIn := func(b string) string {
+		m := regexp.MustCompile(`--set-xmark (0x[0-9a-f]+)/`).FindStringSubmatch(b)
+		if m == nil {
+			t.Fatalf("no mark in\n%s", b)
+		}
+		return m[1]
+	}
+	if err := fw.Apply(t.Context(), id, ip, restricted); err != nil {
+		t.Fatal(err)
+	}
+	prev := markIn(last)
+	for range 20000 {
+		if err := fw.Apply(t.Context(), id, ip, open); err != nil {
+			t.Fatal(err)
+		}
+		if err := fw.Apply(t.Context(), id, ip, restricted); err != nil {
+			t.Fatal(err)
+		}
+		m := markIn(last)
+		if m == prev {
+			t.Fatalf("restricted again after open drew the last restricted mark %s", m)
+		}
+		prev = m
+	}
+	if reads != 2 {
+		t.Errorf("the chains' marks were read %d times, want 2 (a failed read, then one that worked)", reads)
 	}
 }
