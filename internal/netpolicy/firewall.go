@@ -77,7 +77,7 @@ const (
 // connMarkMask are the conntrack mark bits the restricted chains use:
 // bits 16 to 27 (the engine sets no conntrack mark; kube-proxy's and
 // most others' marks are the packet's, below bit 16). A sandbox's mark
-// is one of their 4095 non-zero values.
+// is one of their non-zero values (4079: newMark leaves out 16).
 const connMarkMask = 0x0fff0000
 
 // markPattern finds a restricted chain's mark in `iptables -S`.
@@ -85,12 +85,18 @@ var markPattern = regexp.MustCompile(`--mark (0x[0-9a-f]+)/` + fmt.Sprintf("%#x"
 
 // newMark draws a sandbox's mark: random, non-zero, not prev. Random
 // rather than counted: a sandbox that gets an address a destroyed one
-// had must not find that one's connections marked as its own.
+// had must not find that one's connections marked as its own. Two values
+// are never drawn: a host running Tailscale copies conntrack bits 16 to
+// 23 into the packet mark, where 0x04 and 0x08 there are its own
+// (subnet route, bypass) marks.
 func newMark(prev uint32) uint32 {
 	for {
 		var b [2]byte
 		_, _ = rand.Read(b[:]) // never fails (crypto/rand contract)
 		m := (uint32(b[0])<<8 | uint32(b[1])) & 0x0fff << 16
+		if low := m >> 16 & 0xff; low == 0x04 || low == 0x08 {
+			continue
+		}
 		if m != 0 && m != prev {
 			return m
 		}
