@@ -77,7 +77,7 @@ const (
 // connMarkMask are the conntrack mark bits the restricted chains use:
 // bits 16 to 27 (the engine sets no conntrack mark; kube-proxy's and
 // most others' marks are the packet's, below bit 16). A sandbox's mark
-// is one of their non-zero values (4079: newMark leaves out 16).
+// is one of their non-zero values (4063: newMark leaves out 32).
 const connMarkMask = 0x0fff0000
 
 // markPattern finds a restricted chain's mark in `iptables -S`.
