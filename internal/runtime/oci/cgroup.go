@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxd/sandboxd/internal/runtime"
 )
 
@@ -244,4 +246,102 @@ func (r *Runtime) walkedSize(id string) uint64 {
 	})
 	r.diskSizes.Store(id, walked{size: size, at: time.Now()})
 	return size
+}
+
+// cgroupDirs are the sandbox's cgroup directories that exist: under v2
+// the one, under v1 each controller's (a co-mounted controller's link,
+// cpu to cpu,cpuacct, names the same directory twice: harmless).
+func (r *Runtime) cgroupDirs(id string) []string {
+	p := r.cgroupPath(id)
+	if r.cgroups.v2 {
+		if _, err := os.Stat(filepath.Join(cgroupRoot, p)); err == nil {
+			return []string{filepath.Join(cgroupRoot, p)}
+		}
+		return nil
+	}
+	dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", p))
+	return dirs
+}
+
+// killCgroup kills every process left in the sandbox's cgroups and
+// waits until none is. They are what an OCI runtime command killed
+// midway left running with no record of them (a `runsc restore` killed
+// with the daemon leaves the gVisor sandbox it started, restoring): the
+// OCI runtime's delete does not know them, and they keep the cgroups
+// busy. A frozen cgroup is thawed first (a frozen process dies only
+// once thawed). A pid is signalled through a pidfd after its
+// /proc/<pid>/cgroup is seen to name the sandbox's cgroup, so a pid
+// reused by another process is never signalled. It gives up after
+// cleanupTimeout, or when ctx ends, with an error: the removal is
+// retried by the next destroy or reconcile.
+func (r *Runtime) killCgroup(ctx context.Context, id string) error {
+	dirs := r.cgroupDirs(id)
+	if len(dirs) == 0 {
+		return nil
+	}
+	suffix := "/" + strings.TrimLeft(r.cgroupPath(id), "/")
+	deadline := time.Now().Add(cleanupTimeout)
+	for {
+		pids := cgroupPids(dirs)
+		if len(pids) == 0 {
+			return nil
+		}
+		for _, d := range dirs {
+			// Best effort: v1's freezer, v2's cgroup.freeze.
+			_ = os.WriteFile(filepath.Join(d, "freezer.state"), []byte("THAWED"), 0)
+			_ = os.WriteFile(filepath.Join(d, "cgroup.freeze"), []byte("0"), 0)
+		}
+		for _, pid := range pids {
+			killIfIn(pid, suffix)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the sandbox's cgroup still holds processes %v after %s", pids, cleanupTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the sandbox's cgroup still holds processes %v: %w", pids, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// cgroupPids are the live (not zombie) processes in the cgroup dirs.
+func cgroupPids(dirs []string) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, d := range dirs {
+		b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil || pid <= 0 || seen[pid] {
+				continue
+			}
+			seen[pid] = true
+			if _, state, err := procStat(pid); err != nil || state == 'Z' || state == 'X' {
+				continue // gone, or dead and waiting for its parent
+			}
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// killIfIn SIGKILLs pid if, once pinned by a pidfd, a line of its
+// /proc/<pid>/cgroup ends with suffix (the sandbox's cgroup path).
+func killIfIn(pid int, suffix string) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return
+	}
+	for line := range strings.Lines(string(b)) {
+		if strings.HasSuffix(strings.TrimRight(line, "\n"), suffix) {
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			return
+		}
+	}
 }

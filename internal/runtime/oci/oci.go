@@ -942,6 +942,9 @@ func (r *Runtime) remove(ctx context.Context, id string, meta *sandboxMeta) erro
 		return err
 	}
 	r.removeCgroup(id)
+	if err := r.removeOCIState(id); err != nil {
+		return err
+	}
 	if err := r.unmountRootfs(id); err != nil {
 		return err
 	}
@@ -977,8 +980,13 @@ func (r *Runtime) remove(ctx context.Context, id string, meta *sandboxMeta) erro
 	return nil
 }
 
-// stopForRemoval kills the sandbox's agent at once and deletes the
-// container.
+// stopForRemoval kills the sandbox's agent at once, deletes the
+// container, and kills whatever is left in the sandbox's cgroups: what
+// an OCI runtime command killed midway started and never recorded (a
+// `runsc restore` killed with the daemon leaves the gVisor sandbox it
+// started, in the sandbox's cgroups, and no state file: runsc's delete
+// knows nothing of it). A container the OCI runtime cannot delete has
+// its processes killed by cgroup, and its delete is tried once more.
 func (r *Runtime) stopForRemoval(ctx context.Context, meta *sandboxMeta) error {
 	st := r.readState(meta.ID)
 	if p, ok := livePid(st); ok {
@@ -989,7 +997,33 @@ func (r *Runtime) stopForRemoval(ctx context.Context, meta *sandboxMeta) error {
 		p.waitExit(ctx, cleanupTimeout)
 		p.close()
 	}
-	return r.ociDelete(ctx, meta)
+	if err := r.ociDelete(ctx, meta); err != nil {
+		if kerr := r.killCgroup(ctx, meta.ID); kerr != nil {
+			return errors.Join(err, fmt.Errorf("kill by cgroup: %w", kerr))
+		}
+		if err := r.ociDelete(ctx, meta); err != nil {
+			return err
+		}
+	}
+	if err := r.killCgroup(ctx, meta.ID); err != nil {
+		return fmt.Errorf("kill by cgroup: %w", err)
+	}
+	return nil
+}
+
+// removeOCIState removes what runsc's state of the sandbox its delete
+// left: the files <id>_sandbox:<id>.* (its lock, and the state of a
+// restore killed before its sandbox ran), under every OCI runtime's
+// root (meta may be gone). The caller killed the sandbox's processes
+// and deleted the container: no runsc command of it runs.
+func (r *Runtime) removeOCIState(id string) error {
+	files, _ := filepath.Glob(filepath.Join(r.opts.Dir, "state", "*", id+"_sandbox:"+id+".*"))
+	for _, f := range files {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove runsc's state: %w", err)
+		}
+	}
+	return nil
 }
 
 // Inspect implements runtime.Runtime from the sandbox's files and /proc:
