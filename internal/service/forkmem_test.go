@@ -435,7 +435,9 @@ func TestForkWithMemory_StorageQuotaCheckedBeforeTheHibernate(t *testing.T) {
 // and the link failed with EXDEV once the source was checkpointed).
 func TestForkWithMemory_HibernateDirOnItsOwnFileSystem(t *testing.T) {
 	t.Parallel()
-	h := newHibernateHarness(t, harnessOptions{hibernateTmpfs: true})
+	// The cap's default is a quarter of the directory's 2 GB file system,
+	// an owner's share half that: under the source's 512 MB of memory.
+	h := newHibernateHarness(t, harnessOptions{hibernateTmpfs: true, hibernateMaxMB: 1536})
 	ctx := t.Context()
 	alice := service.Caller{Owner: "alice"}
 	src := createGVisor(t, h)

@@ -342,7 +342,10 @@ func (s *Service) resumeHibernated(ctx context.Context, c Caller, row store.Sand
 	}
 	s.dropImage(row.ID)
 	// Its processes are back; the connections from outside that it had
-	// are not (the agent parked them for the save): the answer says so.
+	// are not (the agent parked them for the save): the answer says so,
+	// and the daemon's own idle ones to the agent go too, so the first
+	// call after the resume dials afresh.
+	s.forgetClient(row.ID)
 	return Resumed{Sandbox: fromRow(resumed), ConnectionsClosed: true}, nil
 }
 
