@@ -39,6 +39,16 @@ func createGVisor(t *testing.T, h *harness) service.Sandbox {
 	return sb.Sandbox
 }
 
+// destroyLeavesNothing destroys sandbox id as the admin and checks that
+// nothing of the harness's sandboxes is left (harness.assertNothingLeft).
+func destroyLeavesNothing(t *testing.T, h *harness, id string) {
+	t.Helper()
+	if err := h.svc.Destroy(t.Context(), admin, id); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingLeft(t)
+}
+
 // httpAnswers reports whether the workload's httpd answers inside id.
 func httpAnswers(t *testing.T, h *harness, id string) bool {
 	t.Helper()
@@ -120,10 +130,7 @@ func TestHibernate_KeepsProcessesAndFreesMemory(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h.hibDir, sb.ID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the image after stop: %v, want it removed", err)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
 
 // TestHibernate_StopsWhereTheRuntimeCannot: under the Docker runtime (no
@@ -144,10 +151,7 @@ func TestHibernate_StopsWhereTheRuntimeCannot(t *testing.T) {
 	if again, err := h.svc.Hibernate(ctx, admin, sb.ID); err != nil || !again.Stopped || again.State != service.StateStopped {
 		t.Errorf("Hibernate again = %+v, %v; want stopped", again, err)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
 
 // TestHibernate_CheckpointFailsLeavesItRunning: a checkpoint the runtime
@@ -196,10 +200,7 @@ func TestHibernate_CheckpointFailsLeavesItRunning(t *testing.T) {
 	if _, err := h.svc.Resume(ctx, admin, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
 
 // TestHibernate_MarkLostRepairedByTheReconciler: a daemon that dies
@@ -240,10 +241,7 @@ func TestHibernate_MarkLostRepairedByTheReconciler(t *testing.T) {
 	default:
 		t.Errorf("after the reconcile: %s (%s); want hibernated", got.State, got.ErrorReason)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
 
 // TestHibernate_RacesEndInOneState: hibernates racing resumes, pauses,
@@ -338,10 +336,7 @@ func TestHibernate_PauseMaxHibernates(t *testing.T) {
 	if res, err := h.svc.Exec(ctx, admin, sb.ID, service.ExecRequest{Command: "kill -0 " + pid + " && echo alive"}); err != nil || string(res.Stdout) != "alive\n" {
 		t.Errorf("the counter's process after resume: %q, %v", res.Stdout, err)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
 
 // TestHibernate_ImageCountsAndNeedsRoom: a hibernated sandbox's memory
@@ -382,10 +377,7 @@ func TestHibernate_ImageCountsAndNeedsRoom(t *testing.T) {
 	if left, _ := os.ReadDir(h.hibDir); len(left) != 0 {
 		t.Errorf("images left: %v", left)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
 
 // TestHibernate_FailedSaveThatEndedItStops: a checkpoint that fails after
@@ -423,10 +415,7 @@ func TestHibernate_FailedSaveThatEndedItStops(t *testing.T) {
 	if res, err := h.svc.Exec(ctx, admin, sb.ID, service.ExecRequest{Command: "cat /home/user/f 2>/dev/null || cat /f"}); err != nil || string(res.Stdout) != "kept\n" {
 		t.Errorf("its file after the start: %q, %v", res.Stdout, err)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
 
 // TestHibernate_CallerGoneMidSave: the caller's context ends while runsc
@@ -503,10 +492,7 @@ func TestHibernate_MemoryPressureStops(t *testing.T) {
 	if n := h.rt.Calls(runtimetest.Checkpoint); n != 0 {
 		t.Errorf("checkpoints under memory pressure: %d, want 0", n)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
 
 // TestHibernate_ResumeRacingDestroy: a destroy (which takes no transition
@@ -560,10 +546,7 @@ func TestHibernate_ImageOverDiskQuotaStops(t *testing.T) {
 	if used, _ := h.adm.Usage(); used.DiskMB != sb.DiskMB {
 		t.Errorf("disk held after the stop = %d MB, want %d", used.DiskMB, sb.DiskMB)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
 
 // TestHibernate_PauseMaxHeldToTheCreatesQuota: a hibernate with no
@@ -590,10 +573,7 @@ func TestHibernate_PauseMaxHeldToTheCreatesQuota(t *testing.T) {
 	if got := state(t, h, sb.ID); got.State != service.StateStopped {
 		t.Errorf("after --pause-max over the create's disk quota: %s (hibernated at %v), want stopped", got.State, got.HibernatedAt)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
 
 // TestHibernate_PauseMaxOffTheLoop: a --pause-max hibernate that takes long
@@ -648,8 +628,5 @@ func TestHibernate_PauseMaxOffTheLoop(t *testing.T) {
 	}
 	stop()
 	<-done
-	if err := h.svc.Destroy(ctx, admin, a.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, a.ID)
 }

@@ -56,8 +56,5 @@ func TestHibernate_ResumeSaysConnectionsClosed(t *testing.T) {
 	if ev := resumeEvent(); !ev.ConnectionsClosed {
 		t.Errorf("the restore's event does not say its connections closed")
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }

@@ -35,10 +35,7 @@ func TestHibernate_TimeoutHibernates(t *testing.T) {
 	if res, err := h.svc.Exec(ctx, admin, c.ID, service.ExecRequest{Command: "kill -0 " + pid + " && echo alive"}); err != nil || string(res.Stdout) != "alive\n" {
 		t.Errorf("the counter's process after resume: %q, %v", res.Stdout, err)
 	}
-	if err := h.svc.Destroy(ctx, admin, c.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, c.ID)
 }
 
 // TestLifecycle_TimeoutPauseKinds: on a runtime that cannot checkpoint

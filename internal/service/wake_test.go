@@ -56,10 +56,7 @@ func TestWake_HeldToTheCreatorsQuota(t *testing.T) {
 	if res, err := h.svc.Exec(ctx, admin, a.ID, service.ExecRequest{Command: "kill -0 " + pid + " && echo alive"}); err != nil || string(res.Stdout) != "alive\n" {
 		t.Errorf("the counter's process after the wake: %q, %v", res.Stdout, err)
 	}
-	if err := h.svc.Destroy(ctx, admin, a.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, a.ID)
 }
 
 // createWakeable creates a gVisor sandbox of alice's with an auto-resume
@@ -151,10 +148,7 @@ func TestWake_DuringASaveNeitherQueuesNorUndoesIt(t *testing.T) {
 	if n := h.rt.Calls(runtimetest.Restore); n != 0 {
 		t.Errorf("%d restores after the save, want none", n)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
 
 // TestWake_RestoreOutlivesItsCaller: the caller's deadline does not reach
@@ -214,8 +208,5 @@ func TestWake_FailureSharedNotRetried(t *testing.T) {
 	if r, err := h.svc.Resume(rctx, admin, sb.ID); err != nil || r.ProcessesRestarted {
 		t.Fatalf("the owner's Resume after the failed wakes = %+v, %v; want resumed", r, err)
 	}
-	if err := h.svc.Destroy(ctx, admin, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.assertNothingLeft(t)
+	destroyLeavesNothing(t, h, sb.ID)
 }
