@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/netpolicy"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/internal/testenv/daemontest"
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
@@ -30,8 +31,8 @@ func networkDaemon(t *testing.T, name string) *daemontest.Daemon {
 			if err := netpolicy.New(netpolicy.Options{Bridge: bridge}).Teardown(ctx); err != nil {
 				t.Errorf("firewall teardown: %v", err)
 			}
-			if out, err := exec.CommandContext(ctx, "docker", "network", "rm", bridge).CombinedOutput(); err != nil {
-				t.Errorf("docker network rm %s: %v: %s", bridge, err, out)
+			if err := testenv.RemoveNetwork(ctx, bridge); err != nil {
+				t.Error(err)
 			}
 		}
 	})

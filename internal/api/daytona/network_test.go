@@ -75,9 +75,7 @@ func (n *netStack) close() error {
 	defer cancel()
 	errs = append(errs, netpolicy.New(netpolicy.Options{Bridge: n.bridge}).Teardown(ctx))
 	if exec.CommandContext(ctx, "docker", "network", "inspect", n.bridge).Run() == nil {
-		if out, err := exec.CommandContext(ctx, "docker", "network", "rm", n.bridge).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("docker network rm %s: %v: %s", n.bridge, err, out))
-		}
+		errs = append(errs, testenv.RemoveNetwork(ctx, n.bridge))
 	}
 	errs = append(errs, os.RemoveAll(n.dir))
 	return errors.Join(errs...)

@@ -7,7 +7,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -44,8 +43,8 @@ func New(t *testing.T, drt *docker.Runtime, name string) netpolicy.Addressed {
 		if err := fw.Teardown(ctx); err != nil {
 			t.Errorf("firewall teardown: %v", err)
 		}
-		if out, err := exec.CommandContext(ctx, "docker", "network", "rm", name).CombinedOutput(); err != nil {
-			t.Errorf("docker network rm %s: %v: %s", name, err, out)
+		if err := testenv.RemoveNetwork(ctx, name); err != nil {
+			t.Error(err)
 		}
 	})
 	if err := fw.Setup(t.Context()); err != nil {

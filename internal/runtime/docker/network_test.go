@@ -7,9 +7,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // dockerCmd runs the docker CLI and returns its trimmed output.
@@ -26,8 +28,10 @@ func removeNetworkAtEnd(t *testing.T, name string) {
 		for _, id := range strings.Fields(ids) {
 			_, _ = dockerCmd("rm", "-f", id)
 		}
-		if out, err := dockerCmd("network", "rm", name); err != nil && !strings.Contains(out, "not found") {
-			t.Errorf("docker network rm %s: %v: %s", name, err, out)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := testenv.RemoveNetwork(ctx, name); err != nil {
+			t.Error(err)
 		}
 	})
 }

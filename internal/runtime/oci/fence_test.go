@@ -1,6 +1,7 @@
 package oci_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -8,11 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/netpolicy"
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/oci"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // oldNetwork makes a sandbox network as a daemon before the fence made
@@ -37,8 +40,10 @@ func oldNetwork(t *testing.T) (name string, subnet netip.Prefix) {
 		for _, id := range strings.Fields(string(ids)) {
 			_ = exec.Command("docker", "rm", "-f", id).Run()
 		}
-		if out, err := exec.Command("docker", "network", "rm", name).CombinedOutput(); err != nil {
-			t.Errorf("docker network rm %s: %v: %s", name, err, out)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := testenv.RemoveNetwork(ctx, name); err != nil {
+			t.Error(err)
 		}
 	})
 	return name, subnet
@@ -58,8 +63,10 @@ func TestNetwork_EngineFencedFromLeases(t *testing.T) {
 		for _, id := range strings.Fields(string(ids)) {
 			_ = exec.Command("docker", "rm", "-f", id).Run()
 		}
-		if out, err := exec.Command("docker", "network", "rm", name).CombinedOutput(); err != nil {
-			t.Errorf("docker network rm %s: %v: %s", name, err, out)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := testenv.RemoveNetwork(ctx, name); err != nil {
+			t.Error(err)
 		}
 	})
 	drt, err := docker.New(docker.Options{Client: env.cli, NodeID: "oci-fence-test", SocketRoot: filepath.Join(env.socketRoot, "docker")})

@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/runtime/docker"
 	"github.com/sandboxd/sandboxd/internal/runtime/oci"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // testNetwork makes a sandbox bridge of the test's own on the engine (as
@@ -35,8 +36,10 @@ func testNetwork(t *testing.T) *oci.Network {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("docker", "network", "rm", name).CombinedOutput(); err != nil {
-			t.Errorf("docker network rm %s: %v: %s", name, err, out)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := testenv.RemoveNetwork(ctx, name); err != nil {
+			t.Error(err)
 		}
 	})
 	return &oci.Network{Bridge: n.Bridge, Subnet: n.Subnet, Gateway: n.Gateway,
