@@ -229,13 +229,22 @@ func (c *cli) templateUntagCmd() *cobra.Command {
 }
 
 func (c *cli) snapshotCmd() *cobra.Command {
-	var name string
+	var (
+		name   string
+		memory bool
+	)
 	cmd := &cobra.Command{
-		Use:   "snapshot <id|name> [--name NAME]",
+		Use:   "snapshot <id|name> [--name NAME] [--memory]",
 		Short: "Capture a sandbox's filesystem as a template and print its id",
 		Long: `Capture a sandbox's filesystem (running, paused or stopped) as a template
 that 'sbx create --template' creates from. Its env is captured; its secret
-env, agent token and processes are not.`,
+env, agent token and processes are not.
+
+With --memory, the running sandbox's processes and memory are captured too
+(its secret env with them, sealed): every sandbox created from the snapshot
+starts with them where they were, with the source's runtime and size. The
+sandbox pauses for the checkpoint and runs on. Only gVisor sandboxes of an
+--engine oci daemon can; the snapshot stays on the node that took it.`,
 		Args: args(1, 1, "one sandbox id or name"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client()
@@ -246,7 +255,11 @@ env, agent token and processes are not.`,
 			if err != nil {
 				return err
 			}
-			t, err := cl.Snapshot(cmd.Context(), id, name)
+			snapshot := cl.Snapshot
+			if memory {
+				snapshot = cl.SnapshotWithMemory
+			}
+			t, err := snapshot(cmd.Context(), id, name)
 			if err != nil {
 				return err
 			}
@@ -254,6 +267,7 @@ env, agent token and processes are not.`,
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "name of the snapshot (a DNS label)")
+	cmd.Flags().BoolVar(&memory, "memory", false, "capture the sandbox's running processes and memory too")
 	return cmd
 }
 

@@ -73,13 +73,13 @@ func (s *Service) create(ctx context.Context, req CreateRequest, idOverride stri
 // id is idOverride. A miss then answers errPoolMiss instead of going cold:
 // the caller creates again cold, under an id of its choosing.
 func (s *Service) createAs(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim) (*Created, error) {
-	return s.createRestored(ctx, req, idOverride, reserved, cl, nil)
-}
-
-// createRestored is createAs of a sandbox restored from mem, a source's
-// memory image (ForkWithMemory), when mem is not nil.
-func (s *Service) createRestored(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim, mem *forkMemory) (*Created, error) {
 	spec, err := s.resolveTemplate(ctx, &req)
+	var mem *forkMemory
+	if err == nil && spec.Memory != nil {
+		// A template with its source's memory: the sandbox is restored
+		// from it (forkmem.go), and runs no start command of its own.
+		mem, err = s.restoreFrom(templateIDOf(req.Image), spec.Memory, &req)
+	}
 	if err != nil {
 		if reserved != nil {
 			s.unreservePooled(req, reserved.pooled)
@@ -110,7 +110,7 @@ func (s *Service) createChain(ctx context.Context, req CreateRequest, idOverride
 }
 
 // createChainFrom is createChain, restoring the sandbox from mem when it
-// is not nil (createRestored).
+// is not nil (a template with memory: createAs).
 func (s *Service) createChainFrom(ctx context.Context, req CreateRequest, idOverride string, reserved *reservation, cl *store.Claim, mem *forkMemory) (_ *Created, err error) {
 	c := &creation{s: s, t: &stepTimer{}, req: req, cl: cl, id: idOverride, memory: mem}
 	defer func() { s.Metrics.observeCreate(c.t.timings, err) }()
@@ -376,7 +376,7 @@ func (c *creation) startRuntime(ctx context.Context) error {
 		// The restored agent takes its source's token: it takes this
 		// sandbox's from now on, and the source's no more (forkmem.go).
 		if err := c.t.run("token", func() error {
-			return s.handForkToken(ctx, id, c.memory, c.sec.token, c.req.SecretEnv)
+			return s.handForkToken(ctx, id, c.memory, c.sec.token, mergeMap(c.req.Env, c.req.SecretEnv))
 		}); err != nil {
 			return err
 		}
@@ -405,7 +405,7 @@ func (c *creation) applyNetwork(ctx context.Context) error {
 // never in the engine's configuration of the container. Its undo is the
 // container's.
 func (c *creation) handSecretEnv(ctx context.Context) error {
-	if len(c.req.SecretEnv) == 0 || c.memory != nil { // a fork with memory had it with its token
+	if len(c.req.SecretEnv) == 0 || c.memory != nil { // a restored sandbox had it with its token
 		return nil
 	}
 	if err := c.t.run("secret env", func() error {

@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,52 +13,85 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/agent"
 	"github.com/sandboxd/sandboxd/internal/runtime"
+	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-// Forks with memory. ForkWithMemory is Fork whose sandboxes start with
-// the source's running processes (as E2B's snapshots do): each is
-// restored from one checkpoint image of the source instead of booting.
+// Captures with memory: a fork or a snapshot whose sandboxes start with
+// the source's running processes (as E2B's snapshots and Daytona's full
+// snapshots do), each restored from one checkpoint image of the source
+// instead of booting.
 //
-// Under the source's transition lock: the source is hibernated
-// (hibernateHolding: paused, checkpointed into its hibernate image, its
-// row marked, its CPU and memory still reserved), its file system
-// captured as a fork template while nothing of it runs (so the files the
-// image's processes hold open are the capture's), the image hard-linked
-// into the template's memory directory (<hibernate dir>/.forkmem/<template
-// id>, 0700: it holds the source's memory, its secrets among them), and
-// the source resumed from its hibernate image. Once the source is
-// hibernated, everything up to its resume runs without the caller's
-// context (bounded): a client that hangs up does not leave it hibernated. A daemon killed anywhere in between leaves the source
+// Under the source's transition lock (captureWithMemory): the source is
+// hibernated (hibernateHolding: paused, checkpointed into its hibernate
+// image, its row marked, its CPU and memory still reserved), its file
+// system captured as a template while nothing of it runs (so the files
+// the image's processes hold open are the capture's), the image
+// hard-linked into the template's memory directory (<hibernate
+// dir>/.forkmem/<template id>, 0700: it holds the source's memory, its
+// secrets among them), and the source resumed from its hibernate image.
+// Once the source is hibernated, everything up to its resume runs without
+// the caller's context (bounded): a client that hangs up does not leave it
+// hibernated. A daemon killed anywhere in between leaves the source
 // hibernated or running, as a hibernate does, and a template that the
-// next start's sweep removes with its memory directory. Then the forks
-// are created from the template, each with Spec.RestoreImage naming the
-// memory directory: a new id, its own root file system (the capture),
-// socket directory, cgroup and network namespace; the restored agent
-// still takes the source's token, so the create hands it the fork's own
-// at once (startRuntime): from then on the source's token opens nothing
-// in the fork. The source's env and secret env are in the restored
-// processes' memory, as they are in the source's.
+// next start's sweep removes with its memory directory.
+//
+// The template's spec keeps what a restore needs (memorySpec): the
+// source's runtime and size, which the restored processes were made
+// with, its env, and, sealed to the template, its secret env and its
+// agent token. Every create from the template is a restore
+// (restoreFrom): a new id, its own root file system (the capture), socket
+// directory, cgroup and network namespace, Spec.RestoreImage naming the
+// memory directory. The restored agent still takes the source's token,
+// so the create hands it the sandbox's own at once (startRuntime): from
+// then on the source's token opens nothing in it. The source's env and
+// secret env are in the restored processes' memory, as they are in the
+// source's; the request's own env is handed to the agent with the token,
+// for the processes it starts from then on.
 //
 // The memory directory goes with the template (removeTemplate,
-// dropTemplate): the template is removed once none of its forks is left
-// (sweepForks). Its size counts in the template's, hence in the owner's
-// template storage (Config.TemplateStorageMB: checked before the
-// hibernate with the source's memory and files, forkStorage), and the
-// source's hibernate needs its usual room and disk quota for the image.
-// The fork's token hand-over is bounded (forkTokenTimeout).
+// dropTemplate): a fork's once none of its sandboxes is left
+// (sweepForks), a snapshot's when its owner deletes it. Its size counts
+// in the template's, hence in the owner's template storage
+// (Config.TemplateStorageMB: checked before the hibernate with the
+// source's memory and files, memoryStorage), and the source's hibernate
+// needs its usual room and disk quota for the image. The token hand-over
+// is bounded (forkTokenTimeout). A template with memory is this node's
+// alone: it is never published to the cluster's catalog (nodeLocal), as
+// its memory image is never copied.
 //
 // Only a runtime that checkpoints the source's isolation can: --engine
 // oci's gVisor sandboxes. Every other source, and one with volumes
-// (their mounts are not the fork's), is refused with a FieldError on
-// "memory" naming the reason; a source that is not running is a
-// conflict.
+// (their mounts are not the restored sandboxes'), is refused with a
+// FieldError on "memory" naming the reason; a source that is not running
+// is a conflict.
 
-// forkMemory is the memory image a fork is restored from and the token
-// its restored agent takes until told its own.
+// forkMemory is the memory image a sandbox is restored from and the
+// token its restored agent takes until told its own.
 type forkMemory struct {
 	dir   string
 	token string
+}
+
+// memorySpec is what a template captured with its source's memory keeps
+// for the sandboxes restored from it (templateSpec.Memory).
+type memorySpec struct {
+	// Runtime, MilliCPU, MemoryMB and DiskMB are the source's: a restore
+	// needs the isolation and the size the processes were made with.
+	Runtime  string `json:"runtime"`
+	MilliCPU int64  `json:"milli_cpu"`
+	MemoryMB int64  `json:"memory_mb"`
+	DiskMB   int64  `json:"disk_mb,omitempty"`
+	// Env is the source's env (in the restored processes' memory).
+	Env map[string]string `json:"env,omitempty"`
+	// SealedSecretEnv and SealedToken are the source's secret env and
+	// agent token, sealed to the template (memoryAD).
+	SealedSecretEnv []byte `json:"sealed_secret_env,omitempty"`
+	SealedToken     []byte `json:"sealed_token"`
+}
+
+func memoryAD(tpl, what string) []byte {
+	return secrets.AssociatedData("template", tpl, "memory", what)
 }
 
 // ForkWithMemory makes n sandboxes (1 to 16) that run on with a copy of
@@ -73,7 +108,7 @@ func (s *Service) ForkWithMemory(ctx context.Context, c Caller, idOrName string,
 	if err != nil {
 		return nil, err
 	}
-	t, err := s.captureWithMemory(ctx, c, row)
+	t, err := s.captureWithMemory(ctx, c, row, "", store.TemplateFork)
 	unlock()
 	if err != nil {
 		return nil, err
@@ -82,11 +117,116 @@ func (s *Service) ForkWithMemory(ctx context.Context, c Caller, idOrName string,
 	if err != nil {
 		return nil, err
 	}
-	token, err := s.openToken(row)
-	if err != nil {
-		return nil, fmt.Errorf("open the agent token of %s: %w", row.ID, err)
+	return s.makeForks(ctx, req, n)
+}
+
+// restoreFrom is, for a create from template tpl whose spec keeps its
+// source's memory (m), the memory image the sandbox is restored from. It
+// makes req the source's runtime and size and adds the source's env and
+// secret env under the request's own. A request that asks for another
+// runtime or size, for volumes or for network, changes nothing and is a
+// FieldError naming why; so is a template this daemon cannot restore.
+func (s *Service) restoreFrom(tpl string, m *memorySpec, req *CreateRequest) (*forkMemory, error) {
+	why := ""
+	switch {
+	case s.cfg.HibernateDir == "":
+		why = "this daemon keeps no memory images (no hibernate directory)"
+	case !s.HibernateSupport(m.Runtime).OK:
+		why = s.HibernateSupport(m.Runtime).How
 	}
-	return s.makeForks(ctx, req, &forkMemory{dir: s.forkMemoryDir(t.ID), token: token}, n)
+	if why != "" {
+		return nil, &FieldError{Field: "template", Reason: fmt.Sprintf("template %s holds its source's memory, which this daemon cannot restore: %s", tpl, why)}
+	}
+	same := func(field string, asked, kept int64) error {
+		if asked != 0 && asked != kept {
+			return invalid(field, "is %d in template %s, which holds its source's running processes (a restore keeps their size)", kept, tpl)
+		}
+		return nil
+	}
+	switch {
+	case req.Runtime != "" && req.Runtime != m.Runtime:
+		return nil, invalid("runtime", "is %s in template %s, which holds its source's running processes", m.Runtime, tpl)
+	case len(req.Mounts) > 0:
+		return nil, invalid("mounts", "a sandbox restored from template %s, which holds its source's running processes, takes no volumes", tpl)
+	case req.Network || req.NetworkPolicy.Mode != "":
+		return nil, invalid("network", "a sandbox restored from template %s, which holds its source's running processes, has no network", tpl)
+	}
+	if err := errors.Join(same("milli_cpu", req.MilliCPU, m.MilliCPU), same("memory_mb", req.MemoryMB, m.MemoryMB),
+		same("disk_mb", req.DiskMB, m.DiskMB)); err != nil {
+		return nil, err
+	}
+	token, err := s.Keyring.Open(m.SealedToken, memoryAD(tpl, "token"))
+	if err != nil {
+		return nil, fmt.Errorf("open the agent token kept with template %s: %w", tpl, err)
+	}
+	secretEnv := map[string]string{}
+	if len(m.SealedSecretEnv) > 0 {
+		plain, err := s.Keyring.Open(m.SealedSecretEnv, memoryAD(tpl, "secret-env"))
+		if err != nil {
+			return nil, fmt.Errorf("open the secret env kept with template %s: %w", tpl, err)
+		}
+		if err := json.Unmarshal(plain, &secretEnv); err != nil {
+			return nil, fmt.Errorf("decode the secret env kept with template %s: %w", tpl, err)
+		}
+	}
+	req.Runtime, req.MilliCPU, req.MemoryMB, req.DiskMB = m.Runtime, m.MilliCPU, m.MemoryMB, m.DiskMB
+	req.Env = mergeMap(m.Env, req.Env)
+	req.SecretEnv = mergeMap(secretEnv, req.SecretEnv)
+	return &forkMemory{dir: s.forkMemoryDir(tpl), token: string(token)}, nil
+}
+
+// mergeMap is base with add over it (nil when both are empty).
+func mergeMap(base, add map[string]string) map[string]string {
+	if len(base)+len(add) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(base)+len(add))
+	maps.Copy(out, base)
+	maps.Copy(out, add)
+	return out
+}
+
+// memoryCapture is what capture keeps with a template captured with its
+// source's memory: the source's agent token and secret env, in clear
+// until capture seals them to the template's id.
+type memoryCapture struct {
+	token     string
+	secretEnv map[string]string
+}
+
+// captureSpec is the spec of template tpl captured from row: spec (the
+// start command of the template row was made from, if any) with, for a
+// capture with memory, the memory spec; without, none (a sandbox restored
+// from a template with memory passes its start command on, not its
+// memory).
+func (s *Service) captureSpec(spec json.RawMessage, tpl string, row store.Sandbox, mem *memoryCapture) (json.RawMessage, error) {
+	var ts templateSpec
+	if len(spec) > 0 {
+		if err := json.Unmarshal(spec, &ts); err != nil {
+			return nil, fmt.Errorf("decode the spec of the template of %s: %w", row.ID, err)
+		}
+	}
+	if mem == nil {
+		if ts.Memory == nil {
+			return spec, nil
+		}
+		ts.Memory = nil
+		return json.Marshal(ts)
+	}
+	src := specOf(row)
+	m := &memorySpec{Runtime: src.Runtime, MilliCPU: row.CPUMillis, MemoryMB: row.MemoryMB, DiskMB: src.DiskMB, Env: row.Env}
+	var err error
+	if m.SealedToken, err = s.Keyring.Seal([]byte(mem.token), memoryAD(tpl, "token")); err != nil {
+		return nil, err
+	}
+	if len(mem.secretEnv) > 0 {
+		plain, _ := json.Marshal(mem.secretEnv)
+		if m.SealedSecretEnv, err = s.Keyring.Seal(plain, memoryAD(tpl, "secret-env")); err != nil {
+			return nil, err
+		}
+	}
+	ts.Memory = m
+	return json.Marshal(ts)
 }
 
 // forkMemoryUnsupported says why row's processes cannot be forked here,
@@ -107,36 +247,49 @@ func (s *Service) forkMemoryUnsupported(row store.Sandbox) string {
 	return ""
 }
 
-// captureWithMemory is ForkWithMemory's work under the source's
-// transition lock: the checks, the hibernate, the capture with the
-// image, and the resume.
-func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.Sandbox) (store.Template, error) {
+// captureWithMemory is the work of a capture with memory (ForkWithMemory,
+// SnapshotWithMemory) under the source's transition lock: the checks, the
+// hibernate, the capture of a template of kind named name (or none) with
+// the image, and the resume.
+func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.Sandbox, name string, kind store.TemplateKind) (store.Template, error) {
+	what := "fork"
+	if kind == store.TemplateSnapshot {
+		what = "snapshot"
+	}
 	switch {
 	case row.Owner == store.PoolOwner || row.Owner == buildOwner:
 		return store.Template{}, fmt.Errorf("sandbox %q: %w", row.ID, ErrNotFound)
 	case row.State != store.StateRunning:
-		return store.Template{}, fmt.Errorf("sandbox %s is %s; a fork with memory needs it running: %w", row.ID, row.State, ErrConflict)
+		return store.Template{}, fmt.Errorf("sandbox %s is %s; a %s with memory needs it running: %w", row.ID, row.State, what, ErrConflict)
 	}
 	if why := s.forkMemoryUnsupported(row); why != "" {
-		return store.Template{}, &FieldError{Field: "memory", Reason: "cannot fork this sandbox with its memory: " + why}
+		return store.Template{}, &FieldError{Field: "memory", Reason: fmt.Sprintf("cannot %s this sandbox with its memory: %s", what, why)}
 	}
 	// The hibernate would stop the source where its image has no room:
 	// refused first instead.
 	if why := s.imageRoom(row); why != "" {
-		return store.Template{}, fmt.Errorf("fork %s with its memory: %s: %w", row.ID, strings.TrimPrefix(why, "stopped: "), ErrUnavailable)
+		return store.Template{}, fmt.Errorf("%s %s with its memory: %s: %w", what, row.ID, strings.TrimPrefix(why, "stopped: "), ErrUnavailable)
 	}
 	if why := s.imageQuota(row, c.Quota); why != "" {
 		return store.Template{}, &QuotaError{Reason: strings.TrimPrefix(why, "stopped: ")}
 	}
-	if err := s.forkStorage(ctx, row); err != nil {
+	if err := s.memoryStorage(ctx, row, what); err != nil {
 		return store.Template{}, err
+	}
+	mem := &memoryCapture{}
+	var err error
+	if mem.token, err = s.openToken(row); err != nil {
+		return store.Template{}, fmt.Errorf("%s %s with its memory: %w", what, row.ID, err)
+	}
+	if mem.secretEnv, err = s.openSecretEnv(row); err != nil {
+		return store.Template{}, fmt.Errorf("%s %s with its memory: %w", what, row.ID, err)
 	}
 	// 0700 whoever made it: the images hold the sources' memory.
 	if err := os.MkdirAll(s.forkMemoryRoot(), 0o700); err != nil {
-		return store.Template{}, fmt.Errorf("fork %s with its memory: %w: %w", row.ID, ErrUnavailable, err)
+		return store.Template{}, fmt.Errorf("%s %s with its memory: %w: %w", what, row.ID, ErrUnavailable, err)
 	}
 	if err := os.Chmod(s.forkMemoryRoot(), 0o700); err != nil {
-		return store.Template{}, fmt.Errorf("fork %s with its memory: %w: %w", row.ID, ErrUnavailable, err)
+		return store.Template{}, fmt.Errorf("%s %s with its memory: %w: %w", what, row.ID, ErrUnavailable, err)
 	}
 	// The source keeps its CPU and memory reserved while it is
 	// hibernated here: another create taking them would leave it unable
@@ -157,7 +310,7 @@ func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.San
 				s.Logger.Warn("fork with memory: start the source again", "sandbox", row.ID, "err", serr)
 			}
 		}
-		return store.Template{}, fmt.Errorf("fork %s with its memory: its checkpoint could not be made (%s): %w", row.ID, h.Reason, ErrUnavailable)
+		return store.Template{}, fmt.Errorf("%s %s with its memory: its checkpoint could not be made (%s): %w", what, row.ID, h.Reason, ErrUnavailable)
 	}
 	var t store.Template
 	hib, cerr := s.Store.GetSandbox(ctx, row.ID)
@@ -166,9 +319,7 @@ func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.San
 		// needs its id, size and spec, which a hibernate leaves).
 		cerr, hib = s.mapStoreErr(cerr, row.ID), row
 	} else {
-		t, cerr = s.capture(ctx, hib, "", store.TemplateFork, func(t store.Template) (int64, error) {
-			return s.keepForkMemory(row.ID, t.ID)
-		})
+		t, cerr = s.capture(ctx, hib, name, kind, mem)
 	}
 	// The source runs again whatever the capture did.
 	if _, err := s.resumeHibernated(ctx, c, hib); err != nil {
@@ -176,9 +327,9 @@ func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.San
 			s.dropTemplate(ctx, imgs, t)
 		}
 		if errors.Is(err, ErrNotFound) {
-			return store.Template{}, fmt.Errorf("fork %s with its memory: the source was destroyed during the fork: %w", row.ID, err)
+			return store.Template{}, fmt.Errorf("%s %s with its memory: the source was destroyed meanwhile: %w", what, row.ID, err)
 		}
-		return store.Template{}, fmt.Errorf("fork %s with its memory: the source stays hibernated (resume it): %w", row.ID, err)
+		return store.Template{}, fmt.Errorf("%s %s with its memory: the source stays hibernated (resume it): %w", what, row.ID, err)
 	}
 	if cerr != nil {
 		return store.Template{}, cerr
@@ -186,24 +337,24 @@ func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.San
 	return t, nil
 }
 
-// forkStorage refuses, before anything is done, a fork with memory whose
-// capture would take its owner past Config.TemplateStorageMB: what the
-// owner's templates hold, plus the memory image (at most the source's
-// memory) and its files (its image and what it wrote over it). A
-// QuotaError; capture's own check (checkStorage) runs as for any
-// capture.
-func (s *Service) forkStorage(ctx context.Context, row store.Sandbox) error {
+// memoryStorage refuses, before anything is done, a capture with memory
+// (what: "fork" or "snapshot") that would take its owner past
+// Config.TemplateStorageMB: what the owner's templates hold, plus the
+// memory image (at most the source's memory) and its files (its image
+// and what it wrote over it). A QuotaError; capture's own check
+// (checkStorage) runs as for any capture.
+func (s *Service) memoryStorage(ctx context.Context, row store.Sandbox, what string) error {
 	if s.cfg.TemplateStorageMB <= 0 {
 		return nil
 	}
 	used, err := s.Store.TemplateBytes(ctx, row.Owner)
 	if err != nil {
-		return fmt.Errorf("fork %s with its memory: the owner's template storage: %w: %w", row.ID, ErrUnavailable, err)
+		return fmt.Errorf("%s %s with its memory: the owner's template storage: %w: %w", what, row.ID, ErrUnavailable, err)
 	}
 	need := row.MemoryMB<<20 + s.filesEstimate(ctx, row)
 	if limit := s.cfg.TemplateStorageMB << 20; used+need > limit {
-		return &QuotaError{Reason: fmt.Sprintf("a fork with memory of %s needs about %d MB of template storage (its memory and its files); the owner's templates and snapshots hold %d MB of %d MB",
-			row.ID, need>>20, used>>20, s.cfg.TemplateStorageMB)}
+		return &QuotaError{Reason: fmt.Sprintf("a %s with memory of %s needs about %d MB of template storage (its memory and its files); the owner's templates and snapshots hold %d MB of %d MB",
+			what, row.ID, need>>20, used>>20, s.cfg.TemplateStorageMB)}
 	}
 	return nil
 }

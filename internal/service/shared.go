@@ -137,7 +137,7 @@ func (s *Service) sharing() bool { return s.Catalog != nil }
 // runPublish once the cluster takes it. An error leaves the row building for the
 // caller to fail or drop.
 func (s *Service) finishTemplate(ctx context.Context, t store.Template, size int64, tags []string) (store.Template, error) {
-	if !s.sharing() || t.Kind == store.TemplateFork {
+	if !s.sharing() || nodeLocal(t) {
 		return s.Store.FinishTemplate(ctx, t.ID, size, tags...)
 	}
 	t.SizeBytes = size
@@ -226,7 +226,7 @@ func (s *Service) unshare(t store.Template) {
 // lacks (made before the node shared templates, or while the cluster could
 // not take it), with its tags.
 func (s *Service) shareExisting(ctx context.Context, t store.Template) error {
-	if t.Shared || t.Origin != "" || t.Kind == store.TemplateFork || t.State != store.TemplateReady {
+	if t.Shared || t.Origin != "" || nodeLocal(t) || t.State != store.TemplateReady {
 		return nil
 	}
 	tags, err := s.Store.ListTemplateTags(ctx, store.TagFilter{Owner: t.Owner, TemplateID: t.ID})

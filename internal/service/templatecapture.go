@@ -16,11 +16,29 @@ import (
 // template's image (capture, under the sandbox's transition lock); a fork
 // then creates sandboxes from it through CreateSandbox.
 
+// SnapshotMemory says whether a snapshot holds the sandbox's running
+// processes too.
+type SnapshotMemory int
+
+const (
+	// SnapshotFiles captures the file system only.
+	SnapshotFiles SnapshotMemory = iota
+	// SnapshotWithMemory captures the running processes too, or fails
+	// saying why it cannot.
+	SnapshotWithMemory
+	// SnapshotMemoryIfAble captures them when the sandbox runs and its
+	// runtime can, and the file system only otherwise (E2B's snapshots,
+	// which hold the processes wherever they can).
+	SnapshotMemoryIfAble
+)
+
 // Snapshot captures a sandbox's filesystem (running, paused or stopped)
 // as a template of its owner's; a name given moves name:latest to it. It
 // holds the sandbox's transition lock: no
-// pause, resume, stop or start runs during the capture.
-func (s *Service) Snapshot(ctx context.Context, c Caller, idOrName, name string) (Template, error) {
+// pause, resume, stop or start runs during the capture. With memory, the
+// running sandbox's processes are captured too (forkmem.go): every
+// sandbox created from the snapshot starts with them, where they were.
+func (s *Service) Snapshot(ctx context.Context, c Caller, idOrName, name string, memory SnapshotMemory) (Template, error) {
 	if name != "" && !validTemplateName(name) {
 		return Template{}, invalid("name", msgTemplateName)
 	}
@@ -29,7 +47,18 @@ func (s *Service) Snapshot(ctx context.Context, c Caller, idOrName, name string)
 		return Template{}, err
 	}
 	defer unlock()
-	t, err := s.capture(ctx, row, name, store.TemplateSnapshot, nil)
+	if memory == SnapshotMemoryIfAble {
+		memory = SnapshotFiles
+		if row.State == store.StateRunning && s.forkMemoryUnsupported(row) == "" {
+			memory = SnapshotWithMemory
+		}
+	}
+	var t store.Template
+	if memory == SnapshotWithMemory {
+		t, err = s.captureWithMemory(ctx, c, row, name, store.TemplateSnapshot)
+	} else {
+		t, err = s.capture(ctx, row, name, store.TemplateSnapshot, nil)
+	}
 	if err != nil {
 		return Template{}, err
 	}
@@ -37,12 +66,13 @@ func (s *Service) Snapshot(ctx context.Context, c Caller, idOrName, name string)
 }
 
 // capture captures row's sandbox as a template of kind, under its
-// transition lock (the caller's). withMemory, when not nil, is called
-// once the template's row exists, before the commit: it keeps the
-// source's memory image with the template (forkmem.go) and returns its
-// size, which the template's size counts; a failed capture removes it
-// with the template (dropTemplate).
-func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, kind store.TemplateKind, withMemory func(store.Template) (int64, error)) (store.Template, error) {
+// transition lock (the caller's). With mem (a capture with memory, the
+// source hibernated: forkmem.go), the template's spec keeps what a
+// restore needs (captureSpec) and, once the template's row exists and
+// before the commit, the source's memory image is kept with it; the
+// template's size counts it, and a failed capture removes it with the
+// template (dropTemplate).
+func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, kind store.TemplateKind, mem *memoryCapture) (store.Template, error) {
 	imgs, err := s.images()
 	if err != nil {
 		return store.Template{}, err
@@ -74,6 +104,9 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 		return store.Template{}, fmt.Errorf("the image of sandbox %s: %w", row.ID, err)
 	}
 	id := NewTemplateID()
+	if spec, err = s.captureSpec(spec, id, row, mem); err != nil {
+		return store.Template{}, err
+	}
 	t, err := s.Store.CreateTemplate(ctx, store.Template{
 		ID: id, Owner: row.Owner, Name: name, Kind: kind, Image: templateRef(id),
 		BaseImage: baseImage, SourceID: row.ID, Spec: spec,
@@ -89,8 +122,8 @@ func (s *Service) capture(ctx context.Context, row store.Sandbox, name string, k
 	// is then either recorded or removed.
 	cctx := context.WithoutCancel(ctx)
 	var memBytes int64
-	if withMemory != nil {
-		if memBytes, err = withMemory(t); err != nil {
+	if mem != nil {
+		if memBytes, err = s.keepForkMemory(row.ID, t.ID); err != nil {
 			s.dropTemplate(cctx, imgs, t)
 			return store.Template{}, err
 		}
@@ -144,12 +177,11 @@ func (s *Service) Fork(ctx context.Context, c Caller, idOrName string, n int) ([
 	if err != nil {
 		return nil, err
 	}
-	return s.makeForks(ctx, req, nil, n)
+	return s.makeForks(ctx, req, n)
 }
 
-// makeForks creates n sandboxes of req, all or none, each restored from
-// mem when it is not nil.
-func (s *Service) makeForks(ctx context.Context, req CreateRequest, mem *forkMemory, n int) ([]*Created, error) {
+// makeForks creates n sandboxes of req, all or none.
+func (s *Service) makeForks(ctx context.Context, req CreateRequest, n int) ([]*Created, error) {
 	out := make([]*Created, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -159,7 +191,7 @@ func (s *Service) makeForks(ctx context.Context, req CreateRequest, mem *forkMem
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out[i], errs[i] = s.createRestored(ctx, req, "", nil, nil, mem)
+			out[i], errs[i] = s.createAs(ctx, req, "", nil, nil)
 		}()
 	}
 	wg.Wait()
@@ -183,17 +215,28 @@ func (s *Service) forkRequest(ctx context.Context, row store.Sandbox, t store.Te
 		Network: spec.Network, Runtime: spec.Runtime, Annotations: spec.Annotations, Quota: c.Quota,
 		PauseOnTimeout: spec.PauseOnTimeout, Template: t.ID,
 	}
-	if len(row.SealedSecrets) > 0 {
-		plain, err := s.Keyring.Open(row.SealedSecrets, secretEnvAD(row.ID))
-		if err != nil {
-			return CreateRequest{}, fmt.Errorf("open the secret env of %s: %w", row.ID, err)
-		}
-		if err := json.Unmarshal(plain, &req.SecretEnv); err != nil {
-			return CreateRequest{}, fmt.Errorf("decode the secret env of %s: %w", row.ID, err)
-		}
+	var err error
+	if req.SecretEnv, err = s.openSecretEnv(row); err != nil {
+		return CreateRequest{}, err
 	}
 	if !row.ExpiresAt.IsZero() {
 		req.Timeout = max(time.Minute, row.ExpiresAt.Sub(s.Clock()))
 	}
 	return req, nil
+}
+
+// openSecretEnv is row's secret env in clear (nil when it has none).
+func (s *Service) openSecretEnv(row store.Sandbox) (map[string]string, error) {
+	if len(row.SealedSecrets) == 0 {
+		return nil, nil
+	}
+	plain, err := s.Keyring.Open(row.SealedSecrets, secretEnvAD(row.ID))
+	if err != nil {
+		return nil, fmt.Errorf("open the secret env of %s: %w", row.ID, err)
+	}
+	var env map[string]string
+	if err := json.Unmarshal(plain, &env); err != nil {
+		return nil, fmt.Errorf("decode the secret env of %s: %w", row.ID, err)
+	}
+	return env, nil
 }

@@ -99,6 +99,9 @@ type Template struct {
 	ReadyCmd  string              `json:"ready_cmd,omitempty"`
 	// User runs the start command (a recipe's last user step).
 	User string `json:"user,omitempty"`
+	// Memory is set when the template holds its source's running
+	// processes: every sandbox created from it starts with them.
+	Memory bool `json:"memory,omitempty"`
 	// Tags are the name:tag references that point to it now.
 	Tags      []string  `json:"tags,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -115,6 +118,22 @@ type templateSpec struct {
 	// Tags are the tags of the template's name a build points at it once
 	// it is ready.
 	Tags []string `json:"tags,omitempty"`
+	// Memory, for a capture with its source's memory, is what a restore
+	// from it needs (forkmem.go).
+	Memory *memorySpec `json:"memory,omitempty"`
+}
+
+// hasMemory reports whether t was captured with its source's memory.
+func hasMemory(t store.Template) bool {
+	var spec templateSpec
+	return json.Unmarshal(t.Spec, &spec) == nil && spec.Memory != nil
+}
+
+// nodeLocal reports whether t stays this node's, never published to the
+// cluster's catalog: a fork's capture, and a template with memory (its
+// memory image is never copied to another node).
+func nodeLocal(t store.Template) bool {
+	return t.Kind == store.TemplateFork || hasMemory(t)
 }
 
 func fromTemplateRow(t store.Template) Template {
@@ -124,6 +143,7 @@ func fromTemplateRow(t store.Template) Template {
 		ID: t.ID, Owner: t.Owner, Name: t.Name, Kind: t.Kind, State: t.State, BaseImage: t.BaseImage,
 		SourceID: t.SourceID, SizeBytes: t.SizeBytes, Error: t.Error, StartCmd: spec.StartCmd,
 		ReadyCmd: spec.ReadyCmd, User: spec.User, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		Memory: spec.Memory != nil,
 	}
 }
 

@@ -135,7 +135,7 @@ func TestSnapshot_CreateFromItAndDeleteInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh(t, h, alice, src.ID, "echo written-at-run-time > /root/note")
-	snap, err := h.svc.Snapshot(ctx, alice, src.ID, "note")
+	snap, err := h.svc.Snapshot(ctx, alice, src.ID, "note", service.SnapshotFiles)
 	if err != nil || snap.State != store.TemplateReady || snap.SourceID != src.ID {
 		t.Fatalf("snapshot: %+v, %v", snap, err)
 	}
@@ -228,7 +228,7 @@ func TestSnapshot_RacesPauseResumeAndDestroy(t *testing.T) {
 	)
 	for range 3 {
 		wg.Go(func() {
-			if s, err := h.svc.Snapshot(ctx, alice, src.ID, ""); err == nil {
+			if s, err := h.svc.Snapshot(ctx, alice, src.ID, "", service.SnapshotFiles); err == nil {
 				mu.Lock()
 				snaps = append(snaps, s)
 				mu.Unlock()

@@ -29,10 +29,13 @@ type Template struct {
 	SourceID  string `json:"source_id,omitempty"`
 	SizeBytes int64  `json:"size_bytes"`
 	// Error says why a build failed.
-	Error     string    `json:"error,omitempty"`
-	StartCmd  string    `json:"start_cmd,omitempty"`
-	ReadyCmd  string    `json:"ready_cmd,omitempty"`
-	User      string    `json:"user,omitempty"`
+	Error    string `json:"error,omitempty"`
+	StartCmd string `json:"start_cmd,omitempty"`
+	ReadyCmd string `json:"ready_cmd,omitempty"`
+	User     string `json:"user,omitempty"`
+	// Memory is set on a snapshot that holds its source's running
+	// processes: every sandbox created from it starts with them.
+	Memory    bool      `json:"memory,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// Cached is set by BuildTemplate when the daemon already had a
@@ -225,10 +228,27 @@ func (c *Client) TemplateLogs(ctx context.Context, idOrName string, w io.Writer)
 // as a template, named name unless it is empty, and returns it, ready.
 // It is not retried: a repeat would take a second snapshot.
 func (c *Client) Snapshot(ctx context.Context, sandboxID, name string) (*Template, error) {
+	return c.snapshot(ctx, sandboxID, name, false)
+}
+
+// SnapshotWithMemory is Snapshot that holds the running sandbox's
+// processes and memory too: every sandbox created from it starts with
+// them, where they were, with the source's runtime and size (a create
+// that asks for others is ErrInvalidArgument). The source pauses for the
+// checkpoint and runs on. Only a daemon that checkpoints the source's
+// runtime can (--engine oci, gVisor sandboxes); elsewhere the answer is
+// ErrInvalidArgument naming why. The snapshot stays on the node that took
+// it.
+func (c *Client) SnapshotWithMemory(ctx context.Context, sandboxID, name string) (*Template, error) {
+	return c.snapshot(ctx, sandboxID, name, true)
+}
+
+func (c *Client) snapshot(ctx context.Context, sandboxID, name string, memory bool) (*Template, error) {
 	var t Template
 	in := struct {
-		Name string `json:"name,omitempty"`
-	}{name}
+		Name   string `json:"name,omitempty"`
+		Memory bool   `json:"memory,omitempty"`
+	}{name, memory}
 	r := &request{method: http.MethodPost, segs: []string{"v1", "sandboxes", sandboxID, "snapshots"}, retry: retryNever}
 	if err := c.do(ctx, r, in, &t); err != nil {
 		return nil, fmt.Errorf("snapshot sandbox %q: %w", sandboxID, err)

@@ -48,7 +48,7 @@ type Service interface {
 	DeleteVolume(ctx context.Context, c service.Caller, name string) error
 
 	// Snapshots, forks and image builds (snapshots.go).
-	Snapshot(ctx context.Context, c service.Caller, idOrName, name string) (service.Template, error)
+	Snapshot(ctx context.Context, c service.Caller, idOrName, name string, memory service.SnapshotMemory) (service.Template, error)
 	Fork(ctx context.Context, c service.Caller, idOrName string, n int) ([]*service.Created, error)
 	BuildTemplate(ctx context.Context, c service.Caller, r service.Recipe) (service.Template, bool, error)
 	FollowBuildLog(ctx context.Context, c service.Caller, idOrName string, w func([]byte) error) error

@@ -397,7 +397,7 @@ func (f *Facade) sandboxSnapshot(w http.ResponseWriter, r *http.Request, c servi
 	if err != nil {
 		return err
 	}
-	if _, err := f.svc.Snapshot(r.Context(), c, sb.ID, b.Name); err != nil {
+	if _, err := f.svc.Snapshot(r.Context(), c, sb.ID, b.Name, service.SnapshotFiles); err != nil {
 		return err
 	}
 	if sb, err = f.svc.Get(r.Context(), c, sb.ID); err != nil {

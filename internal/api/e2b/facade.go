@@ -45,7 +45,7 @@ type Service interface {
 	Logs(ctx context.Context, c service.Caller, idOrName string, q service.LogQuery, emit func([]service.LogLine) error) error
 	DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error)
 	Agent(ctx context.Context, sandboxID string) (*agent.Client, error)
-	Snapshot(ctx context.Context, c service.Caller, idOrName, name string) (service.Template, error)
+	Snapshot(ctx context.Context, c service.Caller, idOrName, name string, memory service.SnapshotMemory) (service.Template, error)
 	Fork(ctx context.Context, c service.Caller, idOrName string, n int) ([]*service.Created, error)
 	GetTemplate(ctx context.Context, c service.Caller, idOrName string) (service.Template, error)
 	ListTemplates(ctx context.Context, c service.Caller) ([]service.Template, error)

@@ -66,8 +66,9 @@ type forkResult struct {
 
 // createSnapshot is POST /sandboxes/{id}/snapshots {name?}: 201
 // SnapshotInfo once the capture is done (the SDK does not wait or poll).
-// The sandbox keeps running; E2B pauses it for the capture, the service
-// only holds its transition lock. A name that is a built-in template's
+// The sandbox keeps running. As E2B's, the snapshot holds the running
+// processes where the sandbox's runtime can checkpoint them (it pauses for
+// that); elsewhere, its file system only. A name that is a built-in template's
 // would never be reached by Sandbox.create (built-ins win), so it is 400.
 func (f *Facade) createSnapshot(w http.ResponseWriter, r *http.Request, c service.Caller) error {
 	var body snapshotBody
@@ -77,7 +78,7 @@ func (f *Facade) createSnapshot(w http.ResponseWriter, r *http.Request, c servic
 	if _, builtin := f.images[body.Name]; builtin && body.Name != "" {
 		return badRequest("name %q is a built-in template's", body.Name)
 	}
-	t, err := f.svc.Snapshot(r.Context(), c, r.PathValue("id"), body.Name)
+	t, err := f.svc.Snapshot(r.Context(), c, r.PathValue("id"), body.Name, service.SnapshotMemoryIfAble)
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ type Service interface {
 	ImageStatus(ctx context.Context, c service.Caller, ref string) (service.PullState, error)
 	PullImage(ctx context.Context, c service.Caller, ref string) error
 	DeleteTemplate(ctx context.Context, c service.Caller, idOrName string) error
-	Snapshot(ctx context.Context, c service.Caller, sandboxIDOrName, name string) (service.Template, error)
+	Snapshot(ctx context.Context, c service.Caller, sandboxIDOrName, name string, memory service.SnapshotMemory) (service.Template, error)
 	Fork(ctx context.Context, c service.Caller, sandboxIDOrName string, n int) ([]*service.Created, error)
 	ForkWithMemory(ctx context.Context, c service.Caller, sandboxIDOrName string, n int) ([]*service.Created, error)
 }

@@ -136,16 +136,23 @@ func (s *server) untagTemplate(w http.ResponseWriter, r *http.Request) error {
 // may be empty.
 type snapshotRequest struct {
 	Name string `json:"name"`
+	// Memory: the snapshot holds the running sandbox's processes too, and
+	// every sandbox created from it starts with them.
+	Memory bool `json:"memory"`
 }
 
-// snapshotSandbox captures the sandbox's filesystem as a template: 201
-// with it, ready.
+// snapshotSandbox captures the sandbox's filesystem (with memory: and its
+// running processes) as a template: 201 with it, ready.
 func (s *server) snapshotSandbox(w http.ResponseWriter, r *http.Request) error {
 	var body snapshotRequest
 	if err := decodeOptionalJSON(r, &body); err != nil {
 		return err
 	}
-	t, err := s.svc.Snapshot(r.Context(), caller(r), r.PathValue("id"), body.Name)
+	memory := service.SnapshotFiles
+	if body.Memory {
+		memory = service.SnapshotWithMemory
+	}
+	t, err := s.svc.Snapshot(r.Context(), caller(r), r.PathValue("id"), body.Name, memory)
 	if err != nil {
 		return err
 	}
