@@ -229,3 +229,101 @@ func TestForkWithMemory_SIGKILLMidway(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSnapshotWithMemory_RestoresAfterRestartWithoutItsSource: under
+// --engine oci a gVisor sandbox running a counter loop and an HTTP server
+// is snapshotted with its memory through the CLI (sbx snapshot --memory
+// --name), then destroyed, and the daemon restarted. `sbx create
+// --template` of the name then makes sandboxes that run the source's
+// processes on (the same pid, the counter from the snapshot's count, the
+// server answering, the source's env and the request's own); a create
+// asking for another size is invalid_argument naming --memory and makes
+// nothing. The snapshot lists with memory: true; its memory image is kept
+// in the data dir across the restart and goes when it is deleted.
+func TestSnapshotWithMemory_RestoresAfterRestartWithoutItsSource(t *testing.T) {
+	t.Parallel()
+	requireOCI(t)
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Skip("SKIP: runsc is not installed (scripts/setup-gvisor.sh installs it)")
+	}
+	ctx := testContext(t, 5*time.Minute)
+	d := startDaemon(t, "snapmem", "--engine", "oci")
+	c := newClient(d, true)
+	dir := t.TempDir()
+	sb := createTestSandbox(ctx, t, c, sandboxd.CreateRequest{Image: busyboxImage, Runtime: "gvisor", MemoryMB: 256, Env: map[string]string{"FROM": "source"}})
+	res, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: `mkdir -p /tmp/www && echo hello > /tmp/www/index.html &&
+		httpd -p 127.0.0.1:8080 -h /tmp/www &&
+		{ sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done' >/dev/null 2>&1 & echo $!; }`})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("start the workload: %+v, %v", res, err)
+	}
+	pid := strings.TrimSpace(res.Stdout)
+	count := func(id string) int {
+		t.Helper()
+		res, err := c.Exec(ctx, id, sandboxd.ExecRequest{Command: "cat /tmp/c"})
+		if err != nil {
+			t.Fatalf("read the counter of %s: %v", id, err)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(res.Stdout))
+		return n
+	}
+	for deadline := time.Now().Add(time.Minute); count(sb.ID) < 20; {
+		if time.Now().After(deadline) {
+			t.Fatal("the counter does not count")
+		}
+	}
+	before := count(sb.ID)
+	snapID := strings.TrimSpace(mustSbx(t, d, dir, "snapshot", sb.ID, "--memory", "--name", "warm").stdout)
+	tpl, err := c.GetTemplate(ctx, "warm")
+	if err != nil || tpl.ID != snapID || !tpl.Memory || tpl.Kind != "snapshot" {
+		t.Fatalf("the snapshot: %+v, %v; want %s, a snapshot with memory", tpl, err, snapID)
+	}
+	if err := c.DestroySandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	memDir := filepath.Join(d.DataDir(), "hibernate", ".forkmem", snapID)
+	if _, err := os.Stat(memDir); err != nil {
+		t.Fatalf("the snapshot's memory image after the daemon stopped: %v", err)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another size: refused, nothing made.
+	r := sbx(t, d, dir, "create", "--template", "warm", "--memory", "512")
+	if r.code == 0 || !strings.Contains(r.stderr, "invalid argument: --memory: is 256") {
+		t.Errorf("create from the snapshot with another size: exit %d, %q; want invalid_argument naming --memory", r.code, r.stderr)
+	}
+	if page, err := c.ListSandboxes(ctx, sandboxd.ListOptions{}); err != nil || len(page.Items) != 0 {
+		t.Fatalf("sandboxes after the refused create: %d, %v; want none", len(page.Items), err)
+	}
+	for i := range 2 {
+		id := strings.TrimSpace(mustSbx(t, d, dir, "create", "--template", "warm", "--env", "MINE="+strconv.Itoa(i)).stdout)
+		destroyAtEnd(t, c, id)
+		at := count(id)
+		if at < before {
+			t.Errorf("sandbox %d's counter = %d, the source's was %d at the snapshot; want it to go on", i, at, before)
+		}
+		for deadline := time.Now().Add(time.Minute); count(id) <= at; {
+			if time.Now().After(deadline) {
+				t.Fatalf("sandbox %d's counter stands at %d: its loop does not run", i, at)
+			}
+		}
+		want := "alive\nhello\nsource " + strconv.Itoa(i) + "\n"
+		if res, err := c.Exec(ctx, id, sandboxd.ExecRequest{Command: "kill -0 " + pid + " && echo alive; wget -qO- http://127.0.0.1:8080/; echo $FROM $MINE"}); err != nil || res.Stdout != want {
+			t.Errorf("sandbox %d: the source's process %s, its server and env: %+v, %v; want %q", i, pid, res, err, want)
+		}
+		if err := c.DestroySandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.DeleteTemplate(ctx, snapID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(memDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the memory image after the snapshot was deleted: %v, want gone", err)
+	}
+}
