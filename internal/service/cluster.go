@@ -225,7 +225,8 @@ func requestOf(spec []byte) (CreateRequest, error) {
 // that mounts volumes stays here (volumes are this node's directories,
 // made by its caller here). Otherwise the cluster picks (Cluster.Place):
 // the holders of the template it names (resolved here, per owner, from
-// this node's copy of the catalog) are preferred, and a keyed create
+// this node's copy of the catalog) are preferred, a template that is this
+// node's alone (one with memory) keeps it here, and a keyed create
 // (r.Key: an Idempotency-Key, or the E2B facade's dedupe key) is bound to
 // one node for the key's pending time and replay window, so that every
 // retry reaches the node that has the first attempt. It reads memory and,
@@ -237,7 +238,17 @@ func (s *Service) PlaceCreate(ctx context.Context, c Caller, r CreateOnceRequest
 	}
 	a := Ask{Owner: c.Owner}
 	if ref := r.Create.Template; ref != "" {
-		a.Template, _ = s.TemplateID(ctx, c.Owner, ref)
+		// This node's copy of the catalog only: most creates name no
+		// template, and a miss costs the cluster a read.
+		t, err := s.findTemplate(ctx, Caller{Owner: c.Owner}, ref, false)
+		if err == nil && nodeLocal(t) {
+			// A template with memory is this node's alone (its image
+			// is never copied): its creates restore here.
+			return Node{}, true, nil
+		}
+		if err == nil && t.State == store.TemplateReady {
+			a.Template = t.ID
+		}
 	}
 	if k := r.Key; k.Scope != "" {
 		a.Key = KeyRef{Scope: k.Scope, Fingerprint: k.Fingerprint}

@@ -227,15 +227,6 @@ func (s *Service) findTemplate(ctx context.Context, c Caller, idOrName string, f
 	return t, nil
 }
 
-// TemplateID is the id of the template owner's idOrName names, if any
-// (cluster placement asks, to prefer the nodes that hold its image).
-func (s *Service) TemplateID(ctx context.Context, owner, idOrName string) (string, bool) {
-	// This node's copy of the catalog only: most creates name no
-	// template, and a miss costs the cluster a read.
-	t, err := s.findTemplate(ctx, Caller{Owner: owner}, idOrName, false)
-	return t.ID, err == nil && t.State == store.TemplateReady
-}
-
 // GetTemplate returns a template the caller may see, by id or by a
 // name[:tag] of its owner's.
 func (s *Service) GetTemplate(ctx context.Context, c Caller, idOrName string) (Template, error) {

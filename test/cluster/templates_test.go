@@ -340,3 +340,76 @@ func TestCluster_TemplateMadeWhileTheRegistryIsDownIsSharedLater(t *testing.T) {
 		t.Fatalf("cat /marker in %s on %s: %q %v, want %q", sb.ID, other.NodeID(), out, err, marker)
 	}
 }
+
+// A snapshot with memory stays on the node that took it: its memory image
+// is never copied, so it is not published (no other node lists it, none
+// creates from it, the registry has no image of it), while creates through
+// its own node stay there (placement would send some elsewhere) and
+// restore the source's processes.
+func TestCluster_SnapshotWithMemoryStaysOnItsNode(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	ctx := testContext(t, 5*time.Minute)
+	home, other := c.Nodes[0], c.Nodes[1]
+	a, err := call(ctx, home, http.MethodPost, "/v1/sandboxes", map[string]any{"image": busyboxImage, "runtime": "gvisor", "memory_mb": 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status == http.StatusBadRequest && strings.Contains(string(a.Body), "gvisor") {
+		t.Skipf("SKIP: %s has no gVisor: %v", home.NodeID(), a)
+	}
+	if a.Status != http.StatusCreated {
+		t.Fatalf("create a gVisor sandbox through %s: %v", home.NodeID(), a)
+	}
+	var src sandbox
+	if err := json.Unmarshal(a.Body, &src); err != nil {
+		t.Fatal(err)
+	}
+	destroyAtEnd(t, c, src.ID)
+	// The node that runs it (a create may be placed on another) is the
+	// snapshot's.
+	home = ownerOf(ctx, t, c, src.ID)
+	for _, d := range c.Nodes {
+		if d != home {
+			other = d
+		}
+	}
+	if _, err := sh(ctx, home, src.ID, `sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/pid`); err != nil {
+		t.Fatal(err)
+	}
+	name := randomName("warm")
+	a, err = call(ctx, home, http.MethodPost, "/v1/sandboxes/"+src.ID+"/snapshots", map[string]any{"name": name, "memory": true})
+	if err != nil || a.Status != http.StatusCreated {
+		t.Fatalf("snapshot with memory through %s: %v %v, want 201", home.NodeID(), a, err)
+	}
+	var snap template
+	if err := json.Unmarshal(a.Body, &snap); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = call(ctx, home, http.MethodDelete, "/v1/templates/"+snap.ID, nil)
+	})
+	if _, a, err := getTemplate(ctx, other, name); err != nil || a.Status != http.StatusNotFound {
+		t.Errorf("GET the snapshot through %s: %v %v, want 404", other.NodeID(), a, err)
+	}
+	if a, err := call(ctx, other, http.MethodPost, "/v1/sandboxes", map[string]any{"template": name}); err != nil || a.Status != http.StatusNotFound {
+		t.Errorf("create from the snapshot through %s: %v %v, want 404", other.NodeID(), a, err)
+	}
+	if env.registry != nil {
+		if status, _, err := env.registry.Manifest(ctx, "sandboxd/templates", snap.ID); err != nil || status != http.StatusNotFound {
+			t.Errorf("the registry's manifest of the snapshot: %d %v, want 404", status, err)
+		}
+	}
+	// Placement keeps every create of it home (the others lack it).
+	for range 3 {
+		restored := create(ctx, t, c, home, map[string]any{"template": name})
+		if owner := ownerOf(ctx, t, c, restored.ID); owner != home {
+			t.Fatalf("a sandbox restored from the snapshot runs on %s, want %s", owner.NodeID(), home.NodeID())
+		}
+		if out, err := sh(ctx, home, restored.ID, `kill -0 $(cat /tmp/pid) && echo alive`); err != nil || out != "alive\n" {
+			t.Errorf("the source's process in the sandbox restored from the snapshot: %q %v, want alive", out, err)
+		}
+	}
+}
