@@ -94,7 +94,7 @@ func (s *Service) Wake(ctx context.Context, id string) (sb Resumed, ok bool, err
 	if s.hibernating.has(id) {
 		return Resumed{}, true, fmt.Errorf("wake %s: it is being hibernated: %w", id, ErrPaused)
 	}
-	call, err := s.wakes.join(id, func() *wakeCall { return s.startWake(ctx, row) })
+	call, err := s.wakes.join(id, row.Owner, func() *wakeCall { return s.startWake(ctx, row) })
 	if err != nil {
 		return Resumed{}, true, err
 	}
@@ -125,6 +125,10 @@ const (
 	// a restore: memory read back from disk, admission, the engine).
 	// Past it a wake is ErrUnavailable, retryable.
 	maxWaking = 32
+	// maxWakingPerOwner is one owner's share of maxWaking: requests to
+	// one tenant's many paused sandboxes never take every slot, so
+	// another's wakes still run.
+	maxWakingPerOwner = maxWaking / 4
 )
 
 // wakeTimeout bounds one wake's resume of a sandbox with memoryMB of
@@ -135,7 +139,8 @@ func wakeTimeout(memoryMB int64) time.Duration { return hibernateTimeout(memoryM
 // wakeCall is one resume for the wakes of a sandbox; done closes once
 // res, ok and err are set.
 type wakeCall struct {
-	done chan struct{}
+	owner string
+	done  chan struct{}
 	res  Resumed
 	ok   bool
 	err  error
@@ -162,10 +167,11 @@ func (f *wakeFlight) clock() time.Time {
 	return time.Now()
 }
 
-// join returns the call in flight for id, or starts one with start;
-// a failure remembered for id is returned as the error instead, as is
-// ErrUnavailable when maxWaking sandboxes are waking.
-func (f *wakeFlight) join(id string, start func() *wakeCall) (*wakeCall, error) {
+// join returns the call in flight for id, or starts one of owner's with
+// start; a failure remembered for id is returned as the error instead,
+// as is ErrUnavailable when maxWaking sandboxes are waking, or
+// maxWakingPerOwner of owner's.
+func (f *wakeFlight) join(id, owner string, start func() *wakeCall) (*wakeCall, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if c := f.inflight[id]; c != nil {
@@ -180,10 +186,20 @@ func (f *wakeFlight) join(id string, start func() *wakeCall) (*wakeCall, error) 
 	if len(f.inflight) >= maxWaking {
 		return nil, fmt.Errorf("wake %s: %d sandboxes are resuming for requests already: %w", id, maxWaking, ErrUnavailable)
 	}
+	mine := 0
+	for _, c := range f.inflight { // at most maxWaking
+		if c.owner == owner {
+			mine++
+		}
+	}
+	if mine >= maxWakingPerOwner {
+		return nil, fmt.Errorf("wake %s: %d sandboxes of its owner's are resuming for requests already: %w", id, maxWakingPerOwner, ErrUnavailable)
+	}
 	if f.inflight == nil {
 		f.inflight = map[string]*wakeCall{}
 	}
 	c := start()
+	c.owner = owner
 	f.inflight[id] = c
 	return c, nil
 }
