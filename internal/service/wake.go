@@ -141,9 +141,9 @@ func wakeTimeout(memoryMB int64) time.Duration { return hibernateTimeout(memoryM
 type wakeCall struct {
 	owner string
 	done  chan struct{}
-	res  Resumed
-	ok   bool
-	err  error
+	res   Resumed
+	ok    bool
+	err   error
 }
 
 // wakeFlight is the wakes in flight, one per sandbox, and the failures
