@@ -101,6 +101,9 @@ type Daemon struct {
 	httpsLn net.Listener
 	// gvisor: the engine runs sandboxes under gVisor (checked at start).
 	gvisor bool
+	// keyring seals the daemon's secrets, the oci runtime's checkpoint
+	// images among them.
+	keyring *secrets.Keyring
 	// firewall holds sandboxes' network policies (--sandbox-network).
 	firewall service.Firewall
 	// images is the engine's image side (templates, snapshots, forks).
@@ -141,6 +144,7 @@ func New(ctx context.Context, cfg config.Daemon, ln net.Listener, logger *slog.L
 	if err != nil {
 		return nil, err
 	}
+	d.keyring = keyring
 	if d.cluster, err = d.openCluster(ctx, dataDir); err != nil {
 		return nil, err
 	}
@@ -337,7 +341,7 @@ func (d *Daemon) openOCI(dataDir, sockets string, nameKey []byte, n docker.Netwo
 	if dir == "" {
 		dir = filepath.Join(dataDir, "oci")
 	}
-	opts := oci.Options{NodeID: d.Config.NodeID, Dir: dir, SocketRoot: sockets, NameKey: nameKey, Logger: d.logger}
+	opts := oci.Options{NodeID: d.Config.NodeID, Dir: dir, SocketRoot: sockets, NameKey: nameKey, Logger: d.logger, ImageSealer: d.keyring}
 	mbps, iops := uint64(d.Config.SandboxIOMBps), uint64(d.Config.SandboxIOIOPS)
 	opts.IOLimit = oci.IOLimit{ReadBPS: mbps << 20, WriteBPS: mbps << 20, ReadIOPS: iops, WriteIOPS: iops}
 	if d.Config.SandboxNetwork {

@@ -44,6 +44,14 @@ type Checkpointer interface {
 	Restore(ctx context.Context, sandboxID, dir string) error
 }
 
+// CheckpointSealer is a Checkpointer whose images are sealed at rest
+// (the oci runtime's): SealCheckpoint seals the image in dir that a
+// checkpoint its caller was killed during left whole but in clear (the
+// save went on without it); one sealed already is left as it is.
+type CheckpointSealer interface {
+	SealCheckpoint(dir string) error
+}
+
 // CheckpointSupport is what a runtime says of its checkpoints for one
 // isolation.
 type CheckpointSupport struct {

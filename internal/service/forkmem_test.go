@@ -102,7 +102,7 @@ func TestForkWithMemory_ForkHasItsOwnToken(t *testing.T) {
 	if fi, err := os.Stat(mem[0]); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("the memory image: %v, %v; want a 0700 directory", fi, err)
 	}
-	img, err := os.Stat(filepath.Join(mem[0], "checkpoint.img"))
+	img, err := os.Stat(filepath.Join(mem[0], "checkpoint.img.sealed"))
 	if err != nil {
 		t.Fatal(err)
 	}

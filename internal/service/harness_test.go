@@ -163,7 +163,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	var rt runtime.Runtime = drt
 	var images runtime.Images = drt
 	if opts.oci {
-		ort := newOCIRuntime(t, nodeID, sockRoot, drt, netName, &firewall)
+		ort := newOCIRuntime(t, nodeID, sockRoot, drt, netName, &firewall, kr)
 		rt, images = ort, ociImages{Runtime: drt, oci: ort}
 	}
 	t.Cleanup(func() {

@@ -229,14 +229,21 @@ const hibernateDiskMargin = 256 // MB
 
 // imageRoom says why the hibernate directory has no room for row's memory
 // image (its file system's free space under MemoryMB plus
-// hibernateDiskMargin), or "" if it has.
+// hibernateDiskMargin, and MemoryMB more where the runtime seals its
+// images), or "" if it has.
 func (s *Service) imageRoom(row store.Sandbox) string {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(s.cfg.HibernateDir, &st); err != nil {
 		return fmt.Sprintf("stopped: the hibernate directory's free space is unknown: %v", err)
 	}
 	freeMB := int64(st.Bavail) * int64(st.Bsize) >> 20
-	if need := row.MemoryMB + hibernateDiskMargin; freeMB < need {
+	need := row.MemoryMB + hibernateDiskMargin
+	if _, ok := s.Runtime.(runtime.CheckpointSealer); ok {
+		// The seal writes each file's sealed copy before it removes the
+		// plain one: twice the image for a moment.
+		need += row.MemoryMB
+	}
+	if freeMB < need {
 		return fmt.Sprintf("stopped: not enough disk for a memory image (%d MB free, %d MB needed)", freeMB, need)
 	}
 	return ""
@@ -467,6 +474,13 @@ func (s *Service) settleCheckpoints(ctx context.Context) {
 			st, err = s.Runtime.Inspect(ctx, id)
 		}
 		if err == nil && st.State != runtime.StateRunning && st.State != runtime.StateMissing && !s.hasImage(id) {
+			// The killed daemon never sealed it (the runtime's seal
+			// follows the save): sealed now, before it is named whole.
+			if sealer, ok := s.Runtime.(runtime.CheckpointSealer); ok {
+				if err := sealer.SealCheckpoint(tmp); err != nil {
+					s.Logger.Warn("reconcile: seal a checkpoint a killed daemon left; kept in clear", "sandbox", id, "err", err)
+				}
+			}
 			if err := os.Rename(tmp, s.imageDir(id)); err == nil {
 				s.Logger.Warn("reconcile: a checkpoint a killed daemon left running ended; its image kept", "sandbox", id)
 				return nil

@@ -22,8 +22,8 @@ import (
 
 // newOCIRuntime is the harness's runtime with harnessOptions.oci: an
 // oci.Runtime of the node on the test's bridge (when it has one), whose
-// addresses the firewall asks for. Its sandboxes go when the test ends.
-func newOCIRuntime(t *testing.T, nodeID, sockRoot string, drt *docker.Runtime, netName string, firewall *service.Firewall) *oci.Runtime {
+// addresses the firewall asks for. Its sandboxes go when the test ends. Its checkpoint images are sealed by sealer (the harness's keyring).
+func newOCIRuntime(t *testing.T, nodeID, sockRoot string, drt *docker.Runtime, netName string, firewall *service.Firewall, sealer oci.ImageSealer) *oci.Runtime {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: the oci runtime needs root")
@@ -34,7 +34,7 @@ func newOCIRuntime(t *testing.T, nodeID, sockRoot string, drt *docker.Runtime, n
 		}
 	}
 	dir := t.TempDir()
-	opts := oci.Options{NodeID: nodeID, Dir: filepath.Join(dir, "oci"), SocketRoot: sockRoot + "o"}
+	opts := oci.Options{NodeID: nodeID, Dir: filepath.Join(dir, "oci"), SocketRoot: sockRoot + "o", ImageSealer: sealer}
 	if netName != "" {
 		n, err := drt.EnsureNetwork(t.Context(), netName, netName)
 		if err != nil {

@@ -86,7 +86,7 @@ func TestSnapshotWithMemory_EveryCreateStartsWithTheSourcesProcesses(t *testing.
 	if fi, err := os.Stat(memDir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("the snapshot's memory image: %v, %v; want a 0700 directory", fi, err)
 	}
-	img, err := os.Stat(filepath.Join(memDir, "checkpoint.img"))
+	img, err := os.Stat(filepath.Join(memDir, "checkpoint.img.sealed"))
 	if err != nil {
 		t.Fatal(err)
 	}

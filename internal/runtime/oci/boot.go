@@ -117,6 +117,16 @@ func (r *Runtime) launch(ctx context.Context, id string, meta *sandboxMeta, imag
 	defer booting.remove(pidPath)
 	args := r.globalArgs(meta, logPath)
 	if image != "" {
+		// A sealed image is opened for runsc, in memory, until it has
+		// it (seal.go).
+		staged, done, err := r.stageImage(id, image)
+		if err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		defer done()
+		image = staged
+	}
+	if image != "" {
 		args = append(args, "restore", "--image-path", image, "--detach", "--bundle", dir, "--pid-file", pidPath, id)
 	} else {
 		args = append(args, "run", "--detach", "--bundle", dir, "--pid-file", pidPath, id)

@@ -177,6 +177,12 @@ func (r *Runtime) Checkpoint(ctx context.Context, sandboxID, dir string) error {
 		r.afterFailedCheckpoint(ctx, meta, run, tmp)
 		return fmt.Errorf("checkpoint sandbox %s: %w", sandboxID, err)
 	}
+	if r.opts.ImageSealer != nil {
+		if err := sealImage(tmp, r.opts.ImageSealer); err != nil {
+			r.afterFailedCheckpoint(ctx, meta, run, tmp)
+			return fmt.Errorf("checkpoint sandbox %s: %w", sandboxID, noSpace(err))
+		}
+	}
 	if err := syncDir(tmp); err != nil {
 		r.afterFailedCheckpoint(ctx, meta, run, tmp)
 		return fmt.Errorf("checkpoint sandbox %s: %w", sandboxID, noSpace(err))
@@ -334,7 +340,7 @@ func (r *Runtime) afterFailedCheckpoint(ctx context.Context, meta *sandboxMeta, 
 	if p, alive := livePid(r.readState(meta.ID)); alive {
 		p.close()
 	} else {
-		if _, err := os.Stat(filepath.Join(tmp, checkpointImage)); err != nil {
+		if !hasCheckpoint(tmp) {
 			r.log.Warn("a failed checkpoint stopped the sandbox and left no image", "sandbox", meta.ID)
 			return
 		}
@@ -415,7 +421,7 @@ func (r *Runtime) Restore(ctx context.Context, sandboxID, dir string) error {
 	if st := r.status(sandboxID); st.State == runtime.StateRunning {
 		return nil
 	}
-	if fi, err := os.Stat(filepath.Join(dir, checkpointImage)); err != nil || !fi.Mode().IsRegular() {
+	if !hasCheckpoint(dir) {
 		return fmt.Errorf("restore sandbox %s: %w in %s", sandboxID, runtime.ErrNoCheckpoint, dir)
 	}
 	if err := r.step("restore"); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,8 +136,8 @@ func TestCheckpoint_FailureAtEveryStepLeavesItRunning(t *testing.T) {
 }
 
 // TestCheckpoint_FreesTheSandbox: a checkpointed gVisor sandbox has no
-// process and no cgroup left on the host; Destroy removes it and its
-// image is the caller's.
+// process and no cgroup left on the host; its image is sealed; Destroy
+// removes it and its image is the caller's.
 func TestCheckpoint_FreesTheSandbox(t *testing.T) {
 	requireEnv(t)
 	rt := newRuntime(t, runtimetest.Options{NodeID: "node-" + runtimetest.NewSandboxID()[3:]})
@@ -163,6 +164,19 @@ func TestCheckpoint_FreesTheSandbox(t *testing.T) {
 	}
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("image dir: %v, %v; want mode 0700", fi, err)
+	}
+	// Sealed at rest: runsc's file only as its sealed copy, beside the
+	// sealed data key (seal.go).
+	if entries, err := os.ReadDir(dir); err != nil {
+		t.Fatal(err)
+	} else {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		if !slices.Equal(names, []string{"checkpoint.img.sealed", "image.key"}) {
+			t.Errorf("the image's files: %v, want checkpoint.img.sealed and image.key", names)
+		}
 	}
 	if err := rt.Destroy(t.Context(), id); err != nil {
 		t.Fatal(err)

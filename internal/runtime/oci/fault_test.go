@@ -127,7 +127,7 @@ func TestAdoptChild(t *testing.T) {
 	if os.Getenv(envChildDir) == "" {
 		t.Skip("the child of TestAdopt_AfterSIGKILL")
 	}
-	rt, err := oci.New(oci.Options{Client: env.cli, NodeID: os.Getenv(envChildNode), Dir: env.dir, SocketRoot: env.socketRoot})
+	rt, err := oci.New(oci.Options{Client: env.cli, NodeID: os.Getenv(envChildNode), Dir: env.dir, SocketRoot: env.socketRoot, ImageSealer: env.sealer})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,6 +83,9 @@ type Options struct {
 	// Network attaches sandboxes with Spec.Network to a bridge; nil:
 	// such sandboxes are refused (ErrInvalidSpec).
 	Network *Network
+	// ImageSealer seals the checkpoint images (seal.go); nil: they are
+	// kept in clear (0700 only).
+	ImageSealer ImageSealer
 	// Logger receives debug and warning records (default: discard).
 	Logger *slog.Logger
 }
@@ -423,7 +426,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		if sup := r.CanCheckpoint(spec.Isolation); !sup.OK {
 			return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w: %s", id, runtime.ErrCheckpointUnsupported, sup.How)
 		}
-		if fi, err := os.Stat(filepath.Join(spec.RestoreImage, checkpointImage)); err != nil || !fi.Mode().IsRegular() {
+		if !hasCheckpoint(spec.RestoreImage) {
 			return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w in %s", id, runtime.ErrNoCheckpoint, spec.RestoreImage)
 		}
 	}
@@ -960,6 +963,9 @@ func (r *Runtime) remove(ctx context.Context, id string, meta *sandboxMeta) erro
 		if err := n.detach(ctx, id, r.sandboxDir(id), m.IP); err != nil {
 			return fmt.Errorf("network: %w", err)
 		}
+	}
+	if err := r.unstage(id); err != nil {
+		return err
 	}
 	// Under the state lock: the reaper recording a late exit writes
 	// beside the files being removed.

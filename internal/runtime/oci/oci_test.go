@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/runtime"
 	"github.com/sandboxd/sandboxd/internal/runtime/oci"
 	"github.com/sandboxd/sandboxd/internal/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
@@ -37,6 +38,9 @@ var (
 		agent      string
 		dir        string // Options.Dir
 		socketRoot string
+		// sealer seals the checkpoint images, as the daemon's keyring
+		// does: a keyring in dir (a child process opens the same).
+		sealer *secrets.Keyring
 	}
 	setupErr, skipWhy error
 )
@@ -107,7 +111,8 @@ func setup(tmp string) error {
 	env.socketRoot = filepath.Join(tmp, "s")
 	if dir := os.Getenv(envChildDir); dir != "" { // a child of TestAdopt_AfterSIGKILL
 		env.dir, env.socketRoot = dir, os.Getenv(envChildSockets)
-		return nil
+		env.sealer, err = secrets.OpenKeyring(filepath.Join(env.dir, "keyring"))
+		return err
 	}
 	base := os.Getenv(EnvDir)
 	if base == "" {
@@ -119,7 +124,8 @@ func setup(tmp string) error {
 	if env.dir, err = os.MkdirTemp(base, "test-"); err != nil {
 		return err
 	}
-	return nil
+	env.sealer, err = secrets.OpenKeyring(filepath.Join(env.dir, "keyring"))
+	return err
 }
 
 func requireEnv(t *testing.T) {
@@ -137,7 +143,7 @@ func requireEnv(t *testing.T) {
 
 func newRuntime(t *testing.T, o runtimetest.Options, mod ...func(*oci.Options)) *oci.Runtime {
 	t.Helper()
-	opts := oci.Options{Client: env.cli, NodeID: o.NodeID, Dir: env.dir, SocketRoot: env.socketRoot, AgentReadyTimeout: o.AgentReadyTimeout}
+	opts := oci.Options{Client: env.cli, NodeID: o.NodeID, Dir: env.dir, SocketRoot: env.socketRoot, AgentReadyTimeout: o.AgentReadyTimeout, ImageSealer: env.sealer}
 	for _, f := range mod {
 		f(&opts)
 	}

@@ -212,6 +212,15 @@ func (f *Faulty) Checkpoint(ctx context.Context, id, dir string) error {
 	})
 }
 
+// SealCheckpoint implements runtime.CheckpointSealer: the wrapped
+// runtime's, or nothing when it seals none.
+func (f *Faulty) SealCheckpoint(dir string) error {
+	if s, ok := f.inner.(runtime.CheckpointSealer); ok {
+		return s.SealCheckpoint(dir)
+	}
+	return nil
+}
+
 // Restore implements runtime.Checkpointer.
 func (f *Faulty) Restore(ctx context.Context, id, dir string) error {
 	return do0(f, Restore, func() error {
