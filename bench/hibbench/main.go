@@ -7,6 +7,11 @@
 //	pause, resume → exec    the same sandbox frozen in memory instead (POST …/pause, …/resume)
 //	fork with memory → exec POST …/fork {"memory": true} then an exec of `true` in the fork
 //	fork → exec             POST …/fork (files only: the fork boots) then the same
+//	snapshot with memory    POST …/snapshots {"memory": true} (the source pauses, is
+//	                        checkpointed and captured, and resumes)
+//	create from it → exec   POST /v1/sandboxes {"template": <it>} (a restore) then an
+//	                        exec of `true` in the new sandbox
+//	create from files → exec the same from a snapshot of the files only (the create boots)
 //
 // beside, with the same memory touched in a container of the Docker
 // engine (runc),
@@ -15,8 +20,11 @@
 //	docker stop / docker start + docker exec true   (what a sandbox that cannot hibernate gets)
 //
 // and the size of the hibernate image. The memory is a dd whose buffer
-// (bs=SIZE) is filled from /dev/zero and held while it blocks writing
-// to a pipe nobody reads. Usage (from the repository root):
+// (bs=SIZE) is filled from /dev/urandom and held while it blocks writing
+// to a pipe nobody reads. Every sample's forks and creates are destroyed
+// once measured, and the snapshots (DELETE /v1/templates/{id}) once a
+// size's measurements end, whatever their outcome. Usage (from the
+// repository root):
 //
 //	go run ./bench/hibbench [-n 3] [-sizes 50,500] [-image sandboxd/busybox:latest]
 package main
@@ -92,7 +100,7 @@ func run(ctx context.Context, cfg config) (err error) {
 		_ = benchd.RemoveLabelled(cctx, d.BaselineLabel())
 	}()
 	fmt.Printf("hibbench: sandboxd %s (--engine oci, gVisor) beside docker %s (runc), %d samples each\n\n", d.Version, benchd.DockerVersion(ctx), cfg.n)
-	t := benchd.Table{W: os.Stdout}
+	t := benchd.Table{W: os.Stdout, Width: 54}
 	for _, f := range strings.Split(cfg.sizes, ",") {
 		mb, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || mb <= 0 {
@@ -220,6 +228,42 @@ func measure(ctx context.Context, cfg config, d *benchd.Daemon, t benchd.Table, 
 			d.Destroy(ctx, id)
 		}
 	}
+	// Snapshots of the running sandbox: with its memory (timed: the
+	// source is paused, checkpointed, captured and resumed), each create
+	// from it a restore; and of its files only, each create from it a
+	// boot with the source's runtime and size. A create from a snapshot
+	// with memory gets those from the snapshot and names nothing else.
+	var snapMem, memCreate, fileCreate []time.Duration
+	var snaps []string
+	defer func() {
+		for _, id := range snaps {
+			deleteTemplate(ctx, d, id)
+		}
+	}()
+	for i := range cfg.n {
+		benchd.Progress("%d MB: snapshot sample %d/%d", mb, i+1, cfg.n)
+		start := time.Now()
+		id, err := snapshot(ctx, d, sb.ID, true)
+		if err != nil {
+			return err
+		}
+		snapMem = append(snapMem, time.Since(start))
+		snaps = append(snaps, id)
+		dur, err := createExec(ctx, d, map[string]any{"template": id})
+		if err != nil {
+			return fmt.Errorf("from the snapshot with memory: %w", err)
+		}
+		memCreate = append(memCreate, dur)
+		if id, err = snapshot(ctx, d, sb.ID, false); err != nil {
+			return err
+		}
+		snaps = append(snaps, id)
+		dur, err = createExec(ctx, d, map[string]any{"template": id, "runtime": "gvisor", "memory_mb": memLimit, "timeout_s": 3600})
+		if err != nil {
+			return fmt.Errorf("from the files-only snapshot: %w", err)
+		}
+		fileCreate = append(fileCreate, dur)
+	}
 	dpause, dunpause, dstop, dstart, err := dockerBaselines(ctx, cfg, d, mb)
 	if err != nil {
 		return err
@@ -238,6 +282,10 @@ func measure(ctx context.Context, cfg config, d *benchd.Daemon, t benchd.Table, 
 	t.Row("gVisor fork with memory → first exec", memFork)
 	t.Row("gVisor fork (files only) → first exec", plainFork)
 	t.Ratio("fork with memory / fork of files", memFork, plainFork)
+	t.Row("gVisor snapshot with memory", snapMem)
+	t.Row("gVisor create from snapshot with memory → first exec", memCreate)
+	t.Row("gVisor create from files-only snapshot → first exec", fileCreate)
+	t.Ratio("create from snapshot with memory / from files", memCreate, fileCreate)
 	t.Note("hibernate image", fmt.Sprintf("%.1f MB", imageMB))
 	for _, step := range []string{"runtime", "token"} {
 		if mean, n := stepMean(ctx, d, step); n > 0 {
@@ -261,6 +309,47 @@ func fork(ctx context.Context, d *benchd.Daemon, id string, memory bool) (string
 		return "", fmt.Errorf("fork: %v %s", err, r.Body)
 	}
 	return out.Sandboxes[0].ID, nil
+}
+
+// snapshot snapshots sandbox id (with its memory or its files only) and
+// returns the snapshot's id.
+func snapshot(ctx context.Context, d *benchd.Daemon, id string, memory bool) (string, error) {
+	r, err := d.Do(ctx, http.MethodPost, "/v1/sandboxes/"+id+"/snapshots", map[string]any{"memory": memory})
+	if err != nil || r.Status != http.StatusCreated {
+		return "", fmt.Errorf("snapshot (memory %v): %v %s", memory, err, r)
+	}
+	var t struct{ ID string }
+	if err := json.Unmarshal(r.Body, &t); err != nil || t.ID == "" {
+		return "", fmt.Errorf("snapshot: %v %s", err, r.Body)
+	}
+	return t.ID, nil
+}
+
+// createExec creates a sandbox with body and runs `true` in it, and
+// returns the time from the create's request to the exec's answer; the
+// sandbox is destroyed, whatever happened.
+func createExec(ctx context.Context, d *benchd.Daemon, body map[string]any) (time.Duration, error) {
+	start := time.Now()
+	sb, err := d.Create(ctx, body)
+	if err != nil {
+		return 0, err
+	}
+	defer d.Destroy(ctx, sb.ID)
+	if err := d.ExecTrue(ctx, sb.ID); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// deleteTemplate deletes template id (DELETE /v1/templates/{id}), with a
+// fresh bound (it runs on the way out of a failed or cancelled run too),
+// and logs a failure.
+func deleteTemplate(ctx context.Context, d *benchd.Daemon, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchd.RequestTimeout)
+	defer cancel()
+	if r, err := d.Do(ctx, http.MethodDelete, "/v1/templates/"+id, nil); err != nil || r.Status != http.StatusNoContent {
+		fmt.Fprintf(os.Stderr, "hibbench: delete template %s: %v %v\n", id, err, r)
+	}
 }
 
 // stepMean is the mean of the daemon's create step histogram for step
