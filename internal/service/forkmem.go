@@ -148,12 +148,15 @@ func (s *Service) restoreFrom(tpl string, m *memorySpec, req *CreateRequest) (*f
 		return nil, invalid("runtime", "is %s in template %s, which holds its source's running processes", m.Runtime, tpl)
 	case len(req.Mounts) > 0:
 		return nil, invalid("mounts", "a sandbox restored from template %s, which holds its source's running processes, takes no volumes", tpl)
-	case req.Network || req.NetworkPolicy.Mode != "":
+	case req.Network || req.NetworkPolicy.HasNetwork():
 		return nil, invalid("network", "a sandbox restored from template %s, which holds its source's running processes, has no network", tpl)
 	}
 	if err := errors.Join(same("milli_cpu", req.MilliCPU, m.MilliCPU), same("memory_mb", req.MemoryMB, m.MemoryMB),
 		same("disk_mb", req.DiskMB, m.DiskMB)); err != nil {
 		return nil, err
+	}
+	if fi, err := os.Stat(s.forkMemoryDir(tpl)); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("template %s has lost its memory image: %w", tpl, ErrUnavailable)
 	}
 	token, err := s.Keyring.Open(m.SealedToken, memoryAD(tpl, "token"))
 	if err != nil {
@@ -256,24 +259,7 @@ func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.San
 	if kind == store.TemplateSnapshot {
 		what = "snapshot"
 	}
-	switch {
-	case row.Owner == store.PoolOwner || row.Owner == buildOwner:
-		return store.Template{}, fmt.Errorf("sandbox %q: %w", row.ID, ErrNotFound)
-	case row.State != store.StateRunning:
-		return store.Template{}, fmt.Errorf("sandbox %s is %s; a %s with memory needs it running: %w", row.ID, row.State, what, ErrConflict)
-	}
-	if why := s.forkMemoryUnsupported(row); why != "" {
-		return store.Template{}, &FieldError{Field: "memory", Reason: fmt.Sprintf("cannot %s this sandbox with its memory: %s", what, why)}
-	}
-	// The hibernate would stop the source where its image has no room:
-	// refused first instead.
-	if why := s.imageRoom(row); why != "" {
-		return store.Template{}, fmt.Errorf("%s %s with its memory: %s: %w", what, row.ID, strings.TrimPrefix(why, "stopped: "), ErrUnavailable)
-	}
-	if why := s.imageQuota(row, c.Quota); why != "" {
-		return store.Template{}, &QuotaError{Reason: strings.TrimPrefix(why, "stopped: ")}
-	}
-	if err := s.memoryStorage(ctx, row, what); err != nil {
+	if err := s.memoryPrecheck(ctx, c, row, what); err != nil {
 		return store.Template{}, err
 	}
 	mem := &memoryCapture{}
@@ -335,6 +321,39 @@ func (s *Service) captureWithMemory(ctx context.Context, c Caller, row store.San
 		return store.Template{}, cerr
 	}
 	return t, nil
+}
+
+// memoryPrecheck says why row cannot be captured with its memory (what:
+// "fork" or "snapshot"), before anything of it is touched: it is not
+// running, its runtime cannot, or its image has no room, passes its
+// owner's disk quota, the hibernate cap or the owner's template storage.
+// (The hibernate checks again, and refuses rather than stopping the
+// source: hibernateHolding.)
+func (s *Service) memoryPrecheck(ctx context.Context, c Caller, row store.Sandbox, what string) error {
+	switch {
+	case row.Owner == store.PoolOwner || row.Owner == buildOwner:
+		return fmt.Errorf("sandbox %q: %w", row.ID, ErrNotFound)
+	case row.State != store.StateRunning:
+		return fmt.Errorf("sandbox %s is %s; a %s with memory needs it running: %w", row.ID, row.State, what, ErrConflict)
+	}
+	if why := s.forkMemoryUnsupported(row); why != "" {
+		return &FieldError{Field: "memory", Reason: fmt.Sprintf("cannot %s this sandbox with its memory: %s", what, why)}
+	}
+	if why := s.imageRoom(row); why != "" {
+		return fmt.Errorf("%s %s with its memory: %s: %w", what, row.ID, strings.TrimPrefix(why, "stopped: "), ErrUnavailable)
+	}
+	if why := s.imageQuota(row, c.Quota); why != "" {
+		return &QuotaError{Reason: strings.TrimPrefix(why, "stopped: ")}
+	}
+	// The cap, tried (a reservation, given back at once): the
+	// hibernate's own is made under the same transition lock.
+	why := s.imageCap(row)
+	if why == "" {
+		s.hibImages.drop(row.ID)
+	} else {
+		return fmt.Errorf("%s %s with its memory: %s: %w", what, row.ID, strings.TrimPrefix(why, "stopped: "), ErrUnavailable)
+	}
+	return s.memoryStorage(ctx, row, what)
 }
 
 // memoryStorage refuses, before anything is done, a capture with memory

@@ -109,9 +109,11 @@ func (s *Service) hibernateLocked(ctx context.Context, row store.Sandbox, keep b
 }
 
 // hibernateHolding is hibernateLocked; with hold, a hibernated sandbox
-// keeps its CPU and memory reserved (a fork with memory, which resumes
-// it at once: no other create takes its room meanwhile). A hibernate
-// that fails after its checkpoint releases them as hibernateLocked does.
+// keeps its CPU and memory reserved (a capture with memory, which resumes
+// it at once: no other create takes its room meanwhile), and one that
+// cannot be checkpointed (no room, quota or cap) is refused with
+// ErrUnavailable instead of stopped. A hibernate that fails after its
+// checkpoint releases them as hibernateLocked does.
 func (s *Service) hibernateHolding(ctx context.Context, row store.Sandbox, keep bool, q Quota, hold bool) (Hibernated, error) {
 	// Once begun it runs to its end without its caller (a client that
 	// hangs up mid-save would have the save killed, and runsc then shuts
@@ -134,6 +136,11 @@ func (s *Service) hibernateHolding(ctx context.Context, row store.Sandbox, keep 
 			// unless an image is kept.
 			sup = runtime.CheckpointSupport{How: why}
 		}
+	}
+	if (!sup.OK || !ok) && hold {
+		// A capture with memory: its source is never stopped instead
+		// (its processes are what it captures); refused, as it was.
+		return Hibernated{}, fmt.Errorf("checkpoint %s: %s: %w", row.ID, strings.TrimPrefix(sup.How, "stopped: "), ErrUnavailable)
 	}
 	if !sup.OK || !ok {
 		sb, err := s.stopLocked(ctx, row, keep)

@@ -27,8 +27,9 @@ const (
 	// saying why it cannot.
 	SnapshotWithMemory
 	// SnapshotMemoryIfAble captures them when the sandbox runs and its
-	// runtime can, and the file system only otherwise (E2B's snapshots,
-	// which hold the processes wherever they can).
+	// runtime can (with room and within the quotas and caps), and the
+	// file system only otherwise (E2B's snapshots, which hold the
+	// processes wherever they can).
 	SnapshotMemoryIfAble
 )
 
@@ -48,8 +49,11 @@ func (s *Service) Snapshot(ctx context.Context, c Caller, idOrName, name string,
 	}
 	defer unlock()
 	if memory == SnapshotMemoryIfAble {
+		// Where it cannot (not running, a runtime that does not
+		// checkpoint, no room, a quota, the cap), the files: nothing of
+		// the sandbox was touched to find out.
 		memory = SnapshotFiles
-		if row.State == store.StateRunning && s.forkMemoryUnsupported(row) == "" {
+		if s.memoryPrecheck(ctx, c, row, "snapshot") == nil {
 			memory = SnapshotWithMemory
 		}
 	}

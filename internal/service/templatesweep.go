@@ -119,7 +119,10 @@ func (s *Service) DropUnusedForks(ctx context.Context) error {
 // cannot remove the next start's sweep does.
 func (s *Service) dropTemplate(ctx context.Context, imgs runtime.Images, t store.Template) {
 	if _, err := s.Store.DeleteTemplate(ctx, t.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		// Kept (a sandbox made from it exists): so are its image and
+		// memory, which that sandbox's next restore may need.
 		s.Logger.Warn("template: delete a failed capture", "template", t.ID, "err", err)
+		return
 	}
 	s.dropForkMemory(t.ID)
 	if err := imgs.RemoveImage(ctx, t.Image); err != nil {
