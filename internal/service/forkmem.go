@@ -33,8 +33,9 @@ import (
 // Once the source is hibernated, everything up to its resume runs without
 // the caller's context (bounded): a client that hangs up does not leave it
 // hibernated. A daemon killed anywhere in between leaves the source
-// hibernated or running, as a hibernate does, and a template that the
-// next start's sweep removes with its memory directory.
+// running, paused or hibernated, each resumable, as a hibernate does, and
+// a template that the next start's sweep removes with its memory
+// directory.
 //
 // The template's spec keeps what a restore needs (memorySpec): the
 // source's runtime and size, which the restored processes were made

@@ -189,13 +189,14 @@
 //
 // # Snapshots and fork
 //
-// snapshots.go: createSnapshot is Service.Snapshot (synchronous, the file
-// system only), its snapshotID the template's id; listSnapshots lists the
+// snapshots.go: createSnapshot is Service.Snapshot (synchronous; with the
+// running processes where the runtime can checkpoint them, as E2B's,
+// else the file system), its snapshotID the template's id; listSnapshots lists the
 // caller's templates of kind snapshot; deleteSnapshot is DELETE
 // /templates/{id} (Service.DeleteTemplate). fork is Service.Fork, then
 // each fork's timeout (default 15 s) and interpreter; forks keep the
-// source's annotations, so they answer like its create. Processes and
-// memory never carry over: Docker captures files.
+// source's annotations, so they answer like its create. A fork's
+// processes and memory do not carry over: it captures files.
 //
 // # envdVersion
 //

@@ -13,8 +13,9 @@ import (
 )
 
 // Snapshots and forks on the E2B wire. A snapshot is a service template of
-// kind "snapshot" (Service.Snapshot: the sandbox's filesystem, captured
-// synchronously); its snapshotID is the template's id (tpl-…), which
+// kind "snapshot" (Service.Snapshot, synchronous: the sandbox's running
+// processes and memory where its runtime can checkpoint them, else its
+// filesystem); its snapshotID is the template's id (tpl-…), which
 // Sandbox.create takes as a templateID (resolveTemplate). A fork is
 // Service.Fork: the source's filesystem, not its memory, so processes do
 // not carry over (Docker copies files only; E2B forks a running VM).
