@@ -298,6 +298,11 @@ func (s *Service) TagTemplate(ctx context.Context, c Caller, target, name string
 // this node's copy from what the catalog says after the write
 // (readBackTags); on a single node here.
 func (s *Service) pointTags(ctx context.Context, t store.Template, name string, tags []string) error {
+	if s.sharing() && nodeLocal(t) {
+		// The cluster's names are every node's; this one's memory image
+		// is its node's alone.
+		return refuse(ErrConflict, nil, "template %s holds its source's memory, which stays on its node: the cluster's names cannot point at it (it keeps the name it was taken under there)", t.ID)
+	}
 	if s.sharing() {
 		if err := s.shareExisting(ctx, t); err != nil {
 			return err
