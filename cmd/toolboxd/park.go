@@ -25,6 +25,8 @@ import (
 // After `runsc restore` (or a failed checkpoint) the daemon sends
 // SIGUSR2 and the agent listens again at the same path. The processes
 // the agent started run on throughout: only the daemon's connections end.
+// What the daemon handed the agent (PUT config: its token, its env) stays
+// too: the servers before and after a park serve one handler (run.go).
 //
 // Any process in the sandbox may send these signals too; the worst it
 // does is cut its own sandbox off from the daemon until the next SIGUSR2

@@ -72,11 +72,17 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		ln.Close()
 		return errNoToken
 	}
+	// One handler for the agent's whole life: it holds what the daemon's
+	// PUT config hands over (the token, and through procs the env), and
+	// every server the park/wake loop below builds serves it. A handler
+	// per server would start from the boot token again after each wake,
+	// refusing the token a claim or a restore handed over.
+	handler := server.NewHandler(server.Config{
+		Token: cfg.token, Process: procs, Filesystem: fsys, Users: users, Log: log,
+	})
 	newServer := func() *http.Server {
 		srv := &http.Server{
-			Handler: server.NewHandler(server.Config{
-				Token: cfg.token, Process: procs, Filesystem: fsys, Users: users, Log: log,
-			}),
+			Handler: handler,
 			// Streams live as long as processes do: no read or write timeout.
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -69,6 +69,10 @@ type Config struct {
 // must carry [HeaderToken] equal to cfg.Token, or it is answered 401 with
 // a Connect error body whose code is "unauthenticated".
 //
+// The handler holds what PUT [PathConfig] hands over (the token; the env
+// lives in cfg.Process): an agent that serves again after closing its
+// listener serves the same handler (a new one starts from cfg.Token).
+//
 // The handler streams: serve it with no read or write timeout.
 func NewHandler(cfg Config) http.Handler {
 	if cfg.Users == nil {
