@@ -2,6 +2,8 @@ package service_test
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +87,78 @@ func TestSnapshotWithMemory_MemoryImagesCountAfterARestart(t *testing.T) {
 	}
 	for _, id := range ids {
 		if err := svc.Destroy(ctx, alice, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids = nil
+	nothingLeft(t, h)
+}
+
+// TestSnapshotWithMemory_SourceLeftHibernatedKeepsItsImageCounted: a
+// kept memory image takes its source's hibernate image's files over in
+// the ledger (they are the same files, hard-linked); when the source's
+// resume fails after the capture, the capture drops its template and the
+// source stays hibernated holding them alone, and they count as its
+// again (reclaimShared): a hibernate of the same owner's past her share
+// is still stopped, and once the source resumed it fits. Guards the
+// hand-over of keepForkMemory: fails with reclaimShared taken out (the
+// source's image then counts nothing and the hibernate is let in).
+func TestSnapshotWithMemory_SourceLeftHibernatedKeepsItsImageCounted(t *testing.T) {
+	t.Parallel()
+	const memMB, capMB = 256, 520
+	h := newHibernateHarness(t, harnessOptions{hibernateMaxMB: capMB})
+	ctx := t.Context()
+	alice := service.Caller{Owner: "alice"}
+	r := sandboxRunner{t, h}
+	var ids []string
+	t.Cleanup(func() {
+		h.rt.Clear(runtimetest.Restore)
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for _, id := range ids {
+			_ = h.svc.Destroy(cctx, alice, id)
+		}
+	})
+	gvisor := func() string {
+		t.Helper()
+		sb, err := h.svc.CreateSandbox(ctx, service.CreateRequest{Owner: "alice", Image: busybox, Runtime: service.RuntimeGVisor, MemoryMB: memMB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+		return sb.ID
+	}
+	src, other := gvisor(), gvisor()
+	if got := r.run(src, "dd if=/dev/urandom of=/dev/shm/fill bs=1M count=60 2>/dev/null; du -m /dev/shm/fill"); !strings.HasPrefix(got, "60\t") {
+		t.Fatalf("fill /dev/shm: %q", got)
+	}
+	h.rt.Inject(runtimetest.Restore, runtimetest.Fault{Times: 1, Err: errors.New("injected: restore failed")})
+	if _, err := h.svc.Snapshot(ctx, alice, src, "", service.SnapshotWithMemory); err == nil || !strings.Contains(err.Error(), "stays hibernated") {
+		t.Fatalf("snapshot with memory whose source's resume fails = %v; want refused, the source hibernated", err)
+	}
+	if mem, _ := filepath.Glob(filepath.Join(h.hibDir, ".forkmem", "*")); len(mem) > 0 {
+		t.Fatalf("memory images left by the failed capture: %v", mem)
+	}
+	hb, err := h.svc.Hibernate(ctx, alice, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hb.Stopped || !strings.Contains(hb.Reason, "share of --hibernate-storage-max") {
+		t.Fatalf("a hibernate of alice's with her source's image (60 MB) still hibernated: stopped %v (%q); want stopped for her share of the cap",
+			hb.Stopped, hb.Reason)
+	}
+
+	if _, err := h.svc.Resume(ctx, alice, src); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Start(ctx, alice, other); err != nil {
+		t.Fatal(err)
+	}
+	if hb, err := h.svc.Hibernate(ctx, alice, other); err != nil || hb.Stopped {
+		t.Fatalf("a hibernate once the source resumed = stopped %v (%q), %v; want hibernated", hb.Stopped, hb.Reason, err)
+	}
+	for _, id := range ids {
+		if err := h.svc.Destroy(ctx, alice, id); err != nil {
 			t.Fatal(err)
 		}
 	}
