@@ -485,7 +485,7 @@ func (s *Service) sweepForkMemory(ctx context.Context) {
 	// Where a daemon before this one kept them (beside the hibernate
 	// directory): a template's memory image serves only its fork's
 	// creates, so none of them is needed any more.
-	_ = os.RemoveAll(filepath.Join(filepath.Dir(s.cfg.HibernateDir), "forkmem"))
+	_ = s.removeForkMemory(filepath.Join(filepath.Dir(s.cfg.HibernateDir), "forkmem"))
 	entries, err := os.ReadDir(s.forkMemoryRoot())
 	if err != nil {
 		return
