@@ -419,7 +419,9 @@ func (s *Service) handForkToken(ctx context.Context, id string, m *forkMemory, t
 
 // keepForkMemory hard-links sandbox id's hibernate image into template
 // tpl's memory directory (made whole under a temporary name, then
-// renamed) and returns its size.
+// renamed) and returns its size. From then on the image counts in the
+// hibernate storage cap as the template's, of id's owner (hibernatecap.go):
+// the files it links leave id's entry, which its hibernate made.
 func (s *Service) keepForkMemory(id, tpl string) (int64, error) {
 	src := s.imageDir(id)
 	dst := s.forkMemoryDir(tpl)
@@ -450,6 +452,7 @@ func (s *Service) keepForkMemory(id, tpl string) (int64, error) {
 		_ = os.RemoveAll(tmp)
 		return 0, fmt.Errorf("keep the memory image: %w: %w", ErrUnavailable, err)
 	}
+	s.hibImages.relink(id, ownBytes(src), forkMemoryKey(tpl), "", imageBytes(dst))
 	return size, nil
 }
 
@@ -468,19 +471,33 @@ func (s *Service) forkMemoryRoot() string {
 // forkMemoryDir is template tpl's memory image directory.
 func (s *Service) forkMemoryDir(tpl string) string { return filepath.Join(s.forkMemoryRoot(), tpl) }
 
-// dropForkMemory removes template tpl's memory image, if any.
+// dropForkMemory removes template tpl's memory image, if any, and its
+// bytes from the hibernate storage cap's ledger.
 func (s *Service) dropForkMemory(tpl string) {
 	if s.cfg.HibernateDir == "" {
 		return
 	}
-	if err := os.RemoveAll(s.forkMemoryDir(tpl)); err != nil {
+	if err := s.removeForkMemory(s.forkMemoryDir(tpl)); err != nil {
 		s.Logger.Warn("template: remove a fork's memory image", "template", tpl, "err", err)
+		return // what is left stays counted; the next start's sweep removes it
 	}
+	s.hibImages.drop(forkMemoryKey(tpl))
+}
+
+// removeForkMemory removes the memory image directory dir; a hibernate
+// image that shared its files holds them alone then (reclaimShared).
+func (s *Service) removeForkMemory(dir string) error {
+	shared := sharedFiles(dir)
+	err := os.RemoveAll(dir)
+	s.reclaimShared(shared)
+	return err
 }
 
 // sweepForkMemory removes, at startup, the memory images no template
 // names (a template deleted by a dead process, a capture cut short) and
-// temporary ones.
+// temporary ones, and counts those it keeps in the hibernate storage cap
+// as their templates' owners' (after sweepImages, which counts a
+// hibernate image's files shared with one of them as the template's).
 func (s *Service) sweepForkMemory(ctx context.Context) {
 	if s.cfg.HibernateDir == "" {
 		return
@@ -488,18 +505,21 @@ func (s *Service) sweepForkMemory(ctx context.Context) {
 	// Where a daemon before this one kept them (beside the hibernate
 	// directory): a template's memory image serves only its fork's
 	// creates, so none of them is needed any more.
-	_ = os.RemoveAll(filepath.Join(filepath.Dir(s.cfg.HibernateDir), "forkmem"))
+	_ = s.removeForkMemory(filepath.Join(filepath.Dir(s.cfg.HibernateDir), "forkmem"))
 	entries, err := os.ReadDir(s.forkMemoryRoot())
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
 		if !strings.Contains(e.Name(), ".") {
-			if _, err := s.Store.GetTemplate(ctx, e.Name()); !errors.Is(err, store.ErrNotFound) {
-				continue // its template's, or unknown: kept
+			if t, err := s.Store.GetTemplate(ctx, e.Name()); !errors.Is(err, store.ErrNotFound) {
+				// Its template's, or unknown (counted in the total, as
+				// nobody's): kept.
+				s.hibImages.setOwned(forkMemoryKey(e.Name()), t.Owner, imageBytes(filepath.Join(s.forkMemoryRoot(), e.Name())))
+				continue
 			}
 		}
-		if err := os.RemoveAll(filepath.Join(s.forkMemoryRoot(), e.Name())); err != nil {
+		if err := s.removeForkMemory(filepath.Join(s.forkMemoryRoot(), e.Name())); err != nil {
 			s.Logger.Warn("reconcile: remove a stale fork memory image", "name", e.Name(), "err", err)
 		}
 	}

@@ -428,8 +428,10 @@ func (s *Service) sweepImages(rows []store.Sandbox) {
 		}
 		if owner, ok := keep[e.Name()]; ok && !strings.Contains(e.Name(), ".") {
 			// Counted against the cap (hibernatecap.go): a restarted
-			// daemon starts from the images on disk.
-			s.hibImages.setOwned(e.Name(), owner, imageBytes(filepath.Join(s.cfg.HibernateDir, e.Name())))
+			// daemon starts from the images on disk. Files a template's
+			// memory image links too count as the template's
+			// (sweepForkMemory), as they did before the restart.
+			s.hibImages.setOwned(e.Name(), owner, ownBytes(filepath.Join(s.cfg.HibernateDir, e.Name())))
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(s.cfg.HibernateDir, e.Name())); err != nil {

@@ -3,7 +3,9 @@ package service
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -24,6 +26,22 @@ import (
 // goes (a resume, a stop, a destroy, the reconciler) takes its size with
 // it. The startup counts the images it keeps (sweepImages), so a
 // restarted daemon starts from what is on disk.
+//
+// The memory images that captures with memory keep for their templates
+// (<hibernate dir>/.forkmem/<template id>, forkmem.go) are in the same
+// directory and count the same way, as their template owner's, under
+// forkMemoryKey: from the moment one is kept (keepForkMemory) until it
+// goes with its template (dropForkMemory), and at startup from what
+// .forkmem holds (sweepForkMemory). One is hard links of its source's
+// hibernate image, so a file counts once: as the template's once it is
+// kept (the source's entry keeps only what it alone holds, ownBytes, as
+// sweepImages counts it), and as the source's again should the template
+// go while the source is still hibernated (reclaimShared). The capture's
+// hibernate reserves the source's memory limit under the cap as any
+// hibernate (imageCap, which a capture checks before it touches the
+// source) and that reservation is what the kept image then holds: a
+// capture with memory never takes the ledger past what its hibernate
+// reserved, and what it keeps stays counted after the source resumed.
 
 // defaultHibernateShare is the share of the hibernate directory's file
 // system the images may hold when Config.HibernateStorageMaxMB is 0.
@@ -94,6 +112,31 @@ func (l *imageLedger) setLocked(id, owner string, n int64) {
 	l.byOwner[owner] += n
 }
 
+// relink makes, at once, from's entry fromBytes and to's, of from's
+// owner (owner when from has none), toBytes: a memory image kept as hard
+// links of from's hibernate image takes the files over (keepForkMemory).
+func (l *imageLedger) relink(from string, fromBytes int64, to, owner string, toBytes int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if o, ok := l.owners[from]; ok {
+		owner = o
+		l.setLocked(from, o, fromBytes)
+	}
+	l.setLocked(to, owner, toBytes)
+}
+
+// update makes id's entry n bytes if it has one (a reservation or an
+// image this process counts), and reports whether it had.
+func (l *imageLedger) update(id string, n int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.bytes[id]; !ok {
+		return false
+	}
+	l.setLocked(id, l.owners[id], n)
+	return true
+}
+
 // drop forgets id's image.
 func (l *imageLedger) drop(id string) {
 	l.mu.Lock()
@@ -131,7 +174,11 @@ func hibernateCapBytes(cfg Config) int64 {
 
 // imageCap reserves row's memory limit for its image in the ledger, and
 // says why not when that would pass the cap or its owner's share of it ("" when it is reserved: the
-// caller sets or drops the entry once the save ended).
+// caller sets or drops the entry once the save ended). For a capture
+// with memory it is also the room of the memory image the template keeps
+// (which takes the source's image's place in the ledger, keepForkMemory):
+// a capture that calls it before it touches the source is refused there,
+// and its hibernate's own call then replaces the same entry.
 func (s *Service) imageCap(row store.Sandbox) string {
 	need := row.MemoryMB << 20
 	ok, share := s.hibImages.reserve(row.ID, row.Owner, need, s.hibernateCap)
@@ -166,3 +213,88 @@ func imageBytes(dir string) int64 {
 	})
 	return n
 }
+
+// ownBytes is what the image directory dir holds on disk in the files no
+// other name links (imageBytes less the files a template's memory image
+// shares, which count as the template's).
+func ownBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); !ok {
+				n += fi.Size()
+			} else if st.Nlink <= 1 {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// fileKey is a file's identity on its file system.
+type fileKey struct{ dev, ino uint64 }
+
+// sharedFiles is the files under dir that another name links too (a
+// template's memory image's files, while its source's hibernate image
+// still links them); nil when none.
+func sharedFiles(dir string) map[fileKey]bool {
+	var shared map[fileKey]bool
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+				if shared == nil {
+					shared = map[fileKey]bool{}
+				}
+				shared[fileKey{uint64(st.Dev), st.Ino}] = true
+			}
+		}
+		return nil
+	})
+	return shared
+}
+
+// reclaimShared measures again, once a template's memory image went, the
+// hibernate images that linked its files (shared: a source whose resume
+// failed after its capture, still hibernated): they hold those files
+// alone now. Only images the ledger counts; a save in flight (its
+// reservation) links nothing yet.
+func (s *Service) reclaimShared(shared map[fileKey]bool) {
+	if len(shared) == 0 {
+		return
+	}
+	entries, err := os.ReadDir(s.cfg.HibernateDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.Name() == forkMemoryName || strings.Contains(e.Name(), ".") || !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(s.cfg.HibernateDir, e.Name())
+		files, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, f := range files {
+			fi, err := f.Info()
+			if err != nil {
+				continue
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && shared[fileKey{uint64(st.Dev), st.Ino}] {
+				s.hibImages.update(e.Name(), ownBytes(dir))
+				break
+			}
+		}
+	}
+}
+
+// forkMemoryKey is template tpl's memory image's key in the ledger: no
+// sandbox id (a DNS label, without a dot) is it.
+func forkMemoryKey(tpl string) string { return forkMemoryName + "/" + tpl }
