@@ -116,15 +116,16 @@ func (r *Runtime) launch(ctx context.Context, id string, meta *sandboxMeta, imag
 	booting.add(pidPath)
 	defer booting.remove(pidPath)
 	args := r.globalArgs(meta, logPath)
+	unstage := func() {}
 	if image != "" {
 		// A sealed image is opened for runsc, in memory, until it has
-		// it (seal.go).
+		// it (seal.go): the restore holds its file open once it returns.
 		staged, done, err := r.stageImage(id, image)
 		if err != nil {
 			return fmt.Errorf("start: %w", err)
 		}
 		defer done()
-		image = staged
+		image, unstage = staged, done
 	}
 	if image != "" {
 		args = append(args, "restore", "--image-path", image, "--detach", "--bundle", dir, "--pid-file", pidPath, id)
@@ -143,7 +144,9 @@ func (r *Runtime) launch(ctx context.Context, id string, meta *sandboxMeta, imag
 	// is not its child by then and runs on (the death signal is not
 	// inherited).
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true, Pdeathsig: unix.SIGKILL}
-	if err := runTracked(cmd); err != nil {
+	err = runTracked(cmd)
+	unstage()
+	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return fmt.Errorf("start: %w", cerr)
 		}

@@ -100,7 +100,7 @@ func sealImage(dir string, s ImageSealer) error {
 	var plain []string
 	for _, e := range entries {
 		if e.Type().IsRegular() && e.Name() != imageKeyName && !strings.HasSuffix(e.Name(), sealedSuffix) &&
-			!strings.HasSuffix(e.Name(), sealedSuffix+tmpPrefix) {
+			!strings.HasSuffix(e.Name(), tmpPrefix) {
 			plain = append(plain, e.Name())
 		}
 	}
@@ -141,7 +141,7 @@ func imageKey(dir string, s ImageSealer, create bool) ([]byte, error) {
 	if blob, err = s.Seal(key, imageKeyAD); err != nil {
 		return nil, fmt.Errorf("seal the image's data key: %w", err)
 	}
-	if err := writeSynced(path, blob); err != nil {
+	if err := writeWhole(path, blob); err != nil {
 		return nil, fmt.Errorf("write the image's data key: %w", err)
 	}
 	return key, nil
@@ -153,21 +153,40 @@ func make32() []byte {
 	return b
 }
 
-// writeSynced writes a new file at path (0600) and syncs it.
-func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+// writeWhole writes a new file at path (0600) whole or not at all: under
+// a temporary name, synced, renamed, and its directory synced (a key file
+// torn by a kill or a full disk would make the image it names unusable).
+func writeWhole(path string, data []byte) (err error) {
+	tmp := path + tmpPrefix
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return noSpace(err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return noSpace(err)
+	}
+	if err := f.Sync(); err != nil {
+		return noSpace(err)
+	}
+	if err := f.Close(); err != nil {
+		return noSpace(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	defer d.Close()
+	return d.Sync()
 }
 
 // chunkAD is the associated data of chunk i of the file name.
@@ -304,8 +323,9 @@ func openFile(path, name string, key []byte, w io.Writer) error {
 // stageImage returns the directory runsc restores sandbox id from, for
 // the image in dir, and what to call once runsc has it. A plain image is
 // dir itself. A sealed one is opened into a tmpfs mounted at the
-// sandbox's stageName (0700, the size of the sealed files): a plain file
-// left beside the key (a seal cut short) is linked there as it is.
+// sandbox's stageName (0700, the size of the sealed files, kept out of
+// swap where the kernel can): a plain file a seal cut short left beside
+// the key, without its sealed copy, is linked there as it is.
 func (r *Runtime) stageImage(id, dir string) (string, func(), error) {
 	if !imageSealed(dir) {
 		return dir, func() {}, nil
@@ -334,8 +354,12 @@ func (r *Runtime) stageImage(id, dir string) (string, func(), error) {
 	if err := os.Mkdir(stage, 0o700); err != nil {
 		return "", nil, err
 	}
-	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
-		"mode=0700,size="+strconv.FormatInt(size, 10)); err != nil {
+	opts := "mode=0700,size=" + strconv.FormatInt(size, 10)
+	err = unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts+",noswap")
+	if errors.Is(err, unix.EINVAL) { // a kernel before 6.4: no noswap
+		err = unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts)
+	}
+	if err != nil {
 		_ = os.Remove(stage)
 		return "", nil, fmt.Errorf("mount a tmpfs to open the sealed image in: %w", err)
 	}
@@ -351,15 +375,15 @@ func (r *Runtime) stageImage(id, dir string) (string, func(), error) {
 		}
 		var err error
 		switch base, sealed := strings.CutSuffix(name, sealedSuffix); {
-		case !sealed:
-			if strings.HasSuffix(name, sealedSuffix+tmpPrefix) {
-				continue // a cut-short seal's
-			}
-			err = os.Symlink(filepath.Join(dir, name), filepath.Join(stage, name))
-		case fileExists(filepath.Join(dir, base)):
-			continue // its plain file is there still, whole: linked
-		default:
+		case sealed:
 			err = openInto(filepath.Join(dir, name), base, key, filepath.Join(stage, base))
+		case strings.HasSuffix(name, tmpPrefix):
+			continue // a cut-short seal's or key's
+		case fileExists(filepath.Join(dir, name+sealedSuffix)):
+			continue // sealed whole (renamed once synced): that copy is used
+		default:
+			// Left plain by a seal cut short (the key was written first).
+			err = os.Symlink(filepath.Join(dir, name), filepath.Join(stage, name))
 		}
 		if err != nil {
 			done()
@@ -386,6 +410,22 @@ func openInto(path, name string, key []byte, dst string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// sweepStages unstages the opened images a killed daemon left mounted in
+// this node's sandboxes' directories (a restore's stage lives only while
+// runsc restores: none of this node's is in use while it starts).
+func (r *Runtime) sweepStages() {
+	dirs, _ := filepath.Glob(filepath.Join(r.opts.Dir, "sandboxes", "*", stageName))
+	for _, stage := range dirs {
+		id := filepath.Base(filepath.Dir(stage))
+		if m, err := r.readMeta(id); err != nil || m.Node != r.opts.NodeID {
+			continue // another node's (they may share the directory)
+		}
+		if err := r.unstage(id); err != nil {
+			r.log.Warn("remove an opened image a killed daemon left", "sandbox", id, "err", err)
+		}
+	}
 }
 
 // unstage unmounts and removes sandbox id's opened image, if any. A

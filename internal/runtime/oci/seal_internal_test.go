@@ -178,3 +178,51 @@ func TestStageImage_OpensIntoATmpfsAndGoes(t *testing.T) {
 		done()
 	}
 }
+
+// TestStageImage_SealedCopyWinsAndKilledStagesGo: where a file is both
+// plain and sealed (a plain one put beside a whole image), the sealed
+// copy is what runsc gets; a stage a killed daemon left mounted goes
+// when this node's runtime starts again, another node's stays.
+func TestStageImage_SealedCopyWinsAndKilledStagesGo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP: mounts a tmpfs (needs root)")
+	}
+	kr, err := secrets.OpenKeyring(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	r := &Runtime{opts: Options{Dir: root, NodeID: "node-a", ImageSealer: kr}, log: slog.New(slog.DiscardHandler)}
+	other := &Runtime{opts: Options{Dir: root, NodeID: "node-b", ImageSealer: kr}, log: slog.New(slog.DiscardHandler)}
+	ckpt := randomBytes(100)
+	dir := sealedImage(t, kr, map[string][]byte{checkpointImage: ckpt})
+	if err := os.WriteFile(filepath.Join(dir, checkpointImage), []byte("planted"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		rt *Runtime
+		id string
+	}{{r, "sb-000000000000000a"}, {other, "sb-000000000000000b"}} {
+		if err := os.MkdirAll(c.rt.sandboxDir(c.id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeJSON(filepath.Join(c.rt.sandboxDir(c.id), "meta.json"), &sandboxMeta{ID: c.id, Node: c.rt.opts.NodeID}); err != nil {
+			t.Fatal(err)
+		}
+		stage, _, err := c.rt.stageImage(c.id, dir) // never done: a killed daemon's
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.rt.unstage(c.id) })
+		if got, _ := os.ReadFile(filepath.Join(stage, checkpointImage)); !bytes.Equal(got, ckpt) {
+			t.Errorf("staged %q, want the sealed copy's plain text", got)
+		}
+	}
+	r.sweepStages()
+	if mounted(filepath.Join(r.sandboxDir("sb-000000000000000a"), stageName)) {
+		t.Error("this node's stage is still mounted after its sweep")
+	}
+	if !mounted(filepath.Join(other.sandboxDir("sb-000000000000000b"), stageName)) {
+		t.Error("another node's stage was swept")
+	}
+}
