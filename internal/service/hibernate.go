@@ -185,7 +185,12 @@ func (s *Service) hibernateHolding(ctx context.Context, row store.Sandbox, keep 
 			if serr != nil {
 				return Hibernated{}, fmt.Errorf("hibernate %s: the checkpoint failed and ended the sandbox (%w); stopping it: %w", row.ID, err, serr)
 			}
-			reason := "stopped: the checkpoint failed and ended the sandbox's processes: " + err.Error()
+			// The runtime's words name host paths (the log has them):
+			// the reason says only what kind of failure it was.
+			reason := "stopped: the checkpoint failed and ended the sandbox's processes"
+			if errors.Is(err, runtime.ErrNoSpace) {
+				reason += ": the hibernate directory's disk is full"
+			}
 			s.Logger.Warn("hibernate: a failed checkpoint ended the sandbox; stopped", "sandbox", row.ID, "err", err)
 			s.Metrics.reconcileAction("hibernate_stopped")
 			return Hibernated{Sandbox: sb, Stopped: true, Reason: reason}, nil

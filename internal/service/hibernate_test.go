@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -383,7 +384,8 @@ func TestHibernate_ImageCountsAndNeedsRoom(t *testing.T) {
 // TestHibernate_FailedSaveThatEndedItStops: a checkpoint that fails after
 // ending the sandbox's processes (runsc shuts a sandbox down on a save
 // that hits ENOSPC) leaves the row stopped, its file system kept, and the
-// answer says so: not running over a sandbox that is gone.
+// answer says so, naming no host path: not running over a sandbox that
+// is gone.
 func TestHibernate_FailedSaveThatEndedItStops(t *testing.T) {
 	t.Parallel()
 	h := newHibernateHarness(t, harnessOptions{})
@@ -392,7 +394,7 @@ func TestHibernate_FailedSaveThatEndedItStops(t *testing.T) {
 	if _, err := h.svc.Exec(ctx, admin, sb.ID, service.ExecRequest{Command: "echo kept >/home/user/f || echo kept >/f"}); err != nil {
 		t.Fatal(err)
 	}
-	injected := errors.New("injected: no space left on device")
+	injected := fmt.Errorf("injected: write %s: %w", filepath.Join(h.hibDir, sb.ID+".tmp-0", "checkpoint.img"), runtime.ErrNoSpace)
 	h.rt.Inject(runtimetest.Checkpoint, runtimetest.Fault{Times: 1, Hook: func() error {
 		if err := h.rt.Stop(ctx, sb.ID); err != nil {
 			t.Errorf("stop in the save's window: %v", err)
@@ -400,8 +402,11 @@ func TestHibernate_FailedSaveThatEndedItStops(t *testing.T) {
 		return injected
 	}})
 	hib, err := h.svc.Hibernate(ctx, admin, sb.ID)
-	if err != nil || !hib.Stopped || !strings.Contains(hib.Reason, "ended the sandbox") {
+	if err != nil || !hib.Stopped || !strings.Contains(hib.Reason, "ended the sandbox") || !strings.Contains(hib.Reason, "disk is full") {
 		t.Fatalf("Hibernate whose failed save ended the sandbox = %+v, %v; want stopped, saying so", hib, err)
+	}
+	if strings.Contains(hib.Reason, h.hibDir) {
+		t.Errorf("the reason names a host path: %q", hib.Reason)
 	}
 	if got, _ := h.svc.Get(ctx, admin, sb.ID); got.State != service.StateStopped {
 		t.Fatalf("after it: %s, want stopped", got.State)
