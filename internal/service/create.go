@@ -370,7 +370,7 @@ func (c *creation) startRuntime(ctx context.Context) error {
 	}
 	if err := c.t.run("runtime", func() error { return s.startRuntime(ctx, spec) }); err != nil {
 		var fe *FieldError
-		if _, fault := Fault(err); c.memory != nil && !fault && !errors.As(err, &fe) {
+		if _, fault := Fault(err); c.memory != nil && ctx.Err() == nil && !fault && !errors.As(err, &fe) {
 			// runsc's words name host paths: the log has them.
 			s.Logger.Warn("create: restore from a template's memory image", "sandbox", id, "err", err)
 			return &UnavailableError{Reason: fmt.Sprintf("sandbox %s could not be restored from its template's memory image, which is damaged or was removed (the daemon's log says how)", id)}
