@@ -14,7 +14,7 @@ import (
 // from a snapshot with memory whose memory image is gone (removed by hand,
 // a disk lost, a DeleteTemplate that won the race to it) or unreadable
 // fails making nothing, as ErrUnavailable (503 naming the cause), and its
-// message names no host path. On the current code the runtime's error
+// message names no host path. Before the fix, the runtime's error
 // comes back untyped (the edges answer an opaque 500 "internal error") and
 // names the memory directory's host path ("no checkpoint image in
 // /…/hibernate/.forkmem/tpl-…").
@@ -23,14 +23,7 @@ func TestSnapshotWithMemory_ImageGoneIsUnavailableNamingNoHostPath(t *testing.T)
 	h := newHibernateHarness(t, harnessOptions{})
 	ctx := t.Context()
 	alice := service.Caller{Owner: "alice"}
-	r := sandboxRunner{t, h}
-	g := createGVisor(t, h)
-	r.run(g.ID, counterLoop)
-	r.countsTo(g.ID, 5)
-	snap, err := h.svc.Snapshot(ctx, alice, g.ID, "", service.SnapshotWithMemory)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, snap := counterSnapshot(t, h)
 	if err := h.svc.Destroy(ctx, alice, g.ID); err != nil {
 		t.Fatal(err)
 	}

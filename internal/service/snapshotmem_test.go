@@ -53,6 +53,20 @@ func (r sandboxRunner) countsTo(id string, n int) {
 	}
 }
 
+// counterSnapshot creates a gVisor sandbox of alice's running
+// counterLoop and takes a snapshot with memory of it once it counts.
+func counterSnapshot(t *testing.T, h *harness) (service.Sandbox, service.Template) {
+	t.Helper()
+	g := createGVisor(t, h)
+	sandboxRunner{t, h}.run(g.ID, counterLoop)
+	sandboxRunner{t, h}.countsTo(g.ID, 5)
+	snap, err := h.svc.Snapshot(t.Context(), service.Caller{Owner: "alice"}, g.ID, "", service.SnapshotWithMemory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, snap
+}
+
 // TestSnapshotWithMemory_EveryCreateStartsWithTheSourcesProcesses: a
 // gVisor sandbox with env, a secret env and a counter is snapshotted with
 // its memory under a name, then destroyed. Two sandboxes created from the
@@ -299,13 +313,7 @@ func TestSnapshotWithMemory_FaultedRestoreLeavesNothing(t *testing.T) {
 	ctx := t.Context()
 	alice := service.Caller{Owner: "alice"}
 	r := sandboxRunner{t, h}
-	g := createGVisor(t, h)
-	r.run(g.ID, counterLoop)
-	r.countsTo(g.ID, 5)
-	snap, err := h.svc.Snapshot(ctx, alice, g.ID, "", service.SnapshotWithMemory)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, snap := counterSnapshot(t, h)
 	if err := h.svc.Destroy(ctx, alice, g.ID); err != nil {
 		t.Fatal(err)
 	}

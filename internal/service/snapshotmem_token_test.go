@@ -12,7 +12,7 @@ import (
 // a sandbox created from a snapshot with memory is hibernated and resumed
 // (as --pause-max, memory pressure, E2B's autoPause with keepMemory and
 // sbx hibernate do). Its agent must take its own token after the resume,
-// and never the source's. On the current code the agent's park and wake
+// and never the source's. Before the fix, the agent's park and wake
 // (cmd/toolboxd: a new server with cfg.token, the token it was booted
 // with) drops the token the create handed it: after the resume the
 // restored agent takes the source's token (sealed in the snapshot) again
@@ -23,14 +23,7 @@ func TestSnapshotWithMemory_RestoredSandboxKeepsItsOwnTokenAcrossAHibernate(t *t
 	h := newHibernateHarness(t, harnessOptions{})
 	ctx := t.Context()
 	alice := service.Caller{Owner: "alice"}
-	r := sandboxRunner{t, h}
-	g := createGVisor(t, h)
-	r.run(g.ID, counterLoop)
-	r.countsTo(g.ID, 5)
-	snap, err := h.svc.Snapshot(ctx, alice, g.ID, "", service.SnapshotWithMemory)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, snap := counterSnapshot(t, h)
 	srcTok, err := h.keyring.Open(mustRow(t, h, g.ID).AgentTokenSealed, secrets.AssociatedData("sandbox", g.ID, "agent-token"))
 	if err != nil {
 		t.Fatal(err)

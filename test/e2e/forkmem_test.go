@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,35 @@ import (
 
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
+
+// startCounterAndServer starts in sandbox id an HTTP server on
+// 127.0.0.1:8080 answering "hello" and a loop counting ten times a second
+// into /tmp/c, and waits until it counted 20. It returns the loop's pid
+// and count, which reads the counter of any sandbox.
+func startCounterAndServer(ctx context.Context, t *testing.T, c *sandboxd.Client, id string) (pid string, count func(id string) int) {
+	t.Helper()
+	res, err := c.Exec(ctx, id, sandboxd.ExecRequest{Command: `mkdir -p /tmp/www && echo hello > /tmp/www/index.html &&
+		httpd -p 127.0.0.1:8080 -h /tmp/www &&
+		{ sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done' >/dev/null 2>&1 & echo $!; }`})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("start the workload: %+v, %v", res, err)
+	}
+	count = func(id string) int {
+		t.Helper()
+		res, err := c.Exec(ctx, id, sandboxd.ExecRequest{Command: "cat /tmp/c"})
+		if err != nil {
+			t.Fatalf("read the counter of %s: %v", id, err)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(res.Stdout))
+		return n
+	}
+	for deadline := time.Now().Add(time.Minute); count(id) < 20; {
+		if time.Now().After(deadline) {
+			t.Fatal("the counter does not count")
+		}
+	}
+	return strings.TrimSpace(res.Stdout), count
+}
 
 // TestForkWithMemory_ForkRunsTheParentsProcesses: under --engine oci a
 // gVisor sandbox running a counter loop and an HTTP server is forked with
@@ -35,27 +65,7 @@ func TestForkWithMemory_ForkRunsTheParentsProcesses(t *testing.T) {
 	d := startDaemon(t, "forkmem", "--engine", "oci")
 	c := newClient(d, true)
 	sb := createTestSandbox(ctx, t, c, sandboxd.CreateRequest{Image: busyboxImage, Runtime: "gvisor", MemoryMB: 256, Env: map[string]string{"FROM": "parent"}})
-	res, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: `mkdir -p /tmp/www && echo hello > /tmp/www/index.html &&
-		httpd -p 127.0.0.1:8080 -h /tmp/www &&
-		{ sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done' >/dev/null 2>&1 & echo $!; }`})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("start the workload: %+v, %v", res, err)
-	}
-	pid := strings.TrimSpace(res.Stdout)
-	count := func(id string) int {
-		t.Helper()
-		res, err := c.Exec(ctx, id, sandboxd.ExecRequest{Command: "cat /tmp/c"})
-		if err != nil {
-			t.Fatalf("read the counter of %s: %v", id, err)
-		}
-		n, _ := strconv.Atoi(strings.TrimSpace(res.Stdout))
-		return n
-	}
-	for deadline := time.Now().Add(time.Minute); count(sb.ID) < 20; {
-		if time.Now().After(deadline) {
-			t.Fatal("the counter does not count")
-		}
-	}
+	pid, count := startCounterAndServer(ctx, t, c, sb.ID)
 	before := count(sb.ID)
 
 	forks, err := c.ForkWithMemory(ctx, sb.ID, 1)
@@ -251,27 +261,7 @@ func TestSnapshotWithMemory_RestoresAfterRestartWithoutItsSource(t *testing.T) {
 	c := newClient(d, true)
 	dir := t.TempDir()
 	sb := createTestSandbox(ctx, t, c, sandboxd.CreateRequest{Image: busyboxImage, Runtime: "gvisor", MemoryMB: 256, Env: map[string]string{"FROM": "source"}})
-	res, err := c.Exec(ctx, sb.ID, sandboxd.ExecRequest{Command: `mkdir -p /tmp/www && echo hello > /tmp/www/index.html &&
-		httpd -p 127.0.0.1:8080 -h /tmp/www &&
-		{ sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done' >/dev/null 2>&1 & echo $!; }`})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("start the workload: %+v, %v", res, err)
-	}
-	pid := strings.TrimSpace(res.Stdout)
-	count := func(id string) int {
-		t.Helper()
-		res, err := c.Exec(ctx, id, sandboxd.ExecRequest{Command: "cat /tmp/c"})
-		if err != nil {
-			t.Fatalf("read the counter of %s: %v", id, err)
-		}
-		n, _ := strconv.Atoi(strings.TrimSpace(res.Stdout))
-		return n
-	}
-	for deadline := time.Now().Add(time.Minute); count(sb.ID) < 20; {
-		if time.Now().After(deadline) {
-			t.Fatal("the counter does not count")
-		}
-	}
+	pid, count := startCounterAndServer(ctx, t, c, sb.ID)
 	before := count(sb.ID)
 	snapID := strings.TrimSpace(mustSbx(t, d, dir, "snapshot", sb.ID, "--memory", "--name", "warm").stdout)
 	tpl, err := c.GetTemplate(ctx, "warm")
