@@ -352,6 +352,7 @@ func (d *Daemon) openOCI(dataDir, sockets string, nameKey []byte, n docker.Netwo
 	if err != nil {
 		return nil, fmt.Errorf("oci.New: %w", err)
 	}
+	ort.SweepStages()
 	d.closers = append(d.closers, ort.Close)
 	d.logger.Info("sandboxes run by an OCI runtime, without the engine", "binary", ort.Binary(), "dir", dir)
 	if lim, applied, how := ort.IOLimits(); lim != (oci.IOLimit{}) && !applied {

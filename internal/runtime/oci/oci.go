@@ -206,7 +206,6 @@ func New(opts Options) (*Runtime, error) {
 	}
 	sweepTmp(r.imagesDir(), tmpAge, os.RemoveAll)
 	sweepTmp(filepath.Join(opts.Dir, "sandboxes"), tmpAge, r.removeSandboxDir)
-	r.sweepStages()
 	if r.cli == nil {
 		cli, err := client.New(client.FromEnv)
 		if err != nil {

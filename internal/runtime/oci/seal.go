@@ -412,10 +412,13 @@ func openInto(path, name string, key []byte, dst string) error {
 	return f.Close()
 }
 
-// sweepStages unstages the opened images a killed daemon left mounted in
-// this node's sandboxes' directories (a restore's stage lives only while
-// runsc restores: none of this node's is in use while it starts).
-func (r *Runtime) sweepStages() {
+// SweepStages unstages the opened images a killed daemon left mounted in
+// this node's sandboxes' directories. The daemon calls it as it starts,
+// before any restore of its own: a stage lives only while runsc restores,
+// so none is in use then. Not New's: a tool that opens the same
+// directory beside a running daemon (a leak check) would unmount the
+// image of a restore in flight.
+func (r *Runtime) SweepStages() {
 	dirs, _ := filepath.Glob(filepath.Join(r.opts.Dir, "sandboxes", "*", stageName))
 	for _, stage := range dirs {
 		id := filepath.Base(filepath.Dir(stage))

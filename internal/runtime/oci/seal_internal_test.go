@@ -218,7 +218,7 @@ func TestStageImage_SealedCopyWinsAndKilledStagesGo(t *testing.T) {
 			t.Errorf("staged %q, want the sealed copy's plain text", got)
 		}
 	}
-	r.sweepStages()
+	r.SweepStages()
 	if mounted(filepath.Join(r.sandboxDir("sb-000000000000000a"), stageName)) {
 		t.Error("this node's stage is still mounted after its sweep")
 	}
