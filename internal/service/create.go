@@ -382,7 +382,7 @@ func (c *creation) startRuntime(ctx context.Context) error {
 		// The restored agent takes its source's token: it takes this
 		// sandbox's from now on, and the source's no more (forkmem.go).
 		if err := c.t.run("token", func() error {
-			return s.handForkToken(ctx, id, c.memory, c.sec.token, mergeMap(c.req.Env, c.req.SecretEnv))
+			return s.handForkToken(ctx, id, c.memory, c.sec.token, mergedEnv(c.req.Env, c.req.SecretEnv))
 		}); err != nil {
 			return err
 		}

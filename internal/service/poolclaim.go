@@ -250,13 +250,13 @@ func (s *Service) bootClient(id, token string) *agent.Client {
 	return s.cacheClient(id, token)
 }
 
-// mergedEnv is what a pooled sandbox's processes get from the daemon: its
-// env and its secret env (they never share a key).
+// mergedEnv is what a pooled or restored sandbox's processes get from the
+// daemon: its env and its secret env (mergeMap, never nil).
 func mergedEnv(env, secret map[string]string) map[string]string {
-	out := make(map[string]string, len(env)+len(secret))
-	maps.Copy(out, env)
-	maps.Copy(out, secret)
-	return out
+	if out := mergeMap(env, secret); out != nil {
+		return out
+	}
+	return map[string]string{}
 }
 
 // configureAgent hands a sandbox's freshly started agent what it lost with
